@@ -1,0 +1,307 @@
+package fs
+
+import (
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/overlay"
+)
+
+func (s *Server) handle(fh uint64) *handle {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.files[fh]
+}
+
+func (s *Server) addHandle(h *handle) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextFh++
+	s.files[s.nextFh] = h
+	return s.nextFh
+}
+
+// setIOMode decides how the kernel does I/O on a new open file: through
+// the backing file (passthrough) when the file is upper and the inode
+// has no page-cache opens, else through the daemon with the page cache
+// kept across opens. The kernel refuses to mix the two modes on one
+// inode, and an inode has one backing file at a time.
+func (s *Server) setIOMode(h *handle, out *fuse.OpenOut) {
+	ino := h.ino
+	ino.mu.Lock()
+	defer ino.mu.Unlock()
+	if ino.cached == 0 && h.f.Upper() && s.Passthrough() {
+		if ino.pt == 0 {
+			id, err := s.srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(h.f.Fd())})
+			if err == 0 {
+				ino.backingID = id
+			} else {
+				s.log.Warn("passthrough refused by the kernel; serving I/O through the page cache", "err", err)
+				s.ptMu.Lock()
+				s.passthrough = false
+				s.ptMu.Unlock()
+			}
+		}
+		if s.Passthrough() {
+			ino.pt++
+			h.pt = true
+			out.OpenFlags |= fuse.FOPEN_PASSTHROUGH
+			out.BackingID = ino.backingID
+			return
+		}
+	}
+	ino.cached++
+	out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
+}
+
+func (s *Server) endIOMode(h *handle) {
+	ino := h.ino
+	ino.mu.Lock()
+	defer ino.mu.Unlock()
+	if !h.pt {
+		ino.cached--
+		return
+	}
+	if ino.pt--; ino.pt == 0 {
+		if err := s.srv.UnregisterBackingFd(ino.backingID); err != 0 {
+			s.log.Warn("closing backing file", "err", err)
+		}
+		ino.backingID = 0
+	}
+}
+
+// Open implements fuse.RawFileSystem.
+func (s *Server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	if in.NodeId == controlID {
+		out.OpenFlags = fuse.FOPEN_DIRECT_IO
+		return fuse.OK
+	}
+	ino := s.inode(in.NodeId)
+	if ino == nil {
+		return fuse.ENOENT
+	}
+	f, err := s.view.Open(ino.n, int(in.Flags))
+	if err != nil {
+		return errno(err)
+	}
+	h := &handle{ino: ino, f: f}
+	s.setIOMode(h, out)
+	out.Fh = s.addHandle(h)
+	return fuse.OK
+}
+
+// Create implements fuse.RawFileSystem.
+func (s *Server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	if isControl(in.NodeId, name) {
+		return fuse.Status(unix.EEXIST)
+	}
+	dir, st := s.dirOf(&in.InHeader)
+	if st != fuse.OK {
+		return st
+	}
+	n, f, attr, err := s.view.Create(dir.n, name, int(in.Flags), in.Mode, caller(&in.InHeader))
+	if err != nil {
+		return errno(err)
+	}
+	s.fillEntry(&out.EntryOut, n, &attr)
+	h := &handle{ino: s.inode(n.ID), f: f}
+	s.setIOMode(h, &out.OpenOut)
+	out.Fh = s.addHandle(h)
+	return fuse.OK
+}
+
+// Read implements fuse.RawFileSystem.
+func (s *Server) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	h := s.handle(in.Fh)
+	if h == nil {
+		return nil, fuse.EBADF
+	}
+	n, err := h.f.ReadAt(buf[:in.Size], int64(in.Offset))
+	if err != nil {
+		return nil, errno(err)
+	}
+	return fuse.ReadResultData(buf[:n]), fuse.OK
+}
+
+// Write implements fuse.RawFileSystem.
+func (s *Server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	h := s.handle(in.Fh)
+	if h == nil {
+		return 0, fuse.EBADF
+	}
+	n, err := h.f.WriteAt(data, int64(in.Offset))
+	return uint32(n), errno(err)
+}
+
+// Lseek implements fuse.RawFileSystem (SEEK_DATA and SEEK_HOLE).
+func (s *Server) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
+	h := s.handle(in.Fh)
+	if h == nil {
+		return fuse.EBADF
+	}
+	off, err := h.f.Lseek(int64(in.Offset), int(in.Whence))
+	out.Offset = uint64(off)
+	return errno(err)
+}
+
+// Fallocate implements fuse.RawFileSystem.
+func (s *Server) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	h := s.handle(in.Fh)
+	if h == nil {
+		return fuse.EBADF
+	}
+	return errno(h.f.Allocate(in.Mode, int64(in.Offset), int64(in.Length)))
+}
+
+// CopyFileRange implements fuse.RawFileSystem.
+func (s *Server) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
+	src, dst := s.handle(in.FhIn), s.handle(in.FhOut)
+	if src == nil || dst == nil {
+		return 0, fuse.EBADF
+	}
+	n, err := src.f.CopyTo(int64(in.OffIn), dst.f, int64(in.OffOut), int(in.Len))
+	return uint32(n), errno(err)
+}
+
+// Flush implements fuse.RawFileSystem.
+func (s *Server) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	return fuse.OK
+}
+
+// Fsync implements fuse.RawFileSystem.
+func (s *Server) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	h := s.handle(in.Fh)
+	if h == nil {
+		return errno(s.view.Sync())
+	}
+	return errno(h.f.Sync(in.FsyncFlags&1 != 0))
+}
+
+// Release implements fuse.RawFileSystem.
+func (s *Server) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	if in.NodeId == controlID {
+		return
+	}
+	s.mu.Lock()
+	h := s.files[in.Fh]
+	delete(s.files, in.Fh)
+	s.mu.Unlock()
+	if h == nil {
+		return
+	}
+	s.endIOMode(h)
+	if err := h.f.Release(); err != nil {
+		s.log.Warn("release", "err", err)
+	}
+	if s.view.Forget(h.ino.n, 0) {
+		s.mu.Lock()
+		if s.nodes[h.ino.n.ID] == h.ino {
+			delete(s.nodes, h.ino.n.ID)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// OpenDir implements fuse.RawFileSystem. The merged listing is taken
+// once per handle, so offsets stay valid for the handle's life.
+func (s *Server) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	ino := s.inode(in.NodeId)
+	if ino == nil {
+		return fuse.ENOENT
+	}
+	ents, err := s.view.ReadDir(ino.n)
+	if err != nil {
+		return errno(err)
+	}
+	if in.NodeId == fuse.FUSE_ROOT_ID {
+		kept := ents[:0]
+		for _, e := range ents {
+			if e.Name != ctl.ControlName {
+				kept = append(kept, e)
+			}
+		}
+		ents = kept
+	}
+	s.mu.Lock()
+	s.nextFh++
+	fh := s.nextFh
+	s.dirs[fh] = &dirHandle{ino: ino, entries: ents}
+	s.mu.Unlock()
+	out.Fh = fh
+	return fuse.OK
+}
+
+func (s *Server) dirHandle(fh uint64) *dirHandle {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dirs[fh]
+}
+
+// ReadDir implements fuse.RawFileSystem.
+func (s *Server) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	d := s.dirHandle(in.Fh)
+	if d == nil {
+		return fuse.EBADF
+	}
+	for i := int(in.Offset); i < len(d.entries); i++ {
+		e := d.entries[i]
+		if !out.AddDirEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: uint64(i + 1)}) {
+			break
+		}
+	}
+	return fuse.OK
+}
+
+// ReadDirPlus implements fuse.RawFileSystem: each name comes with its
+// node and attributes, which saves the kernel one lookup per name.
+func (s *Server) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	d := s.dirHandle(in.Fh)
+	if d == nil {
+		return fuse.EBADF
+	}
+	for i := int(in.Offset); i < len(d.entries); i++ {
+		e := d.entries[i]
+		eo := out.AddDirLookupEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: uint64(i + 1)})
+		if eo == nil {
+			break
+		}
+		if e.Name == "." || e.Name == ".." {
+			continue
+		}
+		n, st, err := s.view.Lookup(d.ino.n, e.Name)
+		if err != nil {
+			continue // a zero node id: the kernel looks the name up itself
+		}
+		s.fillEntry(eo, n, &st)
+	}
+	return fuse.OK
+}
+
+// ReleaseDir implements fuse.RawFileSystem.
+func (s *Server) ReleaseDir(in *fuse.ReleaseIn) {
+	s.mu.Lock()
+	delete(s.dirs, in.Fh)
+	s.mu.Unlock()
+}
+
+// FsyncDir implements fuse.RawFileSystem.
+func (s *Server) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	return errno(s.view.Sync())
+}
+
+// Ioctl implements fuse.RawFileSystem: only the control file answers.
+func (s *Server) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, out *fuse.IoctlOut, outbuf []byte) fuse.Status {
+	if in.NodeId != controlID || s.opts.Control == nil {
+		return fuse.Status(unix.ENOTTY)
+	}
+	c := ctl.Caller{Pid: in.Pid, Uid: in.Uid, Gid: in.Gid}
+	n, e := s.opts.Control.HandleIoctl(c, in.Cmd, inbuf, outbuf)
+	if e != 0 {
+		return fuse.Status(e)
+	}
+	out.Result = int32(n)
+	return fuse.OK
+}
+
+var _ = overlay.DirEntry{}

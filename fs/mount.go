@@ -1,0 +1,27 @@
+package fs
+
+import (
+	"log/slog"
+
+	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/overlay"
+)
+
+// Options configure a mount.
+type Options struct {
+	Mountpoint string
+	// View is the overlay every process sees (branch main).
+	View *overlay.FS
+	// Control serves ioctls on the control file; nil disables it.
+	Control ctl.Handler
+	// Passthrough asks for FUSE passthrough; it is used only when the
+	// kernel grants it (root, kernel >= 6.9).
+	Passthrough bool
+	// AllowOther lets other users in (allow_other + default_permissions);
+	// set it when running as root.
+	AllowOther bool
+	// FsName is shown as the source in /proc/mounts (e.g. the lower dir).
+	FsName string
+	Debug  bool
+	Logger *slog.Logger
+}

@@ -1,0 +1,188 @@
+package fs
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/backstore"
+	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/overlay"
+)
+
+// requireFUSE skips without root or /dev/fuse, unless the environment
+// demands FUSE tests (CI), where it fails instead.
+func requireFUSE(t *testing.T) {
+	t.Helper()
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "not root"
+	} else if _, err := os.Stat("/dev/fuse"); err != nil {
+		why = "no /dev/fuse"
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
+		t.Fatalf("FUSE tests required (AGENTFS_REQUIRE_FUSE=1) but %s", why)
+	}
+	t.Skipf("FUSE tests need root and /dev/fuse: %s", why)
+}
+
+type testMount struct {
+	lower, mnt string
+	srv        *Server
+}
+
+// mountForTest mounts lower in-process, with an in-memory branch store
+// and a backstore in a temporary directory.
+func mountForTest(t *testing.T, lower string, passthrough bool) *testMount {
+	t.Helper()
+	requireFUSE(t)
+	bs, err := backstore.Open(backstore.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bs.Close() })
+	meta, err := branch.Open(branch.Options{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { meta.Close() })
+	layer, err := meta.Layer("main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := overlay.New(overlay.Config{Lower: lower, Objects: bs, Layer: layer, AllocIno: meta.AllocIno, Sync: meta.Sync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { view.Close() })
+	mnt := t.TempDir()
+	srv, err := Mount(Options{Mountpoint: mnt, View: view, Passthrough: passthrough, AllowOther: true, FsName: lower})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	return &testMount{lower: lower, mnt: mnt, srv: srv}
+}
+
+func writeFile(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(s), 0644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestReaderOpenedBeforeCopyUpSeesWrites is the case that decides the
+// passthrough design: a read-only open of a lower file, then a write
+// through another open. The write must go to the upper copy, never to
+// the lower file, and the first reader must see it.
+func TestReaderOpenedBeforeCopyUpSeesWrites(t *testing.T) {
+	for _, pt := range []bool{true, false} {
+		name := map[bool]string{true: "passthrough", false: "pagecache"}[pt]
+		t.Run(name, func(t *testing.T) {
+			lower := t.TempDir()
+			writeFile(t, filepath.Join(lower, "f"), "lower data")
+			m := mountForTest(t, lower, pt)
+			p := filepath.Join(m.mnt, "f")
+
+			r, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			buf := make([]byte, 64)
+			n, _ := r.ReadAt(buf, 0)
+			if got := string(buf[:n]); got != "lower data" {
+				t.Fatalf("first read = %q, want %q", got, "lower data")
+			}
+			w, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.WriteAt([]byte("UPPER"), 0); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+
+			if got := readFile(t, filepath.Join(lower, "f")); got != "lower data" {
+				t.Fatalf("lower file = %q after a write through the mount, want %q", got, "lower data")
+			}
+			n, _ = r.ReadAt(buf, 0)
+			if got := string(buf[:n]); got != "UPPER data" {
+				t.Errorf("reader opened before copy-up reads %q, want %q", got, "UPPER data")
+			}
+			if got := readFile(t, p); got != "UPPER data" {
+				t.Errorf("new reader reads %q, want %q", got, "UPPER data")
+			}
+		})
+	}
+}
+
+func TestPassthroughActiveAsRoot(t *testing.T) {
+	lower := t.TempDir()
+	m := mountForTest(t, lower, true)
+	if !m.srv.Passthrough() {
+		t.Fatalf("passthrough not granted although running as root on a kernel with FUSE passthrough")
+	}
+	p := filepath.Join(m.mnt, "new")
+	data := bytes.Repeat([]byte("x"), 1<<20)
+	if err := os.WriteFile(p, data, 0644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back %d bytes (err %v), want %d", len(got), err, len(data))
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil || st.Size != int64(len(data)) {
+		t.Fatalf("size = %d (err %v), want %d", st.Size, err, len(data))
+	}
+}
+
+func TestWhiteoutAndOpaque(t *testing.T) {
+	lower := t.TempDir()
+	writeFile(t, filepath.Join(lower, "d/a"), "a")
+	writeFile(t, filepath.Join(lower, "d/b"), "b")
+	m := mountForTest(t, lower, true)
+	d := filepath.Join(m.mnt, "d")
+	if err := os.Remove(filepath.Join(d, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(d, "a")); !os.IsNotExist(err) {
+		t.Fatalf("removed file still visible: %v", err)
+	}
+	if err := os.RemoveAll(d); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(d, 0755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(d)
+	if err != nil || len(ents) != 0 {
+		t.Fatalf("new dir over whiteout lists %v (err %v), want nothing", ents, err)
+	}
+	if got := readFile(t, filepath.Join(lower, "d/b")); got != "b" {
+		t.Fatalf("lower changed: %q", got)
+	}
+}

@@ -1,0 +1,550 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/overlay"
+)
+
+// Kernel cache lifetimes. Everything below the root is branch-qualified,
+// and agentfs tells the kernel when it changes something the kernel
+// cached, so the timeouts can be long.
+const (
+	entryTimeout = time.Hour
+	attrTimeout  = time.Hour
+	negTimeout   = time.Hour
+)
+
+// controlID is the node id of the control file.
+const controlID = 2
+
+// Server serves one mount.
+type Server struct {
+	fuse.RawFileSystem
+	opts Options
+	srv  *fuse.Server
+	log  *slog.Logger
+	view *overlay.FS
+	uid  uint32 // mount owner
+
+	// passthrough is whether backing files may be registered; it is
+	// switched off for good when the kernel refuses one.
+	ptMu        sync.Mutex
+	passthrough bool
+
+	mu     sync.Mutex
+	nodes  map[uint64]*inode
+	files  map[uint64]*handle
+	dirs   map[uint64]*dirHandle
+	nextFh uint64
+}
+
+// inode is the kernel's view of one node: its I/O mode.
+type inode struct {
+	n *overlay.Node
+
+	mu        sync.Mutex
+	cached    int   // open handles served through the page cache
+	pt        int   // open passthrough handles
+	backingID int32 // registered backing file while pt > 0
+}
+
+type handle struct {
+	ino *inode
+	f   *overlay.File
+	pt  bool
+}
+
+type dirHandle struct {
+	ino     *inode
+	entries []overlay.DirEntry
+}
+
+// Mount mounts the view at o.Mountpoint and serves it until unmounted.
+func Mount(o Options) (*Server, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		RawFileSystem: fuse.NewDefaultRawFileSystem(),
+		opts:          o,
+		log:           o.Logger,
+		view:          o.View,
+		uid:           uint32(os.Geteuid()),
+		nodes:         map[uint64]*inode{},
+		files:         map[uint64]*handle{},
+		dirs:          map[uint64]*dirHandle{},
+	}
+	s.nodes[fuse.FUSE_ROOT_ID] = &inode{n: o.View.Root()}
+	mo := &fuse.MountOptions{
+		AllowOther:           o.AllowOther,
+		Options:              []string{"default_permissions"},
+		FsName:               o.FsName,
+		Name:                 "agentfs",
+		DirectMount:          os.Geteuid() == 0,
+		MaxWrite:             1 << 20,
+		MaxReadAhead:         1 << 20,
+		MaxBackground:        64,
+		EnableSymlinkCaching: true,
+		ExtraCapabilities:    fuse.CAP_ATOMIC_O_TRUNC,
+		Debug:                o.Debug,
+		Logger:               log.New(debugWriter{o.Logger}, "", 0),
+	}
+	srv, err := fuse.NewServer(s, o.Mountpoint, mo)
+	if err != nil {
+		return nil, err
+	}
+	s.srv = srv
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		return nil, err
+	}
+	ks := srv.KernelSettings()
+	s.passthrough = o.Passthrough && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0
+	return s, nil
+}
+
+type debugWriter struct{ l *slog.Logger }
+
+func (w debugWriter) Write(p []byte) (int, error) {
+	w.l.Debug(string(p))
+	return len(p), nil
+}
+
+// Wait returns when the file system is unmounted.
+func (s *Server) Wait() { s.srv.Wait() }
+
+// Unmount unmounts the file system.
+func (s *Server) Unmount() error { return s.srv.Unmount() }
+
+// Passthrough reports whether reads and writes of upper files go
+// directly to their backing files.
+func (s *Server) Passthrough() bool {
+	s.ptMu.Lock()
+	defer s.ptMu.Unlock()
+	return s.passthrough
+}
+
+func (s *Server) String() string { return "agentfs" }
+
+// errno converts an error from below into the status the kernel gets.
+// It is the one place where Go errors become errnos.
+func errno(err error) fuse.Status {
+	if err == nil {
+		return fuse.OK
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return fuse.Status(e)
+	}
+	return fuse.EIO
+}
+
+func (s *Server) inode(id uint64) *inode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nodes[id]
+}
+
+// register records a node the kernel now references (one lookup).
+func (s *Server) register(n *overlay.Node) *inode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ino := s.nodes[n.ID]
+	if ino == nil {
+		ino = &inode{n: n}
+		s.nodes[n.ID] = ino
+	}
+	return ino
+}
+
+// caller returns who made the request.
+func caller(h *fuse.InHeader) overlay.Caller {
+	return overlay.Caller{Uid: h.Uid, Gid: h.Gid}
+}
+
+func fillAttr(a *fuse.Attr, st *unix.Stat_t) {
+	a.Ino = st.Ino
+	a.Size = uint64(st.Size)
+	a.Blocks = uint64(st.Blocks)
+	a.Atime, a.Atimensec = uint64(st.Atim.Sec), uint32(st.Atim.Nsec)
+	a.Mtime, a.Mtimensec = uint64(st.Mtim.Sec), uint32(st.Mtim.Nsec)
+	a.Ctime, a.Ctimensec = uint64(st.Ctim.Sec), uint32(st.Ctim.Nsec)
+	a.Mode = st.Mode
+	a.Nlink = uint32(st.Nlink)
+	a.Uid, a.Gid = st.Uid, st.Gid
+	a.Rdev = uint32(st.Rdev)
+	a.Blksize = uint32(st.Blksize)
+}
+
+// fillEntry answers a lookup-like request for node n.
+func (s *Server) fillEntry(out *fuse.EntryOut, n *overlay.Node, st *unix.Stat_t) {
+	s.register(n)
+	out.NodeId = n.ID
+	out.Generation = 1
+	fillAttr(&out.Attr, st)
+	out.SetEntryTimeout(entryTimeout)
+	out.SetAttrTimeout(attrTimeout)
+}
+
+func (s *Server) controlAttr(a *fuse.Attr) {
+	now := uint64(time.Now().Unix())
+	a.Ino = controlID
+	a.Mode = unix.S_IFREG | 0600
+	a.Nlink = 1
+	a.Uid, a.Gid = s.uid, uint32(os.Getegid())
+	a.Atime, a.Mtime, a.Ctime = now, now, now
+}
+
+func isControl(parent uint64, name string) bool {
+	return parent == fuse.FUSE_ROOT_ID && name == ctl.ControlName
+}
+
+// Lookup implements fuse.RawFileSystem.
+func (s *Server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	if isControl(h.NodeId, name) {
+		if s.opts.Control == nil {
+			return fuse.ENOENT
+		}
+		out.NodeId = controlID
+		out.Generation = 1
+		s.controlAttr(&out.Attr)
+		return fuse.OK
+	}
+	dir := s.inode(h.NodeId)
+	if dir == nil {
+		return fuse.ENOENT
+	}
+	n, st, err := s.view.Lookup(dir.n, name)
+	if err == unix.ENOENT {
+		out.NodeId = 0
+		out.SetEntryTimeout(negTimeout)
+		return fuse.ENOENT
+	}
+	if err != nil {
+		return errno(err)
+	}
+	s.fillEntry(out, n, &st)
+	return fuse.OK
+}
+
+// Forget implements fuse.RawFileSystem.
+func (s *Server) Forget(nodeid, nlookup uint64) {
+	if nodeid == controlID || nodeid == fuse.FUSE_ROOT_ID {
+		return
+	}
+	s.mu.Lock()
+	ino := s.nodes[nodeid]
+	s.mu.Unlock()
+	if ino == nil {
+		return
+	}
+	if s.view.Forget(ino.n, nlookup) {
+		s.mu.Lock()
+		if s.nodes[nodeid] == ino {
+			delete(s.nodes, nodeid)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// GetAttr implements fuse.RawFileSystem.
+func (s *Server) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if in.NodeId == controlID {
+		s.controlAttr(&out.Attr)
+		return fuse.OK
+	}
+	ino := s.inode(in.NodeId)
+	if ino == nil {
+		return fuse.ENOENT
+	}
+	st, err := s.view.Getattr(ino.n)
+	if err != nil {
+		return errno(err)
+	}
+	fillAttr(&out.Attr, &st)
+	out.SetTimeout(attrTimeout)
+	return fuse.OK
+}
+
+// SetAttr implements fuse.RawFileSystem.
+func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if in.NodeId == controlID {
+		return fuse.EPERM
+	}
+	ino := s.inode(in.NodeId)
+	if ino == nil {
+		return fuse.ENOENT
+	}
+	var sa overlay.SetAttr
+	if m, ok := in.GetMode(); ok {
+		sa.Mode = &m
+	}
+	if u, ok := in.GetUID(); ok {
+		sa.Uid = &u
+	}
+	if g, ok := in.GetGID(); ok {
+		sa.Gid = &g
+	}
+	if sz, ok := in.GetSize(); ok {
+		sa.Size = &sz
+	}
+	if in.Valid&fuse.FATTR_ATIME != 0 {
+		ts := unix.Timespec{Sec: int64(in.Atime), Nsec: int64(in.Atimensec)}
+		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+			ts = unix.Timespec{Nsec: unix.UTIME_NOW}
+		}
+		sa.Atime = &ts
+	}
+	if in.Valid&fuse.FATTR_MTIME != 0 {
+		ts := unix.Timespec{Sec: int64(in.Mtime), Nsec: int64(in.Mtimensec)}
+		if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+			ts = unix.Timespec{Nsec: unix.UTIME_NOW}
+		}
+		sa.Mtime = &ts
+	}
+	var f *overlay.File
+	if fh, ok := in.GetFh(); ok {
+		if h := s.handle(fh); h != nil {
+			f = h.f
+		}
+	}
+	st, err := s.view.Setattr(ino.n, sa, f)
+	if err != nil {
+		return errno(err)
+	}
+	fillAttr(&out.Attr, &st)
+	out.SetTimeout(attrTimeout)
+	return fuse.OK
+}
+
+func (s *Server) dirOf(h *fuse.InHeader) (*inode, fuse.Status) {
+	dir := s.inode(h.NodeId)
+	if dir == nil {
+		return nil, fuse.ENOENT
+	}
+	return dir, fuse.OK
+}
+
+// Mknod implements fuse.RawFileSystem.
+func (s *Server) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	if isControl(in.NodeId, name) {
+		return fuse.Status(unix.EEXIST)
+	}
+	dir, st := s.dirOf(&in.InHeader)
+	if st != fuse.OK {
+		return st
+	}
+	n, attr, err := s.view.Mknod(dir.n, name, in.Mode, uint64(in.Rdev), caller(&in.InHeader))
+	if err != nil {
+		return errno(err)
+	}
+	s.fillEntry(out, n, &attr)
+	return fuse.OK
+}
+
+// Mkdir implements fuse.RawFileSystem.
+func (s *Server) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	if isControl(in.NodeId, name) {
+		return fuse.Status(unix.EEXIST)
+	}
+	dir, st := s.dirOf(&in.InHeader)
+	if st != fuse.OK {
+		return st
+	}
+	n, attr, err := s.view.Mkdir(dir.n, name, in.Mode, caller(&in.InHeader))
+	if err != nil {
+		return errno(err)
+	}
+	s.fillEntry(out, n, &attr)
+	return fuse.OK
+}
+
+// Symlink implements fuse.RawFileSystem.
+func (s *Server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	if isControl(h.NodeId, name) {
+		return fuse.Status(unix.EEXIST)
+	}
+	dir, st := s.dirOf(h)
+	if st != fuse.OK {
+		return st
+	}
+	n, attr, err := s.view.Symlink(dir.n, name, target, caller(h))
+	if err != nil {
+		return errno(err)
+	}
+	s.fillEntry(out, n, &attr)
+	return fuse.OK
+}
+
+// Link implements fuse.RawFileSystem.
+func (s *Server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	if isControl(in.NodeId, name) {
+		return fuse.Status(unix.EEXIST)
+	}
+	if in.Oldnodeid == controlID {
+		return fuse.EPERM
+	}
+	dir, st := s.dirOf(&in.InHeader)
+	if st != fuse.OK {
+		return st
+	}
+	src := s.inode(in.Oldnodeid)
+	if src == nil {
+		return fuse.ENOENT
+	}
+	attr, err := s.view.Link(src.n, dir.n, name)
+	if err != nil {
+		return errno(err)
+	}
+	s.fillEntry(out, src.n, &attr)
+	return fuse.OK
+}
+
+// Unlink implements fuse.RawFileSystem.
+func (s *Server) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	if isControl(h.NodeId, name) {
+		return fuse.EPERM
+	}
+	dir, st := s.dirOf(h)
+	if st != fuse.OK {
+		return st
+	}
+	return errno(s.view.Unlink(dir.n, name))
+}
+
+// Rmdir implements fuse.RawFileSystem.
+func (s *Server) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	if isControl(h.NodeId, name) {
+		return fuse.ENOTDIR
+	}
+	dir, st := s.dirOf(h)
+	if st != fuse.OK {
+		return st
+	}
+	return errno(s.view.Rmdir(dir.n, name))
+}
+
+// Rename implements fuse.RawFileSystem.
+func (s *Server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	if isControl(in.NodeId, oldName) || isControl(in.Newdir, newName) {
+		return fuse.EPERM
+	}
+	odir, st := s.dirOf(&in.InHeader)
+	if st != fuse.OK {
+		return st
+	}
+	ndir := s.inode(in.Newdir)
+	if ndir == nil {
+		return fuse.ENOENT
+	}
+	return errno(s.view.Rename(odir.n, oldName, ndir.n, newName, in.Flags))
+}
+
+// Readlink implements fuse.RawFileSystem.
+func (s *Server) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
+	ino := s.inode(h.NodeId)
+	if ino == nil {
+		return nil, fuse.ENOENT
+	}
+	t, err := s.view.Readlink(ino.n)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return []byte(t), fuse.OK
+}
+
+// Access implements fuse.RawFileSystem. With default_permissions the
+// kernel checks permissions itself and does not ask.
+func (s *Server) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
+	return fuse.OK
+}
+
+// GetXAttr implements fuse.RawFileSystem.
+func (s *Server) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
+	if h.NodeId == controlID {
+		return 0, fuse.ENODATA
+	}
+	ino := s.inode(h.NodeId)
+	if ino == nil {
+		return 0, fuse.ENOENT
+	}
+	n, err := s.view.Getxattr(ino.n, attr, dest)
+	if err == unix.ERANGE {
+		n, err = s.view.Getxattr(ino.n, attr, nil)
+		if err == nil {
+			return uint32(n), fuse.ERANGE
+		}
+	}
+	return uint32(n), errno(err)
+}
+
+// ListXAttr implements fuse.RawFileSystem.
+func (s *Server) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
+	if h.NodeId == controlID {
+		return 0, fuse.OK
+	}
+	ino := s.inode(h.NodeId)
+	if ino == nil {
+		return 0, fuse.ENOENT
+	}
+	n, err := s.view.Listxattr(ino.n, dest)
+	if err == unix.ERANGE {
+		n, err = s.view.Listxattr(ino.n, nil)
+		if err == nil {
+			return uint32(n), fuse.ERANGE
+		}
+	}
+	return uint32(n), errno(err)
+}
+
+// SetXAttr implements fuse.RawFileSystem.
+func (s *Server) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	if in.NodeId == controlID {
+		return fuse.EPERM
+	}
+	ino := s.inode(in.NodeId)
+	if ino == nil {
+		return fuse.ENOENT
+	}
+	return errno(s.view.Setxattr(ino.n, attr, data, int(in.Flags)))
+}
+
+// RemoveXAttr implements fuse.RawFileSystem.
+func (s *Server) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
+	if h.NodeId == controlID {
+		return fuse.EPERM
+	}
+	ino := s.inode(h.NodeId)
+	if ino == nil {
+		return fuse.ENOENT
+	}
+	return errno(s.view.Removexattr(ino.n, attr))
+}
+
+// StatFs implements fuse.RawFileSystem.
+func (s *Server) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	st, err := s.view.Statfs()
+	if err != nil {
+		return errno(err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Bfree, st.Bavail
+	out.Files, out.Ffree = st.Files, st.Ffree
+	out.Bsize, out.Frsize = uint32(st.Bsize), uint32(st.Frsize)
+	out.NameLen = uint32(st.Namelen)
+	return fuse.OK
+}
+
+var _ = fmt.Sprintf

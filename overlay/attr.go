@@ -1,0 +1,179 @@
+package overlay
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// SetAttr lists the attribute changes of a setattr call; nil fields are
+// left alone.
+type SetAttr struct {
+	Mode     *uint32
+	Uid, Gid *uint32
+	Size     *uint64
+	Atime    *unix.Timespec // Nsec may be UTIME_NOW
+	Mtime    *unix.Timespec
+}
+
+// Setattr changes n's attributes. Metadata changes of lower files make
+// a metacopy entry (no data copied); a size change copies the data up
+// (none when truncating to zero). file, when not nil, is the handle the
+// change came through (ftruncate).
+func (fs *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
+	if in.Size != nil {
+		if n.mode == unix.S_IFDIR {
+			return unix.Stat_t{}, unix.EISDIR
+		}
+		if n.mode != unix.S_IFREG {
+			return unix.Stat_t{}, unix.EINVAL
+		}
+		if err := fs.copyUpData(n, *in.Size != 0); err != nil {
+			return unix.Stat_t{}, err
+		}
+		if err := fs.truncate(n, int64(*in.Size), file); err != nil {
+			return unix.Stat_t{}, err
+		}
+	} else if in.Mode != nil || in.Uid != nil || in.Gid != nil || in.Atime != nil || in.Mtime != nil {
+		if err := fs.copyUpMeta(n); err != nil {
+			return unix.Stat_t{}, err
+		}
+	}
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	if n.object == "" {
+		return fs.statLocked(n)
+	}
+	loc := fs.objs.Loc(n.object)
+	if in.Uid != nil || in.Gid != nil {
+		uid, gid := -1, -1
+		if in.Uid != nil {
+			uid = int(*in.Uid)
+		}
+		if in.Gid != nil {
+			gid = int(*in.Gid)
+		}
+		if err := unix.Fchownat(loc.Dirfd, loc.Name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return unix.Stat_t{}, err
+		}
+	}
+	if in.Mode != nil && n.mode != unix.S_IFLNK {
+		if err := unix.Fchmodat(loc.Dirfd, loc.Name, *in.Mode&07777, 0); err != nil {
+			return unix.Stat_t{}, err
+		}
+	}
+	if in.Atime != nil || in.Mtime != nil {
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+		if in.Atime != nil {
+			ts[0] = *in.Atime
+		}
+		if in.Mtime != nil {
+			ts[1] = *in.Mtime
+		}
+		if err := unix.UtimesNanoAt(loc.Dirfd, loc.Name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return unix.Stat_t{}, err
+		}
+	}
+	return fs.statLocked(n)
+}
+
+// truncate sets the size of n's (upper) data.
+func (fs *FS) truncate(n *Node, size int64, file *File) error {
+	if file != nil && file.writable {
+		return file.withFd(func(fd int) error { return unix.Ftruncate(fd, size) })
+	}
+	fs.mu.RLock()
+	obj := n.object
+	fs.mu.RUnlock()
+	f, err := fs.objs.Open(obj, unix.O_WRONLY)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Ftruncate(int(f.Fd()), size)
+}
+
+// Readlink returns a symlink's target.
+func (fs *FS) Readlink(n *Node) (string, error) {
+	if n.mode != unix.S_IFLNK {
+		return "", unix.EINVAL
+	}
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	if n.object != "" {
+		loc := fs.objs.Loc(n.object)
+		return readlinkat(loc.Dirfd, loc.Name)
+	}
+	return readlinkat(fs.lowerFd, lowerRel(n.lower))
+}
+
+// xattrPathLocked returns a path that names n's inode (not following a
+// final symlink) for the l*xattr calls.
+func (fs *FS) xattrPathLocked(n *Node) string {
+	if n.object != "" {
+		loc := fs.objs.Loc(n.object)
+		return fmt.Sprintf("/proc/self/fd/%d/%s", loc.Dirfd, loc.Name)
+	}
+	if n.lower == "" {
+		return fmt.Sprintf("/proc/self/fd/%d", fs.lowerFd)
+	}
+	return fmt.Sprintf("/proc/self/fd/%d/%s", fs.lowerFd, n.lower)
+}
+
+// Getxattr reads an extended attribute into dest (size only when dest
+// is empty).
+func (fs *FS) Getxattr(n *Node, name string, dest []byte) (int, error) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	return unix.Lgetxattr(fs.xattrPathLocked(n), name, dest)
+}
+
+// Listxattr lists extended attribute names, NUL-separated.
+func (fs *FS) Listxattr(n *Node, dest []byte) (int, error) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	return unix.Llistxattr(fs.xattrPathLocked(n), dest)
+}
+
+// Setxattr sets an extended attribute (copying the inode's metadata up).
+func (fs *FS) Setxattr(n *Node, name string, value []byte, flags int) error {
+	if err := fs.copyUpMeta(n); err != nil {
+		return err
+	}
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	return unix.Lsetxattr(fs.xattrPathLocked(n), name, value, flags)
+}
+
+// Removexattr removes an extended attribute. A name the inode does not
+// have fails with ENODATA without copying anything up.
+func (fs *FS) Removexattr(n *Node, name string) error {
+	fs.mu.RLock()
+	if n.object == "" {
+		_, err := unix.Lgetxattr(fs.xattrPathLocked(n), name, nil)
+		if err != nil {
+			fs.mu.RUnlock()
+			return err
+		}
+	}
+	fs.mu.RUnlock()
+	if err := fs.copyUpMeta(n); err != nil {
+		return err
+	}
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	return unix.Lremovexattr(fs.xattrPathLocked(n), name)
+}
+
+// Statfs reports the backstore's filesystem, where new data goes.
+func (fs *FS) Statfs() (unix.Statfs_t, error) {
+	var st unix.Statfs_t
+	err := unix.Statfs(fs.objs.Info().Root, &st)
+	if st.Namelen == 0 || st.Namelen > 255 {
+		st.Namelen = 255
+	}
+	return st, err
+}
+
+var _ = os.Getpid

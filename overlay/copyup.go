@@ -1,0 +1,233 @@
+package overlay
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// openLower opens a lower path read-only without updating its atime
+// (O_NOATIME needs ownership or CAP_FOWNER; without it, plain O_RDONLY).
+func (fs *FS) openLower(p string, flags int) (*os.File, error) {
+	rel := lowerRel(p)
+	flags |= unix.O_CLOEXEC | unix.O_NOFOLLOW
+	fd, err := unix.Openat(fs.lowerFd, rel, flags|unix.O_NOATIME, 0)
+	if err == unix.EPERM {
+		fd, err = unix.Openat(fs.lowerFd, rel, flags, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// copyUpDirLocked gives directory n (and its ancestors) an upper entry.
+// fs.mu is held exclusively.
+func (fs *FS) copyUpDirLocked(t *tx, n *Node) error {
+	if t.entryOf(n) != nil {
+		return nil
+	}
+	if n.parent != nil {
+		if err := fs.copyUpDirLocked(t, n.parent); err != nil {
+			return err
+		}
+	}
+	_, err := fs.copyUpMetaLocked(t, n)
+	return err
+}
+
+// copyUpMetaLocked gives the lower-only node n an upper entry without
+// copying file data: directories, symlinks and special files get an
+// object of their own kind, regular files a metacopy object. Its parent
+// must be upper already. fs.mu is held exclusively.
+func (fs *FS) copyUpMetaLocked(t *tx, n *Node) (*branch.Entry, error) {
+	if e := t.entryOf(n); e != nil {
+		return e, nil
+	}
+	if n.parent != nil {
+		if err := fs.copyUpDirLocked(t, n.parent); err != nil {
+			return nil, err
+		}
+	}
+	var st unix.Stat_t
+	rel := lowerRel(n.lower)
+	if err := unix.Fstatat(fs.lowerFd, rel, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, fmt.Errorf("copy-up %s: %w", rel, err)
+	}
+	e := &branch.Entry{Type: modeType(st.Mode), Ino: n.ino}
+	var id string
+	var err error
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		var f *os.File
+		if f, err = fs.openLower(n.lower, unix.O_RDONLY); err != nil {
+			return nil, fmt.Errorf("copy-up %s: %w", rel, err)
+		}
+		id, err = fs.objs.CopyUp(f, &st, false)
+		f.Close()
+		e.Metacopy, e.Origin = true, n.lower
+	case unix.S_IFDIR:
+		var f *os.File
+		if f, err = fs.openLower(n.lower, unix.O_RDONLY|unix.O_DIRECTORY); err != nil {
+			return nil, fmt.Errorf("copy-up %s: %w", rel, err)
+		}
+		if id, err = fs.objs.Mkdir(st.Mode&07777, int(st.Uid), int(st.Gid)); err == nil {
+			t.made(id)
+			err = fs.objs.CopyAttrs(id, &st, f)
+		}
+		f.Close()
+		e.Redirect = redirectFor(n.lower)
+	case unix.S_IFLNK:
+		var target string
+		if target, err = readlinkat(fs.lowerFd, rel); err != nil {
+			return nil, fmt.Errorf("copy-up %s: %w", rel, err)
+		}
+		if id, err = fs.objs.Symlink(target, int(st.Uid), int(st.Gid)); err == nil {
+			t.made(id)
+			err = fs.copyAttrsFromPath(id, &st, rel)
+		}
+	default:
+		if id, err = fs.objs.Mknod(st.Mode, st.Rdev, int(st.Uid), int(st.Gid)); err == nil {
+			t.made(id)
+			err = fs.copyAttrsFromPath(id, &st, rel)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("copy-up %s: %w", rel, err)
+	}
+	if e.Type == branch.TypeFile {
+		t.made(id)
+	}
+	e.Object = id
+	p, ok := n.pathLocked()
+	if ok {
+		t.put(p, e)
+	}
+	t.promote(n, e)
+	return e, nil
+}
+
+// copyAttrsFromPath copies attributes and xattrs from a lower inode that
+// cannot be opened for reading (symlinks, devices, fifos).
+func (fs *FS) copyAttrsFromPath(id string, st *unix.Stat_t, rel string) error {
+	fd, err := unix.Openat(fs.lowerFd, rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	return fs.objs.CopyAttrs(id, st, f)
+}
+
+// copyUpData makes n's data upper: a lower-only or metacopy regular file
+// gets an object holding its data (none when withData is false: the
+// O_TRUNC case). The data copy runs without fs.mu, under n.copyMu, so a
+// large copy-up stalls only the callers that need this node.
+func (fs *FS) copyUpData(n *Node, withData bool) error {
+	if n.mode != unix.S_IFREG {
+		return fs.copyUpMeta(n)
+	}
+	n.copyMu.Lock()
+	defer n.copyMu.Unlock()
+
+	fs.mu.RLock()
+	done := n.object != "" && (n.entry == nil || !n.entry.Metacopy)
+	lower := n.lower
+	fs.mu.RUnlock()
+	if done {
+		return nil
+	}
+
+	f, err := fs.openLower(lower, unix.O_RDONLY)
+	if err != nil {
+		return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
+	}
+	id, err := fs.objs.CopyUp(f, &st, withData)
+	if err != nil {
+		return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
+	}
+
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	t := fs.newTx()
+	t.made(id)
+	if old := n.object; old != "" {
+		// A metacopy object carries attributes changed since (chmod,
+		// utimens, xattrs): they win over the lower file's.
+		if err := fs.copyAttrsFromObject(id, old); err != nil {
+			return t.fail(err)
+		}
+		if fs.links[old] <= 1 {
+			t.doomed = append(t.doomed, old)
+		}
+	}
+	e := &branch.Entry{Type: branch.TypeFile, Ino: n.ino, Object: id}
+	if p, ok := n.pathLocked(); ok {
+		if n.parent != nil {
+			if err := fs.copyUpDirLocked(t, n.parent); err != nil {
+				return t.fail(err)
+			}
+		}
+		t.put(p, e)
+	} else {
+		t.doomed = nil // an unlinked metacopy object may still be open
+	}
+	t.promote(n, e)
+	if err := t.commit(); err != nil {
+		return err
+	}
+	n.dataGen.Add(1)
+	return nil
+}
+
+// copyUpMeta gives n an upper entry without copying data.
+func (fs *FS) copyUpMeta(n *Node) error {
+	n.copyMu.Lock()
+	defer n.copyMu.Unlock()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if n.object != "" {
+		return nil
+	}
+	t := fs.newTx()
+	if _, err := fs.copyUpMetaLocked(t, n); err != nil {
+		return t.fail(err)
+	}
+	return t.commit()
+}
+
+// copyAttrsFromObject copies mode, owner, times and xattrs of object src
+// onto object dst.
+func (fs *FS) copyAttrsFromObject(dst, src string) error {
+	st, err := fs.objs.Lstat(src)
+	if err != nil {
+		return err
+	}
+	f, err := fs.objs.Open(src, unix.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return fs.objs.CopyAttrs(dst, &st, f)
+}
+
+func readlinkat(dirfd int, p string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(dirfd, p, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+}

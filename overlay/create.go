@@ -1,0 +1,190 @@
+package overlay
+
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// newInodeLocked creates a new upper inode named name in dir, made by
+// mk with the owner the caller gets (setgid directories pass on their
+// group, and their setgid bit to subdirectories). fs.mu is held
+// exclusively. It returns the node with one kernel reference.
+func (fs *FS) newInodeLocked(dir *Node, name string, c Caller, typ branch.Type,
+	mk func(uid, gid int) (string, error)) (*Node, unix.Stat_t, error) {
+	r, err := fs.resolveLocked(dir, name)
+	if err != nil {
+		return nil, unix.Stat_t{}, err
+	}
+	if r.exists() {
+		return nil, unix.Stat_t{}, unix.EEXIST
+	}
+	t := fs.newTx()
+	if err := fs.copyUpDirLocked(t, dir); err != nil {
+		return nil, unix.Stat_t{}, t.fail(err)
+	}
+	uid, gid := int(c.Uid), int(c.Gid)
+	dst, err := fs.objs.Lstat(t.objectOf(dir))
+	if err != nil {
+		return nil, unix.Stat_t{}, t.fail(err)
+	}
+	if dst.Mode&unix.S_ISGID != 0 {
+		gid = int(dst.Gid)
+	}
+	id, err := mk(uid, gid)
+	if err != nil {
+		return nil, unix.Stat_t{}, t.fail(err)
+	}
+	t.made(id)
+	if typ == branch.TypeDir && dst.Mode&unix.S_ISGID != 0 {
+		st, err := fs.objs.Lstat(id)
+		if err == nil {
+			loc := fs.objs.Loc(id)
+			err = unix.Fchmodat(loc.Dirfd, loc.Name, st.Mode&07777|unix.S_ISGID, 0)
+		}
+		if err != nil {
+			return nil, unix.Stat_t{}, t.fail(err)
+		}
+	}
+	ino, err := fs.cfg.AllocIno()
+	if err != nil {
+		return nil, unix.Stat_t{}, t.fail(err)
+	}
+	e := &branch.Entry{Type: typ, Ino: ino, Object: id, Opaque: typ == branch.TypeDir}
+	t.put(r.path, e) // replaces a whiteout in the same batch
+	t.touch(dir)
+	if err := t.commit(); err != nil {
+		return nil, unix.Stat_t{}, err
+	}
+	n := fs.nodeForEntryLocked(dir, name, e)
+	st, err := fs.statLocked(n)
+	if err != nil {
+		return nil, st, err
+	}
+	fs.Ref(n)
+	return n, st, nil
+}
+
+// Mkdir creates a directory (opaque: nothing from lower shows through).
+func (fs *FS) Mkdir(dir *Node, name string, mode uint32, c Caller) (*Node, unix.Stat_t, error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.newInodeLocked(dir, name, c, branch.TypeDir, func(uid, gid int) (string, error) {
+		return fs.objs.Mkdir(mode&07777, uid, gid)
+	})
+}
+
+// Mknod creates a fifo, socket or device node (or a regular file).
+func (fs *FS) Mknod(dir *Node, name string, mode uint32, rdev uint64, c Caller) (*Node, unix.Stat_t, error) {
+	typ := modeType(mode)
+	if typ == branch.TypeDir || typ == branch.TypeSymlink || typ == branch.TypeWhiteout {
+		return nil, unix.Stat_t{}, unix.EINVAL
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.newInodeLocked(dir, name, c, typ, func(uid, gid int) (string, error) {
+		if typ == branch.TypeFile {
+			id, f, err := fs.objs.CreateFile(mode&07777, uid, gid)
+			if err == nil {
+				f.Close()
+			}
+			return id, err
+		}
+		return fs.objs.Mknod(mode, rdev, uid, gid)
+	})
+}
+
+// Symlink creates a symbolic link to target.
+func (fs *FS) Symlink(dir *Node, name, target string, c Caller) (*Node, unix.Stat_t, error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.newInodeLocked(dir, name, c, branch.TypeSymlink, func(uid, gid int) (string, error) {
+		return fs.objs.Symlink(target, uid, gid)
+	})
+}
+
+// Create creates and opens a regular file. When the name exists and
+// O_EXCL is not set, it opens the existing file instead.
+func (fs *FS) Create(dir *Node, name string, flags int, mode uint32, c Caller) (*Node, *File, unix.Stat_t, error) {
+	fs.mu.Lock()
+	var f *os.File
+	n, st, err := fs.newInodeLocked(dir, name, c, branch.TypeFile, func(uid, gid int) (string, error) {
+		id, file, err := fs.objs.CreateFile(mode&07777, uid, gid)
+		f = file
+		return id, err
+	})
+	fs.mu.Unlock()
+	if err == unix.EEXIST && flags&unix.O_EXCL == 0 {
+		var n *Node
+		if n, _, err = fs.Lookup(dir, name); err != nil {
+			return nil, nil, unix.Stat_t{}, err
+		}
+		file, err := fs.Open(n, flags&^(unix.O_CREAT|unix.O_EXCL))
+		if err != nil {
+			fs.Forget(n, 1)
+			return nil, nil, unix.Stat_t{}, err
+		}
+		st, err := fs.Getattr(n)
+		return n, file, st, err
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, nil, st, err
+	}
+	if flags&unix.O_ACCMODE == unix.O_RDONLY {
+		// The object was created read-write; a read-only handle must
+		// not be able to write through passthrough.
+		f.Close()
+		if f, err = fs.objs.Open(n.object, unix.O_RDONLY); err != nil {
+			fs.Forget(n, 1)
+			return nil, nil, st, err
+		}
+	}
+	return n, fs.newFile(n, f, true, flags), st, nil
+}
+
+// Link makes a new name for n in dir. The file's data is copied up
+// first: a hard link always joins two upper names.
+func (fs *FS) Link(n, dir *Node, name string) (unix.Stat_t, error) {
+	if n.mode == unix.S_IFDIR {
+		return unix.Stat_t{}, unix.EPERM
+	}
+	if err := fs.copyUpData(n, true); err != nil {
+		return unix.Stat_t{}, err
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if n.unlinked && fs.links[n.object] == 0 {
+		return unix.Stat_t{}, unix.ENOENT
+	}
+	r, err := fs.resolveLocked(dir, name)
+	if err != nil {
+		return unix.Stat_t{}, err
+	}
+	if r.exists() {
+		return unix.Stat_t{}, unix.EEXIST
+	}
+	t := fs.newTx()
+	if err := fs.copyUpDirLocked(t, dir); err != nil {
+		return unix.Stat_t{}, t.fail(err)
+	}
+	e := *n.entry
+	t.put(r.path, &e)
+	t.touch(dir)
+	t.bump(n)
+	if err := t.commit(); err != nil {
+		return unix.Stat_t{}, err
+	}
+	if n.unlinked {
+		n.unlinked, n.parent, n.name = false, dir, name
+	}
+	st, err := fs.statLocked(n)
+	if err == nil {
+		fs.Ref(n)
+	}
+	return st, err
+}

@@ -1,0 +1,37 @@
+// Package overlay implements the union semantics of agentfs over a
+// lower directory (read-only, the user's project) and one branch layer
+// (entries in branch, inodes in backstore), without FUSE.
+//
+// # Model
+//
+// A path in a view resolves to, in order: the branch's entry for that
+// path (an upper inode, or a whiteout that hides the name), else the
+// lower file at the parent's lower path plus the name, unless the parent
+// is opaque. Every upper inode is a real inode in the backstore (an
+// "object"): its mode, owner, times, size and xattrs are the object's
+// own, so metadata changes are plain syscalls on the object and
+// passthrough I/O updates them natively. A metacopy entry has an object
+// that carries the attributes while the data still lives in the lower
+// file (chmod, chown, utimens, setxattr and rename of lower files copy
+// no data). Directories created in the overlay are opaque; copied-up
+// directories carry their lower path as Redirect, so renaming a lower
+// or merged directory is a metadata operation.
+//
+// # Nodes
+//
+// Node is the identity the kernel sees (one FUSE inode): upper nodes are
+// keyed by object (hard links share a node), lower-only nodes by lower
+// path. A node knows its current parent and name; renames move them,
+// unlink detaches them, and an unlinked node keeps its data until the
+// last open file and kernel reference are gone.
+//
+// # Locking
+//
+// Lock order: Node.copyMu → FS.mu → FS.nodesMu.
+// FS.mu (RWMutex) guards the namespace: the upper index, every Node's
+// parent/name/entry/unlinked fields, and the persistent layer. Lookups
+// and reads take it shared; namespace changes take it exclusive.
+// FS.nodesMu guards the identity tables and reference counts.
+// Node.copyMu serializes the data copy of one node's copy-up, which runs
+// without FS.mu held so that a large copy-up blocks nobody else.
+package overlay

@@ -1,0 +1,227 @@
+package overlay
+
+import (
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// File is an open regular file of a view.
+//
+// A writable file is always upper: Open copies the data up first. A
+// read-only file opened before a copy-up reads the lower file until the
+// copy-up, then follows the node to its upper object, so it sees the
+// writes made after the copy-up.
+type File struct {
+	n        *Node
+	writable bool
+	flags    int
+
+	// mu guards f: a read-only lower descriptor is replaced by the upper
+	// object's after a copy-up (writable files never change descriptor).
+	mu  sync.RWMutex
+	f   *os.File
+	gen uint64 // n.dataGen the descriptor was opened at
+	up  bool   // f is an upper object
+}
+
+// Open opens regular file n. flags are the open(2) flags; O_CREAT and
+// O_EXCL are ignored. Write access or O_TRUNC copy the file up first.
+func (fs *FS) Open(n *Node, flags int) (*File, error) {
+	if n.mode == unix.S_IFDIR {
+		return nil, unix.EISDIR
+	}
+	acc := flags & unix.O_ACCMODE
+	writable := acc != unix.O_RDONLY
+	trunc := flags&unix.O_TRUNC != 0
+	if writable || trunc {
+		if err := fs.copyUpData(n, !trunc); err != nil {
+			return nil, err
+		}
+	}
+	fs.mu.RLock()
+	obj, lower, gen := n.object, n.lower, n.dataGen.Load()
+	meta := n.entry != nil && n.entry.Metacopy
+	fs.mu.RUnlock()
+
+	var f *os.File
+	var err error
+	up := obj != "" && !meta
+	oflags := unix.O_RDONLY
+	if writable {
+		oflags = unix.O_RDWR
+	}
+	if up {
+		f, err = fs.objs.Open(obj, oflags)
+	} else {
+		f, err = fs.openLower(lower, unix.O_RDONLY)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if trunc && up {
+		if err := unix.Ftruncate(int(f.Fd()), 0); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	file := fs.newFile(n, f, up, flags)
+	file.gen = gen
+	return file, nil
+}
+
+func (fs *FS) newFile(n *Node, f *os.File, up bool, flags int) *File {
+	fs.nodesMu.Lock()
+	n.opens++
+	fs.nodesMu.Unlock()
+	acc := flags & unix.O_ACCMODE
+	return &File{n: n, f: f, up: up, flags: flags, writable: acc != unix.O_RDONLY, gen: n.dataGen.Load()}
+}
+
+// Node returns the file's node.
+func (f *File) Node() *Node { return f.n }
+
+// Writable reports whether the file was opened for writing.
+func (f *File) Writable() bool { return f.writable }
+
+// Upper reports whether the file's descriptor is an upper object, which
+// the kernel may use directly (passthrough).
+func (f *File) Upper() bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.up
+}
+
+// Fd returns the current descriptor (following a copy-up). Only
+// writable files, whose descriptor never changes, may keep it.
+func (f *File) Fd() int {
+	fd := -1
+	f.withFd(func(d int) error { fd = d; return nil })
+	return fd
+}
+
+// withFd runs fn with the current descriptor, after following the node
+// to its upper object if it was copied up since the file was opened.
+func (f *File) withFd(fn func(fd int) error) error {
+	f.mu.RLock()
+	if !f.up && f.n.dataGen.Load() != f.gen {
+		f.mu.RUnlock()
+		f.mu.Lock()
+		if err := f.followLocked(); err != nil {
+			f.n.fs.log.Warn("reopening after copy-up", "err", err)
+		}
+		f.mu.Unlock()
+		f.mu.RLock()
+	}
+	defer f.mu.RUnlock()
+	if f.f == nil {
+		return unix.EBADF
+	}
+	return fn(int(f.f.Fd()))
+}
+
+// followLocked reopens a read-only lower descriptor on the node's upper
+// object after a copy-up.
+func (f *File) followLocked() error {
+	if f.up || f.f == nil || f.n.dataGen.Load() == f.gen {
+		return nil
+	}
+	fs := f.n.fs
+	fs.mu.RLock()
+	obj, gen := f.n.object, f.n.dataGen.Load()
+	fs.mu.RUnlock()
+	nf, err := fs.objs.Open(obj, unix.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	f.f.Close()
+	f.f, f.gen, f.up = nf, gen, true
+	return nil
+}
+
+// ReadAt reads from the file's current data.
+func (f *File) ReadAt(p []byte, off int64) (n int, err error) {
+	err = f.withFd(func(fd int) error {
+		n, err = unix.Pread(fd, p, off)
+		return err
+	})
+	return n, err
+}
+
+// WriteAt writes to the file (which is upper).
+func (f *File) WriteAt(p []byte, off int64) (n int, err error) {
+	if !f.writable {
+		return 0, unix.EBADF
+	}
+	err = f.withFd(func(fd int) error {
+		n, err = unix.Pwrite(fd, p, off)
+		return err
+	})
+	return n, err
+}
+
+// CopyTo copies n bytes to dst with copy_file_range(2).
+func (f *File) CopyTo(offIn int64, dst *File, offOut int64, n int) (int, error) {
+	if !dst.writable {
+		return 0, unix.EBADF
+	}
+	dfd := dst.Fd()
+	var done int
+	err := f.withFd(func(fd int) error {
+		var err error
+		done, err = unix.CopyFileRange(fd, &offIn, dfd, &offOut, n, 0)
+		return err
+	})
+	return done, err
+}
+
+// Lseek serves SEEK_DATA and SEEK_HOLE on the current data.
+func (f *File) Lseek(off int64, whence int) (pos int64, err error) {
+	err = f.withFd(func(fd int) error {
+		pos, err = unix.Seek(fd, off, whence)
+		return err
+	})
+	return pos, err
+}
+
+// Allocate is fallocate(2) on the (upper) file.
+func (f *File) Allocate(mode uint32, off, size int64) error {
+	if !f.writable {
+		return unix.EBADF
+	}
+	return f.withFd(func(fd int) error { return unix.Fallocate(fd, mode, off, size) })
+}
+
+// Sync flushes the file's data (and, unless datasync, its attributes)
+// and makes the view's metadata durable.
+func (f *File) Sync(datasync bool) error {
+	err := f.withFd(func(fd int) error {
+		if datasync {
+			return unix.Fdatasync(fd)
+		}
+		return unix.Fsync(fd)
+	})
+	if err != nil {
+		return err
+	}
+	return f.n.fs.cfg.Sync()
+}
+
+// Release closes the file. The caller then calls Forget(node, 0): an
+// unlinked node's object goes when its last file and kernel reference
+// are gone.
+func (f *File) Release() error {
+	f.mu.Lock()
+	err := f.f.Close()
+	f.f = nil
+	f.mu.Unlock()
+	fs := f.n.fs
+	fs.nodesMu.Lock()
+	f.n.opens--
+	fs.nodesMu.Unlock()
+	return err
+}
+
+// Sync makes the view's committed metadata durable.
+func (fs *FS) Sync() error { return fs.cfg.Sync() }

@@ -1,0 +1,180 @@
+package overlay
+
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// resolved is what a name in a directory stands for.
+type resolved struct {
+	path     string
+	entry    *branch.Entry // upper inode (never a whiteout)
+	whiteout bool          // the name is hidden by a whiteout
+	lower    string        // lower path, when the name is a lower-only inode
+	lowerSt  unix.Stat_t
+	isLower  bool
+}
+
+func (r *resolved) exists() bool { return r.entry != nil || r.isLower }
+
+func (r *resolved) mode() uint32 {
+	if r.entry != nil {
+		return typeMode(r.entry.Type)
+	}
+	return r.lowerSt.Mode & unix.S_IFMT
+}
+
+// resolveLocked looks name up in dir. fs.mu is held.
+func (fs *FS) resolveLocked(dir *Node, name string) (resolved, error) {
+	if dir.mode != unix.S_IFDIR {
+		return resolved{}, unix.ENOTDIR
+	}
+	if len(name) > 255 {
+		return resolved{}, unix.ENAMETOOLONG
+	}
+	dp, ok := dir.pathLocked()
+	if !ok {
+		return resolved{}, unix.ENOENT
+	}
+	r := resolved{path: joinPath(dp, name)}
+	if e := fs.indexGet(r.path); e != nil {
+		if e.IsWhiteout() {
+			r.whiteout = true
+		} else {
+			r.entry = e
+		}
+		return r, nil
+	}
+	if !dir.hasLower {
+		return r, nil
+	}
+	lp := joinPath(dir.lower, name)
+	if err := unix.Fstatat(fs.lowerFd, lp, &r.lowerSt, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err == unix.ENOENT || err == unix.ENOTDIR {
+			return r, nil
+		}
+		return r, err
+	}
+	r.lower, r.isLower = lp, true
+	return r, nil
+}
+
+// lowerExistsLocked reports whether the lower layer has an inode at the
+// position of name in dir (which decides whether removing the name needs
+// a whiteout).
+func (fs *FS) lowerExistsLocked(dir *Node, name string) bool {
+	if !dir.hasLower {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Fstatat(fs.lowerFd, joinPath(dir.lower, name), &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+}
+
+// nodeForLocked returns the node for a resolved name, creating it if
+// the kernel does not know it yet.
+func (fs *FS) nodeForLocked(dir *Node, name string, r *resolved) *Node {
+	if r.entry != nil {
+		return fs.nodeForEntryLocked(dir, name, r.entry)
+	}
+	return fs.nodeForLowerLocked(dir, name, r.lower, &r.lowerSt)
+}
+
+// existingNodeLocked returns the node the kernel may hold for a resolved
+// name, or nil.
+func (fs *FS) existingNodeLocked(r *resolved) *Node {
+	fs.nodesMu.Lock()
+	defer fs.nodesMu.Unlock()
+	if r.entry != nil {
+		return fs.byObject[r.entry.Object]
+	}
+	if r.isLower {
+		return fs.byLower[r.lower]
+	}
+	return nil
+}
+
+// Lookup finds name in dir and returns its node (with one more kernel
+// reference) and attributes.
+func (fs *FS) Lookup(dir *Node, name string) (*Node, unix.Stat_t, error) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	r, err := fs.resolveLocked(dir, name)
+	if err != nil {
+		return nil, unix.Stat_t{}, err
+	}
+	if !r.exists() {
+		return nil, unix.Stat_t{}, unix.ENOENT
+	}
+	n := fs.nodeForLocked(dir, name, &r)
+	st, err := fs.statLocked(n)
+	if err != nil {
+		return nil, st, err
+	}
+	fs.Ref(n)
+	return n, st, nil
+}
+
+// Getattr returns the attributes of n.
+func (fs *FS) Getattr(n *Node) (unix.Stat_t, error) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	return fs.statLocked(n)
+}
+
+// statLocked stats n: the object for upper nodes (with the lower size
+// for metacopy files), the lower inode otherwise.
+func (fs *FS) statLocked(n *Node) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	var err error
+	if n.object != "" {
+		st, err = fs.objs.Lstat(n.object)
+		if err != nil {
+			return st, err
+		}
+		if n.entry != nil && n.entry.Metacopy {
+			var lst unix.Stat_t
+			if err := unix.Fstatat(fs.lowerFd, lowerRel(n.lower), &lst, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+				st.Size, st.Blocks = lst.Size, lst.Blocks
+			}
+		}
+		switch n.mode {
+		case unix.S_IFDIR:
+			st.Nlink = fs.dirNlinkLocked(n, &st)
+		default:
+			st.Nlink = uint64(fs.links[n.object])
+			if n.mode != unix.S_IFREG && !n.unlinked {
+				st.Nlink = 1
+			}
+		}
+	} else {
+		if err := unix.Fstatat(fs.lowerFd, lowerRel(n.lower), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return st, err
+		}
+		if n.unlinked {
+			st.Nlink = 0
+		}
+	}
+	st.Ino = n.ino
+	return st, nil
+}
+
+// dirNlinkLocked is 2 plus the number of subdirectories for directories
+// that hold only upper entries; merged directories report 1, as
+// overlayfs does (find and friends treat it as "unknown").
+func (fs *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
+	if n.hasLower {
+		return 1
+	}
+	p, ok := n.pathLocked()
+	if !ok {
+		return 0
+	}
+	nl := uint64(2)
+	for _, e := range fs.dirs[p] {
+		if e.Type == branch.TypeDir {
+			nl++
+		}
+	}
+	return nl
+}

@@ -1,0 +1,254 @@
+package overlay
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// Node is one inode of a view, as the kernel sees it.
+type Node struct {
+	// ID is the FUSE node id: unique across all views for the life of
+	// the process.
+	ID   uint64
+	fs   *FS
+	mode uint32 // S_IFMT bits; fixed for the node's life
+	ino  uint64 // st_ino
+
+	// Guarded by fs.mu.
+	parent   *Node
+	name     string
+	entry    *branch.Entry // upper entry, nil for a lower-only node
+	object   string        // upper object (entry.Object, or kept after unlink)
+	lower    string        // lower path: data of files, contents of dirs
+	hasLower bool
+	unlinked bool
+
+	// dataGen counts data copy-ups; open files follow it to the new data.
+	dataGen atomic.Uint64
+
+	// Guarded by fs.nodesMu.
+	lookups uint64
+	opens   int
+
+	copyMu sync.Mutex
+}
+
+// FS returns the view the node belongs to.
+func (n *Node) FS() *FS { return n.fs }
+
+// Mode returns the node's file type bits (S_IFMT).
+func (n *Node) Mode() uint32 { return n.mode }
+
+// IsDir reports whether n is a directory.
+func (n *Node) IsDir() bool { return n.mode == unix.S_IFDIR }
+
+// Ino returns the st_ino of the node.
+func (n *Node) Ino() uint64 { return n.ino }
+
+// pathLocked returns the node's path in the view ("" for the root).
+// ok is false for a node that is no longer linked into the tree.
+func (n *Node) pathLocked() (p string, ok bool) {
+	if n.parent == nil {
+		return "", n == n.fs.root
+	}
+	pp, ok := n.parent.pathLocked()
+	if !ok || n.unlinked {
+		return "", false
+	}
+	return joinPath(pp, n.name), true
+}
+
+// Ref records one more kernel reference (a successful lookup-like reply).
+func (fs *FS) Ref(n *Node) {
+	fs.nodesMu.Lock()
+	n.lookups++
+	fs.nodesMu.Unlock()
+}
+
+// Forget drops nlookup kernel references. It reports whether the node is
+// gone: the caller must not use it again.
+func (fs *FS) Forget(n *Node, nlookup uint64) bool {
+	fs.nodesMu.Lock()
+	if nlookup > n.lookups {
+		nlookup = n.lookups
+	}
+	n.lookups -= nlookup
+	gone := n.lookups == 0 && n.opens == 0 && n != fs.root
+	if gone {
+		fs.dropLocked(n)
+	}
+	fs.nodesMu.Unlock()
+	if gone {
+		fs.reapNode(n)
+	}
+	return gone
+}
+
+// dropLocked removes n from the identity tables. fs.nodesMu is held.
+func (fs *FS) dropLocked(n *Node) {
+	if n.object != "" && fs.byObject[n.object] == n {
+		delete(fs.byObject, n.object)
+	}
+	if n.hasLower && fs.byLower[n.lower] == n {
+		delete(fs.byLower, n.lower)
+	}
+}
+
+// reapNode deletes the object of a node that is unlinked and no longer
+// referenced by the kernel or an open file.
+func (fs *FS) reapNode(n *Node) {
+	fs.mu.RLock()
+	obj := ""
+	if n.unlinked && n.object != "" && fs.links[n.object] == 0 && fs.objectInUseLocked(n.object) == false {
+		obj = n.object
+	}
+	fs.mu.RUnlock()
+	if obj != "" {
+		if err := fs.objs.Remove(obj); err != nil {
+			fs.log.Warn("removing unlinked object", "object", obj, "err", err)
+		}
+	}
+}
+
+// objectInUseLocked reports whether any entry still names obj (the
+// links table only counts regular files).
+func (fs *FS) objectInUseLocked(obj string) bool {
+	if fs.links[obj] > 0 {
+		return true
+	}
+	fs.nodesMu.Lock()
+	_, live := fs.byObject[obj]
+	fs.nodesMu.Unlock()
+	return live
+}
+
+// nodeForEntryLocked returns the node of an upper entry found at
+// parent/name, creating it when the kernel has none. fs.mu is held
+// (shared is enough).
+func (fs *FS) nodeForEntryLocked(parent *Node, name string, e *branch.Entry) *Node {
+	fs.nodesMu.Lock()
+	defer fs.nodesMu.Unlock()
+	if n := fs.byObject[e.Object]; n != nil {
+		return n
+	}
+	n := &Node{
+		ID:     nextNodeID.Add(1),
+		fs:     fs,
+		mode:   typeMode(e.Type),
+		ino:    e.Ino,
+		parent: parent,
+		name:   name,
+		entry:  e,
+		object: e.Object,
+	}
+	switch {
+	case e.Type == branch.TypeDir:
+		n.lower, n.hasLower = redirectOf(e)
+	case e.Metacopy:
+		n.lower, n.hasLower = e.Origin, true
+	}
+	fs.byObject[e.Object] = n
+	return n
+}
+
+// nodeForLowerLocked returns the node of a lower-only file.
+func (fs *FS) nodeForLowerLocked(parent *Node, name, lp string, st *unix.Stat_t) *Node {
+	fs.nodesMu.Lock()
+	defer fs.nodesMu.Unlock()
+	if n := fs.byLower[lp]; n != nil && n.entry == nil && !n.unlinked && n.mode == st.Mode&unix.S_IFMT {
+		return n
+	}
+	n := &Node{
+		ID:       nextNodeID.Add(1),
+		fs:       fs,
+		mode:     st.Mode & unix.S_IFMT,
+		ino:      fs.mapIno(st),
+		parent:   parent,
+		name:     name,
+		lower:    lp,
+		hasLower: true,
+	}
+	fs.byLower[lp] = n
+	return n
+}
+
+// promoteLocked moves a node that just got an upper entry from the lower
+// table to the object table. fs.mu is held exclusively.
+func (fs *FS) promoteLocked(n *Node, e *branch.Entry) {
+	fs.nodesMu.Lock()
+	defer fs.nodesMu.Unlock()
+	if n.hasLower && fs.byLower[n.lower] == n {
+		delete(fs.byLower, n.lower)
+	}
+	if n.object != "" && n.object != e.Object && fs.byObject[n.object] == n {
+		delete(fs.byObject, n.object)
+	}
+	n.entry = e
+	n.object = e.Object
+	switch {
+	case e.Type == branch.TypeDir:
+		n.lower, n.hasLower = redirectOf(e)
+	case e.Metacopy:
+		n.lower, n.hasLower = e.Origin, true
+	default:
+		n.lower, n.hasLower = "", false
+	}
+	if e.Object != "" {
+		fs.byObject[e.Object] = n
+	}
+}
+
+// mapIno returns the st_ino shown for a lower inode: its own number on
+// the lower root's filesystem, a number in a separate range for files on
+// filesystems mounted inside the lower tree.
+func (fs *FS) mapIno(st *unix.Stat_t) uint64 {
+	if st.Dev == fs.lowerDev {
+		return st.Ino
+	}
+	h := (st.Dev * 0x9E3779B97F4A7C15) >> 52 // 12 bits of the device
+	return 1<<62 | h<<48 | st.Ino&(1<<48-1)
+}
+
+func typeMode(t branch.Type) uint32 {
+	switch t {
+	case branch.TypeFile:
+		return unix.S_IFREG
+	case branch.TypeDir:
+		return unix.S_IFDIR
+	case branch.TypeSymlink:
+		return unix.S_IFLNK
+	case branch.TypeFifo:
+		return unix.S_IFIFO
+	case branch.TypeSocket:
+		return unix.S_IFSOCK
+	case branch.TypeChar:
+		return unix.S_IFCHR
+	case branch.TypeBlock:
+		return unix.S_IFBLK
+	}
+	return 0
+}
+
+func modeType(m uint32) branch.Type {
+	switch m & unix.S_IFMT {
+	case unix.S_IFREG:
+		return branch.TypeFile
+	case unix.S_IFDIR:
+		return branch.TypeDir
+	case unix.S_IFLNK:
+		return branch.TypeSymlink
+	case unix.S_IFIFO:
+		return branch.TypeFifo
+	case unix.S_IFSOCK:
+		return branch.TypeSocket
+	case unix.S_IFCHR:
+		return branch.TypeChar
+	case unix.S_IFBLK:
+		return branch.TypeBlock
+	}
+	return branch.TypeWhiteout
+}

@@ -1,0 +1,239 @@
+package overlay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/backstore"
+	"github.com/agentfs/agentfs/branch"
+)
+
+// Config describes one view: a lower directory and a branch layer.
+type Config struct {
+	// Lower is the absolute path of the lower directory. It is only ever
+	// opened read-only.
+	Lower string
+	// Objects holds the upper inodes.
+	Objects *backstore.Store
+	// Layer holds the branch's entries.
+	Layer *branch.Layer
+	// AllocIno returns a fresh inode number for an inode created in the
+	// overlay.
+	AllocIno func() (uint64, error)
+	// Sync makes committed metadata durable (called on fsync).
+	Sync   func() error
+	Logger *slog.Logger
+}
+
+// Caller is the identity that creates an inode.
+type Caller struct {
+	Uid, Gid uint32
+}
+
+// nextNodeID numbers nodes across all views; 1 is the mount root, which
+// belongs to the fs package.
+var nextNodeID atomic.Uint64
+
+func init() { nextNodeID.Store(1) }
+
+// FS is one view: a lower directory overlaid by one branch layer.
+type FS struct {
+	cfg     Config
+	objs    *backstore.Store
+	layer   *branch.Layer
+	log     *slog.Logger
+	lowerFd int // O_PATH directory fd of the lower root
+	lowerDev uint64
+
+	// mu guards the namespace (see the package doc).
+	mu        sync.RWMutex
+	rootEntry *branch.Entry
+	// dirs holds the upper entries by parent directory path, then name.
+	dirs map[string]map[string]*branch.Entry
+	// links counts the entries that reference each regular-file object.
+	links map[string]int
+	root  *Node
+
+	nodesMu  sync.Mutex
+	byObject map[string]*Node
+	byLower  map[string]*Node
+}
+
+// New opens the view described by cfg and loads its entries.
+func New(cfg Config) (*FS, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Sync == nil {
+		cfg.Sync = func() error { return nil }
+	}
+	fd, err := unix.Open(cfg.Lower, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("lower directory %s: %w", cfg.Lower, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("lower directory %s: %w", cfg.Lower, err)
+	}
+	fs := &FS{
+		cfg:      cfg,
+		objs:     cfg.Objects,
+		layer:    cfg.Layer,
+		log:      cfg.Logger,
+		lowerFd:  fd,
+		lowerDev: st.Dev,
+		dirs:     map[string]map[string]*branch.Entry{},
+		links:    map[string]int{},
+		byObject: map[string]*Node{},
+		byLower:  map[string]*Node{},
+	}
+	if err := fs.loadLocked(); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	fs.root = &Node{ID: nextNodeID.Add(1), fs: fs, mode: unix.S_IFDIR, ino: st.Ino, hasLower: true}
+	if e := fs.rootEntry; e != nil {
+		fs.root.entry = e
+		fs.root.ino = e.Ino
+		fs.root.hasLower = !e.Opaque
+	}
+	fs.root.lookups = 1 // the kernel never forgets the root
+	return fs, nil
+}
+
+// loadLocked (re)builds the in-memory index from the layer.
+func (fs *FS) loadLocked() error {
+	fs.rootEntry = nil
+	fs.dirs = map[string]map[string]*branch.Entry{}
+	fs.links = map[string]int{}
+	return fs.layer.Load(func(p string, e *branch.Entry) error {
+		fs.indexPut(p, e)
+		return nil
+	})
+}
+
+// Close releases the lower directory.
+func (fs *FS) Close() error {
+	return unix.Close(fs.lowerFd)
+}
+
+// Root returns the view's root directory node.
+func (fs *FS) Root() *Node { return fs.root }
+
+// Lower returns the lower directory of the view.
+func (fs *FS) Lower() string { return fs.cfg.Lower }
+
+// Objects returns the view's backstore.
+func (fs *FS) Objects() *backstore.Store { return fs.objs }
+
+// indexGet returns the upper entry at p, or nil.
+func (fs *FS) indexGet(p string) *branch.Entry {
+	if p == "" {
+		return fs.rootEntry
+	}
+	dir, name := splitPath(p)
+	return fs.dirs[dir][name]
+}
+
+// indexPut records e at p in the in-memory index.
+func (fs *FS) indexPut(p string, e *branch.Entry) {
+	fs.indexDel(p)
+	if p == "" {
+		fs.rootEntry = e
+		return
+	}
+	dir, name := splitPath(p)
+	m := fs.dirs[dir]
+	if m == nil {
+		m = map[string]*branch.Entry{}
+		fs.dirs[dir] = m
+	}
+	m[name] = e
+	if e.Type == branch.TypeFile && e.Object != "" {
+		fs.links[e.Object]++
+	}
+}
+
+// indexDel forgets the entry at p (not its children).
+func (fs *FS) indexDel(p string) {
+	if p == "" {
+		fs.rootEntry = nil
+		return
+	}
+	dir, name := splitPath(p)
+	m := fs.dirs[dir]
+	old := m[name]
+	if old == nil {
+		return
+	}
+	delete(m, name)
+	if len(m) == 0 {
+		delete(fs.dirs, dir)
+	}
+	if old.Type == branch.TypeFile && old.Object != "" {
+		if fs.links[old.Object]--; fs.links[old.Object] <= 0 {
+			delete(fs.links, old.Object)
+		}
+	}
+}
+
+// subtree returns the paths of every upper entry strictly below p, in
+// an order where parents come before children.
+func (fs *FS) subtree(p string) []string {
+	var out []string
+	var walk func(dir string)
+	walk = func(dir string) {
+		for name := range fs.dirs[dir] {
+			c := joinPath(dir, name)
+			out = append(out, c)
+			walk(c)
+		}
+	}
+	walk(p)
+	return out
+}
+
+func splitPath(p string) (dir, name string) {
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 {
+		return "", p
+	}
+	return p[:i], p[i+1:]
+}
+
+func joinPath(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// lowerRel turns a lower path ("" is the root) into a path for *at
+// calls relative to the lower root fd.
+func lowerRel(p string) string {
+	if p == "" {
+		return "."
+	}
+	return p
+}
+
+// redirectOf returns the lower path stored in a directory entry.
+func redirectOf(e *branch.Entry) (string, bool) {
+	if e.Opaque || e.Redirect == "" {
+		return "", false
+	}
+	return strings.TrimPrefix(path.Clean(e.Redirect), "/"), true
+}
+
+// redirectFor encodes a lower path for Entry.Redirect.
+func redirectFor(lower string) string { return "/" + lower }
+
+var errStale = errors.New("stale node")

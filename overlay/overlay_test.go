@@ -1,0 +1,362 @@
+package overlay
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/backstore"
+	"github.com/agentfs/agentfs/branch"
+)
+
+type env struct {
+	t     *testing.T
+	lower string
+	bs    *backstore.Store
+	meta  *branch.Store
+	fs    *FS
+}
+
+// newEnv builds a view over a fresh lower tree made by files (path →
+// content; a trailing "/" makes a directory).
+func newEnv(t *testing.T, files map[string]string) *env {
+	t.Helper()
+	lower := t.TempDir()
+	for p, c := range files {
+		full := filepath.Join(lower, p)
+		if p[len(p)-1] == '/' {
+			if err := os.MkdirAll(full, 0755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(full), 0755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bs, err := backstore.Open(backstore.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bs.Close() })
+	meta, err := branch.Open(branch.Options{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { meta.Close() })
+	e := &env{t: t, lower: lower, bs: bs, meta: meta}
+	e.reopen()
+	return e
+}
+
+// reopen builds a new view over the same lower, layer and backstore, as
+// a remount does.
+func (e *env) reopen() {
+	e.t.Helper()
+	layer, err := e.meta.Layer("main")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	fs, err := New(Config{Lower: e.lower, Objects: e.bs, Layer: layer, AllocIno: e.meta.AllocIno})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.fs = fs
+}
+
+// walk resolves a slash-separated path from the root.
+func (e *env) walk(p string) (*Node, error) {
+	n := e.fs.Root()
+	if p == "" {
+		return n, nil
+	}
+	for _, name := range splitAll(p) {
+		c, _, err := e.fs.Lookup(n, name)
+		if err != nil {
+			return nil, err
+		}
+		n = c
+	}
+	return n, nil
+}
+
+func splitAll(p string) []string {
+	var out []string
+	for p != "" {
+		i := 0
+		for i < len(p) && p[i] != '/' {
+			i++
+		}
+		out = append(out, p[:i])
+		if i == len(p) {
+			break
+		}
+		p = p[i+1:]
+	}
+	return out
+}
+
+func (e *env) must(p string) *Node {
+	e.t.Helper()
+	n, err := e.walk(p)
+	if err != nil {
+		e.t.Fatalf("lookup %q: %v", p, err)
+	}
+	return n
+}
+
+func (e *env) read(p string) string {
+	e.t.Helper()
+	f, err := e.fs.Open(e.must(p), unix.O_RDONLY)
+	if err != nil {
+		e.t.Fatalf("open %q: %v", p, err)
+	}
+	defer f.Release()
+	buf := make([]byte, 1<<16)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil {
+		e.t.Fatalf("read %q: %v", p, err)
+	}
+	return string(buf[:n])
+}
+
+func (e *env) write(p, s string) {
+	e.t.Helper()
+	f, err := e.fs.Open(e.must(p), unix.O_WRONLY|unix.O_TRUNC)
+	if err != nil {
+		e.t.Fatalf("open %q for writing: %v", p, err)
+	}
+	defer f.Release()
+	if _, err := f.WriteAt([]byte(s), 0); err != nil {
+		e.t.Fatalf("write %q: %v", p, err)
+	}
+}
+
+func (e *env) names(p string) []string {
+	e.t.Helper()
+	ents, err := e.fs.ReadDir(e.must(p))
+	if err != nil {
+		e.t.Fatalf("readdir %q: %v", p, err)
+	}
+	var out []string
+	for _, d := range ents {
+		if d.Name != "." && d.Name != ".." {
+			out = append(out, d.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (e *env) lowerContent(p string) string {
+	e.t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.lower, p))
+	if err != nil {
+		e.t.Fatalf("lower %q: %v", p, err)
+	}
+	return string(b)
+}
+
+func eq(t *testing.T, what string, got, want any) {
+	t.Helper()
+	if !equal(got, want) {
+		t.Errorf("%s = %v, want %v", what, got, want)
+	}
+}
+
+func equal(a, b any) bool {
+	as, ok1 := a.([]string)
+	bs, ok2 := b.([]string)
+	if ok1 && ok2 {
+		if len(as) != len(bs) {
+			return false
+		}
+		for i := range as {
+			if as[i] != bs[i] {
+				return false
+			}
+		}
+		return true
+	}
+	return a == b
+}
+
+func TestReadThroughAndCopyUp(t *testing.T) {
+	e := newEnv(t, map[string]string{"a/f": "lower"})
+	eq(t, "read", e.read("a/f"), "lower")
+	n := e.must("a/f")
+	st0, _ := e.fs.Getattr(n)
+	e.write("a/f", "upper")
+	eq(t, "read after write", e.read("a/f"), "upper")
+	eq(t, "lower after write", e.lowerContent("a/f"), "lower")
+	st1, _ := e.fs.Getattr(n)
+	eq(t, "st_ino across copy-up", st1.Ino, st0.Ino)
+	e.reopen()
+	eq(t, "read after reopen", e.read("a/f"), "upper")
+	st2, _ := e.fs.Getattr(e.must("a/f"))
+	eq(t, "st_ino across reopen", st2.Ino, st0.Ino)
+}
+
+func TestReadOnlyOpenDoesNotCopyUp(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "x"})
+	e.read("f")
+	n := 0
+	e.bs.Objects(func(string) error { n++; return nil })
+	eq(t, "objects after a read", n, 0)
+}
+
+func TestReaderFollowsCopyUp(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "lower"})
+	r, err := e.fs.Open(e.must("f"), unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	e.write("f", "UPPER")
+	buf := make([]byte, 16)
+	k, _ := r.ReadAt(buf, 0)
+	eq(t, "old reader", string(buf[:k]), "UPPER")
+}
+
+func TestWhiteoutOpaqueRmdir(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/a": "a", "d/b": "b", "d/sub/": ""})
+	d := e.must("d")
+	if err := e.fs.Unlink(d, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.walk("d/a"); err != unix.ENOENT {
+		t.Errorf("lookup of removed name: %v, want ENOENT", err)
+	}
+	eq(t, "listing", e.names("d"), []string{"b", "sub"})
+	if err := e.fs.Rmdir(e.fs.Root(), "d"); err != unix.ENOTEMPTY {
+		t.Errorf("rmdir of non-empty merged dir: %v, want ENOTEMPTY", err)
+	}
+	e.fs.Unlink(d, "b")
+	e.fs.Rmdir(d, "sub")
+	if err := e.fs.Rmdir(e.fs.Root(), "d"); err != nil {
+		t.Fatalf("rmdir of emptied merged dir: %v", err)
+	}
+	if _, _, err := e.fs.Mkdir(e.fs.Root(), "d", 0755, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "new dir over whiteout", len(e.names("d")), 0)
+	eq(t, "lower intact", e.lowerContent("d/a"), "a")
+	e.reopen()
+	eq(t, "after reopen", len(e.names("d")), 0)
+}
+
+func TestRenameLowerDir(t *testing.T) {
+	e := newEnv(t, map[string]string{"src/x": "x", "src/deep/y": "y"})
+	e.write("src/x", "changed")
+	if err := e.fs.Rename(e.fs.Root(), "src", e.fs.Root(), "dst", 0); err != nil {
+		t.Fatalf("rename lower dir: %v", err)
+	}
+	if _, err := e.walk("src"); err != unix.ENOENT {
+		t.Errorf("old name: %v, want ENOENT", err)
+	}
+	eq(t, "moved upper file", e.read("dst/x"), "changed")
+	eq(t, "moved lower file", e.read("dst/deep/y"), "y")
+	e.reopen()
+	eq(t, "after reopen", e.read("dst/deep/y"), "y")
+	eq(t, "names", e.names("dst"), []string{"deep", "x"})
+	eq(t, "lower intact", e.lowerContent("src/x"), "x")
+}
+
+func TestRenameFlags(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "A", "b": "B"})
+	r := e.fs.Root()
+	if err := e.fs.Rename(r, "a", r, "b", RenameNoReplace); err != unix.EEXIST {
+		t.Errorf("NOREPLACE onto existing: %v, want EEXIST", err)
+	}
+	if err := e.fs.Rename(r, "a", r, "b", RenameExchange); err != nil {
+		t.Fatalf("EXCHANGE: %v", err)
+	}
+	eq(t, "a after exchange", e.read("a"), "B")
+	eq(t, "b after exchange", e.read("b"), "A")
+	if err := e.fs.Rename(r, "a", r, "b", 0); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "b after replace", e.read("b"), "B")
+	eq(t, "names", e.names(""), []string{"b"})
+}
+
+func TestLinkAndMetacopy(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "data"})
+	r := e.fs.Root()
+	n := e.must("f")
+	mode := uint32(0600)
+	if _, err := e.fs.Setattr(n, SetAttr{Mode: &mode}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := e.fs.Getattr(n)
+	eq(t, "mode after chmod", st.Mode&07777, uint32(0600))
+	eq(t, "size of metacopy", st.Size, int64(4))
+	eq(t, "read metacopy", e.read("f"), "data")
+	if _, err := e.fs.Link(n, r, "g"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = e.fs.Getattr(n)
+	eq(t, "nlink", st.Nlink, uint64(2))
+	eq(t, "mode kept by data copy-up", st.Mode&07777, uint32(0600))
+	e.write("g", "new!")
+	eq(t, "read through other link", e.read("f"), "new!")
+	if err := e.fs.Unlink(r, "f"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = e.fs.Getattr(e.must("g"))
+	eq(t, "nlink after unlink", st.Nlink, uint64(1))
+}
+
+func TestUnlinkedOpenFile(t *testing.T) {
+	e := newEnv(t, map[string]string{})
+	r := e.fs.Root()
+	n, f, _, err := e.fs.Create(r, "tmp", unix.O_RDWR, 0644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Unlink(r, "tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("still here"), 0); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 32)
+	k, _ := f.ReadAt(buf, 0)
+	eq(t, "unlinked read", string(buf[:k]), "still here")
+	obj := n.object
+	f.Release()
+	e.fs.Forget(n, 1)
+	if _, err := e.bs.Lstat(obj); err != unix.ENOENT {
+		t.Errorf("object of unlinked closed file: %v, want ENOENT", err)
+	}
+}
+
+func TestReaddirDedupAndInodes(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/a": "1", "d/b": "2"})
+	d := e.must("d")
+	e.write("d/a", "x")
+	if _, _, err := e.fs.Mknod(d, "c", unix.S_IFREG|0644, 0, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := e.fs.ReadDir(d)
+	seen := map[string]uint64{}
+	for _, de := range ents {
+		if _, dup := seen[de.Name]; dup {
+			t.Errorf("%q listed twice", de.Name)
+		}
+		seen[de.Name] = de.Ino
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		st, err := e.fs.Getattr(e.must("d/" + name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		eq(t, "d_ino of "+name, seen[name], st.Ino)
+	}
+}

@@ -1,0 +1,164 @@
+package overlay
+
+import (
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// Rename flags, as renameat2 takes them.
+const (
+	RenameNoReplace = unix.RENAME_NOREPLACE
+	RenameExchange  = unix.RENAME_EXCHANGE
+	RenameWhiteout  = unix.RENAME_WHITEOUT
+)
+
+// Rename moves oname in odir to nname in ndir. Unlike overlayfs, lower
+// and merged directories can be renamed: the moved directory keeps its
+// lower contents through its Redirect, and its upper entries move with
+// it in the same batch.
+func (fs *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags uint32) error {
+	if flags&^(RenameNoReplace|RenameExchange) != 0 {
+		return unix.EINVAL
+	}
+	if flags&RenameNoReplace != 0 && flags&RenameExchange != 0 {
+		return unix.EINVAL
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	src, err := fs.resolveLocked(odir, oname)
+	if err != nil {
+		return err
+	}
+	dst, err := fs.resolveLocked(ndir, nname)
+	if err != nil {
+		return err
+	}
+	if !src.exists() {
+		return unix.ENOENT
+	}
+	exchange := flags&RenameExchange != 0
+	if exchange && !dst.exists() {
+		return unix.ENOENT
+	}
+	if flags&RenameNoReplace != 0 && dst.exists() {
+		return unix.EEXIST
+	}
+	if dst.exists() && sameInode(&src, &dst) {
+		return nil // POSIX: two links to one file, nothing to do
+	}
+	srcDir := src.mode() == unix.S_IFDIR
+	// Moving a directory below itself.
+	if srcDir && isBelow(dst.path, src.path) {
+		return unix.EINVAL
+	}
+	if exchange && dst.mode() == unix.S_IFDIR && isBelow(src.path, dst.path) {
+		return unix.EINVAL
+	}
+	sn := fs.existingNodeLocked(&src)
+	if sn == nil {
+		sn = fs.nodeForLocked(odir, oname, &src)
+	}
+	var dn *Node
+	if dst.exists() {
+		if !exchange {
+			dstDir := dst.mode() == unix.S_IFDIR
+			switch {
+			case srcDir && !dstDir:
+				return unix.ENOTDIR
+			case !srcDir && dstDir:
+				return unix.EISDIR
+			case dstDir:
+				if empty, err := fs.emptyDirLocked(&dst); err != nil {
+					return err
+				} else if !empty {
+					return unix.ENOTEMPTY
+				}
+			}
+		}
+		dn = fs.existingNodeLocked(&dst)
+		if exchange && dn == nil {
+			dn = fs.nodeForLocked(ndir, nname, &dst)
+		}
+	}
+
+	t := fs.newTx()
+	if err := fs.copyUpDirLocked(t, odir); err != nil {
+		return t.fail(err)
+	}
+	if err := fs.copyUpDirLocked(t, ndir); err != nil {
+		return t.fail(err)
+	}
+	se, err := fs.copyUpMetaLocked(t, sn)
+	if err != nil {
+		return t.fail(err)
+	}
+	if exchange {
+		de, err := fs.copyUpMetaLocked(t, dn)
+		if err != nil {
+			return t.fail(err)
+		}
+		// Swap the two subtrees through a name no path can have.
+		const tmp = "\x00exchange"
+		fs.moveLocked(t, src.path, tmp)
+		fs.moveLocked(t, dst.path, src.path)
+		fs.moveLocked(t, tmp, dst.path)
+		t.put(src.path, de)
+		t.put(dst.path, se)
+		t.bump(dn)
+	} else {
+		if dst.exists() {
+			fs.detachLocked(t, &dst, dn)
+		}
+		fs.moveLocked(t, src.path, dst.path)
+		t.put(dst.path, se)
+		fs.hideLocked(t, odir, oname, &src)
+	}
+	t.bump(sn)
+	t.touch(odir)
+	if ndir != odir {
+		t.touch(ndir)
+	}
+	if err := t.commit(); err != nil {
+		return err
+	}
+	if exchange {
+		dn.parent, dn.name = odir, oname
+	}
+	sn.parent, sn.name = ndir, nname
+	return nil
+}
+
+// moveLocked moves the upper entries strictly below from to below to.
+func (fs *FS) moveLocked(t *tx, from, to string) {
+	sub := fs.subtree(from)
+	type moved struct {
+		p string
+		e *branch.Entry
+	}
+	ms := make([]moved, 0, len(sub))
+	for _, p := range sub {
+		ms = append(ms, moved{p, fs.indexGet(p)})
+	}
+	for i := len(ms) - 1; i >= 0; i-- {
+		t.del(ms[i].p)
+	}
+	for _, m := range ms {
+		t.put(to+m.p[len(from):], m.e)
+	}
+}
+
+// isBelow reports whether p is q or inside q.
+func isBelow(p, q string) bool {
+	return p == q || strings.HasPrefix(p, q+"/") || q == ""
+}
+
+// sameInode reports whether two resolved names are links to one inode.
+func sameInode(a, b *resolved) bool {
+	if a.entry != nil && b.entry != nil {
+		return a.entry.Object == b.entry.Object
+	}
+	return a.isLower && b.isLower && a.lower == b.lower
+}

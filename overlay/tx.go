@@ -1,0 +1,154 @@
+package overlay
+
+import (
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// tx collects the entry changes of one namespace operation and commits
+// them to the layer in one batch. Objects are created before the commit
+// and removed only after it, so a crash leaves at worst unreferenced
+// objects (garbage), never an entry that names a missing object.
+//
+// The in-memory index is updated as the operation goes; if the commit
+// fails, it is reloaded from the layer.
+type tx struct {
+	fs      *FS
+	b       branch.Batch
+	created []string // objects made by this operation
+	doomed  []string // objects to remove once the commit is durable
+	touched []string // directory objects whose mtime/ctime to update
+	bumped  []string // objects whose ctime to update
+	promos  []promo  // nodes that get an upper entry once committed
+	unlink  []*Node  // nodes that lose their last name once committed
+}
+
+type promo struct {
+	n *Node
+	e *branch.Entry
+}
+
+func (fs *FS) newTx() *tx { return &tx{fs: fs} }
+
+func (t *tx) put(p string, e *branch.Entry) {
+	t.fs.indexPut(p, e)
+	t.b.Put(p, e)
+}
+
+func (t *tx) del(p string) {
+	t.fs.indexDel(p)
+	t.b.Delete(p)
+}
+
+// created records an object made by the operation (removed on failure).
+func (t *tx) made(id string) { t.created = append(t.created, id) }
+
+// commit persists the batch. On failure the index is rebuilt from the
+// layer and the operation's new objects are removed.
+func (t *tx) commit() error {
+	if t.b.Len() > 0 {
+		if err := t.fs.layer.Commit(&t.b); err != nil {
+			t.fs.log.Error("committing metadata", "err", err)
+			if lerr := t.fs.loadLocked(); lerr != nil {
+				t.fs.log.Error("reloading index", "err", lerr)
+			}
+			t.abort()
+			return fmt.Errorf("commit: %w", unix.EIO)
+		}
+	}
+	for _, p := range t.promos {
+		t.fs.promoteLocked(p.n, p.e)
+	}
+	for _, n := range t.unlink {
+		n.unlinked, n.parent = true, nil
+	}
+	now := unix.NsecToTimespec(time.Now().UnixNano())
+	for _, id := range t.touched {
+		loc := t.fs.objs.Loc(id)
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, now}
+		if err := unix.UtimesNanoAt(loc.Dirfd, loc.Name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			t.fs.log.Warn("touching directory", "object", id, "err", err)
+		}
+	}
+	for _, id := range t.bumped {
+		loc := t.fs.objs.Loc(id)
+		// chown to (-1, -1) changes nothing but the ctime.
+		if err := unix.Fchownat(loc.Dirfd, loc.Name, -1, -1, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			t.fs.log.Warn("updating ctime", "object", id, "err", err)
+		}
+	}
+	for _, id := range t.doomed {
+		if err := t.fs.objs.Remove(id); err != nil {
+			t.fs.log.Warn("removing object", "object", id, "err", err)
+		}
+	}
+	return nil
+}
+
+// abort removes the objects the operation made; the index must already
+// be consistent with the layer.
+func (t *tx) abort() {
+	for _, id := range t.created {
+		if err := t.fs.objs.Remove(id); err != nil {
+			t.fs.log.Warn("removing object", "object", id, "err", err)
+		}
+	}
+}
+
+// fail aborts after an error in the middle of an operation: the index is
+// reloaded (it may hold changes that were never committed).
+func (t *tx) fail(err error) error {
+	if t.b.Len() > 0 {
+		if lerr := t.fs.loadLocked(); lerr != nil {
+			t.fs.log.Error("reloading index", "err", lerr)
+		}
+	}
+	t.abort()
+	return err
+}
+
+// promote gives n the upper entry e once the commit succeeds.
+func (t *tx) promote(n *Node, e *branch.Entry) {
+	t.promos = append(t.promos, promo{n, e})
+}
+
+// objectOf returns n's object, including one this operation gave it.
+func (t *tx) objectOf(n *Node) string {
+	for i := len(t.promos) - 1; i >= 0; i-- {
+		if t.promos[i].n == n {
+			return t.promos[i].e.Object
+		}
+	}
+	return n.object
+}
+
+// entryOf returns n's upper entry, including one this operation gave it.
+func (t *tx) entryOf(n *Node) *branch.Entry {
+	for i := len(t.promos) - 1; i >= 0; i-- {
+		if t.promos[i].n == n {
+			return t.promos[i].e
+		}
+	}
+	return n.entry
+}
+
+// touch marks dir's object for an mtime/ctime update at commit.
+func (t *tx) touch(dir *Node) {
+	if id := t.objectOf(dir); id != "" {
+		t.touched = append(t.touched, id)
+	}
+}
+
+// bump marks n's object for a ctime update at commit.
+func (t *tx) bump(n *Node) {
+	if n == nil {
+		return
+	}
+	if id := t.objectOf(n); id != "" {
+		t.bumped = append(t.bumped, id)
+	}
+}
