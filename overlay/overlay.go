@@ -45,11 +45,11 @@ func init() { nextNodeID.Store(1) }
 
 // FS is one view: a lower directory overlaid by one branch layer.
 type FS struct {
-	cfg     Config
-	objs    *backstore.Store
-	layer   *branch.Layer
-	log     *slog.Logger
-	lowerFd int // O_PATH directory fd of the lower root
+	cfg      Config
+	objs     *backstore.Store
+	layer    *branch.Layer
+	log      *slog.Logger
+	lowerFd  int // O_PATH directory fd of the lower root
 	lowerDev uint64
 
 	// mu guards the namespace (see the package doc).
