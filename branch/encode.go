@@ -1,0 +1,74 @@
+package branch
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+const entryEncoding = 1
+
+const (
+	flagMetacopy = 1 << iota
+	flagOpaque
+)
+
+var errCorrupt = errors.New("corrupt entry")
+
+func (e *Entry) clone() *Entry {
+	c := *e
+	return &c
+}
+
+// Encode returns the binary form of e.
+func (e *Entry) Encode() []byte {
+	b := make([]byte, 0, 32+len(e.Object)+len(e.Origin)+len(e.Redirect))
+	var flags byte
+	if e.Metacopy {
+		flags |= flagMetacopy
+	}
+	if e.Opaque {
+		flags |= flagOpaque
+	}
+	b = append(b, entryEncoding, byte(e.Type), flags)
+	b = binary.AppendUvarint(b, e.Ino)
+	for _, s := range []string{e.Object, e.Origin, e.Redirect} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+// DecodeEntry parses the binary form of an entry.
+func DecodeEntry(b []byte) (*Entry, error) {
+	if len(b) < 3 {
+		return nil, fmt.Errorf("%w: %d bytes", errCorrupt, len(b))
+	}
+	if b[0] != entryEncoding {
+		return nil, fmt.Errorf("%w: encoding %d", errCorrupt, b[0])
+	}
+	e := &Entry{Type: Type(b[1])}
+	if e.Type > TypeBlock {
+		return nil, fmt.Errorf("%w: type %d", errCorrupt, b[1])
+	}
+	e.Metacopy = b[2]&flagMetacopy != 0
+	e.Opaque = b[2]&flagOpaque != 0
+	b = b[3:]
+	ino, n := binary.Uvarint(b)
+	if n <= 0 {
+		return nil, fmt.Errorf("%w: inode", errCorrupt)
+	}
+	e.Ino, b = ino, b[n:]
+	for _, s := range []*string{&e.Object, &e.Origin, &e.Redirect} {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return nil, fmt.Errorf("%w: string", errCorrupt)
+		}
+		*s = string(b[n : n+int(l)])
+		b = b[n+int(l):]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errCorrupt, len(b))
+	}
+	return e, nil
+}
