@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/ctl"
+)
+
+type statusOptions struct {
+	dir  string
+	json bool
+}
+
+var statusOpts statusOptions
+
+func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVarP(&o.dir, "dir", "C", "", "a directory inside the mount (default: the current directory)")
+	fs.BoolVar(&o.json, "json", false, "print JSON")
+}
+
+func init() {
+	register(&command{
+		name:    "status",
+		summary: "show a mount's lower, store, backstore, I/O mode and usage",
+		usage:   "[-C DIR] [--json]",
+		help: `Status describes the mount that holds the current directory (or DIR).
+
+Examples:
+  cd /mnt/ws && agentfs status
+  agentfs status -C /mnt/ws --json`,
+		flags: statusOpts.AddFlags,
+		run:   func(ctx context.Context, args []string) error { return runStatus(ctx, &statusOpts, args) },
+	})
+}
+
+// dialMount connects to the mount that holds dir.
+func dialMount(dir string) (*ctl.Client, error) {
+	root, err := ctl.FindMount(dir)
+	if err != nil {
+		return nil, err
+	}
+	return ctl.Dial(root)
+}
+
+func runStatus(ctx context.Context, o *statusOptions, args []string) error {
+	if len(args) != 0 {
+		return usagef("status takes no arguments")
+	}
+	c, err := dialMount(o.dir)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var st ctl.Status
+	if err := c.Do(ctl.OpStatus, nil, &st); err != nil {
+		return err
+	}
+	if o.json {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	store := st.Store
+	if st.Ephemeral {
+		store += " (private: deleted at unmount)"
+	}
+	back := st.Backstore + " (" + st.BackingMode + ", " + st.BackingRoot + ")"
+	if st.SizeLimit > 0 {
+		back += ", limit " + humanBytes(st.SizeLimit)
+	}
+	fmt.Fprintf(w, "mountpoint:\t%s\n", st.Mountpoint)
+	fmt.Fprintf(w, "lower:\t%s\n", st.Lower)
+	fmt.Fprintf(w, "store:\t%s\n", store)
+	fmt.Fprintf(w, "backstore:\t%s\n", back)
+	fmt.Fprintf(w, "reflink:\t%s\n", yesNo(st.Reflink))
+	fmt.Fprintf(w, "passthrough:\t%s\n", onOff(st.Passthrough))
+	fmt.Fprintf(w, "io mode:\t%s\n", st.IOMode)
+	fmt.Fprintf(w, "usage:\t%d objects, %s; %s free in the backstore\n", st.Objects, humanBytes(st.Bytes), humanBytes(st.FsFree))
+	fmt.Fprintf(w, "daemon:\tpid %d, agentfs %s\n", st.Pid, st.Version)
+	return w.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

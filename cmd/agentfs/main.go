@@ -1,0 +1,156 @@
+// Command agentfs mounts a copy-on-write view of a project, so that a
+// coding agent (or any risky program) can work on it while the project
+// itself is never modified.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/spf13/pflag"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "0.1.0-dev"
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// command is one subcommand: its flags, its help and what it runs.
+type command struct {
+	name    string
+	summary string
+	usage   string // after "agentfs NAME"
+	help    string // what it does, an example, exit codes
+	flags   func(*pflag.FlagSet)
+	run     func(ctx context.Context, args []string) error
+}
+
+var commands = map[string]*command{}
+
+func register(c *command) { commands[c.name] = c }
+
+// usageError is a mistake in how agentfs was called (exit 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+const exitCodesHelp = `Exit codes:
+  0  success
+  1  error (the message says what went wrong and how to fix it)
+  2  usage error (unknown command or flag, wrong arguments)
+`
+
+func mainUsage(w io.Writer) {
+	fmt.Fprintf(w, `agentfs shows a project through a copy-on-write overlay: programs work on the
+mount as on the project, and the project itself is never modified.
+
+Usage:
+  agentfs COMMAND [FLAGS] [ARGS]
+
+Commands:
+`)
+	var names []string
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintf(w, `
+Example:
+  agentfs mount --lower ~/proj /mnt/ws    # /mnt/ws shows ~/proj
+  cd /mnt/ws && make && rm -rf build       # ~/proj is untouched
+  agentfs status                           # from inside the mount
+  agentfs unmount /mnt/ws                  # the changes are discarded
+
+Run 'agentfs help COMMAND' for a command's flags and examples.
+
+%s`, exitCodesHelp)
+}
+
+func commandUsage(w io.Writer, c *command) {
+	fmt.Fprintf(w, "Usage: agentfs %s %s\n\n%s\n", c.name, c.usage, strings.TrimSpace(c.help))
+	fs := pflag.NewFlagSet(c.name, pflag.ContinueOnError)
+	if c.flags != nil {
+		c.flags(fs)
+	}
+	if fs.HasAvailableFlags() {
+		fmt.Fprintf(w, "\nFlags:\n%s", fs.FlagUsages())
+	}
+	fmt.Fprintf(w, "\n%s", exitCodesHelp)
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		mainUsage(stderr)
+		return exitUsage
+	}
+	name := args[0]
+	switch name {
+	case "-h", "--help":
+		mainUsage(stdout)
+		return exitOK
+	case "--version":
+		fmt.Fprintln(stdout, "agentfs", version)
+		return exitOK
+	case "help":
+		if len(args) < 2 {
+			mainUsage(stdout)
+			return exitOK
+		}
+		c := commands[args[1]]
+		if c == nil {
+			fmt.Fprintf(stderr, "agentfs: unknown command %q: run 'agentfs --help' for the list\n", args[1])
+			return exitUsage
+		}
+		commandUsage(stdout, c)
+		return exitOK
+	}
+	c := commands[name]
+	if c == nil {
+		fmt.Fprintf(stderr, "agentfs: unknown command %q: run 'agentfs --help' for the list\n", name)
+		return exitUsage
+	}
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	help := fs.BoolP("help", "h", false, "show this help")
+	if c.flags != nil {
+		c.flags(fs)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		fmt.Fprintf(stderr, "agentfs %s: %v: run 'agentfs help %s'\n", name, err, name)
+		return exitUsage
+	}
+	if *help {
+		commandUsage(stdout, c)
+		return exitOK
+	}
+	err := c.run(context.Background(), fs.Args())
+	if err == nil {
+		return exitOK
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "agentfs %s: %v: run 'agentfs help %s'\n", name, err, name)
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "agentfs %s: %v\n", name, err)
+	return exitError
+}
