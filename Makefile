@@ -1,0 +1,48 @@
+# agentfs: `make demo` shows it working on a sample project, `make test`
+# runs the whole test suite (root with /dev/fuse: the FUSE tests run;
+# CI sets AGENTFS_REQUIRE_FUSE=1 so that they can never silently skip).
+
+GO      ?= go
+BIN     := bin/agentfs
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: all build test unit integration demo deps clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/agentfs
+
+# deps installs what the tests and the demo need, when it is missing and
+# we are root (Debian/Ubuntu).
+deps:
+	@missing=""; \
+	command -v fusermount3 >/dev/null || missing="$$missing fuse3"; \
+	command -v setfattr >/dev/null || missing="$$missing attr"; \
+	command -v mkfs.xfs >/dev/null || missing="$$missing xfsprogs"; \
+	command -v git >/dev/null || missing="$$missing git"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing:$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		else \
+			echo "note: missing$$missing (install them for the full test suite)"; \
+		fi; \
+	fi
+	@if [ "$$(id -u)" = 0 ] && [ ! -e /dev/fuse ]; then modprobe fuse 2>/dev/null || true; fi
+
+test: deps build
+	$(GO) vet ./...
+	AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 -timeout 20m ./...
+
+unit:
+	$(GO) test -count=1 ./overlay ./branch ./backstore ./ctl
+
+integration: deps build
+	AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 -timeout 20m ./integration/
+
+demo: deps build
+	@bash demo/demo.sh $(CURDIR)/$(BIN)
+
+clean:
+	rm -rf bin
