@@ -213,7 +213,7 @@ func snapshotTree(t testing.TB, root string) tree {
 		n := node{mode: st.Mode, uid: st.Uid, gid: st.Gid, size: st.Size, nlink: st.Nlink, ino: st.Ino, mtime: st.Mtim, ctime: st.Ctim}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
-			b, err := os.ReadFile(p)
+			b, err := readNoatime(p)
 			if err != nil {
 				return err
 			}
@@ -230,6 +230,20 @@ func snapshotTree(t testing.TB, root string) tree {
 		t.Fatalf("walking %s: %v", root, err)
 	}
 	return out
+}
+
+// readNoatime reads a file without updating its atime, so that checking
+// the lower tree does not change it.
+func readNoatime(p string) ([]byte, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOATIME|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	var b bytes.Buffer
+	_, err = b.ReadFrom(f)
+	return b.Bytes(), err
 }
 
 func xattrString(p string) string {

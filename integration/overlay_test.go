@@ -178,8 +178,11 @@ func readDirents(t testing.TB, fd int) []dirent {
 			off := *(*int64)(unsafePointer(&b[8]))
 			reclen := int(*(*uint16)(unsafePointer(&b[16])))
 			typ := b[18]
-			name := string(bytes.TrimRight(b[19:reclen], "\x00"))
-			out = append(out, dirent{name, ino, typ, off})
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			out = append(out, dirent{string(name), ino, typ, off})
 			b = b[reclen:]
 		}
 	}
@@ -551,6 +554,10 @@ func TestFileOperations(t *testing.T) {
 	if err := unix.Fallocate(int(f.Fd()), 0, 0, 1<<20); err != nil {
 		t.Errorf("fallocate: %v", err)
 	}
+	if st := lstat(t, m.path("lk")); st.Size != 1<<20 || st.Blocks < 2048 {
+		t.Errorf("after fallocate: size %d blocks %d, want %d and >= 2048", st.Size, st.Blocks, 1<<20)
+	}
+	f.WriteAt(bytes.Repeat([]byte("d"), 1<<20), 0)
 	f.WriteAt([]byte("data"), 4<<20)
 	if off, err := unix.Seek(int(f.Fd()), 1<<20, unix.SEEK_DATA); err != nil || off != 4<<20 {
 		t.Errorf("SEEK_DATA from 1 MiB = %d, %v; want %d", off, err, 4<<20)
