@@ -291,7 +291,7 @@ func readlink(p string) (string, error) {
 }
 
 func getxattr(p, name string) (string, error) {
-	buf := make([]byte, unix.XATTR_SIZE_MAX)
+	buf := make([]byte, xattrSizeMax)
 	n, err := unix.Lgetxattr(p, name, buf)
 	if err != nil {
 		return "", err
@@ -301,7 +301,7 @@ func getxattr(p, name string) (string, error) {
 
 // listxattr returns the sorted xattr names of p (not following symlinks).
 func listxattr(p string) ([]string, error) {
-	buf := make([]byte, unix.XATTR_LIST_MAX)
+	buf := make([]byte, xattrListMax)
 	n, err := unix.Llistxattr(p, buf)
 	if err != nil {
 		return nil, err
@@ -415,3 +415,10 @@ func dtypeOf(mode uint32) uint8 {
 	}
 	return unix.DT_UNKNOWN
 }
+
+// The kernel's limits on one xattr value and on a name list
+// (XATTR_SIZE_MAX, XATTR_LIST_MAX in linux/limits.h).
+const (
+	xattrSizeMax = 65536
+	xattrListMax = 65536
+)

@@ -1,0 +1,183 @@
+package difftest
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// requireRoot skips without root (the lower trees have several owners
+// and some ops run as another user), unless AGENTFS_REQUIRE_FUSE=1
+// demands the privileged tests, as on CI.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
+		t.Fatal("AGENTFS_REQUIRE_FUSE=1 but the test does not run as root")
+	}
+	t.Skip("difftest needs root")
+}
+
+func plainConfig(t *testing.T, second RootSpec) *Config {
+	return &Config{
+		Reference:  PlainSpec(),
+		Roots:      []RootSpec{second},
+		WorkDir:    t.TempDir(),
+		CheckEvery: 25,
+		Logf:       t.Logf,
+	}
+}
+
+func secondPlain() RootSpec {
+	s := PlainSpec()
+	s.Name = "plain2"
+	return s
+}
+
+// TestPlainDirectoriesNeverDiffer runs the harness against two plain
+// directories: any difference is a bug of the harness (a
+// nondeterministic op, a comparison of something that legitimately
+// varies).
+func TestPlainDirectoriesNeverDiffer(t *testing.T) {
+	requireRoot(t)
+	c := plainConfig(t, secondPlain())
+	for seed := int64(1); seed <= 4; seed++ {
+		f, err := c.Run(seed, 600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f != nil {
+			t.Fatalf("two plain directories differ:\n%s", f.Report)
+		}
+	}
+}
+
+// appendIgnoringExecutor is a deliberately broken root: it opens files
+// without O_APPEND.
+type appendIgnoringExecutor struct{ *DirExecutor }
+
+func (e appendIgnoringExecutor) Exec(op *Op) Result {
+	if op.Kind == OpOpen && op.Flags&unix.O_APPEND != 0 {
+		o := *op
+		o.Flags &^= unix.O_APPEND
+		return e.DirExecutor.Exec(&o)
+	}
+	return e.DirExecutor.Exec(op)
+}
+
+// TestBrokenRootIsCaughtAndShrunk checks that a root that ignores
+// O_APPEND is caught, and that the case is shrunk to a minimal one:
+// the report names the seed, and removing any single op or lower entry
+// makes the difference go away.
+func TestBrokenRootIsCaughtAndShrunk(t *testing.T) {
+	requireRoot(t)
+	broken := secondPlain()
+	broken.Name = "broken"
+	broken.NewExecutor = func(root string) Executor { return appendIgnoringExecutor{NewDirExecutor(root)} }
+	c := plainConfig(t, broken)
+	const seed = 7
+	f, err := c.Run(seed, 1500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f == nil {
+		t.Fatal("a root that ignores O_APPEND was not caught in 1500 ops")
+	}
+	t.Logf("report:\n%s", f.Report)
+	if !strings.Contains(f.Report, "seed 7:") {
+		t.Errorf("report does not name the seed:\n%s", f.Report)
+	}
+	if len(f.Ops) > 3 {
+		t.Errorf("shrunk to %d ops, want at most 3 (open with O_APPEND, a write)", len(f.Ops))
+	}
+	appends := 0
+	for _, op := range f.Ops {
+		if op.Kind == OpOpen && op.Flags&unix.O_APPEND != 0 {
+			appends++
+		}
+	}
+	if appends != 1 {
+		t.Errorf("minimal case has %d opens with O_APPEND, want 1: %v", appends, f.Ops)
+	}
+	sig := f.Diffs[0].Sig
+	stillFails := func(tree *Tree, ops []Op) bool {
+		diffs, _, err := c.Replay(tree, ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range diffs {
+			if d.Sig == sig {
+				return true
+			}
+		}
+		return false
+	}
+	if !stillFails(f.Tree, f.Ops) {
+		t.Fatalf("the minimal case does not fail on replay")
+	}
+	for i := range f.Ops {
+		ops := append(append([]Op{}, f.Ops[:i]...), f.Ops[i+1:]...)
+		if stillFails(f.Tree, ops) {
+			t.Errorf("the case still fails without op %d (%s): not minimal", i+1, f.Ops[i])
+		}
+	}
+	for _, e := range f.Tree.Entries {
+		if stillFails(f.Tree.Without(e.Path), f.Ops) {
+			t.Errorf("the case still fails without lower entry %s: not minimal", e.Path)
+		}
+	}
+}
+
+// TestSeedIsDeterministic checks that a seed alone reproduces a run:
+// the same lower tree and the same ops.
+func TestSeedIsDeterministic(t *testing.T) {
+	requireRoot(t)
+	var runs [2][]string
+	for i := range runs {
+		c := plainConfig(t, secondPlain())
+		c.Logf = nil
+		rec := &recordingSpec{}
+		c.Roots[0].NewExecutor = rec.executor
+		if f, err := c.Run(3, 300); err != nil || f != nil {
+			t.Fatalf("run: %v %v", err, f)
+		}
+		runs[i] = rec.ops
+	}
+	if got, want := strings.Join(runs[1], "\n"), strings.Join(runs[0], "\n"); got != want {
+		t.Errorf("second run of seed 3 made other ops:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+type recordingSpec struct{ ops []string }
+
+func (r *recordingSpec) executor(root string) Executor {
+	return recordingExecutor{NewDirExecutor(root), r}
+}
+
+type recordingExecutor struct {
+	*DirExecutor
+	rec *recordingSpec
+}
+
+func (e recordingExecutor) Exec(op *Op) Result {
+	e.rec.ops = append(e.rec.ops, op.String())
+	return e.DirExecutor.Exec(op)
+}
+
+func TestRelTargetStaysInside(t *testing.T) {
+	for _, tc := range []struct{ link, target, want string }{
+		{"l", "f", "f"},
+		{"d/l", "f", "../f"},
+		{"d/e/l", "d/f", "../../d/f"},
+		{"d/l", "", ".."},
+		{"l", "", "."},
+	} {
+		if got := RelTarget(tc.link, tc.target); got != tc.want {
+			t.Errorf("RelTarget(%q, %q) = %q, want %q", tc.link, tc.target, got, tc.want)
+		}
+	}
+}

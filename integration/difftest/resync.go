@@ -1,0 +1,96 @@
+package difftest
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// emulateRename performs a rename that the reference did and a root
+// refused with EXDEV (overlayfs without redirect_dir) the way mv(1)
+// does, so that the root can go on being compared. Directories are
+// re-created with their mode, owner, xattrs and times; everything else
+// moves with link and unlink, which keeps hard links intact.
+func emulateRename(root string, op *Op) error {
+	src, dst := join(root, op.Path), join(root, op.Path2)
+	if op.Flags&unix.RENAME_EXCHANGE != 0 {
+		tmp := join(root, ".difftest-exchange")
+		if err := move(src, tmp); err != nil {
+			return err
+		}
+		if err := move(dst, src); err != nil {
+			return err
+		}
+		return move(tmp, dst)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dst, &st); err == nil {
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = unix.Rmdir(dst)
+		} else {
+			err = unix.Unlink(dst)
+		}
+		if err != nil {
+			return fmt.Errorf("emulate rename: remove %s: %w", dst, err)
+		}
+	}
+	return move(src, dst)
+}
+
+// move renames src to dst, falling back to re-creating directories and
+// linking everything else when the filesystem refuses with EXDEV.
+func move(src, dst string) error {
+	err := unix.Rename(src, dst)
+	if err != unix.EXDEV {
+		if err != nil {
+			return fmt.Errorf("emulate rename: %s -> %s: %w", src, dst, err)
+		}
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(src, &st); err != nil {
+		return fmt.Errorf("emulate rename: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if err := unix.Link(src, dst); err != nil {
+			return fmt.Errorf("emulate rename: link %s -> %s: %w", src, dst, err)
+		}
+		return unix.Unlink(src)
+	}
+	if err := unix.Mkdir(dst, 0o700); err != nil {
+		return fmt.Errorf("emulate rename: %w", err)
+	}
+	ents, err := readDir(src)
+	if err != nil {
+		return fmt.Errorf("emulate rename: %w", err)
+	}
+	for _, d := range ents {
+		if err := move(src+"/"+d.Name, dst+"/"+d.Name); err != nil {
+			return err
+		}
+	}
+	names, err := listxattr(src)
+	if err != nil {
+		return fmt.Errorf("emulate rename: %w", err)
+	}
+	for _, name := range names {
+		v, err := getxattr(src, name)
+		if err == nil {
+			err = unix.Lsetxattr(dst, name, []byte(v), 0)
+		}
+		if err != nil {
+			return fmt.Errorf("emulate rename: xattr %s of %s: %w", name, src, err)
+		}
+	}
+	if err := unix.Lchown(dst, int(st.Uid), int(st.Gid)); err != nil {
+		return fmt.Errorf("emulate rename: %w", err)
+	}
+	if err := unix.Chmod(dst, st.Mode&07777); err != nil {
+		return fmt.Errorf("emulate rename: %w", err)
+	}
+	if err := unix.Rmdir(src); err != nil {
+		return fmt.Errorf("emulate rename: %w", err)
+	}
+	ts := []unix.Timespec{st.Atim, st.Mtim}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW)
+}

@@ -1,0 +1,165 @@
+package difftest
+
+import (
+	"fmt"
+	"strings"
+)
+
+// shrinker reduces a failing case while a difference with the same
+// signature still shows on fresh roots.
+type shrinker struct {
+	c      *Config
+	sig    string
+	runs   int
+	budget int
+}
+
+// fails replays the case and reports whether it still shows the target
+// difference. Out of budget, it reports false: nothing more is removed.
+func (sh *shrinker) fails(tree *Tree, ops []Op) bool {
+	if sh.runs >= sh.budget {
+		return false
+	}
+	sh.runs++
+	diffs, err := sh.c.replay(tree, ops, nil)
+	if err != nil {
+		sh.c.logf("shrink: replay: %v", err)
+		return false
+	}
+	for _, d := range diffs {
+		if d.Sig == sh.sig {
+			return true
+		}
+	}
+	return false
+}
+
+// ddmin removes chunks of ops, then single ops, keeping every removal
+// that still fails (Zeller's delta debugging, complement variant).
+func (sh *shrinker) ddmin(tree *Tree, ops []Op) []Op {
+	n := 2
+	for len(ops) >= 2 && sh.runs < sh.budget {
+		chunk := (len(ops) + n - 1) / n
+		reduced := false
+		for start := 0; start < len(ops); start += chunk {
+			end := min(start+chunk, len(ops))
+			cand := append(append([]Op{}, ops[:start]...), ops[end:]...)
+			if sh.fails(tree, cand) {
+				ops, reduced = cand, true
+				n = max(n-1, 2)
+				break
+			}
+		}
+		if !reduced {
+			if n >= len(ops) {
+				break
+			}
+			n = min(2*n, len(ops))
+		}
+	}
+	if len(ops) == 1 && sh.fails(tree, nil) {
+		return nil
+	}
+	return ops
+}
+
+// shrinkTree removes lower-tree entries (with what is below them),
+// last first, that the failure does not need.
+func (sh *shrinker) shrinkTree(tree *Tree, ops []Op) *Tree {
+	for i := len(tree.Entries) - 1; i >= 0 && sh.runs < sh.budget; i-- {
+		if i >= len(tree.Entries) {
+			continue
+		}
+		cand := tree.Without(tree.Entries[i].Path)
+		if sh.fails(cand, ops) {
+			tree = cand
+		}
+	}
+	return tree
+}
+
+// simplify tries plainer arguments for each op: root instead of the
+// other user, shorter writes.
+func (sh *shrinker) simplify(tree *Tree, ops []Op) []Op {
+	for i := range ops {
+		var cands []Op
+		if ops[i].AsUser {
+			o := ops[i]
+			o.AsUser = false
+			cands = append(cands, o)
+		}
+		if ops[i].Len > 1 && (ops[i].Kind == OpPwrite || ops[i].Kind == OpWrite || ops[i].Kind == OpWriteFile) {
+			o := ops[i]
+			o.Len = 1
+			cands = append(cands, o)
+		}
+		for _, o := range cands {
+			cand := append([]Op{}, ops...)
+			cand[i] = o
+			if sh.fails(tree, cand) {
+				ops = cand
+			}
+		}
+	}
+	return ops
+}
+
+func (c *Config) shrink(seed int64, tree *Tree, ops []Op, diffs []Diff) *Failure {
+	budget := c.ShrinkRuns
+	if budget <= 0 {
+		budget = 400
+	}
+	sh := &shrinker{c: c, sig: diffs[0].Sig, budget: budget}
+	f := &Failure{Seed: seed, Tree: tree, Ops: ops, Diffs: diffs}
+	orig := len(ops)
+	if !sh.fails(tree, ops) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "seed %d: %s\n", seed, diffs[0])
+		fmt.Fprintf(&b, "the difference did not reproduce on fresh roots (a race or state outside the ops); the last ops were:\n")
+		for i := max(0, len(ops)-20); i < len(ops); i++ {
+			fmt.Fprintf(&b, "%4d  %s\n", i+1, ops[i].String())
+		}
+		writeDiffs(&b, diffs)
+		f.Report = b.String()
+		return f
+	}
+	ops = sh.ddmin(tree, ops)
+	tree = sh.shrinkTree(tree, ops)
+	ops = sh.ddmin(tree, ops)
+	ops = sh.simplify(tree, ops)
+	f.Tree, f.Ops = tree, ops
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %s\n", seed, diffs[0])
+	fmt.Fprintf(&b, "minimal failing case: %d of %d ops, %d lower entries (%d replays", len(ops), orig, len(tree.Entries), sh.runs)
+	if sh.runs >= sh.budget {
+		b.WriteString(", budget used up: may not be minimal")
+	}
+	b.WriteString(")\nlower tree:\n")
+	for _, line := range strings.Split(strings.TrimSuffix(tree.String(), "\n"), "\n") {
+		fmt.Fprintf(&b, "      %s\n", line)
+	}
+	b.WriteString("ops, with each root's result:\n")
+	final, transcript, err := c.Replay(tree, ops)
+	b.WriteString(transcript)
+	if err != nil {
+		fmt.Fprintf(&b, "replay: %v\n", err)
+	}
+	if len(final) > 0 {
+		f.Diffs = final
+	}
+	writeDiffs(&b, f.Diffs)
+	f.Report = b.String()
+	return f
+}
+
+func writeDiffs(b *strings.Builder, diffs []Diff) {
+	b.WriteString("differences:\n")
+	for i, d := range diffs {
+		if i == 20 {
+			fmt.Fprintf(b, "  ... and %d more\n", len(diffs)-i)
+			break
+		}
+		fmt.Fprintf(b, "  %s\n", d.Text)
+	}
+}
