@@ -12,29 +12,35 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrNotMounted means no agentfs mount was found.
-var ErrNotMounted = errors.New("not inside an agentfs mount (cd into one, or use -C DIR)")
+// ErrNotMounted means FindMount found no agentfs mount.
+var ErrNotMounted = errors.New("not inside an agentfs mount (use -C DIR)")
 
-// FindMount returns the root of the agentfs mount that holds dir, found
-// by walking up to the first directory that has the control file, as
-// git finds its repository.
+// FindMount returns the root of the agentfs mount that holds dir (the
+// current directory when dir is ""), found by walking up to the first
+// directory that has the control file, as git finds its repository.
+// The control file is hidden from readdir but answers lookups.
 func FindMount(dir string) (string, error) {
 	if dir == "" {
 		var err error
 		if dir, err = os.Getwd(); err != nil {
-			return "", err
+			if errors.Is(err, syscall.ENOTCONN) {
+				return "", errors.New("the current directory is in an agentfs mount whose daemon is gone (transport endpoint is not connected): cd out and run agentfs unmount MOUNTPOINT")
+			}
+			return "", fmt.Errorf("finding the mount: %w", err)
 		}
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("finding the mount: %w", err)
 	}
 	for {
 		var st unix.Stat_t
-		if err := unix.Lstat(filepath.Join(dir, ControlName), &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		err := unix.Lstat(filepath.Join(dir, ControlName), &st)
+		switch {
+		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG:
 			return dir, nil
-		} else if err == unix.ENOTCONN {
-			return "", fmt.Errorf("%s: the agentfs daemon is gone (transport endpoint is not connected): run agentfs unmount %s", dir, dir)
+		case err == unix.ENOTCONN:
+			return "", fmt.Errorf("%s is in an agentfs mount whose daemon is gone (transport endpoint is not connected): run agentfs unmount on its mountpoint", dir)
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
@@ -44,87 +50,129 @@ func FindMount(dir string) (string, error) {
 	}
 }
 
-// Client talks to the daemon of one mount.
+// Client talks to the daemon of one mount over its control file.
 type Client struct {
-	f *os.File
+	root string
+	f    *os.File
+	// ioctl issues one control ioctl on buf (BufSize bytes, request in,
+	// response out); tests replace it to talk to a Server directly.
+	ioctl func(buf []byte) error
 }
 
-// Dial opens the control file of the mount rooted at root.
+// Dial opens the control file of the mount rooted at root (see
+// FindMount).
 func Dial(root string) (*Client, error) {
-	f, err := os.OpenFile(filepath.Join(root, ControlName), os.O_RDONLY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%s is not an agentfs mount (or its daemon is gone): %w", root, err)
+	f, err := os.OpenFile(filepath.Join(root, ControlName), os.O_RDONLY|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("%s is not an agentfs mount (it has no %s)", root, ControlName)
+	case errors.Is(err, syscall.ENOTCONN):
+		return nil, fmt.Errorf("the agentfs daemon of %s is gone (transport endpoint is not connected): run agentfs unmount %s: %w", root, root, err)
+	case errors.Is(err, os.ErrPermission):
+		return nil, fmt.Errorf("permission denied: only the owner of the mount %s and root may control it: %w", root, err)
+	case err != nil:
+		return nil, fmt.Errorf("opening the control file of %s: %w", root, err)
 	}
-	return &Client{f: f}, nil
+	c := &Client{root: root, f: f}
+	c.ioctl = c.fileIoctl
+	return c, nil
 }
+
+// Root is the mount root the client talks to.
+func (c *Client) Root() string { return c.root }
 
 // Close closes the control file.
-func (c *Client) Close() error { return c.f.Close() }
+func (c *Client) Close() error {
+	if c.f == nil {
+		return nil
+	}
+	return c.f.Close()
+}
 
-// Do runs op with args and decodes its result into result (if not nil).
-func (c *Client) Do(op string, args, result any) error {
-	req := request{Op: op}
+// Do runs op with args (nil for none) and decodes its result into result
+// (nil to ignore it). An error the daemon reports is an *Error with its
+// errno and message.
+func (c *Client) Do(op Op, args, result any) error {
+	var payload []byte
 	if args != nil {
-		b, err := json.Marshal(args)
-		if err != nil {
-			return err
+		var err error
+		if payload, err = json.Marshal(args); err != nil {
+			return fmt.Errorf("control request %s: %w", op, err)
 		}
-		req.Args = b
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	if len(body) > BufSize-headerSize {
-		return fmt.Errorf("control request %s is too large (%d bytes)", op, len(body))
+	if len(payload) > MaxPayload {
+		return fmt.Errorf("control request %s is too large (%d bytes, at most %d)", op, len(payload), MaxPayload)
 	}
 	buf := make([]byte, BufSize)
-	h := header{Magic: magic, Version: Version, Length: uint32(len(body))}
-	h.put(buf)
-	copy(buf[headerSize:], body)
-	if err := c.ioctl(buf); err != nil {
-		return err
-	}
-	rh, err := parseHeader(buf)
+	h := Header{Magic: Magic, Version: Version, Op: op, Length: uint32(len(payload))}
+	h.Put(buf)
+	copy(buf[HeaderSize:], payload)
+	rh, data, err := c.roundTrip(op, buf)
 	if err != nil {
 		return err
 	}
-	full := append([]byte{}, buf[headerSize:headerSize+int(rh.Length)]...)
-	for rh.Token != 0 && len(full) < int(rh.Offset) {
+	full := make([]byte, 0, rh.Total)
+	full = append(full, data...)
+	for rh.Token != 0 {
 		clear(buf)
-		h := header{Magic: magic, Version: Version, Token: rh.Token, Offset: uint32(len(full))}
-		h.put(buf)
-		if err := c.ioctl(buf); err != nil {
+		h := Header{Magic: Magic, Version: Version, Op: OpFetch, Token: rh.Token, Offset: uint32(len(full))}
+		h.Put(buf)
+		if rh, data, err = c.roundTrip(op, buf); err != nil {
 			return err
 		}
-		if rh, err = parseHeader(buf); err != nil {
-			return err
+		if int(rh.Offset) != len(full) || len(data) == 0 && rh.Token != 0 {
+			return fmt.Errorf("control reply to %s: chunk at offset %d, want %d", op, rh.Offset, len(full))
 		}
-		if rh.Length == 0 {
-			return errors.New("control result ended early")
+		full = append(full, data...)
+	}
+	if len(full) != int(rh.Total) {
+		return fmt.Errorf("control reply to %s: got %d of %d bytes", op, len(full), rh.Total)
+	}
+	if rh.Errno != 0 {
+		var er ErrorReply
+		if err := json.Unmarshal(full, &er); err != nil || er.Error == "" {
+			er.Error = fmt.Sprintf("%s: %v", op, syscall.Errno(rh.Errno))
 		}
-		full = append(full, buf[headerSize:headerSize+int(rh.Length)]...)
+		return &Error{Op: op, Errno: syscall.Errno(rh.Errno), Msg: er.Error}
 	}
-	var rep reply
-	if err := json.Unmarshal(full, &rep); err != nil {
-		return fmt.Errorf("bad control reply: %w", err)
-	}
-	if rep.Error != "" {
-		return &Error{Msg: rep.Error, Errno: syscall.Errno(rep.Errno)}
-	}
-	if result != nil && rep.Result != nil {
-		return json.Unmarshal(rep.Result, result)
+	if result != nil {
+		if err := json.Unmarshal(full, result); err != nil {
+			return fmt.Errorf("control reply to %s: %w", op, err)
+		}
 	}
 	return nil
 }
 
-func (c *Client) ioctl(buf []byte) error {
+// roundTrip sends buf and parses the response in it.
+func (c *Client) roundTrip(op Op, buf []byte) (Header, []byte, error) {
+	if err := c.ioctl(buf); err != nil {
+		return Header{}, nil, err
+	}
+	rh, err := ParseHeader(buf)
+	if err != nil {
+		return rh, nil, fmt.Errorf("control reply to %s: %w", op, err)
+	}
+	if rh.Version != Version && rh.Errno == 0 {
+		return rh, nil, fmt.Errorf("control reply to %s: the daemon speaks protocol version %d, this agentfs version %d: use the agentfs binary that mounted it", op, rh.Version, Version)
+	}
+	return rh, buf[HeaderSize : HeaderSize+int(rh.Length)], nil
+}
+
+// fileIoctl issues the control ioctl on the open control file.
+func (c *Client) fileIoctl(buf []byte) error {
+	if len(buf) != BufSize {
+		return fmt.Errorf("control buffer has %d bytes, want %d", len(buf), BufSize)
+	}
 	_, _, e := unix.Syscall(unix.SYS_IOCTL, c.f.Fd(), uintptr(Cmd), uintptr(unsafe.Pointer(&buf[0])))
-	if e == unix.EPERM {
-		return fmt.Errorf("permission denied: only the mount's owner and root may use its control file: %w", e)
+	switch e {
+	case 0:
+		return nil
+	case unix.EPERM, unix.EACCES:
+		return fmt.Errorf("permission denied: only the owner of the mount %s and root may control it: %w", c.root, e)
+	case unix.ENOTCONN:
+		return fmt.Errorf("the agentfs daemon of %s is gone (transport endpoint is not connected): run agentfs unmount %s: %w", c.root, c.root, e)
+	case unix.ENOTTY:
+		return fmt.Errorf("the agentfs daemon of %s does not answer control requests: %w", c.root, e)
 	}
-	if e != 0 {
-		return fmt.Errorf("control request: %w", e)
-	}
-	return nil
+	return fmt.Errorf("control request to %s: %w", c.root, e)
 }

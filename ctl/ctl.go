@@ -8,6 +8,29 @@
 //
 // ctl knows nothing of go-fuse: fs hands it the caller and the raw
 // ioctl buffers through Handler.
+//
+// # Protocol
+//
+// One ioctl command (Cmd) carries every request: a fixed header (magic,
+// protocol version, operation, payload length) and JSON arguments. The
+// response has a header (errno, total length, a token when more is to
+// come) and JSON: the result, or an ErrorReply when errno is not 0.
+// Results larger than the buffer are fetched in chunks with OpFetch.
+// proto.go documents the bytes.
+//
+// # Operations
+//
+// Op numbers are grouped by area (types.go); the daemon registers one
+// OpFunc per operation with Server.Handle. A daemon that does not know an
+// operation answers ENOSYS with a message saying so, and a request in
+// another protocol version is answered EPROTO, so that a CLI and a
+// daemon of different versions fail clearly instead of misreading.
+//
+// # Clients
+//
+// The CLI finds the mount from a directory with FindMount, opens it with
+// Dial and calls Client.Do. Errors the daemon reports come back as
+// *Error, carrying the errno (errors.Is works) and the daemon's message.
 package ctl
 
 import "syscall"
