@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// mountOptions are the flags of agentfs mount.
 type mountOptions struct {
 	lower       string
 	store       string
@@ -29,17 +30,18 @@ type mountOptions struct {
 	readyFd   int
 }
 
-var mountOpts mountOptions
+// defaultRamdiskSize is the ramdisk's size limit without --ramdisk-size.
+const defaultRamdiskSize = 1 << 30
 
 func (o *mountOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.lower, "lower", "", "the project directory to show (never modified)")
-	fs.StringVar(&o.store, "store", "", "keep all state in this directory (default: a private one that unmount deletes)")
-	fs.StringVar(&o.backstore, "backstore", "hostfs", "where changed files live: hostfs (a directory in the store) or ramdisk (a tmpfs)")
-	fs.StringVar(&o.ramdiskSize, "ramdisk-size", "1G", "size limit of the ramdisk backstore (e.g. 512M, 2G)")
-	fs.BoolVar(&o.foreground, "foreground", false, "serve in this process instead of starting a daemon")
+	fs.StringVar(&o.store, "store", "", "keep all state in this directory, to mount it again later\n(default: a private directory that unmount deletes)")
+	fs.StringVar(&o.backstore, "backstore", "hostfs", "where changed files live: hostfs (a directory in the store)\nor ramdisk (a size-limited tmpfs; cannot be combined with --store)")
+	fs.StringVar(&o.ramdiskSize, "ramdisk-size", "", "size limit of the ramdisk backstore, e.g. 512M or 2G (default 1G)")
+	fs.BoolVar(&o.foreground, "foreground", false, "serve in this process (logging to stderr) instead of starting a daemon")
 	fs.BoolVar(&o.debug, "debug", false, "log every FUSE operation (to the store's agentfs.log, or stderr with --foreground)")
-	fs.BoolVar(&o.ephemeral, "ephemeral", false, "internal: delete the store on exit")
-	fs.IntVar(&o.readyFd, "ready-fd", -1, "internal: report readiness on this fd")
+	fs.BoolVar(&o.ephemeral, "ephemeral", false, "internal: the store is private; delete it on exit")
+	fs.IntVar(&o.readyFd, "ready-fd", -1, "internal: report readiness on this file descriptor")
 	fs.MarkHidden("ephemeral")
 	fs.MarkHidden("ready-fd")
 }
@@ -52,28 +54,39 @@ func init() {
 		help: `Mount shows DIR at MOUNTPOINT. Reads pass through to DIR; the first write
 to a file copies it into the backstore; deletes hide the lower file. DIR
 itself is never modified. The command returns once the mount is ready; a
-daemon serves it until 'agentfs unmount', umount, or SIGTERM.
+daemon serves it until 'agentfs unmount', umount, or SIGTERM. The
+daemon's log is agentfs.log in the store.
 
 Without --store, the state lives in a private directory that unmount
 deletes: unmounting discards every change. With --store DIR, the changes
-persist, and mounting the same store again resumes them.
+persist, and mounting the same store again (with the same --lower)
+resumes them. One store serves one mount at a time.
+
+Everything is checked before anything is mounted: a missing lower or
+mountpoint, a mountpoint inside the lower tree (or the reverse), a
+mountpoint that is already mounted, a missing /dev/fuse, a store in use
+or written by an incompatible agentfs are refused with an explanation.
 
 Examples:
   agentfs mount --lower ~/proj /mnt/ws
   agentfs mount --lower ~/proj --store ~/.ws1 /mnt/ws
   agentfs mount --lower ~/proj --backstore ramdisk --ramdisk-size 2G /mnt/ws`,
-		flags: mountOpts.AddFlags,
-		run:   func(ctx context.Context, args []string) error { return runMount(ctx, &mountOpts, args) },
+		setup: func(fs *pflag.FlagSet, _ streams) runFunc {
+			o := &mountOptions{}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runMount(ctx, o, args) }
+		},
 	})
 }
 
 // mountPlan is a validated mount request.
 type mountPlan struct {
-	lower, mountpoint, store string
-	ephemeral                bool
-	backstore                string
-	ramdiskSize              int64
-	debug                    bool
+	lower, mountpoint string
+	store             string // "" until a private one is made
+	ephemeral         bool
+	backstore         string
+	ramdiskSize       int64
+	debug             bool
 }
 
 func runMount(ctx context.Context, o *mountOptions, args []string) error {
@@ -90,74 +103,69 @@ func runMount(ctx context.Context, o *mountOptions, args []string) error {
 	return startDaemon(p)
 }
 
-// validateMount checks everything that can be checked before mounting.
+// validateMount checks everything that can be checked before mounting,
+// so that a bad request fails before anything is created or mounted.
 func validateMount(o *mountOptions, mp string) (*mountPlan, error) {
 	if o.lower == "" {
-		return nil, usagef("--lower DIR is required")
+		return nil, usagef("--lower DIR is required (the project to show)")
 	}
-	lower, err := realDir(o.lower, "lower directory")
-	if err != nil {
-		return nil, err
-	}
-	mountpoint, err := realDir(mp, "mountpoint")
-	if err != nil {
-		return nil, err
-	}
-	if mountpoint == lower {
-		return nil, fmt.Errorf("the mountpoint %s is the lower directory itself: mount somewhere else (e.g. an empty directory next to it)", mountpoint)
-	}
-	if within(mountpoint, lower) {
-		return nil, fmt.Errorf("the mountpoint %s is inside the lower directory %s: the mount would show itself; choose a mountpoint outside the project", mountpoint, lower)
-	}
-	if within(lower, mountpoint) {
-		return nil, fmt.Errorf("the lower directory %s is inside the mountpoint %s: the mount would hide its own lower; choose a mountpoint outside the project", lower, mountpoint)
-	}
-	if mounted, err := isMountpoint(mountpoint); err != nil {
-		return nil, err
-	} else if mounted {
-		return nil, fmt.Errorf("%s is already a mount point: unmount it first (agentfs unmount %s), or choose another directory", mountpoint, mountpoint)
-	}
-	if err := checkFuseDevice(); err != nil {
-		return nil, err
-	}
-	p := &mountPlan{lower: lower, mountpoint: mountpoint, backstore: o.backstore, debug: o.debug, ephemeral: o.ephemeral}
+	p := &mountPlan{backstore: o.backstore, debug: o.debug, ephemeral: o.ephemeral}
 	switch o.backstore {
 	case "hostfs":
+		if o.ramdiskSize != "" {
+			return nil, usagef("--ramdisk-size applies to --backstore ramdisk only")
+		}
 	case "ramdisk":
 		if o.store != "" && !o.ephemeral {
-			return nil, fmt.Errorf("--backstore ramdisk cannot be combined with --store: the ramdisk is volatile, so a kept store would lose its files; drop one of the two")
+			return nil, errors.New("--backstore ramdisk cannot be combined with --store: the ramdisk is volatile, so a kept store would lose its files at unmount; drop --store, or use --backstore hostfs")
 		}
-		if p.ramdiskSize, err = parseSize(o.ramdiskSize); err != nil {
-			return nil, usagef("--ramdisk-size %q: %v (use e.g. 512M or 2G)", o.ramdiskSize, err)
+		p.ramdiskSize = defaultRamdiskSize
+		if o.ramdiskSize != "" {
+			size, err := parseSize(o.ramdiskSize)
+			if err != nil {
+				return nil, usagef("--ramdisk-size %q: %v (use e.g. 512M or 2G)", o.ramdiskSize, err)
+			}
+			p.ramdiskSize = size
 		}
 	default:
 		return nil, usagef("--backstore %q: must be hostfs or ramdisk", o.backstore)
 	}
+	var err error
+	if p.lower, err = realDir(o.lower, "lower directory"); err != nil {
+		return nil, err
+	}
+	if p.mountpoint, err = realDir(mp, "mountpoint"); err != nil {
+		return nil, err
+	}
+	if err := checkNesting(p.lower, p.mountpoint); err != nil {
+		return nil, err
+	}
+	if e, mounted, err := mountAt(p.mountpoint); err != nil {
+		return nil, err
+	} else if mounted || isMountRoot(p.mountpoint) {
+		what := "a mount point"
+		if mounted {
+			what = "a mount point (" + e.FsType + ")"
+		}
+		return nil, fmt.Errorf("the mountpoint %s is already %s: unmount it first (agentfs unmount %s, or umount), or choose another directory", p.mountpoint, what, p.mountpoint)
+	}
 	if o.store != "" {
-		store, err := filepath.Abs(o.store)
-		if err != nil {
+		if p.store, err = checkStore(o.store, p.lower, p.mountpoint); err != nil {
 			return nil, err
 		}
-		if within(store, mountpoint) || store == mountpoint {
-			return nil, fmt.Errorf("the store %s is inside the mountpoint %s: choose a store outside it", store, mountpoint)
-		}
-		if within(store, lower) || store == lower {
-			return nil, fmt.Errorf("the store %s is inside the lower directory %s: agentfs never writes to the lower directory; choose a store outside it", store, lower)
-		}
-		if st, err := os.Stat(store); err == nil && !st.IsDir() {
-			return nil, fmt.Errorf("the store %s is not a directory", store)
-		}
-		p.store = store
+	}
+	if err := checkFuseDevice(); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
 
 // realDir resolves p to an absolute path without symlinks and checks it
-// is a directory.
+// is a directory. what names it in errors.
 func realDir(p, what string) (string, error) {
 	abs, err := filepath.Abs(p)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("the %s %s: %w", what, p, err)
 	}
 	st, err := os.Stat(abs)
 	switch {
@@ -170,78 +178,154 @@ func realDir(p, what string) (string, error) {
 	case !st.IsDir():
 		return "", fmt.Errorf("the %s %s is not a directory", what, abs)
 	}
-	return filepath.EvalSymlinks(abs)
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("the %s %s: %w", what, abs, err)
+	}
+	return real, nil
 }
 
-// within reports whether p is strictly inside dir.
+// within reports whether p is strictly inside dir (both clean and
+// absolute).
 func within(p, dir string) bool {
 	return strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
 }
 
-// isMountpoint reports whether dir is the root of a mount.
-func isMountpoint(dir string) (bool, error) {
-	var st, pst unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return false, err
+// checkNesting refuses a mountpoint inside the lower tree, a lower inside
+// the mountpoint, and the two being one directory: the mount would show
+// itself (or hide its own lower). Paths are compared first; then
+// (st_dev, st_ino) of every ancestor, which also catches the same
+// directory reached through a bind mount.
+func checkNesting(lower, mp string) error {
+	sameDir := fmt.Errorf("the mountpoint %s is the lower directory itself: mount it somewhere else (e.g. an empty directory next to it)", mp)
+	mpInLower := fmt.Errorf("the mountpoint %s is inside the lower directory %s: the mount would show itself; choose a mountpoint outside the project", mp, lower)
+	lowerInMp := fmt.Errorf("the lower directory %s is inside the mountpoint %s: the mount would hide its own lower; choose a mountpoint outside the project", lower, mp)
+	switch {
+	case mp == lower:
+		return sameDir
+	case within(mp, lower):
+		return mpInLower
+	case within(lower, mp):
+		return lowerInMp
 	}
-	if dir == "/" {
-		return true, nil
+	lowerID, err := dirID(lower)
+	if err != nil {
+		return fmt.Errorf("the lower directory %s: %w", lower, err)
 	}
-	if err := unix.Lstat(filepath.Dir(dir), &pst); err != nil {
-		return false, err
+	mpID, err := dirID(mp)
+	if err != nil {
+		return fmt.Errorf("the mountpoint %s: %w", mp, err)
 	}
-	if st.Dev != pst.Dev {
-		return true, nil
+	if lowerID == mpID {
+		return sameDir
 	}
-	// A bind mount of a directory of the same filesystem keeps st_dev:
-	// ask mountinfo.
-	return inMountinfo(dir), nil
+	if hasAncestor(mp, lowerID) {
+		return mpInLower
+	}
+	if hasAncestor(lower, mpID) {
+		return lowerInMp
+	}
+	return nil
 }
 
-func inMountinfo(dir string) bool {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false
+// fileID identifies a directory across paths.
+type fileID struct{ dev, ino uint64 }
+
+func dirID(p string) (fileID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return fileID{}, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == dir {
+	return fileID{st.Dev, st.Ino}, nil
+}
+
+// hasAncestor reports whether a strict ancestor of p is the directory id.
+func hasAncestor(p string, id fileID) bool {
+	for {
+		parent := filepath.Dir(p)
+		if parent == p {
+			return false
+		}
+		p = parent
+		if pid, err := dirID(p); err == nil && pid == id {
 			return true
 		}
 	}
-	return false
 }
 
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
+// isMountRoot reports whether dir is on another device than its parent,
+// which mountinfo would also show; it catches a mount that mountinfo
+// lists under another path (e.g. in a chroot).
+func isMountRoot(dir string) bool {
+	if dir == "/" {
+		return true
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
+	var st, pst unix.Stat_t
+	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &pst) != nil {
+		return false
 	}
-	return b.String()
+	return st.Dev != pst.Dev
 }
+
+// storeEntries are the names agentfs keeps in a store directory.
+var storeEntries = map[string]bool{"meta": true, "lock": true, "objects": true, "ramdisk": true, "spill": true, "agentfs.log": true}
+
+// checkStore validates --store: a directory (or a path to create) outside
+// the lower tree and the mountpoint, that is empty or an agentfs store.
+func checkStore(store, lower, mp string) (string, error) {
+	abs, err := filepath.Abs(store)
+	if err != nil {
+		return "", fmt.Errorf("the store %s: %w", store, err)
+	}
+	// Resolve what exists of the path, so that a symlink cannot hide
+	// that it points into the lower tree.
+	real := abs
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		real = r
+	} else if r, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		real = filepath.Join(r, filepath.Base(abs))
+	}
+	switch {
+	case real == lower || within(real, lower):
+		return "", fmt.Errorf("the store %s is inside the lower directory %s: agentfs never writes to the lower directory; choose a store outside it", abs, lower)
+	case real == mp || within(real, mp):
+		return "", fmt.Errorf("the store %s is inside the mountpoint %s: choose a store outside it", abs, mp)
+	}
+	st, err := os.Stat(real)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return real, nil // created by the daemon
+	case err != nil:
+		return "", fmt.Errorf("the store %s: %w", abs, err)
+	case !st.IsDir():
+		return "", fmt.Errorf("the store %s is not a directory", abs)
+	}
+	names, err := os.ReadDir(real)
+	if err != nil {
+		return "", fmt.Errorf("the store %s: %w", abs, err)
+	}
+	for _, n := range names {
+		if !storeEntries[n.Name()] {
+			return "", fmt.Errorf("the store %s is a directory with other files in it (%s): it is not an agentfs store; use a new or empty directory", abs, n.Name())
+		}
+	}
+	return real, nil
+}
+
+// devFuse is the FUSE device checkFuseDevice opens; tests point it
+// elsewhere.
+var devFuse = "/dev/fuse"
 
 // checkFuseDevice explains a missing or forbidden /dev/fuse.
 func checkFuseDevice() error {
-	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	f, err := os.OpenFile(devFuse, os.O_RDWR, 0)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return errors.New("/dev/fuse is missing: load the fuse module (modprobe fuse), or run the container with --device /dev/fuse")
+		return fmt.Errorf("%s is missing: load the fuse module (modprobe fuse), or run the container with --device /dev/fuse", devFuse)
 	case errors.Is(err, os.ErrPermission):
-		return errors.New("/dev/fuse is not accessible to this user: run as root, add yourself to the group that owns /dev/fuse, or in a container grant --device /dev/fuse")
+		return fmt.Errorf("%s cannot be opened (permission denied): run as root, or in a container add --device /dev/fuse (and --cap-add SYS_ADMIN to mount as root)", devFuse)
 	case err != nil:
-		return fmt.Errorf("/dev/fuse cannot be opened: %w", err)
+		return fmt.Errorf("%s cannot be opened: %w: load the fuse module (modprobe fuse), or run the container with --device /dev/fuse", devFuse, err)
 	}
 	f.Close()
 	if os.Geteuid() != 0 {
@@ -252,28 +336,31 @@ func checkFuseDevice() error {
 	return nil
 }
 
-// parseSize parses sizes such as 512M, 2G, 1048576.
+// parseSize parses sizes such as 512M, 2G, 1.5G, 64KiB or 1048576 (bytes;
+// binary units).
 func parseSize(s string) (int64, error) {
-	s = strings.TrimSpace(strings.ToUpper(s))
-	s = strings.TrimSuffix(strings.TrimSuffix(s, "B"), "I")
-	mult := int64(1)
-	if n := len(s); n > 0 {
-		switch s[n-1] {
-		case 'K':
-			mult, s = 1<<10, s[:n-1]
-		case 'M':
-			mult, s = 1<<20, s[:n-1]
-		case 'G':
-			mult, s = 1<<30, s[:n-1]
-		case 'T':
-			mult, s = 1<<40, s[:n-1]
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(t, "B")
+	t = strings.TrimSuffix(t, "I")
+	mult := 1.0
+	if n := len(t); n > 0 {
+		if i := strings.IndexByte("KMGT", t[n-1]); i >= 0 {
+			mult = float64(int64(1) << (10 * (i + 1)))
+			t = t[:n-1]
 		}
 	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v <= 0 {
-		return 0, errors.New("not a positive size")
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || t == "" || strings.ContainsAny(t, "eEnN+-") {
+		return 0, errors.New("not a size")
 	}
-	return v * mult, nil
+	size := v * mult
+	if size < 1<<20 {
+		return 0, errors.New("too small (at least 1M)")
+	}
+	if size > 1<<50 {
+		return 0, errors.New("too large")
+	}
+	return int64(size), nil
 }
 
 // startDaemon re-executes agentfs as the daemon and waits until the
@@ -282,25 +369,35 @@ func startDaemon(p *mountPlan) error {
 	store, ephemeral := p.store, false
 	if store == "" {
 		var err error
-		if store, err = os.MkdirTemp(privateStoreDir(), "store-"); err != nil {
-			return fmt.Errorf("creating a private store: %w", err)
+		if store, err = makePrivateStore(); err != nil {
+			return err
 		}
 		ephemeral = true
 	} else if err := os.MkdirAll(store, 0700); err != nil {
-		return fmt.Errorf("the store %s: %w", store, err)
+		return fmt.Errorf("creating the store %s: %w", store, err)
 	}
-	logf, err := os.OpenFile(filepath.Join(store, "agentfs.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0600)
+	removePrivate := func() {
+		if ephemeral {
+			os.RemoveAll(store)
+		}
+	}
+	logPath := filepath.Join(store, "agentfs.log")
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0600)
 	if err != nil {
-		return fmt.Errorf("the store %s: %w", store, err)
+		removePrivate()
+		return fmt.Errorf("opening the daemon's log in the store: %w", err)
 	}
 	defer logf.Close()
 	r, w, err := os.Pipe()
 	if err != nil {
-		return err
+		removePrivate()
+		return fmt.Errorf("starting the daemon: %w", err)
 	}
+	defer r.Close()
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		removePrivate()
+		return fmt.Errorf("finding the agentfs binary to start the daemon: %w", err)
 	}
 	args := []string{"mount", "--foreground", "--ready-fd=3", "--lower", p.lower, "--store", store, "--backstore", p.backstore}
 	if p.backstore == "ramdisk" {
@@ -314,12 +411,14 @@ func startDaemon(p *mountPlan) error {
 	}
 	args = append(args, p.mountpoint)
 	cmd := exec.Command(self, args...)
+	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Dir = "/"
 	if err := cmd.Start(); err != nil {
 		w.Close()
+		removePrivate()
 		return fmt.Errorf("starting the daemon: %w", err)
 	}
 	w.Close()
@@ -331,21 +430,24 @@ func startDaemon(p *mountPlan) error {
 	var msg string
 	select {
 	case msg = <-done:
-	case <-time.After(60 * time.Second):
+	case <-time.After(startTimeout):
 		cmd.Process.Kill()
-		msg = "error: the daemon did not report within 60 s"
+		msg = fmt.Sprintf("error: the daemon did not report within %v; see %s", startTimeout, logPath)
 	}
-	r.Close()
 	if msg == "ready" {
 		cmd.Process.Release()
 		return nil
 	}
 	cmd.Wait()
-	if ephemeral {
-		os.RemoveAll(store)
-	}
+	removePrivate()
 	if msg == "" {
-		msg = "the daemon exited without a word; see " + filepath.Join(store, "agentfs.log")
+		msg = "the daemon exited without saying why; see " + logPath
+		if ephemeral {
+			msg = "the daemon exited without saying why; run with --foreground to see its log"
+		}
 	}
 	return errors.New(strings.TrimPrefix(msg, "error: "))
 }
+
+// startTimeout bounds how long mount waits for the daemon.
+const startTimeout = 60 * time.Second

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
+	"io"
 	"text/tabwriter"
 
 	"github.com/spf13/pflag"
@@ -12,12 +12,12 @@ import (
 	"github.com/agentfs/agentfs/ctl"
 )
 
+// statusOptions are the flags of agentfs status.
 type statusOptions struct {
-	dir  string
-	json bool
+	dir    string
+	json   bool
+	stdout io.Writer
 }
-
-var statusOpts statusOptions
 
 func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.dir, "dir", "C", "", "a directory inside the mount (default: the current directory)")
@@ -29,13 +29,20 @@ func init() {
 		name:    "status",
 		summary: "show a mount's lower, store, backstore, I/O mode and usage",
 		usage:   "[-C DIR] [--json]",
-		help: `Status describes the mount that holds the current directory (or DIR).
+		help: `Status describes the mount that holds the current directory (or DIR):
+its lower directory, its store (kept, or private and deleted at
+unmount), the backstore and whether it can clone files (reflink), how
+file I/O is served (FUSE passthrough, or the page cache), how much the
+changed files take, and the daemon's pid.
 
 Examples:
   cd /mnt/ws && agentfs status
   agentfs status -C /mnt/ws --json`,
-		flags: statusOpts.AddFlags,
-		run:   func(ctx context.Context, args []string) error { return runStatus(ctx, &statusOpts, args) },
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &statusOptions{stdout: out.stdout}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runStatus(ctx, o, args) }
+		},
 	})
 }
 
@@ -62,14 +69,14 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 		return err
 	}
 	if o.json {
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(o.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	store := st.Store
+	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
+	store := st.Store + " (kept: mount it again with --store)"
 	if st.Ephemeral {
-		store += " (private: deleted at unmount)"
+		store = st.Store + " (private: deleted at unmount)"
 	}
 	back := st.Backstore + " (" + st.BackingMode + ", " + st.BackingRoot + ")"
 	if st.SizeLimit > 0 {
@@ -83,7 +90,7 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	fmt.Fprintf(w, "passthrough:\t%s\n", onOff(st.Passthrough))
 	fmt.Fprintf(w, "io mode:\t%s\n", st.IOMode)
 	fmt.Fprintf(w, "usage:\t%d objects, %s; %s free in the backstore\n", st.Objects, humanBytes(st.Bytes), humanBytes(st.FsFree))
-	fmt.Fprintf(w, "daemon:\tpid %d, agentfs %s\n", st.Pid, st.Version)
+	fmt.Fprintf(w, "daemon:\tpid %d, uid %d, agentfs %s\n", st.Pid, st.Owner, st.Version)
 	return w.Flush()
 }
 

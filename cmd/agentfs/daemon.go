@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,16 +24,38 @@ import (
 	"github.com/agentfs/agentfs/overlay"
 )
 
+// The daemon's life:
+//
+//	open the store (branch metadata, backstore), the overlay view
+//	mount, write the registry entry, report "ready" to the parent
+//	serve until unmounted: by umount/fusermount3 -u from outside, by the
+//	  unmount control operation, or by SIGTERM/SIGINT/SIGHUP
+//	close everything, delete a private store, remove the registry entry
+//
+// Unmounting waits a little for the mount to become idle (the client of
+// the unmount operation still holds the control file open for a moment),
+// then detaches it lazily; if processes keep the detached mount alive,
+// the daemon ends their connection after detachGrace (through fusectl,
+// or by exiting) and exits: the user asked for the mount to go away.
+const (
+	busyWait    = 2 * time.Second
+	detachGrace = 2 * time.Second
+	abortWait   = time.Second
+)
+
 // daemon is one serving mount.
 type daemon struct {
-	plan  *mountPlan
-	log   *slog.Logger
-	meta  *branch.Store
-	objs  *backstore.Store
-	view  *overlay.FS
-	srv   *fs.Server
-	once  sync.Once
-	ready func(string)
+	plan *mountPlan
+	log  *slog.Logger
+
+	meta *branch.Store
+	objs *backstore.Store
+	view *overlay.FS
+	srv  atomic.Pointer[fs.Server]
+	conn uint32 // the FUSE connection number (minor of the mount's st_dev)
+
+	shutdownOnce sync.Once
+	detached     chan struct{} // closed when the mount was detached lazily
 }
 
 // serve mounts and serves until unmounted. readyFd, when >= 0, gets
@@ -55,71 +78,130 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if p.store == "" {
-		if p.store, err = os.MkdirTemp(privateStoreDir(), "store-"); err != nil {
-			return fmt.Errorf("creating a private store: %w", err)
+		if p.store, err = makePrivateStore(); err != nil {
+			return err
 		}
 		p.ephemeral = true
 	}
-	d := &daemon{plan: p, log: logger, ready: report}
+	d := &daemon{plan: p, log: logger, detached: make(chan struct{})}
 	defer d.close()
-	if err := d.open(); err != nil {
+	if err := d.openStore(); err != nil {
 		return err
 	}
-	if err := writeRegistry(registryEntry{Mountpoint: p.mountpoint, Pid: os.Getpid(), Store: p.store, Ephemeral: p.ephemeral, Lower: p.lower}); err != nil {
-		logger.Warn("recording the mount", "err", err)
+	if err := d.mount(); err != nil {
+		return err
 	}
-	defer removeRegistry(p.mountpoint)
-	logger.Info("mounted", "lower", p.lower, "mountpoint", p.mountpoint, "store", p.store, "passthrough", d.srv.Passthrough())
-	report("ready")
+	pid := os.Getpid()
+	entry := registryEntry{Mountpoint: p.mountpoint, Pid: pid, Store: p.store, Ephemeral: p.ephemeral, Lower: p.lower, Backstore: p.backstore}
+	if err := writeRegistry(entry); err != nil {
+		logger.Warn("recording the mount in the registry (agentfs unmount cannot clean up if this daemon dies)", "err", err)
+	}
+	defer removeRegistry(p.mountpoint, pid)
+	srv := d.srv.Load()
+	logger.Info("mounted", "lower", p.lower, "mountpoint", p.mountpoint, "store", p.store,
+		"ephemeral", p.ephemeral, "backstore", d.objs.Info().Kind, "passthrough", srv.Passthrough())
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	go func() {
-		s := <-sigs
-		logger.Info("signal: unmounting", "signal", s.String())
-		d.unmount()
+		for s := range sigs {
+			d.shutdown("signal " + s.String())
+		}
 	}()
-	d.srv.Wait()
-	signal.Stop(sigs)
+	report("ready")
+
+	unmounted := make(chan struct{})
+	go func() { srv.Wait(); close(unmounted) }()
+	select {
+	case <-unmounted:
+	case <-d.detached:
+		select {
+		case <-unmounted:
+		case <-time.After(detachGrace):
+			logger.Warn("processes still use the detached mount: ending their connection", "mountpoint", p.mountpoint)
+			d.abortConnection()
+			select {
+			case <-unmounted:
+			case <-time.After(abortWait):
+				d.exitNow(pid)
+			}
+		}
+	}
 	logger.Info("unmounted", "mountpoint", p.mountpoint)
 	return nil
 }
 
-func (d *daemon) open() error {
+// exitNow ends a daemon whose detached mount is still in use and whose
+// FUSE connection could not be aborted (no fusectl): it makes the
+// metadata durable and exits; the kernel ends the connection when the
+// /dev/fuse descriptor closes, and the processes still inside get
+// ENOTCONN. Nothing is closed that a request in flight could still use,
+// except a private store, which is going away anyway.
+func (d *daemon) exitNow(pid int) {
+	p := d.plan
+	d.log.Warn("the FUSE connection did not end; exiting anyway")
+	if err := d.meta.Sync(); err != nil {
+		d.log.Error("syncing the metadata", "err", err)
+	}
+	removeRegistry(p.mountpoint, pid)
+	if p.ephemeral {
+		if err := d.objs.Close(); err != nil {
+			d.log.Warn("closing the backstore", "err", err)
+		}
+		os.RemoveAll(p.store)
+	}
+	os.Exit(0)
+}
+
+// openStore opens the branch metadata, checks the store belongs to this
+// lower directory, opens the backstore and the overlay view.
+func (d *daemon) openStore() error {
 	p := d.plan
 	var err error
 	d.meta, err = branch.Open(branch.Options{Dir: p.store, Logger: d.log})
 	if err != nil {
 		return err
 	}
-	if prev, err := d.meta.Info("lower"); err == nil && string(prev) != p.lower {
-		return fmt.Errorf("the store %s belongs to the lower directory %s, not %s: use --lower %s, or another --store", p.store, prev, p.lower, prev)
-	} else if errors.Is(err, branch.ErrNotFound) {
+	prev, err := d.meta.Info("lower")
+	switch {
+	case errors.Is(err, branch.ErrNotFound):
 		if err := d.meta.SetInfo("lower", []byte(p.lower)); err != nil {
-			return err
+			return fmt.Errorf("the store %s: recording its lower directory: %w", p.store, err)
 		}
+	case err != nil:
+		return fmt.Errorf("the store %s: reading its lower directory: %w", p.store, err)
+	case string(prev) != p.lower:
+		return fmt.Errorf("the store %s was made for the lower directory %s, not %s: mount it with --lower %s, or use another --store", p.store, prev, p.lower, prev)
 	}
 	layer, err := d.meta.Layer("main")
 	if err != nil {
-		return err
+		return fmt.Errorf("the store %s: %w", p.store, err)
 	}
 	d.objs, err = backstore.Open(backstore.Options{Kind: p.backstore, Dir: p.store, RamdiskSize: p.ramdiskSize})
 	if err != nil {
-		return err
+		return fmt.Errorf("opening the %s backstore: %w", p.backstore, err)
 	}
 	d.view, err = overlay.New(overlay.Config{Lower: p.lower, Objects: d.objs, Layer: layer,
 		AllocIno: d.meta.AllocIno, Sync: d.meta.Sync, Logger: d.log})
 	if err != nil {
 		return err
 	}
-	control := ctl.NewServer(uint32(os.Geteuid()))
+	return nil
+}
+
+// mount mounts the view with the control server.
+func (d *daemon) mount() error {
+	p := d.plan
+	root := os.Geteuid() == 0
+	control := ctl.NewServer(uint32(os.Geteuid()), d.log)
 	d.handle(control)
-	d.srv, err = fs.Mount(fs.Options{
+	srv, err := fs.Mount(fs.Options{
 		Mountpoint:  p.mountpoint,
 		View:        d.view,
 		Control:     control,
-		Passthrough: os.Geteuid() == 0,
-		AllowOther:  os.Geteuid() == 0,
+		Passthrough: root,
+		AllowOther:  root,
 		FsName:      p.lower,
 		Debug:       p.debug,
 		Logger:      d.log,
@@ -127,13 +209,20 @@ func (d *daemon) open() error {
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", p.mountpoint, err)
 	}
+	d.srv.Store(srv)
+	var st unix.Stat_t
+	if err := unix.Stat(p.mountpoint, &st); err == nil {
+		d.conn = unix.Minor(st.Dev)
+	}
 	return nil
 }
 
-// close releases everything; an ephemeral store is deleted.
+// close releases everything; a private store is deleted.
 func (d *daemon) close() {
 	if d.view != nil {
-		d.view.Close()
+		if err := d.view.Close(); err != nil {
+			d.log.Warn("closing the overlay", "err", err)
+		}
 	}
 	if d.objs != nil {
 		if err := d.objs.Close(); err != nil {
@@ -152,34 +241,57 @@ func (d *daemon) close() {
 	}
 }
 
-// unmount unmounts the file system, waiting for it to become idle for
-// a while (a control request may still hold a file open), then detaching
-// it lazily.
-func (d *daemon) unmount() {
-	d.once.Do(func() {
+// shutdown starts unmounting (once): cleanly while the mount becomes idle
+// within busyWait, then lazily.
+func (d *daemon) shutdown(why string) {
+	d.shutdownOnce.Do(func() {
 		go func() {
 			mp := d.plan.mountpoint
-			for i := 0; i < 50; i++ {
-				if err := unmountOnce(mp, false); err == nil {
+			d.log.Info("unmounting", "reason", why)
+			deadline := time.Now().Add(busyWait)
+			var err error
+			for {
+				if err = unmountOnce(mp, false); err == nil {
 					return
 				}
-				time.Sleep(100 * time.Millisecond)
+				if time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
+			d.log.Warn("the mount is busy: detaching it lazily", "err", err)
 			if err := unmountOnce(mp, true); err != nil {
-				d.log.Error("unmounting", "err", err)
+				d.log.Error("detaching the mount", "err", err)
 			}
+			close(d.detached)
 		}()
 	})
 }
 
-// unmountOnce unmounts mp, lazily when lazy.
+// abortConnection ends the FUSE connection through fusectl, as
+// `echo 1 > /sys/fs/fuse/connections/N/abort` does.
+func (d *daemon) abortConnection() {
+	if d.conn == 0 {
+		return
+	}
+	p := filepath.Join("/sys/fs/fuse/connections", fmt.Sprint(d.conn), "abort")
+	if err := os.WriteFile(p, []byte("1"), 0); err != nil {
+		d.log.Warn("aborting the FUSE connection", "path", p, "err", err)
+	}
+}
+
+// unmountOnce unmounts mp, lazily (MNT_DETACH) when lazy: directly as
+// root, through fusermount3 otherwise.
 func unmountOnce(mp string, lazy bool) error {
 	if os.Geteuid() == 0 {
 		flags := 0
 		if lazy {
 			flags = unix.MNT_DETACH
 		}
-		return unix.Unmount(mp, flags)
+		if err := unix.Unmount(mp, flags); err != nil {
+			return fmt.Errorf("unmounting %s: %w", mp, err)
+		}
+		return nil
 	}
 	args := []string{"-u", "-q"}
 	if lazy {
@@ -187,64 +299,50 @@ func unmountOnce(mp string, lazy bool) error {
 	}
 	out, err := exec.Command("fusermount3", append(args, mp)...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("fusermount3: %v: %s", err, out)
+		return fmt.Errorf("fusermount3 -u %s: %v: %s", mp, err, out)
 	}
 	return nil
 }
 
+// handle registers the control operations.
 func (d *daemon) handle(s *ctl.Server) {
 	s.Handle(ctl.OpPing, func(ctl.Caller, json.RawMessage) (any, error) { return "pong", nil })
-	s.Handle(ctl.OpStatus, func(ctl.Caller, json.RawMessage) (any, error) { return d.status(), nil })
-	s.Handle(ctl.OpUnmount, func(ctl.Caller, json.RawMessage) (any, error) {
-		d.unmount()
-		return map[string]int{"pid": os.Getpid()}, nil
+	s.Handle(ctl.OpStatus, func(ctl.Caller, json.RawMessage) (any, error) { return d.status() })
+	s.Handle(ctl.OpUnmount, func(c ctl.Caller, _ json.RawMessage) (any, error) {
+		d.shutdown(fmt.Sprintf("unmount requested by pid %d (uid %d)", c.Pid, c.Uid))
+		return ctl.UnmountReply{Pid: os.Getpid()}, nil
 	})
 }
 
-func (d *daemon) status() ctl.Status {
+// status describes the mount for agentfs status.
+func (d *daemon) status() (ctl.Status, error) {
 	info := d.objs.Info()
-	u, _ := d.objs.Usage()
+	u, err := d.objs.Usage()
+	if err != nil {
+		d.log.Warn("backstore usage", "err", err)
+	}
+	passthrough := false
+	if srv := d.srv.Load(); srv != nil {
+		passthrough = srv.Passthrough()
+	}
 	st := ctl.Status{
-		Version: version, Pid: os.Getpid(),
+		Version: version, Pid: os.Getpid(), Owner: uint32(os.Geteuid()),
 		Lower: d.plan.lower, Mountpoint: d.plan.mountpoint,
 		Store: d.plan.store, Ephemeral: d.plan.ephemeral,
-		Backstore: info.Kind, BackingMode: info.Mode, BackingRoot: info.Root,
-		Reflink: info.Reflink, Passthrough: d.srv.Passthrough(),
-		Objects: u.Objects, Bytes: u.Bytes, FsFree: u.FsFree, SizeLimit: info.SizeLimit,
+		Backstore: info.Kind, BackingMode: info.Mode, BackingRoot: info.Root, SizeLimit: info.SizeLimit,
+		Reflink: info.Reflink, Passthrough: passthrough, IOMode: ioMode(passthrough, os.Geteuid() == 0),
+		Objects: u.Objects, Bytes: u.Bytes, FsFree: u.FsFree,
 	}
-	if st.Passthrough {
-		st.IOMode = "passthrough (reads and writes of changed files go straight to the backstore)"
-	} else {
-		why := "kernel did not grant it"
-		if os.Geteuid() != 0 {
-			why = "not root"
-		}
-		st.IOMode = "page cache (no passthrough: " + why + ")"
-	}
-	return st
+	return st, nil
 }
 
-// privateStoreDir is where private (ephemeral) stores live: on disk,
-// not in /run, so that large copy-ups do not fill memory.
-func privateStoreDir() string {
-	dir := "/var/tmp/agentfs"
-	if os.Geteuid() != 0 {
-		dir = filepath.Join(os.TempDir(), fmt.Sprintf("agentfs-%d", os.Geteuid()))
+// ioMode says in words how file I/O is served.
+func ioMode(passthrough, root bool) string {
+	switch {
+	case passthrough:
+		return "passthrough"
+	case !root:
+		return "page cache (no passthrough: not root)"
 	}
-	os.MkdirAll(dir, 0700)
-	return dir
-}
-
-// runtimeDir is where the mount registry lives.
-func runtimeDir() string {
-	dir := "/run/agentfs"
-	if os.Geteuid() != 0 {
-		if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
-			dir = filepath.Join(x, "agentfs")
-		} else {
-			dir = filepath.Join(os.TempDir(), fmt.Sprintf("agentfs-%d", os.Geteuid()))
-		}
-	}
-	os.MkdirAll(dir, 0700)
-	return dir
+	return "page cache (no passthrough: the kernel did not grant it; it needs Linux 6.9 or later)"
 }

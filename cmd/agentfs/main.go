@@ -25,15 +25,23 @@ const (
 	exitUsage = 2
 )
 
-// command is one subcommand: its flags, its help and what it runs.
+// command is one subcommand: its help, and setup, which makes a fresh
+// options struct (writing to out), adds its flags to the flag set and
+// returns the command's run function bound to those options.
 type command struct {
 	name    string
 	summary string
 	usage   string // after "agentfs NAME"
-	help    string // what it does, an example, exit codes
-	flags   func(*pflag.FlagSet)
-	run     func(ctx context.Context, args []string) error
+	help    string // what it does, an example
+	setup   func(fs *pflag.FlagSet, out streams) runFunc
 }
+
+// streams are where a command writes.
+type streams struct {
+	stdout, stderr io.Writer
+}
+
+type runFunc func(ctx context.Context, args []string) error
 
 var commands = map[string]*command{}
 
@@ -84,9 +92,9 @@ Run 'agentfs help COMMAND' for a command's flags and examples.
 func commandUsage(w io.Writer, c *command) {
 	fmt.Fprintf(w, "Usage: agentfs %s %s\n\n%s\n", c.name, c.usage, strings.TrimSpace(c.help))
 	fs := pflag.NewFlagSet(c.name, pflag.ContinueOnError)
-	if c.flags != nil {
-		c.flags(fs)
-	}
+	fs.SortFlags = false
+	c.setup(fs, streams{io.Discard, io.Discard})
+	fs.BoolP("help", "h", false, "show this help")
 	if fs.HasAvailableFlags() {
 		fmt.Fprintf(w, "\nFlags:\n%s", fs.FlagUsages())
 	}
@@ -108,7 +116,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		mainUsage(stdout)
 		return exitOK
 	case "--version":
-		fmt.Fprintln(stdout, "agentfs", version)
+		runVersion(context.Background(), &versionOptions{stdout: stdout}, nil)
 		return exitOK
 	case "help":
 		if len(args) < 2 {
@@ -124,16 +132,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	c := commands[name]
+	if c == nil && strings.HasPrefix(name, "-") {
+		fmt.Fprintf(stderr, "agentfs: unknown flag: %s (flags go after the command): run 'agentfs --help'\n", name)
+		return exitUsage
+	}
 	if c == nil {
 		fmt.Fprintf(stderr, "agentfs: unknown command %q: run 'agentfs --help' for the list\n", name)
 		return exitUsage
 	}
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
+	runCmd := c.setup(fs, streams{stdout, stderr})
 	help := fs.BoolP("help", "h", false, "show this help")
-	if c.flags != nil {
-		c.flags(fs)
-	}
 	if err := fs.Parse(args[1:]); err != nil {
 		fmt.Fprintf(stderr, "agentfs %s: %v: run 'agentfs help %s'\n", name, err, name)
 		return exitUsage
@@ -142,7 +152,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		commandUsage(stdout, c)
 		return exitOK
 	}
-	err := c.run(context.Background(), fs.Args())
+	err := runCmd(context.Background(), fs.Args())
 	if err == nil {
 		return exitOK
 	}

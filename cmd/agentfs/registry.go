@@ -2,31 +2,47 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 )
 
 // registryEntry records a running mount, so that unmount can clean up
-// after a daemon that died.
+// after a daemon that died: detach the dead mount, delete its private
+// store. The daemon writes it once the mount is ready and removes it when
+// it exits cleanly.
 type registryEntry struct {
 	Mountpoint string `json:"mountpoint"`
 	Pid        int    `json:"pid"`
 	Store      string `json:"store"`
 	Ephemeral  bool   `json:"ephemeral"`
 	Lower      string `json:"lower"`
+	Backstore  string `json:"backstore"`
 }
 
-func registryPath(mp string) string {
-	return filepath.Join(runtimeDir(), "mounts", url.PathEscape(mp)+".json")
+// registryPath is the entry's file: the mountpoint, escaped, in the
+// runtime directory.
+func registryPath(mp string) (string, error) {
+	dir, err := runtimeDir()
+	if err != nil {
+		return "", fmt.Errorf("the agentfs runtime directory: %w", err)
+	}
+	return filepath.Join(dir, "mounts", url.PathEscape(mp)+".json"), nil
 }
 
 func writeRegistry(e registryEntry) error {
-	p := registryPath(e.Mountpoint)
+	p, err := registryPath(e.Mountpoint)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Dir(p), 0700); err != nil {
 		return err
 	}
-	b, _ := json.Marshal(e)
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
 	tmp := p + ".tmp"
 	if err := os.WriteFile(tmp, b, 0600); err != nil {
 		return err
@@ -34,13 +50,27 @@ func writeRegistry(e registryEntry) error {
 	return os.Rename(tmp, p)
 }
 
+// readRegistry returns the entry of mp, if there is one.
 func readRegistry(mp string) (registryEntry, bool) {
 	var e registryEntry
-	b, err := os.ReadFile(registryPath(mp))
-	if err != nil || json.Unmarshal(b, &e) != nil {
+	p, err := registryPath(mp)
+	if err != nil {
+		return e, false
+	}
+	b, err := os.ReadFile(p)
+	if err != nil || json.Unmarshal(b, &e) != nil || e.Mountpoint != mp {
 		return e, false
 	}
 	return e, true
 }
 
-func removeRegistry(mp string) { os.Remove(registryPath(mp)) }
+// removeRegistry removes the entry of mp; only the daemon that wrote it
+// (pid) may, so that a late exit does not remove a newer mount's entry.
+func removeRegistry(mp string, pid int) {
+	if e, ok := readRegistry(mp); ok && pid != 0 && e.Pid != pid {
+		return
+	}
+	if p, err := registryPath(mp); err == nil {
+		os.Remove(p)
+	}
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runArgs(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = run(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestExitCodesAndHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		code    int
+		wantOut string // in stdout
+		wantErr string // in stderr
+	}{
+		{nil, exitUsage, "", "Usage:"},
+		{[]string{"--help"}, exitOK, "Commands:", ""},
+		{[]string{"-h"}, exitOK, "Exit codes:", ""},
+		{[]string{"help"}, exitOK, "Commands:", ""},
+		{[]string{"help", "mount"}, exitOK, "--lower", ""},
+		{[]string{"mount", "--help"}, exitOK, "Examples:", ""},
+		{[]string{"unmount", "-h"}, exitOK, "Example:", ""},
+		{[]string{"help", "bogus"}, exitUsage, "", `unknown command "bogus"`},
+		{[]string{"bogus"}, exitUsage, "", `unknown command "bogus"`},
+		{[]string{"--bogus"}, exitUsage, "", "unknown flag: --bogus"},
+		{[]string{"mount", "--bogus", "x"}, exitUsage, "", "unknown flag: --bogus"},
+		{[]string{"status", "-Z"}, exitUsage, "", "-Z"},
+		{[]string{"mount", "--lower"}, exitUsage, "", "--lower"},
+		{[]string{"mount", "--lower", "/x"}, exitUsage, "", "mount takes one MOUNTPOINT"},
+		{[]string{"unmount"}, exitUsage, "", "unmount takes one MOUNTPOINT"},
+		{[]string{"status", "extra"}, exitUsage, "", "status takes no arguments"},
+		{[]string{"version"}, exitOK, "agentfs " + version, ""},
+		{[]string{"--version"}, exitOK, "agentfs " + version, ""},
+		{[]string{"version", "x"}, exitUsage, "", "version takes no arguments"},
+	} {
+		code, out, errOut := runArgs(tc.args...)
+		if code != tc.code {
+			t.Errorf("agentfs %q: exit %d, want %d (stderr %q)", tc.args, code, tc.code, errOut)
+		}
+		if !strings.Contains(out, tc.wantOut) {
+			t.Errorf("agentfs %q: stdout %q, want it to contain %q", tc.args, out, tc.wantOut)
+		}
+		if !strings.Contains(errOut, tc.wantErr) {
+			t.Errorf("agentfs %q: stderr %q, want it to contain %q", tc.args, errOut, tc.wantErr)
+		}
+	}
+}
+
+// Every command's help says what it does, shows an example and lists the
+// exit codes.
+func TestCommandHelp(t *testing.T) {
+	for name := range commands {
+		code, out, _ := runArgs("help", name)
+		if code != exitOK {
+			t.Errorf("help %s: exit %d", name, code)
+		}
+		for _, want := range []string{"Usage: agentfs " + name, "Example", "Exit codes:", "2  usage error"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("help %s does not contain %q:\n%s", name, want, out)
+			}
+		}
+	}
+}
+
+func TestErrorExit(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := runArgs("mount", "--lower", filepath.Join(dir, "nope"), dir)
+	if code != exitError {
+		t.Errorf("mount of a missing lower: exit %d, want %d", code, exitError)
+	}
+	if want := "agentfs mount: the lower directory " + filepath.Join(dir, "nope") + " does not exist"; !strings.Contains(errOut, want) {
+		t.Errorf("stderr %q, want it to contain %q", errOut, want)
+	}
+	code, _, errOut = runArgs("status", "-C", dir)
+	if code != exitError || !strings.Contains(errOut, "not inside an agentfs mount (use -C DIR)") {
+		t.Errorf("status outside a mount: exit %d, stderr %q; want exit 1, 'not inside an agentfs mount (use -C DIR)'", code, errOut)
+	}
+	code, _, errOut = runArgs("unmount", dir)
+	if code != exitError || !strings.Contains(errOut, "is not mounted") {
+		t.Errorf("unmount of a plain directory: exit %d, stderr %q; want exit 1, 'is not mounted'", code, errOut)
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	t.Setenv("AGENTFS_RUNTIME_DIR", filepath.Join(t.TempDir(), "run"))
+	e := registryEntry{Mountpoint: "/mnt/my ws", Pid: 4242, Store: "/s", Ephemeral: true, Lower: "/p", Backstore: "hostfs"}
+	if err := writeRegistry(e); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := readRegistry(e.Mountpoint)
+	if !ok || got != e {
+		t.Errorf("readRegistry = %+v, %v; want %+v", got, ok, e)
+	}
+	if _, ok := readRegistry("/mnt/my"); ok {
+		t.Errorf("readRegistry(/mnt/my) found an entry")
+	}
+	removeRegistry(e.Mountpoint, 1) // not its pid: kept
+	if _, ok := readRegistry(e.Mountpoint); !ok {
+		t.Errorf("entry removed by another pid")
+	}
+	removeRegistry(e.Mountpoint, e.Pid)
+	if _, ok := readRegistry(e.Mountpoint); ok {
+		t.Errorf("entry still there after removeRegistry")
+	}
+}
+
+func TestCleanupAfterDeadDaemon(t *testing.T) {
+	t.Setenv("AGENTFS_RUNTIME_DIR", filepath.Join(t.TempDir(), "run"))
+	t.Setenv("AGENTFS_PRIVATE_DIR", filepath.Join(t.TempDir(), "stores"))
+	store, err := makePrivateStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := t.TempDir()
+	var stderr bytes.Buffer
+	for _, tc := range []struct {
+		store    string
+		pid      int
+		wantGone bool
+	}{
+		{foreign, 0, false},         // not a private store: never deleted
+		{store, os.Getpid(), false}, // daemon alive: left alone
+		{store, 0, true},            // dead: deleted
+	} {
+		e := registryEntry{Mountpoint: "/mnt/x", Pid: tc.pid, Store: tc.store, Ephemeral: true}
+		cleanupAfter(&stderr, e)
+		_, err := os.Stat(tc.store)
+		if gone := os.IsNotExist(err); gone != tc.wantGone {
+			t.Errorf("cleanupAfter(store %s, pid %d): gone = %v, want %v", tc.store, tc.pid, gone, tc.wantGone)
+		}
+	}
+	if !strings.Contains(stderr.String(), "not removing "+foreign) {
+		t.Errorf("stderr %q does not explain why %s was kept", stderr.String(), foreign)
+	}
+}
