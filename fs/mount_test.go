@@ -186,3 +186,50 @@ func TestWhiteoutAndOpaque(t *testing.T) {
 		t.Fatalf("lower changed: %q", got)
 	}
 }
+
+// TestIOModeTransitions opens one file in every order of page-cache and
+// passthrough opens: the kernel refuses to mix the two modes on an
+// inode, so a wrong choice shows up as a failed open (EBUSY/ETXTBSY).
+func TestIOModeTransitions(t *testing.T) {
+	lower := t.TempDir()
+	writeFile(t, filepath.Join(lower, "f"), "0123456789")
+	m := mountForTest(t, lower, true)
+	p := filepath.Join(m.mnt, "f")
+	open := func(flag int) *os.File {
+		t.Helper()
+		f, err := os.OpenFile(p, flag, 0)
+		if err != nil {
+			t.Fatalf("open(%#x): %v", flag, err)
+		}
+		return f
+	}
+	r1 := open(os.O_RDONLY) // lower: page cache
+	w1 := open(os.O_RDWR)   // copy-up; page cache because r1 is open
+	if _, err := w1.WriteAt([]byte("AB"), 0); err != nil {
+		t.Fatal(err)
+	}
+	r2 := open(os.O_RDONLY) // upper, but still page cache
+	buf := make([]byte, 10)
+	for _, f := range []*os.File{r1, r2} {
+		if n, _ := f.ReadAt(buf, 0); string(buf[:n]) != "AB23456789" {
+			t.Errorf("read %q, want AB23456789", buf[:n])
+		}
+	}
+	r1.Close()
+	w1.Close()
+	r2.Close()
+	// All closed: the next opens are passthrough, and must agree.
+	w2 := open(os.O_RDWR)
+	r3 := open(os.O_RDONLY)
+	if _, err := w2.WriteAt([]byte("CD"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r3.ReadAt(buf, 0); string(buf[:n]) != "ABCD456789" {
+		t.Errorf("passthrough read %q, want ABCD456789", buf[:n])
+	}
+	w2.Close()
+	r3.Close()
+	if got := readFile(t, filepath.Join(lower, "f")); got != "0123456789" {
+		t.Errorf("lower file changed: %q", got)
+	}
+}
