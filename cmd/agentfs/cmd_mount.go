@@ -323,7 +323,7 @@ func checkFuseDevice() error {
 	case errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("%s is missing: load the fuse module (modprobe fuse), or run the container with --device /dev/fuse", devFuse)
 	case errors.Is(err, os.ErrPermission):
-		return fmt.Errorf("%s cannot be opened (permission denied): run as root, or in a container add --device /dev/fuse (and --cap-add SYS_ADMIN to mount as root)", devFuse)
+		return fmt.Errorf("%s cannot be opened (permission denied): run as root, or make it usable by all (chmod 0666 %s, the usual setting); in a container, add --device /dev/fuse", devFuse, devFuse)
 	case err != nil:
 		return fmt.Errorf("%s cannot be opened: %w: load the fuse module (modprobe fuse), or run the container with --device /dev/fuse", devFuse, err)
 	}
