@@ -34,10 +34,10 @@ type mountOptions struct {
 const defaultRamdiskSize = 1 << 30
 
 func (o *mountOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.lower, "lower", "", "the project directory to show (never modified)")
-	fs.StringVar(&o.store, "store", "", "keep all state in this directory, to mount it again later\n(default: a private directory that unmount deletes)")
-	fs.StringVar(&o.backstore, "backstore", "hostfs", "where changed files live: hostfs (a directory in the store)\nor ramdisk (a size-limited tmpfs; cannot be combined with --store)")
-	fs.StringVar(&o.ramdiskSize, "ramdisk-size", "", "size limit of the ramdisk backstore, e.g. 512M or 2G (default 1G)")
+	fs.StringVar(&o.lower, "lower", "", "the project `DIR` to show (never modified)")
+	fs.StringVar(&o.store, "store", "", "keep all state in `DIR`, to mount it again later\n(default: a private directory that unmount deletes)")
+	fs.StringVar(&o.backstore, "backstore", "hostfs", "where changed files live, a `KIND`: hostfs (a directory in the store)\nor ramdisk (a size-limited tmpfs; not with --store)")
+	fs.StringVar(&o.ramdiskSize, "ramdisk-size", "", "size limit of the ramdisk backstore, a `SIZE` such as 512M or 2G (default 1G)")
 	fs.BoolVar(&o.foreground, "foreground", false, "serve in this process (logging to stderr) instead of starting a daemon")
 	fs.BoolVar(&o.debug, "debug", false, "log every FUSE operation (to the store's agentfs.log, or stderr with --foreground)")
 	fs.BoolVar(&o.ephemeral, "ephemeral", false, "internal: the store is private; delete it on exit")

@@ -20,7 +20,7 @@ type statusOptions struct {
 }
 
 func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVarP(&o.dir, "dir", "C", "", "a directory inside the mount (default: the current directory)")
+	fs.StringVarP(&o.dir, "dir", "C", "", "a `DIR` inside the mount (default: the current directory)")
 	fs.BoolVar(&o.json, "json", false, "print JSON")
 }
 

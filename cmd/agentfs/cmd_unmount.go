@@ -24,7 +24,7 @@ type unmountOptions struct {
 }
 
 func (o *unmountOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for the daemon to exit before sending it SIGTERM")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for the daemon to exit before sending it SIGTERM,\na `DURATION` such as 30s")
 }
 
 func init() {
