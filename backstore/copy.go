@@ -2,292 +2,354 @@ package backstore
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// CopyUp creates a regular file object from src (an open lower file
-// whose lstat is st): its data when withData (holes stay holes; FICLONE
-// when the filesystems allow it), then owner, mode, xattrs and, last,
-// atime and mtime. On failure nothing is left behind and the errno is
-// kept (ENOSPC from a full backstore).
+// CopyUp creates a regular file object from src, an open lower regular
+// file whose lstat is st. With withData it gets src's first st.Size
+// bytes — by FICLONE when src and the object share a filesystem that
+// can reflink, otherwise data extent by data extent (SEEK_DATA,
+// SEEK_HOLE) with copy_file_range or read/write, so holes stay holes;
+// without, it is empty (the O_TRUNC copy-up). Then it gets st's owner
+// (as root), src's xattrs, st's mode and, last, st's atime and mtime.
+// On ramdisk stores a file larger than the spill threshold goes to
+// disk. On failure the partial object is removed and the error keeps
+// its errno (ENOSPC from a full backstore).
 func (s *Store) CopyUp(src *os.File, st *unix.Stat_t, withData bool) (string, error) {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return "", fmt.Errorf("backstore: copy-up of mode %o: not a regular file: %w", st.Mode, unix.EINVAL)
+	}
 	size := int64(0)
 	if withData {
 		size = st.Size
 	}
+	return s.copyRegular(src, st, size, withData)
+}
+
+// copyRegular makes a regular file object with size bytes of src's data
+// (when withData) and st's attributes, removing it on failure.
+func (s *Store) copyRegular(src *os.File, st *unix.Stat_t, size int64, withData bool) (string, error) {
 	id, f, err := s.createFile(s.partFor(size), 0600, -1, -1)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
 	if withData {
-		if err := copyData(f, src, st.Size); err != nil {
-			s.Remove(id)
-			return "", fmt.Errorf("copying data: %w", err)
+		if err := copyData(f, src, size); err != nil {
+			s.undo(id)
+			return "", fmt.Errorf("object %s: copying data: %w", id, err)
 		}
 	}
-	if err := s.CopyAttrs(id, st, src); err != nil {
-		s.Remove(id)
+	if err := s.copyAttrs(id, s.Loc(id), unix.S_IFREG, st, src); err != nil {
+		s.undo(id)
 		return "", err
 	}
 	return id, nil
 }
 
-// Clone creates a new object with the content and attributes of id.
+// Clone creates a new object with the content of object id (FICLONE
+// when the store can reflink, else a copy that keeps holes) and the
+// same owner, mode, xattrs, atime and mtime. A directory, symlink or
+// special file gets a new inode of the same kind (a directory object
+// has no entries to copy). On failure nothing is left behind.
 func (s *Store) Clone(id string) (string, error) {
-	st, err := s.Lstat(id)
+	l, err := s.loc(id)
 	if err != nil {
 		return "", err
 	}
-	loc := s.Loc(id)
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		src, err := s.Open(id, unix.O_RDONLY)
+	st, err := s.Lstat(id)
+	if err != nil {
+		return "", fmt.Errorf("object %s: clone: %w", id, err)
+	}
+	typ := st.Mode & unix.S_IFMT
+	if typ == unix.S_IFREG {
+		src, err := s.openToClone(l, &st)
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("object %s: clone: %w", id, err)
 		}
 		defer src.Close()
-		return s.CopyUp(src, &st, true)
-	case unix.S_IFDIR:
-		nid, err := s.Mkdir(st.Mode, int(st.Uid), int(st.Gid))
+		nid, err := s.copyRegular(src, &st, st.Size, true)
 		if err != nil {
-			return "", err
-		}
-		src, err := s.Open(id, unix.O_RDONLY|unix.O_DIRECTORY)
-		if err == nil {
-			err = s.CopyAttrs(nid, &st, src)
-			src.Close()
-		}
-		if err != nil {
-			s.Remove(nid)
-			return "", err
+			return "", fmt.Errorf("object %s: clone: %w", id, err)
 		}
 		return nid, nil
+	}
+
+	var nid string
+	switch typ {
+	case unix.S_IFDIR:
+		nid, err = s.Mkdir(0700, -1, -1)
 	case unix.S_IFLNK:
-		buf := make([]byte, unix.PathMax)
-		n, err := unix.Readlinkat(loc.Dirfd, loc.Name, buf)
-		if err != nil {
-			return "", err
+		var target string
+		if target, err = readlinkat(l.Dirfd, l.Name); err == nil {
+			nid, err = s.Symlink(target, -1, -1)
 		}
-		nid, err := s.Symlink(string(buf[:n]), int(st.Uid), int(st.Gid))
-		if err != nil {
-			return "", err
-		}
-		return nid, s.copyAttrsByLoc(nid, &st, loc)
 	default:
-		nid, err := s.Mknod(st.Mode, st.Rdev, int(st.Uid), int(st.Gid))
+		nid, err = s.Mknod(typ|0600, st.Rdev, -1, -1)
+	}
+	if err != nil {
+		return "", fmt.Errorf("object %s: clone: %w", id, err)
+	}
+	fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == nil {
+		src := os.NewFile(uintptr(fd), id)
+		err = s.copyAttrs(nid, s.Loc(nid), typ, &st, src)
+		src.Close()
+	}
+	if err != nil {
+		s.undo(nid)
+		return "", fmt.Errorf("object %s: clone: %w", id, err)
+	}
+	return nid, nil
+}
+
+// openToClone opens a regular file object for reading, with O_NOATIME
+// (which the owner and root may use): reading it must not change the
+// atime of an object that a snapshot may share. A non-root daemon
+// cannot read its own object of mode 0000 or 0200; it lends itself
+// read permission for the open and gives the mode back.
+func (s *Store) openToClone(l Loc, st *unix.Stat_t) (*os.File, error) {
+	open := func() (int, error) {
+		fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOATIME, 0)
+		if err == unix.EPERM { // not the owner: an object from another daemon user
+			fd, err = unix.Openat(l.Dirfd, l.Name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		}
+		return fd, err
+	}
+	fd, err := open()
+	if err == unix.EACCES && !s.root && st.Mode&unix.S_IRUSR == 0 {
+		if err = unix.Fchmodat(l.Dirfd, l.Name, st.Mode&07777|unix.S_IRUSR, 0); err == nil {
+			fd, err = open()
+			if e := unix.Fchmodat(l.Dirfd, l.Name, st.Mode&07777, 0); e != nil && err == nil {
+				unix.Close(fd)
+				err = e
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), l.Name), nil
+}
+
+func readlinkat(dirfd int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(dirfd, name, buf)
 		if err != nil {
 			return "", err
 		}
-		return nid, s.copyAttrsByLoc(nid, &st, loc)
+		if n < size {
+			return string(buf[:n]), nil
+		}
 	}
 }
 
-func (s *Store) copyAttrsByLoc(id string, st *unix.Stat_t, from Loc) error {
-	fd, err := unix.Openat(from.Dirfd, from.Name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	f := os.NewFile(uintptr(fd), from.Name)
-	defer f.Close()
-	return s.CopyAttrs(id, st, f)
-}
-
-// CopyAttrs applies owner, mode, the xattrs of xattrSrc (any open fd of
-// the source inode, O_PATH included; nil for none) and then the times
-// of st to object id.
-func (s *Store) CopyAttrs(id string, st *unix.Stat_t, xattrSrc *os.File) error {
-	loc := s.Loc(id)
-	if err := chown(loc, int(st.Uid), int(st.Gid)); err != nil {
-		return fmt.Errorf("object %s: chown: %w", id, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
-		if err := unix.Fchmodat(loc.Dirfd, loc.Name, st.Mode&07777, 0); err != nil {
-			return fmt.Errorf("object %s: chmod: %w", id, err)
-		}
-	}
-	if xattrSrc != nil {
-		if err := copyXattrs(fdPath(int(xattrSrc.Fd())), fmt.Sprintf("/proc/self/fd/%d/%s", loc.Dirfd, loc.Name)); err != nil {
-			return fmt.Errorf("object %s: xattrs: %w", id, err)
-		}
-	}
-	ts := []unix.Timespec{st.Atim, st.Mtim}
-	if err := unix.UtimesNanoAt(loc.Dirfd, loc.Name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("object %s: times: %w", id, err)
-	}
-	return nil
-}
-
-func fdPath(fd int) string { return fmt.Sprintf("/proc/self/fd/%d", fd) }
-
-// copyXattrs copies every xattr it can read from src to dst (both
-// paths not followed at the end: l* calls). Names the target refuses
-// (EPERM, ENOTSUP) are skipped: a non-root daemon copies user.* only.
-func copyXattrs(src, dst string) error {
-	// /proc/self/fd/N is a magic link: the l* calls would act on the
-	// link, so the source is read with the following variants, which
-	// land on the inode the fd names (a symlink's own inode for O_PATH).
-	names, err := listXattrs(src)
-	if err != nil {
-		if ignorableXattrErr(err) {
-			return nil
-		}
-		return err
-	}
-	for _, name := range names {
-		val, err := getXattr(src, name)
-		if err != nil {
-			if ignorableXattrErr(err) || err == unix.ENODATA {
-				continue
-			}
-			return err
-		}
-		if err := unix.Lsetxattr(dst, name, val, 0); err != nil {
-			if ignorableXattrErr(err) {
-				continue
-			}
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-func ignorableXattrErr(err error) bool {
-	return errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOTSUP) ||
-		errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EACCES)
-}
-
-func listXattrs(p string) ([]string, error) {
-	for size := 1024; ; size *= 4 {
-		buf := make([]byte, size)
-		n, err := unix.Listxattr(p, buf)
-		if err == unix.ERANGE {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		var names []string
-		for _, b := range bytes.Split(buf[:n], []byte{0}) {
-			if len(b) > 0 && !strings.HasPrefix(string(b), "security.selinux") {
-				names = append(names, string(b))
-			}
-		}
-		return names, nil
-	}
-}
-
-func getXattr(p, name string) ([]byte, error) {
-	for size := 256; size <= 1<<20; size *= 4 {
-		buf := make([]byte, size)
-		n, err := unix.Getxattr(p, name, buf)
-		if err == unix.ERANGE {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return buf[:n], nil
-	}
-	return nil, unix.E2BIG
-}
-
-// copyData copies size bytes from src to dst: FICLONE if possible,
-// otherwise the data extents only (SEEK_DATA/SEEK_HOLE) with
-// copy_file_range, falling back to read/write.
+// copyData gives dst, a new empty file, the first size bytes of src.
+// It tries FICLONE, then copies the data extents only, so holes stay
+// holes. src's file offset is left where it was.
 func copyData(dst, src *os.File, size int64) error {
-	if size == 0 {
+	if size <= 0 {
 		return nil
 	}
-	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err == nil {
+	dfd, sfd := int(dst.Fd()), int(src.Fd())
+	err := unix.IoctlFileClone(dfd, sfd)
+	switch err {
+	case nil:
+		// The clone has src's current size; the object gets st's.
+		var st unix.Stat_t
+		if err := unix.Fstat(dfd, &st); err != nil {
+			return fmt.Errorf("fstat: %w", err)
+		}
+		if st.Size != size {
+			if err := unix.Ftruncate(dfd, size); err != nil {
+				return fmt.Errorf("truncate: %w", err)
+			}
+		}
 		return nil
+	case unix.EXDEV, unix.EOPNOTSUPP, unix.EINVAL, unix.ENOTTY, unix.ENOSYS:
+		// Not the same filesystem, or it cannot reflink: copy.
+	default:
+		return fmt.Errorf("FICLONE: %w", err)
 	}
-	sfd, dfd := int(src.Fd()), int(dst.Fd())
-	off := int64(0)
-	for off < size {
+	if cur, err := unix.Seek(sfd, 0, unix.SEEK_CUR); err == nil {
+		defer unix.Seek(sfd, cur, unix.SEEK_SET)
+	}
+	c := &extentCopier{dfd: dfd, sfd: sfd}
+	for off := int64(0); off < size; {
 		data, err := unix.Seek(sfd, off, unix.SEEK_DATA)
 		if err == unix.ENXIO {
-			break // only a hole remains
+			break // nothing but a hole up to EOF
 		}
 		if err != nil {
-			data = off // no SEEK_DATA support: copy everything
+			data = off // SEEK_DATA unsupported: all data
 		}
-		hole, err := unix.Seek(sfd, data, unix.SEEK_HOLE)
-		if err != nil || hole > size {
-			hole = size
+		if data >= size {
+			break
 		}
-		if err := copyRange(dfd, sfd, data, hole-data); err != nil {
+		end, err := unix.Seek(sfd, data, unix.SEEK_HOLE)
+		if err != nil || end > size {
+			end = size
+		}
+		if end <= data { // src shrank meanwhile
+			break
+		}
+		n, err := c.copy(data, end-data)
+		if err != nil {
 			return err
 		}
-		off = hole
+		if n < end-data { // EOF: src shrank meanwhile
+			break
+		}
+		off = end
 	}
-	return unix.Ftruncate(dfd, size)
-}
-
-func copyRange(dfd, sfd int, off, n int64) error {
-	in, out := off, off
-	for n > 0 {
-		chunk := n
-		if chunk > 1<<30 {
-			chunk = 1 << 30
-		}
-		c, err := unix.CopyFileRange(sfd, &in, dfd, &out, int(chunk), 0)
-		if err == unix.EXDEV || err == unix.ENOSYS || err == unix.EINVAL || err == unix.EOPNOTSUPP {
-			return copyRangeRW(dfd, sfd, in, n)
-		}
-		if err != nil {
-			return err
-		}
-		if c == 0 {
-			return nil // source shrank
-		}
-		n -= int64(c)
+	// The trailing hole, and st's size if src shrank.
+	if err := unix.Ftruncate(dfd, size); err != nil {
+		return fmt.Errorf("truncate: %w", err)
 	}
 	return nil
 }
 
-func copyRangeRW(dfd, sfd int, off, n int64) error {
-	buf := make([]byte, 1<<20)
-	for n > 0 {
-		chunk := int64(len(buf))
-		if chunk > n {
-			chunk = n
+// extentCopier copies byte ranges at the same offset from sfd to dfd
+// with copy_file_range, switching for good to read/write when the
+// kernel cannot copy between the two files.
+type extentCopier struct {
+	dfd, sfd int
+	rw       bool
+	buf      []byte
+}
+
+// copy copies n bytes at off and returns how many it copied (fewer at
+// EOF).
+func (c *extentCopier) copy(off, n int64) (int64, error) {
+	done := int64(0)
+	for !c.rw && done < n {
+		chunk := min(n-done, 1<<30)
+		in, out := off+done, off+done
+		k, err := unix.CopyFileRange(c.sfd, &in, c.dfd, &out, int(chunk), 0)
+		switch err {
+		case nil:
+		case unix.EINTR:
+			continue
+		case unix.EXDEV, unix.ENOSYS, unix.EINVAL, unix.EOPNOTSUPP:
+			c.rw = true
+			continue
+		default:
+			return done, fmt.Errorf("copy_file_range: %w", err)
 		}
-		r, err := unix.Pread(sfd, buf[:chunk], off)
+		if k == 0 {
+			return done, nil
+		}
+		done += int64(k)
+	}
+	if done == n {
+		return done, nil
+	}
+	k, err := c.readWrite(off+done, n-done)
+	return done + k, err
+}
+
+// blockSize is the unit in which readWrite looks for zeros to leave as
+// holes.
+const blockSize = 4096
+
+// readWrite copies n bytes at off with pread and pwrite, skipping
+// all-zero blocks: dst is new, so they read as zeros and stay holes.
+func (c *extentCopier) readWrite(off, n int64) (int64, error) {
+	if c.buf == nil {
+		c.buf = make([]byte, 1<<20)
+	}
+	done := int64(0)
+	for done < n {
+		chunk := min(n-done, int64(len(c.buf)))
+		r, err := unix.Pread(c.sfd, c.buf[:chunk], off+done)
+		if err == unix.EINTR {
+			continue
+		}
 		if err != nil {
-			return err
+			return done, fmt.Errorf("read: %w", err)
 		}
 		if r == 0 {
-			return nil
+			return done, nil
 		}
-		if _, err := unix.Pwrite(dfd, buf[:r], off); err != nil {
+		if err := c.writeNonZero(c.buf[:r], off+done); err != nil {
+			return done, err
+		}
+		done += int64(r)
+	}
+	return done, nil
+}
+
+var zeroBlock [blockSize]byte
+
+// writeNonZero writes the runs of b that are not all-zero blocks at off.
+func (c *extentCopier) writeNonZero(b []byte, off int64) error {
+	for len(b) > 0 {
+		// Skip zero blocks.
+		for len(b) >= blockSize && bytes.Equal(b[:blockSize], zeroBlock[:]) {
+			b, off = b[blockSize:], off+blockSize
+		}
+		// Take the run up to the next zero block.
+		run := 0
+		for run < len(b) && (len(b)-run < blockSize || !bytes.Equal(b[run:run+blockSize], zeroBlock[:])) {
+			run += min(blockSize, len(b)-run)
+		}
+		if err := pwriteAll(c.dfd, b[:run], off); err != nil {
 			return err
 		}
-		off += int64(r)
-		n -= int64(r)
+		b, off = b[run:], off+int64(run)
 	}
 	return nil
 }
 
-// probeReflink reports whether FICLONE works between two objects.
+func pwriteAll(fd int, b []byte, off int64) error {
+	for len(b) > 0 {
+		w, err := unix.Pwrite(fd, b, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		b, off = b[w:], off+int64(w)
+	}
+	return nil
+}
+
+// probeReflink reports whether FICLONE works between two files of the
+// main part, using unnamed files so that nothing is left on a crash.
 func (s *Store) probeReflink() bool {
-	a, fa, err := s.createFile(s.main, 0600, -1, -1)
+	a, err := s.main.tmpfile()
 	if err != nil {
 		return false
 	}
-	defer s.Remove(a)
-	defer fa.Close()
-	fa.Write([]byte("agentfs reflink probe"))
-	b, fb, err := s.createFile(s.main, 0600, -1, -1)
+	defer unix.Close(a)
+	if err := pwriteAll(a, []byte("agentfs reflink probe\n"), 0); err != nil {
+		return false
+	}
+	b, err := s.main.tmpfile()
 	if err != nil {
 		return false
 	}
-	defer s.Remove(b)
-	defer fb.Close()
-	return unix.IoctlFileClone(int(fb.Fd()), int(fa.Fd())) == nil
+	defer unix.Close(b)
+	return unix.IoctlFileClone(b, a) == nil
+}
+
+// tmpfile opens an unnamed read-write file in p: O_TMPFILE, or a named
+// file unlinked at once where O_TMPFILE is not supported.
+func (p *part) tmpfile() (int, error) {
+	fd, err := unix.Openat(p.rootfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0600)
+	if err == nil {
+		return fd, nil
+	}
+	name := "probe-" + newID() // not an object id: Objects skips it
+	fd, err = unix.Openat(p.rootfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0600)
+	if err != nil {
+		return -1, err
+	}
+	unix.Unlinkat(p.rootfd, name, 0)
+	return fd, nil
 }

@@ -1,30 +1,80 @@
 // Package backstore owns the bytes and attributes of upper inodes.
 //
 // Every upper inode of the overlay — regular file, directory, symlink,
-// fifo, socket or device node — is a real inode here, named by an object
-// id. Its mode, owner, times, size and xattrs are the inode's own: the
-// overlay reads them with lstat and changes them with fd-relative
-// syscalls on the object, and the kernel does I/O on object files
-// directly (FUSE passthrough). Objects live in a flat, sharded
-// namespace (objects/ab/abcdef0123456789), never nested, so that object
-// names stay short and no path comes near PATH_MAX.
+// fifo, socket or device node — is a real inode here, named by an
+// object id. Its mode, owner, times, size and xattrs are the inode's
+// own: the overlay reads them with lstat and changes them with
+// fd-relative syscalls (fchmodat, fchownat, utimensat, xattr calls) on
+// the object's [Loc], and the kernel does I/O on object files directly
+// (FUSE passthrough). The package knows nothing of paths in the
+// overlay, branches or reference counts; it makes, copies, finds and
+// removes objects.
+//
+// # Layout
+//
+// Objects live in a flat, sharded namespace, never nested:
+//
+//	Dir/objects/ab/ab0123456789cdef     hostfs
+//	Dir/ramdisk/ab/ab0123456789cdef     ramdisk (a tmpfs mounted here)
+//	Dir/spill/ab/ab0123456789cdef       ramdisk, objects too big for it
+//
+// An object id is 16 lowercase hex characters from crypto/rand; its
+// first two characters name its shard. Creation uses O_EXCL, mkdirat,
+// symlinkat or mknodat, which fail on a collision, and then retries
+// with a new id. The store keeps an O_PATH dirfd of every shard open
+// from Open to Close, so every syscall on an object is fd-relative with
+// a 16-byte name, whatever the length of Dir.
 //
 // # Kinds
 //
-// hostfs keeps objects in Dir/objects. ramdisk mounts a size-limited
-// tmpfs at Dir/ramdisk (as root; otherwise a private directory under
-// /dev/shm) and puts objects whose size is known at creation to exceed
-// the spill threshold (copy-ups, clones) in Dir/spill on disk.
+// "hostfs" keeps objects in Dir/objects. Opening an existing Dir
+// reopens its objects: a kept store can be mounted again later.
 //
-// # Invariants
+// "ramdisk" mounts a tmpfs of RamdiskSize bytes at Dir/ramdisk (as
+// root; a tmpfs already mounted there, left by a daemon that died, is
+// adopted with its objects). Where mounting is not permitted it uses a
+// fresh private directory /dev/shm/agentfs-* instead, reported as Mode
+// "shm"; its size is then that of /dev/shm. Objects whose size is known
+// at creation to exceed SpillThreshold (CopyUp, Clone) are created in
+// Dir/spill on disk. The store remembers which ids are spilled (an
+// in-memory set that Open rebuilds from Dir/spill), so Loc, Open,
+// Lstat and Remove find an object in either part. A full tmpfs gives
+// ENOSPC to whoever writes; nothing else breaks.
 //
-// An object is created complete before anyone refers to it; a failed
-// CopyUp or Clone removes its partial object, so the only garbage a
-// crash can leave is unreferenced objects, which gc removes. Errors
-// keep their errno: a full backstore gives ENOSPC.
+// # Attributes
+//
+// CopyUp, CopyAttrs and Clone apply attributes in this order: owner
+// (only when running as root), xattrs, mode, and the atime and mtime
+// last, with nanoseconds, so that nothing afterwards disturbs them.
+// The owner comes first because chown clears setuid, setgid and
+// security.capability; xattrs come before the mode so that a read-only
+// mode does not stop a non-root daemon from setting user.* xattrs, and
+// the final chmod fixes the mode bits whatever a POSIX ACL xattr did to
+// them. Xattrs the target refuses (EPERM, EOPNOTSUPP, EACCES) are
+// skipped quietly; a non-root daemon copies only user.* xattrs, and
+// security.selinux is never copied (the backstore's own label stands).
+// A symlink has no mode of its own, so chmod is skipped for it, and
+// nothing ever follows a symlink object.
+//
+// # Errors
+//
+// Errors carry the object id or the step that failed and wrap the
+// errno: callers test them with errors.Is(err, unix.ENOSPC). [Store.Lstat]
+// is the exception: it is on the path of every getattr and returns the
+// bare errno of fstatat.
+//
+// # Crash safety
+//
+// An object is complete before its id is returned: a failed CopyUp or
+// Clone removes its partial object, and the reflink probe uses
+// unnamed (O_TMPFILE) files. A crash can therefore leave only objects
+// that nothing refers to, which the caller's gc finds with
+// [Store.Objects] and removes.
 //
 // # Locking
 //
-// Store.mu guards the set of spilled ids; everything else is immutable
-// after Open or is the kernel's business.
+// A Store is safe for concurrent use. Store.mu guards the set of
+// spilled ids and nothing else; it is never held across a syscall.
+// Everything else is fixed between Open and Close, or is the kernel's
+// business.
 package backstore

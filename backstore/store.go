@@ -1,8 +1,6 @@
 package backstore
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,80 +12,91 @@ import (
 
 // Options configure a backstore.
 type Options struct {
-	Kind           string // "hostfs" (default) or "ramdisk"
-	Dir            string // directory owned by the backstore
-	RamdiskSize    int64  // ramdisk: tmpfs size limit (default 1 GiB)
-	SpillThreshold int64  // ramdisk: larger objects go to disk (default 64 MiB)
+	Kind           string // "hostfs" (default when "") or "ramdisk"
+	Dir            string // directory owned by this backstore; Open creates what it needs below it
+	RamdiskSize    int64  // ramdisk: tmpfs size limit in bytes (0 = 1 GiB)
+	SpillThreshold int64  // ramdisk: objects known at creation to be larger go to Dir/spill (0 = 64 MiB)
 }
 
-// Info describes a backstore.
+// Info describes an open backstore.
 type Info struct {
-	Kind      string // hostfs | ramdisk
-	Mode      string // dir | tmpfs | shm
-	Root      string // where objects live
+	Kind      string // "hostfs" | "ramdisk"
+	Mode      string // "dir" (hostfs) | "tmpfs" (mounted ramdisk) | "shm" (/dev/shm fallback)
+	Root      string // directory holding the (main) objects
 	Reflink   bool   // FICLONE works within the store
-	SizeLimit int64  // ramdisk size limit, 0 for hostfs
+	SizeLimit int64  // ramdisk: size of the tmpfs (of /dev/shm in Mode "shm"); 0 for hostfs
 }
 
 // Usage is what `agentfs status` reports.
 type Usage struct {
-	Objects int64
-	Bytes   int64 // allocated bytes of all objects
-	FsFree  int64 // free bytes of the main backing filesystem
-	FsSize  int64
+	Objects int64 // number of objects
+	Bytes   int64 // allocated bytes (st_blocks*512) of all objects
+	FsFree  int64 // free bytes of the main backing filesystem (for unprivileged users)
+	FsSize  int64 // size of the main backing filesystem
 }
 
-// Loc is the fd-relative location of an object.
+// Loc is the fd-relative location of an object: Dirfd is its shard
+// directory (an O_PATH fd), Name its id. It is valid until Close.
 type Loc struct {
 	Dirfd int
 	Name  string
 }
 
-// part is one directory tree of objects, with a dirfd per shard.
-type part struct {
-	root   string
-	shards [256]int
-}
+const (
+	defaultRamdiskSize    = 1 << 30
+	defaultSpillThreshold = 64 << 20
+)
+
+var (
+	// ErrBadKind is returned by Open for an unknown Options.Kind.
+	ErrBadKind = errors.New("unknown backstore kind")
+	// ErrBadID is returned for a string that is not an object id.
+	ErrBadID = errors.New("not an object id")
+)
 
 // Store is an open backstore.
 type Store struct {
 	opts    Options
 	info    Info
-	main    *part
-	spill   *part // ramdisk only
-	mounted bool  // we mounted the tmpfs
+	root    bool  // running as root: set owners, copy all xattrs
+	main    *part // where objects go by default
+	spill   *part // ramdisk only: objects too big for the tmpfs
+	mounted bool  // we mounted (or adopted) the tmpfs at info.Root
 	shmDir  string
 
-	mu      sync.Mutex
-	spilled map[string]bool
+	mu      sync.Mutex          // guards spilled
+	spilled map[string]struct{} // ids of objects in spill
 }
 
-var ErrBadKind = errors.New("unknown backstore kind")
-
-// Open opens (creating if needed) the backstore in o.Dir.
+// Open opens the backstore in o.Dir, creating what it needs. An
+// existing store is reopened with its objects (for a ramdisk: the
+// spilled ones, and those of a tmpfs still mounted at Dir/ramdisk).
 func Open(o Options) (*Store, error) {
 	if o.Kind == "" {
 		o.Kind = "hostfs"
 	}
 	if o.RamdiskSize <= 0 {
-		o.RamdiskSize = 1 << 30
+		o.RamdiskSize = defaultRamdiskSize
 	}
 	if o.SpillThreshold <= 0 {
-		o.SpillThreshold = 64 << 20
+		o.SpillThreshold = defaultSpillThreshold
+	}
+	if o.Dir == "" {
+		return nil, fmt.Errorf("backstore: no directory given: %w", unix.EINVAL)
+	}
+	if o.Kind != "hostfs" && o.Kind != "ramdisk" {
+		return nil, fmt.Errorf("backstore kind %q: %w (use hostfs or ramdisk)", o.Kind, ErrBadKind)
 	}
 	if err := os.MkdirAll(o.Dir, 0700); err != nil {
 		return nil, fmt.Errorf("backstore %s: %w", o.Dir, err)
 	}
-	s := &Store{opts: o, spilled: map[string]bool{}}
+	s := &Store{opts: o, root: os.Geteuid() == 0, spilled: map[string]struct{}{}}
 	var err error
-	switch o.Kind {
-	case "hostfs":
+	if o.Kind == "hostfs" {
 		s.info = Info{Kind: "hostfs", Mode: "dir", Root: filepath.Join(o.Dir, "objects")}
 		s.main, err = openPart(s.info.Root)
-	case "ramdisk":
+	} else {
 		err = s.openRamdisk()
-	default:
-		return nil, fmt.Errorf("backstore kind %q: %w (use hostfs or ramdisk)", o.Kind, ErrBadKind)
 	}
 	if err != nil {
 		s.Close()
@@ -97,58 +106,50 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) openRamdisk() error {
-	root := filepath.Join(s.opts.Dir, "ramdisk")
-	if err := os.MkdirAll(root, 0700); err != nil {
-		return err
-	}
-	mode := "tmpfs"
-	data := fmt.Sprintf("size=%d,mode=0700", s.opts.RamdiskSize)
-	if err := unix.Mount("agentfs-ramdisk", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
-		if err != unix.EPERM {
-			return fmt.Errorf("mounting the ramdisk at %s: %w", root, err)
-		}
-		// Not allowed to mount: a private directory in /dev/shm.
-		shm, err := os.MkdirTemp("/dev/shm", "agentfs-")
-		if err != nil {
-			return fmt.Errorf("ramdisk: cannot mount a tmpfs (not root) nor use /dev/shm: %w", err)
-		}
-		root, mode, s.shmDir = shm, "shm", shm
-	} else {
-		s.mounted = true
-	}
-	s.info = Info{Kind: "ramdisk", Mode: mode, Root: root, SizeLimit: s.opts.RamdiskSize}
-	var err error
-	if s.main, err = openPart(root); err != nil {
-		return err
-	}
-	if s.spill, err = openPart(filepath.Join(s.opts.Dir, "spill")); err != nil {
-		return err
-	}
-	for i := range s.spill.shards {
-		names, _ := readNames(s.spill.shards[i])
-		for _, n := range names {
-			s.spilled[n] = true
-		}
-	}
-	return nil
+// Close closes the shard dirfds, then unmounts the tmpfs the store
+// mounted (detaching it when busy) or removes its /dev/shm directory.
+// Closing twice is harmless.
+func (s *Store) Close() error {
+	s.main.close()
+	s.spill.close()
+	return s.closeRamdisk()
 }
 
+// Info describes the store.
+func (s *Store) Info() Info { return s.info }
+
+// part is one tree of objects: a root directory with 256 shards, each
+// held open as an O_PATH dirfd.
+type part struct {
+	root   string
+	rootfd int
+	shards [256]int
+}
+
+// openPart opens (creating them when missing) root and its shards.
 func openPart(root string) (*part, error) {
-	p := &part{root: root}
+	p := &part{root: root, rootfd: -1}
 	for i := range p.shards {
 		p.shards[i] = -1
 	}
+	if err := os.MkdirAll(root, 0700); err != nil {
+		return nil, fmt.Errorf("backstore %s: %w", root, err)
+	}
+	var err error
+	p.rootfd, err = unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("backstore %s: %w", root, err)
+	}
 	for i := range p.shards {
-		dir := filepath.Join(root, fmt.Sprintf("%02x", i))
-		if err := os.MkdirAll(dir, 0700); err != nil {
+		name := fmt.Sprintf("%02x", i)
+		if err := unix.Mkdirat(p.rootfd, name, 0700); err != nil && err != unix.EEXIST {
 			p.close()
-			return nil, fmt.Errorf("backstore %s: %w", root, err)
+			return nil, fmt.Errorf("backstore %s: shard %s: %w", root, name, err)
 		}
-		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Openat(p.rootfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			p.close()
-			return nil, fmt.Errorf("backstore %s: %w", dir, err)
+			return nil, fmt.Errorf("backstore %s: shard %s: %w", root, name, err)
 		}
 		p.shards[i] = fd
 	}
@@ -165,269 +166,33 @@ func (p *part) close() {
 			p.shards[i] = -1
 		}
 	}
+	if p.rootfd >= 0 {
+		unix.Close(p.rootfd)
+		p.rootfd = -1
+	}
 }
 
-// Close closes the store; a tmpfs it mounted is unmounted (lazily when
-// busy), a /dev/shm directory removed.
-func (s *Store) Close() error {
-	s.main.close()
-	s.spill.close()
-	var err error
-	if s.mounted {
-		if e := unix.Unmount(s.info.Root, 0); e != nil {
-			if e2 := unix.Unmount(s.info.Root, unix.MNT_DETACH); e2 != nil {
-				err = fmt.Errorf("unmounting the ramdisk %s: %w", s.info.Root, e2)
-			}
-		}
-		s.mounted = false
-	}
-	if s.shmDir != "" {
-		os.RemoveAll(s.shmDir)
-		s.shmDir = ""
-	}
-	return err
-}
-
-// Info describes the store.
-func (s *Store) Info() Info { return s.info }
-
-func newID() string {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand never fails on Linux
-	}
-	return hex.EncodeToString(b[:])
-}
-
-func shardOf(id string) int {
-	if len(id) < 2 {
-		return 0
-	}
-	var v int
-	for _, c := range id[:2] {
-		v <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			v |= int(c - '0')
-		case c >= 'a' && c <= 'f':
-			v |= int(c-'a') + 10
-		}
-	}
-	return v
-}
-
-// Loc returns the fd-relative location of an object.
-func (s *Store) Loc(id string) Loc {
-	p := s.main
-	if s.spill != nil {
-		s.mu.Lock()
-		if s.spilled[id] {
-			p = s.spill
-		}
-		s.mu.Unlock()
-	}
-	return Loc{Dirfd: p.shards[shardOf(id)], Name: id}
-}
-
-// partFor returns where a new object of the given size goes.
-func (s *Store) partFor(size int64) *part {
-	if s.spill != nil && size > s.opts.SpillThreshold {
-		return s.spill
-	}
-	return s.main
-}
-
-// create makes a new object with mk, retrying on an id collision.
-func (s *Store) create(p *part, mk func(dirfd int, name string) error) (string, error) {
-	for {
-		id := newID()
-		err := mk(p.shards[shardOf(id)], id)
-		if err == unix.EEXIST {
-			continue
-		}
+// ids lists the object ids in p, skipping names that are not ids.
+func (p *part) ids(fn func(id string) error) error {
+	for i, shard := range p.shards {
+		fd, err := unix.Openat(shard, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return "", err
+			return fmt.Errorf("backstore %s: shard %02x: %w", p.root, i, err)
 		}
-		if p == s.spill {
-			s.mu.Lock()
-			s.spilled[id] = true
-			s.mu.Unlock()
-		}
-		return id, nil
-	}
-}
-
-func chown(loc Loc, uid, gid int) error {
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	return unix.Fchownat(loc.Dirfd, loc.Name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
-}
-
-// setOwnerMode sets owner then mode (chown clears setuid/setgid).
-func (s *Store) setOwnerMode(id string, mode uint32, uid, gid int) error {
-	loc := s.Loc(id)
-	if err := chown(loc, uid, gid); err != nil {
-		return err
-	}
-	return unix.Fchmodat(loc.Dirfd, loc.Name, mode&07777, 0)
-}
-
-// CreateFile creates an empty regular file object, open read-write.
-func (s *Store) CreateFile(mode uint32, uid, gid int) (string, *os.File, error) {
-	return s.createFile(s.main, mode, uid, gid)
-}
-
-func (s *Store) createFile(p *part, mode uint32, uid, gid int) (string, *os.File, error) {
-	var fd int
-	id, err := s.create(p, func(dirfd int, name string) error {
-		var err error
-		fd, err = unix.Openat(dirfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0600)
-		return err
-	})
-	if err != nil {
-		return "", nil, err
-	}
-	f := os.NewFile(uintptr(fd), id)
-	if err := s.setOwnerMode(id, mode, uid, gid); err != nil {
+		f := os.NewFile(uintptr(fd), fmt.Sprintf("%s/%02x", p.root, i))
+		names, err := f.Readdirnames(-1)
 		f.Close()
-		s.Remove(id)
-		return "", nil, err
-	}
-	return id, f, nil
-}
-
-// Mkdir creates a directory object.
-func (s *Store) Mkdir(mode uint32, uid, gid int) (string, error) {
-	id, err := s.create(s.main, func(dirfd int, name string) error {
-		return unix.Mkdirat(dirfd, name, 0700)
-	})
-	if err != nil {
-		return "", err
-	}
-	if err := s.setOwnerMode(id, mode, uid, gid); err != nil {
-		s.Remove(id)
-		return "", err
-	}
-	return id, nil
-}
-
-// Symlink creates a symlink object.
-func (s *Store) Symlink(target string, uid, gid int) (string, error) {
-	id, err := s.create(s.main, func(dirfd int, name string) error {
-		return unix.Symlinkat(target, dirfd, name)
-	})
-	if err != nil {
-		return "", err
-	}
-	if err := chown(s.Loc(id), uid, gid); err != nil {
-		s.Remove(id)
-		return "", err
-	}
-	return id, nil
-}
-
-// Mknod creates a fifo, socket or device object; mode includes S_IF*.
-func (s *Store) Mknod(mode uint32, rdev uint64, uid, gid int) (string, error) {
-	id, err := s.create(s.main, func(dirfd int, name string) error {
-		return unix.Mknodat(dirfd, name, mode&unix.S_IFMT|0600, int(rdev))
-	})
-	if err != nil {
-		return "", err
-	}
-	if err := s.setOwnerMode(id, mode, uid, gid); err != nil {
-		s.Remove(id)
-		return "", err
-	}
-	return id, nil
-}
-
-// Open opens an object.
-func (s *Store) Open(id string, flags int) (*os.File, error) {
-	loc := s.Loc(id)
-	fd, err := unix.Openat(loc.Dirfd, loc.Name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("object %s: %w", id, err)
-	}
-	return os.NewFile(uintptr(fd), id), nil
-}
-
-// Lstat stats an object without following symlinks.
-func (s *Store) Lstat(id string) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	loc := s.Loc(id)
-	err := unix.Fstatat(loc.Dirfd, loc.Name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	return st, err
-}
-
-// Remove deletes an object; a missing one is not an error.
-func (s *Store) Remove(id string) error {
-	loc := s.Loc(id)
-	err := unix.Unlinkat(loc.Dirfd, loc.Name, 0)
-	if err == unix.EISDIR {
-		err = unix.Unlinkat(loc.Dirfd, loc.Name, unix.AT_REMOVEDIR)
-	}
-	if err == unix.ENOENT {
-		err = nil
-	}
-	if err == nil && s.spill != nil {
-		s.mu.Lock()
-		delete(s.spilled, id)
-		s.mu.Unlock()
-	}
-	if err != nil {
-		return fmt.Errorf("object %s: %w", id, err)
-	}
-	return nil
-}
-
-// Objects calls fn with every object id.
-func (s *Store) Objects(fn func(id string) error) error {
-	for _, p := range []*part{s.main, s.spill} {
-		if p == nil {
-			continue
+		if err != nil {
+			return fmt.Errorf("backstore %s: shard %02x: %w", p.root, i, err)
 		}
-		for _, fd := range p.shards {
-			names, err := readNames(fd)
-			if err != nil {
+		for _, name := range names {
+			if shardOf(name) != i {
+				continue
+			}
+			if err := fn(name); err != nil {
 				return err
 			}
-			for _, n := range names {
-				if err := fn(n); err != nil {
-					return err
-				}
-			}
 		}
 	}
 	return nil
-}
-
-// Usage counts the objects and their allocated bytes.
-func (s *Store) Usage() (Usage, error) {
-	var u Usage
-	err := s.Objects(func(id string) error {
-		st, err := s.Lstat(id)
-		if err != nil {
-			return nil // removed meanwhile
-		}
-		u.Objects++
-		u.Bytes += st.Blocks * 512
-		return nil
-	})
-	var fs unix.Statfs_t
-	if e := unix.Statfs(s.info.Root, &fs); e == nil {
-		u.FsFree = int64(fs.Bavail) * fs.Bsize
-		u.FsSize = int64(fs.Blocks) * fs.Bsize
-	}
-	return u, err
-}
-
-func readNames(dirfd int) ([]string, error) {
-	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), "shard")
-	defer f.Close()
-	return f.Readdirnames(-1)
 }

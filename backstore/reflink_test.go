@@ -1,0 +1,224 @@
+package backstore
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// mountXFS mounts a fresh 300 MiB reflink-capable XFS image in a temp
+// dir and returns its mountpoint; it is unmounted in t.Cleanup.
+func mountXFS(t *testing.T) string {
+	t.Helper()
+	needRoot(t, "mounting a loop device")
+	mkfs, err := exec.LookPath("mkfs.xfs")
+	if err != nil {
+		unavailable(t, "mkfs.xfs is missing (apt-get install xfsprogs)")
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		unavailable(t, "no loop devices: %v", err)
+	}
+	dir := t.TempDir()
+	img, mnt := filepath.Join(dir, "xfs.img"), filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(300 << 20)
+	f.Close()
+	if out, err := exec.Command(mkfs, "-q", "-m", "reflink=1", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.xfs: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+		unavailable(t, "mount -o loop of an XFS image: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			t.Logf("unmount %s: %v; detaching", mnt, err)
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+	})
+	return mnt
+}
+
+const (
+	fsIocFiemap        = 0xC020660B // _IOWR('f', 11, struct fiemap)
+	fiemapFlagSync     = 0x1
+	fiemapExtentLast   = 0x1
+	fiemapExtentShared = 0x2000
+	fiemapHeaderSize   = 32
+	fiemapExtentSize   = 56
+)
+
+type extent struct {
+	logical, length int64
+	flags           uint32
+}
+
+// fiemap returns the extents of an open file (FS_IOC_FIEMAP).
+func fiemap(t *testing.T, f *os.File) []extent {
+	t.Helper()
+	const batch = 64
+	buf := make([]byte, fiemapHeaderSize+batch*fiemapExtentSize)
+	le := binary.LittleEndian
+	var out []extent
+	for start := uint64(0); ; {
+		clear(buf)
+		le.PutUint64(buf[0:], start)
+		le.PutUint64(buf[8:], ^uint64(0)-start)
+		le.PutUint32(buf[16:], fiemapFlagSync)
+		le.PutUint32(buf[24:], batch)
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), fsIocFiemap, uintptr(unsafe.Pointer(&buf[0])))
+		if errno != 0 {
+			t.Fatalf("FIEMAP: %v", errno)
+		}
+		n := le.Uint32(buf[20:])
+		if n == 0 {
+			return out
+		}
+		for i := 0; i < int(n); i++ {
+			e := buf[fiemapHeaderSize+i*fiemapExtentSize:]
+			x := extent{logical: int64(le.Uint64(e[0:])), length: int64(le.Uint64(e[16:])), flags: le.Uint32(e[40:])}
+			out = append(out, x)
+			start = uint64(x.logical + x.length)
+			if x.flags&fiemapExtentLast != 0 {
+				return out
+			}
+		}
+	}
+}
+
+// sharedBytes sums the extents of object id that FIEMAP marks shared,
+// and all of them.
+func sharedBytes(t *testing.T, s *Store, id string) (shared, total int64) {
+	t.Helper()
+	f, err := s.Open(id, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, e := range fiemap(t, f) {
+		total += e.length
+		if e.flags&fiemapExtentShared != 0 {
+			shared += e.length
+		}
+	}
+	return shared, total
+}
+
+func freeBytes(t *testing.T, p string) int64 {
+	t.Helper()
+	unix.Sync()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(p, &fs); err != nil {
+		t.Fatal(err)
+	}
+	return int64(fs.Bfree) * fs.Bsize
+}
+
+func fileSum(t *testing.T, f *os.File) [32]byte {
+	t.Helper()
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, 1<<40)); err != nil {
+		t.Fatal(err)
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
+}
+
+func TestReflinkOnXFS(t *testing.T) {
+	mnt := mountXFS(t)
+	s := openStore(t, Options{Dir: filepath.Join(mnt, "store")})
+	if !s.Info().Reflink {
+		t.Errorf("Info().Reflink = false on XFS with reflink=1")
+	}
+
+	const size = 100 << 20
+	src := filepath.Join(mnt, "src")
+	f, err := os.Create(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := pattern(1<<20, 13)
+	for off := int64(0); off < size; off += int64(len(chunk)) {
+		chunk[0]++ // every MiB differs
+		if _, err := f.WriteAt(chunk, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Sync()
+	f.Close()
+	setTimes(t, src, atime, mtime)
+	in, st := openSrc(t, src)
+
+	before := freeBytes(t, mnt)
+	id, err := s.CopyUp(in, &st, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := freeBytes(t, mnt)
+	if used := before - after; used > 4<<20 {
+		t.Errorf("CopyUp of 100 MiB allocated %d bytes: not a reflink", used)
+	}
+	if shared, total := sharedBytes(t, s, id); total != size || shared != size {
+		t.Errorf("copy-up's extents: %d of %d bytes shared, want %d of %d", shared, total, size, size)
+	}
+	wantAttrs(t, s, id, st)
+	wantContent(t, s, id, in)
+
+	before = freeBytes(t, mnt)
+	cid, err := s.Clone(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := before - freeBytes(t, mnt); used > 4<<20 {
+		t.Errorf("Clone of 100 MiB allocated %d bytes: not a reflink", used)
+	}
+	if shared, total := sharedBytes(t, s, cid); total != size || shared != size {
+		t.Errorf("clone's extents: %d of %d bytes shared, want %d of %d", shared, total, size, size)
+	}
+	// Writing the clone unshares only what is written.
+	w, err := s.Open(cid, unix.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteAt([]byte("changed"), 0)
+	w.Sync()
+	w.Close()
+	r, err := s.Open(id, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	head := make([]byte, 7)
+	if _, err := r.ReadAt(head, 0); err != nil || bytes.Equal(head, []byte("changed")) {
+		t.Errorf("writing the clone changed the copy-up object")
+	}
+}
+
+// A source on another filesystem cannot be reflinked: CopyUp falls back
+// to copying, into the reflink-capable store.
+func TestReflinkStoreCopiesAcrossFilesystems(t *testing.T) {
+	mnt := mountXFS(t)
+	s := openStore(t, Options{Dir: filepath.Join(mnt, "store")})
+	src := filepath.Join(t.TempDir(), "elsewhere")
+	data := pattern(1<<20, 14)
+	sparseFile(t, src, 65<<20, map[int64][]byte{0: data, 64 << 20: data})
+	id, in, st := copyUp(t, s, src, true)
+	if got := lstatObj(t, s, id); got.Size != st.Size || got.Blocks > st.Blocks+256 {
+		t.Errorf("size %d blocks %d, want %d and about %d blocks", got.Size, got.Blocks, st.Size, st.Blocks)
+	}
+	wantContent(t, s, id, in)
+}
