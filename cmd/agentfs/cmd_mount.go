@@ -279,12 +279,7 @@ func checkStore(store, lower, mp string) (string, error) {
 	}
 	// Resolve what exists of the path, so that a symlink cannot hide
 	// that it points into the lower tree.
-	real := abs
-	if r, err := filepath.EvalSymlinks(abs); err == nil {
-		real = r
-	} else if r, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
-		real = filepath.Join(r, filepath.Base(abs))
-	}
+	real := resolveExisting(abs)
 	switch {
 	case real == lower || within(real, lower):
 		return "", fmt.Errorf("the store %s is inside the lower directory %s: agentfs never writes to the lower directory; choose a store outside it", abs, lower)
@@ -369,7 +364,7 @@ func startDaemon(p *mountPlan) error {
 	store, ephemeral := p.store, false
 	if store == "" {
 		var err error
-		if store, err = makePrivateStore(); err != nil {
+		if store, err = makePrivateStore(p.lower, p.mountpoint); err != nil {
 			return err
 		}
 		ephemeral = true

@@ -78,7 +78,7 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if p.store == "" {
-		if p.store, err = makePrivateStore(); err != nil {
+		if p.store, err = makePrivateStore(p.lower, p.mountpoint); err != nil {
 			return err
 		}
 		p.ephemeral = true
@@ -93,7 +93,9 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 	}
 	pid := os.Getpid()
 	entry := registryEntry{Mountpoint: p.mountpoint, Pid: pid, Store: p.store, Ephemeral: p.ephemeral, Lower: p.lower, Backstore: p.backstore}
-	if err := writeRegistry(entry); err != nil {
+	if rd, err := runtimeDir(); err == nil && insideAny(rd, []string{p.lower, p.mountpoint}) {
+		logger.Warn("not recording the mount: the runtime directory is inside the lower directory or the mountpoint (set XDG_RUNTIME_DIR or AGENTFS_RUNTIME_DIR)", "dir", rd)
+	} else if err := writeRegistry(entry); err != nil {
 		logger.Warn("recording the mount in the registry (agentfs unmount cannot clean up if this daemon dies)", "err", err)
 	}
 	defer removeRegistry(p.mountpoint, pid)

@@ -141,3 +141,54 @@ func TestCleanupAfterDeadDaemon(t *testing.T) {
 		t.Errorf("stderr %q does not explain why %s was kept", stderr.String(), foreign)
 	}
 }
+
+func TestPrivateStoreAvoidsLower(t *testing.T) {
+	root := t.TempDir()
+	lower := filepath.Join(root, "home")
+	t.Setenv("AGENTFS_PRIVATE_DIR", filepath.Join(lower, ".cache", "agentfs"))
+	_, err := makePrivateStore(lower, filepath.Join(root, "mnt"))
+	if err == nil || !strings.Contains(err.Error(), "pass --store DIR outside them") {
+		t.Errorf("makePrivateStore with the only base inside the lower: error = %v, want a refusal", err)
+	}
+	if _, err := os.Stat(lower); !os.IsNotExist(err) {
+		t.Errorf("makePrivateStore created something inside the lower: %v", err)
+	}
+	t.Setenv("AGENTFS_PRIVATE_DIR", filepath.Join(root, "stores"))
+	store, err := makePrivateStore(lower, filepath.Join(root, "mnt"))
+	if err != nil {
+		t.Fatalf("makePrivateStore: %v", err)
+	}
+	if !isPrivateStore(store) {
+		t.Errorf("isPrivateStore(%s) = false, want true", store)
+	}
+	if st, err := os.Stat(store); err != nil {
+		t.Error(err)
+	} else if got := st.Mode().Perm(); got != 0700 {
+		t.Errorf("private store mode = %o, want 700", got)
+	}
+}
+
+func TestInsideAny(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lower := filepath.Join(root, "lower")
+	if err := os.Mkdir(lower, 0755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(lower, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]bool{
+		lower:                                   true,
+		filepath.Join(lower, "a", "b"):          true,
+		filepath.Join(root, "link", "new", "x"): true, // through a symlink, not existing yet
+		filepath.Join(root, "lowerx"):           false,
+		root:                                    false,
+	} {
+		if got := insideAny(p, []string{lower}); got != want {
+			t.Errorf("insideAny(%s, [%s]) = %v, want %v", p, lower, got, want)
+		}
+	}
+}

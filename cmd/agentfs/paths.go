@@ -14,51 +14,96 @@ import (
 // Private stores (mounts without --store) live on disk, not in /run or
 // $XDG_RUNTIME_DIR, so that large copy-ups do not fill memory:
 // /var/tmp/agentfs for root, $XDG_CACHE_HOME/agentfs (~/.cache/agentfs)
-// for other users. The registry of running mounts lives in /run/agentfs
+// for other users; the next candidate when that is inside the lower tree
+// or the mountpoint (e.g. --lower ~). The registry of running mounts lives in /run/agentfs
 // for root, $XDG_RUNTIME_DIR/agentfs for other users.
 
 // privateStorePrefix starts the name of every private store, so that
 // cleanup never deletes a directory agentfs did not make.
 const privateStorePrefix = "store-"
 
-// privateStoreDir returns (creating it) the directory of private stores.
-func privateStoreDir() (string, error) {
+// privateStoreBases lists, in order of preference, the directories a
+// private store may be made in.
+func privateStoreBases() []string {
 	if d := os.Getenv("AGENTFS_PRIVATE_DIR"); d != "" {
-		return ownDir(d)
+		return []string{filepath.Clean(d)}
 	}
+	var bases []string
 	if os.Geteuid() == 0 {
-		return ownDir("/var/tmp/agentfs")
+		bases = append(bases, "/var/tmp/agentfs")
+	} else {
+		if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+			bases = append(bases, filepath.Join(d, "agentfs"))
+		} else if home, err := os.UserHomeDir(); err == nil {
+			bases = append(bases, filepath.Join(home, ".cache", "agentfs"))
+		}
+		bases = append(bases, fmt.Sprintf("/var/tmp/agentfs-%d", os.Geteuid()))
 	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return ownDir(filepath.Join(d, "agentfs"))
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return ownDir(filepath.Join(home, ".cache", "agentfs"))
-	}
-	return ownDir(filepath.Join(os.TempDir(), fmt.Sprintf("agentfs-%d", os.Geteuid())))
+	return append(bases, filepath.Join(os.TempDir(), fmt.Sprintf("agentfs-%d", os.Geteuid())))
 }
 
-// makePrivateStore creates a new private store directory (mode 0700).
-func makePrivateStore() (string, error) {
-	dir, err := privateStoreDir()
-	if err != nil {
-		return "", fmt.Errorf("creating a private store: %w", err)
+// makePrivateStore creates a new private store directory (mode 0700) in
+// the first base that is not inside any of avoid (the lower directory
+// and the mountpoint: agentfs must never write into the lower tree).
+func makePrivateStore(avoid ...string) (string, error) {
+	var tried []string
+	for _, base := range privateStoreBases() {
+		if insideAny(base, avoid) {
+			tried = append(tried, base)
+			continue
+		}
+		dir, err := ownDir(base)
+		if err != nil {
+			return "", fmt.Errorf("creating a private store: %w", err)
+		}
+		store, err := os.MkdirTemp(dir, privateStorePrefix)
+		if err != nil {
+			return "", fmt.Errorf("creating a private store: %w", err)
+		}
+		return store, nil
 	}
-	store, err := os.MkdirTemp(dir, privateStorePrefix)
-	if err != nil {
-		return "", fmt.Errorf("creating a private store: %w", err)
+	return "", fmt.Errorf("every place for a private store (%s) is inside the lower directory or the mountpoint: pass --store DIR outside them", strings.Join(tried, ", "))
+}
+
+// insideAny reports whether p (resolved as far as it exists) is one of
+// dirs or inside one.
+func insideAny(p string, dirs []string) bool {
+	real := resolveExisting(p)
+	for _, d := range dirs {
+		if d != "" && (real == d || within(real, d)) {
+			return true
+		}
 	}
-	return store, nil
+	return false
+}
+
+// resolveExisting resolves the symlinks of the longest existing prefix
+// of the absolute path p.
+func resolveExisting(p string) string {
+	p = filepath.Clean(p)
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	parent := filepath.Dir(p)
+	if parent == p {
+		return p
+	}
+	return filepath.Join(resolveExisting(parent), filepath.Base(p))
 }
 
 // isPrivateStore reports whether dir looks like a private store this
 // user's agentfs made: the only directories cleanup may delete.
 func isPrivateStore(dir string) bool {
-	parent, err := privateStoreDir()
-	if err != nil {
+	dir = filepath.Clean(dir)
+	if !strings.HasPrefix(filepath.Base(dir), privateStorePrefix) {
 		return false
 	}
-	return filepath.Dir(filepath.Clean(dir)) == parent && strings.HasPrefix(filepath.Base(dir), privateStorePrefix)
+	for _, base := range privateStoreBases() {
+		if filepath.Dir(dir) == base {
+			return true
+		}
+	}
+	return false
 }
 
 // runtimeDir returns (creating it) the directory of the mount registry.
