@@ -83,6 +83,11 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 		}
 		p.ephemeral = true
 	}
+	// Catch the stop signals from the start: one that arrives while
+	// mounting is acted on once the mount is up.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	d := &daemon{plan: p, log: logger, detached: make(chan struct{})}
 	defer d.close()
 	if err := d.openStore(); err != nil {
@@ -103,9 +108,6 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 	logger.Info("mounted", "lower", p.lower, "mountpoint", p.mountpoint, "store", p.store,
 		"ephemeral", p.ephemeral, "backstore", d.objs.Info().Kind, "passthrough", srv.Passthrough())
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	go func() {
 		for s := range sigs {
 			d.shutdown("signal " + s.String())
