@@ -1,0 +1,463 @@
+package integration
+
+// Checklist items 5–9 (DESIGN.md): when copy-up happens, how much it
+// copies, what it preserves, and what open files see across it.
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// fourMiB is a lower file large enough that copying its data shows in
+// the backstore's usage.
+var fourMiB = strings.Repeat("0123456789abcdef", 1<<18)
+
+// copyLimit is how much a copy-up that must copy no data may still add
+// to the backstore (metadata, an empty object).
+const copyLimit = 256 << 10
+
+// Checklist 5: read-only opens never copy up.
+func TestReadOnlyAccessDoesNotCopyUp(t *testing.T) {
+	m := newMount(t, withStore(filepath.Join(t.TempDir(), "store")), withLower(
+		lowerFile("big", fourMiB, withXattr("user.a", "b")),
+		lowerSymlink("link", "big"),
+		lowerFile("d/x", "x"),
+		lowerSparse("sparse", 64<<20, map[int64]string{0: "a", 32 << 20: "b"}),
+	))
+	objects0, bytes0 := m.backstoreUsage()
+	st0, _ := m.fetchStatus()
+
+	if got := readFile(t, m.path("big")); got != fourMiB {
+		t.Errorf("big read back differs from the lower file")
+	}
+	if got := readFile(t, m.path("link")); got != fourMiB {
+		t.Errorf("read through a symlink differs")
+	}
+	f, err := os.Open(m.path("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mm, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Errorf("mmap read-only: %v", err)
+	} else {
+		if string(mm[:16]) != fourMiB[:16] {
+			t.Errorf("mapped %q, want %q", mm[:16], fourMiB[:16])
+		}
+		unix.Munmap(mm)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+		t.Errorf("flock on a read-only fd: %v", err)
+	}
+	var st unix.Stat_t
+	unix.Fstat(int(f.Fd()), &st)
+	f.Close()
+	os.Readlink(m.path("link"))
+	getXattr(m.path("big"), "user.a")
+	listXattrs(m.path("big"))
+	listDir(t, m.path("d"))
+	unix.Access(m.path("big"), unix.R_OK|unix.W_OK)
+	if fd, err := unix.Open(m.path("sparse"), unix.O_RDONLY, 0); err == nil {
+		if off, err := unix.Seek(fd, 0, unix.SEEK_HOLE); err != nil || off >= 32<<20 {
+			t.Errorf("SEEK_HOLE on a lower sparse file = %d, %s; want a hole before 32 MiB", off, errName(err))
+		}
+		unix.Close(fd)
+	}
+	if fd, err := unix.Open(m.path("d/x"), unix.O_PATH, 0); err == nil {
+		unix.Close(fd)
+	}
+
+	objects, bytes := m.backstoreUsage()
+	if objects != objects0 || bytes != bytes0 {
+		t.Errorf("read-only access changed the backstore: %d objects, %d bytes -> %d objects, %d bytes; want no copy-up",
+			objects0, bytes0, objects, bytes)
+	}
+	if st, err := m.fetchStatus(); err == nil && st.Objects != st0.Objects {
+		t.Errorf("status: objects %d -> %d after read-only access, want unchanged", st0.Objects, st.Objects)
+	}
+}
+
+// Checklist 5 and 6: write-open, truncate, chmod, chown, utimens, xattr
+// set/remove, link and rename copy up; the metadata changes and O_TRUNC
+// copy no data; every change survives a remount.
+func TestWhatCopiesUp(t *testing.T) {
+	names := []string{"wronly", "rdwr", "truncate", "otrunc", "truncate0", "chmod", "chown", "utimens", "setxattr", "removexattr", "link", "rename"}
+	var entries []lowerEntry
+	for _, n := range names {
+		entries = append(entries, lowerFile(n, fourMiB, withXattr("user.keep", "k"), withXattr("user.gone", "g")))
+	}
+	m := newMount(t, withStore(filepath.Join(t.TempDir(), "store")), withLower(entries...))
+
+	type change struct {
+		name   string
+		noData bool // must copy no data
+		do     func(p string) error
+		check  func(t *testing.T, p string)
+	}
+	when := ts(1400000000, 123456789)
+	changes := []change{
+		{"wronly", false, func(p string) error { return openClose(p, unix.O_WRONLY) }, nil},
+		{"rdwr", false, func(p string) error { return openClose(p, unix.O_RDWR) }, nil},
+		{"truncate", false, func(p string) error { return unix.Truncate(p, 100) }, func(t *testing.T, p string) {
+			if got := readFile(t, p); got != fourMiB[:100] {
+				t.Errorf("after truncate to 100: %d bytes, want the first 100 of the lower file", len(got))
+			}
+		}},
+		{"otrunc", true, func(p string) error { return openClose(p, unix.O_WRONLY|unix.O_TRUNC) }, func(t *testing.T, p string) {
+			if st := lstat(t, p); st.Size != 0 {
+				t.Errorf("after O_TRUNC: size %d, want 0", st.Size)
+			}
+		}},
+		{"truncate0", true, func(p string) error { return unix.Truncate(p, 0) }, func(t *testing.T, p string) {
+			if st := lstat(t, p); st.Size != 0 {
+				t.Errorf("after truncate(0): size %d, want 0", st.Size)
+			}
+		}},
+		{"chmod", true, func(p string) error { return unix.Chmod(p, 0o604) }, func(t *testing.T, p string) {
+			if st := lstat(t, p); st.Mode&0o7777 != 0o604 {
+				t.Errorf("after chmod 604: mode %o", st.Mode&0o7777)
+			}
+		}},
+		{"chown", true, func(p string) error { return unix.Chown(p, 4321, 8765) }, func(t *testing.T, p string) {
+			if st := lstat(t, p); st.Uid != 4321 || st.Gid != 8765 {
+				t.Errorf("after chown 4321:8765: %d:%d", st.Uid, st.Gid)
+			}
+		}},
+		{"utimens", true, func(p string) error {
+			return unix.UtimesNano(p, []unix.Timespec{when, when})
+		}, func(t *testing.T, p string) {
+			if st := lstat(t, p); st.Mtim != when || st.Atim != when {
+				t.Errorf("after utimens: atime %v mtime %v, want %v", st.Atim, st.Mtim, when)
+			}
+		}},
+		{"setxattr", true, func(p string) error { return unix.Setxattr(p, "user.new", []byte("v"), 0) }, func(t *testing.T, p string) {
+			if v, err := getXattr(p, "user.new"); v != "v" {
+				t.Errorf("user.new = %q (%s), want %q", v, errName(err), "v")
+			}
+		}},
+		{"removexattr", true, func(p string) error { return unix.Removexattr(p, "user.gone") }, func(t *testing.T, p string) {
+			if _, err := getXattr(p, "user.gone"); err != unix.ENODATA {
+				t.Errorf("user.gone after removexattr: %s, want ENODATA", errName(err))
+			}
+		}},
+		{"link", false, func(p string) error { return unix.Link(p, p+".2") }, func(t *testing.T, p string) {
+			if a, b := lstat(t, p), lstat(t, p+".2"); a.Ino != b.Ino || a.Nlink != 2 {
+				t.Errorf("after link: inos %d, %d nlink %d; want one inode with nlink 2", a.Ino, b.Ino, a.Nlink)
+			}
+		}},
+		{"rename", false, func(p string) error { return unix.Rename(p, p+".moved") }, func(t *testing.T, p string) {
+			if got := readFile(t, p+".moved"); got != fourMiB {
+				t.Errorf("renamed file's content differs")
+			}
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != unix.ENOENT {
+				t.Errorf("rename source: lstat = %s, want ENOENT", errName(err))
+			}
+		}},
+	}
+	for _, c := range changes {
+		t.Run(c.name, func(t *testing.T) {
+			p := m.path(c.name)
+			_, before := m.backstoreUsage()
+			if err := c.do(p); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			_, after := m.backstoreUsage()
+			if c.noData && after-before > copyLimit {
+				t.Errorf("%s grew the backstore by %d bytes: it copied the data (want no data copied)", c.name, after-before)
+			}
+			if c.check != nil {
+				c.check(t, p)
+			}
+			if c.name != "removexattr" && c.name != "rename" && c.name != "truncate0" && c.name != "otrunc" {
+				if v, err := getXattr(pathAfter(c.name, p), "user.keep"); v != "k" {
+					t.Errorf("user.keep after %s = %q (%s), want %q", c.name, v, errName(err), "k")
+				}
+			}
+		})
+	}
+	t.Run("after remount", func(t *testing.T) {
+		m.remount()
+		for _, c := range changes {
+			if c.check != nil {
+				c.check(t, m.path(c.name))
+			}
+		}
+	})
+}
+
+func pathAfter(name, p string) string {
+	if name == "rename" {
+		return p + ".moved"
+	}
+	return p
+}
+
+func openClose(p string, flags int) error {
+	fd, err := unix.Open(p, flags, 0)
+	if err != nil {
+		return err
+	}
+	return unix.Close(fd)
+}
+
+// Checklist 6: copy-up is atomic and happens once under concurrency.
+func TestConcurrentCopyUp(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("append", fourMiB), lowerFile("pwrite", fourMiB)))
+	objects0, _ := m.backstoreUsage()
+	const n = 32
+	t.Run("appends", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				f, err := os.OpenFile(m.path("append"), os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					t.Errorf("open %d: %v", i, err)
+					return
+				}
+				defer f.Close()
+				if _, err := fmt.Fprintf(f, "line %02d\n", i); err != nil {
+					t.Errorf("append %d: %v", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+		got := readFile(t, m.path("append"))
+		if !strings.HasPrefix(got, fourMiB) {
+			t.Fatalf("after %d concurrent appends: the lower content is not intact at the start (%d bytes)", n, len(got))
+		}
+		lines := strings.Split(strings.TrimSuffix(got[len(fourMiB):], "\n"), "\n")
+		sort.Strings(lines)
+		var want []string
+		for i := range n {
+			want = append(want, fmt.Sprintf("line %02d", i))
+		}
+		if !equalStrings(lines, want) {
+			t.Errorf("after %d concurrent appends: lines %q, want each of %q once", n, lines, want)
+		}
+	})
+	t.Run("pwrites", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				f, err := os.OpenFile(m.path("pwrite"), os.O_RDWR, 0)
+				if err != nil {
+					t.Errorf("open %d: %v", i, err)
+					return
+				}
+				defer f.Close()
+				if _, err := f.WriteAt(bytes.Repeat([]byte{byte('A' + i)}, 100), int64(i)*100000); err != nil {
+					t.Errorf("pwrite %d: %v", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+		got := readFile(t, m.path("pwrite"))
+		want := []byte(fourMiB)
+		for i := range n {
+			copy(want[i*100000:], bytes.Repeat([]byte{byte('A' + i)}, 100))
+		}
+		if got != string(want) {
+			t.Errorf("after %d concurrent pwrites into one copy-up: content differs at byte %d", n, firstDiff(got, string(want)))
+		}
+	})
+	if objects, _ := m.backstoreUsage(); objects != objects0+2 {
+		t.Errorf("backstore objects %d -> %d, want +2 (each file copied up once)", objects0, objects)
+	}
+}
+
+func firstDiff(a, b string) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// Checklist 7: copy-up preserves mode (incl. setuid and setgid), owner,
+// nanosecond times, xattrs (user.* and trusted.*) and holes; the
+// parent's mtime does not change.
+func TestCopyUpPreserves(t *testing.T) {
+	atime, mtime := ts(1500000000, 123456789), ts(1600000000, 987654321)
+	m := newMount(t, withLower(
+		lowerDir("d", withTimes(ts(1400000000, 111), ts(1400000001, 222))),
+		lowerSparse("d/sparse", 1<<30, map[int64]string{0: "head", 512 << 20: "middle"},
+			withOwner(1234, 5678), withMode(0o6755), withTimes(atime, mtime),
+			withXattr("user.color", "blue"), withXattr("trusted.t", "tv")),
+		lowerFile("d/meta", "meta", withOwner(1234, 5678), withMode(0o2750), withTimes(atime, mtime),
+			withXattr("user.color", "red"), withXattr("trusted.t", "tm")),
+	))
+	dir0 := lstat(t, m.path("d"))
+	wantAttrs := func(t *testing.T, p string, mode uint32, checkMtime bool) {
+		t.Helper()
+		st := lstat(t, p)
+		if st.Mode&0o7777 != mode || st.Uid != 1234 || st.Gid != 5678 {
+			t.Errorf("%s: mode %o owner %d:%d, want %o 1234:5678", filepath.Base(p), st.Mode&0o7777, st.Uid, st.Gid, mode)
+		}
+		if st.Atim != atime {
+			t.Errorf("%s: atime %d.%09d, want %d.%09d", filepath.Base(p), st.Atim.Sec, st.Atim.Nsec, atime.Sec, atime.Nsec)
+		}
+		if checkMtime && st.Mtim != mtime {
+			t.Errorf("%s: mtime %d.%09d, want %d.%09d", filepath.Base(p), st.Mtim.Sec, st.Mtim.Nsec, mtime.Sec, mtime.Nsec)
+		}
+	}
+	t.Run("metadata copy-up", func(t *testing.T) {
+		if err := unix.Setxattr(m.path("d/meta"), "user.added", []byte("x"), 0); err != nil {
+			t.Fatal(err)
+		}
+		wantAttrs(t, m.path("d/meta"), 0o2750, true)
+		for name, want := range map[string]string{"user.color": "red", "trusted.t": "tm", "user.added": "x"} {
+			if v, err := getXattr(m.path("d/meta"), name); v != want {
+				t.Errorf("%s = %q (%s), want %q", name, v, errName(err), want)
+			}
+		}
+	})
+	t.Run("data copy-up", func(t *testing.T) {
+		if err := openClose(m.path("d/sparse"), unix.O_RDWR); err != nil {
+			t.Fatal(err)
+		}
+		wantAttrs(t, m.path("d/sparse"), 0o6755, true) // opening for writing changes no time
+		f, err := os.OpenFile(m.path("d/sparse"), os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte("X"), 100); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		wantAttrs(t, m.path("d/sparse"), 0o6755, false) // root (CAP_FSETID) keeps setuid/setgid on write
+		for name, want := range map[string]string{"user.color": "blue", "trusted.t": "tv"} {
+			if v, err := getXattr(m.path("d/sparse"), name); v != want {
+				t.Errorf("%s = %q (%s), want %q", name, v, errName(err), want)
+			}
+		}
+		st := lstat(t, m.path("d/sparse"))
+		if st.Size != 1<<30 {
+			t.Errorf("size %d, want %d", st.Size, 1<<30)
+		}
+		if st.Blocks > 2048 {
+			t.Errorf("st_blocks %d after copy-up of a 1 GiB file with two data blocks: the holes were filled (want <= 2048)", st.Blocks)
+		}
+		if _, bytes := m.backstoreUsage(); bytes > 1<<20 {
+			t.Errorf("backstore holds %d bytes after copy-up of a sparse file with two data blocks: the holes were filled", bytes)
+		}
+		fd, err := unix.Open(m.path("d/sparse"), unix.O_RDONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		hole, err := unix.Seek(fd, 0, unix.SEEK_HOLE)
+		if err != nil || hole == 0 || hole >= 512<<20 {
+			t.Errorf("SEEK_HOLE from 0 = %d, %s; want a hole after the first block", hole, errName(err))
+		}
+		if data, err := unix.Seek(fd, hole, unix.SEEK_DATA); err != nil || data != 512<<20 {
+			t.Errorf("SEEK_DATA from %d = %d, %s; want %d", hole, data, errName(err), 512<<20)
+		}
+		buf := make([]byte, 6)
+		unix.Pread(fd, buf, 512<<20)
+		if string(buf) != "middle" {
+			t.Errorf("data after the hole = %q, want %q", buf, "middle")
+		}
+		unix.Pread(fd, buf, 0)
+		if string(buf[:4]) != "head" {
+			t.Errorf("first bytes = %q, want %q", buf[:4], "head")
+		}
+		unix.Pread(fd, buf[:1], 100)
+		if buf[0] != 'X' {
+			t.Errorf("byte 100 = %q, want %q", buf[0], 'X')
+		}
+	})
+	t.Run("parent mtime unchanged", func(t *testing.T) {
+		if dir := lstat(t, m.path("d")); dir.Mtim != dir0.Mtim {
+			t.Errorf("d's mtime %d.%09d -> %d.%09d after copy-ups inside it, want unchanged", dir0.Mtim.Sec, dir0.Mtim.Nsec, dir.Mtim.Sec, dir.Mtim.Nsec)
+		}
+	})
+}
+
+// Checklist 9 (★ with passthrough): a descriptor opened before copy-up
+// sees the data written after it; the write never reaches the lower
+// file (DESIGN.md: with passthrough an inode has one backing file).
+func TestOpenBeforeCopyUpSeesLaterWrites(t *testing.T) {
+	m := newMount(t, withLower(
+		lowerFile("read-then-write", "lower data, lower data"),
+		lowerFile("mapped", strings.Repeat("m", 8192)),
+		lowerFile("truncated", "lower"),
+	))
+	t.Run("read fd", func(t *testing.T) {
+		r, err := os.Open(m.path("read-then-write"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		buf := make([]byte, 22)
+		if _, err := r.ReadAt(buf, 0); err != nil || string(buf) != "lower data, lower data" {
+			t.Fatalf("first read %q, %v", buf, err)
+		}
+		w, err := os.OpenFile(m.path("read-then-write"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.WriteAt([]byte("UPPER"), 0); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if _, err := r.ReadAt(buf, 0); err != nil || string(buf) != "UPPER data, lower data" {
+			t.Errorf("fd opened before copy-up reads %q (%v), want %q", buf, err, "UPPER data, lower data")
+		}
+		if got := readFile(t, m.path("read-then-write")); got != "UPPER data, lower data" {
+			t.Errorf("a new open reads %q, want %q", got, "UPPER data, lower data")
+		}
+	})
+	t.Run("read-only shared mapping", func(t *testing.T) {
+		r, err := os.Open(m.path("mapped"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		mm, err := unix.Mmap(int(r.Fd()), 0, 8192, unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Munmap(mm)
+		_ = mm[0]
+		w, err := os.OpenFile(m.path("mapped"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.WriteAt([]byte("WRITTEN"), 4096)
+		w.Close()
+		if got := string(mm[4096:4103]); got != "WRITTEN" {
+			t.Errorf("a shared mapping made before copy-up shows %q, want %q (as on a native filesystem)", got, "WRITTEN")
+		}
+	})
+	t.Run("truncate by path", func(t *testing.T) {
+		r, err := os.Open(m.path("truncated"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if err := os.Truncate(m.path("truncated"), 2); err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		unix.Fstat(int(r.Fd()), &st)
+		buf := make([]byte, 10)
+		n, _ := r.ReadAt(buf, 0)
+		if st.Size != 2 || string(buf[:n]) != "lo" {
+			t.Errorf("fd opened before truncate: fstat size %d, reads %q; want 2 and %q", st.Size, buf[:n], "lo")
+		}
+	})
+}
