@@ -159,22 +159,37 @@ func (fs *FS) statLocked(n *Node) (unix.Stat_t, error) {
 	return st, nil
 }
 
-// dirNlinkLocked is 2 plus the number of subdirectories for directories
-// that hold only upper entries; merged directories report 1, as
-// overlayfs does (find and friends treat it as "unknown").
+// dirNlinkLocked is 2 plus the number of subdirectories in the merged
+// view. For a merged directory it starts from the lower directory's
+// count and corrects it by the upper names that add, hide or replace a
+// subdirectory (overlayfs reports 1 here). A lower filesystem that does
+// not count subdirectories (nlink 1, as btrfs) keeps reporting 1.
 func (fs *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
-	if n.hasLower {
-		return 1
-	}
 	p, ok := n.pathLocked()
 	if !ok {
 		return 0
 	}
-	nl := uint64(2)
-	for _, e := range fs.dirs[p] {
+	nl := int64(2)
+	if n.hasLower {
+		var lst unix.Stat_t
+		if err := unix.Fstatat(fs.lowerFd, lowerRel(n.lower), &lst, unix.AT_SYMLINK_NOFOLLOW); err != nil || lst.Nlink < 2 {
+			return 1
+		}
+		nl = int64(lst.Nlink)
+	}
+	for name, e := range fs.dirs[p] {
 		if e.Type == branch.TypeDir {
 			nl++
 		}
+		if n.hasLower {
+			var cst unix.Stat_t
+			if unix.Fstatat(fs.lowerFd, joinPath(n.lower, name), &cst, unix.AT_SYMLINK_NOFOLLOW) == nil && cst.Mode&unix.S_IFMT == unix.S_IFDIR {
+				nl--
+			}
+		}
 	}
-	return nl
+	if nl < 2 {
+		nl = 2
+	}
+	return uint64(nl)
 }

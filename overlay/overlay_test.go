@@ -360,3 +360,26 @@ func TestReaddirDedupAndInodes(t *testing.T) {
 		eq(t, "d_ino of "+name, seen[name], st.Ino)
 	}
 }
+
+func TestMergedDirNlink(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/s1/": "", "d/s2/": "", "d/f": "f"})
+	d := e.must("d")
+	nlink := func() uint64 {
+		st, err := e.fs.Getattr(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Nlink
+	}
+	eq(t, "lower-only dir", nlink(), uint64(4))
+	e.fs.Unlink(d, "f")
+	eq(t, "merged dir after unlink of a file", nlink(), uint64(4))
+	e.fs.Mkdir(d, "s3", 0755, Caller{})
+	eq(t, "after mkdir", nlink(), uint64(5))
+	e.fs.Rmdir(d, "s1")
+	eq(t, "after rmdir of a lower subdir", nlink(), uint64(4))
+	e.fs.Rename(d, "s2", e.fs.Root(), "moved", 0)
+	eq(t, "after moving a subdir out", nlink(), uint64(3))
+	st, _ := e.fs.Getattr(e.fs.Root())
+	eq(t, "root after the move in", st.Nlink, uint64(4))
+}
