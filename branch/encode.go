@@ -6,23 +6,32 @@ import (
 	"fmt"
 )
 
+// Entry encoding 1, the value of an e/ key:
+//
+//	byte     encoding (1)
+//	byte     Type
+//	byte     flags: 1 Metacopy, 2 Opaque; other bits must be 0
+//	uvarint  Ino
+//	uvarint  len(Object), Object
+//	uvarint  len(Origin), Origin
+//	uvarint  len(Redirect), Redirect
+//
+// and nothing after. A decoder meeting a higher encoding byte reports
+// ErrIncompatible (written by a newer agentfs), anything else malformed
+// errCorrupt.
 const entryEncoding = 1
 
 const (
 	flagMetacopy = 1 << iota
 	flagOpaque
+	flagsKnown = flagMetacopy | flagOpaque
 )
 
 var errCorrupt = errors.New("corrupt entry")
 
-func (e *Entry) clone() *Entry {
-	c := *e
-	return &c
-}
-
 // Encode returns the binary form of e.
 func (e *Entry) Encode() []byte {
-	b := make([]byte, 0, 32+len(e.Object)+len(e.Origin)+len(e.Redirect))
+	b := make([]byte, 0, 3+binary.MaxVarintLen64+3+len(e.Object)+len(e.Origin)+len(e.Redirect))
 	var flags byte
 	if e.Metacopy {
 		flags |= flagMetacopy
@@ -39,30 +48,37 @@ func (e *Entry) Encode() []byte {
 	return b
 }
 
-// DecodeEntry parses the binary form of an entry.
+// DecodeEntry parses the binary form of an entry. It never panics: a
+// malformed value is an error.
 func DecodeEntry(b []byte) (*Entry, error) {
-	if len(b) < 3 {
+	if len(b) < 4 {
 		return nil, fmt.Errorf("%w: %d bytes", errCorrupt, len(b))
 	}
 	if b[0] != entryEncoding {
+		if b[0] > entryEncoding {
+			return nil, fmt.Errorf("entry encoding %d is newer than this agentfs reads (%d): use a newer agentfs: %w", b[0], entryEncoding, ErrIncompatible)
+		}
 		return nil, fmt.Errorf("%w: encoding %d", errCorrupt, b[0])
 	}
 	e := &Entry{Type: Type(b[1])}
 	if e.Type > TypeBlock {
 		return nil, fmt.Errorf("%w: type %d", errCorrupt, b[1])
 	}
+	if b[2]&^flagsKnown != 0 {
+		return nil, fmt.Errorf("%w: flags %#x", errCorrupt, b[2])
+	}
 	e.Metacopy = b[2]&flagMetacopy != 0
 	e.Opaque = b[2]&flagOpaque != 0
 	b = b[3:]
 	ino, n := binary.Uvarint(b)
 	if n <= 0 {
-		return nil, fmt.Errorf("%w: inode", errCorrupt)
+		return nil, fmt.Errorf("%w: inode number", errCorrupt)
 	}
 	e.Ino, b = ino, b[n:]
 	for _, s := range []*string{&e.Object, &e.Origin, &e.Redirect} {
 		l, n := binary.Uvarint(b)
 		if n <= 0 || l > uint64(len(b)-n) {
-			return nil, fmt.Errorf("%w: string", errCorrupt)
+			return nil, fmt.Errorf("%w: string length", errCorrupt)
 		}
 		*s = string(b[n : n+int(l)])
 		b = b[n+int(l):]

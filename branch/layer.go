@@ -1,81 +1,187 @@
 package branch
 
 import (
-	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
+
+// layerEncoding is the leading byte of a layer record.
+const layerEncoding = 1
 
 // Layer is one branch's entries.
 type Layer struct {
 	s      *Store
 	name   string
-	prefix []byte // e/<id>/
+	id     uint64
+	prefix []byte // e/<id>: the root entry's key, and every entry's prefix
 }
 
-// Layer returns the branch called name.
+func encodeLayer(id uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{layerEncoding}, id)
+}
+
+func decodeLayer(b []byte) (uint64, error) {
+	switch {
+	case len(b) > 0 && b[0] > layerEncoding:
+		return 0, fmt.Errorf("layer record encoding %d is newer than this agentfs reads (%d): use a newer agentfs: %w", b[0], layerEncoding, ErrIncompatible)
+	case len(b) != 9 || b[0] != layerEncoding:
+		return 0, fmt.Errorf("corrupt layer record (% x)", b)
+	}
+	return binary.BigEndian.Uint64(b[1:]), nil
+}
+
+// Layer returns the branch called name; ErrNotFound if there is none.
+// "main" always exists.
 func (s *Store) Layer(name string) (*Layer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l := s.layers[name]; l != nil {
 		return l, nil
 	}
-	var id []byte
-	err := s.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get([]byte("layer/" + name))
-		if err != nil {
-			return err
-		}
-		id, err = it.ValueCopy(nil)
+	var rec []byte
+	err := s.view(func(txn *badger.Txn) error {
+		var err error
+		rec, err = getValue(txn, layerKey(name))
 		return err
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, fmt.Errorf("branch %q: %w", name, ErrNotFound)
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("branch %q: %w", name, err)
 	}
-	l := &Layer{s: s, name: name, prefix: append([]byte("e/"+string(id)), '/')}
+	id, err := decodeLayer(rec)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: branch %q: %w", s.dir, name, err)
+	}
+	l := &Layer{s: s, name: name, id: id, prefix: layerPrefix(id)}
 	s.layers[name] = l
 	return l, nil
 }
 
-// ensureLayer creates the branch name if it does not exist.
-func (s *Store) ensureLayer(name string) (*Layer, error) {
-	err := s.db.Update(func(txn *badger.Txn) error {
-		key := []byte("layer/" + name)
-		if _, err := txn.Get(key); err == nil {
-			return nil
-		} else if !errors.Is(err, badger.ErrKeyNotFound) {
-			return err
+// Layers returns the names of all branches, sorted.
+func (s *Store) Layers() ([]string, error) {
+	var names []string
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: layerPfx})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			names = append(names, string(it.Item().Key()[len(layerPfx):]))
 		}
-		var id [8]byte
-		rand.Read(id[:])
-		return txn.Set(key, []byte(fmt.Sprintf("%x", id)))
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("branch %q: %w", name, err)
+		return nil, fmt.Errorf("store %s: listing branches: %w", s.dir, err)
 	}
-	return s.Layer(name)
+	return names, nil
+}
+
+// ensureLayer creates the branch name, with a new layer id, if it does
+// not exist.
+func (s *Store) ensureLayer(name string) error {
+	err := s.update(func(txn *badger.Txn) ([]op, error) {
+		if _, err := txn.Get(layerKey(name)); err == nil {
+			return nil, nil
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return nil, err
+		}
+		v, err := getValue(txn, layerSeq)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", layerSeq, err)
+		}
+		if len(v) != 8 {
+			return nil, fmt.Errorf("corrupt %s (% x)", layerSeq, v)
+		}
+		id := binary.BigEndian.Uint64(v)
+		return []op{
+			{key: layerSeq, val: binary.BigEndian.AppendUint64(nil, id+1)},
+			{key: layerKey(name), val: encodeLayer(id)},
+		}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("store %s: creating branch %q: %w", s.dir, name, err)
+	}
+	return nil
 }
 
 // Name returns the branch name.
 func (l *Layer) Name() string { return l.name }
 
+// key returns the key of the entry at a valid path.
 func (l *Layer) key(path string) []byte {
-	return append(append([]byte{}, l.prefix...), path...)
+	return appendPath(slices.Clip(l.prefix), path)
 }
 
-// Load calls fn with every entry of the layer, in path order.
+// Get returns the entry at path; ErrNotFound if the layer has none.
+func (l *Layer) Get(path string) (*Entry, error) {
+	if err := checkPath(path); err != nil {
+		return nil, fmt.Errorf("branch %q: %w", l.name, err)
+	}
+	var e *Entry
+	err := l.s.view(func(txn *badger.Txn) error {
+		item, err := txn.Get(l.key(path))
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			e, err = DecodeEntry(v)
+			return err
+		})
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("branch %q: entry %q: %w", l.name, path, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("branch %q: entry %q: %w", l.name, path, err)
+	}
+	return e, nil
+}
+
+// Load calls fn with every entry of the layer, in path order: parents
+// before children, each directory followed by its whole subtree,
+// siblings in byte order of their names (see "Paths in keys" in the
+// package doc). It reads one consistent state: commits made while it
+// runs (fn may commit) are not seen. An error from fn stops Load and is
+// returned as is.
 func (l *Layer) Load(fn func(path string, e *Entry) error) error {
-	return l.s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: l.prefix, PrefetchValues: true, PrefetchSize: 256})
+	return l.walk(l.prefix, false, fn)
+}
+
+// Children calls fn with each entry directly inside the directory dir
+// ("" for the root), in byte order of their names. It reads one
+// consistent state, as Load does.
+func (l *Layer) Children(dir string, fn func(name string, e *Entry) error) error {
+	if err := checkPath(dir); err != nil {
+		return fmt.Errorf("branch %q: %w", l.name, err)
+	}
+	return l.walk(append(l.key(dir), 0), true, func(p string, e *Entry) error {
+		return fn(p[len(dir)+min(len(dir), 1):], e)
+	})
+}
+
+// walk visits the entries whose keys start with prefix; with
+// childrenOnly, only those one component below prefix (whose key has no
+// 0x00 after the prefix), seeking past each child's subtree.
+func (l *Layer) walk(prefix []byte, childrenOnly bool, fn func(path string, e *Entry) error) error {
+	var ferr error // fn's error, returned unwrapped
+	err := l.s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 64})
 		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
+		for it.Rewind(); it.Valid(); {
 			item := it.Item()
-			path := string(item.Key()[len(l.prefix):])
+			k := item.Key()
+			if childrenOnly && slices.Contains(k[len(prefix):], 0) {
+				// Only reached when a directory's entry is missing
+				// (children without their parent): skip the subtree
+				// below that child.
+				it.Seek(subtreeEnd(k, len(prefix)))
+				continue
+			}
+			path := pathOf(k[len(l.prefix):])
 			var e *Entry
 			if err := item.Value(func(v []byte) error {
 				var err error
@@ -85,80 +191,30 @@ func (l *Layer) Load(fn func(path string, e *Entry) error) error {
 				return fmt.Errorf("entry %q: %w", path, err)
 			}
 			if err := fn(path, e); err != nil {
+				ferr = err
 				return err
 			}
+			if childrenOnly {
+				// Skip this child's subtree: its keys are key+0x00...
+				it.Seek(append(item.KeyCopy(nil), 1))
+				continue
+			}
+			it.Next()
 		}
 		return nil
 	})
+	if ferr != nil {
+		return ferr
+	}
+	if err != nil {
+		return fmt.Errorf("branch %q: %w", l.name, err)
+	}
+	return nil
 }
 
-// Get returns the entry at path.
-func (l *Layer) Get(path string) (*Entry, error) {
-	var e *Entry
-	err := l.s.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(l.key(path))
-		if err != nil {
-			return err
-		}
-		return it.Value(func(v []byte) error {
-			e, err = DecodeEntry(v)
-			return err
-		})
-	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, fmt.Errorf("entry %q: %w", path, ErrNotFound)
-	}
-	return e, err
-}
-
-// Batch collects entry changes for one atomic Commit. Later changes to
-// a path replace earlier ones.
-type Batch struct {
-	ops   map[string]*Entry // nil value: delete
-	order []string
-}
-
-// Put records e at path.
-func (b *Batch) Put(path string, e *Entry) {
-	b.set(path, e.clone())
-}
-
-// Delete removes the entry at path.
-func (b *Batch) Delete(path string) { b.set(path, nil) }
-
-func (b *Batch) set(path string, e *Entry) {
-	if b.ops == nil {
-		b.ops = map[string]*Entry{}
-	}
-	if _, ok := b.ops[path]; !ok {
-		b.order = append(b.order, path)
-	}
-	b.ops[path] = e
-}
-
-// Len is the number of paths the batch changes.
-func (b *Batch) Len() int { return len(b.order) }
-
-// Commit applies the batch atomically.
-func (l *Layer) Commit(b *Batch) error {
-	if l.s.ro {
-		return ErrReadOnly
-	}
-	txn := l.s.db.NewTransaction(true)
-	defer txn.Discard()
-	for _, p := range b.order {
-		var err error
-		if e := b.ops[p]; e != nil {
-			err = txn.Set(l.key(p), e.Encode())
-		} else {
-			err = txn.Delete(l.key(p))
-		}
-		if err != nil {
-			if errors.Is(err, badger.ErrTxnTooBig) {
-				return fmt.Errorf("branch %q: a change of %d entries is more than one transaction holds: %w", l.name, b.Len(), err)
-			}
-			return err
-		}
-	}
-	return txn.Commit()
+// subtreeEnd returns the first key after the subtree of the child whose
+// component starts at k[start:].
+func subtreeEnd(k []byte, start int) []byte {
+	end := start + slices.Index(k[start:], 0)
+	return append(slices.Clone(k[:end]), 1)
 }

@@ -1,243 +1,201 @@
 package branch
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	badger "github.com/dgraph-io/badger/v4"
-	"golang.org/x/sys/unix"
 )
 
-// FormatVersion is the store format this build reads and writes.
-const FormatVersion = 1
-
-// Errors that callers test with errors.Is.
+// Errors that callers test with errors.Is. Every error returned by this
+// package that wraps one of them also names the thing concerned.
 var (
 	ErrNotFound     = errors.New("not found")
-	ErrLocked       = errors.New("store is locked")
+	ErrLocked       = errors.New("store is in use")
 	ErrIncompatible = errors.New("incompatible store format")
-	ErrReadOnly     = errors.New("store is read-only")
+	ErrReadOnly     = errors.New("store is open read-only")
+	ErrInvalidPath  = errors.New("invalid path")
+	ErrClosed       = errors.New("store is closed")
 )
 
 // Options configure Open.
 type Options struct {
-	Dir      string // badger lives in Dir/meta, the lock is Dir/lock
-	InMemory bool   // tests: no files, no lock
-	ReadOnly bool   // inspect without the writer lock
-	Logger   *slog.Logger
+	// Dir is the store directory: badger lives in Dir/meta, the writer
+	// lock is Dir/lock. Other files in Dir are left alone.
+	Dir string
+	// InMemory keeps everything in memory (tests): no Dir, no lock.
+	InMemory bool
+	// ReadOnly opens an existing store for inspection: no writer lock
+	// (a shared one instead), no writes, badger read-only.
+	ReadOnly bool
+	// Logger receives badger's own logging (at debug level, errors at
+	// error level). nil discards it.
+	Logger *slog.Logger
+
+	// memTableSize overrides the badger memtable size (tests use a small
+	// one to force split commits); 0 means the default.
+	memTableSize int64
 }
 
 // Store is an open metadata store.
 type Store struct {
 	db   *badger.DB
-	dir  string
+	dir  string // for messages; "(in memory)" for in-memory stores
 	lock *os.File
-	ino  *badger.Sequence
 	ro   bool
+	log  *slog.Logger
 
+	closed atomic.Bool
+
+	// mu guards layers.
 	mu     sync.Mutex
 	layers map[string]*Layer
+
+	// inoMu guards the leased inode block [inoNext, inoEnd).
+	inoMu   sync.Mutex
+	inoNext uint64
+	inoEnd  uint64
+
+	// commitMu serializes commits and guards nextTs and broken.
+	commitMu sync.Mutex
+	nextTs   uint64 // timestamp of the next commit
+	broken   error  // set when a failed split commit could not be rolled back
+
+	// tsMu guards readTs and readers, and orders SetDiscardTs calls.
+	tsMu    sync.Mutex
+	readTs  uint64         // every commit at or below it is complete
+	readers map[uint64]int // read timestamps in use → count
 }
 
-// Open opens (creating if needed) the store.
+// Open opens the store, creating it (and Dir) if needed. A new store
+// has the branch "main".
 func Open(o Options) (*Store, error) {
-	s := &Store{dir: o.Dir, ro: o.ReadOnly, layers: map[string]*Layer{}}
-	var bo badger.Options
-	if o.InMemory {
-		bo = badger.DefaultOptions("").WithInMemory(true)
-	} else {
-		if err := os.MkdirAll(o.Dir, 0700); err != nil {
-			return nil, fmt.Errorf("store %s: %w", o.Dir, err)
-		}
-		if !o.ReadOnly {
-			if err := s.takeLock(); err != nil {
-				return nil, err
-			}
-		}
-		bo = badger.DefaultOptions(filepath.Join(o.Dir, "meta")).WithReadOnly(o.ReadOnly)
+	s := &Store{dir: o.Dir, ro: o.ReadOnly, log: o.Logger, layers: map[string]*Layer{}, readers: map[uint64]int{}}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
 	}
-	bo = bo.WithLogger(badgerLogger{o.Logger}).
-		WithMemTableSize(8 << 20).
-		WithNumMemtables(2).
-		WithBlockCacheSize(8 << 20).
-		WithIndexCacheSize(4 << 20).
-		WithValueLogFileSize(64 << 20).
-		WithNumLevelZeroTables(2).
-		WithNumLevelZeroTablesStall(8).
-		WithSyncWrites(false).
-		WithDetectConflicts(false)
-	db, err := badger.Open(bo)
-	if err != nil {
-		s.unlock()
-		return nil, fmt.Errorf("store %s: opening metadata: %w", o.Dir, err)
-	}
-	s.db = db
-	if err := s.checkFormat(); err != nil {
-		s.Close()
-		return nil, err
-	}
-	if !o.ReadOnly {
-		if s.ino, err = db.GetSequence([]byte("seq/ino"), 1024); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("store %s: %w", o.Dir, err)
-		}
-		if _, err := s.ensureLayer("main"); err != nil {
-			s.Close()
+	switch {
+	case o.InMemory && o.ReadOnly:
+		return nil, errors.New("store: an in-memory store cannot be opened read-only")
+	case o.InMemory:
+		s.dir = "(in memory)"
+	case o.Dir == "":
+		return nil, errors.New("store: no directory given")
+	case o.ReadOnly:
+		if err := s.lockShared(); err != nil {
 			return nil, err
 		}
+	default:
+		if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("store %s: %w", o.Dir, err)
+		}
+		if err := s.lockExclusive(); err != nil {
+			return nil, err
+		}
+	}
+	db, err := badger.OpenManaged(badgerOptions(o))
+	if err != nil {
+		s.unlock()
+		// badger flattens its errors into text: errors.Is cannot see this one.
+		if o.ReadOnly && strings.Contains(err.Error(), badger.ErrTruncateNeeded.Error()) {
+			return nil, fmt.Errorf("store %s was not closed cleanly and cannot be read until it is recovered: mount it (or open it writable) once, then retry: %w", s.dir, err)
+		}
+		return nil, fmt.Errorf("store %s: opening the metadata in %s: %w", s.dir, s.metaDir(), err)
+	}
+	s.db = db
+	if err := s.start(); err != nil {
+		s.Close()
+		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Store) takeLock() error {
-	p := filepath.Join(s.dir, "lock")
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0600)
-	if err != nil {
-		return fmt.Errorf("store %s: %w", s.dir, err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		b, _ := os.ReadFile(p)
-		f.Close()
-		holder := strings.TrimSpace(string(b))
-		if holder == "" {
-			holder = "another process"
-		} else {
-			holder = "pid " + holder
-		}
-		return fmt.Errorf("store %s is in use by %s: unmount the other mount first, or use another --store: %w", s.dir, holder, ErrLocked)
-	}
-	f.Truncate(0)
-	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	s.lock = f
-	return nil
-}
-
-func (s *Store) unlock() {
-	if s.lock != nil {
-		s.lock.Close()
-		s.lock = nil
-	}
-}
-
-func (s *Store) checkFormat() error {
-	var found uint32
-	err := s.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get([]byte("format"))
-		if err != nil {
-			return err
-		}
-		return it.Value(func(v []byte) error {
-			if len(v) != 4 {
-				return fmt.Errorf("format key has %d bytes", len(v))
-			}
-			found = binary.BigEndian.Uint32(v)
-			return nil
-		})
-	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		if s.ro {
-			return fmt.Errorf("store %s has no metadata: %w", s.dir, ErrNotFound)
-		}
-		return s.db.Update(func(txn *badger.Txn) error {
-			v := binary.BigEndian.AppendUint32(nil, FormatVersion)
-			return txn.Set([]byte("format"), v)
-		})
-	}
-	if err != nil {
-		return fmt.Errorf("store %s: reading the format version: %w", s.dir, err)
-	}
-	if found != FormatVersion {
-		age := "a newer"
-		if found < FormatVersion {
-			age = "an older"
-		}
-		return fmt.Errorf("store %s has format version %d, this agentfs reads version %d: it was written by %s agentfs; use that version, or start a new store: %w",
-			s.dir, found, FormatVersion, age, ErrIncompatible)
-	}
-	return nil
-}
-
-// SetFormatVersionForTest rewrites the store's format version, so that
-// tests can check how an incompatible store is refused.
-func (s *Store) SetFormatVersionForTest(v uint32) error {
-	return s.db.Update(func(txn *badger.Txn) error {
-		return txn.Set([]byte("format"), binary.BigEndian.AppendUint32(nil, v))
-	})
-}
-
-// Close closes the store and releases the writer lock.
+// Close closes the store and releases the writer lock. It is safe to
+// call more than once.
 func (s *Store) Close() error {
-	var err error
-	if s.ino != nil {
-		s.ino.Release()
-		s.ino = nil
+	if s.closed.Swap(true) {
+		return nil
 	}
+	var err error
 	if s.db != nil {
-		err = s.db.Close()
-		s.db = nil
+		if cerr := s.db.Close(); cerr != nil {
+			err = fmt.Errorf("store %s: closing: %w", s.dir, cerr)
+		}
 	}
 	s.unlock()
 	return err
 }
 
-// Sync makes every committed change durable.
-func (s *Store) Sync() error { return s.db.Sync() }
+// Sync makes every committed change durable (it survives a power loss,
+// not only the death of the process).
+func (s *Store) Sync() error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if err := s.db.Sync(); err != nil {
+		return fmt.Errorf("store %s: sync: %w", s.dir, err)
+	}
+	return nil
+}
 
-// AllocIno returns a new inode number, never handed out before in this
-// store: (1<<63) | n.
-func (s *Store) AllocIno() (uint64, error) {
-	if s.ino == nil {
-		return 0, ErrReadOnly
+// usable returns an error when the store is closed.
+func (s *Store) usable() error {
+	if s.closed.Load() {
+		return fmt.Errorf("store %s: %w", s.dir, ErrClosed)
 	}
-	n, err := s.ino.Next()
-	if err != nil {
-		return 0, err
+	return nil
+}
+
+// writable returns an error when the store may not be written.
+func (s *Store) writable() error {
+	if err := s.usable(); err != nil {
+		return err
 	}
-	return 1<<63 | (n + 1), nil
+	if s.ro {
+		return fmt.Errorf("store %s: %w", s.dir, ErrReadOnly)
+	}
+	return nil
 }
 
 // SetInfo records a store-level fact.
 func (s *Store) SetInfo(key string, val []byte) error {
-	if s.ro {
-		return ErrReadOnly
+	if err := s.writable(); err != nil {
+		return err
 	}
-	return s.db.Update(func(txn *badger.Txn) error {
-		return txn.Set([]byte("info/"+key), val)
-	})
+	if err := s.apply([]op{{key: infoKey(key), val: append([]byte{}, val...)}}); err != nil {
+		return fmt.Errorf("info %q: %w", key, err)
+	}
+	return nil
 }
 
-// Info returns a store-level fact, ErrNotFound when unset.
+// Info returns a store-level fact; ErrNotFound when unset.
 func (s *Store) Info(key string) ([]byte, error) {
 	var out []byte
-	err := s.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get([]byte("info/" + key))
-		if err != nil {
-			return err
-		}
-		out, err = it.ValueCopy(nil)
+	err := s.view(func(txn *badger.Txn) error {
+		var err error
+		out, err = getValue(txn, infoKey(key))
 		return err
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, fmt.Errorf("info %q: %w", key, ErrNotFound)
 	}
-	return out, err
-}
-
-type badgerLogger struct{ l *slog.Logger }
-
-func (b badgerLogger) log(level slog.Level, f string, a ...any) {
-	if b.l != nil {
-		b.l.Log(nil, level, "badger: "+strings.TrimSpace(fmt.Sprintf(f, a...)))
+	if err != nil {
+		return nil, fmt.Errorf("info %q: %w", key, err)
 	}
+	return out, nil
 }
-func (b badgerLogger) Errorf(f string, a ...any)   { b.log(slog.LevelError, f, a...) }
-func (b badgerLogger) Warningf(f string, a ...any) { b.log(slog.LevelWarn, f, a...) }
-func (b badgerLogger) Infof(f string, a ...any)    { b.log(slog.LevelDebug, f, a...) }
-func (b badgerLogger) Debugf(f string, a ...any)   { b.log(slog.LevelDebug, f, a...) }
+
+// getValue returns a copy of the value at key (badger.ErrKeyNotFound if
+// there is none).
+func getValue(txn *badger.Txn, key []byte) ([]byte, error) {
+	item, err := txn.Get(key)
+	if err != nil {
+		return nil, err
+	}
+	return item.ValueCopy(nil)
+}

@@ -1,0 +1,74 @@
+package branch
+
+import "fmt"
+
+// Batch collects entry changes for one atomic Commit. A later change
+// to a path replaces an earlier one. The zero Batch is empty and ready
+// to use; a Batch may be reused after Reset. It is not safe for
+// concurrent use.
+type Batch struct {
+	ops   map[string]*Entry // nil value: delete
+	order []string          // paths in first-change order
+	err   error             // first invalid change, reported by Commit
+}
+
+// Put records e at path. The batch keeps a copy of e.
+func (b *Batch) Put(path string, e *Entry) {
+	if e == nil {
+		if b.err == nil {
+			b.err = fmt.Errorf("put %q: nil entry", path)
+		}
+		return
+	}
+	c := *e
+	b.set(path, &c)
+}
+
+// Delete removes the entry at path (nothing if there is none).
+func (b *Batch) Delete(path string) { b.set(path, nil) }
+
+func (b *Batch) set(path string, e *Entry) {
+	if b.ops == nil {
+		b.ops = map[string]*Entry{}
+	}
+	if _, ok := b.ops[path]; !ok {
+		b.order = append(b.order, path)
+	}
+	b.ops[path] = e
+}
+
+// Len is the number of paths the batch changes.
+func (b *Batch) Len() int { return len(b.order) }
+
+// Reset empties the batch.
+func (b *Batch) Reset() { *b = Batch{} }
+
+// Commit applies all puts and deletes of b atomically: after it
+// returns nil every change is visible (and survives the death of the
+// process; Store.Sync makes it survive a power loss), and no reader, nor
+// a crash, ever sees a part of it. On error nothing is applied. There is
+// no limit on the size of a batch (see "Batch atomicity" in the package
+// doc). b is left unchanged.
+func (l *Layer) Commit(b *Batch) error {
+	if b.err != nil {
+		return fmt.Errorf("branch %q: %w", l.name, b.err)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	ops := make([]op, 0, len(b.order))
+	for _, p := range b.order {
+		if err := checkPath(p); err != nil {
+			return fmt.Errorf("branch %q: %w", l.name, err)
+		}
+		if e := b.ops[p]; e != nil {
+			ops = append(ops, op{key: l.key(p), val: e.Encode()})
+		} else {
+			ops = append(ops, op{key: l.key(p), del: true})
+		}
+	}
+	if err := l.s.apply(ops); err != nil {
+		return fmt.Errorf("branch %q: %w", l.name, err)
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+package branch
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkCommitOne commits one entry per batch, as a namespace
+// operation of the overlay does.
+func BenchmarkCommitOne(b *testing.B) {
+	l := benchLayer(b)
+	var batch Batch
+	i := 0
+	for b.Loop() {
+		batch.Reset()
+		batch.Put(fmt.Sprintf("dir/file%08d", i), &Entry{Type: TypeFile, Ino: uint64(i), Object: "0123456789abcdef"})
+		if err := l.Commit(&batch); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkCommitParallel commits one entry per batch from several
+// goroutines (commits are serialized).
+func BenchmarkCommitParallel(b *testing.B) {
+	l := benchLayer(b)
+	b.RunParallel(func(pb *testing.PB) {
+		ino, _ := l.s.AllocIno()
+		i := 0
+		for pb.Next() {
+			var batch Batch
+			batch.Put(fmt.Sprintf("%x/file%08d", ino, i), &Entry{Type: TypeFile, Ino: uint64(i)})
+			if err := l.Commit(&batch); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}
+
+func BenchmarkGet(b *testing.B) {
+	l := benchLayer(b)
+	var batch Batch
+	for i := range 10000 {
+		batch.Put(fmt.Sprintf("dir/file%05d", i), &Entry{Type: TypeFile, Ino: uint64(i)})
+	}
+	if err := l.Commit(&batch); err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	for b.Loop() {
+		if _, err := l.Get(fmt.Sprintf("dir/file%05d", i%10000)); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+func benchLayer(b *testing.B) *Layer {
+	l, err := openMain(Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.s.Close() })
+	return l
+}

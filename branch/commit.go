@@ -1,0 +1,281 @@
+package branch
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// op is one key change of a commit: a set, or a delete when del.
+type op struct {
+	key []byte
+	val []byte
+	del bool
+}
+
+// testHookSplitPart, when set, runs after each committed part of a
+// split commit (part 1, 2, ...) and before the final transaction (part
+// -1); an error makes the commit fail there (tests of the roll-back; the
+// crash test kills the process from it).
+var testHookSplitPart func(part int) error
+
+// view runs fn in a read transaction at the current read timestamp,
+// which stays readable (above the discard timestamp) until fn returns.
+func (s *Store) view(fn func(txn *badger.Txn) error) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	ts := s.pin()
+	defer s.unpin(ts)
+	txn := s.db.NewTransactionAt(ts, false)
+	defer txn.Discard()
+	return fn(txn)
+}
+
+func (s *Store) pin() uint64 {
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	s.readers[s.readTs]++
+	return s.readTs
+}
+
+func (s *Store) unpin(ts uint64) {
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	if s.readers[ts]--; s.readers[ts] > 0 {
+		return
+	}
+	delete(s.readers, ts)
+	s.setDiscardTsLocked()
+}
+
+// publish makes every commit up to ts visible to new reads.
+func (s *Store) publish(ts uint64) {
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	s.readTs = ts
+	s.setDiscardTsLocked()
+}
+
+// setDiscardTsLocked lets compaction drop the versions no reader can
+// see: those superseded at or below the oldest read timestamp in use.
+// Requires s.tsMu.
+func (s *Store) setDiscardTsLocked() {
+	if s.ro {
+		return // badger does not compact a read-only database
+	}
+	d := s.readTs
+	for ts := range s.readers {
+		d = min(d, ts)
+	}
+	s.db.SetDiscardTs(d)
+}
+
+// apply commits ops atomically.
+func (s *Store) apply(ops []op) error {
+	return s.update(func(*badger.Txn) ([]op, error) { return ops, nil })
+}
+
+// update runs fn with a read transaction that sees every commit (no
+// other commit runs meanwhile) and commits the ops it returns
+// atomically.
+func (s *Store) update(fn func(txn *badger.Txn) ([]op, error)) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if s.broken != nil {
+		return s.broken
+	}
+	rtxn := s.db.NewTransactionAt(s.readTs, false)
+	ops, err := fn(rtxn)
+	rtxn.Discard()
+	if err != nil || len(ops) == 0 {
+		return err
+	}
+	return s.commitLocked(ops)
+}
+
+// commitLocked writes ops at the next timestamp, in one transaction if
+// they fit, else as a split commit. Requires s.commitMu.
+func (s *Store) commitLocked(ops []op) error {
+	ts := s.nextTs
+	txn := s.db.NewTransactionAt(ts-1, true)
+	for _, o := range ops {
+		if err := setOp(txn, o); err != nil {
+			txn.Discard()
+			if errors.Is(err, badger.ErrTxnTooBig) {
+				return s.commitSplitLocked(ops)
+			}
+			return fmt.Errorf("store %s: commit: %w", s.dir, err)
+		}
+	}
+	// A timestamp is never used twice, even after a failed commit.
+	s.nextTs = ts + 1
+	if err := txn.CommitAt(ts, nil); err != nil {
+		return fmt.Errorf("store %s: commit: %w", s.dir, err)
+	}
+	s.publish(ts)
+	return nil
+}
+
+// commitSplitLocked writes ops that do not fit in one transaction at
+// timestamp T in several, marking T pending until all are written (see
+// "Batch atomicity" in the package doc). Requires s.commitMu.
+func (s *Store) commitSplitLocked(ops []op) error {
+	T := s.nextTs
+	s.nextTs = T + 2
+	w := s.newPartWriter(func() uint64 { return T })
+	w.hook = testHookSplitPart
+	err := w.add(op{key: pendingKey, val: binary.BigEndian.AppendUint64(nil, T)})
+	for i := 0; err == nil && i < len(ops); i++ {
+		err = w.add(ops[i])
+	}
+	if err == nil {
+		err = w.flush()
+	}
+	if err == nil && w.hook != nil {
+		err = w.hook(-1)
+	}
+	if err == nil {
+		txn := s.db.NewTransactionAt(T, true)
+		if err = txn.Delete(pendingKey); err == nil {
+			err = txn.CommitAt(T+1, nil)
+		}
+		txn.Discard()
+	}
+	if err == nil {
+		s.publish(T + 1)
+		return nil
+	}
+	keys := make([][]byte, 0, len(ops)+1)
+	for _, o := range ops {
+		keys = append(keys, o.key)
+	}
+	keys = append(keys, pendingKey)
+	if rerr := s.rollBackLocked(T, keys); rerr != nil {
+		s.broken = fmt.Errorf("store %s: a failed commit could not be rolled back (%v), reopen the store to repair it: %w", s.dir, rerr, err)
+		return s.broken
+	}
+	return fmt.Errorf("store %s: commit of %d changes failed and was rolled back: %w", s.dir, len(ops), err)
+}
+
+// rollBackLocked undoes a torn split commit at timestamp T: each of keys
+// (which must end with pendingKey) is rewritten to its value at T-1.
+// The rewrite itself may take several transactions; it becomes visible
+// only when complete, and repeating it is harmless. Requires
+// s.commitMu, and the read timestamp must still be below T.
+func (s *Store) rollBackLocked(T uint64, keys [][]byte) error {
+	rtxn := s.db.NewTransactionAt(T-1, false)
+	defer rtxn.Discard()
+	ops := make([]op, 0, len(keys))
+	for _, k := range keys {
+		v, err := getValue(rtxn, k)
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+			ops = append(ops, op{key: k, del: true})
+		case err != nil:
+			return err
+		default:
+			ops = append(ops, op{key: k, val: v})
+		}
+	}
+	var last uint64
+	w := s.newPartWriter(func() uint64 {
+		last = s.nextTs
+		s.nextTs++
+		return last
+	})
+	for _, o := range ops {
+		if err := w.add(o); err != nil {
+			return err
+		}
+	}
+	if err := w.flush(); err != nil {
+		return err
+	}
+	s.publish(last)
+	return nil
+}
+
+// recoverLocked rolls back the split commit at T that a crash left
+// pending. Requires s.commitMu (or exclusive use of s, in Open).
+func (s *Store) recoverLocked(T uint64) error {
+	var keys [][]byte
+	txn := s.db.NewTransactionAt(s.nextTs-1, false)
+	it := txn.NewIterator(badger.IteratorOptions{AllVersions: true})
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		if item.Version() == T && string(item.Key()) != string(pendingKey) {
+			keys = append(keys, item.KeyCopy(nil))
+		}
+	}
+	it.Close()
+	txn.Discard()
+	if err := s.rollBackLocked(T, append(keys, pendingKey)); err != nil {
+		return fmt.Errorf("store %s: rolling back the commit that a crash interrupted: %w", s.dir, err)
+	}
+	s.log.Warn("rolled back a commit that a crash interrupted", "store", s.dir, "changes", len(keys), "ts", T)
+	return nil
+}
+
+func setOp(txn *badger.Txn, o op) error {
+	if o.del {
+		return txn.Delete(o.key)
+	}
+	return txn.Set(o.key, o.val)
+}
+
+// partWriter writes ops in as many transactions as they need; each
+// part is committed at the timestamp ts returns.
+type partWriter struct {
+	s     *Store
+	ts    func() uint64
+	txn   *badger.Txn
+	n     int // ops in txn
+	parts int
+	hook  func(part int) error
+}
+
+func (s *Store) newPartWriter(ts func() uint64) *partWriter {
+	return &partWriter{s: s, ts: ts}
+}
+
+func (w *partWriter) add(o op) error {
+	if w.txn == nil {
+		w.txn = w.s.db.NewTransactionAt(0, true)
+	}
+	err := setOp(w.txn, o)
+	if errors.Is(err, badger.ErrTxnTooBig) && w.n > 0 {
+		if err := w.flush(); err != nil {
+			return err
+		}
+		return w.add(o)
+	}
+	if err != nil {
+		return fmt.Errorf("key %q: %w", o.key, err)
+	}
+	w.n++
+	return nil
+}
+
+// flush commits the current part, if it holds anything.
+func (w *partWriter) flush() error {
+	if w.txn == nil {
+		return nil
+	}
+	txn := w.txn
+	w.txn, w.n = nil, 0
+	defer txn.Discard()
+	if err := txn.CommitAt(w.ts(), nil); err != nil {
+		return err
+	}
+	w.parts++
+	if w.hook != nil {
+		return w.hook(w.parts)
+	}
+	return nil
+}

@@ -1,0 +1,299 @@
+package branch
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// smallTxn makes badger transactions hold about 1,600 entries, so that
+// a few thousand changes need a split commit.
+const smallTxn = 1 << 20
+
+func init() {
+	childModes["split-crash"] = childSplitCrash
+	childModes["commits"] = childCommits
+}
+
+// setHook installs testHookSplitPart for the test.
+func setHook(t *testing.T, h func(part int) error) {
+	testHookSplitPart = h
+	t.Cleanup(func() { testHookSplitPart = nil })
+}
+
+// preState commits n entries k/i (ino 1) and old/i, and returns them.
+func preState(l *Layer, n int) error {
+	var b Batch
+	for i := range n {
+		b.Put(fmt.Sprintf("k/%05d", i), &Entry{Type: TypeFile, Ino: 1})
+		b.Put(fmt.Sprintf("old/%05d", i), &Entry{Type: TypeFile, Ino: 1})
+	}
+	return l.Commit(&b)
+}
+
+// bigChange rewrites k/*, deletes old/* and creates new/*: 3n changes.
+func bigChange(n int) *Batch {
+	var b Batch
+	for i := range n {
+		b.Put(fmt.Sprintf("k/%05d", i), &Entry{Type: TypeFile, Ino: 2})
+		b.Delete(fmt.Sprintf("old/%05d", i))
+		b.Put(fmt.Sprintf("new/%05d", i), &Entry{Type: TypeFile, Ino: 2})
+	}
+	return &b
+}
+
+// checkState verifies that the layer holds exactly preState(n) (before)
+// or preState(n) followed by bigChange(n) (after).
+func checkState(t *testing.T, l *Layer, n int, after bool) {
+	t.Helper()
+	paths, m := loadAll(t, l)
+	wantIno, wantPfx := uint64(1), "old/"
+	if after {
+		wantIno, wantPfx = 2, "new/"
+	}
+	if len(paths) != 2*n {
+		t.Errorf("%d entries, want %d (after = %v)", len(paths), 2*n, after)
+	}
+	bad := 0
+	for _, p := range paths {
+		if !strings.HasPrefix(p, "k/") && !strings.HasPrefix(p, wantPfx) || m[p].Ino != wantIno {
+			bad++
+			if bad < 5 {
+				t.Errorf("entry %s ino %d, want only k/ and %s entries with ino %d", p, m[p].Ino, wantPfx, wantIno)
+			}
+		}
+	}
+	var pending bool
+	l.s.view(func(txn *badger.Txn) error {
+		_, err := txn.Get(pendingKey)
+		pending = err == nil
+		return nil
+	})
+	if pending {
+		t.Errorf("%s is still set", pendingKey)
+	}
+}
+
+func TestSplitCommit(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, Options{Dir: dir, memTableSize: smallTxn})
+	parts := 0
+	setHook(t, func(part int) error {
+		if part > 0 {
+			parts++
+		}
+		return nil
+	})
+	l := mainLayer(t, s)
+	const n = 4000
+	if err := preState(l, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(bigChange(n)); err != nil {
+		t.Fatal(err)
+	}
+	if parts < 4 {
+		t.Errorf("%d transactions for two commits of %d and %d changes, want a split", parts, 2*n, 3*n)
+	}
+	checkState(t, l, n, true)
+	s.Close()
+	s = openDir(t, Options{Dir: dir}) // default memtable size: the format does not depend on it
+	checkState(t, mainLayer(t, s), n, true)
+}
+
+func TestSplitCommitFailureRollsBack(t *testing.T) {
+	for _, failAt := range []int{1, 3, -1} {
+		t.Run(fmt.Sprint("part", failAt), func(t *testing.T) {
+			dir := t.TempDir()
+			s := openDir(t, Options{Dir: dir, memTableSize: smallTxn})
+			l := mainLayer(t, s)
+			const n = 3000
+			if err := preState(l, n); err != nil {
+				t.Fatal(err)
+			}
+			injected := errors.New("injected I/O error")
+			setHook(t, func(part int) error {
+				if part == failAt {
+					return injected
+				}
+				return nil
+			})
+			if err := l.Commit(bigChange(n)); !errors.Is(err, injected) {
+				t.Fatalf("Commit with a failing part %d: %v, want the injected error", failAt, err)
+			}
+			testHookSplitPart = nil
+			checkState(t, l, n, false)
+			// The store goes on working.
+			var b Batch
+			b.Put("k/00000", &Entry{Type: TypeFile, Ino: 1})
+			if err := l.Commit(&b); err != nil {
+				t.Fatalf("Commit after a rolled-back commit: %v", err)
+			}
+			s.Close()
+			s = openDir(t, Options{Dir: dir})
+			checkState(t, mainLayer(t, s), n, false)
+		})
+	}
+}
+
+// childSplitCrash commits preState, then kills itself (SIGKILL) after
+// part BRANCH_TEST_PART of a split commit.
+func childSplitCrash(dir string) error {
+	l, err := openMain(Options{Dir: dir, memTableSize: smallTxn})
+	if err != nil {
+		return err
+	}
+	n, _ := strconv.Atoi(os.Getenv("BRANCH_TEST_N"))
+	if err := preState(l, n); err != nil {
+		return err
+	}
+	killAt, _ := strconv.Atoi(os.Getenv("BRANCH_TEST_PART"))
+	testHookSplitPart = func(part int) error {
+		if part == killAt {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			time.Sleep(time.Minute)
+		}
+		return nil
+	}
+	if err := l.Commit(bigChange(n)); err != nil {
+		return err
+	}
+	fmt.Println("committed")
+	return nil
+}
+
+func TestCrashDuringSplitCommit(t *testing.T) {
+	const n = 3000 // 9,000 changes: about 6 parts
+	for _, killAt := range []int{1, 2, 5, -1, 100} {
+		t.Run(fmt.Sprint("part", killAt), func(t *testing.T) {
+			dir := t.TempDir()
+			c := startChild(t, "split-crash", dir, fmt.Sprint("BRANCH_TEST_N=", n), fmt.Sprint("BRANCH_TEST_PART=", killAt))
+			out := c.line()
+			err := c.cmd.Wait()
+			committed := out == "committed"
+			if killAt != 100 && (committed || err == nil || !strings.Contains(err.Error(), "killed")) {
+				t.Fatalf("child: %q, %v (%s), want it killed", out, err, c.errb)
+			}
+			if killAt == 100 && !committed {
+				t.Fatalf("child: %q, %v (%s), want it to commit", out, err, c.errb)
+			}
+			// A read-only open either reads the state before the torn
+			// commit or asks for a writable open first.
+			if r, err := Open(Options{Dir: dir, ReadOnly: true}); err == nil {
+				checkState(t, mainLayer(t, r), n, committed)
+				r.Close()
+			} else if !strings.Contains(err.Error(), "not closed cleanly") {
+				t.Errorf("read-only open after the crash: %v", err)
+			}
+			var log strings.Builder
+			s := openDir(t, Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			if got := strings.Contains(log.String(), "rolled back"); got != !committed {
+				t.Errorf("reopen logged a roll-back: %v, want %v (log: %s)", got, !committed, log.String())
+			}
+			l := mainLayer(t, s)
+			checkState(t, l, n, committed)
+			if err := l.Commit(bigChange(n)); err != nil {
+				t.Fatalf("Commit after recovery: %v", err)
+			}
+			checkState(t, l, n, true)
+			s.Close()
+			checkState(t, mainLayer(t, openDir(t, Options{Dir: dir})), n, true)
+		})
+	}
+}
+
+// childCommits commits batch after batch: batch i puts b/<i>/<j> for j
+// below batchSize(i) and sets "last" to i; it prints "done i" after each
+// Commit returns.
+func childCommits(dir string) error {
+	l, err := openMain(Options{Dir: dir, memTableSize: smallTxn})
+	if err != nil {
+		return err
+	}
+	for i := 0; ; i++ {
+		var b Batch
+		for j := range batchSize(i) {
+			b.Put(fmt.Sprintf("b/%06d/%05d", i, j), &Entry{Type: TypeFile, Ino: uint64(i)})
+		}
+		b.Put("last", &Entry{Type: TypeFile, Ino: uint64(i)})
+		if i > 0 {
+			b.Delete(fmt.Sprintf("b/%06d/00000", i-1))
+			b.Put(fmt.Sprintf("b/%06d/00001", i-1), &Entry{Type: TypeFile, Ino: uint64(i)})
+		}
+		if err := l.Commit(&b); err != nil {
+			return err
+		}
+		fmt.Printf("done %d\n", i)
+	}
+}
+
+// batchSize: mostly small batches, every fifth one split.
+func batchSize(i int) int {
+	if i%5 == 4 {
+		return 3000
+	}
+	return 2 + i%7
+}
+
+// TestKillDuringCommits kills a committing child at random points and
+// checks that the store holds exactly a prefix of its commits, which
+// includes every commit it reported.
+func TestKillDuringCommits(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 0))
+	t.Logf("seed %d", seed)
+	for round := range 4 {
+		dir := t.TempDir()
+		c := startChild(t, "commits", dir)
+		stopAfter := 3 + rng.IntN(25)
+		reported := -1
+		for reported < stopAfter {
+			line := c.line()
+			if line == "" {
+				t.Fatalf("child stopped: %s", c.errb)
+			}
+			reported, _ = strconv.Atoi(strings.TrimPrefix(line, "done "))
+		}
+		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		c.cmd.Process.Signal(syscall.SIGKILL)
+		c.cmd.Wait()
+
+		s := openDir(t, Options{Dir: dir})
+		_, m := loadAll(t, mainLayer(t, s))
+		last := int(m["last"].Ino)
+		if last < reported {
+			t.Errorf("round %d: last complete commit %d, but the child reported %d", round, last, reported)
+		}
+		for i := 0; i <= last+1; i++ {
+			present := 0
+			for j := range batchSize(i) {
+				if e, ok := m[fmt.Sprintf("b/%06d/%05d", i, j)]; ok && (e.Ino == uint64(i) || j == 1) {
+					present++
+				}
+			}
+			want := batchSize(i)
+			if i < last {
+				want-- // b/i/00000 deleted by commit i+1
+			}
+			if i == last+1 {
+				want = 0
+			}
+			if present != want {
+				t.Errorf("round %d (kill after %d, last %d): batch %d has %d entries, want %d", round, reported, last, i, present, want)
+			}
+		}
+		if _, ok := m[fmt.Sprintf("b/%06d/00001", last)]; !ok {
+			t.Errorf("round %d: b/%06d/00001 missing", round, last)
+		}
+		s.Close()
+	}
+}

@@ -1,0 +1,140 @@
+package branch
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// Child processes: the test binary re-executes itself with
+// BRANCH_TEST_CHILD=<mode> and BRANCH_TEST_DIR=<store dir>; TestMain
+// runs the mode instead of the tests. A child reports progress as lines
+// on stdout.
+var childModes = map[string]func(dir string) error{}
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("BRANCH_TEST_CHILD"); mode != "" {
+		run := childModes[mode]
+		if run == nil {
+			fmt.Fprintf(os.Stderr, "unknown child mode %q\n", mode)
+			os.Exit(2)
+		}
+		if err := run(os.Getenv("BRANCH_TEST_DIR")); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// child is a running child process.
+type child struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines *bufio.Scanner
+	errb  *strings.Builder
+}
+
+// startChild starts the test binary in the given child mode on dir.
+func startChild(t *testing.T, mode, dir string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), append([]string{"BRANCH_TEST_CHILD=" + mode, "BRANCH_TEST_DIR=" + dir}, env...)...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errb := &strings.Builder{}
+	cmd.Stderr = errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, in: in, lines: bufio.NewScanner(out), errb: errb}
+	t.Cleanup(func() {
+		c.cmd.Process.Kill()
+		c.cmd.Wait()
+	})
+	return c
+}
+
+// line returns the child's next line of output ("" at its end).
+func (c *child) line() string {
+	if c.lines.Scan() {
+		return c.lines.Text()
+	}
+	return ""
+}
+
+func openMem(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(Options{InMemory: true})
+	if err != nil {
+		t.Fatalf("Open(in memory): %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func openDir(t *testing.T, o Options) *Store {
+	t.Helper()
+	s, err := Open(o)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", o.Dir, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func mainLayer(t *testing.T, s *Store) *Layer {
+	t.Helper()
+	l, err := s.Layer("main")
+	if err != nil {
+		t.Fatalf("Layer(main): %v", err)
+	}
+	return l
+}
+
+// loadAll returns the layer's entries in Load order.
+func loadAll(t *testing.T, l *Layer) ([]string, map[string]Entry) {
+	t.Helper()
+	var paths []string
+	m := map[string]Entry{}
+	if err := l.Load(func(p string, e *Entry) error {
+		paths = append(paths, p)
+		m[p] = *e
+		return nil
+	}); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return paths, m
+}
+
+// both runs f against an in-memory store and a store in a temp dir.
+func both(t *testing.T, f func(t *testing.T, s *Store)) {
+	t.Run("mem", func(t *testing.T) { f(t, openMem(t)) })
+	t.Run("dir", func(t *testing.T) { f(t, openDir(t, Options{Dir: t.TempDir()})) })
+}
+
+// openMain opens a store and returns its main layer (for child
+// processes and benchmarks, which have no *testing.T).
+func openMain(o Options) (*Layer, error) {
+	s, err := Open(o)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.Layer("main")
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return l, nil
+}

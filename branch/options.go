@@ -1,0 +1,67 @@
+package branch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Memory budget. The daemon's whole RSS budget is 150 MiB; badger's
+// defaults (64 MiB memtables × 5, a 256 MiB block cache) would take it
+// all. Entries are small (tens of bytes), so small tables do well.
+const (
+	memTableSize   = 8 << 20  // ×2 memtables; a transaction holds 15% of one
+	blockCacheSize = 8 << 20  // decoded table blocks
+	indexCacheSize = 4 << 20  // table indexes and bloom filters
+	valueThreshold = 64 << 10 // larger values would go to the value log; entries never are
+	valueLogSize   = 16 << 20 // value log file size (holds almost nothing, see valueThreshold)
+)
+
+func badgerOptions(o Options) badger.Options {
+	var bo badger.Options
+	if o.InMemory {
+		bo = badger.DefaultOptions("").WithInMemory(true)
+	} else {
+		bo = badger.DefaultOptions(filepath.Join(o.Dir, "meta")).WithReadOnly(o.ReadOnly)
+	}
+	mt := int64(memTableSize)
+	if o.memTableSize > 0 {
+		mt = o.memTableSize
+	}
+	return bo.
+		WithLogger(badgerLogger{o.Logger}).
+		WithMemTableSize(mt).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(8).
+		WithBaseTableSize(2 << 20).
+		WithNumCompactors(2).
+		WithBlockCacheSize(blockCacheSize).
+		WithIndexCacheSize(indexCacheSize).
+		WithValueThreshold(min(valueThreshold, mt*15/100/2)).
+		WithValueLogFileSize(valueLogSize).
+		WithNumVersionsToKeep(1).
+		WithSyncWrites(false).
+		WithDetectConflicts(false). // commits are serialized (Store.commitMu)
+		WithMetricsEnabled(false).
+		WithNumGoroutines(2)
+}
+
+// badgerLogger sends badger's logging to slog: errors at error level,
+// everything else at debug level.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) log(level slog.Level, f string, a ...any) {
+	if b.l != nil {
+		b.l.Log(context.Background(), level, "badger: "+strings.TrimSpace(fmt.Sprintf(f, a...)))
+	}
+}
+
+func (b badgerLogger) Errorf(f string, a ...any)   { b.log(slog.LevelError, f, a...) }
+func (b badgerLogger) Warningf(f string, a ...any) { b.log(slog.LevelDebug, f, a...) }
+func (b badgerLogger) Infof(f string, a ...any)    { b.log(slog.LevelDebug, f, a...) }
+func (b badgerLogger) Debugf(f string, a ...any)   { b.log(slog.LevelDebug, f, a...) }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package branch
+
+const raceEnabled = false
