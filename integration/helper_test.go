@@ -312,7 +312,11 @@ func doHelperOp(op helperOp, keep *[]*os.File) (string, error) {
 		if err := unix.Lstat(p, &st); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("mode=%o uid=%d gid=%d size=%d", st.Mode, st.Uid, st.Gid, st.Size), nil
+		out := fmt.Sprintf("mode=%o uid=%d gid=%d", st.Mode, st.Uid, st.Gid)
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			out += fmt.Sprintf(" size=%d", st.Size)
+		}
+		return out, nil
 	case "list":
 		f, err := os.Open(p)
 		if err != nil {
