@@ -63,6 +63,7 @@ func compareWithOverlayfs(t *testing.T, entries []lowerEntry, s scenario) {
 	t.Helper()
 	ovl := newKernelOverlay(t, entries...)
 	want := s(t, ovl.dir)
+	t.Logf("the kernel's overlayfs:\n%s", want)
 	m := newMount(t, withLower(entries...))
 	got := s(t, m.dir)
 	if got != want {
