@@ -158,14 +158,8 @@ type helperProc struct {
 // helper reached an opHold or finished.
 func startHelper(t testing.TB, c cred, ops ...helperOp) *helperProc {
 	t.Helper()
-	cmd := exec.Command(helperPath(t))
+	cmd := execAs(c, helperPath(t))
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
-	cmd.Dir = "/"
-	groups := c.groups
-	if groups == nil {
-		groups = []uint32{}
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: c.uid, Gid: c.gid, Groups: groups}}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -307,6 +301,8 @@ func doHelperOp(op helperOp, keep *[]*os.File) (string, error) {
 		return "", unix.Truncate(p, op.Len)
 	case "mkfifo":
 		return "", unix.Mkfifo(p, op.Mode)
+	case "mknod-chr":
+		return "", unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3)))
 	case "stat":
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
@@ -341,4 +337,30 @@ func doHelperOp(op helperOp, keep *[]*os.File) (string, error) {
 		return "held", nil
 	}
 	return "", fmt.Errorf("unknown helper op %q", op.Op)
+}
+
+// execAs prepares a command that runs as c.
+func execAs(c cred, name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	groups := c.groups
+	if groups == nil {
+		groups = []uint32{}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: c.uid, Gid: c.gid, Groups: groups}}
+	cmd.Dir = "/"
+	return cmd
+}
+
+// worldSearchable reports whether every directory above p lets other
+// users through.
+func worldSearchable(p string) bool {
+	for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil || st.Mode()&0o001 == 0 {
+			return false
+		}
+		if d == "/" {
+			return true
+		}
+	}
 }

@@ -204,7 +204,7 @@ func TestRenameLikeOverlayfs(t *testing.T) {
 		rename2("exf", "up", unix.RENAME_EXCHANGE, "exchange") // a file and a directory
 		step("unlink f", unix.Unlink(p("f")))
 		rename2("h2", "f", unix.RENAME_NOREPLACE, "noreplace") // onto a whiteout
-		rename("new", "h1")                                   // replaces a lower file
+		rename("new", "h1")                                    // replaces a lower file
 		log = append(log, describeNames(t, root, "f", "g", "new", "h1", "h2", "exf", "up", "full", "ld", "empty"))
 		return strings.Join(log, "\n")
 	})

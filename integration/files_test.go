@@ -1,0 +1,434 @@
+package integration
+
+// Checklist items 14 and 15 (DESIGN.md): open files after unlink, mmap,
+// locks, fallocate, SEEK_HOLE/SEEK_DATA, copy_file_range and syncs.
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Checklist 14: unlinked-but-open files keep working.
+func TestUnlinkedButOpen(t *testing.T) {
+	m := newMount(t, withLower(
+		lowerFile("lower-ro", "lower read-only"),
+		lowerFile("lower-rw", "lower read-write"),
+		lowerFile("d/f", "f"),
+	))
+	t.Run("upper file", func(t *testing.T) {
+		f, err := os.OpenFile(m.path("tmp"), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		f.WriteString("before")
+		if err := os.Remove(m.path("tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte(" and after unlink"), 6); err != nil {
+			t.Errorf("write after unlink: %v", err)
+		}
+		buf := make([]byte, 64)
+		n, _ := f.ReadAt(buf, 0)
+		if got := string(buf[:n]); got != "before and after unlink" {
+			t.Errorf("read after unlink = %q, want %q", got, "before and after unlink")
+		}
+		var st unix.Stat_t
+		unix.Fstat(int(f.Fd()), &st)
+		if st.Nlink != 0 || st.Size != 23 {
+			t.Errorf("fstat after unlink: nlink %d size %d, want 0 and 23", st.Nlink, st.Size)
+		}
+		if err := f.Truncate(3); err != nil {
+			t.Errorf("ftruncate after unlink: %v", err)
+		}
+		if err := f.Chmod(0o644); err != nil {
+			t.Errorf("fchmod after unlink: %v", err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Errorf("fsync after unlink: %v", err)
+		}
+		if countName(listDir(t, m.dir), "tmp") != 0 {
+			t.Errorf("the unlinked file is still listed")
+		}
+	})
+	t.Run("lower file opened read-only", func(t *testing.T) {
+		f, err := os.Open(m.path("lower-ro"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := os.Remove(m.path("lower-ro")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		n, err := f.ReadAt(buf, 0)
+		if got := string(buf[:n]); got != "lower read-only" {
+			t.Errorf("read of an unlinked lower file = %q (%v), want %q", got, err, "lower read-only")
+		}
+	})
+	t.Run("lower file opened read-write", func(t *testing.T) {
+		f, err := os.OpenFile(m.path("lower-rw"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := os.Remove(m.path("lower-rw")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte("LOWER"), 0); err != nil {
+			t.Errorf("write after unlink: %v", err)
+		}
+		buf := make([]byte, 64)
+		n, _ := f.ReadAt(buf, 0)
+		if got := string(buf[:n]); got != "LOWER read-write" {
+			t.Errorf("read = %q, want %q", got, "LOWER read-write")
+		}
+		var st unix.Stat_t
+		unix.Fstat(int(f.Fd()), &st)
+		if st.Nlink != 0 {
+			t.Errorf("fstat of an unlinked copied-up file: nlink %d, want 0", st.Nlink)
+		}
+	})
+	t.Run("directory removed while open", func(t *testing.T) {
+		fd, err := unix.Open(m.path("d"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		os.Remove(m.path("d/f"))
+		if err := unix.Rmdir(m.path("d")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4096)
+		if n, err := unix.Getdents(fd, buf); err != nil && err != unix.ENOENT || n > 0 && hasNamesBesidesDots(buf[:n]) {
+			t.Errorf("getdents on a removed directory: %d bytes, %s; want nothing", n, errName(err))
+		}
+	})
+}
+
+func hasNamesBesidesDots(b []byte) bool {
+	for len(b) > 0 {
+		reclen := int(b[16]) | int(b[17])<<8
+		name := string(bytes.TrimRight(b[19:reclen], "\x00"))
+		if name != "." && name != ".." {
+			return true
+		}
+		b = b[reclen:]
+	}
+	return false
+}
+
+// Checklist 14: mmap, shared and private, also across copy-up.
+func TestMmap(t *testing.T) {
+	m := newMount(t, withLower(
+		lowerFile("shared", strings.Repeat("s", 8192)),
+		lowerFile("private", strings.Repeat("p", 8192)),
+		lowerFile("ro", strings.Repeat("r", 8192)),
+	))
+	t.Run("shared writable mapping of a lower file", func(t *testing.T) {
+		f, err := os.OpenFile(m.path("shared"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		mm, err := unix.Mmap(int(f.Fd()), 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(mm[100:], "MAPPED")
+		if err := unix.Msync(mm, unix.MS_SYNC); err != nil {
+			t.Errorf("msync: %v", err)
+		}
+		buf := make([]byte, 6)
+		r, _ := os.Open(m.path("shared"))
+		r.ReadAt(buf, 100)
+		r.Close()
+		if string(buf) != "MAPPED" {
+			t.Errorf("read through another fd while mapped = %q, want %q", buf, "MAPPED")
+		}
+		unix.Munmap(mm)
+		if got := readFile(t, m.path("shared"))[100:106]; got != "MAPPED" {
+			t.Errorf("after munmap = %q, want %q", got, "MAPPED")
+		}
+	})
+	t.Run("private mapping does not write through", func(t *testing.T) {
+		f, err := os.OpenFile(m.path("private"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		mm, err := unix.Mmap(int(f.Fd()), 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(mm, "PRIVATE")
+		f.WriteAt([]byte("written"), 4096)
+		unix.Munmap(mm)
+		got := readFile(t, m.path("private"))
+		if got[:7] != "ppppppp" || got[4096:4103] != "written" {
+			t.Errorf("after a private mapping: %q...%q, want %q...%q", got[:7], got[4096:4103], "ppppppp", "written")
+		}
+	})
+	t.Run("writable shared mapping of a read-only fd", func(t *testing.T) {
+		f, err := os.Open(m.path("ro"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if mm, err := unix.Mmap(int(f.Fd()), 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != unix.EACCES {
+			t.Errorf("PROT_WRITE|MAP_SHARED on an O_RDONLY fd = %s, want EACCES", errName(err))
+			if err == nil {
+				unix.Munmap(mm)
+			}
+		}
+	})
+	t.Run("new file grown with ftruncate", func(t *testing.T) {
+		f, err := os.OpenFile(m.path("new"), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		f.Truncate(1 << 20)
+		mm, err := unix.Mmap(int(f.Fd()), 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(mm[1<<19:], "middle")
+		unix.Munmap(mm)
+		f.Close()
+		if got := readFile(t, m.path("new")); len(got) != 1<<20 || got[1<<19:1<<19+6] != "middle" {
+			t.Errorf("mapped write into a new file: size %d", len(got))
+		}
+	})
+}
+
+// Checklist 15: flock, POSIX and OFD locks.
+func TestLocks(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("lower", "l")))
+	for _, name := range []string{"lower", "upper"} {
+		t.Run(name, func(t *testing.T) {
+			p := m.path(name)
+			if name == "upper" {
+				writeFile(t, p, "u")
+			}
+			f, err := os.OpenFile(p, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			g, err := os.OpenFile(p, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+
+			if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+				t.Errorf("flock LOCK_EX: %v", err)
+			}
+			if err := unix.Flock(int(g.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != unix.EWOULDBLOCK {
+				t.Errorf("a second LOCK_EX = %s, want EWOULDBLOCK", errName(err))
+			}
+			unix.Flock(int(f.Fd()), unix.LOCK_UN)
+			if err := unix.Flock(int(g.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+				t.Errorf("LOCK_EX after LOCK_UN = %s, want success", errName(err))
+			}
+			unix.Flock(int(g.Fd()), unix.LOCK_UN)
+
+			lk := unix.Flock_t{Type: unix.F_WRLCK, Start: 0, Len: 10}
+			if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+				t.Errorf("F_OFD_SETLK: %v", err)
+			}
+			other := unix.Flock_t{Type: unix.F_WRLCK, Start: 5, Len: 1}
+			if err := unix.FcntlFlock(g.Fd(), unix.F_OFD_SETLK, &other); err != unix.EAGAIN {
+				t.Errorf("a conflicting F_OFD_SETLK = %s, want EAGAIN", errName(err))
+			}
+			q := unix.Flock_t{Type: unix.F_WRLCK, Start: 5, Len: 1}
+			if err := unix.FcntlFlock(g.Fd(), unix.F_OFD_GETLK, &q); err != nil || q.Type != unix.F_WRLCK || q.Pid != -1 {
+				t.Errorf("F_OFD_GETLK = type %d pid %d (%s), want F_WRLCK and pid -1", q.Type, q.Pid, errName(err))
+			}
+			lk.Type = unix.F_UNLCK
+			unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
+
+			h := startHelper(t, cred{uid: 0, gid: 0}, opPosixLock(p, 0, 100), opHold())
+			if len(h.result) < 1 || h.result[0].Errno != "ok" {
+				h.release()
+				t.Fatalf("the helper's POSIX lock: %v", h.result)
+			}
+			pid := h.result[0].Out
+			q = unix.Flock_t{Type: unix.F_WRLCK, Start: 50, Len: 10}
+			err = unix.FcntlFlock(f.Fd(), unix.F_GETLK, &q)
+			if err != nil || q.Type != unix.F_WRLCK || q.Start != 0 || q.Len != 100 || strconv.Itoa(int(q.Pid)) != pid {
+				t.Errorf("F_GETLK = type %d start %d len %d pid %d (%s), want F_WRLCK 0 100 pid %s", q.Type, q.Start, q.Len, q.Pid, errName(err), pid)
+			}
+			set := unix.Flock_t{Type: unix.F_RDLCK, Start: 50, Len: 10}
+			if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &set); err != unix.EAGAIN && err != unix.EACCES {
+				t.Errorf("F_SETLK against another process's lock = %s, want EAGAIN", errName(err))
+			}
+			h.release()
+			if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &set); err != nil {
+				t.Errorf("F_SETLK after the other process exited = %s, want success", errName(err))
+			}
+		})
+	}
+}
+
+// Checklist 15: fallocate, SEEK_HOLE/SEEK_DATA, copy_file_range, fsync,
+// fdatasync, syncfs.
+func TestFileOperations(t *testing.T) {
+	m := newMount(t, withLower(
+		lowerFile("src", fourMiB),
+		lowerFile("falloc-lower", "lower content"),
+		lowerSparse("sparse", 8<<20, map[int64]string{4 << 20: "data"}),
+	))
+	t.Run("fallocate", func(t *testing.T) {
+		f, err := os.OpenFile(m.path("falloc"), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fd := int(f.Fd())
+		if err := unix.Fallocate(fd, 0, 0, 1<<20); err != nil {
+			t.Fatalf("fallocate: %v", err)
+		}
+		if st := lstat(t, m.path("falloc")); st.Size != 1<<20 || st.Blocks < 2048 {
+			t.Errorf("after fallocate 1 MiB: size %d blocks %d, want %d and >= 2048", st.Size, st.Blocks, 1<<20)
+		}
+		if err := unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 1<<20, 1<<20); err != nil {
+			t.Errorf("fallocate KEEP_SIZE: %v", err)
+		}
+		if st := lstat(t, m.path("falloc")); st.Size != 1<<20 || st.Blocks < 4096 {
+			t.Errorf("after fallocate KEEP_SIZE: size %d blocks %d, want %d and >= 4096", st.Size, st.Blocks, 1<<20)
+		}
+		f.WriteAt(bytes.Repeat([]byte("d"), 1<<20), 0)
+		if err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 4096, 8192); err != nil {
+			t.Errorf("fallocate PUNCH_HOLE: %v", err)
+		}
+		buf := make([]byte, 3)
+		f.ReadAt(buf, 8190)
+		if string(buf) != "\x00\x00\x00" {
+			t.Errorf("read in a punched hole = %q, want zeros", buf)
+		}
+		if off, err := unix.Seek(fd, 0, unix.SEEK_HOLE); err != nil || off != 4096 {
+			t.Errorf("SEEK_HOLE after punching [4096, 12288) = %d, %s; want 4096", off, errName(err))
+		}
+		if err := unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE, 0, 10); err != nil && err != unix.EOPNOTSUPP {
+			t.Errorf("fallocate ZERO_RANGE: %v", err)
+		}
+	})
+	t.Run("fallocate copies a lower file up", func(t *testing.T) {
+		f, err := os.OpenFile(m.path("falloc-lower"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := unix.Fallocate(int(f.Fd()), 0, 0, 1<<20); err != nil {
+			t.Fatalf("fallocate: %v", err)
+		}
+		got := readFile(t, m.path("falloc-lower"))
+		if len(got) != 1<<20 || got[:13] != "lower content" || strings.Trim(got[13:], "\x00") != "" {
+			t.Errorf("after fallocate of a lower file: size %d, starts %q; want 1 MiB starting %q then zeros", len(got), got[:min(13, len(got))], "lower content")
+		}
+	})
+	t.Run("SEEK_HOLE and SEEK_DATA", func(t *testing.T) {
+		for _, name := range []string{"sparse", "sparse-upper"} {
+			if name == "sparse-upper" {
+				f, _ := os.Create(m.path(name))
+				f.WriteAt([]byte("data"), 4<<20)
+				f.Truncate(8 << 20)
+				f.Close()
+			}
+			fd, err := unix.Open(m.path(name), unix.O_RDONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if off, err := unix.Seek(fd, 0, unix.SEEK_DATA); err != nil || off != 4<<20 {
+				t.Errorf("%s: SEEK_DATA from 0 = %d, %s; want %d", name, off, errName(err), 4<<20)
+			}
+			if off, err := unix.Seek(fd, 0, unix.SEEK_HOLE); err != nil || off != 0 {
+				t.Errorf("%s: SEEK_HOLE from 0 = %d, %s; want 0", name, off, errName(err))
+			}
+			if off, err := unix.Seek(fd, 4<<20, unix.SEEK_HOLE); err != nil || off <= 4<<20 || off > 8<<20 {
+				t.Errorf("%s: SEEK_HOLE from the data = %d, %s; want after %d", name, off, errName(err), 4<<20)
+			}
+			if off, err := unix.Seek(fd, 5<<20, unix.SEEK_DATA); err != unix.ENXIO {
+				t.Errorf("%s: SEEK_DATA after the last data = %d, %s; want ENXIO", name, off, errName(err))
+			}
+			if off, err := unix.Seek(fd, 9<<20, unix.SEEK_HOLE); err != unix.ENXIO {
+				t.Errorf("%s: SEEK_HOLE beyond EOF = %d, %s; want ENXIO", name, off, errName(err))
+			}
+			unix.Close(fd)
+		}
+	})
+	t.Run("copy_file_range", func(t *testing.T) {
+		src, err := os.Open(m.path("src"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		dst, err := os.Create(m.path("dst"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dst.Close()
+		total := 0
+		for total < len(fourMiB) {
+			n, err := unix.CopyFileRange(int(src.Fd()), nil, int(dst.Fd()), nil, len(fourMiB)-total, 0)
+			if err != nil || n == 0 {
+				t.Fatalf("copy_file_range after %d bytes: %d, %v", total, n, err)
+			}
+			total += n
+		}
+		if readFile(t, m.path("dst")) != fourMiB {
+			t.Errorf("copy_file_range from a lower file: the copy differs")
+		}
+		roff, woff := int64(100), int64(10)
+		if n, err := unix.CopyFileRange(int(src.Fd()), &roff, int(dst.Fd()), &woff, 5, 0); err != nil || n != 5 {
+			t.Errorf("copy_file_range with offsets = %d, %v", n, err)
+		}
+		if got := readFile(t, m.path("dst"))[10:15]; got != fourMiB[100:105] {
+			t.Errorf("copy_file_range with offsets wrote %q, want %q", got, fourMiB[100:105])
+		}
+	})
+	t.Run("fsync, fdatasync, syncfs", func(t *testing.T) {
+		objects0, _ := m.backstoreUsage()
+		r, err := os.Open(m.path("src"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if err := unix.Fsync(int(r.Fd())); err != nil {
+			t.Errorf("fsync of a read-only fd of a lower file: %v", err)
+		}
+		if err := unix.Syncfs(int(r.Fd())); err != nil {
+			t.Errorf("syncfs: %v", err)
+		}
+		if objects, _ := m.backstoreUsage(); objects != objects0 {
+			t.Errorf("fsync of a read-only fd copied the file up: objects %d -> %d", objects0, objects)
+		}
+		w, err := os.OpenFile(m.path("dst"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		w.WriteAt([]byte("synced"), 0)
+		if err := unix.Fsync(int(w.Fd())); err != nil {
+			t.Errorf("fsync: %v", err)
+		}
+		if err := unix.Fdatasync(int(w.Fd())); err != nil {
+			t.Errorf("fdatasync: %v", err)
+		}
+		dfd, err := unix.Open(m.dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(dfd)
+		if err := unix.Fsync(dfd); err != nil {
+			t.Errorf("fsync of a directory: %v", err)
+		}
+	})
+}
