@@ -1,0 +1,236 @@
+package integration
+
+// The life of a mount (issue 2): status, unmount from outside, signals,
+// a daemon that dies, and a kept store.
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestStatus: agentfs status from inside the mount (as git finds its
+// repository) and with -C, as text and JSON.
+func TestStatus(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("d/f", "f")))
+	writeFile(t, m.path("d/g"), "g")
+	st, err := m.fetchStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Lower != m.lower || st.Mountpoint != m.dir || !st.Ephemeral || st.Pid <= 0 || st.Backstore != "hostfs" || st.Store == "" {
+		t.Errorf("status --json = %+v, want lower %s, mountpoint %s, an ephemeral store, a pid, backstore hostfs", st, m.lower, m.dir)
+	}
+	if st.Objects < 1 {
+		t.Errorf("status --json: objects %d after writing a file, want >= 1", st.Objects)
+	}
+	cmd := exec.Command(agentfsBin, "status")
+	cmd.Dir = m.path("d")
+	r := runCommand(t, cmd, []string{"status"})
+	if r.code != 0 {
+		t.Fatalf("status from inside the mount:\n%s", r)
+	}
+	for _, want := range []string{m.lower, "passthrough", "hostfs"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status does not mention %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// waitDaemonGone waits until the daemon has exited and its mount is
+// gone.
+func waitDaemonGone(t *testing.T, m *mount, pid int) {
+	t.Helper()
+	if !waitFor(func() bool { return !processAlive(pid) }) {
+		t.Fatalf("the daemon (pid %d) did not exit", pid)
+	}
+	if !waitFor(func() bool { return !isMounted(m.dir) }) {
+		t.Errorf("%s is still mounted after the daemon exited", m.dir)
+	}
+}
+
+// assertStoreDeleted checks that an ephemeral store is gone.
+func assertStoreDeleted(t *testing.T, store string) {
+	t.Helper()
+	if store == "" {
+		t.Fatalf("status gave no store")
+	}
+	if !waitFor(func() bool { _, err := os.Stat(store); return os.IsNotExist(err) }) {
+		t.Errorf("the private store %s still exists", store)
+	}
+}
+
+// TestEndingTheDaemon: agentfs unmount, umount and fusermount3 -u from
+// outside, SIGTERM and SIGINT all end the daemon cleanly and delete the
+// private store.
+func TestEndingTheDaemon(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		end  func(t *testing.T, m *mount)
+	}{
+		{"agentfs unmount", func(t *testing.T, m *mount) {
+			if r := runAgentfs(t, "unmount", m.dir); r.code != 0 {
+				t.Errorf("agentfs unmount:\n%s", r)
+			}
+		}},
+		{"umount", func(t *testing.T, m *mount) {
+			if err := unix.Unmount(m.dir, 0); err != nil {
+				t.Fatalf("umount %s: %v", m.dir, err)
+			}
+		}},
+		{"fusermount3 -u", func(t *testing.T, m *mount) {
+			if out, err := exec.Command("fusermount3", "-u", m.dir).CombinedOutput(); err != nil {
+				t.Fatalf("fusermount3 -u: %v\n%s", err, out)
+			}
+		}},
+		{"SIGTERM", func(t *testing.T, m *mount) { syscall.Kill(m.status.Pid, syscall.SIGTERM) }},
+		{"SIGINT", func(t *testing.T, m *mount) { syscall.Kill(m.status.Pid, syscall.SIGINT) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMount(t, withLower(lowerFile("f", "f")))
+			writeFile(t, m.path("g"), "g")
+			pid, store := m.status.Pid, m.status.Store
+			if pid <= 0 || !processAlive(pid) {
+				t.Fatalf("status gave daemon pid %d, which is not running", pid)
+			}
+			c.end(t, m)
+			waitDaemonGone(t, m, pid)
+			assertStoreDeleted(t, store)
+			if log, err := os.ReadFile(filepath.Join(store, "agentfs.log")); err == nil && strings.Contains(string(log), "panic") {
+				t.Errorf("the daemon log shows a panic:\n%s", log)
+			}
+		})
+	}
+}
+
+// TestDaemonKilled: kill -9 of the daemon leaves a dead mount that
+// agentfs unmount still clears (with the private store).
+func TestDaemonKilled(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("f", "f")))
+	writeFile(t, m.path("g"), "g")
+	pid, store := m.status.Pid, m.status.Store
+	syscall.Kill(pid, syscall.SIGKILL)
+	if !waitFor(func() bool { return !processAlive(pid) }) {
+		t.Fatalf("the daemon (pid %d) survived SIGKILL", pid)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(m.dir, &st); err != unix.ENOTCONN {
+		t.Logf("stat of the dead mount: %s (ENOTCONN expected)", errName(err))
+	}
+	r := runAgentfs(t, "unmount", m.dir)
+	if r.code != 0 {
+		t.Errorf("agentfs unmount of a dead mount:\n%s", r)
+	}
+	if isMounted(m.dir) {
+		t.Errorf("%s is still mounted after agentfs unmount of the dead mount", m.dir)
+		unix.Unmount(m.dir, unix.MNT_DETACH)
+	}
+	assertStoreDeleted(t, store)
+}
+
+// TestKeptStoreSurvivesKill: with --store, what a program fsync'ed
+// survives kill -9 of the daemon (DESIGN.md, crash safety).
+func TestKeptStoreSurvivesKill(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	m := newMount(t, withStore(store), withLower(lowerFile("f", "lower"), lowerFile("gone", "g")))
+	f, err := os.OpenFile(m.path("durable"), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("fsynced")
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	w, err := os.OpenFile(m.path("f"), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString("copied up and fsynced")
+	w.Sync()
+	w.Close()
+	pid := m.status.Pid
+	syscall.Kill(pid, syscall.SIGKILL)
+	if !waitFor(func() bool { return !processAlive(pid) }) {
+		t.Fatalf("the daemon (pid %d) survived SIGKILL", pid)
+	}
+	if r := runAgentfs(t, "unmount", m.dir); r.code != 0 {
+		t.Errorf("agentfs unmount of the dead mount:\n%s", r)
+	}
+	if _, err := os.Stat(store); err != nil {
+		t.Fatalf("the kept store is gone after clearing a dead mount: %v", err)
+	}
+	m.mount()
+	if got := readFile(t, m.path("durable")); got != "fsynced" {
+		t.Errorf("after kill -9 and remount: durable = %q, want %q", got, "fsynced")
+	}
+	if got := readFile(t, m.path("f")); got != "copied up and fsynced" {
+		t.Errorf("after kill -9 and remount: f = %q, want %q", got, "copied up and fsynced")
+	}
+}
+
+// TestKeptStorePersists: with --store every kind of change survives
+// unmount and mount, stat for stat, also on another mountpoint.
+func TestKeptStorePersists(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	m := newMount(t, withStore(store), withLower(
+		lowerFile("edit", "lower edit"),
+		lowerFile("gone", "gone"),
+		lowerFile("meta", "meta", withXattr("user.a", "1")),
+		lowerFile("d/x", "x"),
+		lowerFile("rmdir/x", "x"),
+		lowerFile("moved/y", "y"),
+		lowerSymlink("link", "edit"),
+		lowerFile("h1", "h"),
+		lowerSparse("sparse", 64<<20, map[int64]string{0: "s"}),
+		lowerDir("keep"),
+	))
+	writeFile(t, m.path("edit"), "upper edit")
+	os.Remove(m.path("gone"))
+	unix.Chmod(m.path("meta"), 0o600)
+	unix.Chown(m.path("meta"), 12, 34)
+	unix.Setxattr(m.path("meta"), "user.b", []byte("2"), 0)
+	unix.Removexattr(m.path("meta"), "user.a")
+	unix.UtimesNano(m.path("meta"), []unix.Timespec{ts(1234, 5), ts(5678, 9)})
+	os.RemoveAll(m.path("rmdir"))
+	os.RemoveAll(m.path("d"))
+	os.Mkdir(m.path("d"), 0o700) // opaque
+	writeFile(t, m.path("d/new"), "new")
+	os.Rename(m.path("moved"), m.path("keep/moved"))
+	os.Symlink("d/new", m.path("newlink"))
+	unix.Lchown(m.path("link"), 5, 5)
+	os.Link(m.path("h1"), m.path("h2"))
+	unix.Mkfifo(m.path("fifo"), 0o640)
+	if f, err := os.OpenFile(m.path("sparse"), os.O_WRONLY, 0); err == nil {
+		f.WriteAt([]byte("t"), 32<<20)
+		f.Close()
+	}
+	os.Truncate(m.path("h1"), 0)
+
+	before := snapshotTree(m.dir)
+	if before.err != nil {
+		t.Fatal(before.err)
+	}
+	otherMountpoint := newMountpoint(t) // removed after the mount's cleanup
+	t.Run("same mountpoint", func(t *testing.T) {
+		m.remount()
+		for _, d := range diffMountTrees(before, snapshotTree(m.dir)) {
+			t.Errorf("after unmount and mount: %s", d)
+		}
+	})
+	t.Run("another mountpoint", func(t *testing.T) {
+		m.unmount()
+		m.dir = otherMountpoint
+		m.mount()
+		after := snapshotTree(m.dir)
+		after.root = before.root
+		for _, d := range diffMountTrees(before, after) {
+			t.Errorf("after mounting the store on another mountpoint: %s", d)
+		}
+	})
+}
