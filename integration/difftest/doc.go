@@ -66,7 +66,17 @@
 //	rename-dir-exdev   overlayfs  rename(2) of a lower or merged directory     the harness then moves the tree as mv(1)
 //	                              fails with EXDEV (no redirect_dir); agentfs  does (mkdir, link, unlink) so that the
 //	                              must rename it (DESIGN.md checklist ★12)     root can go on being compared
+//	unlinked-nlink     overlayfs  fstat of an open lower file after unlink     accepted for st_nlink 1 where the
+//	                              reports st_nlink 1 (the lower inode's)       reference has 0
+//	failed-rename-     overlayfs  renaming an opaque directory over a non-     the harness gives the parents the
+//	mtime                         empty one fails with ENOTEMPTY but changes   reference's mtime again after a failed
+//	                              the mtime of the source's parent             rename
 //	dir-nlink-1        overlayfs  a merged directory reports st_nlink 1        accepted for directories only
+//	dino-hardlink      overlayfs  after link(2) of a copied-up or lower file,  accepted for non-directories (also
+//	                              readdir's d_ino of a name (the upper inode)  once the link count is back to 1)
+//	                              differs from its st_ino (the origin's)
+//	fifo-mtime         overlayfs  writing to a fifo does not change the mtime  accepted for fifos whose reference mtime
+//	                              that stat shows (the real inode's)           is "now" and the root's is explicit
 //
 // # Shrinking
 //

@@ -198,9 +198,7 @@ func (g *Generator) Next(cur map[string]uint8) Op {
 	case OpReaddir:
 		op.Path = g.pathOf(unix.DT_DIR, 0.8)
 	}
-	switch op.Kind {
-	case OpClose, OpPwrite, OpWrite, OpPread, OpLseek, OpFtruncate, OpFstat, OpFsync:
-	default:
+	if !isFdOp(op.Kind) {
 		op.AsUser = r.Intn(7) == 0
 	}
 	return op

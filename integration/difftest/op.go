@@ -47,6 +47,10 @@ const (
 	OpMknod       Kind = "mknod"       // Path, Mode (S_IFIFO or S_IFSOCK with permissions)
 	OpStat        Kind = "lstat"       // Path
 	OpReaddir     Kind = "readdir"     // Path
+	// OpCheck compares the whole trees. Runs insert one every
+	// Config.CheckEvery ops; being an op, it is replayed (and shrunk)
+	// where it happened, as it walks the trees and fills the caches.
+	OpCheck Kind = "check"
 )
 
 // NumSlots is the number of file-descriptor slots.
@@ -94,11 +98,14 @@ func (o *Op) Data() []byte {
 }
 
 func (o Op) String() string {
+	o.Path, o.Path2, o.Target = shortName(o.Path), shortName(o.Path2), shortName(o.Target)
 	var b strings.Builder
 	b.WriteString(string(o.Kind))
 	switch o.Kind {
 	case OpOpen:
 		fmt.Fprintf(&b, " %q %s mode=%#o slot=%d", o.Path, openFlagsString(o.Flags), o.Mode, o.Slot)
+	case OpCheck:
+		return "check: compare the whole trees"
 	case OpClose, OpFstat, OpFsync:
 		fmt.Fprintf(&b, " slot=%d", o.Slot)
 	case OpPwrite:
@@ -160,7 +167,7 @@ func (r Result) String() string {
 		s += fmt.Sprintf(" n=%d", r.N)
 	}
 	if r.Data != "" {
-		s += fmt.Sprintf(" %q", abbrev(r.Data))
+		s += fmt.Sprintf(" %q", shortName(abbrev(r.Data)))
 	}
 	if r.Stat != nil {
 		s += " " + r.Stat.String()
@@ -303,6 +310,25 @@ func errnoName(e syscall.Errno) string {
 		return n
 	}
 	return fmt.Sprintf("errno %d", int(e))
+}
+
+// shortName writes runs of a repeated byte (the generator's 255-byte
+// names, long targets) as "N{255}" in reports.
+func shortName(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		j := i
+		for j < len(s) && s[j] == s[i] {
+			j++
+		}
+		if j-i >= 16 {
+			fmt.Fprintf(&b, "%c{%d}", s[i], j-i)
+		} else {
+			b.WriteString(s[i:j])
+		}
+		i = j
+	}
+	return b.String()
 }
 
 // abbrev shortens long strings for reports.

@@ -2,6 +2,8 @@ package difftest
 
 import (
 	"fmt"
+	"path"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,7 +16,9 @@ import (
 func emulateRename(root string, op *Op) error {
 	src, dst := join(root, op.Path), join(root, op.Path2)
 	if op.Flags&unix.RENAME_EXCHANGE != 0 {
-		tmp := join(root, ".difftest-exchange")
+		// The temporary name goes next to src: that directory's mtime
+		// changes with the exchange anyway.
+		tmp := join(root, path.Join(path.Dir(op.Path), ".difftest-exchange"))
 		if err := move(src, tmp); err != nil {
 			return err
 		}
@@ -93,4 +97,29 @@ func move(src, dst string) error {
 	}
 	ts := []unix.Timespec{st.Atim, st.Mtim}
 	return unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// restoreParentMtimes gives the parents of a failed rename's two paths
+// on root the reference's mtime where the reference's is explicit and
+// root's is not (overlayfs touches the source's parent when renaming
+// an opaque directory fails with ENOTEMPTY). It returns the parents it
+// changed.
+func restoreParentMtimes(ref, root string, op *Op) string {
+	var fixed []string
+	for _, p := range []string{path.Dir(op.Path), path.Dir(op.Path2)} {
+		if p == "." {
+			p = ""
+		}
+		var rst, gst unix.Stat_t
+		if unix.Lstat(join(ref, p), &rst) != nil || unix.Lstat(join(root, p), &gst) != nil {
+			continue
+		}
+		if isExplicit(rst.Mtim.Nano()) && !isExplicit(gst.Mtim.Nano()) {
+			ts := []unix.Timespec{gst.Atim, rst.Mtim}
+			if unix.UtimesNanoAt(unix.AT_FDCWD, join(root, p), ts, unix.AT_SYMLINK_NOFOLLOW) == nil {
+				fixed = append(fixed, fmt.Sprintf("%q", p))
+			}
+		}
+	}
+	return strings.Join(fixed, " and ")
 }

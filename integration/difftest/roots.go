@@ -46,8 +46,12 @@ func PlainSpec() RootSpec {
 // OverlayProfile holds the differences of the kernel's overlayfs from a
 // plain directory that the table in doc.go lists.
 var OverlayProfile = &Profile{Name: "overlayfs", Allow: map[string]bool{
-	AllowRenameDirEXDEV: true,
-	AllowDirNlinkOne:    true,
+	AllowRenameDirEXDEV:    true,
+	AllowDirNlinkOne:       true,
+	AllowDinoHardlink:      true,
+	AllowFifoMtime:         true,
+	AllowUnlinkedNlink:     true,
+	AllowFailedRenameMtime: true,
 }}
 
 // OverlayOptions are the overlayfs mount options besides the

@@ -23,7 +23,7 @@ type Node struct {
 type Snapshot struct {
 	Nodes map[string]*Node
 	// Problems are inconsistencies within the tree itself: a readdir
-	// entry whose d_ino or d_type disagrees with lstat, a name listed
+	// entry whose d_type disagrees with lstat, a name listed
 	// twice, a listed name that lstat cannot find.
 	Problems []string
 }
@@ -63,9 +63,6 @@ func (s *Snapshot) walk(root, dir string) error {
 		n.DType, n.DIno = d.Type, d.Ino
 		if d.Type != dtypeOf(n.Stat.Mode) {
 			s.Problems = append(s.Problems, fmt.Sprintf("%q: d_type %s, lstat says %s", rel, dtypeString(d.Type), modeString(n.Stat.Mode)))
-		}
-		if d.Ino != n.Ino {
-			s.Problems = append(s.Problems, fmt.Sprintf("%q: d_ino %d, st_ino %d", rel, d.Ino, n.Ino))
 		}
 		s.Nodes[rel] = n
 		if n.Stat.Mode&unix.S_IFMT == unix.S_IFDIR {
