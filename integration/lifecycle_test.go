@@ -4,6 +4,7 @@ package integration
 // a daemon that dies, and a kept store.
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -233,4 +234,108 @@ func TestKeptStorePersists(t *testing.T) {
 			t.Errorf("after mounting the store on another mountpoint: %s", d)
 		}
 	})
+}
+
+// TestUnprivilegedMount: a normal user mounts through fusermount3, uses
+// the mount, and unmounts it. It runs in a private mount namespace with
+// its own /dev, where /dev/fuse is usable by all (as on most systems),
+// so that the machine's /dev/fuse permissions do not matter.
+func TestUnprivilegedMount(t *testing.T) {
+	requireFUSE(t)
+	for _, tool := range []string{"fusermount3", "unshare", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed: %v", tool, err)
+		}
+	}
+	lower := newMountpoint(t)
+	buildLower(t, lower, []lowerEntry{
+		lowerFile("f", "lower", withOwner(userUID, userGID)),
+		lowerDir("d", withOwner(userUID, userGID)),
+	})
+	os.Chown(lower, userUID, userGID)
+	before := snapshotTree(lower)
+	mp := newMountpoint(t)
+	os.Chown(mp, userUID, userGID)
+	home := newMountpoint(t)
+	os.Chown(home, userUID, userGID)
+	script := `set -e
+mount -t tmpfs -o mode=755 tmpfs /dev
+mknod -m 666 /dev/fuse c 10 229
+mknod -m 666 /dev/null c 1 3
+ln -s /proc/self/fd /dev/fd
+as_user() { setpriv --reuid ` + fmt.Sprint(userUID) + ` --regid ` + fmt.Sprint(userGID) + ` --clear-groups -- env -i HOME="$HOME_DIR" TMPDIR="$HOME_DIR" PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
+as_user "$BIN" mount --lower "$LOWER" "$MP"
+echo "== ops"
+as_user sh -c 'echo upper > "$1/f"; cat "$1/f"; touch "$1/d/new"; stat -c "%u:%g %a" "$1/d/new"; rm "$1/f"; ls "$1"' sh "$MP"
+echo "== status"
+as_user "$BIN" status -C "$MP"
+echo "== unmount"
+as_user "$BIN" unmount "$MP"
+echo "== mounted after unmount: $(grep -c " $MP " /proc/self/mountinfo || true)"
+`
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "BIN="+userExecutable(t), "LOWER="+lower, "MP="+mp, "HOME_DIR="+home)
+	r := runCommand(t, cmd, []string{"(as uid 1000 in a private mount namespace)"})
+	if r.code != 0 {
+		t.Fatalf("an unprivileged mount:\n%s", r)
+	}
+	for _, want := range []string{"== ops\nupper\n1000:1000 644\nd\n", "== mounted after unmount: 0"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r)
+		}
+	}
+	t.Logf("status of an unprivileged mount:\n%s", r.stdout[strings.Index(r.stdout, "== status"):])
+	assertUnchanged(t, before, snapshotTree(lower))
+	leftovers := func() []string {
+		var out []string
+		filepath.WalkDir(home, func(p string, d os.DirEntry, err error) error {
+			if err == nil && strings.HasPrefix(d.Name(), "store-") {
+				out = append(out, p)
+			}
+			return nil
+		})
+		return out
+	}
+	if !waitFor(func() bool { return len(leftovers()) == 0 }) {
+		t.Errorf("the private store is left after unmount: %v", leftovers())
+	}
+}
+
+// userExecutable returns the agentfs binary at a path other users can
+// execute.
+func userExecutable(t *testing.T) string {
+	t.Helper()
+	if st, err := os.Stat(agentfsBin); err == nil && st.Mode()&0o001 != 0 && worldSearchable(agentfsBin) {
+		return agentfsBin
+	}
+	dst := filepath.Join(harnessDir, "agentfs-for-users")
+	if _, err := os.Stat(dst); err == nil {
+		return dst
+	}
+	b, err := os.ReadFile(agentfsBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// TestTwoMountsOfOneLower: two mounts of one lower are independent.
+func TestTwoMountsOfOneLower(t *testing.T) {
+	a := newMount(t, withLower(lowerFile("f", "lower")))
+	b := newMount(t, withExistingLower(a.lower))
+	writeFile(t, a.path("f"), "from a")
+	os.Remove(b.path("f"))
+	if got := readFile(t, a.path("f")); got != "from a" {
+		t.Errorf("a/f = %q, want %q", got, "from a")
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(b.path("f"), &st); err != unix.ENOENT {
+		t.Errorf("b/f: %s, want ENOENT", errName(err))
+	}
+	if a.status.Store == b.status.Store {
+		t.Errorf("two mounts share the private store %s", a.status.Store)
+	}
 }
