@@ -101,9 +101,8 @@ func New(cfg Config) (*FS, error) {
 	}
 	fs.root = &Node{ID: nextNodeID.Add(1), fs: fs, mode: unix.S_IFDIR, ino: st.Ino, hasLower: true}
 	if e := fs.rootEntry; e != nil {
-		fs.root.entry = e
 		fs.root.ino = e.Ino
-		fs.root.hasLower = !e.Opaque
+		fs.promoteLocked(fs.root, e)
 	}
 	fs.root.lookups = 1 // the kernel never forgets the root
 	return fs, nil
