@@ -211,7 +211,8 @@ func openClose(p string, flags int) error {
 
 // Checklist 6: copy-up is atomic and happens once under concurrency.
 func TestConcurrentCopyUp(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("append", fourMiB), lowerFile("pwrite", fourMiB)))
+	m := newMount(t, withLower(lowerFile("append", fourMiB), lowerFile("pwrite", fourMiB),
+		lowerFile("atomic", strings.Repeat(fourMiB, 8))))
 	objects0, _ := m.backstoreUsage()
 	const n = 32
 	t.Run("appends", func(t *testing.T) {
@@ -276,6 +277,58 @@ func TestConcurrentCopyUp(t *testing.T) {
 	if objects, _ := m.backstoreUsage(); objects != objects0+2 {
 		t.Errorf("backstore objects %d -> %d, want +2 (each file copied up once)", objects0, objects)
 	}
+	t.Run("readers during copy-up see the whole file", func(t *testing.T) {
+		const size = 32 << 20
+		tail := fourMiB[len(fourMiB)-16:]
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var bad []string
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 16)
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						if i > 0 {
+							return
+						}
+					default:
+					}
+					f, err := os.Open(m.path("atomic"))
+					if err != nil {
+						mu.Lock()
+						bad = append(bad, err.Error())
+						mu.Unlock()
+						return
+					}
+					var st unix.Stat_t
+					unix.Fstat(int(f.Fd()), &st)
+					n, _ := f.ReadAt(buf, size-16)
+					f.Close()
+					if st.Size != size || string(buf[:n]) != tail {
+						mu.Lock()
+						bad = append(bad, fmt.Sprintf("size %d, last bytes %q", st.Size, buf[:n]))
+						mu.Unlock()
+						return
+					}
+				}
+			}()
+		}
+		w, err := os.OpenFile(m.path("atomic"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.WriteAt([]byte("X"), 0)
+		w.Close()
+		close(stop)
+		wg.Wait()
+		if len(bad) > 0 {
+			t.Errorf("a reader saw a partial copy-up of a %d-byte file: %v", size, bad)
+		}
+	})
 }
 
 func firstDiff(a, b string) int {

@@ -79,6 +79,16 @@ func TestInodeNumbersAreStable(t *testing.T) {
 		m.remount()
 		dev = lstat(t, m.dir).Dev
 		check(t, "after remount")
+		for _, dir := range []string{".", "d", "d/sub"} {
+			for _, e := range readAllDirents(t, m.path(dir)) {
+				if e.name == ".." {
+					continue
+				}
+				if st := lstat(t, m.path(dir+"/"+e.name)); e.ino != st.Ino {
+					t.Errorf("%s/%s after remount: d_ino %d, st_ino %d; want equal", dir, e.name, e.ino, st.Ino)
+				}
+			}
+		}
 	})
 }
 
