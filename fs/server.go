@@ -111,6 +111,15 @@ func Mount(o Options) (*Server, error) {
 		srv.Unmount()
 		return nil, err
 	}
+	o.View.SetInvalidate(func(parent *overlay.Node, name string) {
+		id := parent.ID
+		if parent == o.View.Root() {
+			id = fuse.FUSE_ROOT_ID
+		}
+		if st := srv.EntryNotify(id, name); st != fuse.OK && st != fuse.ENOENT {
+			s.log.Debug("invalidating a cached name", "name", name, "status", st)
+		}
+	})
 	ks := srv.KernelSettings()
 	s.passthrough = o.Passthrough && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0
 	return s, nil

@@ -140,7 +140,6 @@ func (fs *FS) copyUpData(n *Node, withData bool) error {
 	if done {
 		return nil
 	}
-
 	f, err := fs.openLower(lower, unix.O_RDONLY)
 	if err != nil {
 		return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
@@ -159,33 +158,107 @@ func (fs *FS) copyUpData(n *Node, withData bool) error {
 	defer fs.mu.Unlock()
 	t := fs.newTx()
 	t.made(id)
-	if old := n.object; old != "" {
+	old := n.object
+	if old != "" {
 		// A metacopy object carries attributes changed since (chmod,
 		// utimens, xattrs): they win over the lower file's.
 		if err := fs.copyAttrsFromObject(id, old); err != nil {
 			return t.fail(err)
 		}
-		if fs.links[old] <= 1 {
-			t.doomed = append(t.doomed, old)
-		}
 	}
 	e := &branch.Entry{Type: branch.TypeFile, Ino: n.ino, Object: id}
-	if p, ok := n.pathLocked(); ok {
+	if st.Nlink > 1 {
+		e.Origin = lower // keeps the other lower names joined (hardlinks)
+	}
+	if old != "" {
+		// Every name of the metacopy object now names the data copy.
+		for _, p := range fs.pathsOfLocked(old) {
+			t.put(p, e)
+		}
+		if fs.links[old] == 0 && !n.unlinked {
+			t.doomed = append(t.doomed, old)
+		}
+	} else if p, ok := n.pathLocked(); ok {
 		if n.parent != nil {
 			if err := fs.copyUpDirLocked(t, n.parent); err != nil {
 				return t.fail(err)
 			}
 		}
 		t.put(p, e)
-	} else {
-		t.doomed = nil // an unlinked metacopy object may still be open
+	}
+	var others []*Node
+	if st.Nlink > 1 {
+		others = fs.otherLowerNamesLocked(n)
 	}
 	t.promote(n, e)
 	if err := t.commit(); err != nil {
 		return err
 	}
 	n.dataGen.Add(1)
+	fs.forgetNames(others)
 	return nil
+}
+
+// pathsOfLocked returns every path whose entry names object obj.
+func (fs *FS) pathsOfLocked(obj string) []string {
+	var out []string
+	if fs.rootEntry != nil && fs.rootEntry.Object == obj {
+		out = append(out, "")
+	}
+	for dir, m := range fs.dirs {
+		for name, e := range m {
+			if e.Object == obj {
+				out = append(out, joinPath(dir, name))
+			}
+		}
+	}
+	return out
+}
+
+// otherLowerNamesLocked returns the lower-only nodes the kernel holds
+// for other names of n's lower inode, and takes them out of the lower
+// table: their next lookup finds the copied-up file.
+func (fs *FS) otherLowerNamesLocked(n *Node) []*Node {
+	fs.nodesMu.Lock()
+	defer fs.nodesMu.Unlock()
+	var out []*Node
+	for lp, o := range fs.byLower {
+		if o != n && o.ino == n.ino && o.entry == nil && o.mode == unix.S_IFREG {
+			delete(fs.byLower, lp)
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// forgetNames asks the kernel to drop its cached names of nodes, outside
+// the current request (a notification from inside a request on the same
+// directory could deadlock).
+func (fs *FS) forgetNames(nodes []*Node) {
+	if len(nodes) == 0 {
+		return
+	}
+	type name struct {
+		parent *Node
+		name   string
+	}
+	var names []name
+	fs.mu.RLock()
+	inval := fs.invalidate
+	for _, o := range nodes {
+		if o.parent != nil && !o.unlinked {
+			names = append(names, name{o.parent, o.name})
+		}
+	}
+	fs.mu.RUnlock()
+	if inval == nil {
+		return
+	}
+	go func() {
+		for _, nm := range names {
+			inval(nm.parent, nm.name)
+		}
+	}()
 }
 
 // copyUpMeta gives n an upper entry without copying data.

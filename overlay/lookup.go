@@ -57,6 +57,13 @@ func (fs *FS) resolveLocked(dir *Node, name string) (resolved, error) {
 		return r, err
 	}
 	r.lower, r.isLower = lp, true
+	if r.lowerSt.Nlink > 1 && r.lowerSt.Mode&unix.S_IFMT == unix.S_IFREG {
+		// Another name of this lower inode was copied up: this name is
+		// the same (upper) file.
+		if e := fs.hardlinks[fs.mapIno(&r.lowerSt)]; e != nil {
+			r.entry, r.isLower = e, false
+		}
+	}
 	return r, nil
 }
 
@@ -132,19 +139,28 @@ func (fs *FS) statLocked(n *Node) (unix.Stat_t, error) {
 		if err != nil {
 			return st, err
 		}
-		if n.entry != nil && n.entry.Metacopy {
-			var lst unix.Stat_t
-			if err := unix.Fstatat(fs.lowerFd, lowerRel(n.lower), &lst, unix.AT_SYMLINK_NOFOLLOW); err == nil {
-				st.Size, st.Blocks = lst.Size, lst.Blocks
-			}
+		var lst unix.Stat_t
+		lowerOK := false
+		if e := n.entry; e != nil && e.Origin != "" {
+			lowerOK = unix.Fstatat(fs.lowerFd, lowerRel(e.Origin), &lst, unix.AT_SYMLINK_NOFOLLOW) == nil
+		}
+		if lowerOK && n.entry.Metacopy {
+			st.Size, st.Blocks = lst.Size, lst.Blocks
 		}
 		switch n.mode {
 		case unix.S_IFDIR:
 			st.Nlink = fs.dirNlinkLocked(n, &st)
+		case unix.S_IFREG:
+			links := uint64(fs.links[n.object])
+			st.Nlink = links
+			if lowerOK && lst.Nlink > 1 && links > 0 {
+				// The lower names of a hard-linked file count too.
+				st.Nlink = lst.Nlink + links - 1
+			}
 		default:
-			st.Nlink = uint64(fs.links[n.object])
-			if n.mode != unix.S_IFREG && !n.unlinked {
-				st.Nlink = 1
+			st.Nlink = 1
+			if n.unlinked {
+				st.Nlink = 0
 			}
 		}
 	} else {

@@ -59,7 +59,14 @@ type FS struct {
 	dirs map[string]map[string]*branch.Entry
 	// links counts the entries that reference each regular-file object.
 	links map[string]int
-	root  *Node
+	// hardlinks maps the st_ino of a copied-up lower file that had more
+	// than one name (its entry carries Origin) to that entry, so that
+	// the lower file's other names resolve to the same upper inode, as
+	// overlayfs does with index=on.
+	hardlinks map[uint64]*branch.Entry
+	root      *Node
+	// invalidate drops a kernel dentry (see SetInvalidate).
+	invalidate func(parent *Node, name string)
 
 	nodesMu  sync.Mutex
 	byObject map[string]*Node
@@ -84,16 +91,17 @@ func New(cfg Config) (*FS, error) {
 		return nil, fmt.Errorf("lower directory %s: %w", cfg.Lower, err)
 	}
 	fs := &FS{
-		cfg:      cfg,
-		objs:     cfg.Objects,
-		layer:    cfg.Layer,
-		log:      cfg.Logger,
-		lowerFd:  fd,
-		lowerDev: st.Dev,
-		dirs:     map[string]map[string]*branch.Entry{},
-		links:    map[string]int{},
-		byObject: map[string]*Node{},
-		byLower:  map[string]*Node{},
+		cfg:       cfg,
+		objs:      cfg.Objects,
+		layer:     cfg.Layer,
+		log:       cfg.Logger,
+		lowerFd:   fd,
+		lowerDev:  st.Dev,
+		dirs:      map[string]map[string]*branch.Entry{},
+		links:     map[string]int{},
+		hardlinks: map[uint64]*branch.Entry{},
+		byObject:  map[string]*Node{},
+		byLower:   map[string]*Node{},
 	}
 	if err := fs.loadLocked(); err != nil {
 		unix.Close(fd)
@@ -113,6 +121,7 @@ func (fs *FS) loadLocked() error {
 	fs.rootEntry = nil
 	fs.dirs = map[string]map[string]*branch.Entry{}
 	fs.links = map[string]int{}
+	fs.hardlinks = map[uint64]*branch.Entry{}
 	return fs.layer.Load(func(p string, e *branch.Entry) error {
 		fs.indexPut(p, e)
 		return nil
@@ -122,6 +131,15 @@ func (fs *FS) loadLocked() error {
 // Close releases the lower directory.
 func (fs *FS) Close() error {
 	return unix.Close(fs.lowerFd)
+}
+
+// SetInvalidate installs fn, which tells the kernel to drop its cached
+// entry for name in parent when the view changes it behind the kernel's
+// back. The fs package installs it when it mounts the view.
+func (fs *FS) SetInvalidate(fn func(parent *Node, name string)) {
+	fs.mu.Lock()
+	fs.invalidate = fn
+	fs.mu.Unlock()
 }
 
 // Root returns the view's root directory node.
@@ -158,6 +176,9 @@ func (fs *FS) indexPut(p string, e *branch.Entry) {
 	m[name] = e
 	if e.Type == branch.TypeFile && e.Object != "" {
 		fs.links[e.Object]++
+		if e.Origin != "" {
+			fs.hardlinks[e.Ino] = e
+		}
 	}
 }
 
@@ -180,6 +201,9 @@ func (fs *FS) indexDel(p string) {
 	if old.Type == branch.TypeFile && old.Object != "" {
 		if fs.links[old.Object]--; fs.links[old.Object] <= 0 {
 			delete(fs.links, old.Object)
+			if h := fs.hardlinks[old.Ino]; h != nil && h.Object == old.Object {
+				delete(fs.hardlinks, old.Ino)
+			}
 		}
 	}
 }

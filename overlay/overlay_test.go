@@ -383,3 +383,21 @@ func TestMergedDirNlink(t *testing.T) {
 	st, _ := e.fs.Getattr(e.fs.Root())
 	eq(t, "root after the move in", st.Nlink, uint64(4))
 }
+
+func TestExchangeDirectories(t *testing.T) {
+	e := newEnv(t, map[string]string{"a/x": "ax", "b/y": "by"})
+	e.write("a/x", "AX")
+	if _, _, err := e.fs.Mkdir(e.must("b"), "new", 0755, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.fs.Root()
+	if err := e.fs.Rename(r, "a", r, "b", RenameExchange); err != nil {
+		t.Fatalf("exchange of two directories: %v", err)
+	}
+	eq(t, "a", e.names("a"), []string{"new", "y"})
+	eq(t, "b", e.names("b"), []string{"x"})
+	eq(t, "b/x", e.read("b/x"), "AX")
+	e.reopen()
+	eq(t, "a after reopen", e.names("a"), []string{"new", "y"})
+	eq(t, "b/x after reopen", e.read("b/x"), "AX")
+}

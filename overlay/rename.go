@@ -100,11 +100,7 @@ func (fs *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags u
 		if err != nil {
 			return t.fail(err)
 		}
-		// Swap the two subtrees through a name no path can have.
-		const tmp = "\x00exchange"
-		fs.moveLocked(t, src.path, tmp)
-		fs.moveLocked(t, dst.path, src.path)
-		fs.moveLocked(t, tmp, dst.path)
+		fs.swapLocked(t, src.path, dst.path)
 		t.put(src.path, de)
 		t.put(dst.path, se)
 		t.bump(dn)
@@ -147,6 +143,33 @@ func (fs *FS) moveLocked(t *tx, from, to string) {
 	}
 	for _, m := range ms {
 		t.put(to+m.p[len(from):], m.e)
+	}
+}
+
+// swapLocked exchanges the upper entries strictly below a and b.
+func (fs *FS) swapLocked(t *tx, a, b string) {
+	type moved struct {
+		p string
+		e *branch.Entry
+	}
+	collect := func(root string) []moved {
+		var ms []moved
+		for _, p := range fs.subtree(root) {
+			ms = append(ms, moved{p, fs.indexGet(p)})
+		}
+		return ms
+	}
+	as, bs := collect(a), collect(b)
+	for _, ms := range [][]moved{as, bs} {
+		for i := len(ms) - 1; i >= 0; i-- {
+			t.del(ms[i].p)
+		}
+	}
+	for _, m := range as {
+		t.put(b+m.p[len(a):], m.e)
+	}
+	for _, m := range bs {
+		t.put(a+m.p[len(b):], m.e)
 	}
 }
 
