@@ -2,6 +2,7 @@ package difftest
 
 import (
 	"fmt"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -149,7 +150,8 @@ func CompareSnapshots(ref, got *Snapshot, p *Profile, name string) []Diff {
 		}
 		for _, d := range compareStat(&r.Stat, &g.Stat, p) {
 			if d != allowedNlink {
-				add("stat", "%q: %s on %s", path, d, name)
+				field, _, _ := strings.Cut(d, " ")
+				add("stat:"+field, "%q: %s on %s", path, d, name)
 			}
 		}
 		if r.Content != g.Content {
