@@ -128,33 +128,33 @@ func posixTestNames() []string {
 
 // TestPosix runs every posixtest on a fresh mount of an empty lower.
 func TestPosix(t *testing.T) {
-	requireFUSE(t)
-	for _, name := range posixTestNames() {
-		t.Run(name, func(t *testing.T) {
-			if reason, ok := posixSkip[name]; ok {
-				t.Skip(reason)
-			}
-			m := newMount(t)
-			posixRun(t, name, m, m.dir)
-		})
-	}
+	posixSuite(t, func(name string) ([]lowerEntry, string) { return nil, "" })
 }
 
 // TestPosixOverLower runs every posixtest in a lower directory of a
 // fresh mount, over the lower files of posixLowerFiles.
 func TestPosixOverLower(t *testing.T) {
+	posixSuite(t, func(name string) ([]lowerEntry, string) {
+		entries := []lowerEntry{lowerDir("work")}
+		for _, f := range posixLowerFiles[name] {
+			entries = append(entries, lowerFile("work/"+f, "lower content of "+f+"\n", withMode(0o640)))
+		}
+		return entries, "work"
+	})
+}
+
+// posixSuite runs every posixtest on its own mount; setup gives each
+// test's lower tree and the directory (in the mount) it runs in.
+func posixSuite(t *testing.T, setup func(name string) (lower []lowerEntry, dir string)) {
 	requireFUSE(t)
 	for _, name := range posixTestNames() {
 		t.Run(name, func(t *testing.T) {
 			if reason, ok := posixSkip[name]; ok {
 				t.Skip(reason)
 			}
-			entries := []lowerEntry{lowerDir("work")}
-			for _, f := range posixLowerFiles[name] {
-				entries = append(entries, lowerFile("work/"+f, "lower content of "+f+"\n", withMode(0o640)))
-			}
-			m := newMount(t, withLower(entries...))
-			posixRun(t, name, m, m.path("work"))
+			lower, dir := setup(name)
+			m := newMount(t, withLower(lower...))
+			posixRun(t, name, m, m.path(dir))
 		})
 	}
 }
