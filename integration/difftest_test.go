@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,7 +129,7 @@ func dtAgentfsSpec() difftest.RootSpec {
 			if out, err := dtCommand(agentfsBin, "mount", "--lower", lower, mnt); err != nil {
 				return nil, fmt.Errorf("agentfs mount: %v: %s", err, out)
 			}
-			return &difftest.Root{Dir: mnt, Close: func() error {
+			return &difftest.Root{Dir: mnt, Abort: func() string { return dtAbort(mnt) }, Close: func() error {
 				var errs []string
 				if out, err := dtCommand(agentfsBin, "unmount", mnt); err != nil {
 					errs = append(errs, fmt.Sprintf("agentfs unmount: %v: %s", err, out))
@@ -159,4 +160,60 @@ func dtCommand(name string, args ...string) (string, error) {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+// dtAbort gets ops unstuck from a hung agentfs mount: it makes the
+// daemon serving mnt (found by its command line) dump its goroutines
+// (SIGQUIT; it logs to agentfs.log in its store), saves the dump for
+// the report, and kills it if it is still there, which fails every
+// pending request.
+func dtAbort(mnt string) string {
+	pid, store := dtFindDaemon(mnt)
+	if pid == 0 {
+		if err := difftest.AbortFUSE(mnt); err != nil {
+			return fmt.Sprintf("no daemon found for %s, and %v", mnt, err)
+		}
+		return "no daemon found; aborted the FUSE connection"
+	}
+	syscall.Kill(pid, syscall.SIGQUIT)
+	for i := 0; i < 50 && syscall.Kill(pid, 0) == nil; i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	log, err := os.ReadFile(filepath.Join(store, "agentfs.log"))
+	if err != nil {
+		return fmt.Sprintf("killed daemon pid %d; its log: %v", pid, err)
+	}
+	f, err := os.CreateTemp("", "agentfs-difftest-hang-*.log")
+	if err != nil {
+		return fmt.Sprintf("killed daemon pid %d; saving its log: %v", pid, err)
+	}
+	defer f.Close()
+	f.Write(log)
+	return fmt.Sprintf("killed daemon pid %d after SIGQUIT; its log with the goroutine dump is %s", pid, f.Name())
+}
+
+// dtFindDaemon finds the agentfs daemon serving mnt and its store.
+func dtFindDaemon(mnt string) (int, string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) < 2 || filepath.Base(args[0]) != filepath.Base(agentfsBin) || args[len(args)-1] != mnt {
+			continue
+		}
+		store := ""
+		for i, a := range args[:len(args)-1] {
+			if a == "--store" {
+				store = args[i+1]
+			}
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			return pid, store
+		}
+	}
+	return 0, ""
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -178,6 +179,51 @@ func TestRelTargetStaysInside(t *testing.T) {
 	} {
 		if got := RelTarget(tc.link, tc.target); got != tc.want {
 			t.Errorf("RelTarget(%q, %q) = %q, want %q", tc.link, tc.target, got, tc.want)
+		}
+	}
+}
+
+// hangingExecutor blocks in its first rename until release is closed.
+type hangingExecutor struct {
+	*DirExecutor
+	release chan struct{}
+}
+
+func (e hangingExecutor) Exec(op *Op) Result {
+	if op.Kind == OpRename {
+		<-e.release
+	}
+	return e.DirExecutor.Exec(op)
+}
+
+// TestHangIsReported checks that an op that never returns fails the
+// run with the seed and the last ops, instead of hanging the test.
+func TestHangIsReported(t *testing.T) {
+	requireRoot(t)
+	release := make(chan struct{})
+	defer close(release)
+	hanging := secondPlain()
+	hanging.Name = "hanging"
+	hanging.NewExecutor = func(root string) Executor { return hangingExecutor{NewDirExecutor(root), release} }
+	c := plainConfig(t, hanging)
+	c.OpTimeout = 200 * time.Millisecond
+	f, err := c.Run(5, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f == nil {
+		t.Fatal("a root that hangs in rename was not reported")
+	}
+	if got := f.Diffs[0].Sig; got != "hang" {
+		t.Errorf("difference %q, want a hang", got)
+	}
+	last := f.Ops[len(f.Ops)-1]
+	if last.Kind != OpRename {
+		t.Errorf("last op %s, want the rename that hung", last)
+	}
+	for _, want := range []string{"seed 5:", "did not return within 200ms on hanging", last.String()} {
+		if !strings.Contains(f.Report, want) {
+			t.Errorf("report lacks %q:\n%s", want, f.Report)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -98,4 +99,28 @@ func OverlaySpec(witness bool) RootSpec {
 			}}, nil
 		},
 	}
+}
+
+// AbortFUSE aborts the FUSE connection of the mount at mnt (through
+// /sys/fs/fuse/connections), which fails every pending and later
+// request with ENOTCONN: the way out of a hung daemon. It finds the
+// connection in /proc/self/mountinfo, as stat(2) on a hung mount would
+// hang too.
+func AbortFUSE(mnt string) error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || unescapeMountinfo(f[4]) != mnt {
+			continue
+		}
+		_, minor, ok := strings.Cut(f[2], ":")
+		if !ok {
+			break
+		}
+		return os.WriteFile(filepath.Join("/sys/fs/fuse/connections", minor, "abort"), []byte("1"), 0o200)
+	}
+	return fmt.Errorf("abort FUSE connection: %s is not mounted", mnt)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // RootSpec describes one kind of root.
@@ -35,6 +36,10 @@ type Root struct {
 	// Close tears the root down. An error is a finding, such as a
 	// failed unmount or a lower tree that changed.
 	Close func() error
+	// Abort, if set, unblocks ops stuck in the root (a FUSE mount
+	// whose daemon hangs: abort the connection) before Close, and
+	// returns what it learned (where it saved the daemon's stacks).
+	Abort func() string
 }
 
 // Config describes a differential test.
@@ -51,6 +56,9 @@ type Config struct {
 	// ShrinkRuns caps the number of replays the shrinker may use
 	// (default 400).
 	ShrinkRuns int
+	// OpTimeout is how long one op may take before the run fails as
+	// hung (default one minute).
+	OpTimeout time.Duration
 	// Logf receives progress and notes (witness differences).
 	Logf func(format string, args ...any)
 }
@@ -100,6 +108,16 @@ func (c *Config) Run(seed int64, nops int) (*Failure, error) {
 	if len(diffs) == 0 {
 		return nil, nil
 	}
+	if diffs[0].Sig == "hang" {
+		// Every replay would hang as long again: report the ops as they are.
+		var b strings.Builder
+		fmt.Fprintf(&b, "seed %d: %s\nnot shrunk (a hang); the last ops were:\n", seed, diffs[0])
+		for i := max(0, len(ops)-30); i < len(ops); i++ {
+			fmt.Fprintf(&b, "%4d  %s\n", i+1, ops[i].String())
+		}
+		writeDiffs(&b, diffs)
+		return &Failure{Seed: seed, Tree: tree, Ops: ops, Diffs: diffs, Report: b.String()}, nil
+	}
 	c.logf("seed %d: %d ops: %s; shrinking", seed, len(ops), diffs[0])
 	return c.shrink(seed, tree, ops, diffs), nil
 }
@@ -140,6 +158,30 @@ type session struct {
 	c     *Config
 	dir   string
 	roots []*liveRoot
+	hung  *liveRoot // the root whose op never returned
+}
+
+// execWatched runs op on r and gives up waiting after the op timeout:
+// a filesystem that deadlocks fails the run with the seed instead of
+// hanging the test until go test's own timeout.
+func (s *session) execWatched(r *liveRoot, op *Op) (Result, bool) {
+	done := make(chan Result, 1)
+	go func() { done <- r.exec.Exec(op) }()
+	t := time.NewTimer(s.c.opTimeout())
+	defer t.Stop()
+	select {
+	case res := <-done:
+		return res, true
+	case <-t.C:
+		return Result{}, false
+	}
+}
+
+func (c *Config) opTimeout() time.Duration {
+	if c.OpTimeout > 0 {
+		return c.OpTimeout
+	}
+	return time.Minute
 }
 
 type liveRoot struct {
@@ -206,7 +248,11 @@ func (s *session) step(op *Op, w *strings.Builder) []Diff {
 	}
 	res := make([]Result, len(s.roots))
 	for i, r := range s.roots {
-		res[i] = r.exec.Exec(op)
+		var ok bool
+		if res[i], ok = s.execWatched(r, op); !ok {
+			s.hung = r
+			return []Diff{{Sig: "hang", Text: fmt.Sprintf("%s did not return within %s on %s", op, s.c.opTimeout(), r.spec.Name)}}
+		}
 	}
 	ref := res[0]
 	var diffs []Diff
@@ -326,7 +372,17 @@ func (s *session) check() []Diff {
 // unless something is still mounted below it.
 func (s *session) close() []Diff {
 	var diffs []Diff
+	if s.hung != nil && s.hung.root.Abort != nil {
+		if info := s.hung.root.Abort(); info != "" {
+			diffs = append(diffs, Diff{Sig: "hang-info", Text: fmt.Sprintf("%s hung: %s", s.hung.spec.Name, info)})
+		}
+	}
 	for _, r := range s.roots {
+		if r == s.hung && r.root.Abort == nil {
+			// Its executor may still be blocked in the op: leave it.
+			diffs = append(diffs, Diff{Sig: "teardown", Text: fmt.Sprintf("%s hung: not torn down, %s kept", r.spec.Name, s.dir)})
+			return diffs
+		}
 		r.exec.Close()
 		if err := r.root.Close(); err != nil {
 			sig := "teardown"

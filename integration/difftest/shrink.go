@@ -12,6 +12,7 @@ type shrinker struct {
 	sig    string
 	runs   int
 	budget int
+	hang   string // the first replay that hung, reported besides
 }
 
 // fails replays the case and reports whether it still shows the target
@@ -30,6 +31,20 @@ func (sh *shrinker) fails(tree *Tree, ops []Op) bool {
 		if d.Sig == sh.sig {
 			return true
 		}
+	}
+	if len(diffs) > 0 && diffs[0].Sig == "hang" && sh.hang == "" {
+		// A different bug turned up on the way: keep the first hang.
+		var b strings.Builder
+		fmt.Fprintf(&b, "a replay while shrinking hung: %s\n", diffs[0])
+		for _, d := range diffs[1:] {
+			fmt.Fprintf(&b, "  %s\n", d)
+		}
+		b.WriteString("lower tree:\n" + tree.String() + "ops:\n")
+		for i := range ops {
+			fmt.Fprintf(&b, "%4d  %s\n", i+1, ops[i].String())
+		}
+		sh.hang = b.String()
+		sh.c.logf("%s", sh.hang)
 	}
 	return false
 }
@@ -149,6 +164,9 @@ func (c *Config) shrink(seed int64, tree *Tree, ops []Op, diffs []Diff) *Failure
 		f.Diffs = final
 	}
 	writeDiffs(&b, f.Diffs)
+	if sh.hang != "" {
+		b.WriteString("\nalso found while shrinking (a different bug):\n" + sh.hang)
+	}
 	f.Report = b.String()
 	return f
 }
