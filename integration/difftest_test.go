@@ -184,13 +184,13 @@ func dtAbort(mnt string) string {
 	if err != nil {
 		return fmt.Sprintf("killed daemon pid %d; its log: %v", pid, err)
 	}
-	f, err := os.CreateTemp("", "agentfs-difftest-hang-*.log")
-	if err != nil {
+	// One file per test process: the shrinker's replays overwrite it,
+	// the last (the minimal case's) stays.
+	dump := filepath.Join(os.TempDir(), fmt.Sprintf("agentfs-difftest-hang-%d.log", os.Getpid()))
+	if err := os.WriteFile(dump, log, 0o644); err != nil {
 		return fmt.Sprintf("killed daemon pid %d; saving its log: %v", pid, err)
 	}
-	defer f.Close()
-	f.Write(log)
-	return fmt.Sprintf("killed daemon pid %d after SIGQUIT; its log with the goroutine dump is %s", pid, f.Name())
+	return fmt.Sprintf("killed daemon pid %d after SIGQUIT; its log with the goroutine dump is %s", pid, dump)
 }
 
 // dtFindDaemon finds the agentfs daemon serving mnt and its store.

@@ -61,6 +61,8 @@ type Config struct {
 	OpTimeout time.Duration
 	// Logf receives progress and notes (witness differences).
 	Logf func(format string, args ...any)
+
+	shrinkHung bool // a replay hung while shrinking
 }
 
 // Failure is a difference found by Run, shrunk.
@@ -107,16 +109,6 @@ func (c *Config) Run(seed int64, nops int) (*Failure, error) {
 	diffs = append(diffs, s.close()...)
 	if len(diffs) == 0 {
 		return nil, nil
-	}
-	if diffs[0].Sig == "hang" {
-		// Every replay would hang as long again: report the ops as they are.
-		var b strings.Builder
-		fmt.Fprintf(&b, "seed %d: %s\nnot shrunk (a hang); the last ops were:\n", seed, diffs[0])
-		for i := max(0, len(ops)-30); i < len(ops); i++ {
-			fmt.Fprintf(&b, "%4d  %s\n", i+1, ops[i].String())
-		}
-		writeDiffs(&b, diffs)
-		return &Failure{Seed: seed, Tree: tree, Ops: ops, Diffs: diffs, Report: b.String()}, nil
 	}
 	c.logf("seed %d: %d ops: %s; shrinking", seed, len(ops), diffs[0])
 	return c.shrink(seed, tree, ops, diffs), nil
@@ -178,10 +170,16 @@ func (s *session) execWatched(r *liveRoot, op *Op) (Result, bool) {
 }
 
 func (c *Config) opTimeout() time.Duration {
+	d := time.Minute
 	if c.OpTimeout > 0 {
-		return c.OpTimeout
+		d = c.OpTimeout
 	}
-	return time.Minute
+	if c.shrinkHung {
+		// The shrinker has seen a replay hang: the next ones would wait
+		// as long again, and ops take milliseconds.
+		d = min(d, 5*time.Second)
+	}
+	return d
 }
 
 type liveRoot struct {

@@ -32,7 +32,10 @@ func (sh *shrinker) fails(tree *Tree, ops []Op) bool {
 			return true
 		}
 	}
-	if len(diffs) > 0 && diffs[0].Sig == "hang" && sh.hang == "" {
+	if len(diffs) > 0 && diffs[0].Sig == "hang" {
+		sh.c.shrinkHung = true
+	}
+	if len(diffs) > 0 && diffs[0].Sig == "hang" && sh.sig != "hang" && sh.hang == "" {
 		// A different bug turned up on the way: keep the first hang.
 		var b strings.Builder
 		fmt.Fprintf(&b, "a replay while shrinking hung: %s\n", diffs[0])
@@ -125,6 +128,9 @@ func (c *Config) shrink(seed int64, tree *Tree, ops []Op, diffs []Diff) *Failure
 		budget = 400
 	}
 	sh := &shrinker{c: c, sig: diffs[0].Sig, budget: budget}
+	// Replays of a hang hang again: wait for them only seconds.
+	c.shrinkHung = sh.sig == "hang"
+	defer func() { c.shrinkHung = false }()
 	f := &Failure{Seed: seed, Tree: tree, Ops: ops, Diffs: diffs}
 	orig := len(ops)
 	if !sh.fails(tree, ops) {
