@@ -60,7 +60,7 @@
 //
 // Known, documented differences of a root from the reference, by
 // allowance ID. A root's Profile lists the ones it may show; agentfs
-// may show none.
+// may show only those that no FUSE filesystem can avoid.
 //
 //	ID                 root       difference                                   handling
 //	rename-dir-exdev   overlayfs  rename(2) of a lower or merged directory     the harness then moves the tree as mv(1)
@@ -75,8 +75,11 @@
 //	dino-hardlink      overlayfs  after link(2) of a copied-up or lower file,  accepted for non-directories (also
 //	                              readdir's d_ino of a name (the upper inode)  once the link count is back to 1)
 //	                              differs from its st_ino (the origin's)
-//	fifo-mtime         overlayfs  writing to a fifo does not change the mtime  accepted for fifos whose reference mtime
-//	                              that stat shows (the real inode's)           is "now" and the root's is explicit
+//	fifo-mtime         overlayfs, writing to a fifo does not change the mtime  accepted for fifos whose reference mtime
+//	                   agentfs    that stat shows (overlayfs: the real inode's is "now" and the root's is explicit
+//	                              is not updated; FUSE: the kernel updates the
+//	                              mtime in its inode without telling the
+//	                              daemon, as go-fuse's loopback shows too)
 //
 // # Shrinking
 //
