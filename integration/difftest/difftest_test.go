@@ -206,7 +206,8 @@ func TestHangIsReported(t *testing.T) {
 	hanging.Name = "hanging"
 	hanging.NewExecutor = func(root string) Executor { return hangingExecutor{NewDirExecutor(root), release} }
 	c := plainConfig(t, hanging)
-	c.OpTimeout = 200 * time.Millisecond
+	c.OpTimeout = 100 * time.Millisecond
+	c.ShrinkRuns = 40
 	f, err := c.Run(5, 500)
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +222,7 @@ func TestHangIsReported(t *testing.T) {
 	if last.Kind != OpRename {
 		t.Errorf("last op %s, want the rename that hung", last)
 	}
-	for _, want := range []string{"seed 5:", "did not return within 200ms on hanging", last.String()} {
+	for _, want := range []string{"seed 5:", "did not return within 100ms on hanging", last.String()} {
 		if !strings.Contains(f.Report, want) {
 			t.Errorf("report lacks %q:\n%s", want, f.Report)
 		}

@@ -42,7 +42,9 @@ func (sh *shrinker) fails(tree *Tree, ops []Op) bool {
 		for _, d := range diffs[1:] {
 			fmt.Fprintf(&b, "  %s\n", d)
 		}
-		b.WriteString("lower tree:\n" + tree.String() + "ops:\n")
+		b.WriteString("lower tree:\n")
+		writeIndented(&b, tree.String())
+		b.WriteString("ops:\n")
 		for i := range ops {
 			fmt.Fprintf(&b, "%4d  %s\n", i+1, ops[i].String())
 		}
@@ -157,9 +159,7 @@ func (c *Config) shrink(seed int64, tree *Tree, ops []Op, diffs []Diff) *Failure
 		b.WriteString(", budget used up: may not be minimal")
 	}
 	b.WriteString(")\nlower tree:\n")
-	for _, line := range strings.Split(strings.TrimSuffix(tree.String(), "\n"), "\n") {
-		fmt.Fprintf(&b, "      %s\n", line)
-	}
+	writeIndented(&b, tree.String())
 	b.WriteString("ops, with each root's result:\n")
 	final, transcript, err := c.Replay(tree, ops)
 	b.WriteString(transcript)
@@ -185,5 +185,13 @@ func writeDiffs(b *strings.Builder, diffs []Diff) {
 			break
 		}
 		fmt.Fprintf(b, "  %s\n", d.Text)
+	}
+}
+
+// writeIndented writes text with every line indented to the ops'
+// arguments.
+func writeIndented(b *strings.Builder, text string) {
+	for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		fmt.Fprintf(b, "      %s\n", line)
 	}
 }
