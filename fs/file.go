@@ -111,6 +111,23 @@ func (s *Server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 	return fuse.OK
 }
 
+// Tmpfile implements fuse.RawFileSystem (O_TMPFILE).
+func (s *Server) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	dir, st := s.dirOf(&in.InHeader)
+	if st != fuse.OK {
+		return st
+	}
+	n, f, attr, err := s.view.Tmpfile(dir.n, int(in.Flags), in.Mode, caller(&in.InHeader))
+	if err != nil {
+		return errno(err)
+	}
+	s.fillEntry(&out.EntryOut, n, &attr)
+	h := &handle{ino: s.inode(n.ID), f: f}
+	s.setIOMode(h, &out.OpenOut)
+	out.Fh = s.addHandle(h)
+	return fuse.OK
+}
+
 // Read implements fuse.RawFileSystem.
 func (s *Server) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
 	h := s.handle(in.Fh)

@@ -154,6 +154,28 @@ func (fs *FS) copyUpData(n *Node, withData bool) error {
 		return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
 	}
 
+	others, err := fs.publishCopyUp(n, id, lower, &st)
+	if err != nil {
+		return err
+	}
+	// Other names of a hard-linked lower file the kernel holds as
+	// separate inodes now stand for the copy too: drop what the kernel
+	// cached for them (outside fs.mu: the kernel may need to wait for
+	// reads that take it).
+	fs.mu.RLock()
+	inval := fs.invalidate
+	fs.mu.RUnlock()
+	if inval != nil {
+		for _, o := range others {
+			inval(o)
+		}
+	}
+	return nil
+}
+
+// publishCopyUp makes the new data object id the upper inode of n and
+// of every name that shares it.
+func (fs *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t) ([]*Node, error) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	t := fs.newTx()
@@ -163,7 +185,7 @@ func (fs *FS) copyUpData(n *Node, withData bool) error {
 		// A metacopy object carries attributes changed since (chmod,
 		// utimens, xattrs): they win over the lower file's.
 		if err := fs.copyAttrsFromObject(id, old); err != nil {
-			return t.fail(err)
+			return nil, t.fail(err)
 		}
 	}
 	e := &branch.Entry{Type: branch.TypeFile, Ino: n.ino, Object: id}
@@ -181,22 +203,25 @@ func (fs *FS) copyUpData(n *Node, withData bool) error {
 	} else if p, ok := n.pathLocked(); ok {
 		if n.parent != nil {
 			if err := fs.copyUpDirLocked(t, n.parent); err != nil {
-				return t.fail(err)
+				return nil, t.fail(err)
 			}
 		}
 		t.put(p, e)
 	}
+	t.promote(n, e)
+	if err := t.commit(); err != nil {
+		return nil, err
+	}
+	n.dataGen.Add(1)
 	var others []*Node
 	if st.Nlink > 1 {
 		others = fs.otherLowerNamesLocked(n)
+		for _, o := range others {
+			o.entry, o.object, o.lower, o.hasLower = e, id, "", false
+			o.dataGen.Add(1)
+		}
 	}
-	t.promote(n, e)
-	if err := t.commit(); err != nil {
-		return err
-	}
-	n.dataGen.Add(1)
-	fs.forgetNames(others)
-	return nil
+	return others, nil
 }
 
 // pathsOfLocked returns every path whose entry names object obj.
@@ -229,36 +254,6 @@ func (fs *FS) otherLowerNamesLocked(n *Node) []*Node {
 		}
 	}
 	return out
-}
-
-// forgetNames asks the kernel to drop its cached names of nodes, outside
-// the current request (a notification from inside a request on the same
-// directory could deadlock).
-func (fs *FS) forgetNames(nodes []*Node) {
-	if len(nodes) == 0 {
-		return
-	}
-	type name struct {
-		parent *Node
-		name   string
-	}
-	var names []name
-	fs.mu.RLock()
-	inval := fs.invalidate
-	for _, o := range nodes {
-		if o.parent != nil && !o.unlinked {
-			names = append(names, name{o.parent, o.name})
-		}
-	}
-	fs.mu.RUnlock()
-	if inval == nil {
-		return
-	}
-	go func() {
-		for _, nm := range names {
-			inval(nm.parent, nm.name)
-		}
-	}()
 }
 
 // copyUpMeta gives n an upper entry without copying data.

@@ -158,7 +158,7 @@ func (fs *FS) Link(n, dir *Node, name string) (unix.Stat_t, error) {
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if n.unlinked && fs.links[n.object] == 0 {
+	if n.unlinked && fs.links[n.object] == 0 && !n.tmpfile {
 		return unix.Stat_t{}, unix.ENOENT
 	}
 	r, err := fs.resolveLocked(dir, name)
@@ -180,11 +180,51 @@ func (fs *FS) Link(n, dir *Node, name string) (unix.Stat_t, error) {
 		return unix.Stat_t{}, err
 	}
 	if n.unlinked {
-		n.unlinked, n.parent, n.name = false, dir, name
+		n.unlinked, n.tmpfile, n.parent, n.name = false, false, dir, name
 	}
 	st, err := fs.statLocked(n)
 	if err == nil {
 		fs.Ref(n)
 	}
 	return st, err
+}
+
+// Tmpfile creates an unnamed regular file in dir (O_TMPFILE): it has no
+// name until Link gives it one, and goes away when closed without one.
+func (fs *FS) Tmpfile(dir *Node, flags int, mode uint32, c Caller) (*Node, *File, unix.Stat_t, error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if dir.mode != unix.S_IFDIR {
+		return nil, nil, unix.Stat_t{}, unix.ENOTDIR
+	}
+	dp, err := fs.objs.Lstat(dir.object)
+	if dir.object == "" {
+		err = unix.Fstatat(fs.lowerFd, lowerRel(dir.lower), &dp, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	if _, ok := dir.pathLocked(); !ok || err != nil {
+		return nil, nil, unix.Stat_t{}, unix.ENOENT
+	}
+	gid := int(c.Gid)
+	if dp.Mode&unix.S_ISGID != 0 {
+		gid = int(dp.Gid)
+	}
+	id, f, err := fs.objs.CreateFile(mode&07777, int(c.Uid), gid)
+	if err != nil {
+		return nil, nil, unix.Stat_t{}, err
+	}
+	ino, err := fs.cfg.AllocIno()
+	if err != nil {
+		f.Close()
+		fs.objs.Remove(id)
+		return nil, nil, unix.Stat_t{}, err
+	}
+	e := &branch.Entry{Type: branch.TypeFile, Ino: ino, Object: id}
+	n := &Node{ID: nextNodeID.Add(1), fs: fs, mode: unix.S_IFREG, ino: ino,
+		entry: e, object: id, unlinked: true, tmpfile: true}
+	fs.nodesMu.Lock()
+	fs.byObject[id] = n
+	n.lookups++
+	fs.nodesMu.Unlock()
+	st, err := fs.statLocked(n)
+	return n, fs.newFile(n, f, true, flags), st, err
 }

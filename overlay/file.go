@@ -61,7 +61,17 @@ func (fs *FS) Open(n *Node, flags int) (*File, error) {
 		return nil, err
 	}
 	if trunc && up {
-		if err := unix.Ftruncate(int(f.Fd()), 0); err != nil {
+		// O_TRUNC truncates even a read-only open (as open(2) does for a
+		// caller allowed to write): through a writable descriptor.
+		err := unix.Ftruncate(int(f.Fd()), 0)
+		if err == unix.EINVAL || err == unix.EBADF {
+			var w *os.File
+			if w, err = fs.objs.Open(obj, unix.O_WRONLY); err == nil {
+				err = unix.Ftruncate(int(w.Fd()), 0)
+				w.Close()
+			}
+		}
+		if err != nil {
 			f.Close()
 			return nil, err
 		}

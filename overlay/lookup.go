@@ -151,17 +151,16 @@ func (fs *FS) statLocked(n *Node) (unix.Stat_t, error) {
 		case unix.S_IFDIR:
 			st.Nlink = fs.dirNlinkLocked(n, &st)
 		case unix.S_IFREG:
-			links := uint64(fs.links[n.object])
-			st.Nlink = links
-			if lowerOK && lst.Nlink > 1 && links > 0 {
-				// The lower names of a hard-linked file count too.
-				st.Nlink = lst.Nlink + links - 1
+			links := int64(fs.links[n.object]) - int64(fs.anchors[n.ino])
+			nl := links
+			if lowerOK && lst.Nlink > 1 && links+int64(fs.anchors[n.ino]) > 0 {
+				// The lower names of a hard-linked file that still show
+				// count too (all but the one copied up and the hidden).
+				nl += int64(lst.Nlink) - 1 - int64(fs.hiddenLinks[n.ino])
 			}
+			st.Nlink = uint64(max(nl, links, 0))
 		default:
-			st.Nlink = 1
-			if n.unlinked {
-				st.Nlink = 0
-			}
+			st.Nlink = uint64(fs.links[n.object])
 		}
 	} else {
 		if err := unix.Fstatat(fs.lowerFd, lowerRel(n.lower), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -169,6 +168,8 @@ func (fs *FS) statLocked(n *Node) (unix.Stat_t, error) {
 		}
 		if n.unlinked {
 			st.Nlink = 0
+		} else if st.Nlink > 1 && n.mode == unix.S_IFREG {
+			st.Nlink = uint64(max(int64(st.Nlink)-int64(fs.hiddenLinks[n.ino]), 1))
 		}
 	}
 	st.Ino = n.ino

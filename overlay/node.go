@@ -26,6 +26,7 @@ type Node struct {
 	lower    string        // lower path: data of files, contents of dirs
 	hasLower bool
 	unlinked bool
+	tmpfile  bool // made by O_TMPFILE and not linked yet
 
 	// dataGen counts data copy-ups; open files follow it to the new data.
 	dataGen atomic.Uint64

@@ -64,9 +64,15 @@ type FS struct {
 	// the lower file's other names resolve to the same upper inode, as
 	// overlayfs does with index=on.
 	hardlinks map[uint64]*branch.Entry
-	root      *Node
-	// invalidate drops a kernel dentry (see SetInvalidate).
-	invalidate func(parent *Node, name string)
+	// hiddenLinks counts, per lower st_ino, the whiteouts that hide a
+	// lower-only name of a hard-linked lower file (st_nlink).
+	hiddenLinks map[uint64]int
+	// anchors counts the internal entries that keep such a file's upper
+	// copy after its last upper name went (see anchorPath).
+	anchors map[uint64]int
+	root    *Node
+	// invalidate drops what the kernel cached of a node (SetInvalidate).
+	invalidate func(n *Node)
 
 	nodesMu  sync.Mutex
 	byObject map[string]*Node
@@ -91,17 +97,19 @@ func New(cfg Config) (*FS, error) {
 		return nil, fmt.Errorf("lower directory %s: %w", cfg.Lower, err)
 	}
 	fs := &FS{
-		cfg:       cfg,
-		objs:      cfg.Objects,
-		layer:     cfg.Layer,
-		log:       cfg.Logger,
-		lowerFd:   fd,
-		lowerDev:  st.Dev,
-		dirs:      map[string]map[string]*branch.Entry{},
-		links:     map[string]int{},
-		hardlinks: map[uint64]*branch.Entry{},
-		byObject:  map[string]*Node{},
-		byLower:   map[string]*Node{},
+		cfg:         cfg,
+		objs:        cfg.Objects,
+		layer:       cfg.Layer,
+		log:         cfg.Logger,
+		lowerFd:     fd,
+		lowerDev:    st.Dev,
+		dirs:        map[string]map[string]*branch.Entry{},
+		links:       map[string]int{},
+		hardlinks:   map[uint64]*branch.Entry{},
+		hiddenLinks: map[uint64]int{},
+		anchors:     map[uint64]int{},
+		byObject:    map[string]*Node{},
+		byLower:     map[string]*Node{},
 	}
 	if err := fs.loadLocked(); err != nil {
 		unix.Close(fd)
@@ -122,6 +130,8 @@ func (fs *FS) loadLocked() error {
 	fs.dirs = map[string]map[string]*branch.Entry{}
 	fs.links = map[string]int{}
 	fs.hardlinks = map[uint64]*branch.Entry{}
+	fs.hiddenLinks = map[uint64]int{}
+	fs.anchors = map[uint64]int{}
 	return fs.layer.Load(func(p string, e *branch.Entry) error {
 		fs.indexPut(p, e)
 		return nil
@@ -133,10 +143,10 @@ func (fs *FS) Close() error {
 	return unix.Close(fs.lowerFd)
 }
 
-// SetInvalidate installs fn, which tells the kernel to drop its cached
-// entry for name in parent when the view changes it behind the kernel's
-// back. The fs package installs it when it mounts the view.
-func (fs *FS) SetInvalidate(fn func(parent *Node, name string)) {
+// SetInvalidate installs fn, which tells the kernel to drop what it
+// cached of node n (attributes and data) when the view changes it behind
+// the kernel's back. The fs package installs it when it mounts the view.
+func (fs *FS) SetInvalidate(fn func(n *Node)) {
 	fs.mu.Lock()
 	fs.invalidate = fn
 	fs.mu.Unlock()
@@ -174,7 +184,8 @@ func (fs *FS) indexPut(p string, e *branch.Entry) {
 		fs.dirs[dir] = m
 	}
 	m[name] = e
-	if e.Type == branch.TypeFile && e.Object != "" {
+	fs.countLinks(p, e, 1)
+	if e.Type != branch.TypeDir && e.Object != "" {
 		fs.links[e.Object]++
 		if e.Origin != "" {
 			fs.hardlinks[e.Ino] = e
@@ -198,13 +209,25 @@ func (fs *FS) indexDel(p string) {
 	if len(m) == 0 {
 		delete(fs.dirs, dir)
 	}
-	if old.Type == branch.TypeFile && old.Object != "" {
+	fs.countLinks(p, old, -1)
+	if old.Type != branch.TypeDir && old.Object != "" {
 		if fs.links[old.Object]--; fs.links[old.Object] <= 0 {
 			delete(fs.links, old.Object)
 			if h := fs.hardlinks[old.Ino]; h != nil && h.Object == old.Object {
 				delete(fs.hardlinks, old.Ino)
 			}
 		}
+	}
+}
+
+// countLinks keeps hiddenLinks in step with the entry e at p being
+// added (d = 1) or removed (d = -1).
+func (fs *FS) countLinks(p string, e *branch.Entry, d int) {
+	if e.IsWhiteout() && e.Ino != 0 {
+		fs.hiddenLinks[e.Ino] += d
+	}
+	if e.Type == branch.TypeFile && strings.HasPrefix(p, internalDir+"/links/") {
+		fs.anchors[e.Ino] += d
 	}
 }
 

@@ -1,6 +1,8 @@
 package overlay
 
 import (
+	"fmt"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/branch"
@@ -11,11 +13,19 @@ var whiteout = &branch.Entry{Type: branch.TypeWhiteout}
 // hideLocked removes the name at r.path: a whiteout when the lower
 // layer has an inode there, no entry otherwise.
 func (fs *FS) hideLocked(t *tx, dir *Node, name string, r *resolved) {
-	if fs.lowerExistsLocked(dir, name) {
-		t.put(r.path, whiteout)
-	} else if fs.indexGet(r.path) != nil {
-		t.del(r.path)
+	var st unix.Stat_t
+	if !dir.hasLower || unix.Fstatat(fs.lowerFd, joinPath(dir.lower, name), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		if fs.indexGet(r.path) != nil {
+			t.del(r.path)
+		}
+		return
 	}
+	w := whiteout
+	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 && fs.indexGet(r.path) == nil {
+		// Remember which hard-linked lower inode lost a name (st_nlink).
+		w = &branch.Entry{Type: branch.TypeWhiteout, Ino: fs.mapIno(&st)}
+	}
+	t.put(r.path, w)
 }
 
 // detachLocked handles the inode that lost the name r: its node becomes
@@ -34,7 +44,17 @@ func (fs *FS) detachLocked(t *tx, r *resolved, n *Node) {
 		return
 	}
 	obj := r.entry.Object
-	if r.entry.Type == branch.TypeFile && fs.links[obj] > 0 {
+	if r.entry.Type == branch.TypeFile && r.entry.Origin != "" && fs.links[obj] == 0 {
+		// The last upper name of a hard-linked lower file: its other
+		// lower names still show this file, so an internal anchor keeps
+		// it (and the lower names joined to it).
+		var lst unix.Stat_t
+		if unix.Fstatat(fs.lowerFd, lowerRel(r.entry.Origin), &lst, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+			int64(lst.Nlink)-1-int64(fs.hiddenLinks[r.entry.Ino]) > 0 {
+			t.put(anchorPath(r.entry.Ino), r.entry)
+		}
+	}
+	if r.entry.Type != branch.TypeDir && fs.links[obj] > 0 {
 		// Other names still link the file: only its ctime changes.
 		if n != nil {
 			t.bump(n)
@@ -130,4 +150,20 @@ func (fs *FS) emptyDirLocked(r *resolved) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// Internal entries live below the control file's name, which no user
+// path can reach (the mount root reserves it).
+const internalDir = ".agentfs.ctl"
+
+// anchorPath names the internal entry that keeps the upper copy of a
+// hard-linked lower inode after its last upper name is gone.
+func anchorPath(ino uint64) string {
+	return fmt.Sprintf("%s/links/%x", internalDir, ino)
+}
+
+// hiddenPath names an internal whiteout that records a lower name of a
+// hard-linked inode replaced by a rename (for st_nlink).
+func hiddenPath(id uint64) string {
+	return fmt.Sprintf("%s/hidden/%x", internalDir, id)
 }

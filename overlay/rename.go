@@ -106,6 +106,15 @@ func (fs *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags u
 		t.bump(dn)
 	} else {
 		if dst.exists() {
+			if dst.lowerSt.Nlink > 1 && dst.lowerSt.Mode&unix.S_IFMT == unix.S_IFREG && fs.indexGet(dst.path) == nil {
+				// A lower name of a hard-linked file disappears under
+				// the moved one: record it for st_nlink.
+				id, err := fs.cfg.AllocIno()
+				if err != nil {
+					return t.fail(err)
+				}
+				t.put(hiddenPath(id), &branch.Entry{Type: branch.TypeWhiteout, Ino: fs.mapIno(&dst.lowerSt)})
+			}
 			fs.detachLocked(t, &dst, dn)
 		}
 		fs.moveLocked(t, src.path, dst.path)

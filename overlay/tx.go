@@ -75,9 +75,7 @@ func (t *tx) commit() error {
 		}
 	}
 	for _, id := range t.bumped {
-		loc := t.fs.objs.Loc(id)
-		// chown to (-1, -1) changes nothing but the ctime.
-		if err := unix.Fchownat(loc.Dirfd, loc.Name, -1, -1, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := t.fs.bumpCtime(id); err != nil {
 			t.fs.log.Warn("updating ctime", "object", id, "err", err)
 		}
 	}
@@ -151,4 +149,19 @@ func (t *tx) bump(n *Node) {
 	if id := t.objectOf(n); id != "" {
 		t.bumped = append(t.bumped, id)
 	}
+}
+
+// bumpCtime sets an object's ctime to now and changes nothing else:
+// chmod to its own mode (chown(-1, -1) would also clear setuid and
+// setgid bits); symlinks, which have no mode to set, get chown(-1, -1).
+func (fs *FS) bumpCtime(id string) error {
+	loc := fs.objs.Loc(id)
+	st, err := fs.objs.Lstat(id)
+	if err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return unix.Fchownat(loc.Dirfd, loc.Name, -1, -1, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	return unix.Fchmodat(loc.Dirfd, loc.Name, st.Mode&07777, 0)
 }
