@@ -233,3 +233,39 @@ func TestIOModeTransitions(t *testing.T) {
 		t.Errorf("lower file changed: %q", got)
 	}
 }
+
+// TestLowerHardLinksStayLinked writes one name of a lower hard link
+// after the kernel has looked up both: the other name must show the
+// write (and the same inode), not the lower file.
+func TestLowerHardLinksStayLinked(t *testing.T) {
+	lower := t.TempDir()
+	writeFile(t, filepath.Join(lower, "h1"), "lower")
+	if err := os.Link(filepath.Join(lower, "h1"), filepath.Join(lower, "h2")); err != nil {
+		t.Fatal(err)
+	}
+	m := mountForTest(t, lower, true)
+	var st1, st2 unix.Stat_t
+	unix.Stat(filepath.Join(m.mnt, "h1"), &st1)
+	unix.Stat(filepath.Join(m.mnt, "h2"), &st2)
+	if err := os.Link(filepath.Join(m.mnt, "h1"), filepath.Join(m.mnt, "h3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m.mnt, "h1"), []byte("upper"), 0644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"h1", "h2", "h3"} {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(m.mnt, name), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Ino != st1.Ino || st.Nlink != 3 {
+			t.Errorf("%s: ino %d nlink %d, want %d 3", name, st.Ino, st.Nlink, st1.Ino)
+		}
+		if got := readFile(t, filepath.Join(m.mnt, name)); got != "upper" {
+			t.Errorf("%s reads %q, want %q", name, got, "upper")
+		}
+	}
+	if got := readFile(t, filepath.Join(lower, "h2")); got != "lower" {
+		t.Errorf("lower changed: %q", got)
+	}
+}

@@ -111,13 +111,9 @@ func Mount(o Options) (*Server, error) {
 		srv.Unmount()
 		return nil, err
 	}
-	o.View.SetInvalidate(func(parent *overlay.Node, name string) {
-		id := parent.ID
-		if parent == o.View.Root() {
-			id = fuse.FUSE_ROOT_ID
-		}
-		if st := srv.EntryNotify(id, name); st != fuse.OK && st != fuse.ENOENT {
-			s.log.Debug("invalidating a cached name", "name", name, "status", st)
+	o.View.SetInvalidate(func(n *overlay.Node) {
+		if st := srv.InodeNotify(n.ID, 0, -1); st != fuse.OK && st != fuse.ENOENT {
+			s.log.Debug("invalidating a cached inode", "node", n.ID, "status", st)
 		}
 	})
 	ks := srv.KernelSettings()
