@@ -20,6 +20,18 @@ import (
 // copy up a directory or special file; a failure leaves the object for
 // the caller to remove.
 func (s *Store) CopyAttrs(id string, st *unix.Stat_t, xattrSrc *os.File) error {
+	return s.setAttrs(id, st, xattrSrc, false)
+}
+
+// ReplaceAttrs is CopyAttrs for an object that already has xattrs of
+// its own (a data copy that takes over from a metacopy object): the
+// xattrs xattrSrc lacks are removed, so the object ends with exactly
+// the source's.
+func (s *Store) ReplaceAttrs(id string, st *unix.Stat_t, xattrSrc *os.File) error {
+	return s.setAttrs(id, st, xattrSrc, true)
+}
+
+func (s *Store) setAttrs(id string, st *unix.Stat_t, xattrSrc *os.File, exact bool) error {
 	l, err := s.loc(id)
 	if err != nil {
 		return err
@@ -30,19 +42,19 @@ func (s *Store) CopyAttrs(id string, st *unix.Stat_t, xattrSrc *os.File) error {
 	if err := unix.Fstatat(l.Dirfd, l.Name, &obj, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("object %s: %w", id, err)
 	}
-	return s.copyAttrs(id, l, obj.Mode&unix.S_IFMT, st, xattrSrc)
+	return s.copyAttrs(id, l, obj.Mode&unix.S_IFMT, st, xattrSrc, exact)
 }
 
 // copyAttrs applies owner, xattrs, mode and times (in that order, see
 // the package doc) to the object at l, whose type is typ.
-func (s *Store) copyAttrs(id string, l Loc, typ uint32, st *unix.Stat_t, xattrSrc *os.File) error {
+func (s *Store) copyAttrs(id string, l Loc, typ uint32, st *unix.Stat_t, xattrSrc *os.File, exact bool) error {
 	if s.root {
 		if err := unix.Fchownat(l.Dirfd, l.Name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return fmt.Errorf("object %s: chown: %w", id, err)
 		}
 	}
 	if xattrSrc != nil {
-		if err := s.copyXattrs(xattrSrc, l, typ); err != nil {
+		if err := s.copyXattrs(xattrSrc, l, typ, exact); err != nil {
 			return fmt.Errorf("object %s: xattrs: %w", id, err)
 		}
 	}
@@ -61,8 +73,9 @@ func (s *Store) copyAttrs(id string, l Loc, typ uint32, st *unix.Stat_t, xattrSr
 
 // copyXattrs copies every xattr of src that the target accepts to the
 // object at l (type typ). Without root only user.* xattrs are copied;
-// security.selinux never is.
-func (s *Store) copyXattrs(src *os.File, l Loc, typ uint32) error {
+// security.selinux never is. With exact, the target's xattrs of those
+// namespaces that src lacks are removed.
+func (s *Store) copyXattrs(src *os.File, l Loc, typ uint32, exact bool) error {
 	from, err := xattrFile(src)
 	if err != nil {
 		return err
@@ -97,6 +110,34 @@ func (s *Store) copyXattrs(src *os.File, l Loc, typ uint32) error {
 				continue
 			}
 			return fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	if !exact {
+		return nil
+	}
+	if to == nil {
+		if to, err = openXattrTarget(l, typ); err != nil {
+			return err
+		}
+		defer to.close()
+	}
+	have, err := to.list()
+	if err != nil {
+		if skippableXattrErr(err) {
+			return nil
+		}
+		return fmt.Errorf("list target: %w", err)
+	}
+	keep := make(map[string]bool, len(names))
+	for _, name := range names {
+		keep[name] = true
+	}
+	for _, name := range have {
+		if keep[name] || name == "security.selinux" || (!s.root && !strings.HasPrefix(name, "user.")) {
+			continue
+		}
+		if err := to.remove(name); err != nil && err != unix.ENODATA && !skippableXattrErr(err) {
+			return fmt.Errorf("remove %s: %w", name, err)
 		}
 	}
 	return nil
@@ -199,6 +240,13 @@ func (x *xattrFd) set(name string, val []byte) error {
 		return unix.Setxattr(x.path, name, val, 0)
 	}
 	return unix.Fsetxattr(x.fd, name, val, 0)
+}
+
+func (x *xattrFd) remove(name string) error {
+	if x.path != "" {
+		return unix.Removexattr(x.path, name)
+	}
+	return unix.Fremovexattr(x.fd, name)
 }
 
 // sizedRead calls read first with no buffer to learn the size, then

@@ -43,7 +43,7 @@ func (s *Store) copyRegular(src *os.File, st *unix.Stat_t, size int64, withData 
 			return "", fmt.Errorf("object %s: copying data: %w", id, err)
 		}
 	}
-	if err := s.copyAttrs(id, s.Loc(id), unix.S_IFREG, st, src); err != nil {
+	if err := s.copyAttrs(id, s.Loc(id), unix.S_IFREG, st, src, false); err != nil {
 		s.undo(id)
 		return "", err
 	}
@@ -96,7 +96,7 @@ func (s *Store) Clone(id string) (string, error) {
 	fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err == nil {
 		src := os.NewFile(uintptr(fd), id)
-		err = s.copyAttrs(nid, s.Loc(nid), typ, &st, src)
+		err = s.copyAttrs(nid, s.Loc(nid), typ, &st, src, false)
 		src.Close()
 	}
 	if err != nil {

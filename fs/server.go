@@ -111,11 +111,6 @@ func Mount(o Options) (*Server, error) {
 		srv.Unmount()
 		return nil, err
 	}
-	o.View.SetInvalidate(func(n *overlay.Node) {
-		if st := srv.InodeNotify(n.ID, 0, -1); st != fuse.OK && st != fuse.ENOENT {
-			s.log.Debug("invalidating a cached inode", "node", n.ID, "status", st)
-		}
-	})
 	ks := srv.KernelSettings()
 	s.passthrough = o.Passthrough && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0
 	return s, nil

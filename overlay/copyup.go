@@ -154,28 +154,12 @@ func (fs *FS) copyUpData(n *Node, withData bool) error {
 		return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
 	}
 
-	others, err := fs.publishCopyUp(n, id, lower, &st)
-	if err != nil {
-		return err
-	}
-	// Other names of a hard-linked lower file the kernel holds as
-	// separate inodes now stand for the copy too: drop what the kernel
-	// cached for them (outside fs.mu: the kernel may need to wait for
-	// reads that take it).
-	fs.mu.RLock()
-	inval := fs.invalidate
-	fs.mu.RUnlock()
-	if inval != nil {
-		for _, o := range others {
-			inval(o)
-		}
-	}
-	return nil
+	return fs.publishCopyUp(n, id, lower, &st)
 }
 
 // publishCopyUp makes the new data object id the upper inode of n and
 // of every name that shares it.
-func (fs *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t) ([]*Node, error) {
+func (fs *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t) error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	t := fs.newTx()
@@ -185,7 +169,7 @@ func (fs *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t) ([]*Node
 		// A metacopy object carries attributes changed since (chmod,
 		// utimens, xattrs): they win over the lower file's.
 		if err := fs.copyAttrsFromObject(id, old); err != nil {
-			return nil, t.fail(err)
+			return t.fail(err)
 		}
 	}
 	e := &branch.Entry{Type: branch.TypeFile, Ino: n.ino, Object: id}
@@ -203,25 +187,17 @@ func (fs *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t) ([]*Node
 	} else if p, ok := n.pathLocked(); ok {
 		if n.parent != nil {
 			if err := fs.copyUpDirLocked(t, n.parent); err != nil {
-				return nil, t.fail(err)
+				return t.fail(err)
 			}
 		}
 		t.put(p, e)
 	}
 	t.promote(n, e)
 	if err := t.commit(); err != nil {
-		return nil, err
+		return err
 	}
 	n.dataGen.Add(1)
-	var others []*Node
-	if st.Nlink > 1 {
-		others = fs.otherLowerNamesLocked(n)
-		for _, o := range others {
-			o.entry, o.object, o.lower, o.hasLower = e, id, "", false
-			o.dataGen.Add(1)
-		}
-	}
-	return others, nil
+	return nil
 }
 
 // pathsOfLocked returns every path whose entry names object obj.
@@ -235,22 +211,6 @@ func (fs *FS) pathsOfLocked(obj string) []string {
 			if e.Object == obj {
 				out = append(out, joinPath(dir, name))
 			}
-		}
-	}
-	return out
-}
-
-// otherLowerNamesLocked returns the lower-only nodes the kernel holds
-// for other names of n's lower inode, and takes them out of the lower
-// table: their next lookup finds the copied-up file.
-func (fs *FS) otherLowerNamesLocked(n *Node) []*Node {
-	fs.nodesMu.Lock()
-	defer fs.nodesMu.Unlock()
-	var out []*Node
-	for lp, o := range fs.byLower {
-		if o != n && o.ino == n.ino && o.entry == nil && o.mode == unix.S_IFREG {
-			delete(fs.byLower, lp)
-			out = append(out, o)
 		}
 	}
 	return out
@@ -272,8 +232,8 @@ func (fs *FS) copyUpMeta(n *Node) error {
 	return t.commit()
 }
 
-// copyAttrsFromObject copies mode, owner, times and xattrs of object src
-// onto object dst.
+// copyAttrsFromObject gives object dst the mode, owner, times and
+// exactly the xattrs of object src.
 func (fs *FS) copyAttrsFromObject(dst, src string) error {
 	st, err := fs.objs.Lstat(src)
 	if err != nil {
@@ -284,7 +244,7 @@ func (fs *FS) copyAttrsFromObject(dst, src string) error {
 		return err
 	}
 	defer f.Close()
-	return fs.objs.CopyAttrs(dst, &st, f)
+	return fs.objs.ReplaceAttrs(dst, &st, f)
 }
 
 func readlinkat(dirfd int, p string) (string, error) {

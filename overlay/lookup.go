@@ -96,7 +96,12 @@ func (fs *FS) existingNodeLocked(r *resolved) *Node {
 		return fs.byObject[r.entry.Object]
 	}
 	if r.isLower {
-		return fs.byLower[r.lower]
+		if n := fs.byLower[r.lower]; n != nil || !sharedLower(&r.lowerSt) {
+			return n
+		}
+		if n := fs.byLowerIno[fs.mapIno(&r.lowerSt)]; n != nil && n.entry == nil && !n.unlinked {
+			return n
+		}
 	}
 	return nil
 }

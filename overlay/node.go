@@ -94,8 +94,17 @@ func (fs *FS) dropLocked(n *Node) {
 	if n.object != "" && fs.byObject[n.object] == n {
 		delete(fs.byObject, n.object)
 	}
+	fs.dropLowerLocked(n)
+}
+
+// dropLowerLocked takes n out of the lower-only tables. fs.nodesMu is
+// held.
+func (fs *FS) dropLowerLocked(n *Node) {
 	if n.hasLower && fs.byLower[n.lower] == n {
 		delete(fs.byLower, n.lower)
+	}
+	if fs.byLowerIno[n.ino] == n {
+		delete(fs.byLowerIno, n.ino)
 	}
 }
 
@@ -163,6 +172,12 @@ func (fs *FS) nodeForLowerLocked(parent *Node, name, lp string, st *unix.Stat_t)
 	if n := fs.byLower[lp]; n != nil && n.entry == nil && !n.unlinked && n.mode == st.Mode&unix.S_IFMT {
 		return n
 	}
+	shared := sharedLower(st)
+	if shared {
+		if n := fs.byLowerIno[fs.mapIno(st)]; n != nil && n.entry == nil && !n.unlinked {
+			return n // another name of a hard-linked lower file
+		}
+	}
 	n := &Node{
 		ID:       nextNodeID.Add(1),
 		fs:       fs,
@@ -174,7 +189,16 @@ func (fs *FS) nodeForLowerLocked(parent *Node, name, lp string, st *unix.Stat_t)
 		hasLower: true,
 	}
 	fs.byLower[lp] = n
+	if shared {
+		fs.byLowerIno[n.ino] = n
+	}
 	return n
+}
+
+// sharedLower reports whether a lower inode is a hard-linked regular
+// file, whose names share one node.
+func sharedLower(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1
 }
 
 // promoteLocked moves a node that just got an upper entry from the lower
@@ -182,9 +206,7 @@ func (fs *FS) nodeForLowerLocked(parent *Node, name, lp string, st *unix.Stat_t)
 func (fs *FS) promoteLocked(n *Node, e *branch.Entry) {
 	fs.nodesMu.Lock()
 	defer fs.nodesMu.Unlock()
-	if n.hasLower && fs.byLower[n.lower] == n {
-		delete(fs.byLower, n.lower)
-	}
+	fs.dropLowerLocked(n)
 	if n.object != "" && n.object != e.Object && fs.byObject[n.object] == n {
 		delete(fs.byObject, n.object)
 	}

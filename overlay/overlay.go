@@ -71,12 +71,14 @@ type FS struct {
 	// copy after its last upper name went (see anchorPath).
 	anchors map[uint64]int
 	root    *Node
-	// invalidate drops what the kernel cached of a node (SetInvalidate).
-	invalidate func(n *Node)
 
 	nodesMu  sync.Mutex
 	byObject map[string]*Node
 	byLower  map[string]*Node
+	// byLowerIno holds the lower-only node of each hard-linked lower
+	// file (st_nlink > 1), by st_ino: every name of the file is one node,
+	// so the kernel has one inode for it, as overlayfs with index=on.
+	byLowerIno map[uint64]*Node
 }
 
 // New opens the view described by cfg and loads its entries.
@@ -110,6 +112,7 @@ func New(cfg Config) (*FS, error) {
 		anchors:     map[uint64]int{},
 		byObject:    map[string]*Node{},
 		byLower:     map[string]*Node{},
+		byLowerIno:  map[uint64]*Node{},
 	}
 	if err := fs.loadLocked(); err != nil {
 		unix.Close(fd)
@@ -141,15 +144,6 @@ func (fs *FS) loadLocked() error {
 // Close releases the lower directory.
 func (fs *FS) Close() error {
 	return unix.Close(fs.lowerFd)
-}
-
-// SetInvalidate installs fn, which tells the kernel to drop what it
-// cached of node n (attributes and data) when the view changes it behind
-// the kernel's back. The fs package installs it when it mounts the view.
-func (fs *FS) SetInvalidate(fn func(n *Node)) {
-	fs.mu.Lock()
-	fs.invalidate = fn
-	fs.mu.Unlock()
 }
 
 // Root returns the view's root directory node.

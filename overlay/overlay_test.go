@@ -401,3 +401,148 @@ func TestExchangeDirectories(t *testing.T) {
 	eq(t, "a after reopen", e.names("a"), []string{"new", "y"})
 	eq(t, "b/x after reopen", e.read("b/x"), "AX")
 }
+
+// TestRemovedXattrStaysRemovedAfterDataCopyUp removes a lower file's
+// xattr (a metacopy), then writes the file: the data copy must not
+// bring the xattr back from the lower file.
+func TestRemovedXattrStaysRemovedAfterDataCopyUp(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "data", "g": "data"})
+	for _, name := range []string{"f", "g"} {
+		if err := unix.Setxattr(filepath.Join(e.lower, name), "user.a", []byte("1"), 0); err != nil {
+			t.Skipf("no user xattrs on the test filesystem: %v", err)
+		}
+	}
+	if err := e.fs.Removexattr(e.must("f"), "user.a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Setxattr(e.must("g"), "user.b", []byte("2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	e.write("f", "new")
+	e.write("g", "new")
+	buf := make([]byte, 16)
+	if _, err := e.fs.Getxattr(e.must("f"), "user.a", buf); err != unix.ENODATA {
+		t.Errorf("f: getxattr user.a after copy-up: %v, want ENODATA", err)
+	}
+	for _, name := range []string{"user.a", "user.b"} {
+		if _, err := e.fs.Getxattr(e.must("g"), name, buf); err != nil {
+			t.Errorf("g: getxattr %s after copy-up: %v", name, err)
+		}
+	}
+}
+
+// TestLowerHardLinkNamesShareNode: the names of a hard-linked lower
+// file are one node (one kernel inode), before and after copy-up, so a
+// file opened through one name sees what is done through another, and
+// the object goes only when every name and every open file has.
+func TestLowerHardLinkNamesShareNode(t *testing.T) {
+	e := newEnv(t, map[string]string{"a/f4": "data", "d5/x": "", "d0/": ""})
+	if err := os.Link(filepath.Join(e.lower, "a/f4"), filepath.Join(e.lower, "d5/h0")); err != nil {
+		t.Fatal(err)
+	}
+	n := e.must("a/f4")
+	if e.must("d5/h0") != n {
+		t.Fatal("two names of a lower hard link are two nodes")
+	}
+	// Moving a name that is not the node's own keeps both linked.
+	if err := e.fs.Rename(e.must("d5"), "h0", e.must("d0"), "n3", 0); err != nil {
+		t.Fatal(err)
+	}
+	if e.must("d0/n3") != n || e.must("a/f4") != n {
+		t.Fatal("a renamed name of a lower hard link is another node")
+	}
+	f, err := e.fs.Open(n, unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("DATA"), 0); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "read through the other name", e.read("d0/n3"), "DATA")
+	st, _ := e.fs.Getattr(n)
+	eq(t, "nlink", st.Nlink, uint64(2))
+	if err := e.fs.Unlink(e.must("a"), "f4"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = e.fs.Getattr(n)
+	eq(t, "nlink after unlinking one name", st.Nlink, uint64(1))
+	if err := e.fs.Unlink(e.must("d0"), "n3"); err != nil {
+		t.Fatal(err)
+	}
+	var size uint64 = 1
+	if _, err := e.fs.Setattr(n, SetAttr{Size: &size}, f); err != nil {
+		t.Fatalf("ftruncate of the unlinked open file: %v", err)
+	}
+	obj := n.object
+	f.Release()
+	e.fs.Forget(n, 1<<30)
+	if _, err := e.bs.Lstat(obj); err != unix.ENOENT {
+		t.Errorf("object after the last name and file went: %v, want ENOENT", err)
+	}
+}
+
+// TestUnlinkOwnNameOfSharedNode unlinks the name a lower hard link's
+// node was found by while another lower name stays: the node must keep
+// the file, and a write through it must show at the other name.
+func TestUnlinkOwnNameOfSharedNode(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "data"})
+	if err := os.Link(filepath.Join(e.lower, "a"), filepath.Join(e.lower, "b")); err != nil {
+		t.Fatal(err)
+	}
+	r := e.fs.Root()
+	n := e.must("a")
+	f, err := e.fs.Open(n, unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	if err := e.fs.Unlink(r, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.walk("a"); err != unix.ENOENT {
+		t.Errorf("lookup of the unlinked name: %v, want ENOENT", err)
+	}
+	if _, err := f.WriteAt([]byte("DATA"), 0); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "other name", e.read("b"), "DATA")
+	if e.must("b") != n {
+		t.Error("the remaining name is another node")
+	}
+	st, _ := e.fs.Getattr(n)
+	eq(t, "nlink", st.Nlink, uint64(1))
+	e.reopen()
+	eq(t, "other name after remount", e.read("b"), "DATA")
+	if _, err := e.walk("a"); err != unix.ENOENT {
+		t.Errorf("lookup of the unlinked name after remount: %v, want ENOENT", err)
+	}
+}
+
+// TestRenameOverUpperFile replaces an upper file that an open file
+// holds: the replaced file shows nlink 0 and its object goes once the
+// file is closed.
+func TestRenameOverUpperFile(t *testing.T) {
+	e := newEnv(t, map[string]string{})
+	r := e.fs.Root()
+	n, f, _, err := e.fs.Create(r, "old", unix.O_RDWR, 0644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := e.fs.Create(r, "new", unix.O_RDWR, 0644, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Rename(r, "new", r, "old", 0); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.fs.Getattr(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "nlink of the replaced file", st.Nlink, uint64(0))
+	obj := n.object
+	f.Release()
+	e.fs.Forget(n, 1<<30)
+	if _, err := e.bs.Lstat(obj); err != unix.ENOENT {
+		t.Errorf("object of the replaced file: %v, want ENOENT", err)
+	}
+}

@@ -70,6 +70,35 @@ func (fs *FS) detachLocked(t *tx, r *resolved, n *Node) {
 	t.doomed = append(t.doomed, obj)
 }
 
+// sharedNameGoesLocked prepares the removal of name r of a lower-only
+// hard-linked file whose node n the kernel holds. While other lower
+// names stay, the node lives on: the name just goes (nil is returned:
+// no node to detach), unless it is the node's own name, which first
+// gets an upper entry (a metacopy) and is replaced by a whiteout, so
+// that detaching the node leaves the anchor that keeps the file for
+// the other names.
+func (fs *FS) sharedNameGoesLocked(t *tx, r *resolved, n *Node) (*Node, error) {
+	if n == nil || r.entry != nil || !r.isLower || !sharedLower(&r.lowerSt) {
+		return n, nil
+	}
+	left := int64(r.lowerSt.Nlink) - 1 - int64(fs.hiddenLinks[fs.mapIno(&r.lowerSt)])
+	if left <= 0 {
+		return n, nil
+	}
+	if p, ok := n.pathLocked(); !ok || p != r.path {
+		return nil, nil
+	}
+	e, err := fs.copyUpMetaLocked(t, n)
+	if err != nil {
+		return nil, err
+	}
+	// The name goes now: the upper entry's last name is gone before
+	// the node is detached, which leaves the anchor.
+	t.put(r.path, whiteout)
+	r.entry, r.isLower = e, false
+	return n, nil
+}
+
 // Unlink removes a non-directory name.
 func (fs *FS) Unlink(dir *Node, name string) error {
 	fs.mu.Lock()
@@ -87,6 +116,9 @@ func (fs *FS) Unlink(dir *Node, name string) error {
 	n := fs.existingNodeLocked(&r)
 	t := fs.newTx()
 	if err := fs.copyUpDirLocked(t, dir); err != nil {
+		return t.fail(err)
+	}
+	if n, err = fs.sharedNameGoesLocked(t, &r, n); err != nil {
 		return t.fail(err)
 	}
 	fs.hideLocked(t, dir, name, &r)
@@ -117,6 +149,9 @@ func (fs *FS) Rmdir(dir *Node, name string) error {
 	n := fs.existingNodeLocked(&r)
 	t := fs.newTx()
 	if err := fs.copyUpDirLocked(t, dir); err != nil {
+		return t.fail(err)
+	}
+	if n, err = fs.sharedNameGoesLocked(t, &r, n); err != nil {
 		return t.fail(err)
 	}
 	fs.hideLocked(t, dir, name, &r)

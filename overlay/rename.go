@@ -100,20 +100,27 @@ func (fs *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags u
 		if err != nil {
 			return t.fail(err)
 		}
+		for _, r := range []*resolved{&src, &dst} {
+			if err := fs.recordHiddenLocked(t, r); err != nil {
+				return t.fail(err)
+			}
+		}
 		fs.swapLocked(t, src.path, dst.path)
 		t.put(src.path, de)
 		t.put(dst.path, se)
 		t.bump(dn)
 	} else {
 		if dst.exists() {
-			if dst.lowerSt.Nlink > 1 && dst.lowerSt.Mode&unix.S_IFMT == unix.S_IFREG && fs.indexGet(dst.path) == nil {
-				// A lower name of a hard-linked file disappears under
-				// the moved one: record it for st_nlink.
-				id, err := fs.cfg.AllocIno()
-				if err != nil {
-					return t.fail(err)
-				}
-				t.put(hiddenPath(id), &branch.Entry{Type: branch.TypeWhiteout, Ino: fs.mapIno(&dst.lowerSt)})
+			if dn, err = fs.sharedNameGoesLocked(t, &dst, dn); err != nil {
+				return t.fail(err)
+			}
+			if err := fs.recordHiddenLocked(t, &dst); err != nil {
+				return t.fail(err)
+			}
+			if fs.indexGet(dst.path) != nil {
+				// The replaced file loses this name before it is
+				// detached (its last name, maybe).
+				t.del(dst.path)
 			}
 			fs.detachLocked(t, &dst, dn)
 		}
@@ -133,6 +140,21 @@ func (fs *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags u
 		dn.parent, dn.name = odir, oname
 	}
 	sn.parent, sn.name = ndir, nname
+	return nil
+}
+
+// recordHiddenLocked records, for st_nlink, that the lower name r of a
+// hard-linked file disappears under another file (rename over it, or
+// exchange) without a whiteout of its own.
+func (fs *FS) recordHiddenLocked(t *tx, r *resolved) error {
+	if !sharedLower(&r.lowerSt) || fs.indexGet(r.path) != nil {
+		return nil
+	}
+	id, err := fs.cfg.AllocIno()
+	if err != nil {
+		return err
+	}
+	t.put(hiddenPath(id), &branch.Entry{Type: branch.TypeWhiteout, Ino: fs.mapIno(&r.lowerSt)})
 	return nil
 }
 
@@ -192,5 +214,9 @@ func sameInode(a, b *resolved) bool {
 	if a.entry != nil && b.entry != nil {
 		return a.entry.Object == b.entry.Object
 	}
-	return a.isLower && b.isLower && a.lower == b.lower
+	if !a.isLower || !b.isLower {
+		return false
+	}
+	return a.lower == b.lower || sharedLower(&a.lowerSt) && sharedLower(&b.lowerSt) &&
+		a.lowerSt.Dev == b.lowerSt.Dev && a.lowerSt.Ino == b.lowerSt.Ino
 }
