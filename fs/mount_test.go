@@ -2,9 +2,11 @@ package fs
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -267,5 +269,70 @@ func TestLowerHardLinksStayLinked(t *testing.T) {
 	}
 	if got := readFile(t, filepath.Join(lower, "h2")); got != "lower" {
 		t.Errorf("lower changed: %q", got)
+	}
+}
+
+// TestLowerEditsShow edits the lower directory from outside while
+// the kernel has everything cached: the mount shows each edit soon
+// (the watcher's invalidation), except where the mount has its own
+// version of the path.
+func TestLowerEditsShow(t *testing.T) {
+	lower := t.TempDir()
+	writeFile(t, filepath.Join(lower, "d/changed"), "old")
+	writeFile(t, filepath.Join(lower, "d/gone"), "x")
+	writeFile(t, filepath.Join(lower, "d/mine"), "lower")
+	writeFile(t, filepath.Join(lower, "d/chmodded"), "x")
+	m := mountForTest(t, lower, true)
+	at := func(p string) string { return filepath.Join(m.mnt, p) }
+	// Fill the kernel's caches: data, attributes, a negative entry.
+	readFile(t, at("d/changed"))
+	os.Stat(at("d/gone"))
+	os.Stat(at("d/new"))
+	os.Stat(at("d/chmodded"))
+	os.ReadDir(at("d"))
+	writeFile(t, at("d/mine"), "upper")
+
+	writeFile(t, filepath.Join(lower, "d/changed"), "new contents")
+	os.Remove(filepath.Join(lower, "d/gone"))
+	writeFile(t, filepath.Join(lower, "d/new"), "n")
+	writeFile(t, filepath.Join(lower, "d/mine"), "lower again")
+	os.Chmod(filepath.Join(lower, "d/chmodded"), 0600)
+
+	// Waiting for an asynchronous event, not timing anything: give up
+	// after a generous deadline.
+	deadline := time.Now().Add(10 * time.Second)
+	var problems []string
+	for {
+		problems = nil
+		if got, _ := os.ReadFile(at("d/changed")); string(got) != "new contents" {
+			problems = append(problems, fmt.Sprintf("d/changed reads %q", got))
+		}
+		if _, err := os.Stat(at("d/gone")); !os.IsNotExist(err) {
+			problems = append(problems, fmt.Sprintf("d/gone: stat %v", err))
+		}
+		if _, err := os.Stat(at("d/new")); err != nil {
+			problems = append(problems, fmt.Sprintf("d/new: stat %v", err))
+		}
+		if st, err := os.Stat(at("d/chmodded")); err != nil || st.Mode().Perm() != 0600 {
+			problems = append(problems, fmt.Sprintf("d/chmodded: mode %v, %v", st.Mode(), err))
+		}
+		names := map[string]bool{}
+		ents, _ := os.ReadDir(at("d"))
+		for _, e := range ents {
+			names[e.Name()] = true
+		}
+		if !names["new"] || names["gone"] {
+			problems = append(problems, fmt.Sprintf("listing %v", names))
+		}
+		if len(problems) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if got := readFile(t, at("d/mine")); got != "upper" {
+		t.Errorf("a path changed in the mount shows the lower edit: %q", got)
 	}
 }

@@ -43,6 +43,8 @@ type Server struct {
 	ptMu        sync.Mutex
 	passthrough bool
 
+	watch *lowerWatch // nil when inotify is unavailable
+
 	mu     sync.Mutex
 	nodes  map[uint64]*inode
 	files  map[uint64]*handle
@@ -111,6 +113,10 @@ func Mount(o Options) (*Server, error) {
 		srv.Unmount()
 		return nil, err
 	}
+	if s.watch, err = startLowerWatch(s); err != nil {
+		s.log.Warn("lower directory edits made from outside will show late", "err", err)
+	}
+	s.watch.add(fuse.FUSE_ROOT_ID, o.View.Root())
 	ks := srv.KernelSettings()
 	s.passthrough = o.Passthrough && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0
 	return s, nil
@@ -124,7 +130,10 @@ func (w debugWriter) Write(p []byte) (int, error) {
 }
 
 // Wait returns when the file system is unmounted.
-func (s *Server) Wait() { s.srv.Wait() }
+func (s *Server) Wait() {
+	s.srv.Wait()
+	s.watch.close()
+}
 
 // Unmount unmounts the file system.
 func (s *Server) Unmount() error { return s.srv.Unmount() }
@@ -161,11 +170,15 @@ func (s *Server) inode(id uint64) *inode {
 // register records a node the kernel now references (one lookup).
 func (s *Server) register(n *overlay.Node) *inode {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	ino := s.nodes[n.ID]
-	if ino == nil {
+	isNew := ino == nil
+	if isNew {
 		ino = &inode{n: n}
 		s.nodes[n.ID] = ino
+	}
+	s.mu.Unlock()
+	if isNew && n.IsDir() {
+		s.watch.add(n.ID, n)
 	}
 	return ino
 }
@@ -257,6 +270,7 @@ func (s *Server) Forget(nodeid, nlookup uint64) {
 			delete(s.nodes, nodeid)
 		}
 		s.mu.Unlock()
+		s.watch.remove(nodeid)
 	}
 }
 

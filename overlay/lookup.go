@@ -215,3 +215,44 @@ func (fs *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
 	}
 	return uint64(nl)
 }
+
+// LowerDir returns the lower directory (relative to the lower root, "."
+// for the root) whose entries show in directory n, if any.
+func (fs *FS) LowerDir(n *Node) (string, bool) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	if n.mode != unix.S_IFDIR || !n.hasLower {
+		return "", false
+	}
+	return lowerRel(n.lower), true
+}
+
+// LowerChild reports what name in directory dir stands for, for a
+// change to the lower directory made from outside the mount: shown is
+// false when an upper entry decides the name (the mount changed it, so
+// the lower change does not show); child is the node the kernel holds
+// for the name, or nil.
+func (fs *FS) LowerChild(dir *Node, name string) (child *Node, shown bool) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	p, ok := dir.pathLocked()
+	if !ok {
+		return nil, false
+	}
+	if fs.indexGet(joinPath(p, name)) != nil {
+		return nil, false
+	}
+	if dir.hasLower {
+		fs.nodesMu.Lock()
+		n := fs.byLower[joinPath(dir.lower, name)]
+		fs.nodesMu.Unlock()
+		if n != nil {
+			return n, true
+		}
+	}
+	r, err := fs.resolveLocked(dir, name)
+	if err != nil || !r.exists() {
+		return nil, true
+	}
+	return fs.existingNodeLocked(&r), true
+}
