@@ -131,7 +131,7 @@ func dtAgentfsSpec() difftest.RootSpec {
 			if err != nil {
 				return nil, err
 			}
-			if out, err := dtCommand(agentfsBin, "mount", "--lower", lower, mnt); err != nil {
+			if out, err := dtCommand(agentfsBin, append(append([]string{"mount", "--lower", lower}, modeFlags()...), mnt)...); err != nil {
 				return nil, fmt.Errorf("agentfs mount: %v: %s", err, out)
 			}
 			return &difftest.Root{Dir: mnt, Abort: func() string { return dtAbort(mnt) }, Close: func() error {

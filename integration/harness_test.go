@@ -245,6 +245,16 @@ func newMount(t *testing.T, opts ...mountOption) *mount {
 	return m
 }
 
+// modeFlags are the mount flags every test mount gets: with
+// AGENTFS_TEST_NO_PASSTHROUGH=1 (the suite's second pass in make test)
+// file I/O goes through the page cache instead of passthrough.
+func modeFlags() []string {
+	if os.Getenv("AGENTFS_TEST_NO_PASSTHROUGH") == "1" {
+		return []string{"--no-passthrough"}
+	}
+	return nil
+}
+
 // newMountpoint makes an empty directory that other users can reach.
 func newMountpoint(t testing.TB) string {
 	t.Helper()
@@ -260,8 +270,8 @@ func newMountpoint(t testing.TB) string {
 // mount runs agentfs mount and records the mount's status.
 func (m *mount) mount() {
 	m.t.Helper()
-	args := append([]string{"mount", "--lower", m.lower}, m.args...)
-	args = append(args, m.dir)
+	args := append([]string{"mount", "--lower", m.lower}, modeFlags()...)
+	args = append(append(args, m.args...), m.dir)
 	if r := runAgentfs(m.t, args...); r.code != 0 {
 		m.t.Fatalf("mount failed:\n%s", r)
 	}

@@ -25,6 +25,7 @@ type mountOptions struct {
 	ramdiskSize string
 	foreground  bool
 	debug       bool
+	noPT        bool
 	// Set by the parent for the daemon it starts.
 	ephemeral bool
 	readyFd   int
@@ -39,6 +40,7 @@ func (o *mountOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.backstore, "backstore", "hostfs", "where changed files live, a `KIND`: hostfs (a directory in the store)\nor ramdisk (a size-limited tmpfs; not with --store)")
 	fs.StringVar(&o.ramdiskSize, "ramdisk-size", "", "size limit of the ramdisk backstore, a `SIZE` such as 512M or 2G (default 1G)")
 	fs.BoolVar(&o.foreground, "foreground", false, "serve in this process (logging to stderr) instead of starting a daemon")
+	fs.BoolVar(&o.noPT, "no-passthrough", false, "serve file I/O through the page cache even where FUSE passthrough\nis available (to compare, or to work around a kernel problem)")
 	fs.BoolVar(&o.debug, "debug", false, "log every FUSE operation (to the store's agentfs.log, or stderr with --foreground)")
 	fs.BoolVar(&o.ephemeral, "ephemeral", false, "internal: the store is private; delete it on exit")
 	fs.IntVar(&o.readyFd, "ready-fd", -1, "internal: report readiness on this file descriptor")
@@ -87,6 +89,7 @@ type mountPlan struct {
 	backstore         string
 	ramdiskSize       int64
 	debug             bool
+	noPassthrough     bool
 }
 
 func runMount(ctx context.Context, o *mountOptions, args []string) error {
@@ -109,7 +112,7 @@ func validateMount(o *mountOptions, mp string) (*mountPlan, error) {
 	if o.lower == "" {
 		return nil, usagef("--lower DIR is required (the project to show)")
 	}
-	p := &mountPlan{backstore: o.backstore, debug: o.debug, ephemeral: o.ephemeral}
+	p := &mountPlan{backstore: o.backstore, debug: o.debug, ephemeral: o.ephemeral, noPassthrough: o.noPT}
 	switch o.backstore {
 	case "hostfs":
 		if o.ramdiskSize != "" {
@@ -403,6 +406,9 @@ func startDaemon(p *mountPlan) error {
 	}
 	if p.debug {
 		args = append(args, "--debug")
+	}
+	if p.noPassthrough {
+		args = append(args, "--no-passthrough")
 	}
 	args = append(args, p.mountpoint)
 	cmd := exec.Command(self, args...)

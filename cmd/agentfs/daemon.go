@@ -204,7 +204,7 @@ func (d *daemon) mount() error {
 		Mountpoint:  p.mountpoint,
 		View:        d.view,
 		Control:     control,
-		Passthrough: root,
+		Passthrough: root && !p.noPassthrough,
 		AllowOther:  root,
 		FsName:      p.lower,
 		Debug:       p.debug,
@@ -334,17 +334,19 @@ func (d *daemon) status() (ctl.Status, error) {
 		Lower: d.plan.lower, Mountpoint: d.plan.mountpoint,
 		Store: d.plan.store, Ephemeral: d.plan.ephemeral,
 		Backstore: info.Kind, BackingMode: info.Mode, BackingRoot: info.Root, SizeLimit: info.SizeLimit,
-		Reflink: info.Reflink, Passthrough: passthrough, IOMode: ioMode(passthrough, os.Geteuid() == 0),
+		Reflink: info.Reflink, Passthrough: passthrough, IOMode: ioMode(passthrough, os.Geteuid() == 0, d.plan.noPassthrough),
 		Objects: u.Objects, Bytes: u.Bytes, FsFree: u.FsFree,
 	}
 	return st, nil
 }
 
 // ioMode says in words how file I/O is served.
-func ioMode(passthrough, root bool) string {
+func ioMode(passthrough, root, refused bool) string {
 	switch {
 	case passthrough:
 		return "passthrough"
+	case refused:
+		return "page cache (no passthrough: --no-passthrough)"
 	case !root:
 		return "page cache (no passthrough: not root)"
 	}

@@ -289,15 +289,16 @@ func TestStoreErrors(t *testing.T) {
 
 func TestIOMode(t *testing.T) {
 	for _, tc := range []struct {
-		pt, root bool
-		want     string
+		pt, root, refused bool
+		want              string
 	}{
-		{true, true, "passthrough"},
-		{false, false, "page cache (no passthrough: not root)"},
-		{false, true, "page cache (no passthrough: the kernel did not grant it; it needs Linux 6.9 or later)"},
+		{true, true, false, "passthrough"},
+		{false, false, false, "page cache (no passthrough: not root)"},
+		{false, true, true, "page cache (no passthrough: --no-passthrough)"},
+		{false, true, false, "page cache (no passthrough: the kernel did not grant it; it needs Linux 6.9 or later)"},
 	} {
-		if got := ioMode(tc.pt, tc.root); got != tc.want {
-			t.Errorf("ioMode(%v, %v) = %q, want %q", tc.pt, tc.root, got, tc.want)
+		if got := ioMode(tc.pt, tc.root, tc.refused); got != tc.want {
+			t.Errorf("ioMode(%v, %v, %v) = %q, want %q", tc.pt, tc.root, tc.refused, got, tc.want)
 		}
 	}
 }
