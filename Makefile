@@ -1,11 +1,14 @@
 # agentfs: `make demo` shows it working on a sample project, `make test`
 # runs the whole test suite (root with /dev/fuse: the FUSE tests run;
-# CI sets AGENTFS_REQUIRE_FUSE=1 so that they can never silently skip).
+# CI sets AGENTFS_REQUIRE_FUSE=1 so that they can never silently skip),
+# `make bench` compares agentfs with native, overlayfs and fuse-overlayfs.
 
 GO      ?= go
 BIN     := bin/agentfs
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GOTESTFLAGS ?= -timeout 30m
+# BENCHFLAGS are passed to agentfs-bench, e.g. BENCHFLAGS="--quick --only find,grep".
+BENCHFLAGS ?=
 
 # On CI (CI=true) as root, tests that need FUSE or root must run: they
 # fail instead of skipping. A caller can ask for the same by setting
@@ -14,7 +17,7 @@ ifeq ($(CI)$(shell id -u),true0)
 export AGENTFS_REQUIRE_FUSE ?= 1
 endif
 
-.PHONY: all build test unit integration demo deps clean
+.PHONY: all build test unit integration demo deps bench bench-deps clean
 
 all: build
 
@@ -56,6 +59,25 @@ integration: deps build
 
 demo: deps build
 	@bash demo/demo.sh $(CURDIR)/$(BIN)
+
+# bench runs every workload on native, overlayfs, fuse-overlayfs and
+# agentfs and writes bench/results.{md,json,png} (see bench/README.md).
+bench: build bench-deps
+	$(GO) build -o bin/agentfs-bench ./cmd/agentfs-bench
+	bin/agentfs-bench --agentfs $(BIN) $(BENCHFLAGS)
+
+# bench-deps installs fuse-overlayfs when it is missing and we are root;
+# without it the benchmark leaves that column out.
+bench-deps:
+	@if ! command -v fuse-overlayfs >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing: fuse-overlayfs"; \
+			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse-overlayfs >/dev/null) \
+				|| echo "note: could not install fuse-overlayfs; the benchmark leaves it out"; \
+		else \
+			echo "note: fuse-overlayfs is missing (apt-get install fuse-overlayfs); the benchmark leaves it out"; \
+		fi; \
+	fi
 
 clean:
 	rm -rf bin

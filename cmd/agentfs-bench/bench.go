@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// bench is one benchmark run.
+type bench struct {
+	cfg  *config
+	tree *tree
+	env  []string // of every command it runs (childEnv)
+	log  io.Writer
+	// views are the views not yet closed, for the cleanup at the end.
+	views map[*view]bool
+	buf   []byte
+	seq   int // runs measured so far
+}
+
+// scratchDir holds files that runs leave for the end of the workload.
+func (b *bench) scratchDir() string { return filepath.Join(b.runsDir(), "scratch") }
+
+func (b *bench) logf(format string, a ...any) {
+	fmt.Fprintf(b.log, format+"\n", a...)
+}
+
+// ioBuffer is the buffer of the sequential reads and writes (filled with
+// non-zero bytes, for the writes).
+func (b *bench) ioBuffer() []byte {
+	if b.buf == nil {
+		b.buf = make([]byte, ioChunk)
+		for i := range b.buf {
+			b.buf[i] = byte(i*7 + 1)
+		}
+	}
+	return b.buf
+}
+
+func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error) {
+	start := time.Now()
+	b := &bench{cfg: cfg, env: childEnv(cfg.workdir), log: stderr, views: map[*view]bool{}}
+	for _, d := range []string{"home", "tmp", "agentfs/run"} {
+		if err := os.MkdirAll(filepath.Join(cfg.workdir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := b.cleanupLeftovers(); err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := b.closeAll(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
+		}
+		os.RemoveAll(b.runsDir())
+	}()
+	if b.tree, err = b.prepareTree(ctx); err != nil {
+		return err
+	}
+	rep := &report{
+		Machine:     describeMachine(cfg.workdir),
+		Config:      b.describeConfig(),
+		Filesystems: b.probeFilesystems(ctx),
+	}
+	var available []string
+	for _, st := range rep.Filesystems {
+		if st.Available {
+			available = append(available, st.Name)
+		}
+	}
+	for _, w := range cfg.workloads {
+		res, err := b.runWorkload(ctx, w, available)
+		if err != nil {
+			return err
+		}
+		rep.Workloads = append(rep.Workloads, res)
+	}
+	rep.DurationSeconds = time.Since(start).Seconds()
+	rep.finish()
+	return rep.write(cfg.outDir, stdout)
+}
+
+func (b *bench) describeConfig() configInfo {
+	c := configInfo{
+		Runs:         b.cfg.runs,
+		Warmup:       b.cfg.warmup,
+		Quick:        b.cfg.quick,
+		BigFileBytes: b.cfg.bigSize,
+		SmallFiles:   b.cfg.smallFiles,
+		TreeFiles:    b.tree.TreeFiles,
+		RmSubtree:    b.tree.RmSubtree,
+		RmFiles:      b.tree.RmFiles,
+		GrepString:   grepString,
+		GoCache:      "a fresh copy per run of a cache holding only the standard library: each run compiles and vets the module's packages from the mount",
+	}
+	if b.cfg.agentfsBin != "" {
+		c.AgentfsBinary = b.cfg.agentfsBin
+	}
+	return c
+}
+
+// runWorkload runs w on each filesystem, interleaved: for each run
+// (warm-ups first), each filesystem in turn.
+func (b *bench) runWorkload(ctx context.Context, w *workload, filesystems []string) (*workloadResult, error) {
+	res := &workloadResult{Name: w.name, Title: w.title(b), FreshPerRun: w.fresh, Results: map[string]*fsResult{}}
+	if w.needsRoot && os.Geteuid() != 0 {
+		res.Skipped = "needs root (to drop the page cache)"
+		b.logf("%s: skipped: %s", w.name, res.Skipped)
+		return res, nil
+	}
+	b.logf("%s: %s", w.name, res.Title)
+	if err := os.MkdirAll(b.scratchDir(), 0o755); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(b.scratchDir())
+	shared := map[string]*view{}
+	defer func() {
+		for _, v := range shared {
+			if err := b.closeView(v); err != nil {
+				b.logf("%s: %v", w.name, err)
+			}
+		}
+	}()
+	for _, fs := range filesystems {
+		r := &fsResult{}
+		res.Results[fs] = r
+		if w.fresh {
+			continue
+		}
+		v, err := b.openView(ctx, fs, w)
+		if v != nil {
+			shared[fs] = v
+		}
+		if err != nil {
+			r.Error = err.Error()
+		}
+	}
+	for i := 0; i < b.cfg.warmup+b.cfg.runs; i++ {
+		for _, fs := range rotate(filesystems, i) {
+			r := res.Results[fs]
+			if r.Error != "" {
+				continue
+			}
+			secs, check, err := b.measure(ctx, w, fs, shared[fs])
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			label := fmt.Sprintf("run %d/%d", i-b.cfg.warmup+1, b.cfg.runs)
+			if i < b.cfg.warmup {
+				label = "warm-up"
+			}
+			if err != nil {
+				r.Error = err.Error()
+				b.logf("  %-8s %-14s failed: %v", label, fs, err)
+				continue
+			}
+			b.logf("  %-8s %-14s %s", label, fs, formatSeconds(secs))
+			if i < b.cfg.warmup {
+				r.Warmup = append(r.Warmup, secs)
+			} else {
+				r.Runs = append(r.Runs, secs)
+			}
+			if r.Check == "" {
+				r.Check = check
+			}
+		}
+	}
+	return res, nil
+}
+
+// measure runs w once on fs, in v or (for a workload that changes the
+// tree) in a view of its own, and returns the time of w.run in seconds.
+//
+// Before a run in a fresh view, as root, the page cache is dropped and
+// the run's inputs read back in (w.warm). The views before it deleted
+// many files, and ext4 without a journal makes the creation of files
+// slow for a minute after many deletes, for as long as the deleted
+// inodes' table blocks are cached (ext4's recently_deleted: creating a
+// file scans past every recently deleted inode). Without the drop, the
+// time of an untar depended on how much had been deleted just before it
+// (0.3 s to 3.5 s natively).
+func (b *bench) measure(ctx context.Context, w *workload, fs string, v *view) (secs float64, check string, err error) {
+	if w.fresh {
+		if v, err = b.openView(ctx, fs, w); err != nil {
+			return 0, "", errors.Join(err, b.closeView(v))
+		}
+		defer func() { err = errors.Join(err, b.closeView(v)) }()
+	}
+	b.seq++
+	r := &runEnv{b: b, fs: fs, root: v.root, seq: b.seq}
+	if w.prepare != nil {
+		if err := w.prepare(ctx, r); err != nil {
+			return 0, "", fmt.Errorf("preparing: %w", err)
+		}
+	}
+	if w.fresh && os.Geteuid() == 0 {
+		if err := dropCaches(dropPageCache); err != nil {
+			return 0, "", err
+		}
+		if w.warm != nil {
+			if err := w.warm(r); err != nil {
+				return 0, "", fmt.Errorf("reading the inputs: %w", err)
+			}
+		}
+	}
+	unix.Sync() // no earlier writeback is charged to this run
+	start := time.Now()
+	check, err = w.run(ctx, r)
+	secs = time.Since(start).Seconds()
+	if w.finish != nil {
+		if ferr := w.finish(r); ferr != nil && err == nil {
+			err = fmt.Errorf("after the run: %w", ferr)
+		}
+	}
+	return secs, check, err
+}

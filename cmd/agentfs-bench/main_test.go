@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestBadFlags checks that every bad flag is refused with exit 2 and a
+// message that names the problem and the fix, before anything is built
+// or mounted.
+func TestBadFlags(t *testing.T) {
+	workdir := filepath.Join(t.TempDir(), "work")
+	out := filepath.Join(t.TempDir(), "out")
+	base := []string{"--workdir", workdir, "--out", out, "--fs", "native"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--runs", "0"}, "--runs 0: must be at least 1"},
+		{[]string{"--warmup", "-1"}, "--warmup -1: must be 0 or more"},
+		{[]string{"--only", "find,bogus"}, `unknown workload "bogus"; choose from git-status,find,`},
+		{[]string{"--fs", "native,zfs"}, `unknown filesystem "zfs"; choose from native,overlayfs,fuse-overlayfs,agentfs`},
+		{[]string{"--fs", "agentfs"}, "must include native: every figure is a ratio to it"},
+		{[]string{"--fs", "native,agentfs", "--agentfs", "/nonexistent/agentfs"}, "not an executable file: build it (make build)"},
+		{[]string{"--out", ""}, "--out is empty"},
+		{[]string{"--out", filepath.Join(workdir, "results")}, "overlap: keep the results out of the work directory"},
+		{[]string{"--frobnicate"}, "unknown flag: --frobnicate"},
+		{[]string{"extra"}, `unexpected arguments ["extra"]`},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append(append([]string{}, base...), tc.args...)
+		if code := run(args, &stdout, &stderr); code != exitUsage {
+			t.Errorf("agentfs-bench %s: exit %d, want %d (stderr %q)", strings.Join(tc.args, " "), code, exitUsage, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("agentfs-bench %s: stderr %q, want it to contain %q", strings.Join(tc.args, " "), stderr.String(), tc.want)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("the output directory %s was made by a refused run", out)
+	}
+}
+
+func TestWorkdirOnTmpfsRefused(t *testing.T) {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	dir := "/dev/shm/agentfs-bench-test-never-made"
+	var stderr bytes.Buffer
+	if code := run([]string{"--workdir", dir, "--fs", "native"}, &bytes.Buffer{}, &stderr); code != exitUsage {
+		t.Fatalf("exit %d, want %d (stderr %q)", code, exitUsage, stderr.String())
+	}
+	if want := "is on tmpfs"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr %q, want it to contain %q", stderr.String(), want)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		os.Remove(dir)
+		t.Errorf("%s was made though it was refused", dir)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var stdout bytes.Buffer
+	if code := run([]string{"--help"}, &stdout, &bytes.Buffer{}); code != exitOK {
+		t.Fatalf("exit %d, want %d", code, exitOK)
+	}
+	for _, want := range []string{"Usage:", "Examples:", "Exit codes:", "--runs", "--quick", "--workdir"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("--help does not mention %q", want)
+		}
+	}
+}
+
+func TestQuickDefaults(t *testing.T) {
+	o := &options{}
+	fs := newFlagSet(o)
+	if err := fs.Parse([]string{"--quick", "--fs", "native", "--workdir", t.TempDir(), "--out", t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := o.config(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.runs != quickRuns || c.bigSize != quickBigSize || c.smallFiles != quickSmallFiles {
+		t.Errorf("--quick: runs %d, big %d, small files %d; want %d, %d, %d", c.runs, c.bigSize, c.smallFiles, quickRuns, quickBigSize, quickSmallFiles)
+	}
+	if len(c.workloads) != len(workloads) {
+		t.Errorf("%d workloads, want all %d", len(c.workloads), len(workloads))
+	}
+
+	o = &options{}
+	fs = newFlagSet(o)
+	if err := fs.Parse([]string{"--quick", "--runs", "4", "--only", "untar, find", "--fs", "native", "--workdir", t.TempDir(), "--out", t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = o.config(fs); err != nil {
+		t.Fatal(err)
+	}
+	if c.runs != 4 {
+		t.Errorf("--quick --runs 4: runs %d, want 4", c.runs)
+	}
+	var names []string
+	for _, w := range c.workloads {
+		names = append(names, w.name)
+	}
+	if got, want := strings.Join(names, ","), "find,untar"; got != want {
+		t.Errorf("--only untar,find: workloads %s, want %s (in table order)", got, want)
+	}
+}

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
+)
+
+// The filesystems, in the order of the table's columns.
+const (
+	fsNative        = "native"
+	fsOverlayfs     = "overlayfs"
+	fsFuseOverlayfs = "fuse-overlayfs"
+	fsAgentfs       = "agentfs"
+)
+
+var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs}
+
+// Sizes of the full benchmark and of --quick.
+const (
+	fullBigSize     = 1 << 30
+	fullSmallFiles  = 5000
+	quickBigSize    = 64 << 20
+	quickSmallFiles = 500
+	quickRuns       = 2
+)
+
+// defaultWorkdir holds the trees, mounts and uppers. Not /tmp: it is
+// often a tmpfs, which would turn disk I/O into memory copies.
+const defaultWorkdir = "/var/tmp/agentfs-bench"
+
+// options are the command-line flags.
+type options struct {
+	runs, warmup int
+	only         string
+	filesystems  string
+	workdir      string
+	agentfs      string
+	out          string
+	quick        bool
+}
+
+func (o *options) AddFlags(fs *pflag.FlagSet) {
+	fs.IntVar(&o.runs, "runs", 5, "timed runs per workload and filesystem (`N`; default 2 with --quick)")
+	fs.IntVar(&o.warmup, "warmup", 1, "untimed warm-up runs before the timed ones (`N`)")
+	fs.StringVar(&o.only, "only", "", "run only these `WORKLOADS` (comma-separated): "+strings.Join(workloadNames(), ","))
+	fs.StringVar(&o.filesystems, "fs", strings.Join(allFilesystems, ","), "the filesystems to compare (`LIST`, comma-separated; must include native)")
+	fs.StringVar(&o.workdir, "workdir", defaultWorkdir, "`DIR` for the trees, uppers and mounts (on a disk filesystem, not tmpfs)")
+	fs.StringVar(&o.agentfs, "agentfs", "", "the agentfs binary (`PATH`; default: agentfs beside this program, else on $PATH)")
+	fs.StringVar(&o.out, "out", "bench", "`DIR` for results.md, results.json and results.png")
+	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: a 64 MiB file, 500 small files, 2 runs")
+}
+
+// config is a validated benchmark request.
+type config struct {
+	runs, warmup int
+	workloads    []*workload
+	filesystems  []string
+	workdir      string
+	agentfsBin   string
+	outDir       string
+	quick        bool
+	bigSize      int64
+	smallFiles   int
+}
+
+// config checks the flags and the tools they call for. fs tells which
+// flags were given.
+func (o *options) config(fs *pflag.FlagSet) (*config, error) {
+	c := &config{runs: o.runs, warmup: o.warmup, quick: o.quick, bigSize: fullBigSize, smallFiles: fullSmallFiles}
+	if o.quick {
+		c.bigSize, c.smallFiles = quickBigSize, quickSmallFiles
+		if !fs.Changed("runs") {
+			c.runs = quickRuns
+		}
+	}
+	if c.runs < 1 {
+		return nil, usagef("--runs %d: must be at least 1", c.runs)
+	}
+	if c.warmup < 0 {
+		return nil, usagef("--warmup %d: must be 0 or more", c.warmup)
+	}
+	var err error
+	if c.workloads, err = selectWorkloads(o.only); err != nil {
+		return nil, err
+	}
+	if c.filesystems, err = selectFilesystems(o.filesystems); err != nil {
+		return nil, err
+	}
+	if slices.Contains(c.filesystems, fsAgentfs) {
+		if c.agentfsBin, err = findAgentfs(o.agentfs); err != nil {
+			return nil, err
+		}
+	}
+	if o.out == "" {
+		return nil, usagef("--out is empty: give the directory for the results, e.g. --out bench")
+	}
+	if c.outDir, err = filepath.Abs(o.out); err != nil {
+		return nil, err
+	}
+	if c.workdir, err = checkWorkdir(o.workdir); err != nil {
+		return nil, err
+	}
+	if within(c.outDir, c.workdir) || within(c.workdir, c.outDir) {
+		return nil, usagef("--out %s and --workdir %s overlap: keep the results out of the work directory (and the reverse)", c.outDir, c.workdir)
+	}
+	for _, tool := range []struct{ name, pkg string }{{"git", "git"}, {"find", "findutils"}, {"grep", "grep"}, {"tar", "tar"}, {"rm", "coreutils"}, {"cp", "coreutils"}, {"go", "golang (or put go on $PATH)"}} {
+		if _, err := exec.LookPath(tool.name); err != nil {
+			return nil, fmt.Errorf("%s is not on $PATH: the workloads run it; install it (apt-get install %s)", tool.name, tool.pkg)
+		}
+	}
+	return c, nil
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func selectWorkloads(only string) ([]*workload, error) {
+	if strings.TrimSpace(only) == "" {
+		return workloads, nil
+	}
+	want := map[string]bool{}
+	for _, name := range splitList(only) {
+		if findWorkload(name) == nil {
+			return nil, usagef("--only %q: unknown workload %q; choose from %s", only, name, strings.Join(workloadNames(), ","))
+		}
+		want[name] = true
+	}
+	var out []*workload
+	for _, w := range workloads {
+		if want[w.name] {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
+func selectFilesystems(list string) ([]string, error) {
+	want := map[string]bool{}
+	for _, name := range splitList(list) {
+		if !slices.Contains(allFilesystems, name) {
+			return nil, usagef("--fs %q: unknown filesystem %q; choose from %s", list, name, strings.Join(allFilesystems, ","))
+		}
+		want[name] = true
+	}
+	if !want[fsNative] {
+		return nil, usagef("--fs %q: must include native: every figure is a ratio to it", list)
+	}
+	var out []string
+	for _, name := range allFilesystems {
+		if want[name] {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// checkWorkdir makes the work directory and refuses memory filesystems:
+// the comparison is of filesystems over a disk.
+func checkWorkdir(dir string) (string, error) {
+	if dir == "" {
+		return "", usagef("--workdir is empty: give a directory on a disk filesystem, e.g. --workdir %s", defaultWorkdir)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if strings.ContainsAny(abs, ",:\\") {
+		return "", usagef("--workdir %s: overlay mount options cannot hold a path with ',', ':' or '\\'; choose another directory", abs)
+	}
+	// The filesystem it is (or will be) on: that of its nearest
+	// existing ancestor.
+	existing := abs
+	for {
+		if _, err := os.Stat(existing); err == nil || existing == "/" {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(existing, &st); err != nil {
+		return "", fmt.Errorf("--workdir %s: %w", abs, err)
+	}
+	switch name := fsTypeName(st.Type); name {
+	case "tmpfs", "ramfs", "overlay", "fuse":
+		return "", usagef("--workdir %s is on %s: the benchmark compares filesystems over a disk (and overlayfs cannot use an upper on overlay or FUSE); choose a directory on a disk filesystem, e.g. --workdir %s", abs, name, defaultWorkdir)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return "", fmt.Errorf("--workdir %s: %w: choose a directory you can write", abs, err)
+	}
+	return filepath.EvalSymlinks(abs)
+}
+
+// findAgentfs resolves --agentfs, or looks beside this program and on
+// $PATH.
+func findAgentfs(flag string) (string, error) {
+	if flag != "" {
+		abs, err := filepath.Abs(flag)
+		if err != nil {
+			return "", err
+		}
+		if st, err := os.Stat(abs); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return "", usagef("--agentfs %s: not an executable file: build it (make build) or give the path of the agentfs binary", flag)
+		}
+		return abs, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		beside := filepath.Join(filepath.Dir(self), "agentfs")
+		if st, err := os.Stat(beside); err == nil && !st.IsDir() {
+			return beside, nil
+		}
+	}
+	if p, err := exec.LookPath("agentfs"); err == nil {
+		return filepath.Abs(p)
+	}
+	return "", usagef("no agentfs binary: pass --agentfs PATH (make build makes bin/agentfs), or leave agentfs out with --fs")
+}
+
+// within reports whether path is dir or below it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// report is everything one run measured; it is written as results.json.
+type report struct {
+	Machine         machineInfo        `json:"machine"`
+	Config          configInfo         `json:"config"`
+	Filesystems     []fsStatus         `json:"filesystems"`
+	Workloads       []*workloadResult  `json:"workloads"`
+	CopyUpSeconds   map[string]float64 `json:"copy_up_seconds,omitempty"`
+	Notes           []string           `json:"notes,omitempty"`
+	DurationSeconds float64            `json:"duration_seconds"`
+}
+
+type configInfo struct {
+	Runs          int    `json:"runs"`
+	Warmup        int    `json:"warmup"`
+	Quick         bool   `json:"quick"`
+	BigFileBytes  int64  `json:"big_file_bytes"`
+	SmallFiles    int    `json:"small_files"`
+	TreeFiles     int    `json:"tree_files"`
+	RmSubtree     string `json:"rm_subtree"`
+	RmFiles       int    `json:"rm_files"`
+	GrepString    string `json:"grep_string"`
+	GoCache       string `json:"gocache"`
+	AgentfsBinary string `json:"agentfs_binary,omitempty"`
+}
+
+type workloadResult struct {
+	Name        string `json:"name"`
+	Title       string `json:"title"`
+	FreshPerRun bool   `json:"fresh_per_run"`
+	// Skipped says why the workload did not run at all.
+	Skipped string `json:"skipped,omitempty"`
+	// Results by filesystem name.
+	Results map[string]*fsResult `json:"results"`
+}
+
+type fsResult struct {
+	Runs   []float64 `json:"runs_seconds"`
+	Warmup []float64 `json:"warmup_seconds"`
+	// Median of Runs; Ratio is Median over native's (absent when either
+	// is missing).
+	Median *float64 `json:"median_seconds"`
+	Ratio  *float64 `json:"ratio"`
+	Check  string   `json:"check,omitempty"`
+	Error  string   `json:"error,omitempty"`
+}
+
+// finish computes the medians and ratios, the copy-up times, and notes
+// on filesystems that were left out or saw something else than native.
+func (r *report) finish() {
+	for _, st := range r.Filesystems {
+		if !st.Available {
+			r.Notes = append(r.Notes, st.Name+": "+st.Note)
+		}
+	}
+	for _, w := range r.Workloads {
+		if w.Skipped != "" {
+			r.Notes = append(r.Notes, w.Name+": skipped: "+w.Skipped)
+			continue
+		}
+		for _, res := range w.Results {
+			if len(res.Runs) > 0 {
+				m := median(res.Runs)
+				res.Median = &m
+			}
+		}
+		native := w.Results[fsNative]
+		for _, fs := range r.order() {
+			res := w.Results[fs]
+			if res == nil {
+				continue
+			}
+			if res.Error != "" {
+				r.Notes = append(r.Notes, fmt.Sprintf("%s on %s failed: %s", w.Name, fs, res.Error))
+			}
+			if native == nil || native.Median == nil || res.Median == nil {
+				continue
+			}
+			if q, ok := ratio(*res.Median, *native.Median); ok {
+				res.Ratio = &q
+			}
+			if res.Check != native.Check && res.Error == "" && native.Error == "" {
+				r.Notes = append(r.Notes, fmt.Sprintf("%s on %s saw %q, native %q", w.Name, fs, res.Check, native.Check))
+			}
+		}
+		if w.Name == "copy-up" {
+			r.CopyUpSeconds = map[string]float64{}
+			for fs, res := range w.Results {
+				if res.Median != nil {
+					r.CopyUpSeconds[fs] = *res.Median
+				}
+			}
+		}
+	}
+}
+
+// order is the available filesystems, in column order.
+func (r *report) order() []string {
+	var out []string
+	for _, st := range r.Filesystems {
+		if st.Available {
+			out = append(out, st.Name)
+		}
+	}
+	return out
+}
+
+// write prints the table to stdout and writes results.md, results.json
+// and results.png in dir.
+func (r *report) write(dir string, stdout io.Writer) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out %s: %w", dir, err)
+	}
+	md := r.markdown()
+	fmt.Fprint(stdout, md)
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	png, err := r.chartPNG()
+	if err != nil {
+		return err
+	}
+	for name, content := range map[string][]byte{
+		"results.md":   []byte(md),
+		"results.json": append(data, '\n'),
+		"results.png":  png,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "\nwritten: %s\n", strings.Join([]string{
+		filepath.Join(dir, "results.md"), filepath.Join(dir, "results.json"), filepath.Join(dir, "results.png"),
+	}, ", "))
+	return nil
+}
+
+// markdown renders the table: a row per workload; native's median time,
+// then each other filesystem's median time and its ratio to native.
+func (r *report) markdown() string {
+	var b strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&b, "# agentfs benchmark\n\n")
+	fmt.Fprintf(&b, "%s, %s (%d cores), %s memory, %s on %s; %s; %s.\n",
+		m.Kernel, m.CPU, m.Cores, humanMemory(m.MemoryBytes), m.WorkdirFs, m.Workdir, m.GoVersion, m.Date)
+	fmt.Fprintf(&b, "Medians of %d runs after %d warm-up", r.Config.Runs, r.Config.Warmup)
+	if r.Config.Warmup != 1 {
+		b.WriteString("s")
+	}
+	b.WriteString("; the ratio is to native (lower is faster).")
+	if r.Config.Quick {
+		b.WriteString(" **Quick run (--quick): small sizes, for development only.**")
+	}
+	b.WriteString("\n\n")
+
+	fss := r.order()
+	b.WriteString("| workload |")
+	sep := "|---|"
+	for _, fs := range fss {
+		if fs == fsNative {
+			b.WriteString(" native |")
+			sep += "---:|"
+			continue
+		}
+		fmt.Fprintf(&b, " %s | ratio |", fs)
+		sep += "---:|---:|"
+	}
+	b.WriteString("\n" + sep + "\n")
+	for _, w := range r.Workloads {
+		fmt.Fprintf(&b, "| %s |", w.Title)
+		for _, fs := range fss {
+			res := w.Results[fs]
+			cell := cellTime(w, res)
+			if fs == fsNative {
+				fmt.Fprintf(&b, " %s |", cell)
+				continue
+			}
+			fmt.Fprintf(&b, " %s | %s |", cell, cellRatio(res))
+		}
+		b.WriteString("\n")
+	}
+
+	if len(r.CopyUpSeconds) > 0 {
+		fmt.Fprintf(&b, "\nCopy-up of a %s file (open for writing, write 1 byte, close; median):", humanBytes(r.Config.BigFileBytes))
+		var parts []string
+		for _, fs := range fss {
+			if s, ok := r.CopyUpSeconds[fs]; ok && fs != fsNative {
+				parts = append(parts, fmt.Sprintf("%s %.2f s", fs, s))
+			}
+		}
+		fmt.Fprintf(&b, " %s.\n", strings.Join(parts, ", "))
+	}
+	reflink := "no"
+	if m.Reflink {
+		reflink = "yes"
+	}
+	fmt.Fprintf(&b, "\nReflink (FICLONE) in the work directory (%s; lowers and the agentfs backstore live there): %s (%s).\n", m.WorkdirFs, reflink, m.ReflinkDetail)
+	var versions []string
+	for _, st := range r.Filesystems {
+		if st.Available && st.Version != "" {
+			versions = append(versions, st.Name+" "+st.Version)
+		}
+	}
+	if len(versions) > 0 {
+		fmt.Fprintf(&b, "Versions: %s.\n", strings.Join(versions, "; "))
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\nNotes:\n\n")
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
+	fmt.Fprintf(&b, "\nThe tree is the Go distribution's src (%d files) as a git repository with one commit, a %s file and a small Go module; "+
+		"workloads that change the tree get a fresh mount (native: a fresh copy) for each run, made outside the timed region.",
+		r.Config.TreeFiles, humanBytes(r.Config.BigFileBytes))
+	for _, w := range r.Workloads {
+		if w.Name == "go-vet" {
+			fmt.Fprintf(&b, " go vet: GOCACHE is %s.", r.Config.GoCache)
+		}
+	}
+	fmt.Fprintf(&b, " Whole run: %s.\n", formatDuration(r.DurationSeconds))
+	return b.String()
+}
+
+func cellTime(w *workloadResult, res *fsResult) string {
+	switch {
+	case w.Skipped != "":
+		return "skipped"
+	case res == nil:
+		return "–"
+	case res.Error != "":
+		return "failed"
+	case res.Median == nil:
+		return "–"
+	}
+	return formatSeconds(*res.Median)
+}
+
+func cellRatio(res *fsResult) string {
+	if res == nil || res.Ratio == nil {
+		return "–"
+	}
+	return formatRatio(*res.Ratio)
+}
+
+// formatSeconds prints a time with three significant digits: 1.23 s,
+// 45.6 ms, 789 µs.
+func formatSeconds(s float64) string {
+	switch {
+	case math.IsNaN(s):
+		return "–"
+	case s >= 100:
+		return fmt.Sprintf("%.0f s", s)
+	case s >= 10:
+		return fmt.Sprintf("%.1f s", s)
+	case s >= 1:
+		return fmt.Sprintf("%.2f s", s)
+	case s >= 0.1:
+		return fmt.Sprintf("%.0f ms", s*1e3)
+	case s >= 0.01:
+		return fmt.Sprintf("%.1f ms", s*1e3)
+	case s >= 0.001:
+		return fmt.Sprintf("%.2f ms", s*1e3)
+	}
+	return fmt.Sprintf("%.0f µs", s*1e6)
+}
+
+// formatRatio prints 1.04×, 12.3×, 0.52×.
+func formatRatio(q float64) string {
+	if q >= 10 {
+		return fmt.Sprintf("%.1f×", q)
+	}
+	return fmt.Sprintf("%.2f×", q)
+}
+
+func formatDuration(s float64) string {
+	m := int(s) / 60
+	return fmt.Sprintf("%d min %02d s", m, int(s)%60)
+}
+
+func humanMemory(n int64) string {
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+}

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A view is the tree as one filesystem shows it: for native, the native
+// copy (or a fresh copy of part of it); for the overlays, a mount of the
+// lower tree with an empty upper. Everything a view creates lives in
+// WORKDIR/runs/FS and is removed when it closes.
+type view struct {
+	fs   string
+	root string // the tree's root as this filesystem shows it
+	dir  string // WORKDIR/runs/FS, or "" for the shared native tree
+	// unmount is set while a mount is up.
+	unmount func(context.Context) error
+}
+
+// unmountTimeout bounds one unmount; a busy mount is detached after it.
+const unmountTimeout = 30 * time.Second
+
+// fsStatus says whether a filesystem can run here, and if not, why.
+type fsStatus struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	Version   string `json:"version,omitempty"`
+	Note      string `json:"note,omitempty"`
+}
+
+// probeFilesystems checks each requested filesystem once, by mounting it
+// over an empty lower directory where it is a mount.
+func (b *bench) probeFilesystems(ctx context.Context) []fsStatus {
+	var out []fsStatus
+	for _, name := range b.cfg.filesystems {
+		st := fsStatus{Name: name, Available: true}
+		switch name {
+		case fsOverlayfs:
+			st.Version = "Linux " + kernelRelease()
+			if os.Geteuid() != 0 {
+				st.Available, st.Note = false, "skipped: mounting overlayfs needs root (run as root: sudo make bench)"
+			}
+		case fsFuseOverlayfs:
+			if _, err := exec.LookPath("fuse-overlayfs"); err != nil {
+				st.Available, st.Note = false, "skipped: fuse-overlayfs is not installed (apt-get install fuse-overlayfs; make bench does it as root)"
+			} else {
+				st.Version = toolVersion("fuse-overlayfs", "--version")
+				st.Version = strings.TrimPrefix(st.Version, "fuse-overlayfs: ")
+			}
+		case fsAgentfs:
+			st.Version = toolVersion(b.cfg.agentfsBin, "version")
+		}
+		if _, err := os.Stat("/dev/fuse"); err != nil && st.Available && (name == fsFuseOverlayfs || name == fsAgentfs) {
+			st.Available, st.Note = false, "skipped: /dev/fuse is missing (load the fuse module, or run the container with --device /dev/fuse)"
+		}
+		if st.Available && name != fsNative {
+			if err := b.probeMount(ctx, name); err != nil {
+				st.Available, st.Note = false, "skipped: a test mount failed: "+err.Error()
+			}
+		}
+		if !st.Available {
+			b.logf("%s: %s", name, st.Note)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func (b *bench) probeMount(ctx context.Context, fs string) error {
+	lower := filepath.Join(b.runsDir(), "probe-lower")
+	if err := os.MkdirAll(lower, 0o755); err != nil {
+		return err
+	}
+	defer os.RemoveAll(lower)
+	v, err := b.mountView(ctx, fs, lower)
+	if err != nil {
+		return err
+	}
+	return b.closeView(v)
+}
+
+func kernelRelease() string {
+	var uts unix.Utsname
+	if unix.Uname(&uts) != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(uts.Release[:])
+}
+
+func (b *bench) runsDir() string { return filepath.Join(b.cfg.workdir, "runs") }
+
+// openView makes fs's view of the tree for workload w.
+func (b *bench) openView(ctx context.Context, fs string, w *workload) (*view, error) {
+	if fs != fsNative {
+		return b.mountView(ctx, fs, b.tree.lower())
+	}
+	if !w.fresh {
+		return &view{fs: fs, root: b.tree.native()}, nil
+	}
+	// Native has no upper: a workload that changes the tree gets a
+	// fresh copy of the parts it touches.
+	v := &view{fs: fs, dir: filepath.Join(b.runsDir(), fs)}
+	v.root = filepath.Join(v.dir, "tree")
+	if err := b.resetDir(v.dir); err != nil {
+		return nil, err
+	}
+	b.views[v] = true
+	if err := os.MkdirAll(v.root, 0o755); err != nil {
+		return v, err
+	}
+	for _, rel := range w.nativeCopy(b.tree) {
+		dst := filepath.Join(v.root, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return v, err
+		}
+		if err := runQuiet(ctx, "", b.env, "cp", "-a", "--reflink=auto", filepath.Join(b.tree.native(), rel), dst); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
+
+// mountView mounts fs over lower with a new, empty upper.
+func (b *bench) mountView(ctx context.Context, fs, lower string) (*view, error) {
+	v := &view{fs: fs, dir: filepath.Join(b.runsDir(), fs)}
+	upper, work, mnt := filepath.Join(v.dir, "upper"), filepath.Join(v.dir, "work"), filepath.Join(v.dir, "mnt")
+	v.root = mnt
+	if err := b.resetDir(v.dir); err != nil {
+		return nil, err
+	}
+	b.views[v] = true
+	for _, d := range []string{upper, work, mnt} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return v, err
+		}
+	}
+	overlayOpts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
+	switch fs {
+	case fsOverlayfs:
+		if err := unix.Mount("overlay", mnt, "overlay", 0, overlayOpts); err != nil {
+			return v, fmt.Errorf("mount -t overlay %s: %w", mnt, err)
+		}
+	case fsFuseOverlayfs:
+		if err := runQuiet(ctx, "", b.env, "fuse-overlayfs", "-o", overlayOpts, mnt); err != nil {
+			return v, err
+		}
+	case fsAgentfs:
+		// The default backstore (hostfs) in a private store, which
+		// AGENTFS_PRIVATE_DIR puts in the work directory.
+		if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBin, "mount", "--lower", lower, mnt); err != nil {
+			return v, err
+		}
+	default:
+		return v, fmt.Errorf("%s is not a mountable filesystem", fs)
+	}
+	v.unmount = func(ctx context.Context) error { return b.unmount(ctx, fs, mnt) }
+	if !isMountRoot(mnt) {
+		return v, fmt.Errorf("%s reported success but %s is not a mount", fs, mnt)
+	}
+	return v, nil
+}
+
+// closeView unmounts v (if it is a mount) and removes its directory.
+// It runs even after an interrupt: it does not use the run's context.
+func (b *bench) closeView(v *view) error {
+	if v == nil {
+		return nil
+	}
+	var errs []error
+	if v.unmount != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), unmountTimeout)
+		err := v.unmount(ctx)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			v.unmount = nil
+		}
+	}
+	if v.unmount == nil {
+		delete(b.views, v)
+		if v.dir != "" {
+			errs = append(errs, os.RemoveAll(v.dir))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// closeAll closes every view still open (at the end, after an error or
+// an interrupt).
+func (b *bench) closeAll() error {
+	var errs []error
+	for v := range b.views {
+		errs = append(errs, b.closeView(v))
+	}
+	return errors.Join(errs...)
+}
+
+// resetDir empties dir for a new view, first unmounting a mount left in
+// it by an earlier run that was killed.
+func (b *bench) resetDir(dir string) error {
+	if err := b.unmountLeftover(dir); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	return os.MkdirAll(dir, 0o755)
+}
+
+// unmountLeftover unmounts dir/mnt if it is still mounted.
+func (b *bench) unmountLeftover(dir string) error {
+	mnt := filepath.Join(dir, "mnt")
+	if !isMountRoot(mnt) {
+		return nil
+	}
+	b.logf("unmounting %s, left mounted by an earlier run", mnt)
+	ctx, cancel := context.WithTimeout(context.Background(), unmountTimeout)
+	defer cancel()
+	return b.unmount(ctx, filepath.Base(dir), mnt)
+}
+
+// unmount unmounts mnt the way fs is unmounted, retrying while it is
+// busy, and detaches it if that does not end.
+func (b *bench) unmount(ctx context.Context, fs, mnt string) error {
+	try := func() error {
+		switch fs {
+		case fsAgentfs:
+			if b.cfg.agentfsBin != "" {
+				return runQuiet(ctx, "", b.env, b.cfg.agentfsBin, "unmount", mnt)
+			}
+			return runQuiet(ctx, "", b.env, "fusermount3", "-u", mnt)
+		case fsFuseOverlayfs:
+			return runQuiet(ctx, "", b.env, "fusermount3", "-u", mnt)
+		default:
+			return unix.Unmount(mnt, 0)
+		}
+	}
+	var err error
+	for delay := 50 * time.Millisecond; ; delay *= 2 {
+		if err = try(); err == nil || !isMountRoot(mnt) {
+			return nil
+		}
+		if ctx.Err() != nil || delay > 2*time.Second {
+			break
+		}
+		time.Sleep(delay)
+	}
+	b.logf("%s: unmounting %s failed (%v); detaching it", fs, mnt, err)
+	if derr := unix.Unmount(mnt, unix.MNT_DETACH); derr != nil && isMountRoot(mnt) {
+		return fmt.Errorf("unmounting %s %s: %v; detaching: %w (unmount it by hand: umount -l %s)", fs, mnt, err, derr, mnt)
+	}
+	return nil
+}
+
+// cleanupLeftovers unmounts and removes what an earlier, killed run left
+// in WORKDIR/runs.
+func (b *bench) cleanupLeftovers() error {
+	entries, err := os.ReadDir(b.runsDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			errs = append(errs, b.unmountLeftover(filepath.Join(b.runsDir(), e.Name())))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return os.RemoveAll(b.runsDir())
+}
