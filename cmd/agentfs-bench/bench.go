@@ -81,6 +81,9 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 		}
 		rep.Workloads = append(rep.Workloads, res)
 	}
+	if os.Geteuid() != 0 {
+		rep.Notes = append(rep.Notes, "not run as root: the page cache was not dropped before the runs in fresh views, so the times of untar and small-files depend on what was deleted just before them (see bench/README.md)")
+	}
 	rep.DurationSeconds = time.Since(start).Seconds()
 	rep.finish()
 	return rep.write(cfg.outDir, stdout)

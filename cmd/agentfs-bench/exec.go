@@ -85,7 +85,8 @@ func commandContext(ctx context.Context, dir string, env []string, name string, 
 
 // commandError describes a failed command with the end of its error output.
 func commandError(args []string, err error, stderr string) error {
-	msg := strings.TrimSpace(stderr)
+	// One line, for the table's notes.
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(stderr), "\n", " / ")), " ")
 	if msg == "" {
 		return fmt.Errorf("%s: %w", strings.Join(args, " "), err)
 	}

@@ -192,15 +192,15 @@ func (r *report) markdown() string {
 		b.WriteString("\n")
 	}
 
-	if len(r.CopyUpSeconds) > 0 {
-		fmt.Fprintf(&b, "\nCopy-up of a %s file (open for writing, write 1 byte, close; median):", humanBytes(r.Config.BigFileBytes))
-		var parts []string
-		for _, fs := range fss {
-			if s, ok := r.CopyUpSeconds[fs]; ok && fs != fsNative {
-				parts = append(parts, fmt.Sprintf("%s %.2f s", fs, s))
-			}
+	var copyUps []string
+	for _, fs := range fss {
+		if s, ok := r.CopyUpSeconds[fs]; ok && fs != fsNative {
+			copyUps = append(copyUps, fmt.Sprintf("%s %.2f s", fs, s))
 		}
-		fmt.Fprintf(&b, " %s.\n", strings.Join(parts, ", "))
+	}
+	if len(copyUps) > 0 {
+		fmt.Fprintf(&b, "\nCopy-up of a %s file (open for writing, write 1 byte, close; median): %s.\n",
+			humanBytes(r.Config.BigFileBytes), strings.Join(copyUps, ", "))
 	}
 	reflink := "no"
 	if m.Reflink {
