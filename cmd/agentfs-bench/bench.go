@@ -22,6 +22,8 @@ type bench struct {
 	views map[*view]bool
 	buf   []byte
 	seq   int // runs measured so far
+	// agentfsOrig is --agentfs; cfg.agentfsBin is the copy that runs.
+	agentfsOrig string
 }
 
 // scratchDir holds files that runs leave for the end of the workload.
@@ -54,11 +56,19 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 	if err := b.cleanupLeftovers(); err != nil {
 		return err
 	}
+	if cfg.agentfsBin != "" {
+		if err := b.snapshotAgentfs(); err != nil {
+			return err
+		}
+	}
 	defer func() {
 		if cerr := b.closeAll(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
 		}
 		os.RemoveAll(b.runsDir())
+		if b.agentfsOrig != "" {
+			os.Remove(b.cfg.agentfsBin)
+		}
 	}()
 	if b.tree, err = b.prepareTree(ctx); err != nil {
 		return err
@@ -89,6 +99,38 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 	return rep.write(cfg.outDir, stdout)
 }
 
+// snapshotAgentfs runs a copy of the agentfs binary, so that a rebuild
+// of the original during the run cannot mix two versions in one table.
+func (b *bench) snapshotAgentfs() error {
+	data, err := os.ReadFile(b.cfg.agentfsBin)
+	if err != nil {
+		return fmt.Errorf("--agentfs: %w", err)
+	}
+	dir := filepath.Join(b.cfg.workdir, "bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// A new name each time: a daemon of an earlier run may still be
+	// running the old copy.
+	f, err := os.CreateTemp(dir, "agentfs-")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o755)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	b.agentfsOrig, b.cfg.agentfsBin = b.cfg.agentfsBin, f.Name()
+	return nil
+}
+
 func (b *bench) describeConfig() configInfo {
 	c := configInfo{
 		Runs:         b.cfg.runs,
@@ -102,9 +144,7 @@ func (b *bench) describeConfig() configInfo {
 		GrepString:   grepString,
 		GoCache:      "a fresh copy per run of a cache holding only the standard library: each run compiles and vets the module's packages from the mount",
 	}
-	if b.cfg.agentfsBin != "" {
-		c.AgentfsBinary = b.cfg.agentfsBin
-	}
+	c.AgentfsBinary = b.agentfsOrig
 	return c
 }
 

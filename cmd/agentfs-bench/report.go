@@ -94,7 +94,7 @@ func (r *report) finish() {
 				r.Notes = append(r.Notes, fmt.Sprintf("%s on %s saw %q, native %q", w.Name, fs, res.Check, native.Check))
 			}
 		}
-		if w.Name == "copy-up" {
+		if w.Name == copyUpWorkload {
 			r.CopyUpSeconds = map[string]float64{}
 			for fs, res := range w.Results {
 				if res.Median != nil {
@@ -103,6 +103,21 @@ func (r *report) finish() {
 			}
 		}
 	}
+}
+
+// copyUpSummary is "Copy-up of a 1 GiB file: overlayfs 0.75 s, ...", or
+// "" when copy-up did not run on any overlay.
+func (r *report) copyUpSummary() string {
+	var parts []string
+	for _, fs := range r.order() {
+		if s, ok := r.CopyUpSeconds[fs]; ok && fs != fsNative {
+			parts = append(parts, fmt.Sprintf("%s %.2f s", fs, s))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("copy-up of a %s file: %s", humanBytes(r.Config.BigFileBytes), strings.Join(parts, ", "))
 }
 
 // order is the available filesystems, in column order.
@@ -192,15 +207,8 @@ func (r *report) markdown() string {
 		b.WriteString("\n")
 	}
 
-	var copyUps []string
-	for _, fs := range fss {
-		if s, ok := r.CopyUpSeconds[fs]; ok && fs != fsNative {
-			copyUps = append(copyUps, fmt.Sprintf("%s %.2f s", fs, s))
-		}
-	}
-	if len(copyUps) > 0 {
-		fmt.Fprintf(&b, "\nCopy-up of a %s file (open for writing, write 1 byte, close; median): %s.\n",
-			humanBytes(r.Config.BigFileBytes), strings.Join(copyUps, ", "))
+	if note := r.copyUpSummary(); note != "" {
+		fmt.Fprintf(&b, "\n%s%s (open for writing, write 1 byte, close; median).\n", strings.ToUpper(note[:1]), note[1:])
 	}
 	reflink := "no"
 	if m.Reflink {

@@ -155,7 +155,7 @@ func TestMarkdown(t *testing.T) {
 		"| find -type f | 20.0 ms | 22.0 ms | 1.10× | 200 ms | 10.0× |\n",
 		"| copy-up: first 1-byte write to a 1 GiB file | 40 µs | 900 ms | 22500.0× | failed | – |\n",
 		"| read 1 GiB (cold: caches dropped) | skipped | skipped | – | skipped | – |\n",
-		"Copy-up of a 1 GiB file (open for writing, write 1 byte, close; median): overlayfs 0.90 s.",
+		"Copy-up of a 1 GiB file: overlayfs 0.90 s (open for writing, write 1 byte, close; median).",
 		"Reflink (FICLONE) in the work directory (ext4; lowers and the agentfs backstore live there): no (FICLONE: operation not supported).",
 		"Medians of 3 runs after 1 warm-up;",
 		"Whole run: 12 min 34 s.",
