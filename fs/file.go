@@ -85,6 +85,12 @@ func (s *Server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	if err != nil {
 		return errno(err)
 	}
+	if in.Flags&unix.O_TRUNC != 0 && in.Flags&unix.O_ACCMODE != unix.O_RDONLY {
+		if err := s.killPrivsAfterTrunc(ino.n, &in.InHeader); err != nil {
+			f.Release()
+			return errno(err)
+		}
+	}
 	h := &handle{ino: ino, f: f}
 	s.setIOMode(h, out)
 	out.Fh = s.addHandle(h)
@@ -227,26 +233,49 @@ func (s *Server) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Open
 	if ino == nil {
 		return fuse.ENOENT
 	}
-	ents, err := s.view.ReadDir(ino.n)
-	if err != nil {
-		return errno(err)
-	}
-	if in.NodeId == fuse.FUSE_ROOT_ID {
-		kept := ents[:0]
-		for _, e := range ents {
-			if e.Name != ctl.ControlName {
-				kept = append(kept, e)
-			}
-		}
-		ents = kept
-	}
 	s.mu.Lock()
 	s.nextFh++
 	fh := s.nextFh
-	s.dirs[fh] = &dirHandle{ino: ino, entries: ents}
+	s.dirs[fh] = &dirHandle{ino: ino}
 	s.mu.Unlock()
 	out.Fh = fh
+	if in.NodeId != fuse.FUSE_ROOT_ID {
+		// The kernel keeps the listing in the directory's page cache
+		// and reuses it until the directory changes: its own changes
+		// bump the directory's version, lower edits from outside are
+		// invalidated by the watcher. The root's listing is not kept:
+		// it will depend on the caller's branch.
+		out.OpenFlags |= fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	}
 	return fuse.OK
+}
+
+// listing returns the entries of an open directory from offset on. The
+// listing is made at the first read from offset 0 (a kernel serving the
+// directory from its cache never asks) and made anew at each rewind.
+func (s *Server) listing(d *dirHandle, offset uint64) ([]overlay.DirEntry, fuse.Status) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.entries == nil || offset == 0 {
+		ents, err := s.view.ReadDir(d.ino.n)
+		if err != nil {
+			return nil, errno(err)
+		}
+		if d.ino.n == s.view.Root() {
+			kept := ents[:0]
+			for _, e := range ents {
+				if e.Name != ctl.ControlName {
+					kept = append(kept, e)
+				}
+			}
+			ents = kept
+		}
+		d.entries = ents
+	}
+	if offset >= uint64(len(d.entries)) {
+		return nil, fuse.OK
+	}
+	return d.entries[offset:], fuse.OK
 }
 
 func (s *Server) dirHandle(fh uint64) *dirHandle {
@@ -261,9 +290,12 @@ func (s *Server) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 	if d == nil {
 		return fuse.EBADF
 	}
-	for i := int(in.Offset); i < len(d.entries); i++ {
-		e := d.entries[i]
-		if !out.AddDirEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: uint64(i + 1)}) {
+	ents, st := s.listing(d, in.Offset)
+	if st != fuse.OK {
+		return st
+	}
+	for i, e := range ents {
+		if !out.AddDirEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: in.Offset + uint64(i) + 1}) {
 			break
 		}
 	}
@@ -277,9 +309,12 @@ func (s *Server) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.
 	if d == nil {
 		return fuse.EBADF
 	}
-	for i := int(in.Offset); i < len(d.entries); i++ {
-		e := d.entries[i]
-		eo := out.AddDirLookupEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: uint64(i + 1)})
+	ents, st := s.listing(d, in.Offset)
+	if st != fuse.OK {
+		return st
+	}
+	for i, e := range ents {
+		eo := out.AddDirLookupEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: in.Offset + uint64(i) + 1})
 		if eo == nil {
 			break
 		}

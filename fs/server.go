@@ -69,8 +69,10 @@ type handle struct {
 }
 
 type dirHandle struct {
-	ino     *inode
-	entries []overlay.DirEntry
+	ino *inode
+
+	mu      sync.Mutex
+	entries []overlay.DirEntry // nil until the first read
 }
 
 // Mount mounts the view at o.Mountpoint and serves it until unmounted.
@@ -304,6 +306,14 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 	}
 	var sa overlay.SetAttr
 	if m, ok := in.GetMode(); ok {
+		// Only the owner may chmod (the kernel checks): a mode change
+		// by another user is the kernel clearing setuid for a write or
+		// truncate; complete it (killpriv.go).
+		if h := procCaller(&in.InHeader); h.Uid != 0 {
+			if st, err := s.view.Getattr(ino.n); err == nil && st.Uid != h.Uid {
+				m = killedMode(st.Mode&unix.S_IFMT|m&07777, st.Gid, h) & 07777
+			}
+		}
 		sa.Mode = &m
 	}
 	if u, ok := in.GetUID(); ok {
@@ -329,6 +339,10 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 		}
 		sa.Mtime = &ts
 	}
+	// chown(-1, -1) comes without any attribute: it changes only ctime.
+	const attrBits = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FATTR_SIZE |
+		fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW
+	sa.Ctime = in.Valid&fuse.FATTR_CTIME != 0 || in.Valid&attrBits == 0
 	var f *overlay.File
 	if fh, ok := in.GetFh(); ok {
 		if h := s.handle(fh); h != nil {

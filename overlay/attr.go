@@ -15,6 +15,9 @@ type SetAttr struct {
 	Size     *uint64
 	Atime    *unix.Timespec // Nsec may be UTIME_NOW
 	Mtime    *unix.Timespec
+	// Ctime asks for a ctime change even when nothing else changes
+	// (chown(-1, -1) does that).
+	Ctime bool
 }
 
 // Setattr changes n's attributes. Metadata changes of lower files make
@@ -35,7 +38,7 @@ func (fs *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
 		if err := fs.truncate(n, int64(*in.Size), file); err != nil {
 			return unix.Stat_t{}, err
 		}
-	} else if in.Mode != nil || in.Uid != nil || in.Gid != nil || in.Atime != nil || in.Mtime != nil {
+	} else if in.Mode != nil || in.Uid != nil || in.Gid != nil || in.Atime != nil || in.Mtime != nil || in.Ctime {
 		if err := fs.copyUpMeta(n); err != nil {
 			return unix.Stat_t{}, err
 		}
@@ -72,6 +75,11 @@ func (fs *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
 			ts[1] = *in.Mtime
 		}
 		if err := unix.UtimesNanoAt(loc.Dirfd, loc.Name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return unix.Stat_t{}, err
+		}
+	}
+	if in.Ctime && in.Mode == nil && in.Uid == nil && in.Gid == nil && in.Atime == nil && in.Mtime == nil && in.Size == nil {
+		if err := fs.bumpCtime(n.object); err != nil {
 			return unix.Stat_t{}, err
 		}
 	}
@@ -177,3 +185,38 @@ func (fs *FS) Statfs() (unix.Statfs_t, error) {
 }
 
 var _ = os.Getpid
+
+// A copy-up is not a change of the file: the copy shows the lower
+// inode's ctime until something changes it (its own ctime moves on).
+// The times live in memory only: after a remount a copied-up file
+// shows the ctime of its copy.
+type copyTimes struct{ copy, lower unix.Timespec }
+
+// keepCtime records the ctime of object c.id, just made by a copy-up.
+// Reading it makes the next change of the object get a distinct
+// (fine-grained) timestamp, so a change right after the copy is seen.
+func (fs *FS) keepCtime(c copyRec) {
+	st, err := fs.objs.Lstat(c.id)
+	if err != nil {
+		return
+	}
+	fs.ctimeMu.Lock()
+	fs.copyCtimes[c.id] = copyTimes{copy: st.Ctim, lower: c.lower}
+	fs.ctimeMu.Unlock()
+}
+
+// shownCtime puts the lower ctime in st, the stat of object id, while
+// the object is unchanged since its copy-up.
+func (fs *FS) shownCtime(id string, st *unix.Stat_t) {
+	fs.ctimeMu.Lock()
+	defer fs.ctimeMu.Unlock()
+	c, ok := fs.copyCtimes[id]
+	if !ok {
+		return
+	}
+	if c.copy != st.Ctim {
+		delete(fs.copyCtimes, id) // changed since: its own ctime shows
+		return
+	}
+	st.Ctim = c.lower
+}

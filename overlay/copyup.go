@@ -52,26 +52,40 @@ func (fs *FS) copyUpMetaLocked(t *tx, n *Node) (*branch.Entry, error) {
 			return nil, err
 		}
 	}
+	e, err := fs.metaCopyLocked(t, n.lower, n.ino)
+	if err != nil {
+		return nil, err
+	}
+	if p, ok := n.pathLocked(); ok {
+		t.put(p, e)
+	}
+	t.promote(n, e)
+	return e, nil
+}
+
+// metaCopyLocked makes the upper object of the lower inode at lower
+// (shown as st_ino ino) and returns its entry, not yet put anywhere.
+func (fs *FS) metaCopyLocked(t *tx, lower string, ino uint64) (*branch.Entry, error) {
 	var st unix.Stat_t
-	rel := lowerRel(n.lower)
+	rel := lowerRel(lower)
 	if err := unix.Fstatat(fs.lowerFd, rel, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, fmt.Errorf("copy-up %s: %w", rel, err)
 	}
-	e := &branch.Entry{Type: modeType(st.Mode), Ino: n.ino}
+	e := &branch.Entry{Type: modeType(st.Mode), Ino: ino}
 	var id string
 	var err error
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		var f *os.File
-		if f, err = fs.openLower(n.lower, unix.O_RDONLY); err != nil {
+		if f, err = fs.openLower(lower, unix.O_RDONLY); err != nil {
 			return nil, fmt.Errorf("copy-up %s: %w", rel, err)
 		}
 		id, err = fs.objs.CopyUp(f, &st, false)
 		f.Close()
-		e.Metacopy, e.Origin = true, n.lower
+		e.Metacopy, e.Origin = true, lower
 	case unix.S_IFDIR:
 		var f *os.File
-		if f, err = fs.openLower(n.lower, unix.O_RDONLY|unix.O_DIRECTORY); err != nil {
+		if f, err = fs.openLower(lower, unix.O_RDONLY|unix.O_DIRECTORY); err != nil {
 			return nil, fmt.Errorf("copy-up %s: %w", rel, err)
 		}
 		if id, err = fs.objs.Mkdir(st.Mode&07777, int(st.Uid), int(st.Gid)); err == nil {
@@ -79,7 +93,7 @@ func (fs *FS) copyUpMetaLocked(t *tx, n *Node) (*branch.Entry, error) {
 			err = fs.objs.CopyAttrs(id, &st, f)
 		}
 		f.Close()
-		e.Redirect = redirectFor(n.lower)
+		e.Redirect = redirectFor(lower)
 	case unix.S_IFLNK:
 		var target string
 		if target, err = readlinkat(fs.lowerFd, rel); err != nil {
@@ -102,11 +116,7 @@ func (fs *FS) copyUpMetaLocked(t *tx, n *Node) (*branch.Entry, error) {
 		t.made(id)
 	}
 	e.Object = id
-	p, ok := n.pathLocked()
-	if ok {
-		t.put(p, e)
-	}
-	t.promote(n, e)
+	t.copies = append(t.copies, copyRec{id, st.Ctim})
 	return e, nil
 }
 
@@ -193,6 +203,7 @@ func (fs *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t) error {
 		t.put(p, e)
 	}
 	t.promote(n, e)
+	t.copies = append(t.copies, copyRec{id, st.Ctim})
 	if err := t.commit(); err != nil {
 		return err
 	}

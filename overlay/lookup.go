@@ -144,6 +144,7 @@ func (fs *FS) statLocked(n *Node) (unix.Stat_t, error) {
 		if err != nil {
 			return st, err
 		}
+		fs.shownCtime(n.object, &st)
 		var lst unix.Stat_t
 		lowerOK := false
 		if e := n.entry; e != nil && e.Origin != "" {

@@ -72,6 +72,12 @@ type FS struct {
 	anchors map[uint64]int
 	root    *Node
 
+	// copyCtimes holds, for objects copied up in this session whose
+	// ctime has not changed since, the copy's ctime and the lower
+	// inode's (see keepCtime).
+	ctimeMu    sync.Mutex
+	copyCtimes map[string]copyTimes
+
 	nodesMu  sync.Mutex
 	byObject map[string]*Node
 	byLower  map[string]*Node
@@ -111,6 +117,7 @@ func New(cfg Config) (*FS, error) {
 		hiddenLinks: map[uint64]int{},
 		anchors:     map[uint64]int{},
 		byObject:    map[string]*Node{},
+		copyCtimes:  map[string]copyTimes{},
 		byLower:     map[string]*Node{},
 		byLowerIno:  map[uint64]*Node{},
 	}

@@ -546,3 +546,28 @@ func TestRenameOverUpperFile(t *testing.T) {
 		t.Errorf("object of the replaced file: %v, want ENOENT", err)
 	}
 }
+
+// TestCopyUpKeepsCtime: a copy-up is no change of the file, so the
+// copy shows the lower ctime until something changes it.
+func TestCopyUpKeepsCtime(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/f": "data"})
+	var lst unix.Stat_t
+	if err := unix.Lstat(filepath.Join(e.lower, "d/f"), &lst); err != nil {
+		t.Fatal(err)
+	}
+	f, err := e.fs.Open(e.must("d/f"), unix.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	st, _ := e.fs.Getattr(e.must("d/f"))
+	eq(t, "ctime after copy-up", st.Ctim, lst.Ctim)
+	mode := uint32(0600)
+	if _, err := e.fs.Setattr(e.must("d/f"), SetAttr{Mode: &mode}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = e.fs.Getattr(e.must("d/f"))
+	if st.Ctim == lst.Ctim {
+		t.Error("ctime unchanged by a chmod after the copy-up")
+	}
+}

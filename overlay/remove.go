@@ -71,30 +71,28 @@ func (fs *FS) detachLocked(t *tx, r *resolved, n *Node) {
 }
 
 // sharedNameGoesLocked prepares the removal of name r of a lower-only
-// hard-linked file whose node n the kernel holds. While other lower
-// names stay, the node lives on: the name just goes (nil is returned:
-// no node to detach), unless it is the node's own name, which first
-// gets an upper entry (a metacopy) and is replaced by a whiteout, so
-// that detaching the node leaves the anchor that keeps the file for
-// the other names.
+// hard-linked file. While other lower names stay, the file lives on
+// with a new ctime, so it gets an upper copy (a metacopy) made from
+// this name, which is replaced by a whiteout at once: detaching it
+// then leaves the anchor that keeps the copy for the other names, and
+// n (the node the kernel holds for the file, or nil) stands for the
+// copy. It returns the node to detach.
 func (fs *FS) sharedNameGoesLocked(t *tx, r *resolved, n *Node) (*Node, error) {
-	if n == nil || r.entry != nil || !r.isLower || !sharedLower(&r.lowerSt) {
+	if r.entry != nil || !r.isLower || !sharedLower(&r.lowerSt) {
 		return n, nil
 	}
-	left := int64(r.lowerSt.Nlink) - 1 - int64(fs.hiddenLinks[fs.mapIno(&r.lowerSt)])
-	if left <= 0 {
+	ino := fs.mapIno(&r.lowerSt)
+	if int64(r.lowerSt.Nlink)-1-int64(fs.hiddenLinks[ino]) <= 0 {
 		return n, nil
 	}
-	if p, ok := n.pathLocked(); !ok || p != r.path {
-		return nil, nil
-	}
-	e, err := fs.copyUpMetaLocked(t, n)
+	e, err := fs.metaCopyLocked(t, r.lower, ino)
 	if err != nil {
 		return nil, err
 	}
-	// The name goes now: the upper entry's last name is gone before
-	// the node is detached, which leaves the anchor.
 	t.put(r.path, whiteout)
+	if n != nil {
+		t.promote(n, e)
+	}
 	r.entry, r.isLower = e, false
 	return n, nil
 }

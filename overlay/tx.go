@@ -19,12 +19,20 @@ import (
 type tx struct {
 	fs      *FS
 	b       branch.Batch
-	created []string // objects made by this operation
-	doomed  []string // objects to remove once the commit is durable
-	touched []string // directory objects whose mtime/ctime to update
-	bumped  []string // objects whose ctime to update
-	promos  []promo  // nodes that get an upper entry once committed
-	unlink  []*Node  // nodes that lose their last name once committed
+	created []string  // objects made by this operation
+	doomed  []string  // objects to remove once the commit is durable
+	touched []string  // directory objects whose mtime/ctime to update
+	bumped  []string  // objects whose ctime to update
+	promos  []promo   // nodes that get an upper entry once committed
+	unlink  []*Node   // nodes that lose their last name once committed
+	copies  []copyRec // objects copied up from lower inodes
+}
+
+// copyRec is an object copied up from a lower inode whose ctime was
+// lower.
+type copyRec struct {
+	id    string
+	lower unix.Timespec
 }
 
 type promo struct {
@@ -65,6 +73,9 @@ func (t *tx) commit() error {
 	}
 	for _, n := range t.unlink {
 		n.unlinked, n.parent = true, nil
+	}
+	for _, c := range t.copies {
+		t.fs.keepCtime(c)
 	}
 	now := unix.NsecToTimespec(time.Now().UnixNano())
 	for _, id := range t.touched {

@@ -1,0 +1,35 @@
+package fs
+
+import (
+	"os"
+	"testing"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+func TestKilledMode(t *testing.T) {
+	self := uint32(os.Getpid())
+	caller := func(uid, gid uint32) *fuse.InHeader {
+		h := &fuse.InHeader{}
+		h.Uid, h.Gid, h.Pid = uid, gid, self
+		return h
+	}
+	const reg = unix.S_IFREG
+	for _, tc := range []struct {
+		mode, fileGid uint32
+		h             *fuse.InHeader
+		want          uint32
+	}{
+		{reg | 06777, 0, caller(0, 0), reg | 06777},                      // root keeps both
+		{reg | 06777, 5, caller(1000, 5), reg | 0777},                    // group execute: both go
+		{reg | 06767, 5, caller(1000, 5), reg | 02767},                   // member, no group execute: setgid stays
+		{reg | 06767, 1234567, caller(1000, 7), reg | 0767},              // not a member: setgid goes too
+		{reg | 02767, 1234567, caller(1000, 7), reg | 0767},              // setgid alone
+		{unix.S_IFDIR | 06777, 5, caller(1000, 7), unix.S_IFDIR | 06777}, // not a regular file
+	} {
+		if got := killedMode(tc.mode, tc.fileGid, tc.h); got != tc.want {
+			t.Errorf("killedMode(%o, gid %d, caller %d:%d) = %o, want %o", tc.mode, tc.fileGid, tc.h.Uid, tc.h.Gid, got, tc.want)
+		}
+	}
+}
