@@ -187,7 +187,10 @@ func (b *bench) closeView(v *view) error {
 	}
 	if v.unmount == nil {
 		delete(b.views, v)
-		if v.dir != "" {
+		if v.dir != "" && isMountRoot(v.root) {
+			// Never remove files through a mount.
+			errs = append(errs, fmt.Errorf("%s is still mounted; not removing %s (unmount it by hand: umount -l %s)", v.root, v.dir, v.root))
+		} else if v.dir != "" {
 			errs = append(errs, os.RemoveAll(v.dir))
 		}
 	}
@@ -247,7 +250,10 @@ func (b *bench) unmount(ctx context.Context, fs, mnt string) error {
 	var err error
 	for delay := 50 * time.Millisecond; ; delay *= 2 {
 		if err = try(); err == nil || !isMountRoot(mnt) {
-			return nil
+			if !isMountRoot(mnt) {
+				return nil
+			}
+			err = fmt.Errorf("still mounted after a successful unmount")
 		}
 		if ctx.Err() != nil || delay > 2*time.Second {
 			break
