@@ -28,6 +28,9 @@ func (s *Server) addHandle(h *handle) uint64 {
 // kept across opens. The kernel refuses to mix the two modes on one
 // inode, and an inode has one backing file at a time.
 func (s *Server) setIOMode(h *handle, out *fuse.OpenOut) {
+	// FLUSH has nothing to do here (writes are never held back):
+	// spare the kernel the round trip at every close.
+	out.OpenFlags |= fuse.FOPEN_NOFLUSH
 	ino := h.ino
 	ino.mu.Lock()
 	defer ino.mu.Unlock()

@@ -32,6 +32,13 @@ func killedMode(mode, fileGid uint32, h *fuse.InHeader) uint32 {
 	return mode
 }
 
+// dropsOnlySetid reports whether changing mode old to new only clears
+// setuid or setgid bits: the shape of the kernel's request.
+func dropsOnlySetid(old, new uint32) bool {
+	old, new = old&07777, new&07777
+	return old != new && new&^old == 0 && (old^new)&^(unix.S_ISUID|unix.S_ISGID) == 0
+}
+
 // inGroup reports whether the calling process is in group gid: its
 // fsgid, or one of its supplementary groups.
 func inGroup(h *fuse.InHeader, gid uint32) bool {

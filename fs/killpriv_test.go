@@ -33,3 +33,22 @@ func TestKilledMode(t *testing.T) {
 		}
 	}
 }
+
+func TestDropsOnlySetid(t *testing.T) {
+	for _, tc := range []struct {
+		old, new uint32
+		want     bool
+	}{
+		{06777, 02777, true},
+		{06767, 02767, true},
+		{06777, 0777, true},
+		{06777, 06777, false}, // no change
+		{0755, 0644, false},   // a chmod
+		{04755, 0644, false},  // a chmod that also drops setuid
+		{0755, 04755, false},  // adds a bit
+	} {
+		if got := dropsOnlySetid(unix.S_IFREG|tc.old, tc.new); got != tc.want {
+			t.Errorf("dropsOnlySetid(%o, %o) = %v, want %v", tc.old, tc.new, got, tc.want)
+		}
+	}
+}

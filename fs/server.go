@@ -309,8 +309,8 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 		// Only the owner may chmod (the kernel checks): a mode change
 		// by another user is the kernel clearing setuid for a write or
 		// truncate; complete it (killpriv.go).
-		if h := procCaller(&in.InHeader); h.Uid != 0 {
-			if st, err := s.view.Getattr(ino.n); err == nil && st.Uid != h.Uid {
+		if st, err := s.view.Getattr(ino.n); err == nil && dropsOnlySetid(st.Mode, m) {
+			if h := procCaller(&in.InHeader); h.Uid != 0 && st.Uid != h.Uid {
 				m = killedMode(st.Mode&unix.S_IFMT|m&07777, st.Gid, h) & 07777
 			}
 		}

@@ -24,6 +24,11 @@ type File struct {
 	f   *os.File
 	gen uint64 // n.dataGen the descriptor was opened at
 	up  bool   // f is an upper object
+	// lower is the lower file a read-only open has not opened yet: a
+	// kernel that has the data in its page cache never reads, so the
+	// descriptor is opened at the first read.
+	lower string
+	lazy  bool
 }
 
 // Open opens regular file n. flags are the open(2) flags; O_CREAT and
@@ -52,11 +57,12 @@ func (fs *FS) Open(n *Node, flags int) (*File, error) {
 	if writable {
 		oflags = unix.O_RDWR
 	}
-	if up {
-		f, err = fs.objs.Open(obj, oflags)
-	} else {
-		f, err = fs.openLower(lower, unix.O_RDONLY)
+	if !up {
+		file := fs.newFile(n, nil, false, flags)
+		file.gen, file.lower, file.lazy = gen, lower, true
+		return file, nil
 	}
+	f, err = fs.objs.Open(obj, oflags)
 	if err != nil {
 		return nil, err
 	}
@@ -115,13 +121,17 @@ func (f *File) Fd() int {
 // to its upper object if it was copied up since the file was opened.
 func (f *File) withFd(fn func(fd int) error) error {
 	f.mu.RLock()
-	if !f.up && f.n.dataGen.Load() != f.gen {
+	if f.lazy || !f.up && f.n.dataGen.Load() != f.gen {
 		f.mu.RUnlock()
 		f.mu.Lock()
-		if err := f.followLocked(); err != nil {
-			f.n.fs.log.Warn("reopening after copy-up", "err", err)
+		err := f.openLazyLocked()
+		if err == nil {
+			err = f.followLocked()
 		}
 		f.mu.Unlock()
+		if err != nil {
+			return err
+		}
 		f.mu.RLock()
 	}
 	defer f.mu.RUnlock()
@@ -129,6 +139,33 @@ func (f *File) withFd(fn func(fd int) error) error {
 		return unix.EBADF
 	}
 	return fn(int(f.f.Fd()))
+}
+
+// openLazyLocked opens the descriptor of a read-only file opened on a
+// lower file: the lower file, or the upper object if the node was
+// copied up since.
+func (f *File) openLazyLocked() error {
+	if !f.lazy {
+		return nil
+	}
+	fs := f.n.fs
+	fs.mu.RLock()
+	obj, gen := f.n.object, f.n.dataGen.Load()
+	meta := f.n.entry != nil && f.n.entry.Metacopy
+	fs.mu.RUnlock()
+	var nf *os.File
+	var err error
+	up := gen != f.gen && obj != "" && !meta
+	if up {
+		nf, err = fs.objs.Open(obj, unix.O_RDONLY)
+	} else {
+		nf, err = fs.openLower(f.lower, unix.O_RDONLY)
+	}
+	if err != nil {
+		return err
+	}
+	f.f, f.gen, f.up, f.lazy = nf, gen, up, false
+	return nil
 }
 
 // followLocked reopens a read-only lower descriptor on the node's upper
@@ -223,8 +260,11 @@ func (f *File) Sync(datasync bool) error {
 // are gone.
 func (f *File) Release() error {
 	f.mu.Lock()
-	err := f.f.Close()
-	f.f = nil
+	var err error
+	if f.f != nil {
+		err = f.f.Close()
+	}
+	f.f, f.lazy = nil, false
 	f.mu.Unlock()
 	fs := f.n.fs
 	fs.nodesMu.Lock()

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -77,6 +78,12 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if path := os.Getenv("AGENTFS_CPUPROFILE"); path != "" {
+		// For performance work: a CPU profile of the daemon's life.
+		if f, err := os.Create(path); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
 	if p.store == "" {
 		if p.store, err = makePrivateStore(p.lower, p.mountpoint); err != nil {
 			return err
