@@ -56,7 +56,7 @@ func badgerOptions(o Options) badger.Options {
 type badgerLogger struct{ l *slog.Logger }
 
 func (b badgerLogger) log(level slog.Level, f string, a ...any) {
-	if b.l != nil {
+	if b.l != nil && b.l.Enabled(context.Background(), level) {
 		b.l.Log(context.Background(), level, "badger: "+strings.TrimSpace(fmt.Sprintf(f, a...)))
 	}
 }

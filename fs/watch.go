@@ -209,6 +209,9 @@ func (w *lowerWatch) flush() {
 			w.s.srv.InodeNotify(iv.dir, 0, 0)
 			continue
 		}
+		if rel, ok := w.s.view.LowerDir(iv.node); ok {
+			w.s.view.LowerDirChanged(rel)
+		}
 		child, shown := w.s.view.LowerChild(iv.node, iv.name)
 		if !shown {
 			continue

@@ -186,35 +186,65 @@ func (fs *FS) statLocked(n *Node) (unix.Stat_t, error) {
 // view. For a merged directory it starts from the lower directory's
 // count and corrects it by the upper names that add, hide or replace a
 // subdirectory (overlayfs reports 1 here). A lower filesystem that does
-// not count subdirectories (nlink 1, as btrfs) keeps reporting 1.
+// not count subdirectories (nlink 1, as btrfs) keeps reporting 1. The
+// kernel asks after every change in a directory, so this is O(1) for
+// directories without lower ones and needs no system call for merged
+// directories whose lower subdirectories are known.
 func (fs *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
 	p, ok := n.pathLocked()
 	if !ok {
 		return 0
 	}
-	nl := int64(2)
+	nl := int64(2) + int64(fs.ndirs[p])
 	if n.hasLower {
 		var lst unix.Stat_t
 		if err := unix.Fstatat(fs.lowerFd, lowerRel(n.lower), &lst, unix.AT_SYMLINK_NOFOLLOW); err != nil || lst.Nlink < 2 {
 			return 1
 		}
-		nl = int64(lst.Nlink)
-	}
-	for name, e := range fs.dirs[p] {
-		if e.Type == branch.TypeDir {
-			nl++
-		}
-		if n.hasLower {
-			var cst unix.Stat_t
-			if unix.Fstatat(fs.lowerFd, joinPath(n.lower, name), &cst, unix.AT_SYMLINK_NOFOLLOW) == nil && cst.Mode&unix.S_IFMT == unix.S_IFDIR {
-				nl--
+		nl = int64(lst.Nlink) + int64(fs.ndirs[p])
+		if upper := fs.dirs[p]; len(upper) > 0 {
+			subdirs := fs.lowerSubdirsOf(n.lower)
+			for name := range upper {
+				if subdirs[name] {
+					nl-- // hidden or replaced by the upper entry
+				}
 			}
 		}
 	}
-	if nl < 2 {
-		nl = 2
+	return uint64(max(nl, 2))
+}
+
+// lowerSubdirsOf returns the names of the subdirectories of lower
+// directory lp (cached).
+func (fs *FS) lowerSubdirsOf(lp string) map[string]bool {
+	fs.lowerSubdirsMu.Lock()
+	defer fs.lowerSubdirsMu.Unlock()
+	if m, ok := fs.lowerSubdirs[lp]; ok {
+		return m
 	}
-	return uint64(nl)
+	m := map[string]bool{}
+	if f, err := fs.openLower(lp, unix.O_RDONLY|unix.O_DIRECTORY); err == nil {
+		ents, _ := f.ReadDir(-1)
+		f.Close()
+		for _, e := range ents {
+			if e.IsDir() {
+				m[e.Name()] = true
+			}
+		}
+	}
+	fs.lowerSubdirs[lp] = m
+	return m
+}
+
+// LowerDirChanged tells the view that lower directory lp (relative to
+// the lower root, "." for the root) changed from outside.
+func (fs *FS) LowerDirChanged(lp string) {
+	if lp == "." {
+		lp = ""
+	}
+	fs.lowerSubdirsMu.Lock()
+	delete(fs.lowerSubdirs, lp)
+	fs.lowerSubdirsMu.Unlock()
 }
 
 // LowerDir returns the lower directory (relative to the lower root, "."

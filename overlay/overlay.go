@@ -70,7 +70,14 @@ type FS struct {
 	// anchors counts the internal entries that keep such a file's upper
 	// copy after its last upper name went (see anchorPath).
 	anchors map[uint64]int
-	root    *Node
+	// ndirs counts the directory entries in each dirs map (st_nlink).
+	ndirs map[string]int
+	// lowerSubdirs caches the names of the subdirectories of lower
+	// directories, for the st_nlink of merged directories; the lower
+	// watcher drops what changes (LowerDirChanged).
+	lowerSubdirsMu sync.Mutex
+	lowerSubdirs   map[string]map[string]bool
+	root           *Node
 
 	// copyCtimes holds, for objects copied up in this session whose
 	// ctime has not changed since, the copy's ctime and the lower
@@ -105,21 +112,23 @@ func New(cfg Config) (*FS, error) {
 		return nil, fmt.Errorf("lower directory %s: %w", cfg.Lower, err)
 	}
 	fs := &FS{
-		cfg:         cfg,
-		objs:        cfg.Objects,
-		layer:       cfg.Layer,
-		log:         cfg.Logger,
-		lowerFd:     fd,
-		lowerDev:    st.Dev,
-		dirs:        map[string]map[string]*branch.Entry{},
-		links:       map[string]int{},
-		hardlinks:   map[uint64]*branch.Entry{},
-		hiddenLinks: map[uint64]int{},
-		anchors:     map[uint64]int{},
-		byObject:    map[string]*Node{},
-		copyCtimes:  map[string]copyTimes{},
-		byLower:     map[string]*Node{},
-		byLowerIno:  map[uint64]*Node{},
+		cfg:          cfg,
+		objs:         cfg.Objects,
+		layer:        cfg.Layer,
+		log:          cfg.Logger,
+		lowerFd:      fd,
+		lowerDev:     st.Dev,
+		dirs:         map[string]map[string]*branch.Entry{},
+		links:        map[string]int{},
+		hardlinks:    map[uint64]*branch.Entry{},
+		hiddenLinks:  map[uint64]int{},
+		anchors:      map[uint64]int{},
+		ndirs:        map[string]int{},
+		lowerSubdirs: map[string]map[string]bool{},
+		byObject:     map[string]*Node{},
+		copyCtimes:   map[string]copyTimes{},
+		byLower:      map[string]*Node{},
+		byLowerIno:   map[uint64]*Node{},
 	}
 	if err := fs.loadLocked(); err != nil {
 		unix.Close(fd)
@@ -142,6 +151,7 @@ func (fs *FS) loadLocked() error {
 	fs.hardlinks = map[uint64]*branch.Entry{}
 	fs.hiddenLinks = map[uint64]int{}
 	fs.anchors = map[uint64]int{}
+	fs.ndirs = map[string]int{}
 	return fs.layer.Load(func(p string, e *branch.Entry) error {
 		fs.indexPut(p, e)
 		return nil
@@ -185,6 +195,9 @@ func (fs *FS) indexPut(p string, e *branch.Entry) {
 		fs.dirs[dir] = m
 	}
 	m[name] = e
+	if e.Type == branch.TypeDir {
+		fs.ndirs[dir]++
+	}
 	fs.countLinks(p, e, 1)
 	if e.Type != branch.TypeDir && e.Object != "" {
 		fs.links[e.Object]++
@@ -209,6 +222,11 @@ func (fs *FS) indexDel(p string) {
 	delete(m, name)
 	if len(m) == 0 {
 		delete(fs.dirs, dir)
+	}
+	if old.Type == branch.TypeDir {
+		if fs.ndirs[dir]--; fs.ndirs[dir] <= 0 {
+			delete(fs.ndirs, dir)
+		}
 	}
 	fs.countLinks(p, old, -1)
 	if old.Type != branch.TypeDir && old.Object != "" {
