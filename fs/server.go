@@ -101,9 +101,13 @@ func Mount(o Options) (*Server, error) {
 		MaxReadAhead:         1 << 20,
 		MaxBackground:        64,
 		EnableSymlinkCaching: true,
-		ExtraCapabilities:    fuse.CAP_ATOMIC_O_TRUNC,
-		Debug:                o.Debug,
-		Logger:               log.New(debugWriter{o.Logger}, "", 0),
+		// agentfs drops cached data itself where it changes it (and
+		// the lower watcher where others do): without this, the
+		// kernel refetches attributes before reads and listings.
+		ExplicitDataCacheControl: true,
+		ExtraCapabilities:        fuse.CAP_ATOMIC_O_TRUNC,
+		Debug:                    o.Debug,
+		Logger:                   log.New(debugWriter{o.Logger}, "", 0),
 	}
 	srv, err := fuse.NewServer(s, o.Mountpoint, mo)
 	if err != nil {
@@ -244,9 +248,11 @@ func (s *Server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 	}
 	n, st, err := s.view.Lookup(dir.n, name)
 	if err == unix.ENOENT {
-		out.NodeId = 0
+		// A negative entry: node id 0 with a lifetime (an ENOENT
+		// error would not be cached).
+		*out = fuse.EntryOut{}
 		out.SetEntryTimeout(negTimeout)
-		return fuse.ENOENT
+		return fuse.OK
 	}
 	if err != nil {
 		return errno(err)

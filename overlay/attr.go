@@ -220,3 +220,10 @@ func (fs *FS) shownCtime(id string, st *unix.Stat_t) {
 	}
 	st.Ctim = c.lower
 }
+
+// forgetCtime drops what keepCtime recorded for an object that goes.
+func (fs *FS) forgetCtime(id string) {
+	fs.ctimeMu.Lock()
+	delete(fs.copyCtimes, id)
+	fs.ctimeMu.Unlock()
+}

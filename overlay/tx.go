@@ -91,6 +91,7 @@ func (t *tx) commit() error {
 		}
 	}
 	for _, id := range t.doomed {
+		t.fs.forgetCtime(id)
 		if err := t.fs.objs.Remove(id); err != nil {
 			t.fs.log.Warn("removing object", "object", id, "err", err)
 		}
