@@ -132,10 +132,23 @@ func (fs *FS) xattrPathLocked(n *Node) string {
 // Getxattr reads an extended attribute into dest (size only when dest
 // is empty).
 func (fs *FS) Getxattr(n *Node, name string, dest []byte) (int, error) {
+	caps := name == capsXattr
+	if caps && n.noCaps.Load() {
+		return 0, unix.ENODATA
+	}
 	fs.mu.RLock()
 	defer fs.mu.RUnlock()
-	return unix.Lgetxattr(fs.xattrPathLocked(n), name, dest)
+	sz, err := unix.Lgetxattr(fs.xattrPathLocked(n), name, dest)
+	if caps && err == unix.ENODATA {
+		n.noCaps.Store(true)
+	}
+	return sz, err
 }
+
+// capsXattr is the xattr the kernel asks for before every write (to
+// clear file capabilities): its absence is remembered per node, which
+// spares the lookup; setting any xattr forgets it.
+const capsXattr = "security.capability"
 
 // Listxattr lists extended attribute names, NUL-separated.
 func (fs *FS) Listxattr(n *Node, dest []byte) (int, error) {
@@ -151,6 +164,7 @@ func (fs *FS) Setxattr(n *Node, name string, value []byte, flags int) error {
 	}
 	fs.mu.RLock()
 	defer fs.mu.RUnlock()
+	n.noCaps.Store(false)
 	return unix.Lsetxattr(fs.xattrPathLocked(n), name, value, flags)
 }
 

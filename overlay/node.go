@@ -30,6 +30,8 @@ type Node struct {
 
 	// dataGen counts data copy-ups; open files follow it to the new data.
 	dataGen atomic.Uint64
+	// noCaps: the inode is known to have no security.capability xattr.
+	noCaps atomic.Bool
 
 	// Guarded by fs.nodesMu.
 	lookups uint64
