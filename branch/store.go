@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,6 +99,12 @@ func Open(o Options) (*Store, error) {
 			return nil, err
 		}
 	}
+	if !o.InMemory && !o.ReadOnly {
+		if err := s.dropEmptyMemtables(); err != nil {
+			s.unlock()
+			return nil, err
+		}
+	}
 	db, err := badger.OpenManaged(badgerOptions(o))
 	if err != nil {
 		s.unlock()
@@ -113,6 +120,36 @@ func Open(o Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// dropEmptyMemtables removes the empty memtable files (NNNNN.mem of
+// size 0) that a crash right after badger created one leaves: badger
+// then refuses to open ("while opening fid: N err: Create a new file").
+// An empty memtable holds no entries, so nothing is lost. Requires the
+// writer lock.
+func (s *Store) dropEmptyMemtables() error {
+	ents, err := os.ReadDir(s.metaDir())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("store %s: %w", s.dir, err)
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".mem") || !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || info.Size() != 0 {
+			continue
+		}
+		p := filepath.Join(s.metaDir(), e.Name())
+		s.log.Warn("removing an empty memtable left by a crash", "file", p)
+		if err := os.Remove(p); err != nil {
+			return fmt.Errorf("store %s: removing the empty memtable %s left by a crash: %w", s.dir, p, err)
+		}
+	}
+	return nil
 }
 
 // Close closes the store and releases the writer lock. It is safe to

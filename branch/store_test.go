@@ -234,3 +234,26 @@ func TestReadOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAfterCrashLeftEmptyMemtable: a crash right after badger
+// created a memtable file leaves it empty, which badger refuses to open;
+// Open recovers.
+func TestOpenAfterCrashLeftEmptyMemtable(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, Options{Dir: dir})
+	var b Batch
+	b.Put("a", &Entry{Type: TypeFile, Ino: 7, Object: "0123456789abcdef0123456789abcdef"})
+	if err := mainLayer(t, s).Commit(&b); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := os.WriteFile(filepath.Join(dir, "meta", "00099.mem"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = openDir(t, Options{Dir: dir})
+	defer s.Close()
+	e, err := mainLayer(t, s).Get("a")
+	if err != nil || e.Ino != 7 {
+		t.Fatalf("entry after recovery: %+v, %v", e, err)
+	}
+}
