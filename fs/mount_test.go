@@ -336,3 +336,57 @@ func TestLowerEditsShow(t *testing.T) {
 		t.Errorf("a path changed in the mount shows the lower edit: %q", got)
 	}
 }
+
+// TestInvalidateAfterReload replaces the layer's entries (as a restore
+// does) while the kernel has names, attributes, data, a negative entry
+// and listings cached: after Reload and Invalidate the mount shows the
+// new state at once.
+func TestInvalidateAfterReload(t *testing.T) {
+	lower := t.TempDir()
+	writeFile(t, filepath.Join(lower, "d/f"), "lower")
+	writeFile(t, filepath.Join(lower, "d/gone"), "x")
+	m := mountForTest(t, lower, true)
+	at := func(p string) string { return filepath.Join(m.mnt, p) }
+	view := m.srv.view
+	layer := view.Layer()
+	// The state to come back to is the lower tree (no entries).
+	writeFile(t, at("d/f"), "upper")
+	writeFile(t, at("d/new"), "new")
+	if err := os.Remove(at("d/gone")); err != nil {
+		t.Fatal(err)
+	}
+	readFile(t, at("d/f"))
+	os.ReadDir(at("d"))
+	os.Stat(at("d/gone"))
+
+	var b branch.Batch
+	if err := layer.Load(func(p string, _ *branch.Entry) error { b.Delete(p); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := layer.Commit(&b); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := view.Reload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.srv.Invalidate(stale)
+
+	if got := readFile(t, at("d/f")); got != "lower" {
+		t.Errorf("d/f reads %q after the restore, want %q", got, "lower")
+	}
+	if _, err := os.Stat(at("d/new")); !os.IsNotExist(err) {
+		t.Errorf("d/new after the restore: %v, want it gone", err)
+	}
+	if _, err := os.Stat(at("d/gone")); err != nil {
+		t.Errorf("d/gone after the restore: %v", err)
+	}
+	var names []string
+	ents, _ := os.ReadDir(at("d"))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if fmt.Sprint(names) != "[f gone]" {
+		t.Errorf("listing after the restore: %v", names)
+	}
+}

@@ -45,6 +45,12 @@ type Server struct {
 
 	watch *lowerWatch // nil when inotify is unavailable
 
+	// negatives are the names the kernel may cache as absent, by
+	// directory node id (see Invalidate).
+	negMu     sync.Mutex
+	negatives map[uint64]map[string]struct{}
+	negCount  int
+
 	mu     sync.Mutex
 	nodes  map[uint64]*inode
 	files  map[uint64]*handle
@@ -89,6 +95,7 @@ func Mount(o Options) (*Server, error) {
 		nodes:         map[uint64]*inode{},
 		files:         map[uint64]*handle{},
 		dirs:          map[uint64]*dirHandle{},
+		negatives:     map[uint64]map[string]struct{}{},
 	}
 	s.nodes[fuse.FUSE_ROOT_ID] = &inode{n: o.View.Root()}
 	mo := &fuse.MountOptions{
@@ -251,7 +258,9 @@ func (s *Server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 		// A negative entry: node id 0 with a lifetime (an ENOENT
 		// error would not be cached).
 		*out = fuse.EntryOut{}
-		out.SetEntryTimeout(negTimeout)
+		if s.noteNegative(h.NodeId, name) {
+			out.SetEntryTimeout(negTimeout)
+		}
 		return fuse.OK
 	}
 	if err != nil {
@@ -279,6 +288,7 @@ func (s *Server) Forget(nodeid, nlookup uint64) {
 		}
 		s.mu.Unlock()
 		s.watch.remove(nodeid)
+		s.forgetNegatives(nodeid)
 	}
 }
 

@@ -27,6 +27,7 @@ type Node struct {
 	hasLower bool
 	unlinked bool
 	tmpfile  bool // made by O_TMPFILE and not linked yet
+	stale    bool // cut loose by Reload: its object is gc's to remove
 
 	// dataGen counts data copy-ups; open files follow it to the new data.
 	dataGen atomic.Uint64
@@ -115,7 +116,7 @@ func (fs *FS) dropLowerLocked(n *Node) {
 func (fs *FS) reapNode(n *Node) {
 	fs.mu.RLock()
 	obj := ""
-	if n.unlinked && n.object != "" && fs.links[n.object] == 0 && fs.objectInUseLocked(n.object) == false {
+	if n.unlinked && !n.stale && n.object != "" && fs.links[n.object] == 0 && !fs.objectInUseLocked(n.object) {
 		obj = n.object
 	}
 	fs.mu.RUnlock()

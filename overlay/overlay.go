@@ -302,3 +302,6 @@ func redirectOf(e *branch.Entry) (string, bool) {
 func redirectFor(lower string) string { return "/" + lower }
 
 var errStale = errors.New("stale node")
+
+// Layer returns the branch layer the view shows.
+func (fs *FS) Layer() *branch.Layer { return fs.layer }

@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -570,4 +571,44 @@ func TestCopyUpKeepsCtime(t *testing.T) {
 	if st.Ctim == lst.Ctim {
 		t.Error("ctime unchanged by a chmod after the copy-up")
 	}
+}
+
+// TestReload replaces the layer's entries underneath the view, as a
+// restore does: the view shows the new entries, the old nodes come back
+// as stale with their names, and an open file keeps its data.
+func TestReload(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/f": "lower"})
+	e.write("d/f", "upper")
+	old := e.must("d/f")
+	f, err := e.fs.Open(old, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	var b branch.Batch
+	if err := e.fs.layer.Load(func(p string, _ *branch.Entry) error { b.Delete(p); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.layer.Commit(&b); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := e.fs.Reload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range stale {
+		if s.Parent != nil {
+			names = append(names, s.Name)
+		}
+	}
+	sort.Strings(names)
+	eq(t, "stale names", fmt.Sprint(names), "[d f]")
+	eq(t, "read after reload", e.read("d/f"), "lower")
+	if e.must("d/f") == old {
+		t.Error("the old node is still the file's node")
+	}
+	buf := make([]byte, 16)
+	k, _ := f.ReadAt(buf, 0)
+	eq(t, "open file keeps its data", string(buf[:k]), "upper")
 }

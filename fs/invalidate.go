@@ -1,0 +1,73 @@
+package fs
+
+import (
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/agentfs/agentfs/overlay"
+)
+
+// maxNegatives bounds the negative entries the server remembers (to
+// drop them from the kernel after a restore). Past it, negative lookups
+// are not cached by the kernel at all, until the next restore.
+const maxNegatives = 1 << 20
+
+// noteNegative records that the kernel may cache "name is absent from
+// directory dir" and reports whether it may: see Invalidate.
+func (s *Server) noteNegative(dir uint64, name string) bool {
+	s.negMu.Lock()
+	defer s.negMu.Unlock()
+	if s.negCount >= maxNegatives {
+		return false
+	}
+	names := s.negatives[dir]
+	if names == nil {
+		names = map[string]struct{}{}
+		s.negatives[dir] = names
+	}
+	if _, ok := names[name]; !ok {
+		names[name] = struct{}{}
+		s.negCount++
+	}
+	return true
+}
+
+// forgetNegatives drops what is recorded for a directory the kernel
+// forgot.
+func (s *Server) forgetNegatives(dir uint64) {
+	s.negMu.Lock()
+	s.negCount -= len(s.negatives[dir])
+	delete(s.negatives, dir)
+	s.negMu.Unlock()
+}
+
+// Invalidate drops everything the kernel cached about the view after
+// overlay.FS.Reload: the names and attributes of the stale nodes, the
+// negative entries, and the root's attributes and listing. It must be
+// called with no lock of the view held (the kernel may wait for
+// requests that need them).
+func (s *Server) Invalidate(stale []overlay.Stale) {
+	kernelID := func(n *overlay.Node) uint64 {
+		if n == s.view.Root() {
+			return fuse.FUSE_ROOT_ID
+		}
+		return n.ID
+	}
+	for _, st := range stale {
+		if st.Parent != nil {
+			s.srv.EntryNotify(kernelID(st.Parent), st.Name)
+		}
+	}
+	s.negMu.Lock()
+	negs := s.negatives
+	s.negatives, s.negCount = map[uint64]map[string]struct{}{}, 0
+	s.negMu.Unlock()
+	for dir, names := range negs {
+		for name := range names {
+			s.srv.EntryNotify(dir, name)
+		}
+	}
+	for _, st := range stale {
+		s.srv.InodeNotify(st.Node.ID, 0, 0)
+	}
+	s.srv.InodeNotify(fuse.FUSE_ROOT_ID, 0, 0)
+}

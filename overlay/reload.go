@@ -1,0 +1,68 @@
+package overlay
+
+// Stale is a node that a Reload cut loose from the view, with the name
+// the kernel knew it by.
+type Stale struct {
+	Node   *Node
+	Parent *Node // nil for a node that had no name (unlinked, or the root's)
+	Name   string
+}
+
+// Reload rebuilds the view from its layer after the layer's entries
+// were replaced underneath it (a restore, a branch switch). Every node
+// the kernel holds is cut loose from the view: the caller must drop
+// what the kernel cached for each returned node (its name in its
+// parent, its attributes and data), after which lookups make new nodes.
+// The root stays the root. An open file keeps the file it had opened,
+// as if that file had been deleted and replaced; its object is left to
+// garbage collection, never removed here.
+func (fs *FS) Reload() ([]Stale, error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if err := fs.loadLocked(); err != nil {
+		return nil, err
+	}
+	fs.nodesMu.Lock()
+	seen := map[*Node]bool{fs.root: true}
+	var stale []Stale
+	add := func(n *Node) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		s := Stale{Node: n}
+		if !n.unlinked && n.parent != nil {
+			s.Parent, s.Name = n.parent, n.name
+		}
+		stale = append(stale, s)
+	}
+	for _, n := range fs.byObject {
+		add(n)
+	}
+	for _, n := range fs.byLower {
+		add(n)
+	}
+	for _, n := range fs.byLowerIno {
+		add(n)
+	}
+	fs.byObject = map[string]*Node{}
+	fs.byLower = map[string]*Node{}
+	fs.byLowerIno = map[uint64]*Node{}
+	for _, s := range stale {
+		s.Node.stale = true
+		s.Node.unlinked, s.Node.parent = true, nil
+	}
+	root := fs.root
+	root.entry, root.object, root.lower, root.hasLower = nil, "", "", true
+	fs.nodesMu.Unlock()
+	if e := fs.rootEntry; e != nil {
+		fs.promoteLocked(root, e)
+	}
+	fs.ctimeMu.Lock()
+	clear(fs.copyCtimes)
+	fs.ctimeMu.Unlock()
+	fs.lowerSubdirsMu.Lock()
+	clear(fs.lowerSubdirs)
+	fs.lowerSubdirsMu.Unlock()
+	return stale, nil
+}
