@@ -148,7 +148,7 @@ func (fs *FS) copyUpData(n *Node, withData bool) error {
 	lower := n.lower
 	fs.mu.RUnlock()
 	if done {
-		return nil
+		return fs.thaw(n)
 	}
 	f, err := fs.openLower(lower, unix.O_RDONLY)
 	if err != nil {
@@ -191,7 +191,7 @@ func (fs *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t) error {
 		for _, p := range fs.pathsOfLocked(old) {
 			t.put(p, e)
 		}
-		if fs.links[old] == 0 && !n.unlinked {
+		if fs.links[old] == 0 && !n.unlinked && !fs.frozenLocked(n.entry) {
 			t.doomed = append(t.doomed, old)
 		}
 	} else if p, ok := n.pathLocked(); ok {
@@ -233,10 +233,16 @@ func (fs *FS) copyUpMeta(n *Node) error {
 	defer n.copyMu.Unlock()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if n.object != "" {
-		return nil
-	}
 	t := fs.newTx()
+	if n.object != "" {
+		if !fs.frozenLocked(n.entry) {
+			return nil
+		}
+		if _, err := fs.thawLocked(t, n); err != nil {
+			return t.fail(err)
+		}
+		return t.commit()
+	}
 	if _, err := fs.copyUpMetaLocked(t, n); err != nil {
 		return t.fail(err)
 	}

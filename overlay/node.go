@@ -116,7 +116,7 @@ func (fs *FS) dropLowerLocked(n *Node) {
 func (fs *FS) reapNode(n *Node) {
 	fs.mu.RLock()
 	obj := ""
-	if n.unlinked && !n.stale && n.object != "" && fs.links[n.object] == 0 && !fs.objectInUseLocked(n.object) {
+	if n.unlinked && !n.stale && n.object != "" && !fs.frozenLocked(n.entry) && fs.links[n.object] == 0 && !fs.objectInUseLocked(n.object) {
 		obj = n.object
 	}
 	fs.mu.RUnlock()

@@ -67,7 +67,9 @@ func (fs *FS) detachLocked(t *tx, r *resolved, n *Node) {
 		t.unlink = append(t.unlink, n)
 		return
 	}
-	t.doomed = append(t.doomed, obj)
+	if !fs.frozenLocked(r.entry) {
+		t.doomed = append(t.doomed, obj)
+	}
 }
 
 // sharedNameGoesLocked prepares the removal of name r of a lower-only

@@ -146,17 +146,26 @@ func (t *tx) entryOf(n *Node) *branch.Entry {
 	return n.entry
 }
 
-// touch marks dir's object for an mtime/ctime update at commit.
+// touch marks dir's object for an mtime/ctime update at commit,
+// thawing it first if a snapshot shares it (on failure the times are
+// left alone: the snapshot matters more).
 func (t *tx) touch(dir *Node) {
-	if id := t.objectOf(dir); id != "" {
+	e, err := t.fs.thawLocked(t, dir)
+	if err != nil {
+		t.fs.log.Warn("directory times not updated", "err", err)
+		return
+	}
+	if e != nil && e.Object != "" {
+		t.touched = append(t.touched, e.Object)
+	} else if id := t.objectOf(dir); id != "" {
 		t.touched = append(t.touched, id)
 	}
 }
 
 // bump marks n's object for a ctime update at commit.
 func (t *tx) bump(n *Node) {
-	if n == nil {
-		return
+	if n == nil || t.fs.frozenLocked(t.entryOf(n)) {
+		return // no data copy for a ctime (see thaw.go)
 	}
 	if id := t.objectOf(n); id != "" {
 		t.bumped = append(t.bumped, id)
