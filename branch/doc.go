@@ -24,18 +24,32 @@
 //	format               uint32 store format version (FormatVersion)
 //	feature/<name>       an incompatible feature this store uses; Open
 //	                     refuses a store with a feature it does not know
-//	                     (none exist in format 1)
+//	                     (feature/snapshots, see "Keeping versions")
 //	info/<key>           store-level facts (info/lower, ...), raw bytes
-//	layer/<name>         layer record: [encoding=1][layer id, uint64]
+//	layer/<name>         layer record (see "Layer records")
 //	seq/layer            next layer id to hand out, uint64
 //	seq/ino              first inode number not yet leased, uint64
 //	commit/pending       the timestamp of a split commit in progress
 //	e/<id><path>         the entry at path in layer id (8-byte id);
 //	                     value: Entry.Encode
+//	snap/<snap id>       snapshot record (see "Snapshots"); the id is 8
+//	                     lowercase hex digits
+//	tag/<name>           a tag: the id of the snapshot it names
 //
 // A branch name maps to a short numeric layer id, so that renaming a
-// branch, or pointing a name at another line of history (restore), is
-// one small write and never rewrites entries.
+// branch is one small write and never rewrites entries. Layer ids are
+// never reused, not even after DeleteLayer: a snapshot names its layer
+// by id and outlives it.
+//
+// # Layer records
+//
+// The value of layer/<name>, in the lowest encoding that holds it (a
+// store that never took a snapshot keeps encoding 1, which agentfs
+// builds older than snapshots read):
+//
+//	encoding 1: [1][layer id, uint64]
+//	encoding 2: [2][layer id, uint64][epoch, uint64][created, int64 Unix
+//	            ns, 0 if unknown][uvarint len(origin)][origin snapshot id]
 //
 // # Paths in keys
 //
@@ -70,9 +84,9 @@
 // timestamp current when it starts, so it sees whole commits only, and
 // a long Load sees one consistent state even while commits go on.
 //
-// The oldest timestamp still being read (or the latest commit when
-// nothing reads) is badger's discard timestamp: compaction keeps the
-// newest version at or below it, and every version above it.
+// badger's discard timestamp is the oldest of: the read timestamp, the
+// oldest timestamp still being read, and the oldest snapshot's (see
+// "Keeping versions").
 //
 // # Batch atomicity
 //
@@ -109,26 +123,135 @@
 // advancing seq/ino in a commit of its own; numbers of a block that were
 // never handed out are skipped after a reopen, never reused.
 //
-// # Snapshots (planned, not built yet)
+// # Snapshots
 //
-// The layout is chosen so that snapshots need no format change: a
-// snapshot will be a key snap/<layer id><name> holding a commit
-// timestamp, and reading it is reading e/<id> at that timestamp
-// (versioned reads). Creating one is a single small write whatever the
-// size of the branch. The discard timestamp will then be the oldest of
-// the snapshots and the readers, so badger keeps every version some
-// snapshot can see (and, having one discard timestamp, every version
-// after the oldest snapshot too, until that snapshot is deleted). A store that holds a snapshot will record
-// feature/snapshots, so that an agentfs that does not know snapshots
-// (and would let compaction drop their versions) refuses to open it.
-// Branches forked from a snapshot get a new layer id; a new layer record
-// encoding names their base.
+// A snapshot is a timestamp of one layer: the record snap/<id> names a
+// layer id and a commit timestamp Ts, and the snapshot's entries are
+// that layer's e/<layer id> keys read at Ts. Nothing is copied: badger
+// keeps the versions a snapshot sees (see "Keeping versions"), and
+// objects are shared by name (see "Epochs").
+//
+// Layer.Snapshot takes Ts = the read timestamp, i.e. the last complete
+// commit, while no commit runs (it holds the commit lock): a snapshot
+// holds every commit that returned before Snapshot was called and none
+// that started after it returned. It then commits (at a timestamp above
+// Ts) the record, the layer record with the epoch raised, and
+// feature/snapshots the first time, and calls Sync: one small commit,
+// whatever the number of entries or the size of files. The record (encoding 1):
+//
+//	[1][layer id, uint64][Ts, uint64][epoch, uint64][created, int64 Unix ns]
+//	then uvarint-length-prefixed strings: branch name, kind, label
+//
+// Snapshot ids are 8 lowercase hex digits drawn at random (32 bits),
+// redrawn while one collides with an existing snapshot. Users may type
+// an unambiguous prefix of at least 4 digits, or a tag (Store.Snapshot).
+// Snapshots are listed in the order they were taken, which is the order
+// of their Ts (each snapshot is a commit of its own, so no two share
+// one).
+//
+// Invariants:
+//
+//   - A snapshot never changes: no commit writes at or below a published
+//     timestamp, and compaction keeps the version of every key that Ts
+//     sees for as long as the snapshot exists.
+//   - A snapshot outlives its branch: DeleteLayer deletes the entries at
+//     a new timestamp, and the snapshot still reads them at Ts.
+//   - Every entry of a snapshot has Epoch <= the record's Epoch (the
+//     layer's epoch when it was taken), and the layer's epoch is raised
+//     past it in the same commit.
+//   - A tagged snapshot cannot be deleted: a tag pins it (so pruning
+//     automatic snapshots never takes a tagged one). Delete its tags
+//     first.
+//
+// Store.SnapshotView reads a snapshot as a Layer reads its branch (Get,
+// Load, Children). Each read registers Ts as a read in progress, after
+// checking that the snapshot still exists, so deleting a snapshot while
+// it is being read is safe; reads after the deletion fail with
+// ErrNotFound.
+//
+// # Keeping versions
+//
+// badger runs with NumVersionsToKeep = 1 and a discard timestamp D set
+// by this package. A compaction keeps every version above D and, of the
+// versions at or below D, only the newest, and not even that one when
+// it is a deletion (levelsController.subcompact in badger's levels.go;
+// memtables never drop versions). A read at t >= D therefore sees what
+// it saw when t was written: the newest version at or below t is either
+// above D, or the newest at or below D, which is kept.
+//
+// D is the oldest of the read timestamp, the reads in progress and the
+// snapshots' Ts. It never decreases: a read or a snapshot starts at the
+// current read timestamp, which is at least D. At Open, badger's D is 0
+// (it discards nothing) until start has loaded every snapshot's Ts, so
+// a reopen never lets a compaction run without them.
+//
+// The cost: with one discard timestamp, badger keeps every version
+// written after the oldest snapshot, also versions that no snapshot
+// sees (overwritten between two snapshots, or after the newest), until
+// that oldest snapshot is deleted. badger has no compaction filter that
+// could drop them earlier. Versions superseded before the oldest
+// snapshot go at the next compaction that reaches them, and once the
+// last snapshot is deleted every old version goes again.
+//
+// A store that holds, or held, a snapshot has feature/snapshots: an
+// agentfs that knows no snapshots would move D past them, so it must
+// refuse the store (and the layer records and entries written since
+// use encodings it would not read anyway).
+//
+// # Epochs
+//
+// Each layer has an epoch, a counter starting at 0 kept in its layer
+// record and cached in memory (Layer.Epoch). Snapshot and ResetTo raise
+// it. Entry.Epoch is the layer epoch in which the entry's object was
+// created or last cloned (the overlay sets it): an entry with Epoch <
+// Layer.Epoch() may name an object a snapshot also names, so the
+// overlay clones the object before changing it, and records the clone
+// with the current epoch. Entries with Epoch 0 encode as before
+// snapshots existed (see encode.go).
+//
+// # Branches from snapshots, restore, deletion
+//
+// CreateLayer makes a new layer id holding copies of a snapshot's
+// entries with Epoch 0, and gives it epoch 1: every object is shared
+// with the snapshot. Its layer record names the origin snapshot. The
+// copy is one commit (split when big, see "Batch atomicity"): its cost
+// is the number of entries, never the size of files.
+//
+// Layer.ResetTo makes a layer's entries exactly a snapshot's in one
+// commit: it deletes the entries the snapshot lacks, writes those that
+// differ (unchanged entries are not rewritten), and raises the epoch to
+// max(epoch, snapshot epoch, highest entry Epoch) + 1, so every restored
+// object counts as shared.
+//
+// DeleteLayer deletes a branch's record and its entries (one commit,
+// split when big). Making sure no process still uses the branch is the
+// caller's job. "main" cannot be deleted. A deleted Layer's methods fail
+// with ErrNotFound.
+//
+// # Names
+//
+// Branch and tag names follow one rule (checkName): 1 to 100 bytes of
+// valid UTF-8, no control characters, no '/', not "." or "..", no
+// leading '-', and not 4 to 8 characters all in [0-9a-f], which would
+// read as a snapshot id or id prefix. Because of that last rule a
+// snapshot reference (Store.Snapshot) is an id or id prefix exactly when
+// it is 4 to 8 lowercase hex digits, and a tag otherwise.
+//
+// # Garbage collection
+//
+// Store.ReferencedObjects names every object that a branch or a
+// snapshot refers to. It reads all versions of all entries once: for
+// each key, the version visible at each read point of its layer (the
+// current read timestamp for a live branch, the Ts of each of its
+// snapshots), skipping versions no read point sees, so an object shared
+// by many snapshots at one path is named once.
 //
 // # Locking
 //
 // Lock order: Store.inoMu, then Store.commitMu, then Store.tsMu; and
 // Store.mu (the layer cache), then Store.tsMu. mu and commitMu are never
-// held together. badger does its own locking. A Store and its Layers
+// held together. tsMu also guards the in-memory set of snapshot
+// timestamps. badger does its own locking. A Store and its Layers
 // are safe for concurrent use; Close must not run concurrently with
 // other calls.
 package branch

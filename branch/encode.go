@@ -6,7 +6,7 @@ import (
 	"fmt"
 )
 
-// Entry encoding 1, the value of an e/ key:
+// Entry encodings, the value of an e/ key. Encoding 1:
 //
 //	byte     encoding (1)
 //	byte     Type
@@ -16,10 +16,17 @@ import (
 //	uvarint  len(Origin), Origin
 //	uvarint  len(Redirect), Redirect
 //
-// and nothing after. A decoder meeting a higher encoding byte reports
-// ErrIncompatible (written by a newer agentfs), anything else malformed
-// errCorrupt.
-const entryEncoding = 1
+// and nothing after. Encoding 2 is encoding 1 with a uvarint Epoch
+// after Ino. Encode writes the lowest encoding that holds the entry: 1
+// when Epoch is 0 (as every entry was before snapshots existed, so that
+// agentfs builds older than them still read such entries), 2 otherwise.
+// DecodeEntry reads both; a decoder meeting a higher encoding byte
+// reports ErrIncompatible (written by a newer agentfs), anything else
+// malformed errCorrupt.
+const (
+	entryEncodingNoEpoch = 1
+	entryEncoding        = 2 // the newest
+)
 
 const (
 	flagMetacopy = 1 << iota
@@ -31,7 +38,7 @@ var errCorrupt = errors.New("corrupt entry")
 
 // Encode returns the binary form of e.
 func (e *Entry) Encode() []byte {
-	b := make([]byte, 0, 3+binary.MaxVarintLen64+3+len(e.Object)+len(e.Origin)+len(e.Redirect))
+	b := make([]byte, 0, 3+2*binary.MaxVarintLen64+3+len(e.Object)+len(e.Origin)+len(e.Redirect))
 	var flags byte
 	if e.Metacopy {
 		flags |= flagMetacopy
@@ -39,8 +46,15 @@ func (e *Entry) Encode() []byte {
 	if e.Opaque {
 		flags |= flagOpaque
 	}
-	b = append(b, entryEncoding, byte(e.Type), flags)
+	enc := byte(entryEncoding)
+	if e.Epoch == 0 {
+		enc = entryEncodingNoEpoch
+	}
+	b = append(b, enc, byte(e.Type), flags)
 	b = binary.AppendUvarint(b, e.Ino)
+	if enc == entryEncoding {
+		b = binary.AppendUvarint(b, e.Epoch)
+	}
 	for _, s := range []string{e.Object, e.Origin, e.Redirect} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
@@ -54,11 +68,12 @@ func DecodeEntry(b []byte) (*Entry, error) {
 	if len(b) < 4 {
 		return nil, fmt.Errorf("%w: %d bytes", errCorrupt, len(b))
 	}
-	if b[0] != entryEncoding {
-		if b[0] > entryEncoding {
-			return nil, fmt.Errorf("entry encoding %d is newer than this agentfs reads (%d): use a newer agentfs: %w", b[0], entryEncoding, ErrIncompatible)
-		}
-		return nil, fmt.Errorf("%w: encoding %d", errCorrupt, b[0])
+	enc := b[0]
+	switch {
+	case enc > entryEncoding:
+		return nil, fmt.Errorf("entry encoding %d is newer than this agentfs reads (%d): use a newer agentfs: %w", enc, entryEncoding, ErrIncompatible)
+	case enc < entryEncodingNoEpoch:
+		return nil, fmt.Errorf("%w: encoding %d", errCorrupt, enc)
 	}
 	e := &Entry{Type: Type(b[1])}
 	if e.Type > TypeBlock {
@@ -75,6 +90,13 @@ func DecodeEntry(b []byte) (*Entry, error) {
 		return nil, fmt.Errorf("%w: inode number", errCorrupt)
 	}
 	e.Ino, b = ino, b[n:]
+	if enc == entryEncoding {
+		epoch, n := binary.Uvarint(b)
+		if n <= 0 {
+			return nil, fmt.Errorf("%w: epoch", errCorrupt)
+		}
+		e.Epoch, b = epoch, b[n:]
+	}
 	for _, s := range []*string{&e.Object, &e.Origin, &e.Redirect} {
 		l, n := binary.Uvarint(b)
 		if n <= 0 || l > uint64(len(b)-n) {

@@ -64,6 +64,11 @@ type Entry struct {
 	// merges with ("" means the lower path is the entry's own path,
 	// unless Opaque).
 	Redirect string
+	// Epoch is the layer epoch in which Object was created or last
+	// cloned. Below Layer.Epoch, the object may be shared with a
+	// snapshot: clone it before changing it (see "Epochs" in the package
+	// doc).
+	Epoch uint64
 }
 
 // IsWhiteout reports whether e hides its name.
