@@ -1,6 +1,10 @@
 package branch
 
-import "fmt"
+import (
+	"fmt"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
 
 // Batch collects entry changes for one atomic Commit. A later change
 // to a path replaces an earlier one. The zero Batch is empty and ready
@@ -62,12 +66,18 @@ func (l *Layer) Commit(b *Batch) error {
 			return fmt.Errorf("branch %q: %w", l.name, err)
 		}
 		if e := b.ops[p]; e != nil {
-			ops = append(ops, op{key: l.key(p), val: e.Encode()})
+			ops = append(ops, op{key: l.r.key(p), val: e.Encode()})
 		} else {
-			ops = append(ops, op{key: l.key(p), del: true})
+			ops = append(ops, op{key: l.r.key(p), del: true})
 		}
 	}
-	if err := l.s.apply(ops); err != nil {
+	err := l.s.update(func(*badger.Txn) ([]op, error) {
+		if l.gone.Load() {
+			return nil, errLayerGone
+		}
+		return ops, nil
+	})
+	if err != nil {
 		return fmt.Errorf("branch %q: %w", l.name, err)
 	}
 	return nil

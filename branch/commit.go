@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -14,6 +15,10 @@ type op struct {
 	val []byte
 	del bool
 }
+
+// errSnapshotGone is what reading a deleted snapshot returns (callers
+// name the snapshot).
+var errSnapshotGone = fmt.Errorf("the snapshot does not exist (deleted?): %w", ErrNotFound)
 
 // testHookSplitPart, when set, runs after each committed part of a
 // split commit (part 1, 2, ...) and before the final transaction (part
@@ -34,11 +39,40 @@ func (s *Store) view(fn func(txn *badger.Txn) error) error {
 	return fn(txn)
 }
 
+// viewSnapshot runs fn in a read transaction at snap.Ts, which stays
+// readable until fn returns; ErrNotFound if snap no longer exists.
+func (s *Store) viewSnapshot(snap *Snapshot, fn func(txn *badger.Txn) error) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	unpin, err := s.pinSnapshot(snap)
+	if err != nil {
+		return err
+	}
+	defer unpin()
+	txn := s.db.NewTransactionAt(snap.Ts, false)
+	defer txn.Discard()
+	return fn(txn)
+}
+
 func (s *Store) pin() uint64 {
 	s.tsMu.Lock()
 	defer s.tsMu.Unlock()
 	s.readers[s.readTs]++
 	return s.readTs
+}
+
+// pinSnapshot registers a read at snap.Ts, if snap still exists, until
+// the returned function is called. Snapshot deletion only removes a
+// snapshot from s.snapTs, so once pinned its versions stay.
+func (s *Store) pinSnapshot(snap *Snapshot) (unpin func(), err error) {
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	if ts, ok := s.snapTs[snap.ID]; !ok || ts != snap.Ts {
+		return nil, errSnapshotGone
+	}
+	s.readers[snap.Ts]++
+	return func() { s.unpin(snap.Ts) }, nil
 }
 
 func (s *Store) unpin(ts uint64) {
@@ -59,9 +93,10 @@ func (s *Store) publish(ts uint64) {
 	s.setDiscardTsLocked()
 }
 
-// setDiscardTsLocked lets compaction drop the versions no reader can
-// see: those superseded at or below the oldest read timestamp in use.
-// Requires s.tsMu.
+// setDiscardTsLocked lets compaction drop the versions that neither a
+// reader nor a snapshot can see: those superseded at or below the
+// oldest read timestamp in use and the oldest snapshot's (see "Keeping
+// versions" in the package doc). Requires s.tsMu.
 func (s *Store) setDiscardTsLocked() {
 	if s.ro {
 		return // badger does not compact a read-only database
@@ -70,7 +105,41 @@ func (s *Store) setDiscardTsLocked() {
 	for ts := range s.readers {
 		d = min(d, ts)
 	}
+	if len(s.snapTs) > 0 {
+		d = min(d, s.snapOldest)
+	}
 	s.db.SetDiscardTs(d)
+}
+
+// holdSnapshot makes compaction keep what a read at ts sees, for as long
+// as snapshot id exists (until releaseSnapshot). Requires that ts is at
+// or above the discard timestamp: the read timestamp, or an existing
+// snapshot's.
+func (s *Store) holdSnapshot(id string, ts uint64) {
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	if len(s.snapTs) == 0 || ts < s.snapOldest {
+		s.snapOldest = ts
+	}
+	s.snapTs[id] = ts
+}
+
+// releaseSnapshot undoes holdSnapshot when the snapshot is deleted.
+func (s *Store) releaseSnapshot(id string) {
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	ts, ok := s.snapTs[id]
+	if !ok {
+		return
+	}
+	delete(s.snapTs, id)
+	if ts == s.snapOldest {
+		s.snapOldest = math.MaxUint64
+		for _, t := range s.snapTs {
+			s.snapOldest = min(s.snapOldest, t)
+		}
+	}
+	s.setDiscardTsLocked()
 }
 
 // apply commits ops atomically.
@@ -82,6 +151,16 @@ func (s *Store) apply(ops []op) error {
 // other commit runs meanwhile) and commits the ops it returns
 // atomically.
 func (s *Store) update(fn func(txn *badger.Txn) ([]op, error)) error {
+	return s.transact(func(txn *badger.Txn) ([]op, func(), error) {
+		ops, err := fn(txn)
+		return ops, nil, err
+	})
+}
+
+// transact is update whose fn may also return done, which runs after
+// the ops are committed, before any other commit. While fn runs,
+// s.readTs is the timestamp of txn and does not change.
+func (s *Store) transact(fn func(txn *badger.Txn) (ops []op, done func(), err error)) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
@@ -91,12 +170,18 @@ func (s *Store) update(fn func(txn *badger.Txn) ([]op, error)) error {
 		return s.broken
 	}
 	rtxn := s.db.NewTransactionAt(s.readTs, false)
-	ops, err := fn(rtxn)
+	ops, done, err := fn(rtxn)
 	rtxn.Discard()
 	if err != nil || len(ops) == 0 {
 		return err
 	}
-	return s.commitLocked(ops)
+	if err := s.commitLocked(ops); err != nil {
+		return err
+	}
+	if done != nil {
+		done()
+	}
+	return nil
 }
 
 // commitLocked writes ops at the next timestamp, in one transaction if

@@ -56,8 +56,7 @@ func (e *Entry) Encode() []byte {
 		b = binary.AppendUvarint(b, e.Epoch)
 	}
 	for _, s := range []string{e.Object, e.Origin, e.Redirect} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
+		b = appendString(b, s)
 	}
 	return b
 }
@@ -109,4 +108,55 @@ func DecodeEntry(b []byte) (*Entry, error) {
 		return nil, fmt.Errorf("%w: %d trailing bytes", errCorrupt, len(b))
 	}
 	return e, nil
+}
+
+// appendString appends s with a uvarint length prefix.
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// decoder reads the fields of a record; the first malformed field sets
+// err, and every later read returns zero values.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uint64() uint64 {
+	if d.err != nil || len(d.b) < 8 {
+		d.fail("short record")
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) string() string {
+	if d.err != nil {
+		return ""
+	}
+	l, n := binary.Uvarint(d.b)
+	if n <= 0 || l > uint64(len(d.b)-n) {
+		d.fail("string length")
+		return ""
+	}
+	s := string(d.b[n : n+int(l)])
+	d.b = d.b[n+int(l):]
+	return s
+}
+
+func (d *decoder) fail(why string) {
+	if d.err == nil {
+		d.err = errors.New(why)
+	}
+}
+
+// finish returns the first error, or an error if bytes are left over.
+func (d *decoder) finish() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	return d.err
 }

@@ -13,7 +13,7 @@ import (
 const FormatVersion = 1
 
 // knownFeatures are the feature/<name> keys this build understands.
-var knownFeatures = map[string]bool{}
+var knownFeatures = map[string]bool{featureSnapshots: true}
 
 // start checks the format of a freshly opened database, repairs a
 // commit a crash interrupted, and creates a new store's initial keys.
@@ -44,6 +44,13 @@ func (s *Store) start() error {
 			}
 		}
 		it.Close()
+		// Before anything sets the discard timestamp (badger's is 0
+		// until then): see "Keeping versions" in the package doc. At
+		// latest, a torn commit's records count too: holding more than
+		// needed is safe.
+		if err := s.loadSnapshots(txn); err != nil {
+			return err
+		}
 		v, err := getValue(txn, pendingKey)
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
@@ -127,7 +134,7 @@ func (s *Store) create() error {
 	err := s.apply([]op{
 		{key: formatKey, val: binary.BigEndian.AppendUint32(nil, FormatVersion)},
 		{key: layerSeq, val: binary.BigEndian.AppendUint64(nil, 2)},
-		{key: layerKey("main"), val: encodeLayer(1)},
+		{key: layerKey("main"), val: layerRecord{id: 1}.encode()},
 		{key: inoSeq, val: binary.BigEndian.AppendUint64(nil, 1)},
 	})
 	if err != nil {

@@ -16,7 +16,12 @@ var (
 	inoSeq     = []byte("seq/ino")
 	pendingKey = []byte("commit/pending")
 	entryPfx   = []byte("e/")
+	snapPfx    = []byte("snap/")
+	tagPfx     = []byte("tag/")
 )
+
+// featureSnapshots marks a store that holds, or held, snapshots.
+const featureSnapshots = "snapshots"
 
 // maxPathLen bounds a path so that its key stays far below badger's
 // 65,000-byte key limit.
@@ -25,6 +30,8 @@ const maxPathLen = 60000
 func infoKey(k string) []byte    { return append(append([]byte{}, infoPfx...), k...) }
 func layerKey(n string) []byte   { return append(append([]byte{}, layerPfx...), n...) }
 func featureKey(n string) []byte { return append(append([]byte{}, featurePfx...), n...) }
+func snapKey(id string) []byte   { return append(append([]byte{}, snapPfx...), id...) }
+func tagKey(n string) []byte     { return append(append([]byte{}, tagPfx...), n...) }
 
 // layerPrefix returns e/<id>, the key of the layer's root entry and the
 // prefix of all its entries.

@@ -4,34 +4,65 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
+	"sync/atomic"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
 
-// layerEncoding is the leading byte of a layer record.
-const layerEncoding = 1
+// Layer record encodings (see "Layer records" in the package doc).
+const (
+	layerEncodingID = 1 // the id only
+	layerEncoding   = 2 // the newest
+)
 
 // Layer is one branch's entries.
 type Layer struct {
-	s      *Store
-	name   string
-	id     uint64
-	prefix []byte // e/<id>: the root entry's key, and every entry's prefix
+	s    *Store
+	name string
+	id   uint64
+	r    entryReader
+
+	epoch atomic.Uint64 // as in the layer record
+	gone  atomic.Bool   // deleted by DeleteLayer
 }
 
-func encodeLayer(id uint64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{layerEncoding}, id)
+// layerRecord is the value of layer/<name>.
+type layerRecord struct {
+	id      uint64
+	epoch   uint64
+	created int64  // Unix ns; 0 if unknown (main, branches made before encoding 2)
+	origin  string // the id of the snapshot the branch was created from
 }
 
-func decodeLayer(b []byte) (uint64, error) {
-	switch {
-	case len(b) > 0 && b[0] > layerEncoding:
-		return 0, fmt.Errorf("layer record encoding %d is newer than this agentfs reads (%d): use a newer agentfs: %w", b[0], layerEncoding, ErrIncompatible)
-	case len(b) != 9 || b[0] != layerEncoding:
-		return 0, fmt.Errorf("corrupt layer record (% x)", b)
+func (r layerRecord) encode() []byte {
+	if r.epoch == 0 && r.created == 0 && r.origin == "" {
+		return binary.BigEndian.AppendUint64([]byte{layerEncodingID}, r.id)
 	}
-	return binary.BigEndian.Uint64(b[1:]), nil
+	b := binary.BigEndian.AppendUint64([]byte{layerEncoding}, r.id)
+	b = binary.BigEndian.AppendUint64(b, r.epoch)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.created))
+	return appendString(b, r.origin)
+}
+
+func decodeLayer(b []byte) (layerRecord, error) {
+	var r layerRecord
+	if len(b) > 0 && b[0] > layerEncoding {
+		return r, fmt.Errorf("layer record encoding %d is newer than this agentfs reads (%d): use a newer agentfs: %w", b[0], layerEncoding, ErrIncompatible)
+	}
+	if len(b) > 0 && (b[0] == layerEncodingID || b[0] == layerEncoding) {
+		d := decoder{b: b[1:]}
+		r.id = d.uint64()
+		if b[0] == layerEncoding {
+			r.epoch = d.uint64()
+			r.created = int64(d.uint64())
+			r.origin = d.string()
+		}
+		if d.finish() == nil {
+			return r, nil
+		}
+	}
+	return layerRecord{}, fmt.Errorf("corrupt layer record (% x)", b)
 }
 
 // Layer returns the branch called name; ErrNotFound if there is none.
@@ -39,28 +70,48 @@ func decodeLayer(b []byte) (uint64, error) {
 func (s *Store) Layer(name string) (*Layer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l := s.layers[name]; l != nil {
+	if l := s.layers[name]; l != nil && !l.gone.Load() {
 		return l, nil
 	}
-	var rec []byte
+	var rec layerRecord
 	err := s.view(func(txn *badger.Txn) error {
 		var err error
-		rec, err = getValue(txn, layerKey(name))
+		rec, err = getLayerRecord(txn, name)
 		return err
 	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, fmt.Errorf("branch %q: %w", name, ErrNotFound)
+	if errors.Is(err, ErrNotFound) {
+		return nil, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("branch %q: %w", name, err)
+		return nil, fmt.Errorf("store %s: %w", s.dir, err)
 	}
-	id, err := decodeLayer(rec)
-	if err != nil {
-		return nil, fmt.Errorf("store %s: branch %q: %w", s.dir, name, err)
-	}
-	l := &Layer{s: s, name: name, id: id, prefix: layerPrefix(id)}
+	l := s.newLayer(name, rec)
 	s.layers[name] = l
 	return l, nil
+}
+
+func (s *Store) newLayer(name string, rec layerRecord) *Layer {
+	l := &Layer{s: s, name: name, id: rec.id}
+	l.r = entryReader{prefix: layerPrefix(rec.id), what: fmt.Sprintf("branch %q", name), read: l.read}
+	l.epoch.Store(rec.epoch)
+	return l
+}
+
+// getLayerRecord reads the record of branch name; an error wrapping
+// ErrNotFound if there is none.
+func getLayerRecord(txn *badger.Txn, name string) (layerRecord, error) {
+	v, err := getValue(txn, layerKey(name))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return layerRecord{}, fmt.Errorf("branch %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return layerRecord{}, fmt.Errorf("branch %q: %w", name, err)
+	}
+	rec, err := decodeLayer(v)
+	if err != nil {
+		return layerRecord{}, fmt.Errorf("branch %q: %w", name, err)
+	}
+	return rec, nil
 }
 
 // Layers returns the names of all branches, sorted.
@@ -80,6 +131,46 @@ func (s *Store) Layers() ([]string, error) {
 	return names, nil
 }
 
+// LayerInfo describes a branch.
+type LayerInfo struct {
+	Name    string
+	ID      uint64 // the layer id, as in Snapshot.Layer
+	Epoch   uint64 // as Layer.Epoch
+	Origin  string // the id of the snapshot it was created from; "" for main
+	Created time.Time
+	// (zero for main and for branches older than snapshots)
+}
+
+// LayerInfos describes all branches, sorted by name.
+func (s *Store) LayerInfos() ([]LayerInfo, error) {
+	var infos []LayerInfo
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: layerPfx, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			name := string(it.Item().Key()[len(layerPfx):])
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			rec, err := decodeLayer(v)
+			if err != nil {
+				return fmt.Errorf("branch %q: %w", name, err)
+			}
+			info := LayerInfo{Name: name, ID: rec.id, Epoch: rec.epoch, Origin: rec.origin}
+			if rec.created != 0 {
+				info.Created = time.Unix(0, rec.created)
+			}
+			infos = append(infos, info)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store %s: listing branches: %w", s.dir, err)
+	}
+	return infos, nil
+}
+
 // ensureLayer creates the branch name, with a new layer id, if it does
 // not exist.
 func (s *Store) ensureLayer(name string) error {
@@ -89,18 +180,11 @@ func (s *Store) ensureLayer(name string) error {
 		} else if !errors.Is(err, badger.ErrKeyNotFound) {
 			return nil, err
 		}
-		v, err := getValue(txn, layerSeq)
+		id, seqOp, err := nextLayerID(txn)
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", layerSeq, err)
+			return nil, err
 		}
-		if len(v) != 8 {
-			return nil, fmt.Errorf("corrupt %s (% x)", layerSeq, v)
-		}
-		id := binary.BigEndian.Uint64(v)
-		return []op{
-			{key: layerSeq, val: binary.BigEndian.AppendUint64(nil, id+1)},
-			{key: layerKey(name), val: encodeLayer(id)},
-		}, nil
+		return []op{seqOp, {key: layerKey(name), val: layerRecord{id: id}.encode()}}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("store %s: creating branch %q: %w", s.dir, name, err)
@@ -108,38 +192,53 @@ func (s *Store) ensureLayer(name string) error {
 	return nil
 }
 
+// nextLayerID returns a new layer id and the op that consumes it.
+func nextLayerID(txn *badger.Txn) (uint64, op, error) {
+	v, err := getValue(txn, layerSeq)
+	if err != nil {
+		return 0, op{}, fmt.Errorf("reading %s: %w", layerSeq, err)
+	}
+	if len(v) != 8 {
+		return 0, op{}, fmt.Errorf("corrupt %s (% x)", layerSeq, v)
+	}
+	id := binary.BigEndian.Uint64(v)
+	return id, op{key: layerSeq, val: binary.BigEndian.AppendUint64(nil, id+1)}, nil
+}
+
 // Name returns the branch name.
 func (l *Layer) Name() string { return l.name }
 
-// key returns the key of the entry at a valid path.
-func (l *Layer) key(path string) []byte {
-	return appendPath(slices.Clip(l.prefix), path)
+// Epoch returns the layer's epoch: an entry whose Epoch is below it may
+// name an object that a snapshot shares (see "Epochs" in the package
+// doc). It changes only in Snapshot and ResetTo.
+func (l *Layer) Epoch() uint64 { return l.epoch.Load() }
+
+// read runs fn at the current read timestamp, unless the layer was
+// deleted.
+func (l *Layer) read(fn func(txn *badger.Txn) error) error {
+	if l.gone.Load() {
+		return errLayerGone
+	}
+	return l.s.view(fn)
+}
+
+var errLayerGone = fmt.Errorf("the branch was deleted: %w", ErrNotFound)
+
+// recordLocked reads the layer's record, checking that the branch still
+// names this layer. Requires s.commitMu (txn from transact).
+func (l *Layer) recordLocked(txn *badger.Txn) (layerRecord, error) {
+	if l.gone.Load() {
+		return layerRecord{}, errLayerGone
+	}
+	rec, err := getLayerRecord(txn, l.name)
+	if err == nil && rec.id != l.id {
+		err = errLayerGone
+	}
+	return rec, err
 }
 
 // Get returns the entry at path; ErrNotFound if the layer has none.
-func (l *Layer) Get(path string) (*Entry, error) {
-	if err := checkPath(path); err != nil {
-		return nil, fmt.Errorf("branch %q: %w", l.name, err)
-	}
-	var e *Entry
-	err := l.s.view(func(txn *badger.Txn) error {
-		item, err := txn.Get(l.key(path))
-		if err != nil {
-			return err
-		}
-		return item.Value(func(v []byte) error {
-			e, err = DecodeEntry(v)
-			return err
-		})
-	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, fmt.Errorf("branch %q: entry %q: %w", l.name, path, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("branch %q: entry %q: %w", l.name, path, err)
-	}
-	return e, nil
-}
+func (l *Layer) Get(path string) (*Entry, error) { return l.r.get(path) }
 
 // Load calls fn with every entry of the layer, in path order: parents
 // before children, each directory followed by its whole subtree,
@@ -147,74 +246,11 @@ func (l *Layer) Get(path string) (*Entry, error) {
 // package doc). It reads one consistent state: commits made while it
 // runs (fn may commit) are not seen. An error from fn stops Load and is
 // returned as is.
-func (l *Layer) Load(fn func(path string, e *Entry) error) error {
-	return l.walk(l.prefix, false, fn)
-}
+func (l *Layer) Load(fn func(path string, e *Entry) error) error { return l.r.load(fn) }
 
 // Children calls fn with each entry directly inside the directory dir
 // ("" for the root), in byte order of their names. It reads one
 // consistent state, as Load does.
 func (l *Layer) Children(dir string, fn func(name string, e *Entry) error) error {
-	if err := checkPath(dir); err != nil {
-		return fmt.Errorf("branch %q: %w", l.name, err)
-	}
-	return l.walk(append(l.key(dir), 0), true, func(p string, e *Entry) error {
-		return fn(p[len(dir)+min(len(dir), 1):], e)
-	})
-}
-
-// walk visits the entries whose keys start with prefix; with
-// childrenOnly, only those one component below prefix (whose key has no
-// 0x00 after the prefix), seeking past each child's subtree.
-func (l *Layer) walk(prefix []byte, childrenOnly bool, fn func(path string, e *Entry) error) error {
-	var ferr error // fn's error, returned unwrapped
-	err := l.s.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 64})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); {
-			item := it.Item()
-			k := item.Key()
-			if childrenOnly && slices.Contains(k[len(prefix):], 0) {
-				// Only reached when a directory's entry is missing
-				// (children without their parent): skip the subtree
-				// below that child.
-				it.Seek(subtreeEnd(k, len(prefix)))
-				continue
-			}
-			path := pathOf(k[len(l.prefix):])
-			var e *Entry
-			if err := item.Value(func(v []byte) error {
-				var err error
-				e, err = DecodeEntry(v)
-				return err
-			}); err != nil {
-				return fmt.Errorf("entry %q: %w", path, err)
-			}
-			if err := fn(path, e); err != nil {
-				ferr = err
-				return err
-			}
-			if childrenOnly {
-				// Skip this child's subtree: its keys are key+0x00...
-				it.Seek(append(item.KeyCopy(nil), 1))
-				continue
-			}
-			it.Next()
-		}
-		return nil
-	})
-	if ferr != nil {
-		return ferr
-	}
-	if err != nil {
-		return fmt.Errorf("branch %q: %w", l.name, err)
-	}
-	return nil
-}
-
-// subtreeEnd returns the first key after the subtree of the child whose
-// component starts at k[start:].
-func subtreeEnd(k []byte, start int) []byte {
-	end := start + slices.Index(k[start:], 0)
-	return append(slices.Clone(k[:end]), 1)
+	return l.r.children(dir, fn)
 }

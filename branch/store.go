@@ -22,6 +22,10 @@ var (
 	ErrReadOnly     = errors.New("store is open read-only")
 	ErrInvalidPath  = errors.New("invalid path")
 	ErrClosed       = errors.New("store is closed")
+	ErrInvalidName  = errors.New("invalid name")
+	ErrExists       = errors.New("already exists")
+	ErrAmbiguous    = errors.New("ambiguous")
+	ErrInUse        = errors.New("in use")
 )
 
 // Options configure Open.
@@ -67,16 +71,19 @@ type Store struct {
 	nextTs   uint64 // timestamp of the next commit
 	broken   error  // set when a failed split commit could not be rolled back
 
-	// tsMu guards readTs and readers, and orders SetDiscardTs calls.
-	tsMu    sync.Mutex
-	readTs  uint64         // every commit at or below it is complete
-	readers map[uint64]int // read timestamps in use → count
+	// tsMu guards readTs, readers, snapTs and snapOldest, and orders
+	// SetDiscardTs calls.
+	tsMu       sync.Mutex
+	readTs     uint64            // every commit at or below it is complete
+	readers    map[uint64]int    // read timestamps in use → count
+	snapTs     map[string]uint64 // snapshot id → Ts, of every snapshot
+	snapOldest uint64            // the least Ts in snapTs, when not empty
 }
 
 // Open opens the store, creating it (and Dir) if needed. A new store
 // has the branch "main".
 func Open(o Options) (*Store, error) {
-	s := &Store{dir: o.Dir, ro: o.ReadOnly, log: o.Logger, layers: map[string]*Layer{}, readers: map[uint64]int{}}
+	s := &Store{dir: o.Dir, ro: o.ReadOnly, log: o.Logger, layers: map[string]*Layer{}, readers: map[uint64]int{}, snapTs: map[string]uint64{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
