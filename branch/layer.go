@@ -145,30 +145,40 @@ type LayerInfo struct {
 func (s *Store) LayerInfos() ([]LayerInfo, error) {
 	var infos []LayerInfo
 	err := s.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: layerPfx, PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			name := string(it.Item().Key()[len(layerPfx):])
-			v, err := it.Item().ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			rec, err := decodeLayer(v)
-			if err != nil {
-				return fmt.Errorf("branch %q: %w", name, err)
-			}
+		return scanLayerRecords(txn, func(name string, rec layerRecord) error {
 			info := LayerInfo{Name: name, ID: rec.id, Epoch: rec.epoch, Origin: rec.origin}
 			if rec.created != 0 {
 				info.Created = time.Unix(0, rec.created)
 			}
 			infos = append(infos, info)
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store %s: listing branches: %w", s.dir, err)
 	}
 	return infos, nil
+}
+
+// scanLayerRecords calls fn with every branch's record, by name.
+func scanLayerRecords(txn *badger.Txn, fn func(name string, rec layerRecord) error) error {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: layerPfx, PrefetchValues: true})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		name := string(it.Item().Key()[len(layerPfx):])
+		v, err := it.Item().ValueCopy(nil)
+		if err != nil {
+			return fmt.Errorf("branch %q: %w", name, err)
+		}
+		rec, err := decodeLayer(v)
+		if err != nil {
+			return fmt.Errorf("branch %q: %w", name, err)
+		}
+		if err := fn(name, rec); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ensureLayer creates the branch name, with a new layer id, if it does

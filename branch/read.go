@@ -33,10 +33,8 @@ func (r *entryReader) get(path string) (*Entry, error) {
 		if err != nil {
 			return err
 		}
-		return item.Value(func(v []byte) error {
-			e, err = DecodeEntry(v)
-			return err
-		})
+		e, err = decodeItem(item)
+		return err
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, fmt.Errorf("%s: entry %q: %w", r.what, path, ErrNotFound)
@@ -79,12 +77,8 @@ func (r *entryReader) walk(prefix []byte, childrenOnly bool, fn func(path string
 				continue
 			}
 			path := pathOf(k[len(r.prefix):])
-			var e *Entry
-			if err := item.Value(func(v []byte) error {
-				var err error
-				e, err = DecodeEntry(v)
-				return err
-			}); err != nil {
+			e, err := decodeItem(item)
+			if err != nil {
 				return fmt.Errorf("entry %q: %w", path, err)
 			}
 			if err := fn(path, e); err != nil {
@@ -114,4 +108,15 @@ func (r *entryReader) walk(prefix []byte, childrenOnly bool, fn func(path string
 func subtreeEnd(k []byte, start int) []byte {
 	end := start + slices.Index(k[start:], 0)
 	return append(slices.Clone(k[:end]), 1)
+}
+
+// decodeItem decodes the entry that item holds.
+func decodeItem(item *badger.Item) (*Entry, error) {
+	var e *Entry
+	err := item.Value(func(v []byte) error {
+		var err error
+		e, err = DecodeEntry(v)
+		return err
+	})
+	return e, err
 }
