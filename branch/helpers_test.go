@@ -103,8 +103,8 @@ func mainLayer(t *testing.T, s *Store) *Layer {
 	return l
 }
 
-// loadAll returns the layer's entries in Load order.
-func loadAll(t *testing.T, l *Layer) ([]string, map[string]Entry) {
+// loadAll returns the entries of a layer or view, in Load order.
+func loadAll(t *testing.T, l Source) ([]string, map[string]Entry) {
 	t.Helper()
 	var paths []string
 	m := map[string]Entry{}

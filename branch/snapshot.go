@@ -99,7 +99,7 @@ func (l *Layer) Snapshot(label, kind string) (Snapshot, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		snap = Snapshot{ID: id, Branch: l.name, Layer: l.id, Ts: l.s.readTs, Label: label, Kind: kind, Created: time.Now(), Epoch: rec.epoch}
+		snap = Snapshot{ID: id, Branch: l.name, Layer: l.id, Ts: l.s.readTs, Label: label, Kind: kind, Created: time.Now().Round(0), Epoch: rec.epoch} // Round(0): no monotonic reading, as decoded
 		rec.epoch++
 		ops := []op{{key: snapKey(id), val: snap.encode()}, {key: layerKey(l.name), val: rec.encode()}}
 		if _, err := txn.Get(featureKey(featureSnapshots)); errors.Is(err, badger.ErrKeyNotFound) {
@@ -122,10 +122,13 @@ func (l *Layer) Snapshot(label, kind string) (Snapshot, error) {
 	return snap, nil
 }
 
+// snapIDRand draws snapshot ids (tests replace it).
+var snapIDRand = rand.Uint32
+
 // newSnapshotID draws a random id that no snapshot has.
 func newSnapshotID(txn *badger.Txn) (string, error) {
 	for range snapIDAttempts {
-		id := fmt.Sprintf("%08x", rand.Uint32())
+		id := fmt.Sprintf("%08x", snapIDRand())
 		if _, err := txn.Get(snapKey(id)); errors.Is(err, badger.ErrKeyNotFound) {
 			return id, nil
 		} else if err != nil {
