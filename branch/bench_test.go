@@ -66,3 +66,31 @@ func benchLayer(b *testing.B) *Layer {
 	b.Cleanup(func() { l.s.Close() })
 	return l
 }
+
+// BenchmarkSnapshot takes snapshots of a branch of 1,000 and of 100,000
+// entries: the cost must not depend on the number (one small commit and
+// a sync). Run it with
+//
+//	go test -run '^$' -bench Snapshot ./branch/
+func BenchmarkSnapshot(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			l := benchLayer(b)
+			var batch Batch
+			for i := range n {
+				batch.Put(fmt.Sprintf("src/pkg%03d/file%05d.go", i/1000, i), &Entry{Type: TypeFile, Ino: uint64(i), Object: fmt.Sprintf("%016x", i)})
+				if batch.Len() == 10_000 || i == n-1 {
+					if err := l.Commit(&batch); err != nil {
+						b.Fatal(err)
+					}
+					batch.Reset()
+				}
+			}
+			for b.Loop() {
+				if _, err := l.Snapshot("", KindAuto); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
