@@ -137,7 +137,8 @@
 // that started after it returned. It then commits (at a timestamp above
 // Ts) the record, the layer record with the epoch raised, and
 // feature/snapshots the first time, and calls Sync: one small commit,
-// whatever the number of entries or the size of files. The record (encoding 1):
+// whatever the number of entries or the size of files. The record
+// (encoding 1):
 //
 //	[1][layer id, uint64][Ts, uint64][epoch, uint64][created, int64 Unix ns]
 //	then uvarint-length-prefixed strings: branch name, kind, label
@@ -156,9 +157,11 @@
 //     sees for as long as the snapshot exists.
 //   - A snapshot outlives its branch: DeleteLayer deletes the entries at
 //     a new timestamp, and the snapshot still reads them at Ts.
-//   - Every entry of a snapshot has Epoch <= the record's Epoch (the
-//     layer's epoch when it was taken), and the layer's epoch is raised
-//     past it in the same commit.
+//   - Every entry has Epoch <= its layer's epoch (the overlay writes
+//     the current epoch, CreateLayer 0, ResetTo raises the epoch past
+//     every restored entry's), so a snapshot's entries have Epoch <= the
+//     record's Epoch, and the same commit raises the layer's epoch past
+//     it.
 //   - A tagged snapshot cannot be deleted: a tag pins it (so pruning
 //     automatic snapshots never takes a tagged one). Delete its tags
 //     first.
@@ -181,7 +184,8 @@
 //
 // D is the oldest of the read timestamp, the reads in progress and the
 // snapshots' Ts. It never decreases: a read or a snapshot starts at the
-// current read timestamp, which is at least D. At Open, badger's D is 0
+// current read timestamp, and a View's read at an existing snapshot's
+// Ts, both at least D. At Open, badger's D is 0
 // (it discards nothing) until start has loaded every snapshot's Ts, so
 // a reopen never lets a compaction run without them.
 //
