@@ -219,6 +219,9 @@ func (fs *FS) Tmpfile(dir *Node, flags int, mode uint32, c Caller) (*Node, *File
 		return nil, nil, unix.Stat_t{}, err
 	}
 	e := &branch.Entry{Type: branch.TypeFile, Ino: ino, Object: id}
+	if fs.layer != nil {
+		e.Epoch = fs.layer.Epoch()
+	}
 	n := &Node{ID: nextNodeID.Add(1), fs: fs, mode: unix.S_IFREG, ino: ino,
 		entry: e, object: id, unlinked: true, tmpfile: true}
 	fs.nodesMu.Lock()

@@ -88,10 +88,13 @@ func (fs *FS) Open(n *Node, flags int) (*File, error) {
 }
 
 func (fs *FS) newFile(n *Node, f *os.File, up bool, flags int) *File {
+	acc := flags & unix.O_ACCMODE
 	fs.nodesMu.Lock()
 	n.opens++
+	if acc != unix.O_RDONLY {
+		n.writers++
+	}
 	fs.nodesMu.Unlock()
-	acc := flags & unix.O_ACCMODE
 	return &File{n: n, f: f, up: up, flags: flags, writable: acc != unix.O_RDONLY, gen: n.dataGen.Load()}
 }
 
@@ -269,6 +272,9 @@ func (f *File) Release() error {
 	fs := f.n.fs
 	fs.nodesMu.Lock()
 	f.n.opens--
+	if f.writable {
+		f.n.writers--
+	}
 	fs.nodesMu.Unlock()
 	return err
 }

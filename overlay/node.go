@@ -37,6 +37,7 @@ type Node struct {
 	// Guarded by fs.nodesMu.
 	lookups uint64
 	opens   int
+	writers int // open files that may write (a snapshot clones their object)
 
 	copyMu sync.Mutex
 }

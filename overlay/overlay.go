@@ -22,8 +22,12 @@ type Config struct {
 	Lower string
 	// Objects holds the upper inodes.
 	Objects *backstore.Store
-	// Layer holds the branch's entries.
+	// Layer holds the branch's entries. Nil for a read-only view of a
+	// snapshot (Snapshot set): every change then fails with EROFS.
 	Layer *branch.Layer
+	// Snapshot is the snapshot a read-only view shows (when Layer is
+	// nil): export, diff --patch.
+	Snapshot *branch.View
 	// AllocIno returns a fresh inode number for an inode created in the
 	// overlay.
 	AllocIno func() (uint64, error)
@@ -156,7 +160,11 @@ func (fs *FS) loadLocked() error {
 	fs.hiddenLinks = map[uint64]int{}
 	fs.anchors = map[uint64]int{}
 	fs.ndirs = map[string]int{}
-	return fs.layer.Load(func(p string, e *branch.Entry) error {
+	var src branch.Source = fs.cfg.Snapshot
+	if fs.layer != nil {
+		src = fs.layer
+	}
+	return src.Load(func(p string, e *branch.Entry) error {
 		fs.indexPut(p, e)
 		return nil
 	})

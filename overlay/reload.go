@@ -19,6 +19,11 @@ type Stale struct {
 func (fs *FS) Reload() ([]Stale, error) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	return fs.reloadLocked()
+}
+
+// reloadLocked is Reload with fs.mu held exclusively.
+func (fs *FS) reloadLocked() ([]Stale, error) {
 	if err := fs.loadLocked(); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -43,6 +44,9 @@ type promo struct {
 func (fs *FS) newTx() *tx { return &tx{fs: fs} }
 
 func (t *tx) put(p string, e *branch.Entry) {
+	if e.Object != "" && t.fs.layer != nil && slices.Contains(t.created, e.Object) {
+		e.Epoch = t.fs.layer.Epoch() // a new object belongs to no snapshot
+	}
 	t.fs.indexPut(p, e)
 	t.b.Put(p, e)
 }
@@ -58,6 +62,10 @@ func (t *tx) made(id string) { t.created = append(t.created, id) }
 // commit persists the batch. On failure the index is rebuilt from the
 // layer and the operation's new objects are removed.
 func (t *tx) commit() error {
+	if t.fs.layer == nil {
+		t.abort() // a read-only view of a snapshot
+		return unix.EROFS
+	}
 	if t.b.Len() > 0 {
 		if err := t.fs.layer.Commit(&t.b); err != nil {
 			t.fs.log.Error("committing metadata", "err", err)

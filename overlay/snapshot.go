@@ -1,0 +1,109 @@
+package overlay
+
+import (
+	"fmt"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// Snapshot takes a snapshot of the view's branch: the branch's entries
+// as they are now, sharing its objects (see thaw.go), so its cost does
+// not depend on file sizes. The one exception is a file open for
+// writing: the kernel may write to its object directly (passthrough)
+// at any time, so the snapshot gets its own clone of that object, as
+// of this call. Namespace operations wait while it runs.
+func (fs *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
+	if fs.layer == nil {
+		return branch.Snapshot{}, fmt.Errorf("a snapshot's view has no branch to snapshot")
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+
+	type swap struct {
+		n     *Node
+		paths []string
+		live  *branch.Entry
+	}
+	var swaps []swap
+	fs.nodesMu.Lock()
+	var writing []*Node
+	for _, n := range fs.byObject {
+		if n.writers > 0 && n.entry != nil && n.entry.Type == branch.TypeFile && !n.unlinked {
+			writing = append(writing, n)
+		}
+	}
+	fs.nodesMu.Unlock()
+
+	// The snapshot's entries name clones of the objects being written...
+	before := fs.newTx()
+	for _, n := range writing {
+		id, err := fs.objs.Clone(n.object)
+		if err != nil {
+			return branch.Snapshot{}, before.fail(fmt.Errorf("snapshot: cloning a file open for writing: %w", err))
+		}
+		before.made(id)
+		ce := *n.entry
+		ce.Object = id
+		paths := fs.pathsOfLocked(n.object)
+		for _, p := range paths {
+			before.put(p, &ce)
+		}
+		swaps = append(swaps, swap{n, paths, n.entry})
+	}
+	if err := before.commit(); err != nil {
+		return branch.Snapshot{}, err
+	}
+	snap, snapErr := fs.layer.Snapshot(label, kind)
+
+	// ...and the branch goes on with the objects being written, which
+	// no snapshot shares (a new epoch).
+	after := fs.newTx()
+	for _, s := range swaps {
+		le := *s.live
+		le.Epoch = fs.layer.Epoch()
+		for _, p := range s.paths {
+			after.put(p, &le)
+		}
+		after.promote(s.n, &le)
+	}
+	if err := after.commit(); err != nil {
+		return snap, fmt.Errorf("snapshot %s taken, but the files open for writing could not be given back to the branch: %w", snap.ID, err)
+	}
+	return snap, snapErr
+}
+
+// Restore makes the branch's entries those of snap (the caller takes a
+// safety snapshot first) and rebuilds the view. The returned stale
+// nodes must be dropped from the kernel's caches (fs.Server.Invalidate).
+func (fs *FS) Restore(snap branch.Snapshot) ([]Stale, error) {
+	if fs.layer == nil {
+		return nil, fmt.Errorf("a snapshot's view cannot be restored into")
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if err := fs.layer.ResetTo(snap); err != nil {
+		return nil, err
+	}
+	return fs.reloadLocked()
+}
+
+// Switch makes the view show branch l instead of its own and rebuilds
+// it; the returned stale nodes are for fs.Server.Invalidate.
+func (fs *FS) Switch(l *branch.Layer) ([]Stale, error) {
+	if fs.layer == nil || l == nil {
+		return nil, fmt.Errorf("switching a snapshot's view")
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	old := fs.layer
+	fs.layer = l
+	stale, err := fs.reloadLocked()
+	if err != nil {
+		fs.layer = old
+		if _, rerr := fs.reloadLocked(); rerr != nil {
+			fs.log.Error("reloading the branch after a failed switch", "err", rerr)
+		}
+		return nil, err
+	}
+	return stale, nil
+}

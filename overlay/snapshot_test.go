@@ -1,0 +1,111 @@
+package overlay
+
+import (
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// snapView opens a read-only view of snapshot s over e's lower tree.
+func (e *env) snapView(s branch.Snapshot) *env {
+	e.t.Helper()
+	v, err := New(Config{Lower: e.lower, Objects: e.bs, Snapshot: e.meta.SnapshotView(s), AllocIno: e.meta.AllocIno})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { v.Close() })
+	return &env{t: e.t, lower: e.lower, bs: e.bs, meta: e.meta, fs: v}
+}
+
+func TestSnapshotIsImmutable(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/lower": "lower", "gone": "x"})
+	e.write("d/lower", "v1")
+	r := e.fs.Root()
+	_, f, _, err := e.fs.Create(e.must("d"), "open", unix.O_RDWR, 0644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("before"), 0) // open for writing across the snapshot
+
+	snap, err := e.fs.Snapshot("one", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("AFTER!"), 0)
+	f.Release()
+	e.write("d/lower", "v2")
+	mode := uint32(0600)
+	if _, err := e.fs.Setattr(e.must("d/lower"), SetAttr{Mode: &mode}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Unlink(r, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := e.fs.Create(r, "new", unix.O_RDWR, 0644, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Rename(e.must("d"), "lower", r, "moved", 0); err != nil {
+		t.Fatal(err)
+	}
+
+	s := e.snapView(snap)
+	eq(t, "snapshot d/lower", s.read("d/lower"), "v1")
+	eq(t, "snapshot d/open", s.read("d/open"), "before")
+	eq(t, "snapshot gone", s.read("gone"), "x")
+	if _, err := s.walk("new"); err != unix.ENOENT {
+		t.Errorf("snapshot shows a file made after it: %v", err)
+	}
+	st, _ := s.fs.Getattr(s.must("d/lower"))
+	eq(t, "snapshot mode", st.Mode&07777, uint32(0644))
+	if _, _, _, err := s.fs.Create(s.fs.Root(), "x", unix.O_RDWR, 0644, Caller{}); err != unix.EROFS {
+		t.Errorf("create in a snapshot's view: %v, want EROFS", err)
+	}
+	eq(t, "branch moved", e.read("moved"), "v2")
+	eq(t, "branch open", e.read("d/open"), "AFTER!")
+
+	stale, err := e.fs.Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stale) == 0 {
+		t.Error("restore returned no stale nodes")
+	}
+	eq(t, "restored d/lower", e.read("d/lower"), "v1")
+	eq(t, "restored d/open", e.read("d/open"), "before")
+	eq(t, "restored gone", e.read("gone"), "x")
+	if _, err := e.walk("moved"); err != unix.ENOENT {
+		t.Errorf("restored branch still has moved: %v", err)
+	}
+	// The restored branch changes without touching the snapshot.
+	e.write("d/lower", "v3")
+	eq(t, "snapshot after writing the restored branch", e.snapView(snap).read("d/lower"), "v1")
+}
+
+func TestSwitchBranch(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "lower"})
+	e.write("f", "main")
+	snap, err := e.fs.Snapshot("", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	try, err := e.meta.CreateLayer("try", snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	main := e.fs.Layer()
+	if _, err := e.fs.Switch(try); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "try starts as the snapshot", e.read("f"), "main")
+	e.write("f", "try")
+	if _, err := e.fs.Switch(main); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "main untouched by try", e.read("f"), "main")
+	if _, err := e.fs.Switch(try); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "try kept its write", e.read("f"), "try")
+}
