@@ -26,7 +26,8 @@ type Config struct {
 	// snapshot (Snapshot set): every change then fails with EROFS.
 	Layer *branch.Layer
 	// Snapshot is the snapshot a read-only view shows (when Layer is
-	// nil): export, diff --patch.
+	// nil): export, diff --patch. With neither Layer nor Snapshot the
+	// view is the plain lower tree, read-only (see LowerView).
 	Snapshot *branch.View
 	// AllocIno returns a fresh inode number for an inode created in the
 	// overlay.
@@ -110,6 +111,9 @@ func New(cfg Config) (*FS, error) {
 	if cfg.Sync == nil {
 		cfg.Sync = func() error { return nil }
 	}
+	if cfg.AllocIno == nil {
+		cfg.AllocIno = func() (uint64, error) { return 0, unix.EROFS }
+	}
 	fd, err := unix.Open(cfg.Lower, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("lower directory %s: %w", cfg.Lower, err)
@@ -160,11 +164,7 @@ func (fs *FS) loadLocked() error {
 	fs.hiddenLinks = map[uint64]int{}
 	fs.anchors = map[uint64]int{}
 	fs.ndirs = map[string]int{}
-	var src branch.Source = fs.cfg.Snapshot
-	if fs.layer != nil {
-		src = fs.layer
-	}
-	return src.Load(func(p string, e *branch.Entry) error {
+	return fs.sourceLocked().Load(func(p string, e *branch.Entry) error {
 		fs.indexPut(p, e)
 		return nil
 	})

@@ -63,8 +63,9 @@ func (t *tx) made(id string) { t.created = append(t.created, id) }
 // layer and the operation's new objects are removed.
 func (t *tx) commit() error {
 	if t.fs.layer == nil {
-		t.abort() // a read-only view of a snapshot
-		return unix.EROFS
+		// A read-only view (a snapshot, the lower tree): forget what
+		// the operation put in the index.
+		return t.fail(unix.EROFS)
 	}
 	if t.b.Len() > 0 {
 		if err := t.fs.layer.Commit(&t.b); err != nil {

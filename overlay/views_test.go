@@ -1,0 +1,40 @@
+package overlay
+
+import (
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// lowerView opens a view of e's plain lower tree.
+func (e *env) lowerView() *env {
+	e.t.Helper()
+	v, err := LowerView(e.lower, e.bs)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { v.Close() })
+	return &env{t: e.t, lower: e.lower, bs: e.bs, meta: e.meta, fs: v}
+}
+
+func TestLowerViewIsLowerAndReadOnly(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/f": "lower"})
+	e.write("d/f", "upper")
+	l := e.lowerView()
+	eq(t, "lower view d/f", l.read("d/f"), "lower")
+	eq(t, "read-only", l.fs.ReadOnly(), true)
+	eq(t, "branch view read-only", e.fs.ReadOnly(), false)
+	f, err := l.fs.Open(l.must("d/f"), unix.O_WRONLY)
+	if err != unix.EROFS {
+		t.Errorf("write open in a lower view: %v, want EROFS", err)
+	}
+	if f != nil {
+		f.Release()
+	}
+	if _, _, err := l.fs.Mkdir(l.must("d"), "x", 0755, Caller{}); err != unix.EROFS {
+		t.Errorf("mkdir in a lower view: %v, want EROFS", err)
+	}
+	n := 0
+	e.bs.Objects(func(string) error { n++; return nil })
+	eq(t, "objects left (those of the branch's d/f and d)", n, 3)
+}
