@@ -108,6 +108,21 @@ func (s *Server) HandleIoctl(c Caller, cmd uint32, in, out []byte) (int, syscall
 	return s.respond(out, c, h.Op, 0, data)
 }
 
+// DecodeArgs decodes the JSON arguments of op into v, for an OpFunc;
+// empty arguments leave v as it is. Malformed arguments are EINVAL
+// (a client bug, or a client of another version). Unknown fields are
+// ignored, so that a newer client's optional arguments do not break an
+// older daemon.
+func DecodeArgs(op Op, args json.RawMessage, v any) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(args, v); err != nil {
+		return Errorf(syscall.EINVAL, "bad arguments for the control operation %s: %v", op, err)
+	}
+	return nil
+}
+
 // call runs fn, turning a panic into EIO: a bug in one operation must
 // not take the mount down.
 func (s *Server) call(fn OpFunc, c Caller, op Op, args json.RawMessage) (res any, err error) {

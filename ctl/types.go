@@ -23,6 +23,46 @@ const (
 	// OpUnmount makes the daemon unmount its mount and exit; it answers
 	// an UnmountReply before it starts.
 	OpUnmount Op = 4
+
+	// OpSnapshotCreate takes a snapshot of the current branch
+	// (SnapshotCreateArgs); it answers its SnapshotInfo.
+	OpSnapshotCreate Op = 16
+	// OpSnapshotList answers a SnapshotList of every snapshot.
+	OpSnapshotList Op = 17
+	// OpSnapshotDelete deletes a snapshot (SnapshotRef); it answers the
+	// deleted snapshot's SnapshotInfo.
+	OpSnapshotDelete Op = 18
+	// OpTagSet points a tag at a snapshot (TagArgs); it answers the
+	// snapshot's SnapshotInfo.
+	OpTagSet Op = 19
+	// OpTagDelete deletes a tag (TagArgs, Ref empty); it answers the
+	// TagArgs of the deleted tag.
+	OpTagDelete Op = 20
+	// OpGC removes the objects nothing refers to; it answers a GCReply.
+	OpGC Op = 21
+	// OpFsck checks the store (FsckArgs); it answers a FsckReply.
+	OpFsck Op = 22
+
+	// OpBranchCreate creates a branch (BranchCreateArgs); it answers
+	// its BranchInfo.
+	OpBranchCreate Op = 32
+	// OpBranchList answers a BranchList of every branch.
+	OpBranchList Op = 33
+	// OpBranchDelete deletes a branch (BranchArgs); it answers the
+	// deleted branch's BranchInfo.
+	OpBranchDelete Op = 34
+	// OpBranchSwitch makes the mount show a branch (BranchArgs); it
+	// answers the BranchInfo of the branch now shown.
+	OpBranchSwitch Op = 35
+
+	// OpDiff compares two states (DiffArgs); it answers a DiffReply.
+	OpDiff Op = 48
+	// OpRestore makes the current branch a snapshot's state
+	// (RestoreArgs); it answers a RestoreReply.
+	OpRestore Op = 49
+	// OpExport writes a snapshot or branch as a directory tree
+	// (ExportArgs); it answers an ExportReply.
+	OpExport Op = 50
 )
 
 var opNames = map[Op]string{
@@ -30,6 +70,23 @@ var opNames = map[Op]string{
 	OpPing:    "ping",
 	OpStatus:  "status",
 	OpUnmount: "unmount",
+
+	OpSnapshotCreate: "snapshot create",
+	OpSnapshotList:   "snapshot list",
+	OpSnapshotDelete: "snapshot delete",
+	OpTagSet:         "tag",
+	OpTagDelete:      "tag delete",
+	OpGC:             "gc",
+	OpFsck:           "fsck",
+
+	OpBranchCreate: "branch create",
+	OpBranchList:   "branch list",
+	OpBranchDelete: "branch delete",
+	OpBranchSwitch: "branch switch",
+
+	OpDiff:    "diff",
+	OpRestore: "restore",
+	OpExport:  "export",
 }
 
 func (op Op) String() string {
@@ -47,6 +104,8 @@ type Status struct {
 	Lower      string `json:"lower"`
 	Mountpoint string `json:"mountpoint"`
 	Store      string `json:"store"`
+	// Branch is the branch the mount shows.
+	Branch string `json:"branch"`
 	// Ephemeral stores are private directories deleted at unmount.
 	Ephemeral bool `json:"ephemeral"`
 

@@ -30,7 +30,7 @@ func init() {
 		summary: "show a mount's lower, store, backstore, I/O mode and usage",
 		usage:   "[-C DIR] [--json]",
 		help: `Status describes the mount that holds the current directory (or DIR):
-its lower directory, its store (kept, or private and deleted at
+its lower directory, the branch it shows, its store (kept, or private and deleted at
 unmount), the backstore and whether it can clone files (reflink), how
 file I/O is served (FUSE passthrough, or the page cache), how much the
 changed files take, and the daemon's pid.
@@ -84,6 +84,7 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	}
 	fmt.Fprintf(w, "mountpoint:\t%s\n", st.Mountpoint)
 	fmt.Fprintf(w, "lower:\t%s\n", st.Lower)
+	fmt.Fprintf(w, "branch:\t%s\n", printable(st.Branch))
 	fmt.Fprintf(w, "store:\t%s\n", store)
 	fmt.Fprintf(w, "backstore:\t%s\n", back)
 	fmt.Fprintf(w, "reflink:\t%s\n", yesNo(st.Reflink))

@@ -55,6 +55,13 @@ type daemon struct {
 	srv  atomic.Pointer[fs.Server]
 	conn uint32 // the FUSE connection number (minor of the mount's st_dev)
 
+	// opMu serializes the control operations that read or change
+	// snapshots and branches (see ops.go); current is the branch the
+	// view shows, changed only with opMu held (it is view.Layer(),
+	// read without the view's lock).
+	opMu    sync.Mutex
+	current atomic.Pointer[branch.Layer]
+
 	shutdownOnce sync.Once
 	detached     chan struct{} // closed when the mount was detached lazily
 }
@@ -185,10 +192,11 @@ func (d *daemon) openStore() error {
 	case string(prev) != p.lower:
 		return fmt.Errorf("the store %s was made for the lower directory %s, not %s: mount it with --lower %s, or use another --store", p.store, prev, p.lower, prev)
 	}
-	layer, err := d.meta.Layer("main")
+	layer, err := d.resumeBranch()
 	if err != nil {
 		return fmt.Errorf("the store %s: %w", p.store, err)
 	}
+	d.current.Store(layer)
 	d.objs, err = backstore.Open(backstore.Options{Kind: p.backstore, Dir: p.store, RamdiskSize: p.ramdiskSize})
 	if err != nil {
 		return fmt.Errorf("opening the %s backstore: %w", p.backstore, err)
@@ -323,6 +331,9 @@ func (d *daemon) handle(s *ctl.Server) {
 		d.shutdown(fmt.Sprintf("unmount requested by pid %d (uid %d)", c.Pid, c.Uid))
 		return ctl.UnmountReply{Pid: os.Getpid()}, nil
 	})
+	d.handleSnapshots(s)
+	d.handleBranches(s)
+	d.handleChanges(s)
 }
 
 // status describes the mount for agentfs status.
@@ -339,7 +350,7 @@ func (d *daemon) status() (ctl.Status, error) {
 	st := ctl.Status{
 		Version: version, Pid: os.Getpid(), Owner: uint32(os.Geteuid()),
 		Lower: d.plan.lower, Mountpoint: d.plan.mountpoint,
-		Store: d.plan.store, Ephemeral: d.plan.ephemeral,
+		Store: d.plan.store, Branch: d.current.Load().Name(), Ephemeral: d.plan.ephemeral,
 		Backstore: info.Kind, BackingMode: info.Mode, BackingRoot: info.Root, SizeLimit: info.SizeLimit,
 		Reflink: info.Reflink, Passthrough: passthrough, IOMode: ioMode(passthrough, os.Geteuid() == 0, d.plan.noPassthrough),
 		Objects: u.Objects, Bytes: u.Bytes, FsFree: u.FsFree,

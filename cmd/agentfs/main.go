@@ -28,12 +28,34 @@ const (
 // command is one subcommand: its help, and setup, which makes a fresh
 // options struct (writing to out), adds its flags to the flag set and
 // returns the command's run function bound to those options.
+//
+// A group ("snapshot", "branch") has no setup: its commands are
+// registered under "GROUP NAME" ("snapshot create") and run as
+// `agentfs snapshot create ...`.
 type command struct {
 	name    string
 	summary string
 	usage   string // after "agentfs NAME"
 	help    string // what it does, an example
-	setup   func(fs *pflag.FlagSet, out streams) runFunc
+	// exitCodes replaces exitCodesHelp for a command whose codes say
+	// more (fsck).
+	exitCodes string
+	setup     func(fs *pflag.FlagSet, out streams) runFunc
+}
+
+// isGroup reports whether c only groups other commands.
+func (c *command) isGroup() bool { return c.setup == nil }
+
+// subcommands returns the commands of group c, sorted by name.
+func (c *command) subcommands() []*command {
+	var subs []*command
+	for n, sc := range commands {
+		if strings.HasPrefix(n, c.name+" ") {
+			subs = append(subs, sc)
+		}
+	}
+	sort.Slice(subs, func(i, j int) bool { return subs[i].name < subs[j].name })
+	return subs
 }
 
 // streams are where a command writes.
@@ -71,7 +93,9 @@ Commands:
 `)
 	var names []string
 	for n := range commands {
-		names = append(names, n)
+		if !strings.Contains(n, " ") {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	for _, n := range names {
@@ -82,6 +106,9 @@ Example:
   agentfs mount --lower ~/proj /mnt/ws    # /mnt/ws shows ~/proj
   cd /mnt/ws && make && rm -rf build       # ~/proj is untouched
   agentfs status                           # from inside the mount
+  agentfs snapshot create -m "it builds"   # prints the snapshot's id
+  agentfs diff                             # what changed since the project
+  agentfs restore ID                       # back to the snapshot
   agentfs unmount /mnt/ws                  # the changes are discarded
 
 Run 'agentfs help COMMAND' for a command's flags and examples.
@@ -91,6 +118,14 @@ Run 'agentfs help COMMAND' for a command's flags and examples.
 
 func commandUsage(w io.Writer, c *command) {
 	fmt.Fprintf(w, "Usage: agentfs %s %s\n\n%s\n", c.name, c.usage, strings.TrimSpace(c.help))
+	if c.isGroup() {
+		fmt.Fprintf(w, "\nCommands:\n")
+		for _, sc := range c.subcommands() {
+			fmt.Fprintf(w, "  %-18s %s\n", sc.name, sc.summary)
+		}
+		fmt.Fprintf(w, "\nRun 'agentfs help %s COMMAND' for a command's flags and examples.\n\n%s", c.name, exitCodesHelp)
+		return
+	}
 	fs := pflag.NewFlagSet(c.name, pflag.ContinueOnError)
 	fs.SortFlags = false
 	c.setup(fs, streams{io.Discard, io.Discard})
@@ -98,7 +133,11 @@ func commandUsage(w io.Writer, c *command) {
 	if fs.HasAvailableFlags() {
 		fmt.Fprintf(w, "\nFlags:\n%s", fs.FlagUsages())
 	}
-	fmt.Fprintf(w, "\n%s", exitCodesHelp)
+	codes := exitCodesHelp
+	if c.exitCodes != "" {
+		codes = c.exitCodes
+	}
+	fmt.Fprintf(w, "\n%s", codes)
 }
 
 func main() {
@@ -123,9 +162,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			mainUsage(stdout)
 			return exitOK
 		}
-		c := commands[args[1]]
+		name := strings.Join(args[1:], " ")
+		c := commands[name]
 		if c == nil {
-			fmt.Fprintf(stderr, "agentfs: unknown command %q: run 'agentfs --help' for the list\n", args[1])
+			fmt.Fprintf(stderr, "agentfs: unknown command %q: run 'agentfs --help' for the list\n", name)
 			return exitUsage
 		}
 		commandUsage(stdout, c)
@@ -139,6 +179,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if c == nil {
 		fmt.Fprintf(stderr, "agentfs: unknown command %q: run 'agentfs --help' for the list\n", name)
 		return exitUsage
+	}
+	if c.isGroup() {
+		var code int
+		if c, args, code = pickSubcommand(c, args, stdout, stderr); c == nil {
+			return code
+		}
+		name = c.name
 	}
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -163,4 +210,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "agentfs %s: %v\n", name, err)
 	return exitError
+}
+
+// pickSubcommand returns the command of group g that args (["snapshot",
+// "create", ...]) name, with args starting at its name; or nil and the
+// exit code after printing the group's help or a usage error.
+func pickSubcommand(g *command, args []string, stdout, stderr io.Writer) (*command, []string, int) {
+	if len(args) < 2 || strings.HasPrefix(args[1], "-") {
+		if len(args) >= 2 && (args[1] == "-h" || args[1] == "--help") {
+			commandUsage(stdout, g)
+			return nil, nil, exitOK
+		}
+		var names []string
+		for _, sc := range g.subcommands() {
+			names = append(names, strings.TrimPrefix(sc.name, g.name+" "))
+		}
+		fmt.Fprintf(stderr, "agentfs %s: which one? %s: run 'agentfs help %s'\n", g.name, strings.Join(names, ", "), g.name)
+		return nil, nil, exitUsage
+	}
+	c := commands[g.name+" "+args[1]]
+	if c == nil {
+		fmt.Fprintf(stderr, "agentfs %s: unknown command %q: run 'agentfs help %s' for the list\n", g.name, args[1], g.name)
+		return nil, nil, exitUsage
+	}
+	return c, args[1:], exitOK
 }

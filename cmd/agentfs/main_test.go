@@ -40,6 +40,18 @@ func TestExitCodesAndHelp(t *testing.T) {
 		{[]string{"version"}, exitOK, "agentfs " + version, ""},
 		{[]string{"--version"}, exitOK, "agentfs " + version, ""},
 		{[]string{"version", "x"}, exitUsage, "", "version takes no arguments"},
+		{[]string{"snapshot"}, exitUsage, "", "which one? create, delete, list"},
+		{[]string{"snapshot", "--help"}, exitOK, "snapshot create", ""},
+		{[]string{"snapshot", "bogus"}, exitUsage, "", `unknown command "bogus"`},
+		{[]string{"snapshot", "create", "--help"}, exitOK, "Usage: agentfs snapshot create", ""},
+		{[]string{"help", "snapshot", "create"}, exitOK, "-m, --message LABEL", ""},
+		{[]string{"snapshot", "create", "x"}, exitUsage, "", "snapshot create takes no arguments"},
+		{[]string{"snapshot", "delete"}, exitUsage, "", "snapshot delete takes one snapshot ID"},
+		{[]string{"branch", "create"}, exitUsage, "", "branch create takes one branch NAME"},
+		{[]string{"branch", "switch", "a", "b"}, exitUsage, "", "branch switch takes one branch NAME"},
+		{[]string{"tag", "x"}, exitUsage, "", "tag takes a NAME and a snapshot ID"},
+		{[]string{"tag", "--delete"}, exitUsage, "", "tag --delete takes one tag NAME"},
+		{[]string{"restore"}, exitUsage, "", "restore takes one snapshot ID"},
 	} {
 		code, out, errOut := runArgs(tc.args...)
 		if code != tc.code {
@@ -82,6 +94,12 @@ func TestErrorExit(t *testing.T) {
 	code, _, errOut = runArgs("status", "-C", dir)
 	if code != exitError || !strings.Contains(errOut, "not inside an agentfs mount (use -C DIR)") {
 		t.Errorf("status outside a mount: exit %d, stderr %q; want exit 1, 'not inside an agentfs mount (use -C DIR)'", code, errOut)
+	}
+	for _, args := range [][]string{{"snapshot", "create"}, {"snapshot", "list"}, {"branch", "list"}, {"restore", "1a2b"}, {"tag"}} {
+		code, _, errOut = runArgs(append(args, "-C", dir)...)
+		if code != exitError || !strings.Contains(errOut, "not inside an agentfs mount (use -C DIR)") {
+			t.Errorf("%s outside a mount: exit %d, stderr %q; want exit 1, 'not inside an agentfs mount (use -C DIR)'", args, code, errOut)
+		}
 	}
 	code, _, errOut = runArgs("unmount", dir)
 	if code != exitError || !strings.Contains(errOut, "is not mounted") {

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/ctl"
+)
+
+func init() {
+	register(&command{
+		name:    "branch",
+		summary: "create, list, delete and switch branches",
+		usage:   "create|list|delete|switch [FLAGS] [ARGS]",
+		help: `A branch is a line of changes over the project. Every store has main;
+more start from a snapshot, so that several attempts can go on side by
+side and be compared (agentfs diff main try2). The mount shows one
+branch at a time, to every process: agentfs branch switch changes
+which.
+
+Examples:
+  agentfs branch create try2
+  agentfs branch switch try2
+  agentfs branch list
+  agentfs branch delete try2`,
+	})
+	register(&command{
+		name:    "branch create",
+		summary: "create a branch from a snapshot (default: the current state)",
+		usage:   "[-C DIR] [--from ID] NAME",
+		help: `Create makes the branch NAME, starting from the snapshot ID, or without
+--from from a snapshot of the current branch taken for it (kind auto).
+The mount keeps showing the current branch: switch to the new one with
+agentfs branch switch NAME.
+
+Names: 1 to 100 bytes, no "/" or control characters, not starting with
+"-", not "." or "..", and not 4 to 8 hex digits (those read as ids).
+
+Examples:
+  agentfs branch create try2
+  agentfs branch create --from 1a2b3c4d before-refactor`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &branchCreateOptions{stdout: out.stdout}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runBranchCreate(ctx, o, args) }
+		},
+	})
+	register(&command{
+		name:    "branch list",
+		summary: "list the branches; * marks the current one",
+		usage:   "[-C DIR] [--json]",
+		help: `List shows every branch: its name (* marks the one the mount shows),
+the snapshot it was created from, and when.
+
+Examples:
+  agentfs branch list
+  agentfs branch list -C /mnt/ws --json`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &listOptions{stdout: out.stdout, stderr: out.stderr}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runBranchList(ctx, o, args) }
+		},
+	})
+	register(&command{
+		name:    "branch delete",
+		summary: "delete a branch (not main, not the current one)",
+		usage:   "[-C DIR] NAME",
+		help: `Delete deletes the branch NAME and its changes. Snapshots taken of it
+stay. main and the branch the mount shows cannot be deleted (switch to
+another first). The space comes back at the next agentfs gc.
+
+Example:
+  agentfs branch delete try2`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &branchNameOptions{stdout: out.stdout, op: ctl.OpBranchDelete}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runBranchName(ctx, o, args) }
+		},
+	})
+	register(&command{
+		name:    "branch switch",
+		summary: "show another branch in the mount, to every process",
+		usage:   "[-C DIR] NAME",
+		help: `Switch makes the mount show the branch NAME, for every process at once.
+The current branch keeps its changes. A program that holds a file open
+keeps that file, as if it had been deleted and replaced: what it
+writes to it afterwards reaches no branch. A kept store remembers the
+branch: mounting it again shows NAME.
+
+Example:
+  agentfs branch switch try2`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &branchNameOptions{stdout: out.stdout, op: ctl.OpBranchSwitch}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runBranchName(ctx, o, args) }
+		},
+	})
+}
+
+// branchCreateOptions are the flags of agentfs branch create.
+type branchCreateOptions struct {
+	mountFlag
+	from   string
+	stdout io.Writer
+}
+
+func (o *branchCreateOptions) AddFlags(fs *pflag.FlagSet) {
+	o.mountFlag.AddFlags(fs)
+	fs.StringVar(&o.from, "from", "", "start from the snapshot `ID` (default: a snapshot of the current state)")
+}
+
+func runBranchCreate(ctx context.Context, o *branchCreateOptions, args []string) error {
+	if len(args) != 1 {
+		return usagef("branch create takes one branch NAME, got %d arguments", len(args))
+	}
+	var info ctl.BranchInfo
+	if err := o.call(ctl.OpBranchCreate, ctl.BranchCreateArgs{Name: args[0], From: o.from}, &info); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.stdout, "created branch %s from snapshot %s (switch to it with: agentfs branch switch %s)\n", printable(info.Name), info.Origin, printable(info.Name))
+	return nil
+}
+
+func runBranchList(ctx context.Context, o *listOptions, args []string) error {
+	if len(args) != 0 {
+		return usagef("branch list takes no arguments")
+	}
+	var list ctl.BranchList
+	if err := o.call(ctl.OpBranchList, nil, &list); err != nil {
+		return err
+	}
+	if o.json {
+		return printJSON(o.stdout, list)
+	}
+	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  BRANCH\tORIGIN\tCREATED")
+	for _, b := range list.Branches {
+		mark := " "
+		if b.Current {
+			mark = "*"
+		}
+		fmt.Fprintf(w, "%s %s\t%s\t%s\n", mark, printable(b.Name), printable(b.Origin), timeString(b.Created))
+	}
+	return w.Flush()
+}
+
+// branchNameOptions are the flags of agentfs branch delete and switch,
+// which take a branch name and run op on it.
+type branchNameOptions struct {
+	mountFlag
+	op     ctl.Op
+	stdout io.Writer
+}
+
+func runBranchName(ctx context.Context, o *branchNameOptions, args []string) error {
+	if len(args) != 1 {
+		return usagef("%s takes one branch NAME, got %d arguments", o.op, len(args))
+	}
+	var info ctl.BranchInfo
+	if err := o.call(o.op, ctl.BranchArgs{Name: args[0]}, &info); err != nil {
+		return err
+	}
+	switch o.op {
+	case ctl.OpBranchDelete:
+		fmt.Fprintf(o.stdout, "deleted branch %s\n", printable(info.Name))
+	case ctl.OpBranchSwitch:
+		fmt.Fprintf(o.stdout, "the mount shows branch %s\n", printable(info.Name))
+	}
+	return nil
+}

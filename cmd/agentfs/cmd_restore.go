@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/ctl"
+)
+
+// restoreOptions are the flags of agentfs restore.
+type restoreOptions struct {
+	mountFlag
+	dryRun bool
+	stdout io.Writer
+}
+
+func (o *restoreOptions) AddFlags(fs *pflag.FlagSet) {
+	o.mountFlag.AddFlags(fs)
+	fs.BoolVarP(&o.dryRun, "dry-run", "n", false, "list the changes the restore would make, and make none")
+}
+
+func init() {
+	register(&command{
+		name:    "restore",
+		summary: "bring the mount back to a snapshot (undoable)",
+		usage:   "[-C DIR] [--dry-run] ID",
+		help: `Restore makes the branch the mount shows exactly as it was in the
+snapshot ID, for every process at once. It first takes a safety
+snapshot of the current state and prints how to go back to it:
+"to undo: agentfs restore SAFETY-ID". With --dry-run it lists the
+changes the restore would make (as agentfs diff would show them from
+the current state to the snapshot) and changes nothing.
+
+A program that holds a file open when the restore happens keeps that
+file, as if it had been deleted and replaced: it reads what it read
+before, and what it writes reaches neither the restored state nor any
+snapshot.
+
+Examples:
+  agentfs restore --dry-run 1a2b
+  agentfs restore 1a2b3c4d
+  agentfs restore good        # a tag`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &restoreOptions{stdout: out.stdout}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runRestore(ctx, o, args) }
+		},
+	})
+}
+
+func runRestore(ctx context.Context, o *restoreOptions, args []string) error {
+	if len(args) != 1 {
+		return usagef("restore takes one snapshot ID, got %d arguments", len(args))
+	}
+	var rep ctl.RestoreReply
+	if err := o.call(ctl.OpRestore, ctl.RestoreArgs{Ref: args[0], DryRun: o.dryRun}, &rep); err != nil {
+		return err
+	}
+	s := rep.Snapshot
+	label := ""
+	if s.Label != "" {
+		label = fmt.Sprintf(" (%s)", printable(s.Label))
+	}
+	if o.dryRun {
+		fmt.Fprintf(o.stdout, "restoring snapshot %s%s into branch %s would make these changes (none made):\n", s.ID, label, printable(rep.Branch))
+		return nil
+	}
+	fmt.Fprintf(o.stdout, "restored snapshot %s%s into branch %s\n", s.ID, label, printable(rep.Branch))
+	if rep.Safety != nil {
+		fmt.Fprintf(o.stdout, "to undo: agentfs restore %s\n", rep.Safety.ID)
+	}
+	return nil
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/ctl"
+)
+
+func init() {
+	register(&command{
+		name:    "snapshot",
+		summary: "take, list and delete snapshots of the mount",
+		usage:   "create|list|delete [FLAGS] [ARGS]",
+		help: `A snapshot is an immutable point in time of the branch the mount shows:
+nothing done in the mount afterwards changes it. Taking one costs the
+same whatever the size of the files (they are shared until changed).
+'agentfs restore ID' brings the mount back to it, 'agentfs diff ID'
+shows what changed since, 'agentfs export ID --to DIR' copies it out.
+
+A snapshot is named by its id (8 hex digits), by an unambiguous prefix
+of at least 4 of them, or by a tag (agentfs tag).
+
+Examples:
+  agentfs snapshot create -m "tests pass"
+  agentfs snapshot list
+  agentfs snapshot delete 1a2b3c4d`,
+	})
+	register(&command{
+		name:    "snapshot create",
+		summary: "take a snapshot of the current branch; print its id",
+		usage:   "[-C DIR] [-m LABEL]",
+		help: `Create takes a snapshot of the branch the mount shows, as it is now. A
+file that a program holds open for writing goes into the snapshot as it
+is at this moment; what the program writes afterwards does not. When
+the command returns, the snapshot is on disk (it survives a crash of
+the daemon). The new id is printed alone on the last line of stdout.
+
+Examples:
+  agentfs snapshot create -m "before refactor"
+  id=$(agentfs snapshot create -C /mnt/ws | tail -n 1)`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &snapshotCreateOptions{stdout: out.stdout}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runSnapshotCreate(ctx, o, args) }
+		},
+	})
+	register(&command{
+		name:    "snapshot list",
+		summary: "list the snapshots",
+		usage:   "[-C DIR] [--json]",
+		help: `List shows every snapshot, oldest first: its id, when it was taken, its
+kind (manual: agentfs snapshot create; auto: taken for a branch;
+safety: taken by restore, to undo it; pre-run: before a command ran),
+the branch it was taken of, the size it added (the files whose
+contents it holds and the snapshot before it of the same branch does
+not), its tags and its label.
+
+Examples:
+  agentfs snapshot list
+  agentfs snapshot list -C /mnt/ws --json`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &listOptions{stdout: out.stdout, stderr: out.stderr}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runSnapshotList(ctx, o, args) }
+		},
+	})
+	register(&command{
+		name:    "snapshot delete",
+		summary: "delete a snapshot",
+		usage:   "[-C DIR] ID",
+		help: `Delete deletes a snapshot. Branches made from it stay as they are. A
+tagged snapshot is kept until its tags are deleted (agentfs tag
+--delete NAME). The space its files took comes back at the next
+agentfs gc.
+
+Example:
+  agentfs snapshot delete 1a2b`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &snapshotDeleteOptions{stdout: out.stdout}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runSnapshotDelete(ctx, o, args) }
+		},
+	})
+}
+
+// snapshotCreateOptions are the flags of agentfs snapshot create.
+type snapshotCreateOptions struct {
+	mountFlag
+	label  string
+	stdout io.Writer
+}
+
+func (o *snapshotCreateOptions) AddFlags(fs *pflag.FlagSet) {
+	o.mountFlag.AddFlags(fs)
+	fs.StringVarP(&o.label, "message", "m", "", "a `LABEL` that says what the snapshot holds")
+}
+
+func runSnapshotCreate(ctx context.Context, o *snapshotCreateOptions, args []string) error {
+	if len(args) != 0 {
+		return usagef("snapshot create takes no arguments (a label goes with -m LABEL)")
+	}
+	var info ctl.SnapshotInfo
+	if err := o.call(ctl.OpSnapshotCreate, ctl.SnapshotCreateArgs{Label: o.label}, &info); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.stdout, "took snapshot %s of branch %s\n%s\n", info.ID, info.Branch, info.ID)
+	return nil
+}
+
+func runSnapshotList(ctx context.Context, o *listOptions, args []string) error {
+	if len(args) != 0 {
+		return usagef("snapshot list takes no arguments")
+	}
+	var list ctl.SnapshotList
+	if err := o.call(ctl.OpSnapshotList, nil, &list); err != nil {
+		return err
+	}
+	if o.json {
+		return printJSON(o.stdout, list)
+	}
+	if len(list.Snapshots) == 0 {
+		fmt.Fprintln(o.stderr, "no snapshots yet: take one with agentfs snapshot create -m LABEL")
+		return nil
+	}
+	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tCREATED\tKIND\tBRANCH\tADDED\tTAGS\tLABEL")
+	for _, s := range list.Snapshots {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, timeString(s.Created), s.Kind, printable(s.Branch),
+			humanBytes(s.SizeAdded), printable(strings.Join(s.Tags, ",")), printable(s.Label))
+	}
+	return w.Flush()
+}
+
+// snapshotDeleteOptions are the flags of agentfs snapshot delete.
+type snapshotDeleteOptions struct {
+	mountFlag
+	stdout io.Writer
+}
+
+func runSnapshotDelete(ctx context.Context, o *snapshotDeleteOptions, args []string) error {
+	if len(args) != 1 {
+		return usagef("snapshot delete takes one snapshot ID, got %d arguments", len(args))
+	}
+	var info ctl.SnapshotInfo
+	if err := o.call(ctl.OpSnapshotDelete, ctl.SnapshotRef{Ref: args[0]}, &info); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.stdout, "deleted snapshot %s\n", info.ID)
+	return nil
+}

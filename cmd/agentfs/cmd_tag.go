@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/ctl"
+)
+
+// tagOptions are the flags of agentfs tag.
+type tagOptions struct {
+	mountFlag
+	delete bool
+	stdout io.Writer
+}
+
+func (o *tagOptions) AddFlags(fs *pflag.FlagSet) {
+	o.mountFlag.AddFlags(fs)
+	fs.BoolVarP(&o.delete, "delete", "d", false, "delete the tag NAME (its snapshot stays)")
+}
+
+func init() {
+	register(&command{
+		name:    "tag",
+		summary: "name a snapshot, or delete a name",
+		usage:   "[-C DIR] NAME ID | --delete NAME",
+		help: `Tag gives the snapshot ID the name NAME, which every command then
+accepts in place of the id; an existing tag moves to ID. A tagged
+snapshot cannot be deleted until its tags are. Without arguments, tag
+lists the tags.
+
+Names: 1 to 100 bytes, no "/" or control characters, not starting with
+"-", not "." or "..", and not 4 to 8 hex digits (those read as ids).
+
+Examples:
+  agentfs tag good 1a2b3c4d
+  agentfs restore good
+  agentfs tag --delete good`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &tagOptions{stdout: out.stdout}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runTag(ctx, o, args) }
+		},
+	})
+}
+
+func runTag(ctx context.Context, o *tagOptions, args []string) error {
+	switch {
+	case o.delete && len(args) != 1:
+		return usagef("tag --delete takes one tag NAME, got %d arguments", len(args))
+	case o.delete:
+		var deleted ctl.TagArgs
+		if err := o.call(ctl.OpTagDelete, ctl.TagArgs{Name: args[0]}, &deleted); err != nil {
+			return err
+		}
+		fmt.Fprintf(o.stdout, "deleted tag %s (of snapshot %s)\n", printable(deleted.Name), deleted.Ref)
+		return nil
+	case len(args) == 0:
+		return o.list()
+	case len(args) != 2:
+		return usagef("tag takes a NAME and a snapshot ID, got %d arguments", len(args))
+	}
+	var info ctl.SnapshotInfo
+	if err := o.call(ctl.OpTagSet, ctl.TagArgs{Name: args[0], Ref: args[1]}, &info); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.stdout, "tagged snapshot %s %s\n", info.ID, printable(args[0]))
+	return nil
+}
+
+// list prints every tag and its snapshot.
+func (o *tagOptions) list() error {
+	var list ctl.SnapshotList
+	if err := o.call(ctl.OpSnapshotList, nil, &list); err != nil {
+		return err
+	}
+	type row struct{ tag, id, label string }
+	var rows []row
+	for _, s := range list.Snapshots {
+		for _, t := range s.Tags {
+			rows = append(rows, row{t, s.ID, s.Label})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].tag < rows[j].tag })
+	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", printable(r.tag), r.id, printable(r.label))
+	}
+	return w.Flush()
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+
+	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/ctl"
+)
+
+// handleSnapshots registers the snapshot and tag operations.
+func (d *daemon) handleSnapshots(s *ctl.Server) {
+	s.Handle(ctl.OpSnapshotCreate, serialized(d, ctl.OpSnapshotCreate, d.snapshotCreate))
+	s.Handle(ctl.OpSnapshotList, serialized(d, ctl.OpSnapshotList, d.snapshotList))
+	s.Handle(ctl.OpSnapshotDelete, serialized(d, ctl.OpSnapshotDelete, d.snapshotDelete))
+	s.Handle(ctl.OpTagSet, serialized(d, ctl.OpTagSet, d.tagSet))
+	s.Handle(ctl.OpTagDelete, serialized(d, ctl.OpTagDelete, d.tagDelete))
+}
+
+// snapshotCreate takes a manual snapshot of the current branch. When it
+// returns, the snapshot is durable: it survives kill -9 of the daemon.
+func (d *daemon) snapshotCreate(c ctl.Caller, args ctl.SnapshotCreateArgs) (any, error) {
+	snap, err := d.view.Snapshot(args.Label, branch.KindManual)
+	if err != nil {
+		if snap.ID == "" {
+			return nil, storeError(err, "taking a snapshot")
+		}
+		// Taken, but not synced (or the files open for writing could
+		// not be given back): it exists, say so.
+		d.log.Error("snapshot taken with an error", "id", snap.ID, "err", err)
+		return nil, ctl.Errorf(syscall.EIO, "snapshot %s was taken, but it may not survive a crash: %v", snap.ID, err)
+	}
+	d.log.Info("snapshot taken", "id", snap.ID, "branch", snap.Branch, "label", snap.Label, "pid", c.Pid)
+	return snapshotInfo(snap, nil), nil
+}
+
+// snapshotList lists every snapshot with its tags and size added.
+func (d *daemon) snapshotList(ctl.Caller, noArgs) (any, error) {
+	snaps, err := d.meta.Snapshots()
+	if err != nil {
+		return nil, storeError(err, "listing snapshots")
+	}
+	added, err := d.sizesAdded(snaps)
+	if err != nil {
+		// The list is still worth having without sizes.
+		d.log.Warn("computing the sizes added by snapshots", "err", err)
+	}
+	tags := d.tags()
+	list := ctl.SnapshotList{Snapshots: []ctl.SnapshotInfo{}}
+	for _, snap := range snaps {
+		info := snapshotInfo(snap, tags)
+		info.SizeAdded = added[snap.ID]
+		list.Snapshots = append(list.Snapshots, info)
+	}
+	return list, nil
+}
+
+// sizesAdded returns, by snapshot id, the allocated bytes of the
+// regular files' objects that each snapshot references and its
+// predecessor does not (see ctl.SnapshotInfo.SizeAdded). snaps are in
+// the order taken. It reads every snapshot's entries once (and a
+// branch's origin again): its cost is the number of entries, not the
+// size of files.
+func (d *daemon) sizesAdded(snaps []branch.Snapshot) (map[string]int64, error) {
+	added := map[string]int64{}
+	byID := map[string]branch.Snapshot{}
+	for _, s := range snaps {
+		byID[s.ID] = s
+	}
+	origins := map[uint64]string{} // layer id → the snapshot it was made from
+	if infos, err := d.meta.LayerInfos(); err == nil {
+		for _, li := range infos {
+			origins[li.ID] = li.Origin
+		}
+	}
+	sizes := map[string]int64{} // object → allocated bytes
+	sizeOf := func(obj string) int64 {
+		n, ok := sizes[obj]
+		if !ok {
+			if st, err := d.objs.Lstat(obj); err == nil {
+				n = st.Blocks * 512
+			}
+			sizes[obj] = n
+		}
+		return n
+	}
+	last := map[uint64]map[string]bool{} // layer id → objects of its latest snapshot so far
+	for _, s := range snaps {
+		objs, err := d.snapshotObjects(s)
+		if err != nil {
+			return added, err
+		}
+		prev, ok := last[s.Layer]
+		if origin, found := byID[origins[s.Layer]]; !ok && found {
+			if prev, err = d.snapshotObjects(origin); err != nil {
+				return added, err
+			}
+		}
+		for obj := range objs {
+			if !prev[obj] {
+				added[s.ID] += sizeOf(obj)
+			}
+		}
+		last[s.Layer] = objs
+	}
+	return added, nil
+}
+
+// snapshotObjects returns the objects of the regular files in snap.
+func (d *daemon) snapshotObjects(snap branch.Snapshot) (map[string]bool, error) {
+	objs := map[string]bool{}
+	err := d.meta.SnapshotView(snap).Load(func(_ string, e *branch.Entry) error {
+		if e.Type == branch.TypeFile && e.Object != "" {
+			objs[e.Object] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading snapshot %s: %w", snap.ID, err)
+	}
+	return objs, nil
+}
+
+// snapshotDelete deletes a snapshot that no tag names.
+func (d *daemon) snapshotDelete(c ctl.Caller, args ctl.SnapshotRef) (any, error) {
+	snap, err := d.resolveSnapshot(args.Ref)
+	if err != nil {
+		return nil, err
+	}
+	tags := d.tags()
+	info := snapshotInfo(snap, tags)
+	if len(info.Tags) > 0 {
+		return nil, ctl.Errorf(syscall.EBUSY, "snapshot %s is tagged %s: a tag keeps its snapshot; delete the tag first (agentfs tag --delete %s)",
+			snap.ID, strings.Join(info.Tags, ", "), info.Tags[0])
+	}
+	if err := d.meta.DeleteSnapshot(snap.ID); err != nil {
+		return nil, storeError(err, fmt.Sprintf("deleting snapshot %s", snap.ID))
+	}
+	d.log.Info("snapshot deleted", "id", snap.ID, "pid", c.Pid)
+	return info, nil
+}
+
+// tagSet points the tag args.Name at the snapshot args.Ref names,
+// creating the tag or moving it.
+func (d *daemon) tagSet(c ctl.Caller, args ctl.TagArgs) (any, error) {
+	snap, err := d.resolveSnapshot(args.Ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.meta.SetTag(args.Name, snap.ID); err != nil {
+		if errors.Is(err, branch.ErrInvalidName) {
+			return nil, invalidName(err, "tag")
+		}
+		return nil, storeError(err, fmt.Sprintf("tagging snapshot %s", snap.ID))
+	}
+	d.log.Info("tag set", "tag", args.Name, "id", snap.ID, "pid", c.Pid)
+	return snapshotInfo(snap, d.tags()), nil
+}
+
+// tagDelete deletes a tag; its snapshot stays.
+func (d *daemon) tagDelete(c ctl.Caller, args ctl.TagArgs) (any, error) {
+	id, ok := d.tags()[args.Name]
+	if !ok {
+		return nil, ctl.Errorf(syscall.ENOENT, "no tag %q: agentfs snapshot list shows the tags", args.Name)
+	}
+	if err := d.meta.DeleteTag(args.Name); err != nil {
+		return nil, storeError(err, fmt.Sprintf("deleting tag %q", args.Name))
+	}
+	d.log.Info("tag deleted", "tag", args.Name, "id", id, "pid", c.Pid)
+	return ctl.TagArgs{Name: args.Name, Ref: id}, nil
+}

@@ -1,0 +1,65 @@
+package ctl
+
+import "time"
+
+// Payloads of the snapshot operations (OpSnapshotCreate ... OpFsck).
+
+// SnapshotCreateArgs are the arguments of OpSnapshotCreate.
+type SnapshotCreateArgs struct {
+	Label string `json:"label,omitempty"`
+}
+
+// SnapshotRef names a snapshot: an id, an unambiguous id prefix of at
+// least 4 digits, or a tag.
+type SnapshotRef struct {
+	Ref string `json:"ref"`
+}
+
+// SnapshotInfo describes a snapshot.
+type SnapshotInfo struct {
+	ID      string    `json:"id"`
+	Label   string    `json:"label"`
+	Branch  string    `json:"branch"` // the branch it was taken of
+	Kind    string    `json:"kind"`   // manual, auto, safety or pre-run
+	Created time.Time `json:"created"`
+	// SizeAdded (OpSnapshotList only) is the allocated size of the
+	// files whose contents the snapshot holds and its predecessor does
+	// not: the snapshot taken before it of the same branch or, for a
+	// branch's first, the snapshot the branch was created from.
+	SizeAdded int64    `json:"size_added"`
+	Tags      []string `json:"tags"` // sorted
+}
+
+// SnapshotList is the reply of OpSnapshotList, in the order the
+// snapshots were taken.
+type SnapshotList struct {
+	Snapshots []SnapshotInfo `json:"snapshots"`
+}
+
+// TagArgs are the arguments of OpTagSet and OpTagDelete (Ref unused).
+type TagArgs struct {
+	Name string `json:"name"`
+	Ref  string `json:"ref,omitempty"`
+}
+
+// GCReply is the reply of OpGC.
+type GCReply struct {
+	Objects int64 `json:"objects"` // objects removed
+	Bytes   int64 `json:"bytes"`   // bytes freed
+}
+
+// FsckArgs are the arguments of OpFsck.
+type FsckArgs struct {
+	Repair bool `json:"repair,omitempty"`
+}
+
+// FsckReply is the reply of OpFsck.
+type FsckReply struct {
+	// Problems describes each problem found, one line each.
+	Problems []string `json:"problems"`
+	// Repaired says whether they were repaired (FsckArgs.Repair).
+	Repaired bool `json:"repaired"`
+	// Checked counts what was checked, for the summary line.
+	Entries int64 `json:"entries"`
+	Objects int64 `json:"objects"`
+}
