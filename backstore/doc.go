@@ -68,8 +68,8 @@
 // An object is complete before its id is returned: a failed CopyUp or
 // Clone removes its partial object, and the reflink probe uses
 // unnamed (O_TMPFILE) files. A crash can therefore leave only objects
-// that nothing refers to, which the caller's gc finds with
-// [Store.Objects] and removes.
+// that nothing refers to, which [Store.Collect] removes given the
+// caller's list of referenced objects (see gc.go).
 //
 // # Locking
 //

@@ -3,7 +3,6 @@ package backstore
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 
@@ -271,16 +270,9 @@ func (s *Store) Objects(fn func(id string) error) error {
 // filesystem.
 func (s *Store) Usage() (Usage, error) {
 	var u Usage
-	err := s.Objects(func(id string) error {
-		st, err := s.Lstat(id)
-		if errors.Is(err, unix.ENOENT) {
-			return nil // removed meanwhile
-		}
-		if err != nil {
-			return fmt.Errorf("object %s: %w", id, err)
-		}
+	err := s.ListObjects(func(_ string, bytes int64) error {
 		u.Objects++
-		u.Bytes += st.Blocks * 512
+		u.Bytes += bytes
 		return nil
 	})
 	if err != nil {
