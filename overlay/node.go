@@ -98,6 +98,7 @@ func (fs *FS) dropLocked(n *Node) {
 	if n.object != "" && fs.byObject[n.object] == n {
 		delete(fs.byObject, n.object)
 	}
+	delete(fs.staleNodes, n)
 	fs.dropLowerLocked(n)
 }
 

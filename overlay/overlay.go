@@ -101,6 +101,9 @@ type FS struct {
 	// file (st_nlink > 1), by st_ino: every name of the file is one node,
 	// so the kernel has one inode for it, as overlayfs with index=on.
 	byLowerIno map[uint64]*Node
+	// staleNodes holds the nodes a Reload cut loose until the kernel
+	// forgets them (their objects are live for gc: LiveObjects).
+	staleNodes map[*Node]struct{}
 }
 
 // New opens the view described by cfg and loads its entries.
@@ -141,6 +144,7 @@ func New(cfg Config) (*FS, error) {
 		copyCtimes:   map[string]copyTimes{},
 		byLower:      map[string]*Node{},
 		byLowerIno:   map[uint64]*Node{},
+		staleNodes:   map[*Node]struct{}{},
 	}
 	if err := fs.loadLocked(); err != nil {
 		unix.Close(fd)

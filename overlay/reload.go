@@ -56,6 +56,7 @@ func (fs *FS) reloadLocked() ([]Stale, error) {
 	for _, s := range stale {
 		s.Node.stale = true
 		s.Node.unlinked, s.Node.parent = true, nil
+		fs.staleNodes[s.Node] = struct{}{}
 	}
 	root := fs.root
 	root.entry, root.object, root.lower, root.hasLower = nil, "", "", true

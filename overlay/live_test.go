@@ -1,0 +1,72 @@
+package overlay
+
+import (
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+func (e *env) liveObjects() []string {
+	e.t.Helper()
+	var ids []string
+	if err := e.fs.LiveObjects(func(id string) error { ids = append(ids, id); return nil }); err != nil {
+		e.t.Fatal(err)
+	}
+	return ids
+}
+
+// TestLiveObjects: an unlinked open file and a node cut loose by a
+// Reload hold their objects until they are released and forgotten.
+func TestLiveObjects(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/f": "lower"})
+	r := e.fs.Root()
+	n, f, _, err := e.fs.Create(r, "tmp", unix.O_RDWR, 0644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpObj := n.object
+	if err := e.fs.Unlink(r, "tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(e.liveObjects(), tmpObj) {
+		t.Error("the object of an unlinked open file is not live")
+	}
+	f.Release()
+	e.fs.Forget(n, 1)
+	if slices.Contains(e.liveObjects(), tmpObj) {
+		t.Error("the object of a released, forgotten unlinked file is still live")
+	}
+
+	e.write("d/f", "upper")
+	old := e.must("d/f")
+	obj := old.object
+	rf, err := e.fs.Open(old, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b branch.Batch
+	e.fs.layer.Load(func(p string, _ *branch.Entry) error { b.Delete(p); return nil })
+	if err := e.fs.layer.Commit(&b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fs.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(e.liveObjects(), obj) {
+		t.Error("the object of a stale open node is not live")
+	}
+	rf.Release()
+	if !slices.Contains(e.liveObjects(), obj) {
+		t.Error("a stale node the kernel still holds lost its object")
+	}
+	e.fs.Forget(old, 1<<30)
+	if slices.Contains(e.liveObjects(), obj) {
+		t.Error("a forgotten stale node's object is still live")
+	}
+	if _, err := e.bs.Lstat(obj); err != nil {
+		t.Errorf("a stale node's object was removed when forgotten (gc's job): %v", err)
+	}
+}
