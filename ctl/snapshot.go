@@ -42,10 +42,24 @@ type TagArgs struct {
 	Ref  string `json:"ref,omitempty"`
 }
 
+// GCArgs are the arguments of OpGC.
+type GCArgs struct {
+	// Grace spares unreferenced objects changed less than this long
+	// ago (they may belong to a change in progress); 0: the daemon's
+	// default (a minute).
+	Grace time.Duration `json:"grace_ns,omitempty"`
+}
+
 // GCReply is the reply of OpGC.
 type GCReply struct {
-	Objects int64 `json:"objects"` // objects removed
-	Bytes   int64 `json:"bytes"`   // bytes freed
+	Objects int   `json:"objects"` // objects looked at
+	Removed int   `json:"removed"` // objects removed
+	Freed   int64 `json:"freed"`   // allocated bytes of the removed objects
+	// Young counts the unreferenced objects kept because they changed
+	// within the grace period; InUse those that open files still hold.
+	Young int           `json:"young"`
+	InUse int           `json:"in_use"`
+	Grace time.Duration `json:"grace_ns"`
 }
 
 // FsckArgs are the arguments of OpFsck.

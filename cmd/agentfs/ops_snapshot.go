@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
 )
@@ -17,6 +18,7 @@ func (d *daemon) handleSnapshots(s *ctl.Server) {
 	s.Handle(ctl.OpSnapshotDelete, serialized(d, ctl.OpSnapshotDelete, d.snapshotDelete))
 	s.Handle(ctl.OpTagSet, serialized(d, ctl.OpTagSet, d.tagSet))
 	s.Handle(ctl.OpTagDelete, serialized(d, ctl.OpTagDelete, d.tagDelete))
+	s.Handle(ctl.OpGC, serialized(d, ctl.OpGC, d.gc))
 }
 
 // snapshotCreate takes a manual snapshot of the current branch. When it
@@ -170,4 +172,32 @@ func (d *daemon) tagDelete(c ctl.Caller, args ctl.TagArgs) (any, error) {
 	}
 	d.log.Info("tag deleted", "tag", args.Name, "id", id, "pid", c.Pid)
 	return ctl.TagArgs{Name: args.Name, Ref: id}, nil
+}
+
+// gc removes the objects that no branch, snapshot or open file refers
+// to, except those changed within the grace period (a copy-up in
+// progress makes its object before it commits the entry naming it).
+func (d *daemon) gc(c ctl.Caller, args ctl.GCArgs) (any, error) {
+	grace := args.Grace
+	if grace <= 0 {
+		grace = backstore.DefaultGCGrace
+	}
+	var live map[string]bool
+	inUse := func(id string) bool {
+		// Read once, after the references: a node holding an object
+		// that no reference names was made before they were read.
+		if live == nil {
+			live = map[string]bool{}
+			if err := d.view.LiveObjects(func(id string) error { live[id] = true; return nil }); err != nil {
+				d.log.Error("gc: listing the objects open files hold", "err", err)
+			}
+		}
+		return live[id]
+	}
+	r, err := d.objs.Collect(backstore.GCOptions{Referenced: d.meta.ReferencedObjects, InUse: inUse, Grace: grace})
+	d.log.Info("gc", "objects", r.Objects, "removed", r.Removed, "freed", r.Freed, "young", r.Young, "in use", r.InUse, "err", err, "pid", c.Pid)
+	if err != nil {
+		return nil, storeError(err, fmt.Sprintf("collecting garbage (removed %d objects, %d bytes, before the error)", r.Removed, r.Freed))
+	}
+	return ctl.GCReply{Objects: r.Objects, Removed: r.Removed, Freed: r.Freed, Young: r.Young, InUse: r.InUse, Grace: grace}, nil
 }

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/ctl"
+)
+
+// gcOptions are the flags of agentfs gc.
+type gcOptions struct {
+	mountFlag
+	grace  time.Duration
+	json   bool
+	stdout io.Writer
+}
+
+func (o *gcOptions) AddFlags(fs *pflag.FlagSet) {
+	o.mountFlag.AddFlags(fs)
+	fs.DurationVar(&o.grace, "grace", time.Minute, "spare unreferenced files changed less than this `DURATION` ago\n(a change in progress may still be about to name them)")
+	fs.BoolVar(&o.json, "json", false, "print JSON")
+}
+
+func init() {
+	register(&command{
+		name:    "gc",
+		summary: "free the space of files no branch, snapshot or open file uses",
+		usage:   "[-C DIR] [--grace DURATION] [--json]",
+		help: `Gc removes from the backstore the files that no branch, no snapshot and
+no open file uses any more: what deleted snapshots and branches, and
+restores, left behind. It prints the bytes it freed. Files changed in
+the last --grace are kept, since a change in progress may be about to
+use them. It is safe while the mount is in use.
+
+Examples:
+  agentfs snapshot delete 1a2b3c4d && agentfs gc
+  agentfs gc -C /mnt/ws --grace 10s`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &gcOptions{stdout: out.stdout}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runGC(ctx, o, args) }
+		},
+	})
+}
+
+func runGC(ctx context.Context, o *gcOptions, args []string) error {
+	if len(args) != 0 {
+		return usagef("gc takes no arguments")
+	}
+	if o.grace < time.Second {
+		return usagef("--grace %v is too short: a copy in progress could lose its file; use 1s or more", o.grace)
+	}
+	var rep ctl.GCReply
+	if err := o.call(ctl.OpGC, ctl.GCArgs{Grace: o.grace}, &rep); err != nil {
+		return err
+	}
+	if o.json {
+		return printJSON(o.stdout, rep)
+	}
+	fmt.Fprintf(o.stdout, "freed %d bytes (%s): removed %d of %d files\n", rep.Freed, humanBytes(rep.Freed), rep.Removed, rep.Objects)
+	if rep.Young > 0 {
+		fmt.Fprintf(o.stdout, "kept %d unused files changed in the last %v (run gc again later)\n", rep.Young, rep.Grace)
+	}
+	return nil
+}
