@@ -16,4 +16,58 @@ type RestoreReply struct {
 	// Safety is the snapshot of the state before the restore (nil for
 	// a dry run): restoring it undoes the restore.
 	Safety *SnapshotInfo `json:"safety,omitempty"`
+	// Changes (a dry run) are the changes the restore would make.
+	Changes []Change `json:"changes,omitempty"`
+}
+
+// DiffArgs are the arguments of OpDiff.
+type DiffArgs struct {
+	// From and To name what to compare: "lower" (the project), a
+	// snapshot (id, prefix or tag) or a branch. From defaults to
+	// "lower", To to the current branch.
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// Patch asks for the differences of text files as a unified diff.
+	Patch bool `json:"patch,omitempty"`
+}
+
+// DiffReply is the reply of OpDiff.
+type DiffReply struct {
+	From    string   `json:"from"` // what was compared, in words ("branch main")
+	To      string   `json:"to"`
+	Changes []Change `json:"changes"` // in path order
+	// Patch is the unified diff (DiffArgs.Patch).
+	Patch string `json:"patch,omitempty"`
+}
+
+// Change kinds.
+const (
+	Created     = "created"
+	Deleted     = "deleted"
+	Modified    = "modified"     // the data differ
+	ModeChanged = "mode-changed" // mode, owner or xattrs differ; the data do not
+	TypeChanged = "type-changed"
+)
+
+// Change is one path that differs between two states.
+type Change struct {
+	Path string    `json:"path"` // relative to the mount root
+	Kind string    `json:"kind"` // Created, Deleted, ...
+	Old  *FileInfo `json:"old,omitempty"`
+	New  *FileInfo `json:"new,omitempty"`
+	// SizeDelta is New.Size - Old.Size (a missing side counts 0).
+	SizeDelta int64 `json:"size_delta"`
+	// AttrsChanged: a modified file's mode, owner or xattrs changed too.
+	AttrsChanged bool `json:"attrs_changed,omitempty"`
+}
+
+// FileInfo is one side of a Change.
+type FileInfo struct {
+	Type   string `json:"type"` // file, dir, symlink, fifo, socket, char, block
+	Mode   uint32 `json:"mode"` // permission bits with setuid, setgid and sticky
+	Uid    uint32 `json:"uid"`
+	Gid    uint32 `json:"gid"`
+	Size   int64  `json:"size"` // 0 for directories
+	Rdev   uint64 `json:"rdev,omitempty"`
+	Target string `json:"target,omitempty"` // symlinks
 }

@@ -65,8 +65,12 @@ func runRestore(ctx context.Context, o *restoreOptions, args []string) error {
 		label = fmt.Sprintf(" (%s)", printable(s.Label))
 	}
 	if o.dryRun {
+		if len(rep.Changes) == 0 {
+			fmt.Fprintf(o.stdout, "restoring snapshot %s%s into branch %s would change nothing\n", s.ID, label, printable(rep.Branch))
+			return nil
+		}
 		fmt.Fprintf(o.stdout, "restoring snapshot %s%s into branch %s would make these changes (none made):\n", s.ID, label, printable(rep.Branch))
-		return nil
+		return printChanges(o.stdout, rep.Changes)
 	}
 	fmt.Fprintf(o.stdout, "restored snapshot %s%s into branch %s\n", s.ID, label, printable(rep.Branch))
 	if rep.Safety != nil {

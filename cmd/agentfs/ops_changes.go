@@ -1,16 +1,120 @@
 package main
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"syscall"
 
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/overlay"
 )
 
 // handleChanges registers restore, diff and export.
 func (d *daemon) handleChanges(s *ctl.Server) {
 	s.Handle(ctl.OpRestore, serialized(d, ctl.OpRestore, d.restore))
+	s.Handle(ctl.OpDiff, serialized(d, ctl.OpDiff, d.diff))
+}
+
+// lowerRef names the project itself in diff and export.
+const lowerRef = "lower"
+
+// refView is a view that diff or export reads: what ref names.
+type refView struct {
+	fs    *overlay.FS
+	what  string // in words: "the project", "snapshot 1a2b3c4d", "branch main"
+	snap  *branch.Snapshot
+	close func()
+}
+
+// openRef opens a view of what ref names: "lower" (the project as it
+// is), a branch, or a snapshot (an id, a prefix, or a tag). The current
+// branch is the mount's own view, read live; another branch is read
+// through a view of its layer, which nothing writes while opMu is held
+// (only the current branch is written, and switching needs opMu); a
+// snapshot through a read-only view. A name that is both a branch and
+// a tag is refused as ambiguous.
+func (d *daemon) openRef(ref string) (refView, error) {
+	if ref == lowerRef {
+		v, err := overlay.LowerView(d.plan.lower, d.objs)
+		if err != nil {
+			return refView{}, ctl.Errorf(syscall.EIO, "opening the project %s: %v", d.plan.lower, err)
+		}
+		return refView{fs: v, what: "the project (lower)", close: func() { v.Close() }}, nil
+	}
+	l, err := d.meta.Layer(ref)
+	if err == nil {
+		if _, tagged := d.tags()[ref]; tagged {
+			return refView{}, ctl.Errorf(syscall.EINVAL, "%q names both a branch and a tag: name the tag's snapshot by its id (agentfs snapshot list), or delete the tag", ref)
+		}
+		what := fmt.Sprintf("branch %s", ref)
+		if l == d.current.Load() {
+			return refView{fs: d.view, what: what, close: func() {}}, nil
+		}
+		v, err := overlay.New(overlay.Config{Lower: d.plan.lower, Objects: d.objs, Layer: l, Logger: d.log})
+		if err != nil {
+			return refView{}, storeError(err, fmt.Sprintf("opening branch %q", ref))
+		}
+		return refView{fs: v, what: what, close: func() { v.Close() }}, nil
+	}
+	if !errors.Is(err, branch.ErrNotFound) {
+		return refView{}, storeError(err, fmt.Sprintf("opening branch %q", ref))
+	}
+	snap, err := d.resolveSnapshot(ref)
+	if err != nil {
+		var ce *ctl.Error
+		if errors.As(err, &ce) && ce.Errno == syscall.ENOENT {
+			return refView{}, ctl.Errorf(syscall.ENOENT, "%q is neither \"lower\", a branch, a snapshot id nor a tag: agentfs branch list and agentfs snapshot list show them", ref)
+		}
+		return refView{}, err
+	}
+	v, err := overlay.New(overlay.Config{Lower: d.plan.lower, Objects: d.objs, Snapshot: d.meta.SnapshotView(snap), Logger: d.log})
+	if err != nil {
+		return refView{}, storeError(err, fmt.Sprintf("opening snapshot %s", snap.ID))
+	}
+	return refView{fs: v, what: "snapshot " + snap.ID, snap: &snap, close: func() { v.Close() }}, nil
+}
+
+// changes returns the changes from view a to view b.
+func changes(a, b *overlay.FS) ([]ctl.Change, error) {
+	out := []ctl.Change{}
+	err := overlay.Diff(a, b, func(c overlay.Change) error {
+		out = append(out, ctl.Change{Path: c.Path, Kind: string(c.Kind), Old: fileInfo(c.Old), New: fileInfo(c.New),
+			SizeDelta: c.SizeDelta, AttrsChanged: c.AttrsChanged})
+		return nil
+	})
+	return out, err
+}
+
+func fileInfo(fi *overlay.FileInfo) *ctl.FileInfo {
+	if fi == nil {
+		return nil
+	}
+	return &ctl.FileInfo{Type: fi.Type, Mode: fi.Mode, Uid: fi.Uid, Gid: fi.Gid, Size: fi.Size, Rdev: fi.Rdev, Target: fi.Target}
+}
+
+// diff compares two of: the project, a snapshot, a branch.
+func (d *daemon) diff(c ctl.Caller, args ctl.DiffArgs) (any, error) {
+	from, to := cmp.Or(args.From, lowerRef), cmp.Or(args.To, d.current.Load().Name())
+	a, err := d.openRef(from)
+	if err != nil {
+		return nil, err
+	}
+	defer a.close()
+	b, err := d.openRef(to)
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	reply := ctl.DiffReply{From: a.what, To: b.what}
+	if reply.Changes, err = changes(a.fs, b.fs); err != nil {
+		return nil, ctl.Errorf(syscall.EIO, "comparing %s with %s: %v", a.what, b.what, err)
+	}
+	if args.Patch {
+		return nil, ctl.Errorf(syscall.ENOSYS, "diff --patch is not available yet")
+	}
+	return reply, nil
 }
 
 // restore makes the current branch the state of a snapshot, for every
@@ -27,7 +131,15 @@ func (d *daemon) restore(c ctl.Caller, args ctl.RestoreArgs) (any, error) {
 	cur := d.current.Load().Name()
 	reply := ctl.RestoreReply{Snapshot: snapshotInfo(snap, d.tags()), Branch: cur}
 	if args.DryRun {
-		return nil, ctl.Errorf(syscall.ENOSYS, "restore --dry-run is not available yet")
+		v, err := d.openRef(snap.ID)
+		if err != nil {
+			return nil, err
+		}
+		defer v.close()
+		if reply.Changes, err = changes(d.view, v.fs); err != nil {
+			return nil, ctl.Errorf(syscall.EIO, "comparing branch %q with snapshot %s: %v", cur, snap.ID, err)
+		}
+		return reply, nil
 	}
 	safety, err := d.view.Snapshot(fmt.Sprintf("before restoring %s", snap.ID), branch.KindSafety)
 	if err != nil {

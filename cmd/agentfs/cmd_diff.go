@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/ctl"
+)
+
+// diffOptions are the flags of agentfs diff.
+type diffOptions struct {
+	mountFlag
+	json, stat, patch bool
+	stdout            io.Writer
+}
+
+func (o *diffOptions) AddFlags(fs *pflag.FlagSet) {
+	o.mountFlag.AddFlags(fs)
+	fs.BoolVar(&o.stat, "stat", false, "a summary: each path with its change in size, then the totals")
+	fs.BoolVar(&o.patch, "patch", false, "the changes of text files as a unified diff (git apply takes it)")
+	fs.BoolVar(&o.json, "json", false, "print JSON")
+}
+
+func init() {
+	register(&command{
+		name:    "diff",
+		summary: "show what changed between the project, snapshots and branches",
+		usage:   "[-C DIR] [FROM [TO]] [--stat] [--patch] [--json]",
+		help: `Diff lists what changed from FROM to TO, one path a line:
+
+  A  created         D  deleted         M  contents changed
+  P  mode, owner or xattrs changed      T  type changed (file to directory, ...)
+
+FROM and TO are each "lower" (the project as it is), a snapshot (an id,
+a prefix of at least 4 digits, or a tag) or a branch. By default FROM
+is lower and TO the current branch: what the mount changed. Times alone
+are no change; a file written and written back is none either.
+
+Examples:
+  agentfs diff                    # the project to the current branch
+  agentfs diff 1a2b               # snapshot 1a2b... to the current branch
+  agentfs diff main try2 --stat   # two branches
+  agentfs diff --patch > changes.patch`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &diffOptions{stdout: out.stdout}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runDiff(ctx, o, args) }
+		},
+	})
+}
+
+func runDiff(ctx context.Context, o *diffOptions, args []string) error {
+	if len(args) > 2 {
+		return usagef("diff takes at most FROM and TO, got %d arguments", len(args))
+	}
+	if o.stat && o.patch {
+		return usagef("--stat and --patch do not go together")
+	}
+	var a ctl.DiffArgs
+	if len(args) > 0 {
+		a.From = args[0]
+	}
+	if len(args) > 1 {
+		a.To = args[1]
+	}
+	a.Patch = o.patch
+	var rep ctl.DiffReply
+	if err := o.call(ctl.OpDiff, a, &rep); err != nil {
+		return err
+	}
+	switch {
+	case o.json:
+		return printJSON(o.stdout, rep)
+	case o.patch:
+		_, err := io.WriteString(o.stdout, rep.Patch)
+		return err
+	case o.stat:
+		return printDiffStat(o.stdout, rep.Changes)
+	}
+	return printChanges(o.stdout, rep.Changes)
+}
+
+// changeLetters are the one-letter kinds of agentfs diff.
+var changeLetters = map[string]string{
+	ctl.Created: "A", ctl.Deleted: "D", ctl.Modified: "M", ctl.ModeChanged: "P", ctl.TypeChanged: "T",
+}
+
+// changePath is a change's path as listed: directories end in "/".
+func changePath(c ctl.Change) string {
+	p := printable(c.Path)
+	if c.Path == "" {
+		p = "."
+	}
+	if fi := c.New; fi != nil && fi.Type == "dir" || fi == nil && c.Old != nil && c.Old.Type == "dir" {
+		p += "/"
+	}
+	return p
+}
+
+// printChanges lists changes one a line, with a letter for the kind.
+func printChanges(w io.Writer, changes []ctl.Change) error {
+	for _, c := range changes {
+		letter := changeLetters[c.Kind]
+		if letter == "" {
+			letter = "?"
+		}
+		detail := ""
+		switch {
+		case c.Kind == ctl.TypeChanged:
+			detail = fmt.Sprintf("  (%s to %s)", c.Old.Type, c.New.Type)
+		case c.Kind == ctl.ModeChanged || c.AttrsChanged:
+			detail = attrChange(c.Old, c.New)
+		}
+		if _, err := fmt.Fprintf(w, "%s  %s%s\n", letter, changePath(c), detail); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attrChange describes a change of mode or owner ("" when only xattrs
+// changed).
+func attrChange(a, b *ctl.FileInfo) string {
+	s := ""
+	if a.Mode != b.Mode {
+		s += fmt.Sprintf(", mode %04o to %04o", a.Mode, b.Mode)
+	}
+	if a.Uid != b.Uid || a.Gid != b.Gid {
+		s += fmt.Sprintf(", owner %d:%d to %d:%d", a.Uid, a.Gid, b.Uid, b.Gid)
+	}
+	if s == "" {
+		return "  (xattrs)"
+	}
+	return "  (" + s[2:] + ")"
+}
+
+// printDiffStat prints each changed path with its kind and change in
+// size, then the totals.
+func printDiffStat(w io.Writer, changes []ctl.Change) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
+	counts := map[string]int{}
+	var added, removed int64
+	for _, c := range changes {
+		counts[c.Kind]++
+		if c.SizeDelta >= 0 {
+			added += c.SizeDelta
+		} else {
+			removed -= c.SizeDelta
+		}
+		fmt.Fprintf(tw, " %s\t| %s\t%s\n", changePath(c), c.Kind, signedBytes(c.SizeDelta))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, " %d changed: %d created, %d modified, %d deleted, %d mode-changed, %d type-changed; +%s -%s\n",
+		len(changes), counts[ctl.Created], counts[ctl.Modified], counts[ctl.Deleted], counts[ctl.ModeChanged], counts[ctl.TypeChanged],
+		humanBytes(added), humanBytes(removed))
+	return err
+}
+
+// signedBytes shows a size change: "+1.0 KiB", "-12 B", "0".
+func signedBytes(n int64) string {
+	switch {
+	case n > 0:
+		return "+" + humanBytes(n)
+	case n < 0:
+		return "-" + humanBytes(-n)
+	}
+	return "0"
+}

@@ -1,0 +1,183 @@
+package integration
+
+// Diff, restore --dry-run, export, gc and fsck (the snapshots issue),
+// driven as a user does.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// diffJSON is agentfs diff --json.
+type diffJSON struct {
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Changes []struct {
+		Path      string `json:"path"`
+		Kind      string `json:"kind"`
+		SizeDelta int64  `json:"size_delta"`
+	} `json:"changes"`
+	Patch string `json:"patch"`
+}
+
+// diffKinds runs agentfs diff --json with args and returns path → kind.
+func diffKinds(t *testing.T, dir string, args ...string) map[string]string {
+	t.Helper()
+	r := mustC(t, dir, append([]string{"diff", "--json"}, args...)...)
+	var d diffJSON
+	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil {
+		t.Fatalf("diff --json: %v\n%s", err, r.stdout)
+	}
+	out := map[string]string{}
+	for _, c := range d.Changes {
+		out[c.Path] = c.Kind
+	}
+	return out
+}
+
+func sameKinds(got, want map[string]string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for p, k := range want {
+		if got[p] != k {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDiff: by default the project to the current branch; FROM and TO
+// may be lower, snapshots (id, prefix, tag) and branches; --stat and
+// the plain listing name every change.
+func TestDiff(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("a", "lower a"), lowerFile("b", "b"), lowerFile("d/x", "x"), lowerFile("mode", "m")))
+	if got := diffKinds(t, m.dir); len(got) != 0 {
+		t.Errorf("diff of a fresh mount = %v, want nothing", got)
+	}
+	writeFile(t, m.path("a"), "upper a")
+	os.Remove(m.path("b"))
+	writeFile(t, m.path("d/new"), "new")
+	os.Chmod(m.path("mode"), 0o600)
+	id := takeSnapshot(t, m.dir, "s1")
+	mustC(t, m.dir, "tag", "s1", id)
+	want := map[string]string{"a": "modified", "b": "deleted", "d/new": "created", "mode": "mode-changed"}
+	if got := diffKinds(t, m.dir); !sameKinds(got, want) {
+		t.Errorf("diff = %v, want %v", got, want)
+	}
+	for _, args := range [][]string{{"lower", id}, {"lower", "s1"}, {"lower", id[:4]}, {"lower", "main"}} {
+		if got := diffKinds(t, m.dir, args...); !sameKinds(got, want) {
+			t.Errorf("diff %v = %v, want %v", args, got, want)
+		}
+	}
+	mustC(t, m.dir, "branch", "create", "two")
+	writeFile(t, m.path("later"), "later")
+	if got, want := diffKinds(t, m.dir, "s1"), map[string]string{"later": "created"}; !sameKinds(got, want) {
+		t.Errorf("diff s1 (to the current branch) = %v, want %v", got, want)
+	}
+	if got, want := diffKinds(t, m.dir, "main", "two"), map[string]string{"later": "deleted"}; !sameKinds(got, want) {
+		t.Errorf("diff main two = %v, want %v", got, want)
+	}
+	if got := diffKinds(t, m.dir, id, "two"); len(got) != 0 {
+		t.Errorf("diff %s two (made from the same state) = %v, want nothing", id, got)
+	}
+
+	out := mustC(t, m.dir, "diff").stdout
+	for _, line := range []string{"M  a\n", "D  b\n", "A  d/new\n", "A  later\n", "P  mode  (mode 0644 to 0600)\n"} {
+		if !strings.Contains(out, line) {
+			t.Errorf("diff does not list %q:\n%s", line, out)
+		}
+	}
+	stat := mustC(t, m.dir, "diff", "--stat").stdout
+	if !strings.Contains(stat, "5 changed: 2 created, 1 modified, 1 deleted, 1 mode-changed") {
+		t.Errorf("diff --stat has no right summary:\n%s", stat)
+	}
+	failC(t, m.dir, []string{`"nope" is neither "lower", a branch, a snapshot id nor a tag`}, "diff", "nope")
+}
+
+// TestRestoreDryRun: restore --dry-run lists the changes restore would
+// make and makes none.
+func TestRestoreDryRun(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("a", "lower a"), lowerFile("b", "b")))
+	writeFile(t, m.path("a"), "snap")
+	id := takeSnapshot(t, m.dir, "")
+	writeFile(t, m.path("a"), "later")
+	os.Remove(m.path("b"))
+	writeFile(t, m.path("c"), "c")
+	before := snapshotTree(m.dir)
+	nsnaps := len(listSnapshots(t, m.dir))
+	r := mustC(t, m.dir, "restore", "--dry-run", id)
+	for _, want := range []string{"M  a\n", "A  b\n", "D  c\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("restore --dry-run does not list %s:\n%s", want, r)
+		}
+	}
+	if strings.Contains(r.stdout, "to undo") {
+		t.Errorf("restore --dry-run prints an undo line:\n%s", r)
+	}
+	for _, d := range diffMountTrees(before, snapshotTree(m.dir)) {
+		t.Errorf("restore --dry-run changed the mount: %s", d)
+	}
+	if n := len(listSnapshots(t, m.dir)); n != nsnaps {
+		t.Errorf("restore --dry-run: %d snapshots, want %d (no safety snapshot)", n, nsnaps)
+	}
+}
+
+// gcJSON is agentfs gc --json.
+type gcJSON struct {
+	Removed int   `json:"removed"`
+	Freed   int64 `json:"freed"`
+	InUse   int   `json:"in_use"`
+}
+
+func runGC(t *testing.T, dir string) gcJSON {
+	t.Helper()
+	r := mustC(t, dir, "gc", "--grace", "1s", "--json")
+	var g gcJSON
+	if err := json.Unmarshal([]byte(r.stdout), &g); err != nil {
+		t.Fatalf("gc --json: %v\n%s", err, r.stdout)
+	}
+	return g
+}
+
+// TestGC: gc frees what deleted snapshots and restores left behind, and
+// prints the bytes; it spares what a snapshot or an open file holds.
+func TestGC(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("a", "a")))
+	empty := takeSnapshot(t, m.dir, "empty")
+	writeFile(t, m.path("big"), strings.Repeat("x", 1<<20))
+	id := takeSnapshot(t, m.dir, "big")
+	os.Remove(m.path("big"))
+	held, err := os.OpenFile(m.path("held"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	held.WriteString(strings.Repeat("h", 64<<10))
+	mustC(t, m.dir, "restore", empty) // held's file now belongs to nothing but the descriptor
+	time.Sleep(1100 * time.Millisecond)
+	if g := runGC(t, m.dir); g.Freed >= 1<<20 || g.InUse < 1 {
+		t.Errorf("gc = %+v while snapshot %s holds the 1 MiB file and a descriptor the file held: want less than 1 MiB freed, 1 file in use", g, id)
+	}
+	buf := make([]byte, 4)
+	if n, err := held.ReadAt(buf, 100); err != nil || string(buf[:n]) != "hhhh" {
+		t.Errorf("a file held open across restore and gc reads %q, %v", buf[:n], err)
+	}
+	mustC(t, m.dir, "snapshot", "delete", id)
+	r := mustC(t, m.dir, "gc", "--grace", "1s")
+	if !strings.Contains(r.stdout, "freed ") || !strings.Contains(r.stdout, " bytes") {
+		t.Errorf("gc does not print the bytes freed:\n%s", r)
+	}
+	var freed int64
+	fmt.Sscanf(r.stdout, "freed %d bytes", &freed)
+	if freed < 1<<20 {
+		t.Errorf("gc after deleting snapshot %s freed %d bytes, want at least the 1 MiB file:\n%s", id, freed, r)
+	}
+	if got := readFile(t, m.path("a")); got != "a" {
+		t.Errorf("a after gc = %q", got)
+	}
+}
