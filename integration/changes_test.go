@@ -96,6 +96,12 @@ func TestDiff(t *testing.T) {
 	if !strings.Contains(stat, "5 changed: 2 created, 1 modified, 1 deleted, 1 mode-changed") {
 		t.Errorf("diff --stat has no right summary:\n%s", stat)
 	}
+	patch := mustC(t, m.dir, "diff", "--patch").stdout
+	for _, want := range []string{"--- a/a\n+++ b/a\n", "-lower a\n", "+upper a\n", "--- a/b\n+++ /dev/null\n", "+++ b/d/new\n", "+new\n"} {
+		if !strings.Contains(patch, want) {
+			t.Errorf("diff --patch does not contain %q:\n%s", want, patch)
+		}
+	}
 	failC(t, m.dir, []string{`"nope" is neither "lower", a branch, a snapshot id nor a tag`}, "diff", "nope")
 }
 

@@ -21,7 +21,7 @@ type diffOptions struct {
 func (o *diffOptions) AddFlags(fs *pflag.FlagSet) {
 	o.mountFlag.AddFlags(fs)
 	fs.BoolVar(&o.stat, "stat", false, "a summary: each path with its change in size, then the totals")
-	fs.BoolVar(&o.patch, "patch", false, "the changes of text files as a unified diff (git apply takes it)")
+	fs.BoolVar(&o.patch, "patch", false, "the changes of text files as a unified diff (patch -p1 and git apply\ntake it; binary files are named, not included)")
 	fs.BoolVar(&o.json, "json", false, "print JSON")
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 
 	"github.com/agentfs/agentfs/branch"
@@ -76,15 +77,42 @@ func (d *daemon) openRef(ref string) (refView, error) {
 	return refView{fs: v, what: "snapshot " + snap.ID, snap: &snap, close: func() { v.Close() }}, nil
 }
 
-// changes returns the changes from view a to view b.
-func changes(a, b *overlay.FS) ([]ctl.Change, error) {
-	out := []ctl.Change{}
+// changes returns the changes from view a to view b, as overlay.Diff
+// reports them.
+func changes(a, b *overlay.FS) ([]overlay.Change, error) {
+	var out []overlay.Change
 	err := overlay.Diff(a, b, func(c overlay.Change) error {
-		out = append(out, ctl.Change{Path: c.Path, Kind: string(c.Kind), Old: fileInfo(c.Old), New: fileInfo(c.New),
-			SizeDelta: c.SizeDelta, AttrsChanged: c.AttrsChanged})
+		out = append(out, c)
 		return nil
 	})
 	return out, err
+}
+
+// changeInfos turns changes into their protocol form.
+func changeInfos(cs []overlay.Change) []ctl.Change {
+	out := make([]ctl.Change, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, ctl.Change{Path: c.Path, Kind: string(c.Kind), Old: fileInfo(c.Old), New: fileInfo(c.New),
+			SizeDelta: c.SizeDelta, AttrsChanged: c.AttrsChanged})
+	}
+	return out
+}
+
+// maxPatch bounds the unified diff a diff --patch reply carries.
+const maxPatch = 64 << 20
+
+// patchOf returns the unified diff of the data of every changed file.
+func patchOf(a, b *overlay.FS, cs []overlay.Change) (string, error) {
+	var buf strings.Builder
+	for _, c := range cs {
+		if err := overlay.Patch(a, b, c, &buf); err != nil {
+			return "", fmt.Errorf("%s: %w", c.Path, err)
+		}
+		if buf.Len() > maxPatch {
+			return "", fmt.Errorf("the patch is larger than %d MiB: compare exports instead (agentfs export, then diff -r)", maxPatch>>20)
+		}
+	}
+	return buf.String(), nil
 }
 
 func fileInfo(fi *overlay.FileInfo) *ctl.FileInfo {
@@ -107,12 +135,15 @@ func (d *daemon) diff(c ctl.Caller, args ctl.DiffArgs) (any, error) {
 		return nil, err
 	}
 	defer b.close()
-	reply := ctl.DiffReply{From: a.what, To: b.what}
-	if reply.Changes, err = changes(a.fs, b.fs); err != nil {
+	cs, err := changes(a.fs, b.fs)
+	if err != nil {
 		return nil, ctl.Errorf(syscall.EIO, "comparing %s with %s: %v", a.what, b.what, err)
 	}
+	reply := ctl.DiffReply{From: a.what, To: b.what, Changes: changeInfos(cs)}
 	if args.Patch {
-		return nil, ctl.Errorf(syscall.ENOSYS, "diff --patch is not available yet")
+		if reply.Patch, err = patchOf(a.fs, b.fs, cs); err != nil {
+			return nil, ctl.Errorf(syscall.EIO, "diff --patch of %s and %s: %v", a.what, b.what, err)
+		}
 	}
 	return reply, nil
 }
@@ -136,9 +167,11 @@ func (d *daemon) restore(c ctl.Caller, args ctl.RestoreArgs) (any, error) {
 			return nil, err
 		}
 		defer v.close()
-		if reply.Changes, err = changes(d.view, v.fs); err != nil {
+		cs, err := changes(d.view, v.fs)
+		if err != nil {
 			return nil, ctl.Errorf(syscall.EIO, "comparing branch %q with snapshot %s: %v", cur, snap.ID, err)
 		}
+		reply.Changes = changeInfos(cs)
 		return reply, nil
 	}
 	safety, err := d.view.Snapshot(fmt.Sprintf("before restoring %s", snap.ID), branch.KindSafety)
