@@ -33,19 +33,8 @@ func fullWalk(t *testing.T, fs *FS) map[string]fileSig {
 			t.Fatalf("getattr %q: %v", p, err)
 		}
 		s := fileSig{typ: st.Mode & unix.S_IFMT, mode: st.Mode & 07777, uid: st.Uid, gid: st.Gid}
-		buf := make([]byte, 4096)
-		k, _ := fs.Listxattr(n, buf)
-		var xs []string
-		for _, name := range strings.Split(string(buf[:k]), "\x00") {
-			if name == "" || name == "security.selinux" {
-				continue
-			}
-			v := make([]byte, 4096)
-			vk, _ := fs.Getxattr(n, name, v)
-			xs = append(xs, name+"="+string(v[:vk]))
-		}
-		sort.Strings(xs)
-		s.xattrs = strings.Join(xs, ",")
+		s.xattrs = xattrString(func(b []byte) (int, error) { return fs.Listxattr(n, b) },
+			func(name string, b []byte) (int, error) { return fs.Getxattr(n, name, b) })
 		switch s.typ {
 		case unix.S_IFREG:
 			f, err := fs.Open(n, unix.O_RDONLY)
@@ -81,6 +70,23 @@ func fullWalk(t *testing.T, fs *FS) map[string]fileSig {
 	}
 	walk(fs.Root(), "")
 	return out
+}
+
+// xattrString lists xattrs (but security.selinux) as "k=v,k=v".
+func xattrString(list func([]byte) (int, error), get func(string, []byte) (int, error)) string {
+	buf := make([]byte, 4096)
+	k, _ := list(buf)
+	var xs []string
+	for _, name := range strings.Split(string(buf[:k]), "\x00") {
+		if name == "" || name == "security.selinux" {
+			continue
+		}
+		v := make([]byte, 4096)
+		vk, _ := get(name, v)
+		xs = append(xs, name+"="+string(v[:vk]))
+	}
+	sort.Strings(xs)
+	return strings.Join(xs, ",")
 }
 
 // bruteDiff derives the changes from two full walks.
