@@ -71,3 +71,19 @@ type FileInfo struct {
 	Rdev   uint64 `json:"rdev,omitempty"`
 	Target string `json:"target,omitempty"` // symlinks
 }
+
+// ExportArgs are the arguments of OpExport.
+type ExportArgs struct {
+	Ref string `json:"ref"` // "lower", a snapshot or a branch
+	// To is the absolute path of the directory to write: it must not
+	// exist, or be empty.
+	To string `json:"to"`
+}
+
+// ExportReply is the reply of OpExport.
+type ExportReply struct {
+	What string `json:"what"` // what was exported, in words
+	To   string `json:"to"`
+	// Skipped lists what could not be exported, and why ("path: why").
+	Skipped []string `json:"skipped,omitempty"`
+}

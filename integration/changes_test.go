@@ -7,9 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // diffJSON is agentfs diff --json.
@@ -185,5 +188,41 @@ func TestGC(t *testing.T) {
 	}
 	if got := readFile(t, m.path("a")); got != "a" {
 		t.Errorf("a after gc = %q", got)
+	}
+}
+
+// TestExport: a branch the mount does not show, the current branch and
+// the project export as they show; a target in the project, in the
+// mount or not empty is refused, and nothing is written there.
+func TestExport(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("a", "lower a"), lowerFile("d/x", "x")))
+	project := snapshotTree(m.dir)
+	writeFile(t, m.path("a"), "main")
+	mustC(t, m.dir, "branch", "create", "other")
+	mustC(t, m.dir, "branch", "switch", "other")
+	writeFile(t, m.path("only-other"), "other")
+	other := snapshotTree(m.dir)
+	mustC(t, m.dir, "branch", "switch", "main")
+	mainTree := snapshotTree(m.dir)
+	for _, c := range []struct {
+		ref  string
+		want tree
+	}{{"other", other}, {"main", mainTree}, {"lower", project}} {
+		for _, d := range diffExport(c.want, snapshotTree(exportRef(t, m, c.ref))) {
+			t.Errorf("export %s: %s", c.ref, d)
+		}
+	}
+
+	notEmpty := t.TempDir()
+	writeFile(t, filepath.Join(notEmpty, "f"), "f")
+	failC(t, m.dir, []string{"is inside the project", "choose a directory outside it"}, "export", "main", "--to", m.lowerPath("d/out"))
+	failC(t, m.dir, []string{"is inside the mount", "choose a directory outside it"}, "export", "main", "--to", m.path("out"))
+	failC(t, m.dir, []string{"is not empty"}, "export", "main", "--to", notEmpty)
+	failC(t, m.dir, []string{`"nope" is neither`}, "export", "nope", "--to", filepath.Join(t.TempDir(), "x"))
+	if r := agentfsC(t, m.dir, "export", "main"); r.code != 2 || !strings.Contains(r.stderr, "--to DIR is required") {
+		t.Errorf("export without --to: want exit 2 and '--to DIR is required':\n%s", r)
+	}
+	if e := errnoOfStat(m.path("out")); e != unix.ENOENT {
+		t.Errorf("the refused export into the mount left %s: %s", m.path("out"), errName(e))
 	}
 }

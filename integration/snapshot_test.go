@@ -7,6 +7,7 @@ package integration
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -208,6 +209,111 @@ func TestSnapshotOfFileOpenForWriting(t *testing.T) {
 // want (path → content) byte for byte.
 func checkSnapshotContent(t *testing.T, m *mount, id string, want map[string]string) {
 	t.Helper()
+	dir := exportRef(t, m, id)
+	for p, w := range want {
+		if got := readFile(t, filepath.Join(dir, p)); got != w {
+			t.Errorf("%s in the export of snapshot %s = %q, want %q", p, id, got, w)
+		}
+	}
+}
+
+// TestSnapshotImmutable: after a snapshot, writes, truncates, renames,
+// deletes, chmod, chown, utimes, xattrs, links and new files change
+// the mount but not the snapshot: its export is the mount as it was,
+// byte for byte, before and after the changes.
+func TestSnapshotImmutable(t *testing.T) {
+	m := newMount(t, withLower(
+		lowerFile("lower-only", "lower only"),
+		lowerFile("upper", "lower version"),
+		lowerFile("trunc", strings.Repeat("t", 10000)),
+		lowerFile("d/moved", "moved"),
+		lowerFile("d/gone", "gone"),
+		lowerFile("chmod", "chmod", withMode(0o640)),
+		lowerFile("x", "x", withXattr("user.k", "v")),
+		lowerSymlink("link", "upper"),
+		lowerSparse("sparse", 8<<20, map[int64]string{0: "head", 4 << 20: "middle"}),
+		lowerDir("dir/sub"),
+	))
+	writeFile(t, m.path("upper"), "upper version, copied up before the snapshot")
+	writeFile(t, m.path("new"), "new before the snapshot")
+	os.Chmod(m.path("new"), 0o600)
+	unix.UtimesNano(m.path("new"), []unix.Timespec{ts(100, 1), ts(200, 2)})
+	os.Mkdir(m.path("newdir"), 0o700)
+	want := snapshotTree(m.dir)
+	id := takeSnapshot(t, m.dir, "immutable")
+	first := exportRef(t, m, id)
+	for _, d := range diffExport(want, snapshotTree(first)) {
+		t.Errorf("export right after the snapshot: %s", d)
+	}
+
+	f, err := os.OpenFile(m.path("upper"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(" and appended")
+	f.Close()
+	writeFile(t, m.path("lower-only"), "written")
+	os.Truncate(m.path("trunc"), 3)
+	os.Rename(m.path("d/moved"), m.path("moved-out"))
+	os.Remove(m.path("d/gone"))
+	os.Chmod(m.path("chmod"), 0o755)
+	os.Chown(m.path("new"), 123, 456)
+	unix.UtimesNano(m.path("new"), []unix.Timespec{ts(300, 3), ts(400, 4)})
+	unix.Setxattr(m.path("x"), "user.k", []byte("changed"), 0)
+	unix.Setxattr(m.path("x"), "user.added", []byte("1"), 0)
+	os.Link(m.path("upper"), m.path("hardlink"))
+	os.Remove(m.path("link"))
+	os.Symlink("elsewhere", m.path("link"))
+	if g, err := os.OpenFile(m.path("sparse"), os.O_WRONLY, 0); err == nil {
+		g.WriteAt([]byte("changed"), 4<<20)
+		g.Close()
+	}
+	os.RemoveAll(m.path("dir"))
+	os.Remove(m.path("newdir"))
+	writeFile(t, m.path("newer"), "after the snapshot")
+	if d := diffExport(want, snapshotTree(m.dir)); len(d) < 10 {
+		t.Fatalf("the changes after the snapshot did not change the mount enough: %v", d)
+	}
+
+	second := exportRef(t, m, id)
+	for _, d := range diffExport(want, snapshotTree(second)) {
+		t.Errorf("export of the snapshot after the changes: %s", d)
+	}
+}
+
+// exportRef exports ref to a new directory and returns it.
+func exportRef(t *testing.T, m *mount, ref string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "export")
+	r := mustC(t, m.dir, "export", ref, "--to", dir)
+	if !strings.Contains(r.stdout, "exported ") {
+		t.Errorf("export does not say what it did:\n%s", r)
+	}
+	return dir
+}
+
+// diffExport compares a recording of the mount with one of an export:
+// contents, types, modes, owners, sizes, mtimes, symlink targets and
+// xattrs, which an export keeps (not inode numbers, ctimes or the link
+// counts of directories).
+func diffExport(mnt, export tree) []string {
+	norm := func(tr tree) tree {
+		out := tr
+		out.nodes = map[string]nodeState{}
+		for p, n := range tr.nodes {
+			n.ino, n.ctime = 0, unix.Timespec{}
+			if n.mode&unix.S_IFMT == unix.S_IFDIR {
+				n.nlink = 0
+			}
+			out.nodes[p] = n
+		}
+		return out
+	}
+	out := diffTrees(norm(mnt), norm(export))
+	for i := range out {
+		out[i] = strings.ReplaceAll(out[i], export.root, "the export")
+	}
+	return out
 }
 
 // errnoOfStat stats p and returns the errno (0 for success).
@@ -217,4 +323,26 @@ func errnoOfStat(p string) syscall.Errno {
 		return errnoOf(err)
 	}
 	return 0
+}
+
+// TestSnapshotCommandsHelp: each command of the snapshots issue has
+// --help with an example and the exit codes, and agentfs --help lists
+// them.
+func TestSnapshotCommandsHelp(t *testing.T) {
+	cmds := [][]string{
+		{"snapshot"}, {"snapshot", "create"}, {"snapshot", "list"}, {"snapshot", "delete"},
+		{"branch"}, {"branch", "create"}, {"branch", "list"}, {"branch", "delete"}, {"branch", "switch"},
+		{"tag"}, {"diff"}, {"restore"}, {"export"}, {"gc"},
+	}
+	main := runAgentfs(t, "--help")
+	for _, c := range cmds {
+		r := runAgentfs(t, append(c, "--help")...)
+		if r.code != 0 || !strings.Contains(r.stdout, "Usage: agentfs "+strings.Join(c, " ")) ||
+			!strings.Contains(r.stdout, "Example") || !strings.Contains(r.stdout, "Exit codes:") {
+			t.Errorf("want usage, an example and the exit codes:\n%s", r)
+		}
+		if !strings.Contains(main.stdout, "\n  "+c[0]+" ") {
+			t.Errorf("agentfs --help does not list %s:\n%s", c[0], main.stdout)
+		}
+	}
 }

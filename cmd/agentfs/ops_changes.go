@@ -4,8 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
@@ -16,6 +20,7 @@ import (
 func (d *daemon) handleChanges(s *ctl.Server) {
 	s.Handle(ctl.OpRestore, serialized(d, ctl.OpRestore, d.restore))
 	s.Handle(ctl.OpDiff, serialized(d, ctl.OpDiff, d.diff))
+	s.Handle(ctl.OpExport, serialized(d, ctl.OpExport, d.export))
 }
 
 // lowerRef names the project itself in diff and export.
@@ -191,4 +196,79 @@ func (d *daemon) restore(c ctl.Caller, args ctl.RestoreArgs) (any, error) {
 	reply.Safety = &si
 	d.log.Info("snapshot restored", "snapshot", snap.ID, "branch", cur, "safety", safety.ID, "stale nodes", len(stale), "pid", c.Pid)
 	return reply, nil
+}
+
+// export writes what args.Ref names as a plain directory tree at
+// args.To. The current branch is read live (see openRef).
+func (d *daemon) export(c ctl.Caller, args ctl.ExportArgs) (any, error) {
+	if err := d.checkExportTarget(args.To); err != nil {
+		return nil, err
+	}
+	v, err := d.openRef(args.Ref)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	reply := ctl.ExportReply{What: v.what, To: args.To}
+	err = overlay.ExportWith(v.fs, args.To, overlay.ExportOptions{Skipped: func(path, why string) {
+		reply.Skipped = append(reply.Skipped, path+": "+why)
+	}})
+	d.log.Info("export", "what", v.what, "to", args.To, "skipped", len(reply.Skipped), "err", err, "pid", c.Pid)
+	if err != nil {
+		return nil, ctl.Errorf(errnoOrEIO(err), "exporting %s to %s: %v", v.what, args.To, err)
+	}
+	return reply, nil
+}
+
+// checkExportTarget refuses an export target that is not absolute, or
+// that is in the project (agentfs never writes there) or in the mount
+// (the daemon would write to itself), also when reached through a
+// symlink or a bind mount.
+func (d *daemon) checkExportTarget(to string) error {
+	if !filepath.IsAbs(to) || filepath.Clean(to) != to {
+		return ctl.Errorf(syscall.EINVAL, "export target %q is not a clean absolute path", to)
+	}
+	real := resolveExisting(to)
+	existing := real
+	for {
+		if _, err := os.Lstat(existing); err == nil || existing == "/" {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	lower, mp := d.plan.lower, d.plan.mountpoint
+	inside := func(dir string) bool {
+		if real == dir || within(real, dir) {
+			return true
+		}
+		id, err := dirID(dir)
+		if err != nil {
+			return false
+		}
+		eid, err := dirID(existing)
+		return err == nil && (eid == id || hasAncestor(existing, id))
+	}
+	switch {
+	case inside(lower):
+		return ctl.Errorf(syscall.EINVAL, "export target %s is inside the project %s, which agentfs never writes to: choose a directory outside it", to, lower)
+	case inside(mp) || d.onMount(existing):
+		return ctl.Errorf(syscall.EINVAL, "export target %s is inside the mount %s: choose a directory outside it", to, mp)
+	}
+	return nil
+}
+
+// onMount reports whether path p is on this mount's filesystem (also
+// through a bind mount of it).
+func (d *daemon) onMount(p string) bool {
+	var st, mst unix.Stat_t
+	return unix.Lstat(p, &st) == nil && unix.Stat(d.plan.mountpoint, &mst) == nil && st.Dev == mst.Dev
+}
+
+// errnoOrEIO is the errno in err, or EIO.
+func errnoOrEIO(err error) syscall.Errno {
+	var en syscall.Errno
+	if errors.As(err, &en) && en != 0 {
+		return en
+	}
+	return syscall.EIO
 }
