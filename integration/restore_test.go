@@ -148,3 +148,19 @@ func TestRestoreKeptStore(t *testing.T) {
 		t.Errorf("a on main = %q, want v2", got)
 	}
 }
+
+// TestRestoreCurrentDirectory: a shell whose current directory is below
+// the mount root is left, after a restore, in a directory that was in
+// effect deleted (it lists empty); cd "$PWD" enters the restored one.
+func TestRestoreCurrentDirectory(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("d/f", "f")))
+	id := takeSnapshot(t, m.dir, "")
+	writeFile(t, m.path("d/later"), "later")
+	script := agentfsBin + " restore " + id + ` >/dev/null && echo "old: $(ls)" && cd "$PWD" && echo "new: $(ls)"`
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = m.path("d")
+	out, err := cmd.CombinedOutput()
+	if want := "old: \nnew: f\n"; err != nil || string(out) != want {
+		t.Errorf("a shell in d across a restore printed %q, %v; want %q", out, err, want)
+	}
+}
