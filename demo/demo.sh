@@ -23,6 +23,8 @@ STEPS=(
 	step_delete
 	step_rename_dir
 	step_build
+	step_snapshot
+	step_branch
 	step_status
 	step_unmount
 )
@@ -123,6 +125,31 @@ step_build() {
 	fi
 	(cd "$mnt" && run make && run ./hello)
 	[ ! -e "$proj/hello" ] || fail "the build wrote into the project"
+}
+
+step_snapshot() {
+	say "take a snapshot (instant: files are shared until changed), break something, restore"
+	local id
+	id=$(cd "$mnt" && "$AGENTFS" snapshot create -m "it builds" | tail -n 1)
+	printf '%s$ agentfs snapshot create -m "it builds"%s\n%s\n' "$dim" "$off" "$id"
+	run rm -r "$mnt/src"
+	run ls "$mnt"
+	(cd "$mnt" && run "$AGENTFS" restore "$id")
+	run ls "$mnt" "$mnt/src"
+	[ -f "$mnt/src/lib/greet.c" ] || fail "restore did not bring src back"
+	(cd "$mnt" && run "$AGENTFS" snapshot list)
+}
+
+step_branch() {
+	say "a branch: another attempt at the same path, switched for every process at once"
+	(cd "$mnt" && run "$AGENTFS" branch create polite)
+	(cd "$mnt" && run "$AGENTFS" branch switch polite)
+	run sed -i 's/hi there, %s/good day, %s/' "$mnt/src/lib/greet.c"
+	run grep -h 'good day' "$mnt/src/lib/greet.c"
+	(cd "$mnt" && run "$AGENTFS" branch switch main)
+	run grep -h 'hi there' "$mnt/src/lib/greet.c"
+	grep -q 'hi there' "$mnt/src/lib/greet.c" || fail "main shows the branch's change"
+	(cd "$mnt" && run "$AGENTFS" branch list)
 }
 
 step_status() {
