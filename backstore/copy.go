@@ -227,11 +227,14 @@ type extentCopier struct {
 func (c *extentCopier) copy(off, n int64) (int64, error) {
 	done := int64(0)
 	for !c.rw && done < n {
-		chunk := min(n-done, 1<<30)
+		chunk := min(n-done, copyChunk)
 		in, out := off+done, off+done
 		k, err := unix.CopyFileRange(c.sfd, &in, c.dfd, &out, int(chunk), 0)
 		switch err {
 		case nil:
+			// Start writing the chunk back now, so that the caller's
+			// fdatasync waits for the last chunk only.
+			unix.SyncFileRange(c.dfd, off+done, int64(k), unix.SYNC_FILE_RANGE_WRITE)
 		case unix.EINTR:
 			continue
 		case unix.EXDEV, unix.ENOSYS, unix.EINVAL, unix.EOPNOTSUPP:
@@ -251,6 +254,10 @@ func (c *extentCopier) copy(off, n int64) (int64, error) {
 	k, err := c.readWrite(off+done, n-done)
 	return done + k, err
 }
+
+// copyChunk is the size of one copy_file_range call: small enough that
+// writeback of the copy overlaps the copying.
+const copyChunk = 64 << 20
 
 // blockSize is the unit in which readWrite looks for zeros to leave as
 // holes.

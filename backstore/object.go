@@ -290,3 +290,16 @@ func (s *Store) Usage() (Usage, error) {
 	u.FsSize = int64(fs.Blocks) * bsize
 	return u, nil
 }
+
+// SyncData makes object id's data durable (fdatasync).
+func (s *Store) SyncData(id string) error {
+	f, err := s.Open(id, unix.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return fmt.Errorf("object %s: fdatasync: %w", id, err)
+	}
+	return nil
+}

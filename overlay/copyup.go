@@ -163,6 +163,15 @@ func (fs *FS) copyUpData(n *Node, withData bool) error {
 	if err != nil {
 		return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
 	}
+	if withData && st.Size > 0 {
+		// The copy's data reaches the disk before the entry that names
+		// it can: after a crash the file is the copy or the lower file,
+		// never an empty copy (overlayfs does the same).
+		if err := fs.objs.SyncData(id); err != nil {
+			fs.objs.Remove(id)
+			return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
+		}
+	}
 
 	return fs.publishCopyUp(n, id, lower, &st)
 }
