@@ -105,7 +105,9 @@ func Diff(a, b *FS, fn func(Change) error) error {
 	if err != nil {
 		return err
 	}
-	d := &differ{a: a, b: b, fn: fn}
+	d := &differ{a: a, b: b, fn: fn, ca: a.newCursor(), cb: b.newCursor()}
+	defer d.ca.close()
+	defer d.cb.close()
 	covered, walked := "", false
 	for _, p := range roots {
 		if walked && isBelow(p, covered) {
@@ -191,18 +193,19 @@ func comparePaths(a, b string) int {
 type differ struct {
 	a, b   *FS
 	fn     func(Change) error
-	ba, bb []byte // read buffers
+	ca, cb *pathCursor // where the roots are looked up
+	ba, bb []byte      // read buffers
 }
 
 // root compares the views at p, a path where their entries differ. It
 // reports whether it compared everything below p.
 func (d *differ) root(p string) (walked bool, err error) {
-	na, sa, err := d.a.lookupPath(p)
+	na, sa, err := d.ca.lookup(p)
 	if err != nil {
 		return false, fmt.Errorf("diff: %s: %w", p, err)
 	}
 	defer d.a.release(na)
-	nb, sb, err := d.b.lookupPath(p)
+	nb, sb, err := d.cb.lookup(p)
 	if err != nil {
 		return false, fmt.Errorf("diff: %s: %w", p, err)
 	}

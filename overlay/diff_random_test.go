@@ -23,7 +23,7 @@ type fileSig struct {
 }
 
 // fullWalk reads every path of view fs through its public API.
-func fullWalk(t *testing.T, fs *FS) map[string]fileSig {
+func fullWalk(t testing.TB, fs *FS) map[string]fileSig {
 	t.Helper()
 	out := map[string]fileSig{}
 	var walk func(n *Node, p string)

@@ -13,7 +13,7 @@ import (
 )
 
 // diffOf returns the changes from view a to view b.
-func diffOf(t *testing.T, a, b *FS) []Change {
+func diffOf(t testing.TB, a, b *FS) []Change {
 	t.Helper()
 	var out []Change
 	if err := Diff(a, b, func(c Change) error { out = append(out, c); return nil }); err != nil {

@@ -14,7 +14,7 @@ import (
 )
 
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	lower string
 	bs    *backstore.Store
 	meta  *branch.Store
@@ -23,7 +23,7 @@ type env struct {
 
 // newEnv builds a view over a fresh lower tree made by files (path →
 // content; a trailing "/" makes a directory).
-func newEnv(t *testing.T, files map[string]string) *env {
+func newEnv(t testing.TB, files map[string]string) *env {
 	t.Helper()
 	lower := t.TempDir()
 	for p, c := range files {

@@ -53,6 +53,52 @@ func (fs *FS) lookupPath(p string) (*Node, unix.Stat_t, error) {
 	return n, st, nil
 }
 
+// pathCursor looks up paths that mostly share their directories, as a
+// walk in path order does: it keeps the directories of the last path
+// looked up (each with a lookup reference) and starts the next lookup
+// from the deepest one they share.
+type pathCursor struct {
+	fs    *FS
+	names []string // the directories held, from the root down
+	dirs  []*Node  // dirs[i] is names[:i]; dirs[0] is the root
+}
+
+func (fs *FS) newCursor() *pathCursor { return &pathCursor{fs: fs, dirs: []*Node{fs.root}} }
+
+// lookup is lookupPath(p) through the directories held.
+func (c *pathCursor) lookup(p string) (*Node, unix.Stat_t, error) {
+	if p == "" {
+		st, err := c.fs.Getattr(c.fs.root)
+		return c.fs.root, st, err
+	}
+	names := pathNames(p)
+	parent := names[:len(names)-1]
+	keep := 0
+	for keep < len(c.names) && keep < len(parent) && c.names[keep] == parent[keep] {
+		keep++
+	}
+	c.drop(keep)
+	for _, name := range parent[keep:] {
+		n, _, err := c.fs.lookupChild(c.dirs[len(c.dirs)-1], name)
+		if n == nil || err != nil {
+			return nil, unix.Stat_t{}, err
+		}
+		c.names, c.dirs = append(c.names, name), append(c.dirs, n)
+	}
+	return c.fs.lookupChild(c.dirs[len(c.dirs)-1], names[len(names)-1])
+}
+
+// drop releases the directories held below the first keep names.
+func (c *pathCursor) drop(keep int) {
+	for _, n := range c.dirs[keep+1:] {
+		c.fs.release(n)
+	}
+	c.names, c.dirs = c.names[:keep], c.dirs[:keep+1]
+}
+
+// close releases every directory held.
+func (c *pathCursor) close() { c.drop(0) }
+
 // pathNames splits a path into its names.
 func pathNames(p string) []string {
 	var out []string
