@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
 )
 
@@ -157,5 +158,31 @@ func BenchmarkExport(b *testing.B) {
 			i++
 		}
 		b.ReportMetric(float64(benchDirs*benchFiles)*float64(b.N)/b.Elapsed().Seconds(), "files/s")
+	})
+}
+
+// BenchmarkStoreChecks times Fsck and garbage collection of a store
+// whose branch and one snapshot name 10,000 file objects.
+func BenchmarkStoreChecks(b *testing.B) {
+	e := benchEnv(b)
+	e.writeEvery(1)
+	if _, err := e.fs.Snapshot("", branch.KindManual); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("fsck", func(b *testing.B) {
+		for b.Loop() {
+			r, err := Fsck(FsckOptions{Objects: e.bs, Meta: e.meta, Lower: e.lower, InUse: func(string) bool { return false }})
+			if err != nil || !r.Clean() {
+				b.Fatalf("%v\n%s", err, r)
+			}
+		}
+	})
+	b.Run("gc", func(b *testing.B) {
+		for b.Loop() {
+			r, err := e.bs.Collect(backstore.GCOptions{Referenced: e.meta.ReferencedObjects, InUse: func(string) bool { return false }})
+			if err != nil || r.Removed != 0 || r.Objects < benchDirs*benchFiles {
+				b.Fatalf("%+v, %v", r, err)
+			}
+		}
 	})
 }
