@@ -25,6 +25,17 @@
 // unlink detaches them, and an unlinked node keeps its data until the
 // last open file and kernel reference are gone.
 //
+// # Views, comparisons, checks
+//
+// A view shows a branch, a snapshot (read-only) or the plain lower
+// tree (LowerView, read-only); see views.go. Diff and Patch compare two
+// views of one lower directory (diff.go, patch.go), Export writes a
+// view out as a plain tree (export.go), and Fsck checks a whole store:
+// entries against objects and the lower tree, and garbage (fsck.go).
+// They read views through Lookup, ReadDir and Getattr, as the kernel
+// does (walk.go). LiveObjects lists the objects open nodes hold, which
+// garbage collection (backstore.Store.Collect) must spare.
+//
 // # Locking
 //
 // Lock order: Node.copyMu → FS.mu → FS.nodesMu.

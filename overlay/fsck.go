@@ -141,7 +141,7 @@ func (r FsckReport) String() string {
 // Fsck checks (and with o.Repair, repairs) a store; see "Fsck" above.
 func Fsck(o FsckOptions) (FsckReport, error) {
 	r := FsckReport{Repair: o.Repair}
-	c := &checker{o: o, objs: map[string]objectState{}, r: &r}
+	c := &checker{o: o, objs: map[string]objectState{}, r: &r, lowerFd: -1}
 	if o.Lower != "" {
 		fd, err := unix.Open(o.Lower, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -200,7 +200,7 @@ type objectState struct {
 // checker is one run of Fsck.
 type checker struct {
 	o       FsckOptions
-	lowerFd int // 0 when no lower directory was given
+	lowerFd int // -1 when no lower directory was given
 	objs    map[string]objectState
 	r       *FsckReport
 }
@@ -253,7 +253,7 @@ func (c *checker) branch(l *branch.Layer) error {
 		}
 		lp, ok := c.lowerPathOf(p.Path, nil, byPath)
 		var st unix.Stat_t
-		if ok && c.lowerFd > 0 && unix.Fstatat(c.lowerFd, lowerRel(lp), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		if ok && c.lowerFd >= 0 && unix.Fstatat(c.lowerFd, lowerRel(lp), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
 			b.Put(p.Path, &branch.Entry{Type: branch.TypeWhiteout})
 			p.Repair = fmt.Sprintf("entry replaced by a whiteout (the lower file /%s would show otherwise)", lp)
 		} else {
@@ -311,7 +311,7 @@ func (c *checker) check(src branch.Source, where FsckProblem) ([]entryAt, error)
 			c.r.Problems = append(c.r.Problems, prob)
 			return nil
 		}
-		if e.Origin != "" && e.Type != branch.TypeDir && c.lowerFd > 0 {
+		if e.Origin != "" && e.Type != branch.TypeDir && c.lowerFd >= 0 {
 			var lst unix.Stat_t
 			if err := unix.Fstatat(c.lowerFd, lowerRel(e.Origin), &lst, unix.AT_SYMLINK_NOFOLLOW); errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 				prob.Kind = OriginGone
@@ -383,7 +383,7 @@ func (c *checker) lowerPathOf(p string, e *branch.Entry, byPath map[string]*bran
 // lower directory lp (when has and it exists), else mode 0755. It says
 // which it did.
 func (c *checker) newDirObject(lp string, has bool) (id, how string, err error) {
-	if has && c.lowerFd > 0 {
+	if has && c.lowerFd >= 0 {
 		fd, err := unix.Openat(c.lowerFd, lowerRel(lp), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err == nil {
 			f := os.NewFile(uintptr(fd), lp)
