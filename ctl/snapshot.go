@@ -69,11 +69,49 @@ type FsckArgs struct {
 
 // FsckReply is the reply of OpFsck.
 type FsckReply struct {
-	// Problems describes each problem found, one line each.
-	Problems []string `json:"problems"`
-	// Repaired says whether they were repaired (FsckArgs.Repair).
-	Repaired bool `json:"repaired"`
-	// Checked counts what was checked, for the summary line.
-	Entries int64 `json:"entries"`
-	Objects int64 `json:"objects"`
+	Branches  int           `json:"branches"`
+	Snapshots int           `json:"snapshots"`
+	Entries   int           `json:"entries"` // entries checked
+	Objects   int           `json:"objects"` // objects in the backstore
+	Problems  []FsckProblem `json:"problems"`
+	Garbage   []FsckGarbage `json:"garbage"`
+	Repair    bool          `json:"repair"`
+	// Report says all of it in words, as agentfs fsck prints it.
+	Report string `json:"report"`
+}
+
+// FsckProblem is an entry that does not agree with the objects or the
+// project.
+type FsckProblem struct {
+	Branch   string `json:"branch,omitempty"`
+	Snapshot string `json:"snapshot,omitempty"` // for a snapshot's entry
+	Path     string `json:"path"`
+	Kind     string `json:"kind"` // missing-object, wrong-type, origin-gone
+	Object   string `json:"object,omitempty"`
+	Detail   string `json:"detail"`
+	Repair   string `json:"repair,omitempty"` // what --repair did; "" for nothing
+}
+
+// FsckGarbage is an object nothing refers to.
+type FsckGarbage struct {
+	ID      string `json:"id"`
+	Bytes   int64  `json:"bytes"`
+	Young   bool   `json:"young,omitempty"` // changed lately: kept, may be in use
+	Removed bool   `json:"removed,omitempty"`
+}
+
+// Failed reports whether the check leaves something wrong: a problem
+// not repaired, or garbage neither young nor removed.
+func (r *FsckReply) Failed() bool {
+	for _, p := range r.Problems {
+		if p.Repair == "" {
+			return true
+		}
+	}
+	for _, g := range r.Garbage {
+		if !g.Young && !g.Removed {
+			return true
+		}
+	}
+	return false
 }

@@ -142,4 +142,8 @@ func TestSnapshotSurvivesKill(t *testing.T) {
 // checkFsckClean runs agentfs fsck and checks it reports no problem.
 func checkFsckClean(t *testing.T, dir string) {
 	t.Helper()
+	r := agentfsC(t, dir, "fsck")
+	if r.code != 0 || !strings.Contains(r.stdout, "no problems found") {
+		t.Errorf("fsck: want exit 0 and 'no problems found':\n%s", r)
+	}
 }

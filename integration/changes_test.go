@@ -226,3 +226,45 @@ func TestExport(t *testing.T) {
 		t.Errorf("the refused export into the mount left %s: %s", m.path("out"), errName(e))
 	}
 }
+
+// TestFsck: a clean store checks clean; a file lost from the backstore
+// is reported (exit 1) and --repair deletes the entry that named it,
+// which every process sees at once; then the store checks clean.
+func TestFsck(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("a", "a")))
+	writeFile(t, m.path("a"), "upper a")
+	writeFile(t, m.path("victim"), "the victim's unique content")
+	checkFsckClean(t, m.dir)
+
+	// Lose victim's file from the backstore, behind agentfs's back.
+	lost := ""
+	filepath.WalkDir(m.status.BackingRoot, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); string(b) == "the victim's unique content" {
+				lost = p
+			}
+		}
+		return nil
+	})
+	if lost == "" {
+		t.Fatalf("victim's file is not in the backstore %s", m.status.BackingRoot)
+	}
+	if err := os.Remove(lost); err != nil {
+		t.Fatal(err)
+	}
+	r := failC(t, m.dir, []string{"run agentfs fsck --repair"}, "fsck")
+	if !strings.Contains(r.stdout, "/victim: missing-object") {
+		t.Errorf("fsck does not report victim's missing file:\n%s", r)
+	}
+	r = mustC(t, m.dir, "fsck", "--repair")
+	if !strings.Contains(r.stdout, "/victim: missing-object") || !strings.Contains(r.stdout, "repaired: entry deleted") {
+		t.Errorf("fsck --repair does not say it deleted victim's entry:\n%s", r)
+	}
+	if e := errnoOfStat(m.path("victim")); e != unix.ENOENT {
+		t.Errorf("victim after the repair: %s, want ENOENT", errName(e))
+	}
+	if got := readFile(t, m.path("a")); got != "upper a" {
+		t.Errorf("a after the repair = %q", got)
+	}
+	checkFsckClean(t, m.dir)
+}

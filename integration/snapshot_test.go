@@ -332,7 +332,7 @@ func TestSnapshotCommandsHelp(t *testing.T) {
 	cmds := [][]string{
 		{"snapshot"}, {"snapshot", "create"}, {"snapshot", "list"}, {"snapshot", "delete"},
 		{"branch"}, {"branch", "create"}, {"branch", "list"}, {"branch", "delete"}, {"branch", "switch"},
-		{"tag"}, {"diff"}, {"restore"}, {"export"}, {"gc"},
+		{"tag"}, {"diff"}, {"restore"}, {"export"}, {"gc"}, {"fsck"},
 	}
 	main := runAgentfs(t, "--help")
 	for _, c := range cmds {

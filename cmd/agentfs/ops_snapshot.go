@@ -9,6 +9,7 @@ import (
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/overlay"
 )
 
 // handleSnapshots registers the snapshot and tag operations.
@@ -19,6 +20,7 @@ func (d *daemon) handleSnapshots(s *ctl.Server) {
 	s.Handle(ctl.OpTagSet, serialized(d, ctl.OpTagSet, d.tagSet))
 	s.Handle(ctl.OpTagDelete, serialized(d, ctl.OpTagDelete, d.tagDelete))
 	s.Handle(ctl.OpGC, serialized(d, ctl.OpGC, d.gc))
+	s.Handle(ctl.OpFsck, serialized(d, ctl.OpFsck, d.fsck))
 }
 
 // snapshotCreate takes a manual snapshot of the current branch. When it
@@ -182,22 +184,58 @@ func (d *daemon) gc(c ctl.Caller, args ctl.GCArgs) (any, error) {
 	if grace <= 0 {
 		grace = backstore.DefaultGCGrace
 	}
-	var live map[string]bool
-	inUse := func(id string) bool {
-		// Read once, after the references: a node holding an object
-		// that no reference names was made before they were read.
-		if live == nil {
-			live = map[string]bool{}
-			if err := d.view.LiveObjects(func(id string) error { live[id] = true; return nil }); err != nil {
-				d.log.Error("gc: listing the objects open files hold", "err", err)
-			}
-		}
-		return live[id]
-	}
-	r, err := d.objs.Collect(backstore.GCOptions{Referenced: d.meta.ReferencedObjects, InUse: inUse, Grace: grace})
+	r, err := d.objs.Collect(backstore.GCOptions{Referenced: d.meta.ReferencedObjects, InUse: d.inUse(), Grace: grace})
 	d.log.Info("gc", "objects", r.Objects, "removed", r.Removed, "freed", r.Freed, "young", r.Young, "in use", r.InUse, "err", err, "pid", c.Pid)
 	if err != nil {
 		return nil, storeError(err, fmt.Sprintf("collecting garbage (removed %d objects, %d bytes, before the error)", r.Removed, r.Freed))
 	}
 	return ctl.GCReply{Objects: r.Objects, Removed: r.Removed, Freed: r.Freed, Young: r.Young, InUse: r.InUse, Grace: grace}, nil
+}
+
+// inUse returns the InUse function of a collection: whether an open
+// file or a node the kernel holds keeps an object. It lists them once,
+// at its first call, which comes after the references were read: a
+// node holding an object that no reference names was made before.
+func (d *daemon) inUse() func(id string) bool {
+	var live map[string]bool
+	return func(id string) bool {
+		if live == nil {
+			live = map[string]bool{}
+			if err := d.view.LiveObjects(func(id string) error { live[id] = true; return nil }); err != nil {
+				d.log.Error("listing the objects open files hold", "err", err)
+			}
+		}
+		return live[id]
+	}
+}
+
+// fsck checks that the entries of every branch and snapshot agree with
+// the objects and the project (overlay.Fsck); with args.Repair it
+// repairs what it can and shows the repaired branch to every process.
+func (d *daemon) fsck(c ctl.Caller, args ctl.FsckArgs) (any, error) {
+	r, err := overlay.Fsck(overlay.FsckOptions{Objects: d.objs, Meta: d.meta, Lower: d.plan.lower, Repair: args.Repair, InUse: d.inUse()})
+	d.log.Info("fsck", "repair", args.Repair, "problems", len(r.Problems), "garbage", len(r.Garbage), "err", err, "pid", c.Pid)
+	repaired := false
+	reply := ctl.FsckReply{Branches: r.Branches, Snapshots: r.Snapshots, Entries: r.Entries, Objects: r.Objects, Repair: r.Repair,
+		Problems: []ctl.FsckProblem{}, Garbage: []ctl.FsckGarbage{}, Report: r.String()}
+	for _, p := range r.Problems {
+		reply.Problems = append(reply.Problems, ctl.FsckProblem{Branch: p.Branch, Snapshot: p.Snapshot, Path: p.Path, Kind: string(p.Kind),
+			Object: p.Object, Detail: p.Detail, Repair: p.Repair})
+		repaired = repaired || p.Repair != ""
+	}
+	for _, g := range r.Garbage {
+		reply.Garbage = append(reply.Garbage, ctl.FsckGarbage{ID: g.ID, Bytes: g.Bytes, Young: g.Young, Removed: g.Removed})
+	}
+	if repaired {
+		// Repairs write branch entries underneath the view.
+		stale, rerr := d.view.Reload()
+		if rerr != nil {
+			err = errors.Join(err, fmt.Errorf("showing the repaired branch: %w", rerr))
+		}
+		d.invalidate(stale)
+	}
+	if err != nil {
+		return nil, storeError(err, "checking the store")
+	}
+	return reply, nil
 }

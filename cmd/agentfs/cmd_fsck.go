@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/ctl"
+)
+
+// fsckOptions are the flags of agentfs fsck.
+type fsckOptions struct {
+	mountFlag
+	repair bool
+	json   bool
+	stdout io.Writer
+}
+
+func (o *fsckOptions) AddFlags(fs *pflag.FlagSet) {
+	o.mountFlag.AddFlags(fs)
+	fs.BoolVar(&o.repair, "repair", false, "repair what can be repaired without guessing, and remove garbage")
+	fs.BoolVar(&o.json, "json", false, "print JSON")
+}
+
+const fsckExitCodes = `Exit codes:
+  0  the store is clean (or --repair repaired everything)
+  1  problems remain (listed), or an error (the message says what went wrong)
+  2  usage error (unknown command or flag, wrong arguments)
+`
+
+func init() {
+	register(&command{
+		name:    "fsck",
+		summary: "check the store: entries, files, snapshots",
+		usage:   "[-C DIR] [--repair] [--json]",
+		help: `Fsck checks that every entry of every branch and snapshot names a file
+of the right type in the backstore, that the project files copied-up
+files came from are still there, and that no file in the backstore is
+left that nothing uses (garbage; files changed in the last minute are
+only noted, a change may be using them).
+
+With --repair it repairs what it can without guessing: an entry of a
+branch whose file is lost is deleted (or, where the project has a file
+at that path, turned into a deletion), a directory gets a new empty
+one so that the changes below it stay; garbage is removed. Snapshots
+never change: their problems are only reported. The mount then shows
+the repaired branch to every process.
+
+Examples:
+  agentfs fsck
+  agentfs fsck --repair -C /mnt/ws`,
+		exitCodes: fsckExitCodes,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &fsckOptions{stdout: out.stdout}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runFsck(ctx, o, args) }
+		},
+	})
+}
+
+func runFsck(ctx context.Context, o *fsckOptions, args []string) error {
+	if len(args) != 0 {
+		return usagef("fsck takes no arguments")
+	}
+	var rep ctl.FsckReply
+	if err := o.call(ctl.OpFsck, ctl.FsckArgs{Repair: o.repair}, &rep); err != nil {
+		return err
+	}
+	var err error
+	if o.json {
+		err = printJSON(o.stdout, rep)
+	} else {
+		_, err = io.WriteString(o.stdout, rep.Report)
+	}
+	if err == nil && rep.Failed() {
+		hint := "run agentfs fsck --repair"
+		if o.repair {
+			hint = "what is left cannot be repaired without guessing"
+		}
+		return errors.New("the store has problems (listed above): " + hint)
+	}
+	return err
+}
