@@ -54,6 +54,11 @@ func Export(v *FS, to string) error {
 
 // ExportWith is Export with options.
 func ExportWith(v *FS, to string, o ExportOptions) error {
+	// Nothing is made before the check: not even a parent directory
+	// may appear in the lower tree.
+	if err := v.refuseInsideLowerPath(existingAncestor(to), to); err != nil {
+		return err
+	}
 	rootfd, made, err := openExportTarget(to)
 	if err != nil {
 		return err
@@ -115,6 +120,32 @@ func openExportTarget(to string) (fd int, made bool, err error) {
 		}
 	}
 	return fd, made, nil
+}
+
+// existingAncestor returns the longest prefix of path p that exists.
+func existingAncestor(p string) string {
+	p = filepath.Clean(p)
+	for {
+		if _, err := os.Lstat(p); err == nil {
+			return p
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return p
+		}
+		p = parent
+	}
+}
+
+// refuseInsideLowerPath is refuseInsideLower for an existing path p
+// (symlinks followed); a path that is no directory passes.
+func (fs *FS) refuseInsideLowerPath(p, to string) error {
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil // not a directory: making the target fails and says so
+	}
+	defer unix.Close(fd)
+	return fs.refuseInsideLower(fd, to)
 }
 
 // refuseInsideLower fails when directory fd (the export target to) is

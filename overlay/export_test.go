@@ -201,14 +201,17 @@ func TestExportTargets(t *testing.T) {
 		{full, "is not empty: choose a path that does not exist, or empty the directory first"},
 		{file, "exists and is not a directory"},
 		{filepath.Join(e.lower, "out"), "is inside the lower directory"},
-		{e.lower, "is not empty"},
+		{filepath.Join(e.lower, "new", "out"), "is inside the lower directory"},
+		{e.lower, "is inside the lower directory"},
 	} {
 		if err := Export(e.fs, c.to); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("export to %s: %v, want an error saying %q", c.to, err, c.want)
 		}
 	}
-	if _, err := os.Lstat(filepath.Join(e.lower, "out")); !os.IsNotExist(err) {
-		t.Errorf("a refused export left %s/out: %v", e.lower, err)
+	for _, name := range []string{"out", "new"} {
+		if _, err := os.Lstat(filepath.Join(e.lower, name)); !os.IsNotExist(err) {
+			t.Errorf("a refused export left %s/%s: %v", e.lower, name, err)
+		}
 	}
 	names, _ := os.ReadDir(full)
 	if len(names) != 1 {
