@@ -109,3 +109,35 @@ func TestSwitchBranch(t *testing.T) {
 	}
 	eq(t, "try kept its write", e.read("f"), "try")
 }
+
+// TestThawHardLinkAfterUnlink: a hard-linked file loses the name its
+// node was made by after a snapshot; a write through the other name
+// must thaw the file at that name, not bring the unlinked one back.
+func TestThawHardLinkAfterUnlink(t *testing.T) {
+	e := newEnv(t, map[string]string{})
+	r := e.fs.Root()
+	n, f, _, err := e.fs.Create(r, "x", unix.O_RDWR, 0644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("v1"), 0)
+	f.Release()
+	if _, err := e.fs.Link(n, r, "y"); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := e.fs.Snapshot("", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Unlink(r, "x"); err != nil {
+		t.Fatal(err)
+	}
+	e.write("y", "v2")
+	eq(t, "y", e.read("y"), "v2")
+	if _, err := e.walk("x"); err != unix.ENOENT {
+		t.Errorf("the unlinked name is back: %v", err)
+	}
+	s := e.snapView(snap)
+	eq(t, "snapshot x", s.read("x"), "v1")
+	eq(t, "snapshot y", s.read("y"), "v1")
+}

@@ -44,8 +44,12 @@ func (fs *FS) thawLocked(t *tx, n *Node) (*branch.Entry, error) {
 	t.made(id)
 	ne := *e
 	ne.Object = id
+	// The node's own name is the only one when it still names this
+	// object and nothing else links it; a hard-linked node may still
+	// carry a name that was unlinked since: then look every name up.
 	var paths []string
-	if p, ok := n.pathLocked(); ok && (e.Type != branch.TypeFile || fs.links[e.Object] <= 1) {
+	if p, ok := n.pathLocked(); ok && fs.namesObjectLocked(p, e.Object) &&
+		(e.Type != branch.TypeFile || fs.links[e.Object] <= 1) {
 		paths = []string{p}
 	} else {
 		paths = fs.pathsOfLocked(e.Object)
@@ -55,6 +59,15 @@ func (fs *FS) thawLocked(t *tx, n *Node) (*branch.Entry, error) {
 	}
 	t.promote(n, &ne)
 	return &ne, nil
+}
+
+// namesObjectLocked reports whether the entry at p names object obj.
+func (fs *FS) namesObjectLocked(p, obj string) bool {
+	if p == "" {
+		return fs.rootEntry != nil && fs.rootEntry.Object == obj
+	}
+	ie := fs.indexGet(p)
+	return ie != nil && ie.Object == obj
 }
 
 // thaw is thawLocked in a transaction of its own.
