@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -91,6 +92,14 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 		}
 		rep.Workloads = append(rep.Workloads, res)
 	}
+	agentfsOK := slices.Contains(available, fsAgentfs)
+	for _, op := range cfg.snapOps {
+		res, err := b.runSnapOp(ctx, op, agentfsOK)
+		if err != nil {
+			return err
+		}
+		rep.Snapshots = append(rep.Snapshots, res)
+	}
 	if os.Geteuid() != 0 {
 		rep.Notes = append(rep.Notes, "not run as root: the page cache was not dropped before the runs in fresh views, so the times of untar and small-files depend on what was deleted just before them (see bench/README.md)")
 	}
@@ -143,6 +152,9 @@ func (b *bench) describeConfig() configInfo {
 		RmFiles:      b.tree.RmFiles,
 		GrepString:   grepString,
 		GoCache:      "a fresh copy per run of a cache holding only the standard library: each run compiles and vets the module's packages from the mount",
+	}
+	if len(b.cfg.snapOps) > 0 {
+		c.SnapshotFiles, c.SnapshotManyFiles = b.cfg.snapFiles, b.cfg.snapManyFiles
 	}
 	c.AgentfsBinary = b.agentfsOrig
 	return c

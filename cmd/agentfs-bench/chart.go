@@ -124,6 +124,9 @@ func (r *report) chartPNG() ([]byte, error) {
 			}
 		}
 	}
+	if len(workloads) == 0 {
+		drawText(img, chartLeft+20, base-8, chartInk, "No workload of the first table ran (see results.md).")
+	}
 	dashed(img, chartLeft, width-chartRight, base) // the line at 1.0, over the bars
 	if note := r.copyUpSummary(); note != "" {
 		drawText(img, chartLeft, chartHeight-12, chartInk, "Not shown: "+note+".")

@@ -22,11 +22,17 @@
 // timed region. The others share one mount per filesystem for all their
 // runs.
 //
+// A second table times agentfs's snapshot, branch and restore commands
+// (agentfs alone has them) as a user runs them, each beside cp -a of the
+// same changed set on the native filesystem, measured in the same run:
+// each run gets a fresh mount, its changes made just before the timed
+// command (see snapshots.go).
+//
 // # Output
 //
-// A markdown table on stdout and in OUT/results.md, the raw numbers with
-// the machine's description in OUT/results.json, and a bar chart of the
-// ratios in OUT/results.png.
+// The markdown tables on stdout and in OUT/results.md, the raw numbers
+// with the machine's description in OUT/results.json, and a bar chart
+// of the first table's ratios in OUT/results.png.
 package main
 
 import (
@@ -58,7 +64,9 @@ func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(forma
 const usageText = `agentfs-bench runs developer workloads (git status, find, grep, small
 files, large sequential I/O, copy-up, rm -rf, untar, go vet) on a native
 directory, overlayfs, fuse-overlayfs and agentfs, interleaved, and
-reports medians and ratios to native.
+reports medians and ratios to native. A second table times agentfs's
+snapshot, branch and restore commands (agentfs only) beside cp -a of the
+same changed set on native.
 
 Usage:
   agentfs-bench [FLAGS]
@@ -66,6 +74,8 @@ Usage:
 Examples:
   agentfs-bench --agentfs bin/agentfs                 # everything, as make bench does
   agentfs-bench --quick --only find,grep --fs native,agentfs
+  agentfs-bench --only snapshots                      # the snapshot table alone
+  agentfs-bench --only snapshot-5k,restore-5k --runs 3
 
 Overlayfs and cold reads need root; fuse-overlayfs needs the
 fuse-overlayfs program. A filesystem that cannot run is left out with a

@@ -29,6 +29,12 @@ const (
 	quickBigSize    = 64 << 20
 	quickSmallFiles = 500
 	quickRuns       = 2
+	// The snapshot table's changed sets: the small one, and the large
+	// one (cut by --quick: creating 100,000 files through the mount
+	// takes about half a minute a run).
+	fullSnapFiles      = 5000
+	fullSnapManyFiles  = 100000
+	quickSnapManyFiles = 10000
 )
 
 // defaultWorkdir holds the trees, mounts and uppers. Not /tmp: it is
@@ -47,20 +53,22 @@ type options struct {
 }
 
 func (o *options) AddFlags(fs *pflag.FlagSet) {
-	fs.IntVar(&o.runs, "runs", 5, "timed runs per workload and filesystem (`N`; default 2 with --quick)")
-	fs.IntVar(&o.warmup, "warmup", 1, "untimed warm-up runs before the timed ones (`N`)")
-	fs.StringVar(&o.only, "only", "", "run only these `WORKLOADS` (comma-separated): "+strings.Join(workloadNames(), ","))
+	fs.IntVar(&o.runs, "runs", 5, "timed runs per workload and filesystem, and of each side of a snapshot-table row (`N`; default 2 with --quick)")
+	fs.IntVar(&o.warmup, "warmup", 1, "untimed warm-up runs before the timed ones (`N`; snapshot-100k: none)")
+	fs.StringVar(&o.only, "only", "", "run only these `WORKLOADS` (comma-separated): "+strings.Join(workloadNames(), ",")+
+		"; or of the snapshot table (agentfs): "+strings.Join(snapOpNames(), ",")+" ("+snapshotGroup+": all of these)")
 	fs.StringVar(&o.filesystems, "fs", strings.Join(allFilesystems, ","), "the filesystems to compare (`LIST`, comma-separated; must include native)")
 	fs.StringVar(&o.workdir, "workdir", defaultWorkdir, "`DIR` for the trees, uppers and mounts (on a disk filesystem, not tmpfs)")
 	fs.StringVar(&o.agentfs, "agentfs", "", "the agentfs binary (`PATH`; default: agentfs beside this program, else on $PATH)")
 	fs.StringVar(&o.out, "out", "bench", "`DIR` for results.md, results.json and results.png")
-	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: a 64 MiB file, 500 small files, 2 runs")
+	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: a 64 MiB file, 500 small files, 10,000 instead of 100,000 changed files, 2 runs")
 }
 
 // config is a validated benchmark request.
 type config struct {
 	runs, warmup int
 	workloads    []*workload
+	snapOps      []*snapOp
 	filesystems  []string
 	workdir      string
 	agentfsBin   string
@@ -68,14 +76,18 @@ type config struct {
 	quick        bool
 	bigSize      int64
 	smallFiles   int
+	// snapFiles and snapManyFiles are the sizes of the snapshot table's
+	// changed sets.
+	snapFiles, snapManyFiles int
 }
 
 // config checks the flags and the tools they call for. fs tells which
 // flags were given.
 func (o *options) config(fs *pflag.FlagSet) (*config, error) {
-	c := &config{runs: o.runs, warmup: o.warmup, quick: o.quick, bigSize: fullBigSize, smallFiles: fullSmallFiles}
+	c := &config{runs: o.runs, warmup: o.warmup, quick: o.quick, bigSize: fullBigSize, smallFiles: fullSmallFiles,
+		snapFiles: fullSnapFiles, snapManyFiles: fullSnapManyFiles}
 	if o.quick {
-		c.bigSize, c.smallFiles = quickBigSize, quickSmallFiles
+		c.bigSize, c.smallFiles, c.snapManyFiles = quickBigSize, quickSmallFiles, quickSnapManyFiles
 		if !fs.Changed("runs") {
 			c.runs = quickRuns
 		}
@@ -87,11 +99,23 @@ func (o *options) config(fs *pflag.FlagSet) (*config, error) {
 		return nil, usagef("--warmup %d: must be 0 or more", c.warmup)
 	}
 	var err error
-	if c.workloads, err = selectWorkloads(o.only); err != nil {
+	if c.workloads, c.snapOps, err = selectWorkloads(o.only); err != nil {
 		return nil, err
 	}
 	if c.filesystems, err = selectFilesystems(o.filesystems); err != nil {
 		return nil, err
+	}
+	if len(c.workloads) == 0 {
+		// Only the snapshot table: the other filesystems have no part
+		// in it (and need not be probed).
+		c.filesystems = slices.DeleteFunc(c.filesystems, func(fs string) bool { return fs != fsNative && fs != fsAgentfs })
+	}
+	if !slices.Contains(c.filesystems, fsAgentfs) {
+		// The snapshot table is agentfs's alone.
+		if len(c.snapOps) > 0 && strings.TrimSpace(o.only) != "" {
+			return nil, usagef("--only %q asks for the snapshot table, which is agentfs's: add agentfs to --fs", o.only)
+		}
+		c.snapOps = nil
 	}
 	if slices.Contains(c.filesystems, fsAgentfs) {
 		if c.agentfsBin, err = findAgentfs(o.agentfs); err != nil {
@@ -129,24 +153,40 @@ func splitList(s string) []string {
 	return out
 }
 
-func selectWorkloads(only string) ([]*workload, error) {
+// selectWorkloads selects the workloads of the first table and the
+// operations of the snapshot table that --only names (all without it),
+// each in table order.
+func selectWorkloads(only string) ([]*workload, []*snapOp, error) {
 	if strings.TrimSpace(only) == "" {
-		return workloads, nil
+		return workloads, snapOps, nil
 	}
 	want := map[string]bool{}
 	for _, name := range splitList(only) {
-		if findWorkload(name) == nil {
-			return nil, usagef("--only %q: unknown workload %q; choose from %s", only, name, strings.Join(workloadNames(), ","))
+		switch {
+		case name == snapshotGroup:
+			for _, op := range snapOps {
+				want[op.name] = true
+			}
+		case findWorkload(name) == nil && findSnapOp(name) == nil:
+			return nil, nil, usagef("--only %q: unknown workload %q; choose from %s, or the snapshot table's %s (%s: all of them)",
+				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup)
+		default:
+			want[name] = true
 		}
-		want[name] = true
 	}
-	var out []*workload
+	var ws []*workload
 	for _, w := range workloads {
 		if want[w.name] {
-			out = append(out, w)
+			ws = append(ws, w)
 		}
 	}
-	return out, nil
+	var ops []*snapOp
+	for _, op := range snapOps {
+		if want[op.name] {
+			ops = append(ops, op)
+		}
+	}
+	return ws, ops, nil
 }
 
 func selectFilesystems(list string) ([]string, error) {

@@ -12,10 +12,13 @@ import (
 
 // report is everything one run measured; it is written as results.json.
 type report struct {
-	Machine         machineInfo        `json:"machine"`
-	Config          configInfo         `json:"config"`
-	Filesystems     []fsStatus         `json:"filesystems"`
-	Workloads       []*workloadResult  `json:"workloads"`
+	Machine     machineInfo       `json:"machine"`
+	Config      configInfo        `json:"config"`
+	Filesystems []fsStatus        `json:"filesystems"`
+	Workloads   []*workloadResult `json:"workloads"`
+	// Snapshots is the second table: agentfs's snapshot, branch and
+	// restore commands beside cp -a of the same changed set.
+	Snapshots       []*snapResult      `json:"snapshots,omitempty"`
 	CopyUpSeconds   map[string]float64 `json:"copy_up_seconds,omitempty"`
 	Notes           []string           `json:"notes,omitempty"`
 	DurationSeconds float64            `json:"duration_seconds"`
@@ -33,6 +36,9 @@ type configInfo struct {
 	GrepString    string `json:"grep_string"`
 	GoCache       string `json:"gocache"`
 	AgentfsBinary string `json:"agentfs_binary,omitempty"`
+	// The snapshot table's changed sets (files of 1 KiB).
+	SnapshotFiles     int `json:"snapshot_files,omitempty"`
+	SnapshotManyFiles int `json:"snapshot_many_files,omitempty"`
 }
 
 type workloadResult struct {
@@ -43,6 +49,38 @@ type workloadResult struct {
 	Skipped string `json:"skipped,omitempty"`
 	// Results by filesystem name.
 	Results map[string]*fsResult `json:"results"`
+}
+
+// snapResult is a row of the snapshot table.
+type snapResult struct {
+	Name  string `json:"name"`
+	Title string `json:"title"`
+	// Target is the target column; GoalSeconds the goal it states (none
+	// for the rows whose goal is a time independent of the file's size:
+	// compare with Reference).
+	Target      string   `json:"target"`
+	GoalSeconds *float64 `json:"goal_seconds,omitempty"`
+	SeedTarget  string   `json:"seed_target,omitempty"`
+	// Met: the agentfs median is within the goal.
+	Met *bool `json:"met,omitempty"`
+	// ChangedSet is what cp -a copies natively.
+	ChangedSet string `json:"changed_set"`
+	Runs       int    `json:"runs"`
+	Warmup     int    `json:"warmup"`
+	Skipped    string `json:"skipped,omitempty"`
+	// Agentfs is the agentfs command, Copy cp -a (their Ratio fields
+	// stay empty: the row's ratio is RatioToCp).
+	Agentfs   *fsResult `json:"agentfs"`
+	Copy      *fsResult `json:"cp_a"`
+	RatioToCp *float64  `json:"ratio_to_cp_a"`
+	// Reference (the 1-byte rows): the same snapshot after the same
+	// write to a small file, in the same runs.
+	Reference      *fsResult `json:"reference,omitempty"`
+	ReferenceTitle string    `json:"reference_title,omitempty"`
+	// Setup holds untimed steps of each agentfs run worth knowing (the
+	// write before the snapshot), SetupMedians their medians.
+	Setup        map[string][]float64 `json:"setup_seconds,omitempty"`
+	SetupMedians map[string]float64   `json:"setup_median_seconds,omitempty"`
 }
 
 type fsResult struct {
@@ -101,6 +139,50 @@ func (r *report) finish() {
 					r.CopyUpSeconds[fs] = *res.Median
 				}
 			}
+		}
+	}
+	for _, op := range r.Snapshots {
+		op.finish(r)
+	}
+}
+
+// finish computes a snapshot row's medians, ratio and verdict, and
+// notes its failures.
+func (op *snapResult) finish(r *report) {
+	if op.Skipped != "" {
+		r.Notes = append(r.Notes, op.Name+": skipped: "+op.Skipped)
+		return
+	}
+	for _, res := range []*fsResult{op.Agentfs, op.Copy, op.Reference} {
+		if res != nil && len(res.Runs) > 0 {
+			m := median(res.Runs)
+			res.Median = &m
+		}
+	}
+	for _, side := range []struct {
+		name string
+		res  *fsResult
+	}{{sideAgentfs, op.Agentfs}, {sideCp, op.Copy}} {
+		if side.res != nil && side.res.Error != "" {
+			r.Notes = append(r.Notes, fmt.Sprintf("%s (%s) failed: %s", op.Name, side.name, side.res.Error))
+		}
+	}
+	if op.Agentfs == nil || op.Agentfs.Median == nil {
+		return
+	}
+	if op.Copy != nil && op.Copy.Median != nil {
+		if q, ok := ratio(*op.Agentfs.Median, *op.Copy.Median); ok {
+			op.RatioToCp = &q
+		}
+	}
+	if op.GoalSeconds != nil {
+		met := *op.Agentfs.Median <= *op.GoalSeconds
+		op.Met = &met
+	}
+	if len(op.Setup) > 0 {
+		op.SetupMedians = map[string]float64{}
+		for k, v := range op.Setup {
+			op.SetupMedians[k] = median(v)
 		}
 	}
 }
@@ -162,8 +244,10 @@ func (r *report) write(dir string, stdout io.Writer) error {
 	return nil
 }
 
-// markdown renders the table: a row per workload; native's median time,
-// then each other filesystem's median time and its ratio to native.
+// markdown renders the tables. The first: a row per workload; native's
+// median time, then each other filesystem's median time and its ratio
+// to native. The second (snapshotMarkdown): agentfs's snapshot
+// operations beside cp -a.
 func (r *report) markdown() string {
 	var b strings.Builder
 	m := r.Machine
@@ -174,42 +258,26 @@ func (r *report) markdown() string {
 	if r.Config.Warmup != 1 {
 		b.WriteString("s")
 	}
-	b.WriteString("; the ratio is to native (lower is faster).")
+	if len(r.Workloads) > 0 {
+		b.WriteString("; the ratio is to native (lower is faster).")
+	} else {
+		b.WriteString(".")
+	}
 	if r.Config.Quick {
 		b.WriteString(" **Quick run (--quick): small sizes, for development only.**")
 	}
 	b.WriteString("\n\n")
 
-	fss := r.order()
-	b.WriteString("| workload |")
-	sep := "|---|"
-	for _, fs := range fss {
-		if fs == fsNative {
-			b.WriteString(" native |")
-			sep += "---:|"
-			continue
-		}
-		fmt.Fprintf(&b, " %s | ratio |", fs)
-		sep += "---:|---:|"
+	if len(r.Workloads) > 0 {
+		r.workloadMarkdown(&b)
 	}
-	b.WriteString("\n" + sep + "\n")
-	for _, w := range r.Workloads {
-		fmt.Fprintf(&b, "| %s |", w.Title)
-		for _, fs := range fss {
-			res := w.Results[fs]
-			cell := cellTime(w, res)
-			if fs == fsNative {
-				fmt.Fprintf(&b, " %s |", cell)
-				continue
-			}
-			fmt.Fprintf(&b, " %s | %s |", cell, cellRatio(res))
+	if len(r.Snapshots) > 0 {
+		if len(r.Workloads) > 0 {
+			b.WriteString("\n")
 		}
-		b.WriteString("\n")
+		r.snapshotMarkdown(&b)
 	}
 
-	if note := r.copyUpSummary(); note != "" {
-		fmt.Fprintf(&b, "\n%s%s (open for writing, write 1 byte, close; median).\n", strings.ToUpper(note[:1]), note[1:])
-	}
 	reflink := "no"
 	if m.Reflink {
 		reflink = "yes"
@@ -230,21 +298,134 @@ func (r *report) markdown() string {
 			fmt.Fprintf(&b, "- %s\n", n)
 		}
 	}
-	fmt.Fprintf(&b, "\nThe tree is the Go distribution's src (%d files) as a git repository with one commit, a %s file and a small Go module; "+
-		"workloads that change the tree get a fresh mount (native: a fresh copy) for each run, made outside the timed region.",
-		r.Config.TreeFiles, humanBytes(r.Config.BigFileBytes))
-	for _, w := range r.Workloads {
-		if w.Name == "go-vet" {
-			fmt.Fprintf(&b, " go vet: GOCACHE is %s.", r.Config.GoCache)
+	b.WriteString("\n")
+	if len(r.Workloads) > 0 {
+		fmt.Fprintf(&b, "The tree is the Go distribution's src (%d files) as a git repository with one commit, a %s file and a small Go module; "+
+			"workloads that change the tree get a fresh mount (native: a fresh copy) for each run, made outside the timed region.",
+			r.Config.TreeFiles, humanBytes(r.Config.BigFileBytes))
+		for _, w := range r.Workloads {
+			if w.Name == "go-vet" {
+				fmt.Fprintf(&b, " go vet: GOCACHE is %s.", r.Config.GoCache)
+			}
 		}
+		b.WriteString(" ")
 	}
-	fmt.Fprintf(&b, " Whole run: %s.\n", formatDuration(r.DurationSeconds))
+	fmt.Fprintf(&b, "Whole run: %s.\n", formatDuration(r.DurationSeconds))
 	return b.String()
 }
 
-func cellTime(w *workloadResult, res *fsResult) string {
+// workloadMarkdown renders the first table and its footnote.
+func (r *report) workloadMarkdown(b *strings.Builder) {
+	fss := r.order()
+	b.WriteString("| workload |")
+	sep := "|---|"
+	for _, fs := range fss {
+		if fs == fsNative {
+			b.WriteString(" native |")
+			sep += "---:|"
+			continue
+		}
+		fmt.Fprintf(b, " %s | ratio |", fs)
+		sep += "---:|---:|"
+	}
+	b.WriteString("\n" + sep + "\n")
+	for _, w := range r.Workloads {
+		fmt.Fprintf(b, "| %s |", w.Title)
+		for _, fs := range fss {
+			res := w.Results[fs]
+			cell := cellTime(w, res)
+			if fs == fsNative {
+				fmt.Fprintf(b, " %s |", cell)
+				continue
+			}
+			fmt.Fprintf(b, " %s | %s |", cell, cellRatio(res))
+		}
+		b.WriteString("\n")
+	}
+	if note := r.copyUpSummary(); note != "" {
+		fmt.Fprintf(b, "\n%s%s (open for writing, write 1 byte, close; median).\n", strings.ToUpper(note[:1]), note[1:])
+	}
+}
+
+// snapshotMarkdown renders the snapshot table and its footnotes.
+func (r *report) snapshotMarkdown(b *strings.Builder) {
+	b.WriteString("## Snapshots, branches, restore (agentfs only)\n\n")
+	b.WriteString("Each agentfs figure is the time of the command as a user runs it, from inside the mount (`agentfs snapshot create -m x`, " +
+		"`agentfs branch create NAME --from ID`, `agentfs restore ID`: the CLI included), in a fresh mount for each run whose changes were made just before, untimed. " +
+		"`cp -a` copies the same changed set, as native files, into a new directory, in the same run (interleaved); the ratio is agentfs over `cp -a` (lower is faster).")
+	var cut []string
+	for _, op := range r.Snapshots {
+		if op.Skipped == "" && (op.Runs != r.Config.Runs || op.Warmup != r.Config.Warmup) {
+			warm := "no warm-up"
+			if op.Warmup > 0 {
+				warm = fmt.Sprintf("%d warm-up%s", op.Warmup, plural(op.Warmup))
+			}
+			cut = append(cut, fmt.Sprintf("`%s`: %d run%s, %s", op.Name, op.Runs, plural(op.Runs), warm))
+		}
+	}
+	if len(cut) > 0 {
+		fmt.Fprintf(b, " Other runs, as each creates its changed set anew: %s.", strings.Join(cut, "; "))
+	}
+	b.WriteString("\n\n| operation | agentfs | cp -a | ratio | target |\n|---|---:|---:|---:|---|\n")
+	for _, op := range r.Snapshots {
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", op.Title, snapCell(op, op.Agentfs), snapCell(op, op.Copy), snapRatioCell(op), snapTargetCell(op))
+	}
+	var notes []string
+	for _, op := range r.Snapshots {
+		switch {
+		case op.SetupMedians == nil:
+		case op.Name == opSnapshotWrite:
+			notes = append(notes, fmt.Sprintf("In `%s`, the 1-byte write before the timed snapshot took %s (untimed; median; the file's bytes cached): "+
+				"the file is shared with the snapshot taken before it, so the write copies the whole file first (no reflink here)",
+				op.Name, formatSeconds(op.SetupMedians["write_after_snapshot"])))
+		case op.Name == opSnapshotCopyUp:
+			notes = append(notes, fmt.Sprintf("In `%s`, the copy-up itself took %s (untimed; median; the lower file cached)", op.Name, formatSeconds(op.SetupMedians["copy_up"])))
+		}
+	}
+	for _, op := range r.Snapshots {
+		if op.Name == opRestore5k && op.Skipped == "" {
+			notes = append(notes, "Restore first takes a safety snapshot of the current state (to undo the restore): its time is part of the figure, as the user waits for it")
+		}
+	}
+	notes = append(notes, "`snapshot create` returns once the snapshot is on disk; `cp -a` does not sync (the writeback of its copy is not in its time)")
+	b.WriteString("\n")
+	for _, n := range notes {
+		fmt.Fprintf(b, "- %s.\n", n)
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func snapCell(op *snapResult, res *fsResult) string { return medianCell(op.Skipped != "", res) }
+
+func snapRatioCell(op *snapResult) string { return ratioCell(op.RatioToCp) }
+
+// snapTargetCell is the target, and whether the median meets it (or for
+// a size-independent row, the reference beside it).
+func snapTargetCell(op *snapResult) string {
+	t := op.Target
 	switch {
-	case w.Skipped != "":
+	case op.Met != nil && *op.Met:
+		t += ": met"
+	case op.Met != nil:
+		t += ": not met"
+	case op.Reference != nil && op.Reference.Median != nil:
+		t += fmt.Sprintf(" (%s: %s)", op.ReferenceTitle, formatSeconds(*op.Reference.Median))
+	}
+	return t
+}
+
+func cellTime(w *workloadResult, res *fsResult) string { return medianCell(w.Skipped != "", res) }
+
+// medianCell is a table cell: res's median, or why there is none.
+func medianCell(skipped bool, res *fsResult) string {
+	switch {
+	case skipped:
 		return "skipped"
 	case res == nil:
 		return "–"
@@ -257,10 +438,17 @@ func cellTime(w *workloadResult, res *fsResult) string {
 }
 
 func cellRatio(res *fsResult) string {
-	if res == nil || res.Ratio == nil {
+	if res == nil {
 		return "–"
 	}
-	return formatRatio(*res.Ratio)
+	return ratioCell(res.Ratio)
+}
+
+func ratioCell(q *float64) string {
+	if q == nil {
+		return "–"
+	}
+	return formatRatio(*q)
 }
 
 // formatSeconds prints a time with three significant digits: 1.23 s,
@@ -285,12 +473,18 @@ func formatSeconds(s float64) string {
 	return fmt.Sprintf("%.0f µs", s*1e6)
 }
 
-// formatRatio prints 1.04×, 12.3×, 0.52×.
+// formatRatio prints 1.04×, 12.3×, 0.52×, and below 0.1 two
+// significant digits: 0.0052×.
 func formatRatio(q float64) string {
-	if q >= 10 {
+	switch {
+	case q >= 10:
 		return fmt.Sprintf("%.1f×", q)
+	case q >= 0.1:
+		return fmt.Sprintf("%.2f×", q)
+	case q <= 0:
+		return "0×"
 	}
-	return fmt.Sprintf("%.2f×", q)
+	return fmt.Sprintf("%.*f×", 1-int(math.Floor(math.Log10(q))), q)
 }
 
 func formatDuration(s float64) string {

@@ -10,8 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-
-	"golang.org/x/sys/unix"
 )
 
 // A workload is one row of the table. Only run is timed; prepare and
@@ -184,18 +182,26 @@ func fixedTitle(s string) func(*bench) string { return func(*bench) string { ret
 
 func noCopy(*tree) []string { return nil }
 
-func workloadNames() []string {
+func workloadName(w *workload) string { return w.name }
+
+func workloadNames() []string { return rowNames(workloads, workloadName) }
+
+func findWorkload(name string) *workload { return findRow(workloads, workloadName, name) }
+
+// rowNames lists the names of a table's rows (for --only), in order.
+func rowNames[T any](rows []*T, name func(*T) string) []string {
 	var names []string
-	for _, w := range workloads {
-		names = append(names, w.name)
+	for _, r := range rows {
+		names = append(names, name(r))
 	}
 	return names
 }
 
-func findWorkload(name string) *workload {
-	for _, w := range workloads {
-		if w.name == name {
-			return w
+// findRow returns the row named want, or nil.
+func findRow[T any](rows []*T, name func(*T) string, want string) *T {
+	for _, r := range rows {
+		if name(r) == want {
+			return r
 		}
 	}
 	return nil
@@ -342,34 +348,13 @@ func writeNewFile(ctx context.Context, r *runEnv) (string, error) {
 // firstWrite opens the big file for writing, writes one byte at offset
 // 0 and closes it: on an overlay, the whole file is copied up.
 func firstWrite(_ context.Context, r *runEnv) (string, error) {
-	fd, err := unix.Open(r.path(bigFile), unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", fmt.Errorf("open %s for writing: %w", bigFile, err)
-	}
-	if _, err := unix.Pwrite(fd, []byte{'x'}, 0); err != nil {
-		unix.Close(fd)
-		return "", fmt.Errorf("write %s: %w", bigFile, err)
-	}
-	return "", unix.Close(fd)
+	return "", writeByte(r.path(bigFile), 'x')
 }
 
 // checkFirstWrite checks that the file kept its size and holds the byte.
 func checkFirstWrite(r *runEnv) error {
-	f, err := os.Open(r.path(bigFile))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, 0); err != nil {
-		return err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if b[0] != 'x' || st.Size() != r.b.tree.BigSize {
-		return fmt.Errorf("after the write, %s starts with %q and has %d bytes; want 'x' and %d", bigFile, b[0], st.Size(), r.b.tree.BigSize)
+	if err := checkByte(r.path(bigFile), 'x', r.b.tree.BigSize); err != nil {
+		return fmt.Errorf("after the write: %w", err)
 	}
 	return nil
 }
