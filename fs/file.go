@@ -256,13 +256,18 @@ func (s *Server) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Open
 // listing returns the entries of an open directory from offset on. The
 // listing is made at the first read from offset 0 (a kernel serving the
 // directory from its cache never asks) and made anew at each rewind.
-func (s *Server) listing(d *dirHandle, offset uint64) ([]overlay.DirEntry, fuse.Status) {
+func (s *Server) listing(in *fuse.ReadIn) (*dirHandle, []overlay.DirEntry, fuse.Status) {
+	d := s.dirHandle(in.Fh)
+	if d == nil {
+		return nil, nil, fuse.EBADF
+	}
+	offset := in.Offset
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.entries == nil || offset == 0 {
 		ents, err := s.view.ReadDir(d.ino.n)
 		if err != nil {
-			return nil, errno(err)
+			return d, nil, errno(err)
 		}
 		if d.ino.n == s.view.Root() {
 			kept := ents[:0]
@@ -276,9 +281,9 @@ func (s *Server) listing(d *dirHandle, offset uint64) ([]overlay.DirEntry, fuse.
 		d.entries = ents
 	}
 	if offset >= uint64(len(d.entries)) {
-		return nil, fuse.OK
+		return d, nil, fuse.OK
 	}
-	return d.entries[offset:], fuse.OK
+	return d, d.entries[offset:], fuse.OK
 }
 
 func (s *Server) dirHandle(fh uint64) *dirHandle {
@@ -289,11 +294,7 @@ func (s *Server) dirHandle(fh uint64) *dirHandle {
 
 // ReadDir implements fuse.RawFileSystem.
 func (s *Server) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	d := s.dirHandle(in.Fh)
-	if d == nil {
-		return fuse.EBADF
-	}
-	ents, st := s.listing(d, in.Offset)
+	_, ents, st := s.listing(in)
 	if st != fuse.OK {
 		return st
 	}
@@ -308,11 +309,7 @@ func (s *Server) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 // ReadDirPlus implements fuse.RawFileSystem: each name comes with its
 // node and attributes, which saves the kernel one lookup per name.
 func (s *Server) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	d := s.dirHandle(in.Fh)
-	if d == nil {
-		return fuse.EBADF
-	}
-	ents, st := s.listing(d, in.Offset)
+	d, ents, st := s.listing(in)
 	if st != fuse.OK {
 		return st
 	}

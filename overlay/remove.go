@@ -113,18 +113,7 @@ func (fs *FS) Unlink(dir *Node, name string) error {
 	if r.mode() == unix.S_IFDIR {
 		return unix.EISDIR
 	}
-	n := fs.existingNodeLocked(&r)
-	t := fs.newTx()
-	if err := fs.copyUpDirLocked(t, dir); err != nil {
-		return t.fail(err)
-	}
-	if n, err = fs.sharedNameGoesLocked(t, &r, n); err != nil {
-		return t.fail(err)
-	}
-	fs.hideLocked(t, dir, name, &r)
-	fs.detachLocked(t, &r, n)
-	t.touch(dir)
-	return t.commit()
+	return fs.removeLocked(dir, name, &r)
 }
 
 // Rmdir removes an empty directory (empty in the merged view).
@@ -146,16 +135,23 @@ func (fs *FS) Rmdir(dir *Node, name string) error {
 	} else if !empty {
 		return unix.ENOTEMPTY
 	}
-	n := fs.existingNodeLocked(&r)
+	return fs.removeLocked(dir, name, &r)
+}
+
+// removeLocked removes the name r (checked by Unlink or Rmdir) from
+// dir. fs.mu is held exclusively.
+func (fs *FS) removeLocked(dir *Node, name string, r *resolved) error {
+	n := fs.existingNodeLocked(r)
 	t := fs.newTx()
 	if err := fs.copyUpDirLocked(t, dir); err != nil {
 		return t.fail(err)
 	}
-	if n, err = fs.sharedNameGoesLocked(t, &r, n); err != nil {
+	n, err := fs.sharedNameGoesLocked(t, r, n)
+	if err != nil {
 		return t.fail(err)
 	}
-	fs.hideLocked(t, dir, name, &r)
-	fs.detachLocked(t, &r, n)
+	fs.hideLocked(t, dir, name, r)
+	fs.detachLocked(t, r, n)
 	t.touch(dir)
 	return t.commit()
 }
