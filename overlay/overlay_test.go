@@ -612,3 +612,34 @@ func TestReload(t *testing.T) {
 	k, _ := f.ReadAt(buf, 0)
 	eq(t, "open file keeps its data", string(buf[:k]), "upper")
 }
+
+// TestRmdirKeepsHiddenLinkCount: a hard-linked lower file loses one
+// name under a renamed-over file (its copy is then kept by an anchor)
+// and another name by a rename out of a lower directory, which is then
+// removed: the whiteout that counted the moved name must keep counting
+// (differential test seed 211800316).
+func TestRmdirKeepsHiddenLinkCount(t *testing.T) {
+	e := newEnv(t, map[string]string{"d3/f2": "x", "d0/f3": "", "d0/d2/": "", "d1/": ""})
+	if err := os.Link(filepath.Join(e.lower, "d3/f2"), filepath.Join(e.lower, "d0/d2/h0")); err != nil {
+		t.Fatal(err)
+	}
+	e.must("d0/d2/h0")
+	e.must("d3/f2")
+	if err := e.fs.Rename(e.must("d0"), "f3", e.must("d0/d2"), "h0", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Rename(e.must("d3"), "f2", e.must("d1"), "n1", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Rmdir(e.fs.Root(), "d3"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.fs.Getattr(e.must("d1/n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "nlink after rmdir", st.Nlink, uint64(1))
+	e.reopen()
+	st, _ = e.fs.Getattr(e.must("d1/n1"))
+	eq(t, "nlink after remount", st.Nlink, uint64(1))
+}

@@ -31,9 +31,19 @@ func (fs *FS) hideLocked(t *tx, dir *Node, name string, r *resolved) {
 // detachLocked handles the inode that lost the name r: its node becomes
 // unlinked and its object is removed once nothing references it.
 // Directories lose their upper subtree (whiteouts) with it.
-func (fs *FS) detachLocked(t *tx, r *resolved, n *Node) {
+func (fs *FS) detachLocked(t *tx, r *resolved, n *Node) error {
 	if r.entry != nil && r.entry.Type == branch.TypeDir {
 		for _, p := range fs.subtree(r.path) {
+			if e := fs.indexGet(p); e != nil && e.IsWhiteout() && e.Ino != 0 {
+				// A hidden name of a hard-linked lower file stays
+				// hidden (and counted in st_nlink) under the removed
+				// directory's whiteout.
+				id, err := fs.cfg.AllocIno()
+				if err != nil {
+					return err
+				}
+				t.put(hiddenPath(id), e)
+			}
 			t.del(p)
 		}
 	}
@@ -41,7 +51,7 @@ func (fs *FS) detachLocked(t *tx, r *resolved, n *Node) {
 		if n != nil {
 			t.unlink = append(t.unlink, n)
 		}
-		return
+		return nil
 	}
 	obj := r.entry.Object
 	if r.entry.Type == branch.TypeFile && r.entry.Origin != "" && fs.links[obj] == 0 {
@@ -58,18 +68,19 @@ func (fs *FS) detachLocked(t *tx, r *resolved, n *Node) {
 		// Other names still link the file: only its ctime changes.
 		if n != nil {
 			t.bump(n)
-		} else {
+		} else if !fs.frozenLocked(r.entry) {
 			t.bumped = append(t.bumped, obj)
 		}
-		return
+		return nil
 	}
 	if n != nil {
 		t.unlink = append(t.unlink, n)
-		return
+		return nil
 	}
 	if !fs.frozenLocked(r.entry) {
 		t.doomed = append(t.doomed, obj)
 	}
+	return nil
 }
 
 // sharedNameGoesLocked prepares the removal of name r of a lower-only
@@ -151,7 +162,9 @@ func (fs *FS) removeLocked(dir *Node, name string, r *resolved) error {
 		return t.fail(err)
 	}
 	fs.hideLocked(t, dir, name, r)
-	fs.detachLocked(t, r, n)
+	if err := fs.detachLocked(t, r, n); err != nil {
+		return t.fail(err)
+	}
 	t.touch(dir)
 	return t.commit()
 }

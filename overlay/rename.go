@@ -122,7 +122,9 @@ func (fs *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags u
 				// detached (its last name, maybe).
 				t.del(dst.path)
 			}
-			fs.detachLocked(t, &dst, dn)
+			if err := fs.detachLocked(t, &dst, dn); err != nil {
+				return t.fail(err)
+			}
 		}
 		fs.moveLocked(t, src.path, dst.path)
 		t.put(dst.path, se)
