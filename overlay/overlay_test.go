@@ -643,3 +643,29 @@ func TestRmdirKeepsHiddenLinkCount(t *testing.T) {
 	st, _ = e.fs.Getattr(e.must("d1/n1"))
 	eq(t, "nlink after remount", st.Nlink, uint64(1))
 }
+
+// TestNewNameOverHiddenLinkKeepsCount: a name made where a whiteout hid
+// a hard-linked lower file's name keeps that name counted as hidden
+// (differential test seed 605239117).
+func TestNewNameOverHiddenLinkKeepsCount(t *testing.T) {
+	e := newEnv(t, map[string]string{"f1": "x", "d/": "", "n/": ""})
+	if err := os.Link(filepath.Join(e.lower, "f1"), filepath.Join(e.lower, "d/h1")); err != nil {
+		t.Fatal(err)
+	}
+	r := e.fs.Root()
+	e.must("d/h1") // the node is found by d/h1: the rename copies up there
+	if err := e.fs.Rename(r, "f1", e.must("n"), "f4", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.fs.Symlink(r, "f1", "/nowhere", Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.fs.Getattr(e.must("n/f4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "nlink", st.Nlink, uint64(2))
+	e.reopen()
+	st, _ = e.fs.Getattr(e.must("n/f4"))
+	eq(t, "nlink after remount", st.Nlink, uint64(2))
+}

@@ -27,6 +27,7 @@ type tx struct {
 	promos  []promo   // nodes that get an upper entry once committed
 	unlink  []*Node   // nodes that lose their last name once committed
 	copies  []copyRec // objects copied up from lower inodes
+	err     error     // a failure of put, reported by commit
 }
 
 // copyRec is an object copied up from a lower inode whose ctime was
@@ -47,6 +48,17 @@ func (t *tx) put(p string, e *branch.Entry) {
 	if e.Object != "" && t.fs.layer != nil && slices.Contains(t.created, e.Object) {
 		e.Epoch = t.fs.layer.Epoch() // a new object belongs to no snapshot
 	}
+	if old := t.fs.indexGet(p); old != nil && old.IsWhiteout() && old.Ino != 0 &&
+		!(e.IsWhiteout() && e.Ino == old.Ino) {
+		// The lower name this whiteout hid (and counted for the
+		// st_nlink of its hard-linked file) stays hidden under e.
+		if id, err := t.fs.cfg.AllocIno(); err != nil {
+			t.err = err
+		} else {
+			t.fs.indexPut(hiddenPath(id), old)
+			t.b.Put(hiddenPath(id), old)
+		}
+	}
 	t.fs.indexPut(p, e)
 	t.b.Put(p, e)
 }
@@ -62,6 +74,9 @@ func (t *tx) made(id string) { t.created = append(t.created, id) }
 // commit persists the batch. On failure the index is rebuilt from the
 // layer and the operation's new objects are removed.
 func (t *tx) commit() error {
+	if t.err != nil {
+		return t.fail(t.err)
+	}
 	if t.fs.layer == nil {
 		// A read-only view (a snapshot, the lower tree): forget what
 		// the operation put in the index.
