@@ -90,10 +90,6 @@ type FS struct {
 	ctimeMu    sync.Mutex
 	copyCtimes map[string]copyTimes
 
-	// frozenTest marks objects as shared with a snapshot, for tests of
-	// thawing until the branch layer records epochs.
-	frozenTest map[string]bool
-
 	nodesMu  sync.Mutex
 	byObject map[string]*Node
 	byLower  map[string]*Node

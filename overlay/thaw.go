@@ -26,7 +26,7 @@ func (fs *FS) frozenLocked(e *branch.Entry) bool {
 	if e == nil || e.Object == "" {
 		return false
 	}
-	return fs.frozenTest[e.Object] || fs.layer != nil && e.Epoch < fs.layer.Epoch()
+	return fs.layer != nil && e.Epoch < fs.layer.Epoch()
 }
 
 // thawLocked gives upper node n an object of its own when its object is

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
 )
 
 // objState is what a snapshot relies on in an object: its data and its
@@ -83,15 +85,16 @@ func TestFrozenObjectsThaw(t *testing.T) {
 		t.Fatal(err) // a metacopy
 	}
 
-	// "Snapshot": every object now is shared.
-	e.fs.frozenTest = map[string]bool{}
+	// Every object is now shared with the snapshot.
+	if _, err := e.fs.Snapshot("", branch.KindManual); err != nil {
+		t.Fatal(err)
+	}
 	before := map[string]objState{}
 	for _, p := range []string{"", "d", "d/f", "d/g", "d/h", "lowerfile"} {
 		id := e.must(p).object
 		if id == "" {
 			t.Fatalf("%q has no object", p)
 		}
-		e.fs.frozenTest[id] = true
 		before[id] = e.objState(id)
 	}
 
