@@ -25,8 +25,32 @@ type BranchInfo struct {
 	Origin string `json:"origin"`
 	// Created is zero when unknown (main).
 	Created time.Time `json:"created"`
-	// Current marks the branch the mount shows.
+	// Current marks the branch the caller sees: the one it is bound
+	// to, else the one the mount shows (Default).
 	Current bool `json:"current"`
+	// Default marks the branch the mount shows to unbound processes.
+	Default bool `json:"default"`
+	// Bound counts the processes bound to it.
+	Bound int `json:"bound"`
+}
+
+// BindArgs name a process and, for OpBranchBind, a branch.
+type BindArgs struct {
+	// Pid is the process (thread group id); 0 means the caller.
+	Pid    int    `json:"pid"`
+	Branch string `json:"branch,omitempty"`
+}
+
+// BindInfo says which branch a process sees at the mount.
+type BindInfo struct {
+	Pid    int    `json:"pid"`
+	Branch string `json:"branch"`
+	// BoundBy is the pid of the process whose binding decides (the
+	// process itself or its nearest bound ancestor); 0 when none is
+	// bound and the process sees the mount's branch.
+	BoundBy int `json:"bound_by"`
+	// Command is the process's command line, when known.
+	Command string `json:"command,omitempty"`
 }
 
 // BranchList is the reply of OpBranchList, sorted by name.

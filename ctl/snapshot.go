@@ -7,6 +7,8 @@ import "time"
 // SnapshotCreateArgs are the arguments of OpSnapshotCreate.
 type SnapshotCreateArgs struct {
 	Label string `json:"label,omitempty"`
+	// Branch is the branch to take it of; empty for the caller's.
+	Branch string `json:"branch,omitempty"`
 }
 
 // SnapshotRef names a snapshot: an id, an unambiguous id prefix of at

@@ -54,6 +54,15 @@ const (
 	// OpBranchSwitch makes the mount show a branch (BranchArgs); it
 	// answers the BranchInfo of the branch now shown.
 	OpBranchSwitch Op = 35
+	// OpBranchBind binds a process and its descendants to a branch
+	// (BindArgs); it answers a BindInfo.
+	OpBranchBind Op = 36
+	// OpBranchUnbind ends a process's binding (BindArgs, Branch empty);
+	// it answers the BindInfo of the branch it now sees.
+	OpBranchUnbind Op = 37
+	// OpBranchCurrent answers the BindInfo of a process (BindArgs,
+	// Branch empty; Pid 0 for the caller).
+	OpBranchCurrent Op = 38
 
 	// OpDiff compares two states (DiffArgs); it answers a DiffReply.
 	OpDiff Op = 48
@@ -79,10 +88,13 @@ var opNames = map[Op]string{
 	OpGC:             "gc",
 	OpFsck:           "fsck",
 
-	OpBranchCreate: "branch create",
-	OpBranchList:   "branch list",
-	OpBranchDelete: "branch delete",
-	OpBranchSwitch: "branch switch",
+	OpBranchCreate:  "branch create",
+	OpBranchList:    "branch list",
+	OpBranchDelete:  "branch delete",
+	OpBranchSwitch:  "branch switch",
+	OpBranchBind:    "branch bind",
+	OpBranchUnbind:  "branch unbind",
+	OpBranchCurrent: "branch current",
 
 	OpDiff:    "diff",
 	OpRestore: "restore",
@@ -104,8 +116,10 @@ type Status struct {
 	Lower      string `json:"lower"`
 	Mountpoint string `json:"mountpoint"`
 	Store      string `json:"store"`
-	// Branch is the branch the mount shows.
+	// Branch is the branch the mount shows to unbound processes.
 	Branch string `json:"branch"`
+	// Bindings are the processes bound to a branch, by pid.
+	Bindings []BindInfo `json:"bindings"`
 	// Ephemeral stores are private directories deleted at unmount.
 	Ephemeral bool `json:"ephemeral"`
 

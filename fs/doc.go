@@ -4,12 +4,24 @@
 // # Node identity
 //
 // Every kernel node id names one overlay.Node, and every overlay.Node
-// belongs to exactly one branch view. The mount root (node id 1) is the
-// only node shared by all views: its lookups, attributes and listing
-// depend on the calling process's branch, so they are never cached
-// (zero entry and attribute timeouts). Everything below the root is
+// belongs to exactly one branch view (one overlay.FS per branch in use).
+// The mount root (node id 1) is the only node shared by all views: its
+// lookups, attributes and listing depend on the calling process's branch
+// (views.go: a process bound to a branch, or a descendant of one, sees
+// that branch; others the mount's). While any process is bound, the
+// root's entries and attributes get zero lifetimes and its listing is
+// never cached, so the kernel asks at every walk through the root, with
+// the walking process as the caller. Everything below the root is
 // branch-qualified and cached with long timeouts, so nothing the kernel
-// cached for one branch can be served to a process in another.
+// cached for one branch can be served to a process in another: data,
+// attributes, listings and mmaps are per kernel inode, and no kernel
+// inode is in two branches.
+//
+// # Locking
+//
+// Lock order: binder.mu → binder.cacheMu; Server.mu, Server.negMu,
+// inode.mu and binder.rootMu are taken alone. None is held while the
+// kernel is notified.
 //
 // # Passthrough
 //

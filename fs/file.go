@@ -80,11 +80,11 @@ func (s *Server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 		out.OpenFlags = fuse.FOPEN_DIRECT_IO
 		return fuse.OK
 	}
-	ino := s.inode(in.NodeId)
+	ino := s.inode(&in.InHeader, in.NodeId)
 	if ino == nil {
 		return fuse.ENOENT
 	}
-	f, err := s.view.Open(ino.n, int(in.Flags))
+	f, err := ino.n.FS().Open(ino.n, int(in.Flags))
 	if err != nil {
 		return errno(err)
 	}
@@ -109,12 +109,12 @@ func (s *Server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 	if st != fuse.OK {
 		return st
 	}
-	n, f, attr, err := s.view.Create(dir.n, name, int(in.Flags), in.Mode, caller(&in.InHeader))
+	n, f, attr, err := dir.n.FS().Create(dir.n, name, int(in.Flags), in.Mode, caller(&in.InHeader))
 	if err != nil {
 		return errno(err)
 	}
-	s.fillEntry(&out.EntryOut, n, &attr)
-	h := &handle{ino: s.inode(n.ID), f: f}
+	s.fillEntry(&out.EntryOut, in.NodeId, n, &attr)
+	h := &handle{ino: s.known(n.ID), f: f}
 	s.setIOMode(h, &out.OpenOut)
 	out.Fh = s.addHandle(h)
 	return fuse.OK
@@ -126,12 +126,12 @@ func (s *Server) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.Cr
 	if st != fuse.OK {
 		return st
 	}
-	n, f, attr, err := s.view.Tmpfile(dir.n, int(in.Flags), in.Mode, caller(&in.InHeader))
+	n, f, attr, err := dir.n.FS().Tmpfile(dir.n, int(in.Flags), in.Mode, caller(&in.InHeader))
 	if err != nil {
 		return errno(err)
 	}
-	s.fillEntry(&out.EntryOut, n, &attr)
-	h := &handle{ino: s.inode(n.ID), f: f}
+	s.fillEntry(&out.EntryOut, in.NodeId, n, &attr)
+	h := &handle{ino: s.known(n.ID), f: f}
 	s.setIOMode(h, &out.OpenOut)
 	out.Fh = s.addHandle(h)
 	return fuse.OK
@@ -199,7 +199,7 @@ func (s *Server) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 func (s *Server) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	h := s.handle(in.Fh)
 	if h == nil {
-		return errno(s.view.Sync())
+		return errno(s.views.def.Load().fs.Sync())
 	}
 	return errno(h.f.Sync(in.FsyncFlags&1 != 0))
 }
@@ -220,7 +220,7 @@ func (s *Server) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	if err := h.f.Release(); err != nil {
 		s.log.Warn("release", "err", err)
 	}
-	if s.view.Forget(h.ino.n, 0) {
+	if h.ino.n.FS().Forget(h.ino.n, 0) {
 		s.mu.Lock()
 		if s.nodes[h.ino.n.ID] == h.ino {
 			delete(s.nodes, h.ino.n.ID)
@@ -232,7 +232,7 @@ func (s *Server) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 // OpenDir implements fuse.RawFileSystem. The merged listing is taken
 // once per handle, so offsets stay valid for the handle's life.
 func (s *Server) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	ino := s.inode(in.NodeId)
+	ino := s.inode(&in.InHeader, in.NodeId)
 	if ino == nil {
 		return fuse.ENOENT
 	}
@@ -265,11 +265,11 @@ func (s *Server) listing(in *fuse.ReadIn) (*dirHandle, []overlay.DirEntry, fuse.
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.entries == nil || offset == 0 {
-		ents, err := s.view.ReadDir(d.ino.n)
+		ents, err := d.ino.n.FS().ReadDir(d.ino.n)
 		if err != nil {
 			return d, nil, errno(err)
 		}
-		if d.ino.n == s.view.Root() {
+		if d.ino.n == d.ino.n.FS().Root() {
 			kept := ents[:0]
 			for _, e := range ents {
 				if e.Name != ctl.ControlName {
@@ -321,11 +321,11 @@ func (s *Server) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.
 		if e.Name == "." || e.Name == ".." {
 			continue
 		}
-		n, st, err := s.view.Lookup(d.ino.n, e.Name)
+		n, st, err := d.ino.n.FS().Lookup(d.ino.n, e.Name)
 		if err != nil {
 			continue // a zero node id: the kernel looks the name up itself
 		}
-		s.fillEntry(eo, n, &st)
+		s.fillEntry(eo, in.NodeId, n, &st)
 	}
 	return fuse.OK
 }
@@ -339,7 +339,7 @@ func (s *Server) ReleaseDir(in *fuse.ReleaseIn) {
 
 // FsyncDir implements fuse.RawFileSystem.
 func (s *Server) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	return errno(s.view.Sync())
+	return errno(s.views.def.Load().fs.Sync())
 }
 
 // Ioctl implements fuse.RawFileSystem: only the control file answers.

@@ -47,7 +47,7 @@ func (s *Server) forgetNegatives(dir uint64) {
 // requests that need them).
 func (s *Server) Invalidate(stale []overlay.Stale) {
 	kernelID := func(n *overlay.Node) uint64 {
-		if n == s.view.Root() {
+		if n == n.FS().Root() {
 			return fuse.FUSE_ROOT_ID
 		}
 		return n.ID

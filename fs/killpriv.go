@@ -112,13 +112,13 @@ func procStatus(pid uint32, keys ...string) ([][]uint32, error) {
 
 // killPrivsAfterTrunc clears what an O_TRUNC open by the caller clears.
 func (s *Server) killPrivsAfterTrunc(n *overlay.Node, h *fuse.InHeader) error {
-	st, err := s.view.Getattr(n)
+	st, err := n.FS().Getattr(n)
 	if err != nil {
 		return err
 	}
 	if m := killedMode(st.Mode, st.Gid, h); m != st.Mode {
 		perm := m & 07777
-		_, err = s.view.Setattr(n, overlay.SetAttr{Mode: &perm}, nil)
+		_, err = n.FS().Setattr(n, overlay.SetAttr{Mode: &perm}, nil)
 	}
 	return err
 }

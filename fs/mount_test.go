@@ -347,7 +347,7 @@ func TestInvalidateAfterReload(t *testing.T) {
 	writeFile(t, filepath.Join(lower, "d/gone"), "x")
 	m := mountForTest(t, lower, true)
 	at := func(p string) string { return filepath.Join(m.mnt, p) }
-	view := m.srv.view
+	view := m.srv.views.def.Load().fs
 	layer := view.Layer()
 	// The state to come back to is the lower tree (no entries).
 	writeFile(t, at("d/f"), "upper")

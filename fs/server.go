@@ -32,11 +32,11 @@ const controlID = 2
 // Server serves one mount.
 type Server struct {
 	fuse.RawFileSystem
-	opts Options
-	srv  *fuse.Server
-	log  *slog.Logger
-	view *overlay.FS
-	uid  uint32 // mount owner
+	opts  Options
+	srv   *fuse.Server
+	log   *slog.Logger
+	views *binder
+	uid   uint32 // mount owner
 
 	// passthrough is whether backing files may be registered; it is
 	// switched off for good when the kernel refuses one.
@@ -60,7 +60,8 @@ type Server struct {
 
 // inode is the kernel's view of one node: its I/O mode.
 type inode struct {
-	n *overlay.Node
+	n  *overlay.Node
+	vs *viewState // the view n belongs to
 
 	mu        sync.Mutex
 	cached    int   // open handles served through the page cache
@@ -90,14 +91,13 @@ func Mount(o Options) (*Server, error) {
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
 		opts:          o,
 		log:           o.Logger,
-		view:          o.View,
 		uid:           uint32(os.Geteuid()),
 		nodes:         map[uint64]*inode{},
 		files:         map[uint64]*handle{},
 		dirs:          map[uint64]*dirHandle{},
 		negatives:     map[uint64]map[string]struct{}{},
 	}
-	s.nodes[fuse.FUSE_ROOT_ID] = &inode{n: o.View.Root()}
+	s.views = newBinder(s, o.View)
 	mo := &fuse.MountOptions{
 		AllowOther:           o.AllowOther,
 		Options:              []string{"default_permissions"},
@@ -129,7 +129,7 @@ func Mount(o Options) (*Server, error) {
 	if s.watch, err = startLowerWatch(s); err != nil {
 		s.log.Warn("lower directory edits made from outside will show late", "err", err)
 	}
-	s.watch.add(fuse.FUSE_ROOT_ID, o.View.Root())
+	s.watch.add(o.View.Root().ID, o.View.Root())
 	ks := srv.KernelSettings()
 	s.passthrough = o.Passthrough && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0
 	return s, nil
@@ -146,6 +146,7 @@ func (w debugWriter) Write(p []byte) (int, error) {
 func (s *Server) Wait() {
 	s.srv.Wait()
 	s.watch.close()
+	s.views.close()
 }
 
 // Unmount unmounts the file system.
@@ -174,10 +175,24 @@ func errno(err error) fuse.Status {
 	return fuse.EIO
 }
 
-func (s *Server) inode(id uint64) *inode {
+// inode returns the node that node id names for the request's caller:
+// for the mount root, the root of the caller's view. It is nil when the
+// kernel's node is unknown or belongs to a retired view.
+func (s *Server) inode(h *fuse.InHeader, id uint64) *inode {
+	if id == fuse.FUSE_ROOT_ID {
+		vs := s.views.caller(h)
+		if vs.retired.Load() {
+			return nil
+		}
+		return vs.root
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.nodes[id]
+	ino := s.nodes[id]
+	s.mu.Unlock()
+	if ino == nil || ino.vs.retired.Load() {
+		return nil
+	}
+	return ino
 }
 
 // register records a node the kernel now references (one lookup).
@@ -186,7 +201,7 @@ func (s *Server) register(n *overlay.Node) *inode {
 	ino := s.nodes[n.ID]
 	isNew := ino == nil
 	if isNew {
-		ino = &inode{n: n}
+		ino = &inode{n: n, vs: s.views.view(n.FS())}
 		s.nodes[n.ID] = ino
 	}
 	s.mu.Unlock()
@@ -216,13 +231,59 @@ func fillAttr(a *fuse.Attr, st *unix.Stat_t) {
 }
 
 // fillEntry answers a lookup-like request for node n.
-func (s *Server) fillEntry(out *fuse.EntryOut, n *overlay.Node, st *unix.Stat_t) {
+// A name in the root (kernel node id parent) lives only as long as the
+// root's lookups do not depend on the caller (see views.go).
+func (s *Server) fillEntry(out *fuse.EntryOut, parent uint64, n *overlay.Node, st *unix.Stat_t) {
 	s.register(n)
 	out.NodeId = n.ID
 	out.Generation = 1
 	fillAttr(&out.Attr, st)
-	out.SetEntryTimeout(entryTimeout)
+	if parent == fuse.FUSE_ROOT_ID {
+		out.SetEntryTimeout(s.views.rootTimeout())
+	} else {
+		out.SetEntryTimeout(entryTimeout)
+	}
 	out.SetAttrTimeout(attrTimeout)
+}
+
+// known returns the node the kernel knows as id (never the root).
+func (s *Server) known(id uint64) *inode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nodes[id]
+}
+
+// dropRoot drops what the kernel cached at the root: the names in the
+// roots of the views, the negative entries there, and the root's
+// attributes.
+func (s *Server) dropRoot() {
+	s.views.mu.Lock()
+	views := make([]*overlay.FS, 0, len(s.views.views))
+	for v, vs := range s.views.views {
+		if !vs.retired.Load() {
+			views = append(views, v)
+		}
+	}
+	s.views.mu.Unlock()
+	names := map[string]bool{}
+	for _, v := range views {
+		if ents, err := v.ReadDir(v.Root()); err == nil {
+			for _, e := range ents {
+				if e.Name != "." && e.Name != ".." {
+					names[e.Name] = true
+				}
+			}
+		}
+	}
+	s.negMu.Lock()
+	for name := range s.negatives[fuse.FUSE_ROOT_ID] {
+		names[name] = true
+	}
+	s.negMu.Unlock()
+	for name := range names {
+		s.srv.EntryNotify(fuse.FUSE_ROOT_ID, name)
+	}
+	s.srv.InodeNotify(fuse.FUSE_ROOT_ID, 0, 0)
 }
 
 func (s *Server) controlAttr(a *fuse.Attr) {
@@ -249,16 +310,22 @@ func (s *Server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 		s.controlAttr(&out.Attr)
 		return fuse.OK
 	}
-	dir := s.inode(h.NodeId)
+	if h.NodeId == fuse.FUSE_ROOT_ID {
+		// The reply's lifetime must not outlive a change of mode (see
+		// binder.rootChanged).
+		s.views.rootMu.RLock()
+		defer s.views.rootMu.RUnlock()
+	}
+	dir := s.inode(h, h.NodeId)
 	if dir == nil {
 		return fuse.ENOENT
 	}
-	n, st, err := s.view.Lookup(dir.n, name)
+	n, st, err := dir.n.FS().Lookup(dir.n, name)
 	if err == unix.ENOENT {
 		// A negative entry: node id 0 with a lifetime (an ENOENT
 		// error would not be cached).
 		*out = fuse.EntryOut{}
-		if s.noteNegative(h.NodeId, name) {
+		if (h.NodeId != fuse.FUSE_ROOT_ID || !s.views.active.Load()) && s.noteNegative(h.NodeId, name) {
 			out.SetEntryTimeout(negTimeout)
 		}
 		return fuse.OK
@@ -266,7 +333,7 @@ func (s *Server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 	if err != nil {
 		return errno(err)
 	}
-	s.fillEntry(out, n, &st)
+	s.fillEntry(out, h.NodeId, n, &st)
 	return fuse.OK
 }
 
@@ -281,7 +348,7 @@ func (s *Server) Forget(nodeid, nlookup uint64) {
 	if ino == nil {
 		return
 	}
-	if s.view.Forget(ino.n, nlookup) {
+	if ino.n.FS().Forget(ino.n, nlookup) {
 		s.mu.Lock()
 		if s.nodes[nodeid] == ino {
 			delete(s.nodes, nodeid)
@@ -298,17 +365,26 @@ func (s *Server) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.A
 		s.controlAttr(&out.Attr)
 		return fuse.OK
 	}
-	ino := s.inode(in.NodeId)
+	ino := s.inode(&in.InHeader, in.NodeId)
 	if ino == nil {
 		return fuse.ENOENT
 	}
-	st, err := s.view.Getattr(ino.n)
+	st, err := ino.n.FS().Getattr(ino.n)
 	if err != nil {
 		return errno(err)
 	}
 	fillAttr(&out.Attr, &st)
-	out.SetTimeout(attrTimeout)
+	out.SetTimeout(s.attrTimeout(in.NodeId))
 	return fuse.OK
+}
+
+// attrTimeout is the lifetime of the attributes of kernel node id: the
+// root's depend on the caller while processes are bound.
+func (s *Server) attrTimeout(id uint64) time.Duration {
+	if id == fuse.FUSE_ROOT_ID && s.views.active.Load() {
+		return 0
+	}
+	return attrTimeout
 }
 
 // SetAttr implements fuse.RawFileSystem.
@@ -316,7 +392,7 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 	if in.NodeId == controlID {
 		return fuse.EPERM
 	}
-	ino := s.inode(in.NodeId)
+	ino := s.inode(&in.InHeader, in.NodeId)
 	if ino == nil {
 		return fuse.ENOENT
 	}
@@ -325,7 +401,7 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 		// Only the owner may chmod (the kernel checks): a mode change
 		// by another user is the kernel clearing setuid for a write or
 		// truncate; complete it (killpriv.go).
-		if st, err := s.view.Getattr(ino.n); err == nil && dropsOnlySetid(st.Mode, m) {
+		if st, err := ino.n.FS().Getattr(ino.n); err == nil && dropsOnlySetid(st.Mode, m) {
 			if h := procCaller(&in.InHeader); h.Uid != 0 && st.Uid != h.Uid {
 				m = killedMode(st.Mode&unix.S_IFMT|m&07777, st.Gid, h) & 07777
 			}
@@ -365,17 +441,17 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 			f = h.f
 		}
 	}
-	st, err := s.view.Setattr(ino.n, sa, f)
+	st, err := ino.n.FS().Setattr(ino.n, sa, f)
 	if err != nil {
 		return errno(err)
 	}
 	fillAttr(&out.Attr, &st)
-	out.SetTimeout(attrTimeout)
+	out.SetTimeout(s.attrTimeout(in.NodeId))
 	return fuse.OK
 }
 
 func (s *Server) dirOf(h *fuse.InHeader) (*inode, fuse.Status) {
-	dir := s.inode(h.NodeId)
+	dir := s.inode(h, h.NodeId)
 	if dir == nil {
 		return nil, fuse.ENOENT
 	}
@@ -391,11 +467,11 @@ func (s *Server) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, ou
 	if st != fuse.OK {
 		return st
 	}
-	n, attr, err := s.view.Mknod(dir.n, name, in.Mode, uint64(in.Rdev), caller(&in.InHeader))
+	n, attr, err := dir.n.FS().Mknod(dir.n, name, in.Mode, uint64(in.Rdev), caller(&in.InHeader))
 	if err != nil {
 		return errno(err)
 	}
-	s.fillEntry(out, n, &attr)
+	s.fillEntry(out, in.NodeId, n, &attr)
 	return fuse.OK
 }
 
@@ -408,11 +484,11 @@ func (s *Server) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, ou
 	if st != fuse.OK {
 		return st
 	}
-	n, attr, err := s.view.Mkdir(dir.n, name, in.Mode, caller(&in.InHeader))
+	n, attr, err := dir.n.FS().Mkdir(dir.n, name, in.Mode, caller(&in.InHeader))
 	if err != nil {
 		return errno(err)
 	}
-	s.fillEntry(out, n, &attr)
+	s.fillEntry(out, in.NodeId, n, &attr)
 	return fuse.OK
 }
 
@@ -425,11 +501,11 @@ func (s *Server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name 
 	if st != fuse.OK {
 		return st
 	}
-	n, attr, err := s.view.Symlink(dir.n, name, target, caller(h))
+	n, attr, err := dir.n.FS().Symlink(dir.n, name, target, caller(h))
 	if err != nil {
 		return errno(err)
 	}
-	s.fillEntry(out, n, &attr)
+	s.fillEntry(out, h.NodeId, n, &attr)
 	return fuse.OK
 }
 
@@ -445,15 +521,18 @@ func (s *Server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out 
 	if st != fuse.OK {
 		return st
 	}
-	src := s.inode(in.Oldnodeid)
+	src := s.inode(&in.InHeader, in.Oldnodeid)
 	if src == nil {
 		return fuse.ENOENT
 	}
-	attr, err := s.view.Link(src.n, dir.n, name)
+	if src.vs != dir.vs {
+		return fuse.Status(unix.EXDEV) // a file of another branch
+	}
+	attr, err := src.n.FS().Link(src.n, dir.n, name)
 	if err != nil {
 		return errno(err)
 	}
-	s.fillEntry(out, src.n, &attr)
+	s.fillEntry(out, in.NodeId, src.n, &attr)
 	return fuse.OK
 }
 
@@ -466,7 +545,7 @@ func (s *Server) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) f
 	if st != fuse.OK {
 		return st
 	}
-	return errno(s.view.Unlink(dir.n, name))
+	return errno(dir.n.FS().Unlink(dir.n, name))
 }
 
 // Rmdir implements fuse.RawFileSystem.
@@ -478,7 +557,7 @@ func (s *Server) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fu
 	if st != fuse.OK {
 		return st
 	}
-	return errno(s.view.Rmdir(dir.n, name))
+	return errno(dir.n.FS().Rmdir(dir.n, name))
 }
 
 // Rename implements fuse.RawFileSystem.
@@ -490,20 +569,23 @@ func (s *Server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newN
 	if st != fuse.OK {
 		return st
 	}
-	ndir := s.inode(in.Newdir)
+	ndir := s.inode(&in.InHeader, in.Newdir)
 	if ndir == nil {
 		return fuse.ENOENT
 	}
-	return errno(s.view.Rename(odir.n, oldName, ndir.n, newName, in.Flags))
+	if odir.vs != ndir.vs {
+		return fuse.Status(unix.EXDEV) // a directory of another branch
+	}
+	return errno(odir.n.FS().Rename(odir.n, oldName, ndir.n, newName, in.Flags))
 }
 
 // Readlink implements fuse.RawFileSystem.
 func (s *Server) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
-	ino := s.inode(h.NodeId)
+	ino := s.inode(h, h.NodeId)
 	if ino == nil {
 		return nil, fuse.ENOENT
 	}
-	t, err := s.view.Readlink(ino.n)
+	t, err := ino.n.FS().Readlink(ino.n)
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -521,13 +603,13 @@ func (s *Server) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string,
 	if h.NodeId == controlID {
 		return 0, fuse.ENODATA
 	}
-	ino := s.inode(h.NodeId)
+	ino := s.inode(h, h.NodeId)
 	if ino == nil {
 		return 0, fuse.ENOENT
 	}
-	n, err := s.view.Getxattr(ino.n, attr, dest)
+	n, err := ino.n.FS().Getxattr(ino.n, attr, dest)
 	if err == unix.ERANGE {
-		n, err = s.view.Getxattr(ino.n, attr, nil)
+		n, err = ino.n.FS().Getxattr(ino.n, attr, nil)
 		if err == nil {
 			return uint32(n), fuse.ERANGE
 		}
@@ -540,13 +622,13 @@ func (s *Server) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte
 	if h.NodeId == controlID {
 		return 0, fuse.OK
 	}
-	ino := s.inode(h.NodeId)
+	ino := s.inode(h, h.NodeId)
 	if ino == nil {
 		return 0, fuse.ENOENT
 	}
-	n, err := s.view.Listxattr(ino.n, dest)
+	n, err := ino.n.FS().Listxattr(ino.n, dest)
 	if err == unix.ERANGE {
-		n, err = s.view.Listxattr(ino.n, nil)
+		n, err = ino.n.FS().Listxattr(ino.n, nil)
 		if err == nil {
 			return uint32(n), fuse.ERANGE
 		}
@@ -559,11 +641,11 @@ func (s *Server) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr stri
 	if in.NodeId == controlID {
 		return fuse.EPERM
 	}
-	ino := s.inode(in.NodeId)
+	ino := s.inode(&in.InHeader, in.NodeId)
 	if ino == nil {
 		return fuse.ENOENT
 	}
-	return errno(s.view.Setxattr(ino.n, attr, data, int(in.Flags)))
+	return errno(ino.n.FS().Setxattr(ino.n, attr, data, int(in.Flags)))
 }
 
 // RemoveXAttr implements fuse.RawFileSystem.
@@ -571,16 +653,16 @@ func (s *Server) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr stri
 	if h.NodeId == controlID {
 		return fuse.EPERM
 	}
-	ino := s.inode(h.NodeId)
+	ino := s.inode(h, h.NodeId)
 	if ino == nil {
 		return fuse.ENOENT
 	}
-	return errno(s.view.Removexattr(ino.n, attr))
+	return errno(ino.n.FS().Removexattr(ino.n, attr))
 }
 
 // StatFs implements fuse.RawFileSystem.
 func (s *Server) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
-	st, err := s.view.Statfs()
+	st, err := s.views.def.Load().fs.Statfs()
 	if err != nil {
 		return errno(err)
 	}

@@ -79,7 +79,7 @@ func (w *lowerWatch) add(id uint64, n *overlay.Node) {
 	if w == nil {
 		return
 	}
-	rel, ok := w.s.view.LowerDir(n)
+	rel, ok := n.FS().LowerDir(n)
 	if !ok {
 		return
 	}
@@ -88,7 +88,7 @@ func (w *lowerWatch) add(id uint64, n *overlay.Node) {
 	if _, ok := w.wdOf[id]; ok {
 		return
 	}
-	wd, err := unix.InotifyAddWatch(int(w.file.Fd()), filepath.Join(w.s.view.Lower(), rel), watchMask)
+	wd, err := unix.InotifyAddWatch(int(w.file.Fd()), filepath.Join(n.FS().Lower(), rel), watchMask)
 	if err != nil {
 		// ENOSPC: out of watches (fs.inotify.max_user_watches); the
 		// directory still works, its outside edits show late.
@@ -199,6 +199,9 @@ func (w *lowerWatch) flush() {
 	var todo []invalidation
 	for c := range w.queue {
 		for id, n := range w.dirs[c.wd] {
+			if n == n.FS().Root() {
+				id = fuse.FUSE_ROOT_ID // every view's root is node 1 to the kernel
+			}
 			todo = append(todo, invalidation{dir: id, node: n, name: c.name})
 		}
 	}
@@ -209,10 +212,11 @@ func (w *lowerWatch) flush() {
 			w.s.srv.InodeNotify(iv.dir, 0, 0)
 			continue
 		}
-		if rel, ok := w.s.view.LowerDir(iv.node); ok {
-			w.s.view.LowerDirChanged(rel)
+		v := iv.node.FS()
+		if rel, ok := v.LowerDir(iv.node); ok {
+			v.LowerDirChanged(rel)
 		}
-		child, shown := w.s.view.LowerChild(iv.node, iv.name)
+		child, shown := v.LowerChild(iv.node, iv.name)
 		if !shown {
 			continue
 		}

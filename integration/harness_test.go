@@ -56,6 +56,9 @@ func TestMain(m *testing.M) {
 	if isHelperProcess() {
 		os.Exit(runHelper())
 	}
+	if isIsolationWorker() {
+		os.Exit(runIsolationWorker())
+	}
 	os.Exit(runTests(m))
 }
 

@@ -58,12 +58,12 @@ func (fs *FS) newInodeLocked(dir *Node, name string, c Caller, typ branch.Type,
 	if err := t.commit(); err != nil {
 		return nil, unix.Stat_t{}, err
 	}
-	n := fs.nodeForEntryLocked(dir, name, e)
+	n := fs.nodeForEntryLocked(dir, name, e, true)
 	st, err := fs.statLocked(n)
 	if err != nil {
+		fs.Forget(n, 1)
 		return nil, st, err
 	}
-	fs.Ref(n)
 	return n, st, nil
 }
 

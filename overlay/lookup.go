@@ -80,11 +80,11 @@ func (fs *FS) lowerExistsLocked(dir *Node, name string) bool {
 
 // nodeForLocked returns the node for a resolved name, creating it if
 // the kernel does not know it yet.
-func (fs *FS) nodeForLocked(dir *Node, name string, r *resolved) *Node {
+func (fs *FS) nodeForLocked(dir *Node, name string, r *resolved, ref bool) *Node {
 	if r.entry != nil {
-		return fs.nodeForEntryLocked(dir, name, r.entry)
+		return fs.nodeForEntryLocked(dir, name, r.entry, ref)
 	}
-	return fs.nodeForLowerLocked(dir, name, r.lower, &r.lowerSt)
+	return fs.nodeForLowerLocked(dir, name, r.lower, &r.lowerSt, ref)
 }
 
 // existingNodeLocked returns the node the kernel may hold for a resolved
@@ -118,12 +118,12 @@ func (fs *FS) Lookup(dir *Node, name string) (*Node, unix.Stat_t, error) {
 	if !r.exists() {
 		return nil, unix.Stat_t{}, unix.ENOENT
 	}
-	n := fs.nodeForLocked(dir, name, &r)
+	n := fs.nodeForLocked(dir, name, &r, true)
 	st, err := fs.statLocked(n)
 	if err != nil {
+		fs.Forget(n, 1)
 		return nil, st, err
 	}
-	fs.Ref(n)
 	return n, st, nil
 }
 

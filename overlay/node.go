@@ -142,13 +142,20 @@ func (fs *FS) objectInUseLocked(obj string) bool {
 	return live
 }
 
+// nodeForEntryLocked (and nodeForLowerLocked) with ref take the kernel's
+// reference in the same critical section that finds the node, so that a
+// concurrent Forget cannot drop a node a lookup is about to return.
+//
 // nodeForEntryLocked returns the node of an upper entry found at
 // parent/name, creating it when the kernel has none. fs.mu is held
 // (shared is enough).
-func (fs *FS) nodeForEntryLocked(parent *Node, name string, e *branch.Entry) *Node {
+func (fs *FS) nodeForEntryLocked(parent *Node, name string, e *branch.Entry, ref bool) *Node {
 	fs.nodesMu.Lock()
 	defer fs.nodesMu.Unlock()
 	if n := fs.byObject[e.Object]; n != nil {
+		if ref {
+			n.lookups++
+		}
 		return n
 	}
 	n := &Node{
@@ -167,24 +174,34 @@ func (fs *FS) nodeForEntryLocked(parent *Node, name string, e *branch.Entry) *No
 	case e.Metacopy:
 		n.lower, n.hasLower = e.Origin, true
 	}
+	if ref {
+		n.lookups++
+	}
 	fs.byObject[e.Object] = n
 	return n
 }
 
 // nodeForLowerLocked returns the node of a lower-only file.
-func (fs *FS) nodeForLowerLocked(parent *Node, name, lp string, st *unix.Stat_t) *Node {
+func (fs *FS) nodeForLowerLocked(parent *Node, name, lp string, st *unix.Stat_t, ref bool) *Node {
 	fs.nodesMu.Lock()
 	defer fs.nodesMu.Unlock()
-	if n := fs.byLower[lp]; n != nil && n.entry == nil && !n.unlinked && n.mode == st.Mode&unix.S_IFMT {
+	n := fs.byLower[lp]
+	if n == nil || n.entry != nil || n.unlinked || n.mode != st.Mode&unix.S_IFMT {
+		n = nil
+		if shared := sharedLower(st); shared {
+			if m := fs.byLowerIno[fs.mapIno(st)]; m != nil && m.entry == nil && !m.unlinked {
+				n = m // another name of a hard-linked lower file
+			}
+		}
+	}
+	if n != nil {
+		if ref {
+			n.lookups++
+		}
 		return n
 	}
 	shared := sharedLower(st)
-	if shared {
-		if n := fs.byLowerIno[fs.mapIno(st)]; n != nil && n.entry == nil && !n.unlinked {
-			return n // another name of a hard-linked lower file
-		}
-	}
-	n := &Node{
+	n = &Node{
 		ID:       nextNodeID.Add(1),
 		fs:       fs,
 		mode:     st.Mode & unix.S_IFMT,
@@ -193,6 +210,9 @@ func (fs *FS) nodeForLowerLocked(parent *Node, name, lp string, st *unix.Stat_t)
 		name:     name,
 		lower:    lp,
 		hasLower: true,
+	}
+	if ref {
+		n.lookups++
 	}
 	fs.byLower[lp] = n
 	if shared {

@@ -59,7 +59,7 @@ func (fs *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags u
 	}
 	sn := fs.existingNodeLocked(&src)
 	if sn == nil {
-		sn = fs.nodeForLocked(odir, oname, &src)
+		sn = fs.nodeForLocked(odir, oname, &src, false)
 	}
 	var dn *Node
 	if dst.exists() {
@@ -80,7 +80,7 @@ func (fs *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags u
 		}
 		dn = fs.existingNodeLocked(&dst)
 		if exchange && dn == nil {
-			dn = fs.nodeForLocked(ndir, nname, &dst)
+			dn = fs.nodeForLocked(ndir, nname, &dst, false)
 		}
 	}
 

@@ -18,9 +18,14 @@ const (
 	fsOverlayfs     = "overlayfs"
 	fsFuseOverlayfs = "fuse-overlayfs"
 	fsAgentfs       = "agentfs"
+	// fsAgentfsBound is agentfs while another process is bound to
+	// another branch (root lookups then depend on the caller): the
+	// cost of binding to unbound processes. It runs only the workloads
+	// marked binding.
+	fsAgentfsBound = "agentfs-bound"
 )
 
-var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs}
+var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsBound}
 
 // Sizes of the full benchmark and of --quick.
 const (
@@ -109,6 +114,9 @@ func (o *options) config(fs *pflag.FlagSet) (*config, error) {
 		// Only the snapshot table: the other filesystems have no part
 		// in it (and need not be probed).
 		c.filesystems = slices.DeleteFunc(c.filesystems, func(fs string) bool { return fs != fsNative && fs != fsAgentfs })
+	}
+	if slices.Contains(c.filesystems, fsAgentfsBound) && !slices.Contains(c.filesystems, fsAgentfs) {
+		return nil, usagef("--fs %s needs agentfs too: the binding overhead is agentfs-bound against agentfs", fsAgentfsBound)
 	}
 	if !slices.Contains(c.filesystems, fsAgentfs) {
 		// The snapshot table is agentfs's alone.

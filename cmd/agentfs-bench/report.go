@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -270,6 +271,7 @@ func (r *report) markdown() string {
 
 	if len(r.Workloads) > 0 {
 		r.workloadMarkdown(&b)
+		r.bindingMarkdown(&b)
 	}
 	if len(r.Snapshots) > 0 {
 		if len(r.Workloads) > 0 {
@@ -314,9 +316,34 @@ func (r *report) markdown() string {
 	return b.String()
 }
 
+// bindingMarkdown renders the binding overhead: the workloads marked
+// binding on agentfs, and on agentfs while another process is bound to
+// another branch (the workloads run unbound), with their ratios to
+// native and the overhead.
+func (r *report) bindingMarkdown(b *strings.Builder) {
+	if !slices.Contains(r.order(), fsAgentfsBound) {
+		return
+	}
+	b.WriteString("\nBinding overhead: the same workloads, run by an unbound process, on agentfs alone and while another process is bound to another branch (`agentfs exec -b other`), which makes the mount root's answers depend on the caller.\n\n")
+	b.WriteString("| workload | native | agentfs | ratio | agentfs, another branch bound | ratio | overhead |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, w := range r.Workloads {
+		bound := w.Results[fsAgentfsBound]
+		if bound == nil {
+			continue
+		}
+		plain := w.Results[fsAgentfs]
+		over := "–"
+		if plain != nil && plain.Median != nil && bound.Median != nil && *plain.Median > 0 {
+			over = fmt.Sprintf("%+.1f%%", (*bound.Median / *plain.Median - 1)*100)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", w.Title, cellTime(w, w.Results[fsNative]),
+			cellTime(w, plain), cellRatio(plain), cellTime(w, bound), cellRatio(bound), over)
+	}
+}
+
 // workloadMarkdown renders the first table and its footnote.
 func (r *report) workloadMarkdown(b *strings.Builder) {
-	fss := r.order()
+	fss := slices.DeleteFunc(r.order(), func(fs string) bool { return fs == fsAgentfsBound })
 	b.WriteString("| workload |")
 	sep := "|---|"
 	for _, fs := range fss {

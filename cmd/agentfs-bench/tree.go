@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,6 +25,9 @@ import (
 //	gocache-seed/       a GOCACHE holding the standard library's vet results
 //	stamp.json          what the tree was built from; a mismatch rebuilds it
 type tree struct {
+	srcOnce  sync.Once
+	srcPaths []string
+
 	Format    int    `json:"format"`
 	GoVersion string `json:"go_version"`
 	GoRoot    string `json:"goroot"`
@@ -286,4 +290,26 @@ func runCommand(ctx context.Context, dir string, env []string, stdout io.Writer,
 		return commandError(cmd.Args, err, stderr.String())
 	}
 	return nil
+}
+
+// srcFiles returns the paths (from the tree's root) of the files of src,
+// .git left out, listed once from the lower tree.
+func (t *tree) srcFiles() []string {
+	t.srcOnce.Do(func() {
+		root := t.lower()
+		filepath.WalkDir(filepath.Join(root, srcDir), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			if d.IsDir() && d.Name() == ".git" {
+				return filepath.SkipDir
+			}
+			if !d.IsDir() {
+				rel, _ := filepath.Rel(root, p)
+				t.srcPaths = append(t.srcPaths, rel)
+			}
+			return nil
+		})
+	})
+	return t.srcPaths
 }

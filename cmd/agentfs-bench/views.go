@@ -55,10 +55,10 @@ func (b *bench) probeFilesystems(ctx context.Context) []fsStatus {
 				st.Version = toolVersion("fuse-overlayfs", "--version")
 				st.Version = strings.TrimPrefix(st.Version, "fuse-overlayfs: ")
 			}
-		case fsAgentfs:
+		case fsAgentfs, fsAgentfsBound:
 			st.Version = toolVersion(b.cfg.agentfsBin, "version")
 		}
-		if _, err := os.Stat("/dev/fuse"); err != nil && st.Available && (name == fsFuseOverlayfs || name == fsAgentfs) {
+		if _, err := os.Stat("/dev/fuse"); err != nil && st.Available && (name == fsFuseOverlayfs || name == fsAgentfs || name == fsAgentfsBound) {
 			st.Available, st.Note = false, "skipped: /dev/fuse is missing (load the fuse module, or run the container with --device /dev/fuse)"
 		}
 		if st.Available && name != fsNative {
@@ -152,11 +152,19 @@ func (b *bench) mountView(ctx context.Context, fs, lower string) (*view, error) 
 		if err := runQuiet(ctx, "", b.env, "fuse-overlayfs", "-o", overlayOpts, mnt); err != nil {
 			return v, err
 		}
-	case fsAgentfs:
+	case fsAgentfs, fsAgentfsBound:
 		// The default backstore (hostfs) in a private store, which
 		// AGENTFS_PRIVATE_DIR puts in the work directory.
 		if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBin, "mount", "--lower", lower, mnt); err != nil {
 			return v, err
+		}
+		if fs == fsAgentfsBound {
+			stop, err := b.bindOther(ctx, mnt)
+			v.unmount = func(ctx context.Context) error { stop(); return b.unmount(ctx, fs, mnt) }
+			if err != nil {
+				return v, err
+			}
+			return v, nil
 		}
 	default:
 		return v, fmt.Errorf("%s is not a mountable filesystem", fs)
@@ -236,7 +244,7 @@ func (b *bench) unmountLeftover(dir string) error {
 func (b *bench) unmount(ctx context.Context, fs, mnt string) error {
 	try := func() error {
 		switch fs {
-		case fsAgentfs:
+		case fsAgentfs, fsAgentfsBound:
 			if b.cfg.agentfsBin != "" {
 				return runQuiet(ctx, "", b.env, b.cfg.agentfsBin, "unmount", mnt)
 			}
@@ -286,4 +294,30 @@ func (b *bench) cleanupLeftovers() error {
 		return err
 	}
 	return os.RemoveAll(b.runsDir())
+}
+
+// bindOther makes another branch active in the agentfs mount mnt: it
+// creates the branch "other" and starts a process bound to it, which
+// lives until stop. From then on the mount's root answers depend on the
+// caller, for every process.
+func (b *bench) bindOther(ctx context.Context, mnt string) (stop func(), err error) {
+	stop = func() {}
+	if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBin, "branch", "create", "other", "-C", mnt); err != nil {
+		return stop, err
+	}
+	cmd := exec.Command(b.cfg.agentfsBin, "exec", "-b", "other", "-C", mnt, "--", "sleep", "1000000")
+	cmd.Env = b.env
+	if err := cmd.Start(); err != nil {
+		return stop, fmt.Errorf("starting a process bound to branch other: %w", err)
+	}
+	stop = func() { cmd.Process.Kill(); cmd.Wait() }
+	// Wait until the binding is in force.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		out, err := exec.Command(b.cfg.agentfsBin, "status", "--json", "-C", mnt).Output()
+		if err == nil && strings.Contains(string(out), `"branch": "other"`) {
+			return stop, nil
+		}
+	}
+	stop()
+	return func() {}, fmt.Errorf("the process bound to branch other did not show in agentfs status")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"io/fs"
 	"os"
@@ -30,6 +31,8 @@ type workload struct {
 	// it saw ("11478 files"), compared across filesystems.
 	run    func(ctx context.Context, r *runEnv) (string, error)
 	finish func(r *runEnv) error
+	// binding: also run on agentfs-bound (the binding overhead).
+	binding bool
 }
 
 // runEnv is what one run of a workload works on.
@@ -70,8 +73,9 @@ const (
 
 var workloads = []*workload{
 	{
-		name:  "git-status",
-		title: fixedTitle("git status"),
+		name:    "git-status",
+		binding: true,
+		title:   fixedTitle("git status"),
 		run: func(ctx context.Context, r *runEnv) (string, error) {
 			n, err := r.countLines(ctx, srcDir, "git", "status", "--porcelain")
 			return fmt.Sprintf("%d changed", n), err
@@ -106,6 +110,15 @@ var workloads = []*workload{
 		nativeCopy: noCopy,
 		prepare:    func(_ context.Context, r *runEnv) error { return os.Mkdir(r.path(smallDir), 0o755) },
 		run:        churnSmallFiles,
+		binding:    true,
+	},
+	{
+		name:    "lstat-root",
+		binding: true,
+		title: func(b *bench) string {
+			return fmt.Sprintf("lstat %s files by paths through the root", thousands(b.tree.TreeFiles))
+		},
+		run: lstatThroughRoot,
 	},
 	{
 		name:  "read-warm",
@@ -252,6 +265,19 @@ func statAll(dir string) error {
 		}
 		return err
 	})
+}
+
+// lstatThroughRoot lstats every file of src by its path from the view's
+// root, as git status in a repository at the root of a mount does.
+func lstatThroughRoot(ctx context.Context, r *runEnv) (string, error) {
+	paths := r.b.tree.srcFiles()
+	var st unix.Stat_t
+	for _, p := range paths {
+		if err := unix.Lstat(filepath.Join(r.root, p), &st); err != nil {
+			return "", fmt.Errorf("lstat %s: %w", p, err)
+		}
+	}
+	return fmt.Sprintf("%d files", len(paths)), ctx.Err()
 }
 
 // churnSmallFiles creates N small files, stats them, reads them and

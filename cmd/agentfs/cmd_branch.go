@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/pflag"
@@ -15,16 +16,18 @@ func init() {
 	register(&command{
 		name:    "branch",
 		summary: "create, list, delete and switch branches",
-		usage:   "create|list|delete|switch [FLAGS] [ARGS]",
+		usage:   "create|list|delete|switch|bind|unbind|current [FLAGS] [ARGS]",
 		help: `A branch is a line of changes over the project. Every store has main;
 more start from a snapshot, so that several attempts can go on side by
 side and be compared (agentfs diff main try2). The mount shows one
-branch at a time, to every process: agentfs branch switch changes
-which.
+branch to unbound processes (agentfs branch switch changes which); a
+process bound to a branch (agentfs branch bind, agentfs exec -b), and
+everything it starts, sees that branch at the same path instead.
 
 Examples:
   agentfs branch create try2
-  agentfs branch switch try2
+  agentfs branch bind try2            # this shell sees try2
+  agentfs branch switch try2          # every unbound process sees try2
   agentfs branch list
   agentfs branch delete try2`,
 	})
@@ -51,10 +54,11 @@ Examples:
 	})
 	register(&command{
 		name:    "branch list",
-		summary: "list the branches; * marks the current one",
+		summary: "list the branches; * marks the one this process sees",
 		usage:   "[-C DIR] [--json]",
-		help: `List shows every branch: its name (* marks the one the mount shows),
-the snapshot it was created from, and when.
+		help: `List shows every branch: its name (* marks the one this process sees),
+the snapshot it was created from, when, and who sees it: the mount
+(unbound processes) and how many bound processes.
 
 Examples:
   agentfs branch list
@@ -83,13 +87,15 @@ Example:
 	})
 	register(&command{
 		name:    "branch switch",
-		summary: "show another branch in the mount, to every process",
+		summary: "show another branch in the mount, to every unbound process",
 		usage:   "[-C DIR] NAME",
-		help: `Switch makes the mount show the branch NAME, for every process at once.
-The current branch keeps its changes. A program that holds a file open
-keeps that file, as if it had been deleted and replaced: what it
-writes to it afterwards reaches no branch. A kept store remembers the
-branch: mounting it again shows NAME.
+		help: `Switch makes the mount show the branch NAME to every unbound process at
+once (bound processes keep their branch: agentfs branch bind). The
+branch shown before keeps its changes. A program that holds a file
+open keeps that file, in its branch; a shell whose working directory is
+inside the mount keeps that directory of the branch it was in until it
+changes directory through the mount (cd "$PWD"), as after a chroot. A
+kept store remembers the branch: mounting it again shows NAME.
 
 Example:
   agentfs branch switch try2`,
@@ -137,13 +143,20 @@ func runBranchList(ctx context.Context, o *listOptions, args []string) error {
 		return printJSON(o.stdout, list)
 	}
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "  BRANCH\tORIGIN\tCREATED")
+	fmt.Fprintln(w, "  BRANCH\tORIGIN\tCREATED\tSEEN BY")
 	for _, b := range list.Branches {
 		mark := " "
 		if b.Current {
 			mark = "*"
 		}
-		fmt.Fprintf(w, "%s %s\t%s\t%s\n", mark, printable(b.Name), printable(b.Origin), timeString(b.Created))
+		var seen []string
+		if b.Default {
+			seen = append(seen, "the mount")
+		}
+		if b.Bound > 0 {
+			seen = append(seen, fmt.Sprintf("%d bound process(es)", b.Bound))
+		}
+		fmt.Fprintf(w, "%s %s\t%s\t%s\t%s\n", mark, printable(b.Name), printable(b.Origin), timeString(b.Created), printable(strings.Join(seen, ", ")))
 	}
 	return w.Flush()
 }

@@ -93,12 +93,14 @@ Example:
 type snapshotCreateOptions struct {
 	mountFlag
 	label  string
+	branch string
 	stdout io.Writer
 }
 
 func (o *snapshotCreateOptions) AddFlags(fs *pflag.FlagSet) {
 	o.mountFlag.AddFlags(fs)
 	fs.StringVarP(&o.label, "message", "m", "", "a `LABEL` that says what the snapshot holds")
+	fs.StringVar(&o.branch, "branch", "", "snapshot `BRANCH` (default: the branch this process sees)")
 }
 
 func runSnapshotCreate(ctx context.Context, o *snapshotCreateOptions, args []string) error {
@@ -106,7 +108,7 @@ func runSnapshotCreate(ctx context.Context, o *snapshotCreateOptions, args []str
 		return usagef("snapshot create takes no arguments (a label goes with -m LABEL)")
 	}
 	var info ctl.SnapshotInfo
-	if err := o.call(ctl.OpSnapshotCreate, ctl.SnapshotCreateArgs{Label: o.label}, &info); err != nil {
+	if err := o.call(ctl.OpSnapshotCreate, ctl.SnapshotCreateArgs{Label: o.label, Branch: o.branch}, &info); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.stdout, "took snapshot %s of branch %s\n%s\n", info.ID, info.Branch, info.ID)

@@ -57,10 +57,17 @@ type daemon struct {
 
 	// opMu serializes the control operations that read or change
 	// snapshots and branches (see ops.go); current is the branch the
-	// view shows, changed only with opMu held (it is view.Layer(),
-	// read without the view's lock).
+	// mount shows to unbound processes (view.Layer(), read without the
+	// view's lock), changed only with opMu held. views holds the live
+	// view of every branch in use, by name (view among them): one view
+	// per branch, so that every process that writes a branch writes
+	// through the same in-memory index (ops_bind.go).
 	opMu    sync.Mutex
 	current atomic.Pointer[branch.Layer]
+	views   map[string]*overlay.FS
+	// retired are the views of deleted branches that processes may
+	// still hold files of (gc spares their objects).
+	retired []*overlay.FS
 
 	shutdownOnce sync.Once
 	detached     chan struct{} // closed when the mount was detached lazily
@@ -206,6 +213,7 @@ func (d *daemon) openStore() error {
 	if err != nil {
 		return err
 	}
+	d.views = map[string]*overlay.FS{layer.Name(): d.view}
 	return nil
 }
 
@@ -238,10 +246,13 @@ func (d *daemon) mount() error {
 
 // close releases everything; a private store is deleted.
 func (d *daemon) close() {
-	if d.view != nil {
-		if err := d.view.Close(); err != nil {
-			d.log.Warn("closing the overlay", "err", err)
+	for name, v := range d.views {
+		if err := v.Close(); err != nil {
+			d.log.Warn("closing the overlay", "branch", name, "err", err)
 		}
+	}
+	for _, v := range d.retired {
+		v.Close()
 	}
 	if d.objs != nil {
 		if err := d.objs.Close(); err != nil {
@@ -333,6 +344,7 @@ func (d *daemon) handle(s *ctl.Server) {
 	})
 	d.handleSnapshots(s)
 	d.handleBranches(s)
+	d.handleBindings(s)
 	d.handleChanges(s)
 }
 
@@ -354,6 +366,7 @@ func (d *daemon) status() (ctl.Status, error) {
 		Backstore: info.Kind, BackingMode: info.Mode, BackingRoot: info.Root, SizeLimit: info.SizeLimit,
 		Reflink: info.Reflink, Passthrough: passthrough, IOMode: ioMode(passthrough, os.Geteuid() == 0, d.plan.noPassthrough),
 		Objects: u.Objects, Bytes: u.Bytes, FsFree: u.FsFree,
+		Bindings: d.bindings(),
 	}
 	return st, nil
 }

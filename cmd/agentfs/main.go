@@ -76,6 +76,15 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
 
+// exitCodeError ends agentfs with its own exit code, after its message
+// (when there is one).
+type exitCodeError struct {
+	code int
+	msg  string
+}
+
+func (e exitCodeError) Error() string { return e.msg }
+
 const exitCodesHelp = `Exit codes:
   0  success
   1  error (the message says what went wrong and how to fix it)
@@ -202,6 +211,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	err := runCmd(context.Background(), fs.Args())
 	if err == nil {
 		return exitOK
+	}
+	var ce exitCodeError
+	if errors.As(err, &ce) {
+		if ce.msg != "" {
+			fmt.Fprintf(stderr, "agentfs %s: %s\n", name, ce.msg)
+		}
+		return ce.code
 	}
 	var ue usageError
 	if errors.As(err, &ue) {

@@ -38,11 +38,12 @@ func (d *daemon) branchCreate(c ctl.Caller, args ctl.BranchCreateArgs) (any, err
 		}
 	} else {
 		var err error
-		if from, err = d.view.Snapshot("start of branch "+args.Name, branch.KindAuto); err != nil {
+		v := d.callerView(c)
+		if from, err = v.Snapshot("start of branch "+args.Name, branch.KindAuto); err != nil {
 			if from.ID != "" {
 				d.meta.DeleteSnapshot(from.ID)
 			}
-			return nil, storeError(err, fmt.Sprintf("taking a snapshot of branch %q for branch %q", d.current.Load().Name(), args.Name))
+			return nil, storeError(err, fmt.Sprintf("taking a snapshot of branch %q for branch %q", v.Layer().Name(), args.Name))
 		}
 		taken = true
 	}
@@ -59,12 +60,12 @@ func (d *daemon) branchCreate(c ctl.Caller, args ctl.BranchCreateArgs) (any, err
 		return nil, storeError(err, fmt.Sprintf("creating branch %q", args.Name))
 	}
 	d.log.Info("branch created", "branch", args.Name, "from", from.ID, "pid", c.Pid)
-	return d.branchInfo(l.Name())
+	return d.branchInfo(c, l.Name())
 }
 
-// branchInfo describes the branch name.
-func (d *daemon) branchInfo(name string) (ctl.BranchInfo, error) {
-	list, err := d.branches()
+// branchInfo describes the branch name, as caller c sees it.
+func (d *daemon) branchInfo(c ctl.Caller, name string) (ctl.BranchInfo, error) {
+	list, err := d.branches(c)
 	if err != nil {
 		return ctl.BranchInfo{}, err
 	}
@@ -76,45 +77,63 @@ func (d *daemon) branchInfo(name string) (ctl.BranchInfo, error) {
 	return ctl.BranchInfo{}, ctl.Errorf(syscall.ENOENT, "no branch %q: agentfs branch list shows them", name)
 }
 
-// branches describes every branch, sorted by name.
-func (d *daemon) branches() (ctl.BranchList, error) {
+// branches describes every branch, sorted by name; Current marks the
+// one caller c sees.
+func (d *daemon) branches(c ctl.Caller) (ctl.BranchList, error) {
 	infos, err := d.meta.LayerInfos()
 	if err != nil {
 		return ctl.BranchList{}, storeError(err, "listing branches")
 	}
-	cur := d.current.Load().Name()
+	def, mine := d.current.Load().Name(), d.callerView(c).Layer().Name()
+	bound := map[string]int{}
+	for _, b := range d.bindings() {
+		bound[b.Branch]++
+	}
 	list := ctl.BranchList{Branches: []ctl.BranchInfo{}}
 	for _, li := range infos {
-		list.Branches = append(list.Branches, ctl.BranchInfo{Name: li.Name, Origin: li.Origin, Created: li.Created, Current: li.Name == cur})
+		list.Branches = append(list.Branches, ctl.BranchInfo{Name: li.Name, Origin: li.Origin, Created: li.Created,
+			Current: li.Name == mine, Default: li.Name == def, Bound: bound[li.Name]})
 	}
 	return list, nil
 }
 
-func (d *daemon) branchList(ctl.Caller, noArgs) (any, error) { return d.branches() }
+func (d *daemon) branchList(c ctl.Caller, _ noArgs) (any, error) { return d.branches(c) }
 
 // branchDelete deletes a branch that the mount does not show; main
-// stays. Its snapshots stay; its objects go at the next gc.
+// stays. Its snapshots stay; its objects go at the next gc. Processes
+// still bound to it get ENOENT from then on, never another branch's
+// files (fs.Server.Retire).
 func (d *daemon) branchDelete(c ctl.Caller, args ctl.BranchArgs) (any, error) {
-	info, err := d.branchInfo(args.Name)
+	info, err := d.branchInfo(c, args.Name)
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case args.Name == "main":
 		return nil, ctl.Errorf(syscall.EBUSY, "branch main cannot be deleted: it is where every store starts")
-	case info.Current:
+	case info.Default:
 		return nil, ctl.Errorf(syscall.EBUSY, "branch %q is the one the mount shows: switch to another first (agentfs branch switch main)", args.Name)
+	}
+	if v := d.views[args.Name]; v != nil {
+		if srv := d.srv.Load(); srv != nil {
+			srv.Retire(v)
+		}
+		delete(d.views, args.Name)
+		d.retired = append(d.retired, v)
 	}
 	if err := d.meta.DeleteLayer(args.Name); err != nil {
 		return nil, storeError(err, fmt.Sprintf("deleting branch %q", args.Name))
 	}
-	d.log.Info("branch deleted", "branch", args.Name, "pid", c.Pid)
+	d.log.Info("branch deleted", "branch", args.Name, "bound processes", info.Bound, "pid", c.Pid)
 	info.Current = false
 	return info, nil
 }
 
-// branchSwitch makes the mount show another branch, for every process
-// at once, and records it so that a kept store resumes it.
+// branchSwitch makes the mount show another branch to every unbound
+// process at once, and records it so that a kept store resumes it.
+// Paths from the root show the branch at once; a process whose working
+// directory is below the root keeps the directory of the branch it was
+// in, as after a chroot, until it changes directory through the root.
 func (d *daemon) branchSwitch(c ctl.Caller, args ctl.BranchArgs) (any, error) {
 	l, err := d.meta.Layer(args.Name)
 	if errors.Is(err, branch.ErrNotFound) {
@@ -124,20 +143,20 @@ func (d *daemon) branchSwitch(c ctl.Caller, args ctl.BranchArgs) (any, error) {
 		return nil, storeError(err, fmt.Sprintf("opening branch %q", args.Name))
 	}
 	if l == d.current.Load() {
-		return d.branchInfo(args.Name)
+		return d.branchInfo(c, args.Name)
+	}
+	v, err := d.viewOf(l)
+	if err != nil {
+		return nil, err
 	}
 	if err := d.meta.SetInfo(currentBranchKey, []byte(args.Name)); err != nil {
 		return nil, storeError(err, fmt.Sprintf("switching to branch %q", args.Name))
 	}
-	stale, err := d.view.Switch(l)
-	if err != nil {
-		if rerr := d.meta.SetInfo(currentBranchKey, []byte(d.current.Load().Name())); rerr != nil {
-			d.log.Error("recording the current branch again after a failed switch", "err", rerr)
-		}
-		return nil, storeError(err, fmt.Sprintf("switching to branch %q", args.Name))
-	}
 	old := d.current.Swap(l)
-	d.invalidate(stale)
-	d.log.Info("branch switched", "from", old.Name(), "to", args.Name, "stale nodes", len(stale), "pid", c.Pid)
-	return d.branchInfo(args.Name)
+	d.view = v
+	if srv := d.srv.Load(); srv != nil {
+		srv.SetDefault(v)
+	}
+	d.log.Info("branch switched", "from", old.Name(), "to", args.Name, "pid", c.Pid)
+	return d.branchInfo(c, args.Name)
 }

@@ -55,8 +55,9 @@ func (d *daemon) openRef(ref string) (refView, error) {
 			return refView{}, ctl.Errorf(syscall.EINVAL, "%q names both a branch and a tag: name the tag's snapshot by its id (agentfs snapshot list), or delete the tag", ref)
 		}
 		what := fmt.Sprintf("branch %s", ref)
-		if l == d.current.Load() {
-			return refView{fs: d.view, what: what, close: func() {}}, nil
+		if v := d.views[l.Name()]; v != nil {
+			// Live: processes may be writing it.
+			return refView{fs: v, what: what, close: func() {}}, nil
 		}
 		v, err := overlay.New(overlay.Config{Lower: d.plan.lower, Objects: d.objs, Layer: l, Logger: d.log})
 		if err != nil {
@@ -129,7 +130,7 @@ func fileInfo(fi *overlay.FileInfo) *ctl.FileInfo {
 
 // diff compares two of: the project, a snapshot, a branch.
 func (d *daemon) diff(c ctl.Caller, args ctl.DiffArgs) (any, error) {
-	from, to := cmp.Or(args.From, lowerRef), cmp.Or(args.To, d.current.Load().Name())
+	from, to := cmp.Or(args.From, lowerRef), cmp.Or(args.To, d.callerView(c).Layer().Name())
 	a, err := d.openRef(from)
 	if err != nil {
 		return nil, err
@@ -164,7 +165,8 @@ func (d *daemon) restore(c ctl.Caller, args ctl.RestoreArgs) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	cur := d.current.Load().Name()
+	view := d.callerView(c)
+	cur := view.Layer().Name()
 	reply := ctl.RestoreReply{Snapshot: snapshotInfo(snap, d.tags()), Branch: cur}
 	if args.DryRun {
 		v, err := d.openRef(snap.ID)
@@ -172,21 +174,21 @@ func (d *daemon) restore(c ctl.Caller, args ctl.RestoreArgs) (any, error) {
 			return nil, err
 		}
 		defer v.close()
-		cs, err := changes(d.view, v.fs)
+		cs, err := changes(view, v.fs)
 		if err != nil {
 			return nil, ctl.Errorf(syscall.EIO, "comparing branch %q with snapshot %s: %v", cur, snap.ID, err)
 		}
 		reply.Changes = changeInfos(cs)
 		return reply, nil
 	}
-	safety, err := d.view.Snapshot(fmt.Sprintf("before restoring %s", snap.ID), branch.KindSafety)
+	safety, err := view.Snapshot(fmt.Sprintf("before restoring %s", snap.ID), branch.KindSafety)
 	if err != nil {
 		if safety.ID != "" {
 			d.meta.DeleteSnapshot(safety.ID)
 		}
 		return nil, storeError(err, fmt.Sprintf("restoring snapshot %s: taking the safety snapshot of branch %q (nothing was restored)", snap.ID, cur))
 	}
-	stale, err := d.view.Restore(snap)
+	stale, err := view.Restore(snap)
 	if err != nil {
 		d.log.Error("restore failed", "snapshot", snap.ID, "safety", safety.ID, "err", err)
 		return nil, storeError(err, fmt.Sprintf("restoring snapshot %s into branch %q (the state before is in snapshot %s: agentfs restore %s)", snap.ID, cur, safety.ID, safety.ID))

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -26,7 +28,20 @@ func (d *daemon) handleSnapshots(s *ctl.Server) {
 // snapshotCreate takes a manual snapshot of the current branch. When it
 // returns, the snapshot is durable: it survives kill -9 of the daemon.
 func (d *daemon) snapshotCreate(c ctl.Caller, args ctl.SnapshotCreateArgs) (any, error) {
-	snap, err := d.view.Snapshot(args.Label, branch.KindManual)
+	v := d.callerView(c)
+	if args.Branch != "" {
+		l, err := d.meta.Layer(args.Branch)
+		if errors.Is(err, branch.ErrNotFound) {
+			return nil, ctl.Errorf(syscall.ENOENT, "no branch %q: agentfs branch list shows them", args.Branch)
+		}
+		if err != nil {
+			return nil, storeError(err, fmt.Sprintf("opening branch %q", args.Branch))
+		}
+		if v, err = d.viewOf(l); err != nil {
+			return nil, err
+		}
+	}
+	snap, err := v.Snapshot(args.Label, branch.KindManual)
 	if err != nil {
 		if snap.ID == "" {
 			return nil, storeError(err, "taking a snapshot")
@@ -201,8 +216,10 @@ func (d *daemon) inUse() func(id string) bool {
 	return func(id string) bool {
 		if live == nil {
 			live = map[string]bool{}
-			if err := d.view.LiveObjects(func(id string) error { live[id] = true; return nil }); err != nil {
-				d.log.Error("listing the objects open files hold", "err", err)
+			for _, v := range append(slices.Collect(maps.Values(d.views)), d.retired...) {
+				if err := v.LiveObjects(func(id string) error { live[id] = true; return nil }); err != nil {
+					d.log.Error("listing the objects open files hold", "branch", v.Layer().Name(), "err", err)
+				}
 			}
 		}
 		return live[id]
@@ -227,12 +244,14 @@ func (d *daemon) fsck(c ctl.Caller, args ctl.FsckArgs) (any, error) {
 		reply.Garbage = append(reply.Garbage, ctl.FsckGarbage{ID: g.ID, Bytes: g.Bytes, Young: g.Young, Removed: g.Removed})
 	}
 	if repaired {
-		// Repairs write branch entries underneath the view.
-		stale, rerr := d.view.Reload()
-		if rerr != nil {
-			err = errors.Join(err, fmt.Errorf("showing the repaired branch: %w", rerr))
+		// Repairs write branch entries underneath the views.
+		for name, v := range d.views {
+			stale, rerr := v.Reload()
+			if rerr != nil {
+				err = errors.Join(err, fmt.Errorf("showing the repaired branch %q: %w", name, rerr))
+			}
+			d.invalidate(stale)
 		}
-		d.invalidate(stale)
 	}
 	if err != nil {
 		return nil, storeError(err, "checking the store")

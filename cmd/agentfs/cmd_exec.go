@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/ctl"
+)
+
+func init() {
+	register(&command{
+		name:    "exec",
+		summary: "run a command that sees a branch at the mount",
+		usage:   "-b BRANCH [-C DIR] -- COMMAND [ARGS...]",
+		help: `Exec runs COMMAND so that it, and everything it starts, sees the branch
+BRANCH at the mount, while other processes keep seeing theirs. It binds
+itself to the branch and then becomes COMMAND (same pid, terminal and
+environment), so the exit code is COMMAND's. When the current directory
+is inside the mount, COMMAND starts in the same directory of BRANCH.
+
+Examples:
+  agentfs exec -b try2 -- make test
+  agentfs exec -b try3 -C /mnt/ws -- sh -c 'cd /mnt/ws && ./run-agent'`,
+		exitCodes: `Exit codes:
+  COMMAND's exit code once it runs
+  1  agentfs could not start it (the message says why)
+  2  usage error
+`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &execOptions{}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runExec(ctx, o, args) }
+		},
+	})
+}
+
+// execOptions are the flags of agentfs exec.
+type execOptions struct {
+	mountFlag
+	branch string
+}
+
+func (o *execOptions) AddFlags(fs *pflag.FlagSet) {
+	o.mountFlag.AddFlags(fs)
+	fs.StringVarP(&o.branch, "branch", "b", "", "the `BRANCH` the command sees")
+}
+
+func runExec(ctx context.Context, o *execOptions, args []string) error {
+	if o.branch == "" {
+		return usagef("exec needs a branch: agentfs exec -b BRANCH -- COMMAND")
+	}
+	if len(args) == 0 {
+		return usagef("exec needs a command: agentfs exec -b %s -- COMMAND [ARGS...]", o.branch)
+	}
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return fmt.Errorf("cannot run %s: %w", args[0], err)
+	}
+	wd, _ := os.Getwd()
+	var info ctl.BindInfo
+	if err := o.call(ctl.OpBranchBind, ctl.BindArgs{Pid: os.Getpid(), Branch: o.branch}, &info); err != nil {
+		return err
+	}
+	if err := enterBranchDir(o.dir, wd); err != nil {
+		return err
+	}
+	err = syscall.Exec(path, args, os.Environ())
+	return fmt.Errorf("running %s: %w", args[0], err)
+}
+
+// enterBranchDir makes the working directory wd again, through its path,
+// so that a directory inside the mount is the bound branch's, not the
+// one the process started in. A directory the branch lacks is an error.
+func enterBranchDir(mountDir, wd string) error {
+	if wd == "" {
+		return nil
+	}
+	root, err := ctl.FindMount(wd)
+	if err != nil {
+		return nil // not inside a mount: nothing changes
+	}
+	if err := os.Chdir(wd); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("the directory %s does not exist in the branch: start from the mount root (-C %s) or create it there first", wd, root)
+		}
+		return fmt.Errorf("entering %s in the branch: %w", wd, err)
+	}
+	return nil
+}

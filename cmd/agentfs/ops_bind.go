@@ -1,0 +1,196 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/fs"
+	"github.com/agentfs/agentfs/overlay"
+)
+
+// Branch views and process bindings: the daemon's side.
+//
+// The daemon keeps one live view per branch in use (d.views): the
+// mount's branch, and every branch a process is bound to. A process
+// sees, at the mount root, the view of its nearest bound ancestor, or
+// the mount's (fs.Server.Resolve); the operations that act on "the
+// current branch" (snapshot create, restore, diff, branch create
+// without --from) act on the caller's.
+
+// viewOf returns the live view of branch l, opening it on first use.
+// opMu must be held.
+func (d *daemon) viewOf(l *branch.Layer) (*overlay.FS, error) {
+	if v := d.views[l.Name()]; v != nil {
+		return v, nil
+	}
+	v, err := overlay.New(overlay.Config{Lower: d.plan.lower, Objects: d.objs, Layer: l,
+		AllocIno: d.meta.AllocIno, Sync: d.meta.Sync, Logger: d.log})
+	if err != nil {
+		return nil, storeError(err, fmt.Sprintf("opening branch %q", l.Name()))
+	}
+	d.views[l.Name()] = v
+	return v, nil
+}
+
+// callerView returns the view the calling process sees at the mount
+// root: its branch's.
+func (d *daemon) callerView(c ctl.Caller) *overlay.FS {
+	if srv := d.srv.Load(); srv != nil {
+		v, _ := srv.Resolve(c.Pid)
+		return v
+	}
+	return d.view
+}
+
+// handleBindings registers bind, unbind and current.
+func (d *daemon) handleBindings(s *ctl.Server) {
+	s.Handle(ctl.OpBranchBind, serialized(d, ctl.OpBranchBind, d.branchBind))
+	s.Handle(ctl.OpBranchUnbind, serialized(d, ctl.OpBranchUnbind, d.branchUnbind))
+	s.Handle(ctl.OpBranchCurrent, serialized(d, ctl.OpBranchCurrent, d.branchCurrent))
+}
+
+// bindTarget checks that the caller may bind (or unbind) process pid:
+// it exists, it is not the daemon, and it is the caller's own unless the
+// caller is root. Pid 0 is the caller.
+func (d *daemon) bindTarget(c ctl.Caller, pid int) (int, error) {
+	if pid == 0 {
+		pid = int(c.Pid)
+	}
+	if pid < 0 {
+		return 0, ctl.Errorf(syscall.EINVAL, "bad process id %d: give the pid of a running process", pid)
+	}
+	if pid == os.Getpid() {
+		return 0, ctl.Errorf(syscall.EINVAL, "process %d is the agentfs daemon of this mount: bind a shell or a command (agentfs exec -b BRANCH -- CMD)", pid)
+	}
+	uid, err := processUid(pid)
+	if err != nil {
+		return 0, ctl.Errorf(syscall.ESRCH, "no process %d: it does not exist (or has exited); give the pid of a running process", pid)
+	}
+	if c.Uid != 0 && uid != c.Uid {
+		return 0, ctl.Errorf(syscall.EPERM, "process %d belongs to uid %d, not to you (uid %d): only root may bind another user's processes", pid, uid, c.Uid)
+	}
+	return pid, nil
+}
+
+// processUid returns the real uid of process pid.
+func processUid(pid int) (uint32, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				break
+			}
+			u, err := strconv.ParseUint(f[0], 10, 32)
+			return uint32(u), err
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no Uid line", pid)
+}
+
+// branchBind binds a process and its descendants to a branch.
+func (d *daemon) branchBind(c ctl.Caller, args ctl.BindArgs) (any, error) {
+	srv := d.srv.Load()
+	if srv == nil {
+		return nil, ctl.Errorf(syscall.ENOTCONN, "binding needs a mounted store")
+	}
+	if args.Branch == "" {
+		return nil, ctl.Errorf(syscall.EINVAL, "no branch given: agentfs branch bind NAME (agentfs branch list shows them)")
+	}
+	l, err := d.meta.Layer(args.Branch)
+	if errors.Is(err, branch.ErrNotFound) {
+		return nil, ctl.Errorf(syscall.ENOENT, "no branch %q: agentfs branch list shows them; agentfs branch create %s makes it", args.Branch, args.Branch)
+	}
+	if err != nil {
+		return nil, storeError(err, fmt.Sprintf("opening branch %q", args.Branch))
+	}
+	pid, err := d.bindTarget(c, args.Pid)
+	if err != nil {
+		return nil, err
+	}
+	v, err := d.viewOf(l)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Bind(pid, v); err != nil {
+		if errors.Is(err, fs.ErrNoProcess) {
+			return nil, ctl.Errorf(syscall.ESRCH, "no process %d: it exited before it could be bound", pid)
+		}
+		return nil, ctl.Errorf(syscall.EIO, "binding process %d to branch %q: %v", pid, args.Branch, err)
+	}
+	d.log.Info("process bound", "pid", pid, "branch", args.Branch, "by", c.Pid)
+	return d.bindInfo(pid), nil
+}
+
+// branchUnbind ends a process's binding.
+func (d *daemon) branchUnbind(c ctl.Caller, args ctl.BindArgs) (any, error) {
+	srv := d.srv.Load()
+	if srv == nil {
+		return nil, ctl.Errorf(syscall.ENOTCONN, "unbinding needs a mounted store")
+	}
+	pid, err := d.bindTarget(c, args.Pid)
+	if err != nil {
+		return nil, err
+	}
+	if !srv.Unbind(pid) {
+		info := d.bindInfo(pid)
+		if info.BoundBy != 0 {
+			return nil, ctl.Errorf(syscall.EINVAL, "process %d is not bound itself: it sees branch %q through process %d, its ancestor; unbind that one (agentfs branch unbind --pid %d)", pid, info.Branch, info.BoundBy, info.BoundBy)
+		}
+		return nil, ctl.Errorf(syscall.EINVAL, "process %d is not bound to a branch: it sees branch %q, the mount's", pid, info.Branch)
+	}
+	d.log.Info("process unbound", "pid", pid, "by", c.Pid)
+	return d.bindInfo(pid), nil
+}
+
+// branchCurrent says which branch a process sees.
+func (d *daemon) branchCurrent(c ctl.Caller, args ctl.BindArgs) (any, error) {
+	pid := args.Pid
+	if pid == 0 {
+		pid = int(c.Pid)
+	} else if _, err := processUid(pid); err != nil {
+		return nil, ctl.Errorf(syscall.ESRCH, "no process %d: give the pid of a running process", pid)
+	}
+	return d.bindInfo(pid), nil
+}
+
+// bindInfo describes what process pid sees.
+func (d *daemon) bindInfo(pid int) ctl.BindInfo {
+	info := ctl.BindInfo{Pid: pid, Branch: d.current.Load().Name(), Command: commandLine(pid)}
+	if srv := d.srv.Load(); srv != nil {
+		v, by := srv.Resolve(uint32(pid))
+		info.Branch, info.BoundBy = v.Layer().Name(), by
+	}
+	return info
+}
+
+// bindings lists the processes bound to a branch.
+func (d *daemon) bindings() []ctl.BindInfo {
+	out := []ctl.BindInfo{}
+	srv := d.srv.Load()
+	if srv == nil {
+		return out
+	}
+	for _, b := range srv.Bindings() {
+		out = append(out, ctl.BindInfo{Pid: b.Pid, Branch: b.View.Layer().Name(), BoundBy: b.Pid, Command: commandLine(b.Pid)})
+	}
+	return out
+}
+
+// commandLine returns the command line of process pid, "" when unknown.
+func commandLine(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}

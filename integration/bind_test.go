@@ -1,0 +1,330 @@
+package integration
+
+// Per-process branch binding (the binding issue): agentfs branch
+// bind/unbind/current, agentfs exec -b, agentfs tournament, and the
+// isolation of processes in different branches at the same paths with
+// the kernel's caches on.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// branchesFrom makes branches names from a snapshot of the mount's
+// current state and returns the snapshot id.
+func branchesFrom(t *testing.T, m *mount, names ...string) string {
+	t.Helper()
+	id := takeSnapshot(t, m.dir, "base")
+	for _, n := range names {
+		mustC(t, m.dir, "branch", "create", "--from", id, n)
+	}
+	return id
+}
+
+// execIn returns a command that runs args bound to branch, in dir.
+func execIn(m *mount, branch, dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command(agentfsBin, append([]string{"exec", "-b", branch, "-C", m.dir, "--"}, args...)...)
+	cmd.Dir = dir
+	return cmd
+}
+
+// TestBindIsolation: workers in three branches and one unbound, at the
+// same paths at the same time, write then read, stat, rename, list and
+// mmap thousands of times; none ever sees another branch's data,
+// attributes or listing. Then each branch holds its own worker's last
+// write, and main its own.
+func TestBindIsolation(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("shared.txt", "lower\n"), lowerFile("dir/a", "lower a\n")))
+	branchesFrom(t, m, "b1", "b2", "b3")
+	const iters = 1500
+	helper := helperPath(t)
+	workers := []string{"b1", "b2", "b3", "main"}
+	results := make([]cliResult, len(workers))
+	var wg sync.WaitGroup
+	for i, b := range workers {
+		var cmd *exec.Cmd
+		if b == "main" {
+			cmd = exec.Command(helper) // unbound: the mount's branch
+			cmd.Dir = m.dir
+		} else {
+			cmd = execIn(m, b, m.dir, helper)
+		}
+		cmd.Env = append(os.Environ(), isolationEnv+"="+b, isolationRootEnv+"="+m.dir, fmt.Sprintf("%s=%d", isolationItersEnv, iters))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = runCommand(t, cmd, []string{"isolation worker", b})
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("ok %d", iters)) {
+			t.Errorf("worker in %s:\n%s", workers[i], r)
+		}
+	}
+	for _, b := range workers {
+		want := fmt.Sprintf("%s %d\n", b, iters-1)
+		r := runCommand(t, execIn(m, b, m.dir, "cat", "shared.txt", "dir/a"), nil)
+		if b == "main" {
+			r = runCommand(t, exec.Command("cat", m.path("shared.txt"), m.path("dir/a")), nil)
+		}
+		if r.code != 0 || r.stdout != want+want {
+			t.Errorf("branch %s after the run: shared.txt and dir/a = %q, want %q twice:\n%s", b, r.stdout, want, r)
+		}
+	}
+}
+
+// TestBindShell: a shell binds itself, sees the branch at the mount and
+// in agentfs branch current, status and branch list; unbind brings it
+// back to the mount's branch; other processes never see its branch.
+func TestBindShell(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("f", "lower\n")))
+	branchesFrom(t, m, "try2")
+	mustC(t, m.dir, "branch", "create", "try3")
+	writeFile(t, m.path("f"), "main\n")
+	if r := runCommand(t, execIn(m, "try2", m.dir, "sh", "-c", "echo try2 > f"), nil); r.code != 0 {
+		t.Fatalf("writing f in try2:\n%s", r)
+	}
+	script := `set -e
+agentfs branch bind try2
+echo "cat: $(cat f)"
+echo "current: $(agentfs branch current)"
+agentfs status --json | grep -c '"branch": "try2"' | sed 's/^/status bindings: /'
+agentfs branch list | grep '^\*' | sed 's/^/list: /'
+cat f > /dev/null
+echo "other: $(cat ` + m.path("f") + `)"
+agentfs branch unbind
+echo "after: $(cat f) $(agentfs branch current)"
+`
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = m.dir
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(agentfsBin)+":"+os.Getenv("PATH"))
+	r := runCommand(t, cmd, []string{"bound shell"})
+	if r.code != 0 {
+		t.Fatalf("the bound shell:\n%s", r)
+	}
+	for _, want := range []string{
+		"now see branch try2",
+		"cat: try2\n",
+		"current: try2 (bound: process ",
+		"status bindings: 1\n",
+		"list: * try2",
+		"other: try2\n",
+		"after: main main (the mount's branch: not bound)\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the bound shell's output lacks %q:\n%s", want, r)
+		}
+	}
+	if got := readFile(t, m.path("f")); got != "main\n" {
+		t.Errorf("an unbound process reads f = %q, want main", got)
+	}
+	if st := mountStatusOf(t, m.dir); len(st.Bindings) != 0 {
+		t.Errorf("bindings after unbind: %+v", st.Bindings)
+	}
+	// The nearest bound ancestor wins.
+	nested := execIn(m, "try2", m.dir, "sh", "-c", agentfsBin+" exec -b try3 -- cat f; cat f")
+	if r := runCommand(t, nested, nil); r.code != 0 || r.stdout != "lower\ntry2\n" {
+		t.Errorf("try3 inside try2 then try2: %q, want lower then try2:\n%s", r.stdout, r)
+	}
+}
+
+// mountStatusOf runs agentfs status --json -C dir.
+func mountStatusOf(t testing.TB, dir string) (st struct {
+	Branch   string `json:"branch"`
+	Bindings []struct {
+		Pid    int    `json:"pid"`
+		Branch string `json:"branch"`
+	} `json:"bindings"`
+}) {
+	t.Helper()
+	r := mustC(t, dir, "status", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	return st
+}
+
+// TestBindEndsWithProcess: a binding ends when its process exits.
+func TestBindEndsWithProcess(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("f", "lower\n")))
+	branchesFrom(t, m, "b1")
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := sleeper.Process.Pid
+	mustC(t, m.dir, "branch", "bind", "--pid", fmt.Sprint(pid), "b1")
+	if r := mustC(t, m.dir, "branch", "current", "--pid", fmt.Sprint(pid)); !strings.HasPrefix(r.stdout, "b1 (bound: process "+fmt.Sprint(pid)) {
+		t.Errorf("current of the bound sleeper:\n%s", r)
+	}
+	sleeper.Process.Kill()
+	sleeper.Wait()
+	if !waitFor(func() bool { return len(mountStatusOf(t, m.dir).Bindings) == 0 }) {
+		t.Errorf("the binding of pid %d outlived its process: %+v", pid, mountStatusOf(t, m.dir).Bindings)
+	}
+	// A new process never inherits it, whatever its pid.
+	if got := readFile(t, m.path("f")); got != "lower\n" {
+		t.Errorf("f after the bound process exited = %q", got)
+	}
+}
+
+// TestBindDeletedBranch: a process bound to a branch that is deleted
+// gets ENOENT, never another branch's files.
+func TestBindDeletedBranch(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("f", "lower\n")))
+	branchesFrom(t, m, "doomed")
+	cmd := execIn(m, "doomed", m.dir, "sh", "-c", `echo mine > f; cat f; read x; cat f; cat `+m.path("f")+`; ls; echo done`)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { return strings.Contains(out.String(), "mine") }) {
+		t.Fatalf("the bound shell did not start: %q", out.String())
+	}
+	mustC(t, m.dir, "branch", "delete", "doomed")
+	stdin.Close()
+	cmd.Wait()
+	got := out.String()
+	if strings.Count(got, "mine") != 1 || strings.Contains(got, "lower") {
+		t.Errorf("after its branch was deleted, the bound shell read:\n%s\nwant errors, never main's f", got)
+	}
+	if !strings.Contains(got, "No such file or directory") && !strings.Contains(got, "Stale file handle") {
+		t.Errorf("the bound shell got no ENOENT/ESTALE:\n%s", got)
+	}
+}
+
+// TestBindBadInput: unknown branch, missing pid, nothing to unbind.
+func TestBindBadInput(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("f", "f")))
+	failC(t, m.dir, []string{`no branch "nope"`, "agentfs branch list"}, "branch", "bind", "nope")
+	failC(t, m.dir, []string{"no process 2147483", "running process"}, "branch", "bind", "--pid", "2147483", "main")
+	failC(t, m.dir, []string{"not bound"}, "branch", "unbind", "--pid", fmt.Sprint(os.Getpid()))
+	failC(t, m.dir, []string{"daemon"}, "branch", "bind", "--pid", fmt.Sprint(m.status.Pid), "main")
+	if r := runAgentfs(t, "exec", "-C", m.dir, "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "needs a branch") {
+		t.Errorf("exec without -b:\n%s", r)
+	}
+	if r := runAgentfs(t, "exec", "-b", "nope", "-C", m.dir, "--", "true"); r.code != 1 || !strings.Contains(r.stderr, `no branch "nope"`) {
+		t.Errorf("exec -b nope:\n%s", r)
+	}
+	// exec passes the exit code through.
+	mustC(t, m.dir, "branch", "create", "b")
+	if r := runCommand(t, execIn(m, "b", m.dir, "sh", "-c", "exit 7"), nil); r.code != 7 {
+		t.Errorf("exec -b b -- sh -c 'exit 7': exit %d", r.code)
+	}
+}
+
+// TestBindCwdAfterRebind: a shell whose working directory is inside the
+// mount keeps that directory of its old branch after a rebind, until it
+// changes directory through the mount (documented, like chroot).
+func TestBindCwdAfterRebind(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("d/f", "lower\n")))
+	branchesFrom(t, m, "b1")
+	script := `cd d
+agentfs branch bind b1
+echo "stay: $(cat f)"
+echo b1 > ` + m.path("d/f") + `
+echo "still: $(cat f)"
+cd "$PWD"
+echo "re-entered: $(cat f)"
+`
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = m.dir
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(agentfsBin)+":"+os.Getenv("PATH"))
+	r := runCommand(t, cmd, []string{"rebind with cwd inside"})
+	for _, want := range []string{"stay: lower\n", "still: lower\n", "re-entered: b1\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r)
+		}
+	}
+}
+
+// TestTournament: three candidates in parallel, each in its own branch;
+// the test passes for two; the first of those in order wins and is
+// tagged; --prune deletes the others.
+func TestTournament(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("answer", "0\n")))
+	id := takeSnapshot(t, m.dir, "before")
+	cands := []string{
+		"sleep 0.3; echo 1 > answer",
+		"echo 42 > answer; echo extra > new",
+		"echo 42 > answer; rm -f answer2",
+	}
+	args := append([]string{"tournament", "--from", id, "--test", `test "$(cat answer)" = 42`, "--name", "t", "--prune", "-C", m.dir, "--"}, cands...)
+	r := runAgentfs(t, args...)
+	if r.code != 0 {
+		t.Fatalf("tournament:\n%s", r)
+	}
+	for _, want := range []string{"winner: candidate 2, branch t-2", "t-1 ", "t-3 "} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("tournament report lacks %q:\n%s", want, r)
+		}
+	}
+	var win *snapshotJSON
+	for _, s := range listSnapshots(t, m.dir) {
+		for _, tag := range s.Tags {
+			if tag == "winner" {
+				win = &s
+			}
+		}
+	}
+	if win == nil || win.Branch != "t-2" {
+		t.Errorf("the winner tag: %+v, want a snapshot of branch t-2", win)
+	}
+	if bs := listBranches(t, m.dir); len(bs) != 2 || bs[1].Name != "t-2" {
+		t.Errorf("branches after --prune: %+v, want main and t-2", bs)
+	}
+	if got := readFile(t, m.path("answer")); got != "0\n" {
+		t.Errorf("main's answer = %q: the candidates leaked into the mount's branch", got)
+	}
+	// No candidate passes: exit 1, branches kept.
+	r = runAgentfs(t, "tournament", "--from", id, "--test", "false", "--name", "u", "-C", m.dir, "--", "true", "true")
+	if r.code != 1 || !strings.Contains(r.stdout, "no winner") {
+		t.Errorf("a tournament nobody wins:\n%s", r)
+	}
+	if bs := listBranches(t, m.dir); len(bs) != 4 {
+		t.Errorf("branches after a tournament without winner: %+v", bs)
+	}
+}
+
+// TestTournamentInterrupt: SIGINT stops every candidate.
+func TestTournamentInterrupt(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("f", "f")))
+	id := takeSnapshot(t, m.dir, "before")
+	marker := filepath.Join(t.TempDir(), "started")
+	cmd := exec.Command(agentfsBin, "tournament", "--from", id, "--test", "true", "-C", m.dir, "--",
+		"touch "+marker+"1; sleep 60", "touch "+marker+"2; sleep 60")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { return fileExists(marker+"1") && fileExists(marker+"2") }) {
+		cmd.Process.Kill()
+		t.Fatalf("the candidates did not start:\n%s", out.String())
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 || time.Since(start) > 20*time.Second {
+		t.Errorf("tournament after SIGINT: %v (want exit 130):\n%s", err, out.String())
+	}
+	if out := exec.Command("pgrep", "-f", marker).Run(); out == nil {
+		t.Errorf("candidates still run after SIGINT")
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
