@@ -328,3 +328,54 @@ func TestTournamentInterrupt(t *testing.T) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// TestBindUnprivileged: on a mount owned by an ordinary user, the owner
+// binds its own processes, and binding another user's process is EPERM
+// with a message that says why.
+func TestBindUnprivileged(t *testing.T) {
+	requireFUSE(t)
+	for _, tool := range []string{"fusermount3", "unshare", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed: %v", tool, err)
+		}
+	}
+	lower := newMountpoint(t)
+	buildLower(t, lower, []lowerEntry{lowerFile("f", "lower\n", withOwner(userUID, userGID))})
+	os.Chown(lower, userUID, userGID)
+	before := snapshotTree(lower)
+	mp := newMountpoint(t)
+	os.Chown(mp, userUID, userGID)
+	home := newMountpoint(t)
+	os.Chown(home, userUID, userGID)
+	script := `set -e
+mount -t tmpfs -o mode=755 tmpfs /dev
+mknod -m 666 /dev/fuse c 10 229
+mknod -m 666 /dev/null c 1 3
+ln -s /proc/self/fd /dev/fd
+as_user() { setpriv --reuid ` + fmt.Sprint(userUID) + ` --regid ` + fmt.Sprint(userGID) + ` --clear-groups -- env -i HOME="$HOME_DIR" TMPDIR="$HOME_DIR" PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
+as_user "$BIN" mount --lower "$LOWER" "$MP"
+as_user "$BIN" branch create b1 -C "$MP" >/dev/null
+echo "== own"
+as_user "$BIN" exec -b b1 -C "$MP" -- sh -c 'echo b1 > "$1/f"; cat "$1/f"' sh "$MP"
+as_user cat "$MP/f"
+echo "== other user"
+setpriv --reuid 65534 --regid 65534 --clear-groups sleep 30 &
+other=$!
+sleep 0.2
+as_user "$BIN" branch bind --pid $other b1 -C "$MP" 2>&1 || echo "exit $?"
+kill $other
+as_user "$BIN" unmount "$MP"
+`
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "BIN="+userExecutable(t), "LOWER="+lower, "MP="+mp, "HOME_DIR="+home)
+	r := runCommand(t, cmd, []string{"(as uid 1000 in a private mount namespace)"})
+	if r.code != 0 {
+		t.Fatalf("binding on an unprivileged mount:\n%s", r)
+	}
+	for _, want := range []string{"== own\nb1\nlower\n", "belongs to uid 65534, not to you", "only root may bind another user's processes", "exit 1"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r)
+		}
+	}
+	assertUnchanged(t, before, snapshotTree(lower))
+}

@@ -1,0 +1,121 @@
+package fs
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentfs/agentfs/backstore"
+	"github.com/agentfs/agentfs/overlay"
+)
+
+func TestParseProcStat(t *testing.T) {
+	// The command name may hold spaces and parentheses.
+	line := "4242 (a (weird) name) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615\n"
+	got, err := parseProcStat([]byte(line))
+	if err != nil || got.ppid != 17 || got.start != 987654 {
+		t.Errorf("parseProcStat = %+v, %v; want ppid 17, start 987654", got, err)
+	}
+	if _, err := parseProcStat([]byte("4242 (short) S 1 2")); err == nil {
+		t.Errorf("a truncated stat line parsed")
+	}
+	self, err := readProcStat(uint32(os.Getpid()))
+	if err != nil || self.ppid != uint32(os.Getppid()) || self.start == 0 {
+		t.Errorf("readProcStat(self) = %+v, %v; want ppid %d", self, err, os.Getppid())
+	}
+}
+
+// waitUntil polls cond for up to 10 s.
+func waitUntil(cond func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// TestBindResolve: a bound process and its descendants resolve to the
+// bound view, others to the default; the binding ends when the process
+// exits, and a binding whose start time does not match the process
+// (a reused pid) is ignored.
+func TestBindResolve(t *testing.T) {
+	lower := t.TempDir()
+	m := mountForTest(t, lower, false)
+	other, err := overlay.LowerView(lower, mustBackstore(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	def := m.srv.views.def.Load().fs
+
+	child := exec.Command("sh", "-c", "sleep 30 & echo $!; wait")
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	buf := make([]byte, 32)
+	n, _ := out.Read(buf)
+	grandchild, _ := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	if grandchild == 0 {
+		t.Fatalf("no grandchild pid: %q", buf[:n])
+	}
+	defer exec.Command("kill", strconv.Itoa(grandchild)).Run()
+
+	if v, by := m.srv.Resolve(uint32(grandchild)); v != def || by != 0 {
+		t.Errorf("before binding: resolve = %p by %d, want the default view", v, by)
+	}
+	if err := m.srv.Bind(child.Process.Pid, other); err != nil {
+		t.Fatal(err)
+	}
+	if v, by := m.srv.Resolve(uint32(grandchild)); v != other || by != child.Process.Pid {
+		t.Errorf("grandchild of a bound process: resolve = %p by %d, want the bound view by %d", v, by, child.Process.Pid)
+	}
+	if v, _ := m.srv.Resolve(uint32(os.Getpid())); v != def {
+		t.Errorf("the test (an ancestor of the bound process) resolves to another view")
+	}
+	if err := m.srv.Bind(999999999, other); err == nil {
+		t.Errorf("binding a pid that does not exist succeeded")
+	}
+
+	// A binding with another start time is a reused pid: ignored.
+	m.srv.views.mu.Lock()
+	m.srv.views.bindings[uint32(child.Process.Pid)].start++
+	m.srv.views.mu.Unlock()
+	m.srv.views.gen.Add(1)
+	if v, _ := m.srv.Resolve(uint32(grandchild)); v != def {
+		t.Errorf("a binding whose start time does not match the process still applies")
+	}
+	m.srv.views.mu.Lock()
+	m.srv.views.bindings[uint32(child.Process.Pid)].start--
+	m.srv.views.mu.Unlock()
+	m.srv.views.gen.Add(1)
+
+	// Exit ends it.
+	exec.Command("kill", strconv.Itoa(grandchild)).Run()
+	child.Process.Kill()
+	child.Wait()
+	if !waitUntil(func() bool { return len(m.srv.Bindings()) == 0 }) {
+		t.Errorf("the binding outlived its process: %+v", m.srv.Bindings())
+	}
+	if m.srv.views.active.Load() {
+		t.Errorf("the root still depends on the caller with no binding left")
+	}
+}
+
+func mustBackstore(t *testing.T) *backstore.Store {
+	bs, err := backstore.Open(backstore.Options{Dir: filepath.Join(t.TempDir(), "bs")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bs.Close() })
+	return bs
+}
