@@ -238,6 +238,12 @@ agentfs branch bind b1
 echo "stay: $(cat f)"
 echo b1 > ` + m.path("d/f") + `
 echo "still: $(cat f)"
+python3 -c 'import os
+try:
+    os.rename("f", "../moved")
+    print("rename across branches: ok")
+except OSError as e:
+    print("rename across branches:", os.strerror(e.errno))'
 cd "$PWD"
 echo "re-entered: $(cat f)"
 `
@@ -245,7 +251,7 @@ echo "re-entered: $(cat f)"
 	cmd.Dir = m.dir
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(agentfsBin)+":"+os.Getenv("PATH"))
 	r := runCommand(t, cmd, []string{"rebind with cwd inside"})
-	for _, want := range []string{"stay: lower\n", "still: lower\n", "re-entered: b1\n"} {
+	for _, want := range []string{"stay: lower\n", "still: lower\n", "rename across branches: Invalid cross-device link\n", "re-entered: b1\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r)
 		}
