@@ -25,6 +25,7 @@ STEPS=(
 	step_build
 	step_snapshot
 	step_branch
+	step_bound
 	step_status
 	step_unmount
 )
@@ -150,6 +151,14 @@ step_branch() {
 	run grep -h 'hi there' "$mnt/src/lib/greet.c"
 	grep -q 'hi there' "$mnt/src/lib/greet.c" || fail "main shows the branch's change"
 	(cd "$mnt" && run "$AGENTFS" branch list)
+}
+
+step_bound() {
+	say "two branches at once: a command bound to branch polite sees it, everyone else sees main"
+	(cd "$mnt" && run "$AGENTFS" exec -b polite -- grep -h 'good day' src/lib/greet.c)
+	run grep -h 'hi there' "$mnt/src/lib/greet.c"
+	(cd "$mnt" && "$AGENTFS" exec -b polite -- grep -q 'good day' src/lib/greet.c) || fail "the bound command does not see its branch"
+	grep -q 'hi there' "$mnt/src/lib/greet.c" || fail "an unbound process sees the bound branch"
 }
 
 step_status() {

@@ -84,7 +84,10 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	}
 	fmt.Fprintf(w, "mountpoint:\t%s\n", st.Mountpoint)
 	fmt.Fprintf(w, "lower:\t%s\n", st.Lower)
-	fmt.Fprintf(w, "branch:\t%s\n", printable(st.Branch))
+	fmt.Fprintf(w, "branch:\t%s (unbound processes)\n", printable(st.Branch))
+	for _, b := range st.Bindings {
+		fmt.Fprintf(w, "bound:\tprocess %d %s sees branch %s\n", b.Pid, shortCommand(b.Command), printable(b.Branch))
+	}
 	fmt.Fprintf(w, "store:\t%s\n", store)
 	fmt.Fprintf(w, "backstore:\t%s\n", back)
 	fmt.Fprintf(w, "reflink:\t%s\n", yesNo(st.Reflink))
