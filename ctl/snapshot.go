@@ -7,6 +7,9 @@ import "time"
 // SnapshotCreateArgs are the arguments of OpSnapshotCreate.
 type SnapshotCreateArgs struct {
 	Label string `json:"label,omitempty"`
+	// Kind is "" (manual) or "pre-run" (agentfs run, before the
+	// command starts).
+	Kind string `json:"kind,omitempty"`
 }
 
 // SnapshotRef names a snapshot: an id, an unambiguous id prefix of at

@@ -76,6 +76,13 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
 
+// exitStatus makes agentfs exit with code, printing nothing more: the
+// exit status of the command agentfs run ran, or an error that was
+// reported already.
+type exitStatus struct{ code int }
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
 const exitCodesHelp = `Exit codes:
   0  success
   1  error (the message says what went wrong and how to fix it)
@@ -202,6 +209,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	err := runCmd(context.Background(), fs.Args())
 	if err == nil {
 		return exitOK
+	}
+	var es exitStatus
+	if errors.As(err, &es) {
+		return es.code // what went wrong was said already
 	}
 	var ue usageError
 	if errors.As(err, &ue) {
