@@ -260,8 +260,12 @@ func (d *daemon) checkExportTarget(to string) error {
 }
 
 // onMount reports whether path p is on this mount's filesystem (also
-// through a bind mount of it).
+// through a bind mount of it). Offline (an ended session) nothing is
+// mounted.
 func (d *daemon) onMount(p string) bool {
+	if d.plan.offline {
+		return false
+	}
 	var st, mst unix.Stat_t
 	return unix.Lstat(p, &st) == nil && unix.Stat(d.plan.mountpoint, &mst) == nil && st.Dev == mst.Dev
 }
