@@ -72,10 +72,17 @@ func NewLocalClient(name string, h Handler, c Caller, closeFn func() error) *Cli
 		if len(buf) != BufSize {
 			return fmt.Errorf("control buffer has %d bytes, want %d", len(buf), BufSize)
 		}
+		// As the kernel does: the handler reads the request and writes
+		// its answer in buffers of its own; what it answered is copied
+		// back.
 		in := append([]byte(nil), buf...)
-		if _, errno := h.HandleIoctl(c, Cmd, in, buf); errno != 0 {
+		out := make([]byte, len(buf))
+		n, errno := h.HandleIoctl(c, Cmd, in, out)
+		if errno != 0 {
 			return fmt.Errorf("control request to %s: %w", name, errno)
 		}
+		clear(buf)
+		copy(buf, out[:n])
 		return nil
 	}
 	return cl

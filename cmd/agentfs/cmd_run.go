@@ -70,10 +70,11 @@ Examples:
   agentfs apply -s ID                   # take the changes into the project
   agentfs discard -s ID                 # drop them`,
 		exitCodes: `Exit codes:
-  the command's own exit code once it ran (128+N when signal N killed it)
-  1    error before the command could run (the message says what and how to fix it)
-  2    usage error (no command, unknown flag)
-  127  the command was not found
+  the command's own exit code once it ran (128+N when signal N killed it);
+  before it runs:
+  1  error (the message says what went wrong and how to fix it)
+  2  usage error (no command, unknown flag)
+  127  the command was not found; 126  it could not be started
 `,
 		setup: func(fs *pflag.FlagSet, out streams) runFunc {
 			o := &runOptions{stdout: out.stdout, stderr: out.stderr}
