@@ -168,6 +168,9 @@ func validateMount(o *mountOptions, mp string) (*mountPlan, error) {
 		if p.mountpoint != p.lower {
 			return nil, fmt.Errorf("internal: a session mount shows its lower directory at the same path, not %s at %s", p.lower, p.mountpoint)
 		}
+		if inOuterMountNamespace() {
+			return nil, errors.New("--session-mount is agentfs run's own: it mounts over the project in a private mount namespace; use agentfs run")
+		}
 	} else if err := checkNesting(p.lower, p.mountpoint); err != nil {
 		return nil, err
 	}

@@ -141,7 +141,8 @@ func (s *sessionProcess) command(args []string, uid, gid int) *exec.Cmd {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = s.rec.Dir // by path: through the mount
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "AGENTFS_SESSION="+s.rec.ID)
+	// The last of a name wins: PWD is the directory it starts in.
+	cmd.Env = append(os.Environ(), "PWD="+s.rec.Dir, "AGENTFS_SESSION="+s.rec.ID)
 	if s.rec.UserNamespace && uid >= 0 && gid >= 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{
 			Unshareflags: syscall.CLONE_NEWUSER,

@@ -295,25 +295,32 @@ func findSession(ref string) (*sessionRecord, error) {
 // processStart returns the start time of process pid (clock ticks
 // after boot, field 22 of /proc/PID/stat), or 0 when it is gone.
 func processStart(pid int) uint64 {
-	if pid <= 0 {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// "pid (comm) state ppid ...": fields after the last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state): starttime, field 22, is f[19].
+	f := procStatFields(pid)
 	if len(f) < 20 {
 		return 0
 	}
 	n, _ := strconv.ParseUint(f[19], 10, 64)
 	return n
+}
+
+// procStatFields returns the fields of /proc/PID/stat after the
+// command name: [0] is field 3 (the state), [1] the parent pid, ...;
+// nil when the process is gone.
+func procStatFields(pid int) []string {
+	if pid <= 0 {
+		return nil
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	// "pid (comm) state ppid ...": the name may hold anything; the
+	// fields follow the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
 }
 
 // sameProcess reports whether pid is alive and is the process that

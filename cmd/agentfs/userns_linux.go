@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -68,4 +69,32 @@ func inUserNamespace() bool {
 	}
 	f := strings.Fields(string(b))
 	return !(len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295")
+}
+
+// inOuterMountNamespace reports whether this process is known to
+// share its mount namespace with its grandparent. A session's daemon
+// runs in a namespace of its own, made by its parent (the session
+// process) under agentfs run (its grandparent); a mount started from a
+// shell shares the shell's. False when a namespace cannot be read.
+func inOuterMountNamespace() bool {
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return false
+	}
+	grandparent := parentOf(os.Getppid())
+	if grandparent <= 0 {
+		return false
+	}
+	outer, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", grandparent))
+	return err == nil && outer == self
+}
+
+// parentOf returns the parent pid of pid, or 0.
+func parentOf(pid int) int {
+	f := procStatFields(pid)
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
