@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -172,5 +173,32 @@ func TestSummarize(t *testing.T) {
 func TestShellQuote(t *testing.T) {
 	if got, want := shellQuote([]string{"claude", "--resume", "it's", "a b", ""}), `claude --resume 'it'\''s' 'a b' ''`; got != want {
 		t.Errorf("shellQuote = %s, want %s", got, want)
+	}
+}
+
+// TestUsernsError: a failed user namespace names the sysctls that
+// forbid them on this system, and the fixes.
+func TestUsernsError(t *testing.T) {
+	dir := t.TempDir()
+	saved := usernsSysctls
+	t.Cleanup(func() { usernsSysctls = saved })
+	usernsSysctls = nil
+	for i, s := range saved {
+		p := filepath.Join(dir, strconv.Itoa(i))
+		if err := os.WriteFile(p, []byte(s.forbids+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s.path = p
+		usernsSysctls = append(usernsSysctls, s)
+	}
+	err := usernsError(syscall.EPERM)
+	for _, want := range []string{"needs a user namespace", "operation not permitted", "kernel.unprivileged_userns_clone=0",
+		"user.max_user_namespaces=0", "kernel.apparmor_restrict_unprivileged_userns=1", "run agentfs run as root"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("usernsError does not say %q: %v", want, err)
+		}
+	}
+	if hint := usernsMountHint(); !strings.Contains(hint, "kernel.apparmor_restrict_unprivileged_userns=1") {
+		t.Errorf("usernsMountHint does not name the restriction: %s", hint)
 	}
 }
