@@ -57,6 +57,35 @@ type Client struct {
 	// ioctl issues one control ioctl on buf (BufSize bytes, request in,
 	// response out); tests replace it to talk to a Server directly.
 	ioctl func(buf []byte) error
+	// closeFn, for a local client, releases what serves it.
+	closeFn func() error
+}
+
+// NewLocalClient returns a client whose requests h serves in this
+// process, as if caller c had issued them on a control file: for a
+// store opened without a mount (an ended session), so that every
+// operation runs the same code as through a daemon. name stands for
+// the mount root in messages; closeFn (may be nil) runs at Close.
+func NewLocalClient(name string, h Handler, c Caller, closeFn func() error) *Client {
+	cl := &Client{root: name, closeFn: closeFn}
+	cl.ioctl = func(buf []byte) error {
+		if len(buf) != BufSize {
+			return fmt.Errorf("control buffer has %d bytes, want %d", len(buf), BufSize)
+		}
+		// As the kernel does: the handler reads the request and writes
+		// its answer in buffers of its own; what it answered is copied
+		// back.
+		in := append([]byte(nil), buf...)
+		out := make([]byte, len(buf))
+		n, errno := h.HandleIoctl(c, Cmd, in, out)
+		if errno != 0 {
+			return fmt.Errorf("control request to %s: %w", name, errno)
+		}
+		clear(buf)
+		copy(buf, out[:n])
+		return nil
+	}
+	return cl
 }
 
 // Dial opens the control file of the mount rooted at root (see
@@ -81,8 +110,14 @@ func Dial(root string) (*Client, error) {
 // Root is the mount root the client talks to.
 func (c *Client) Root() string { return c.root }
 
-// Close closes the control file.
+// Close closes the control file (for a local client: releases what
+// serves it).
 func (c *Client) Close() error {
+	if c.closeFn != nil {
+		fn := c.closeFn
+		c.closeFn = nil
+		return fn()
+	}
 	if c.f == nil {
 		return nil
 	}

@@ -14,22 +14,9 @@ import (
 const owner = 1000
 
 // pipeClient returns a client whose ioctls go straight to srv's
-// HandleIoctl as caller c, copying back only the bytes the daemon
-// answered, as the kernel does.
+// HandleIoctl as caller c (NewLocalClient).
 func pipeClient(srv *Server, c Caller) *Client {
-	cl := &Client{root: "/test"}
-	cl.ioctl = func(buf []byte) error {
-		in := append([]byte(nil), buf...)
-		out := make([]byte, len(buf))
-		n, e := srv.HandleIoctl(c, Cmd, in, out)
-		if e != 0 {
-			return e
-		}
-		clear(buf)
-		copy(buf, out[:n])
-		return nil
-	}
-	return cl
+	return NewLocalClient("/test", srv, c, nil)
 }
 
 func newTestServer(t *testing.T) *Server {
@@ -390,5 +377,23 @@ func TestDialNotAMount(t *testing.T) {
 	_, err := Dial(dir)
 	if err == nil || !strings.Contains(err.Error(), "is not an agentfs mount") {
 		t.Errorf("Dial(%s) error = %v, want 'is not an agentfs mount'", dir, err)
+	}
+}
+
+// TestLocalClientClose: a local client's Close runs its closeFn once.
+func TestLocalClientClose(t *testing.T) {
+	closed := 0
+	c := NewLocalClient("session x", newTestServer(t), Caller{Uid: owner}, func() error { closed++; return nil })
+	var got string
+	if err := c.Do(OpPing, nil, &got); err != nil || got != "pong" {
+		t.Fatalf("ping = %q, %v", got, err)
+	}
+	c.Close()
+	c.Close()
+	if closed != 1 {
+		t.Errorf("closeFn ran %d times, want 1", closed)
+	}
+	if c.Root() != "session x" {
+		t.Errorf("Root() = %q", c.Root())
 	}
 }

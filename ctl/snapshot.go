@@ -9,6 +9,9 @@ type SnapshotCreateArgs struct {
 	Label string `json:"label,omitempty"`
 	// Branch is the branch to take it of; empty for the caller's.
 	Branch string `json:"branch,omitempty"`
+	// Kind is "" (manual) or "pre-run" (agentfs run, before the
+	// command starts).
+	Kind string `json:"kind,omitempty"`
 }
 
 // SnapshotRef names a snapshot: an id, an unambiguous id prefix of at

@@ -122,6 +122,11 @@ type Status struct {
 	Bindings []BindInfo `json:"bindings"`
 	// Ephemeral stores are private directories deleted at unmount.
 	Ephemeral bool `json:"ephemeral"`
+	// Offline: no daemon; the store of an ended session was opened by
+	// the command itself (Pid 0, nothing mounted).
+	Offline bool `json:"offline,omitempty"`
+	// Session: the store is an agentfs run session's.
+	Session bool `json:"session,omitempty"`
 
 	Backstore   string `json:"backstore"`      // hostfs | ramdisk
 	BackingMode string `json:"backstore_mode"` // dir | tmpfs | shm

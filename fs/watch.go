@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 	"unsafe"
@@ -88,7 +87,9 @@ func (w *lowerWatch) add(id uint64, n *overlay.Node) {
 	if _, ok := w.wdOf[id]; ok {
 		return
 	}
-	wd, err := unix.InotifyAddWatch(int(w.file.Fd()), filepath.Join(n.FS().Lower(), rel), watchMask)
+	// Through the view's descriptor of the lower root: under agentfs
+	// run the lower path itself is covered by this very mount.
+	wd, err := unix.InotifyAddWatch(int(w.file.Fd()), n.FS().LowerPath(rel), watchMask)
 	if err != nil {
 		// ENOSPC: out of watches (fs.inotify.max_user_watches); the
 		// directory still works, its outside edits show late.

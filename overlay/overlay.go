@@ -181,6 +181,21 @@ func (fs *FS) Root() *Node { return fs.root }
 // Lower returns the lower directory of the view.
 func (fs *FS) Lower() string { return fs.cfg.Lower }
 
+// LowerPath returns a path that reaches the lower directory rel
+// ("" for the root) through the view's own descriptor of the lower
+// root (/proc/self/fd/N/rel), not through Lower: it stays right when
+// something is mounted over Lower after the view opened it (agentfs
+// run mounts the view over its own lower directory), or when Lower is
+// renamed. For path-only interfaces such as inotify; the last
+// component is rel's own (not followed through a symlink when the
+// caller asks so).
+func (fs *FS) LowerPath(rel string) string {
+	if rel == "" {
+		rel = "."
+	}
+	return fmt.Sprintf("/proc/self/fd/%d/%s", fs.lowerFd, rel)
+}
+
 // Objects returns the view's backstore.
 func (fs *FS) Objects() *backstore.Store { return fs.objs }
 

@@ -29,6 +29,9 @@ type mountOptions struct {
 	// Set by the parent for the daemon it starts.
 	ephemeral bool
 	readyFd   int
+	// session: the daemon of an agentfs run session, in the session's
+	// private mount namespace: the mountpoint is the lower directory.
+	session bool
 }
 
 // defaultRamdiskSize is the ramdisk's size limit without --ramdisk-size.
@@ -44,8 +47,10 @@ func (o *mountOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.debug, "debug", false, "log every FUSE operation (to the store's agentfs.log, or stderr with --foreground)")
 	fs.BoolVar(&o.ephemeral, "ephemeral", false, "internal: the store is private; delete it on exit")
 	fs.IntVar(&o.readyFd, "ready-fd", -1, "internal: report readiness on this file descriptor")
+	fs.BoolVar(&o.session, "session-mount", false, "internal: serve an agentfs run session (mountpoint = lower, in a private mount namespace)")
 	fs.MarkHidden("ephemeral")
 	fs.MarkHidden("ready-fd")
+	fs.MarkHidden("session-mount")
 }
 
 func init() {
@@ -90,6 +95,22 @@ type mountPlan struct {
 	ramdiskSize       int64
 	debug             bool
 	noPassthrough     bool
+
+	// session: an agentfs run session's mount (see runSession): the
+	// mountpoint is the lower directory itself, in a private mount
+	// namespace; no registry entry (the session record stands for it).
+	session bool
+	// lowerDir, when set, is the path by which the daemon reaches the
+	// lower directory (/proc/self/fd/N of a descriptor opened before
+	// mounting): under a session the lower path is covered by the
+	// mount. See daemon.lowerDir.
+	lowerDir string
+	// userns: the daemon runs in a user namespace (agentfs run as a
+	// normal user): root there, but no passthrough or allow_other.
+	userns bool
+	// offline: the store is opened in-process with nothing mounted
+	// (an ended session, see openOffline).
+	offline bool
 }
 
 func runMount(ctx context.Context, o *mountOptions, args []string) error {
@@ -112,7 +133,7 @@ func validateMount(o *mountOptions, mp string) (*mountPlan, error) {
 	if o.lower == "" {
 		return nil, usagef("--lower DIR is required (the project to show)")
 	}
-	p := &mountPlan{backstore: o.backstore, debug: o.debug, ephemeral: o.ephemeral, noPassthrough: o.noPT}
+	p := &mountPlan{backstore: o.backstore, debug: o.debug, ephemeral: o.ephemeral, noPassthrough: o.noPT, session: o.session}
 	switch o.backstore {
 	case "hostfs":
 		if o.ramdiskSize != "" {
@@ -140,17 +161,23 @@ func validateMount(o *mountOptions, mp string) (*mountPlan, error) {
 	if p.mountpoint, err = realDir(mp, "mountpoint"); err != nil {
 		return nil, err
 	}
-	if err := checkNesting(p.lower, p.mountpoint); err != nil {
+	if p.session {
+		// agentfs run: the view goes over the project itself, in a
+		// mount namespace of its own (the project may well be a mount
+		// point: a bind mount, a volume).
+		if p.mountpoint != p.lower {
+			return nil, fmt.Errorf("internal: a session mount shows its lower directory at the same path, not %s at %s", p.lower, p.mountpoint)
+		}
+		if inOuterMountNamespace() {
+			return nil, errors.New("--session-mount is agentfs run's own: it mounts over the project in a private mount namespace; use agentfs run")
+		}
+	} else if err := checkNesting(p.lower, p.mountpoint); err != nil {
 		return nil, err
 	}
-	if e, mounted, err := mountAt(p.mountpoint); err != nil {
-		return nil, err
-	} else if mounted || isMountRoot(p.mountpoint) {
-		what := "a mount point"
-		if mounted {
-			what = "a mount point (" + e.FsType + ")"
+	if !p.session {
+		if err := checkNotMounted(p.mountpoint); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("the mountpoint %s is already %s: unmount it first (agentfs unmount %s, or umount), or choose another directory", p.mountpoint, what, p.mountpoint)
 	}
 	if o.store != "" {
 		if p.store, err = checkStore(o.store, p.lower, p.mountpoint); err != nil {
@@ -161,6 +188,22 @@ func validateMount(o *mountOptions, mp string) (*mountPlan, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// checkNotMounted refuses a mountpoint that is already a mount point.
+func checkNotMounted(mp string) error {
+	e, mounted, err := mountAt(mp)
+	if err != nil {
+		return err
+	}
+	if mounted || isMountRoot(mp) {
+		what := "a mount point"
+		if mounted {
+			what = "a mount point (" + e.FsType + ")"
+		}
+		return fmt.Errorf("the mountpoint %s is already %s: unmount it first (agentfs unmount %s, or umount), or choose another directory", mp, what, mp)
+	}
+	return nil
 }
 
 // realDir resolves p to an absolute path without symlinks and checks it
@@ -364,15 +407,27 @@ func parseSize(s string) (int64, error) {
 // startDaemon re-executes agentfs as the daemon and waits until the
 // mount is ready or the daemon reports why it is not.
 func startDaemon(p *mountPlan) error {
+	cmd, err := spawnDaemon(p)
+	if err != nil {
+		return err
+	}
+	cmd.Process.Release()
+	return nil
+}
+
+// spawnDaemon starts the daemon of p and waits until its mount is
+// ready; it returns the daemon's process (not waited for), or why it
+// could not mount.
+func spawnDaemon(p *mountPlan) (*exec.Cmd, error) {
 	store, ephemeral := p.store, false
 	if store == "" {
 		var err error
 		if store, err = makePrivateStore(p.lower, p.mountpoint); err != nil {
-			return err
+			return nil, err
 		}
 		ephemeral = true
 	} else if err := os.MkdirAll(store, 0700); err != nil {
-		return fmt.Errorf("creating the store %s: %w", store, err)
+		return nil, fmt.Errorf("creating the store %s: %w", store, err)
 	}
 	removePrivate := func() {
 		if ephemeral {
@@ -383,19 +438,19 @@ func startDaemon(p *mountPlan) error {
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0600)
 	if err != nil {
 		removePrivate()
-		return fmt.Errorf("opening the daemon's log in the store: %w", err)
+		return nil, fmt.Errorf("opening the daemon's log in the store: %w", err)
 	}
 	defer logf.Close()
 	r, w, err := os.Pipe()
 	if err != nil {
 		removePrivate()
-		return fmt.Errorf("starting the daemon: %w", err)
+		return nil, fmt.Errorf("starting the daemon: %w", err)
 	}
 	defer r.Close()
 	self, err := os.Executable()
 	if err != nil {
 		removePrivate()
-		return fmt.Errorf("finding the agentfs binary to start the daemon: %w", err)
+		return nil, fmt.Errorf("finding the agentfs binary to start the daemon: %w", err)
 	}
 	args := []string{"mount", "--foreground", "--ready-fd=3", "--lower", p.lower, "--store", store, "--backstore", p.backstore}
 	if p.backstore == "ramdisk" {
@@ -410,6 +465,9 @@ func startDaemon(p *mountPlan) error {
 	if p.noPassthrough {
 		args = append(args, "--no-passthrough")
 	}
+	if p.session {
+		args = append(args, "--session-mount")
+	}
 	args = append(args, p.mountpoint)
 	cmd := exec.Command(self, args...)
 	cmd.Stdin = nil
@@ -420,7 +478,7 @@ func startDaemon(p *mountPlan) error {
 	if err := cmd.Start(); err != nil {
 		w.Close()
 		removePrivate()
-		return fmt.Errorf("starting the daemon: %w", err)
+		return nil, fmt.Errorf("starting the daemon: %w", err)
 	}
 	w.Close()
 	done := make(chan string, 1)
@@ -436,8 +494,7 @@ func startDaemon(p *mountPlan) error {
 		msg = fmt.Sprintf("error: the daemon did not report within %v; see %s", startTimeout, logPath)
 	}
 	if msg == "ready" {
-		cmd.Process.Release()
-		return nil
+		return cmd, nil
 	}
 	cmd.Wait()
 	removePrivate()
@@ -447,7 +504,7 @@ func startDaemon(p *mountPlan) error {
 			msg = "the daemon exited without saying why; run with --foreground to see its log"
 		}
 	}
-	return errors.New(strings.TrimPrefix(msg, "error: "))
+	return nil, errors.New(strings.TrimPrefix(msg, "error: "))
 }
 
 // startTimeout bounds how long mount waits for the daemon.

@@ -14,13 +14,13 @@ import (
 
 // statusOptions are the flags of agentfs status.
 type statusOptions struct {
-	dir    string
+	mountFlag
 	json   bool
 	stdout io.Writer
 }
 
 func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVarP(&o.dir, "dir", "C", "", "a `DIR` inside the mount (default: the current directory)")
+	o.mountFlag.AddFlags(fs)
 	fs.BoolVar(&o.json, "json", false, "print JSON")
 }
 
@@ -28,7 +28,7 @@ func init() {
 	register(&command{
 		name:    "status",
 		summary: "show a mount's lower, store, backstore, I/O mode and usage",
-		usage:   "[-C DIR] [--json]",
+		usage:   "[-C DIR | -s SESSION] [--json]",
 		help: `Status describes the mount that holds the current directory (or DIR):
 its lower directory, the branch it shows, its store (kept, or private and deleted at
 unmount), the backstore and whether it can clone files (reflink), how
@@ -59,7 +59,7 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	if len(args) != 0 {
 		return usagef("status takes no arguments")
 	}
-	c, err := dialMount(o.dir)
+	c, err := o.dial()
 	if err != nil {
 		return err
 	}
@@ -75,8 +75,11 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	}
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
 	store := st.Store + " (kept: mount it again with --store)"
-	if st.Ephemeral {
+	switch {
+	case st.Ephemeral:
 		store = st.Store + " (private: deleted at unmount)"
+	case st.Session:
+		store = st.Store + " (an agentfs run session's: agentfs discard -s deletes it)"
 	}
 	back := st.Backstore + " (" + st.BackingMode + ", " + st.BackingRoot + ")"
 	if st.SizeLimit > 0 {
@@ -94,7 +97,11 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	fmt.Fprintf(w, "passthrough:\t%s\n", onOff(st.Passthrough))
 	fmt.Fprintf(w, "io mode:\t%s\n", st.IOMode)
 	fmt.Fprintf(w, "usage:\t%d objects, %s; %s free in the backstore\n", st.Objects, humanBytes(st.Bytes), humanBytes(st.FsFree))
-	fmt.Fprintf(w, "daemon:\tpid %d, uid %d, agentfs %s\n", st.Pid, st.Owner, st.Version)
+	if st.Offline {
+		fmt.Fprintf(w, "daemon:\tnone (the session has ended; its store was opened by this command)\n")
+	} else {
+		fmt.Fprintf(w, "daemon:\tpid %d, uid %d, agentfs %s\n", st.Pid, st.Owner, st.Version)
+	}
 	return w.Flush()
 }
 

@@ -111,20 +111,40 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 	defer signal.Stop(sigs)
 	d := &daemon{plan: p, log: logger, detached: make(chan struct{})}
 	defer d.close()
+	if p.session {
+		// The mount is about to cover the lower path: keep a
+		// descriptor of the lower directory, opened now, and reach it
+		// through that from here on (daemon.lowerDir).
+		fd, err := unix.Open(p.lower, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("the project %s: %w", p.lower, err)
+		}
+		defer unix.Close(fd)
+		p.lowerDir = fmt.Sprintf("/proc/self/fd/%d", fd)
+		p.userns = inUserNamespace()
+	}
 	if err := d.openStore(); err != nil {
 		return err
 	}
 	if err := d.mount(); err != nil {
+		if p.userns {
+			return fmt.Errorf("%w (in a user namespace: %s)", err, usernsMountHint())
+		}
 		return err
 	}
 	pid := os.Getpid()
-	entry := registryEntry{Mountpoint: p.mountpoint, Pid: pid, Store: p.store, Ephemeral: p.ephemeral, Lower: p.lower, Backstore: p.backstore}
-	if rd, err := runtimeDir(); err == nil && insideAny(rd, []string{p.lower, p.mountpoint}) {
-		logger.Warn("not recording the mount: the runtime directory is inside the lower directory or the mountpoint (set XDG_RUNTIME_DIR or AGENTFS_RUNTIME_DIR)", "dir", rd)
-	} else if err := writeRegistry(entry); err != nil {
-		logger.Warn("recording the mount in the registry (agentfs unmount cannot clean up if this daemon dies)", "err", err)
+	if !p.session {
+		// A session's mount lives in its own mount namespace: the
+		// session record stands for it (and agentfs unmount has
+		// nothing to clear outside).
+		entry := registryEntry{Mountpoint: p.mountpoint, Pid: pid, Store: p.store, Ephemeral: p.ephemeral, Lower: p.lower, Backstore: p.backstore}
+		if rd, err := runtimeDir(); err == nil && insideAny(rd, []string{p.lower, p.mountpoint}) {
+			logger.Warn("not recording the mount: the runtime directory is inside the lower directory or the mountpoint (set XDG_RUNTIME_DIR or AGENTFS_RUNTIME_DIR)", "dir", rd)
+		} else if err := writeRegistry(entry); err != nil {
+			logger.Warn("recording the mount in the registry (agentfs unmount cannot clean up if this daemon dies)", "err", err)
+		}
+		defer removeRegistry(p.mountpoint, pid)
 	}
-	defer removeRegistry(p.mountpoint, pid)
 	srv := d.srv.Load()
 	logger.Info("mounted", "lower", p.lower, "mountpoint", p.mountpoint, "store", p.store,
 		"ephemeral", p.ephemeral, "backstore", d.objs.Info().Kind, "passthrough", srv.Passthrough())
@@ -208,7 +228,7 @@ func (d *daemon) openStore() error {
 	if err != nil {
 		return fmt.Errorf("opening the %s backstore: %w", p.backstore, err)
 	}
-	d.view, err = overlay.New(overlay.Config{Lower: p.lower, Objects: d.objs, Layer: layer,
+	d.view, err = overlay.New(overlay.Config{Lower: d.lowerDir(), Objects: d.objs, Layer: layer,
 		AllocIno: d.meta.AllocIno, Sync: d.meta.Sync, Logger: d.log})
 	if err != nil {
 		return err
@@ -217,10 +237,27 @@ func (d *daemon) openStore() error {
 	return nil
 }
 
+// lowerDir is the path by which the daemon opens the lower directory:
+// the project path, except under agentfs run, where the daemon's own
+// mount covers that path and a descriptor opened before mounting
+// reaches it (/proc/self/fd/N). Every open of the lower directory by
+// path goes through it; plan.lower stays the name shown to users and
+// recorded in the store.
+func (d *daemon) lowerDir() string {
+	if d.plan.lowerDir != "" {
+		return d.plan.lowerDir
+	}
+	return d.plan.lower
+}
+
 // mount mounts the view with the control server.
 func (d *daemon) mount() error {
 	p := d.plan
-	root := os.Geteuid() == 0
+	// Root of a user namespace (agentfs run as a normal user) mounts
+	// directly but gets neither passthrough (it needs CAP_SYS_ADMIN
+	// in the initial namespace) nor allow_other (which would shut
+	// out the processes of the initial namespace, the CLI among them).
+	root := os.Geteuid() == 0 && !p.userns
 	control := ctl.NewServer(uint32(os.Geteuid()), d.log)
 	d.handle(control)
 	srv, err := fs.Mount(fs.Options{
@@ -359,14 +396,21 @@ func (d *daemon) status() (ctl.Status, error) {
 	if srv := d.srv.Load(); srv != nil {
 		passthrough = srv.Passthrough()
 	}
+	pid := os.Getpid()
+	if d.plan.offline {
+		pid = 0
+	}
 	st := ctl.Status{
-		Version: version, Pid: os.Getpid(), Owner: uint32(os.Geteuid()),
+		Version: version, Pid: pid, Owner: uint32(os.Geteuid()), Offline: d.plan.offline, Session: d.plan.session || d.plan.offline,
 		Lower: d.plan.lower, Mountpoint: d.plan.mountpoint,
 		Store: d.plan.store, Branch: d.current.Load().Name(), Ephemeral: d.plan.ephemeral,
 		Backstore: info.Kind, BackingMode: info.Mode, BackingRoot: info.Root, SizeLimit: info.SizeLimit,
-		Reflink: info.Reflink, Passthrough: passthrough, IOMode: ioMode(passthrough, os.Geteuid() == 0, d.plan.noPassthrough),
+		Reflink: info.Reflink, Passthrough: passthrough, IOMode: ioMode(passthrough, os.Geteuid() == 0 && !d.plan.userns, d.plan.noPassthrough),
 		Objects: u.Objects, Bytes: u.Bytes, FsFree: u.FsFree,
 		Bindings: d.bindings(),
+	}
+	if d.plan.offline {
+		st.IOMode = "none (not mounted: the session has ended)"
 	}
 	return st, nil
 }

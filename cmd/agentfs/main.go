@@ -85,6 +85,13 @@ type exitCodeError struct {
 
 func (e exitCodeError) Error() string { return e.msg }
 
+// exitStatus makes agentfs exit with code, printing nothing more: the
+// exit status of the command agentfs run ran, or an error that was
+// reported already.
+type exitStatus struct{ code int }
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
 const exitCodesHelp = `Exit codes:
   0  success
   1  error (the message says what went wrong and how to fix it)
@@ -218,6 +225,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "agentfs %s: %s\n", name, ce.msg)
 		}
 		return ce.code
+	}
+	var es exitStatus
+	if errors.As(err, &es) {
+		return es.code // what went wrong was said already
 	}
 	var ue usageError
 	if errors.As(err, &ue) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -13,26 +14,89 @@ import (
 	"github.com/agentfs/agentfs/ctl"
 )
 
-// mountFlag is the -C flag of the commands that talk to a mount's
-// daemon, and the call they make with it.
+// mountFlag is the -C and -s flags of the commands that talk to a
+// mount's daemon, and the call they make with them.
 type mountFlag struct {
-	dir string
+	dir     string
+	session string
 }
 
 func (m *mountFlag) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&m.dir, "dir", "C", "", "a `DIR` inside the mount (default: the current directory)")
+	fs.StringVarP(&m.session, "session", "s", "", "the agentfs run `SESSION` (an id, or its start or end) instead of a mount")
 }
 
 // call runs one control operation on the mount that holds m.dir (or
-// the current directory): op with args (nil for none), its result
-// decoded into result (nil to ignore it).
+// the current directory), or on session m.session: op with args (nil
+// for none), its result decoded into result (nil to ignore it).
 func (m *mountFlag) call(op ctl.Op, args, result any) error {
-	c, err := dialMount(m.dir)
+	c, err := m.dial()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	return c.Do(op, args, result)
+}
+
+// dial connects to what the flags name: session m.session (its daemon
+// while it runs, its store opened in this process once it has ended),
+// else the mount that holds m.dir or the current directory. Every
+// command that talks to a mount goes through here.
+func (m *mountFlag) dial() (*ctl.Client, error) {
+	if m.session == "" {
+		return dialMount(m.dir)
+	}
+	if m.dir != "" {
+		return nil, usagef("-C DIR and -s SESSION both name what to talk to: give one")
+	}
+	c, _, err := dialSession(m.session)
+	return c, err
+}
+
+// storeDir returns the store directory of what the flags name (for
+// commands that read the store's files, such as log): a session's
+// store, or the store of the mount holding m.dir.
+func (m *mountFlag) storeDir() (string, error) {
+	if m.session != "" {
+		if m.dir != "" {
+			return "", usagef("-C DIR and -s SESSION both name what to talk to: give one")
+		}
+		r, err := findSession(m.session)
+		if err != nil {
+			return "", err
+		}
+		if !r.hasStore() {
+			return "", fmt.Errorf("session %s was discarded: its store is gone", r.ID)
+		}
+		return r.Store, nil
+	}
+	c, err := dialMount(m.dir)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	var st ctl.Status
+	if err := c.Do(ctl.OpStatus, nil, &st); err != nil {
+		return "", err
+	}
+	return st.Store, nil
+}
+
+// markApplied records, after a successful agentfs apply -s SESSION of
+// all the session's changes, that the session was applied (for agentfs
+// sessions). Without -s it does nothing.
+func (m *mountFlag) markApplied() error {
+	if m.session == "" {
+		return nil
+	}
+	r, err := findSession(m.session)
+	if err != nil {
+		return err
+	}
+	if r.live() != stateRunning {
+		r.State = stateApplied
+	}
+	return r.save()
 }
 
 // listOptions are the flags of the commands that list things

@@ -29,7 +29,7 @@ func (d *daemon) viewOf(l *branch.Layer) (*overlay.FS, error) {
 	if v := d.views[l.Name()]; v != nil {
 		return v, nil
 	}
-	v, err := overlay.New(overlay.Config{Lower: d.plan.lower, Objects: d.objs, Layer: l,
+	v, err := overlay.New(overlay.Config{Lower: d.lowerDir(), Objects: d.objs, Layer: l,
 		AllocIno: d.meta.AllocIno, Sync: d.meta.Sync, Logger: d.log})
 	if err != nil {
 		return nil, storeError(err, fmt.Sprintf("opening branch %q", l.Name()))

@@ -43,7 +43,7 @@ type refView struct {
 // a tag is refused as ambiguous.
 func (d *daemon) openRef(ref string) (refView, error) {
 	if ref == lowerRef {
-		v, err := overlay.LowerView(d.plan.lower, d.objs)
+		v, err := overlay.LowerView(d.lowerDir(), d.objs)
 		if err != nil {
 			return refView{}, ctl.Errorf(syscall.EIO, "opening the project %s: %v", d.plan.lower, err)
 		}
@@ -59,7 +59,7 @@ func (d *daemon) openRef(ref string) (refView, error) {
 			// Live: processes may be writing it.
 			return refView{fs: v, what: what, close: func() {}}, nil
 		}
-		v, err := overlay.New(overlay.Config{Lower: d.plan.lower, Objects: d.objs, Layer: l, Logger: d.log})
+		v, err := overlay.New(overlay.Config{Lower: d.lowerDir(), Objects: d.objs, Layer: l, Logger: d.log})
 		if err != nil {
 			return refView{}, storeError(err, fmt.Sprintf("opening branch %q", ref))
 		}
@@ -76,7 +76,7 @@ func (d *daemon) openRef(ref string) (refView, error) {
 		}
 		return refView{}, err
 	}
-	v, err := overlay.New(overlay.Config{Lower: d.plan.lower, Objects: d.objs, Snapshot: d.meta.SnapshotView(snap), Logger: d.log})
+	v, err := overlay.New(overlay.Config{Lower: d.lowerDir(), Objects: d.objs, Snapshot: d.meta.SnapshotView(snap), Logger: d.log})
 	if err != nil {
 		return refView{}, storeError(err, fmt.Sprintf("opening snapshot %s", snap.ID))
 	}
@@ -239,11 +239,13 @@ func (d *daemon) checkExportTarget(to string) error {
 		existing = filepath.Dir(existing)
 	}
 	lower, mp := d.plan.lower, d.plan.mountpoint
-	inside := func(dir string) bool {
+	// idPath reaches dir for its identity: the lower directory through
+	// d.lowerDir (under agentfs run its path shows the mount).
+	inside := func(dir, idPath string) bool {
 		if real == dir || within(real, dir) {
 			return true
 		}
-		id, err := dirID(dir)
+		id, err := dirID(idPath)
 		if err != nil {
 			return false
 		}
@@ -251,17 +253,21 @@ func (d *daemon) checkExportTarget(to string) error {
 		return err == nil && (eid == id || hasAncestor(existing, id))
 	}
 	switch {
-	case inside(lower):
+	case inside(lower, d.lowerDir()):
 		return ctl.Errorf(syscall.EINVAL, "export target %s is inside the project %s, which agentfs never writes to: choose a directory outside it", to, lower)
-	case inside(mp) || d.onMount(existing):
+	case inside(mp, mp) || d.onMount(existing):
 		return ctl.Errorf(syscall.EINVAL, "export target %s is inside the mount %s: choose a directory outside it", to, mp)
 	}
 	return nil
 }
 
 // onMount reports whether path p is on this mount's filesystem (also
-// through a bind mount of it).
+// through a bind mount of it). Offline (an ended session) nothing is
+// mounted.
 func (d *daemon) onMount(p string) bool {
+	if d.plan.offline {
+		return false
+	}
 	var st, mst unix.Stat_t
 	return unix.Lstat(p, &st) == nil && unix.Stat(d.plan.mountpoint, &mst) == nil && st.Dev == mst.Dev
 }

@@ -25,9 +25,18 @@ func (d *daemon) handleSnapshots(s *ctl.Server) {
 	s.Handle(ctl.OpFsck, serialized(d, ctl.OpFsck, d.fsck))
 }
 
-// snapshotCreate takes a manual snapshot of the current branch. When it
-// returns, the snapshot is durable: it survives kill -9 of the daemon.
+// snapshotCreate takes a manual snapshot of the current branch (or a
+// pre-run one, for agentfs run). When it returns, the snapshot is
+// durable: it survives kill -9 of the daemon.
 func (d *daemon) snapshotCreate(c ctl.Caller, args ctl.SnapshotCreateArgs) (any, error) {
+	kind := branch.KindManual
+	switch args.Kind {
+	case "", branch.KindManual:
+	case branch.KindPreRun:
+		kind = branch.KindPreRun
+	default:
+		return nil, ctl.Errorf(syscall.EINVAL, "a snapshot of kind %q cannot be asked for: only %s and %s", args.Kind, branch.KindManual, branch.KindPreRun)
+	}
 	v := d.callerView(c)
 	if args.Branch != "" {
 		l, err := d.meta.Layer(args.Branch)
@@ -41,7 +50,7 @@ func (d *daemon) snapshotCreate(c ctl.Caller, args ctl.SnapshotCreateArgs) (any,
 			return nil, err
 		}
 	}
-	snap, err := v.Snapshot(args.Label, branch.KindManual)
+	snap, err := v.Snapshot(args.Label, kind)
 	if err != nil {
 		if snap.ID == "" {
 			return nil, storeError(err, "taking a snapshot")
@@ -230,7 +239,7 @@ func (d *daemon) inUse() func(id string) bool {
 // the objects and the project (overlay.Fsck); with args.Repair it
 // repairs what it can and shows the repaired branch to every process.
 func (d *daemon) fsck(c ctl.Caller, args ctl.FsckArgs) (any, error) {
-	r, err := overlay.Fsck(overlay.FsckOptions{Objects: d.objs, Meta: d.meta, Lower: d.plan.lower, Repair: args.Repair, InUse: d.inUse()})
+	r, err := overlay.Fsck(overlay.FsckOptions{Objects: d.objs, Meta: d.meta, Lower: d.lowerDir(), Repair: args.Repair, InUse: d.inUse()})
 	d.log.Info("fsck", "repair", args.Repair, "problems", len(r.Problems), "garbage", len(r.Garbage), "err", err, "pid", c.Pid)
 	repaired := false
 	reply := ctl.FsckReply{Branches: r.Branches, Snapshots: r.Snapshots, Entries: r.Entries, Objects: r.Objects, Repair: r.Repair,

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/ctl"
+)
+
+// sessionsOptions are the flags of agentfs sessions.
+type sessionsOptions struct {
+	json, all      bool
+	stdout, stderr io.Writer
+}
+
+func (o *sessionsOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.json, "json", false, "print JSON")
+	fs.BoolVar(&o.all, "all", false, "list the discarded sessions too")
+}
+
+func init() {
+	register(&command{
+		name:    "sessions",
+		summary: "list the agentfs run sessions and what each changed",
+		usage:   "[--all] [--json]",
+		help: `Sessions lists the sessions of agentfs run, oldest first: the id, the
+state (running, ended, applied, discarded), the command's exit code,
+when it started and ended, how many snapshots the session holds, how
+many paths it created, modified and deleted in the project's view,
+the project and the command. A running session's numbers come from its
+daemon, an ended one's from its store. Discarded sessions show with
+--all.
+
+Name a session in other commands with -s and its id, or the id's start
+or its last part (the 4 hex digits).
+
+Examples:
+  agentfs sessions
+  agentfs sessions --json
+  agentfs diff -s a3f9`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &sessionsOptions{stdout: out.stdout, stderr: out.stderr}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runSessions(ctx, o, args) }
+		},
+	})
+}
+
+// sessionInfo is one session in agentfs sessions --json: its record,
+// with the state as its processes show it.
+type sessionInfo struct {
+	sessionRecord
+	State string `json:"state"`
+	// Snapshots and Changes are read now (nil when the store is gone
+	// or could not be read: Problem says why).
+	Snapshots *int           `json:"snapshots,omitempty"`
+	Changes   *changeSummary `json:"changes,omitempty"`
+	Problem   string         `json:"problem,omitempty"`
+}
+
+// sessionList is the output of agentfs sessions --json.
+type sessionList struct {
+	Sessions []sessionInfo `json:"sessions"`
+}
+
+func runSessions(ctx context.Context, o *sessionsOptions, args []string) error {
+	if len(args) != 0 {
+		return usagef("sessions takes no arguments")
+	}
+	recs, err := listSessions()
+	if err != nil {
+		return err
+	}
+	list := sessionList{Sessions: []sessionInfo{}}
+	for _, r := range recs {
+		state := r.live()
+		if state == stateDiscarded && !o.all {
+			continue
+		}
+		info := sessionInfo{sessionRecord: *r, State: state}
+		if state != stateDiscarded && state != stateStarting {
+			if err := readSessionNumbers(r, &info); err != nil {
+				info.Problem = err.Error()
+			}
+		}
+		list.Sessions = append(list.Sessions, info)
+	}
+	if o.json {
+		return printJSON(o.stdout, list)
+	}
+	if len(list.Sessions) == 0 {
+		fmt.Fprintln(o.stderr, "no sessions: start one with agentfs run -- COMMAND")
+		return nil
+	}
+	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tSTATE\tEXIT\tSTARTED\tENDED\tSNAPSHOTS\tCREATED\tMODIFIED\tDELETED\tPROJECT\tCOMMAND")
+	for _, s := range list.Sessions {
+		exit, ended, snaps := "-", "-", "-"
+		created, modified, deleted := "-", "-", "-"
+		if s.ExitCode != nil {
+			exit = strconv.Itoa(*s.ExitCode)
+		}
+		if s.Ended != nil {
+			ended = timeString(*s.Ended)
+		}
+		if s.Snapshots != nil {
+			snaps = strconv.Itoa(*s.Snapshots)
+		}
+		if c := s.Changes; c != nil {
+			created, modified, deleted = strconv.Itoa(c.Created), strconv.Itoa(c.Modified), strconv.Itoa(c.Deleted)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, exit, timeString(s.Started), ended,
+			snaps, created, modified, deleted, printable(s.Project), printable(shellQuote(s.Command)))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, s := range list.Sessions {
+		if s.Problem != "" {
+			fmt.Fprintf(o.stderr, "agentfs sessions: %s: %s\n", s.ID, s.Problem)
+		}
+	}
+	return nil
+}
+
+// readSessionNumbers fills in the snapshots and changes of session r,
+// from its daemon or its store.
+func readSessionNumbers(r *sessionRecord, info *sessionInfo) error {
+	c, err := r.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var snaps ctl.SnapshotList
+	if err := c.Do(ctl.OpSnapshotList, nil, &snaps); err != nil {
+		return err
+	}
+	n := len(snaps.Snapshots)
+	info.Snapshots = &n
+	var rep ctl.DiffReply
+	if err := c.Do(ctl.OpDiff, ctl.DiffArgs{}, &rep); err != nil {
+		return err
+	}
+	sum := summarize(rep.Changes)
+	info.Changes = &sum
+	return nil
+}

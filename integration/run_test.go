@@ -1,0 +1,685 @@
+package integration
+
+// agentfs run and its sessions: a scripted "agent" edits, creates and
+// deletes files and commits with git in the project, through its own
+// private overlay at the project's path; the project itself must stay
+// byte for byte as it was. Then the session is inspected (sessions,
+// diff -s, snapshot list -s, status -s, export -s) while it runs and
+// after, and discarded. Also: Ctrl-C and signals, a second run of the
+// same project at the same time, bad input, and a normal user (through
+// a user namespace, or the clear refusal when the system forbids it).
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// runEnv is a project (a git repository) and a state directory for
+// sessions.
+type runEnv struct {
+	t       *testing.T
+	project string
+	state   string
+	scripts string // where agent scripts live (outside the project)
+	before  tree
+}
+
+// newRunEnv makes a project with a git history of one commit. Its tree
+// is checked at the end of the test (and by checkProject): nothing
+// agentfs run does may change it.
+func newRunEnv(t *testing.T) *runEnv {
+	t.Helper()
+	requireFUSE(t)
+	requireTool(t, "git")
+	e := &runEnv{t: t, project: newMountpoint(t), state: t.TempDir(), scripts: newMountpoint(t)}
+	for p, content := range map[string]string{"a.txt": "hello\n", "b.txt": "to be deleted\n", "src/main.go": "package main\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(e.project, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(e.project, p), content)
+	}
+	e.git("init", "-q", ".")
+	e.git("add", "-A")
+	e.git("commit", "-qm", "first")
+	e.before = snapshotTree(e.project)
+	if e.before.err != nil {
+		t.Fatalf("recording the project: %v", e.before.err)
+	}
+	t.Cleanup(func() { e.checkProject() })
+	return e
+}
+
+// requireTool skips (or, with AGENTFS_REQUIRE_FUSE=1, fails) a test
+// that needs a program that is not installed.
+func requireTool(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err == nil {
+		return
+	}
+	if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
+		t.Fatalf("%s is not installed", name)
+	}
+	t.Skipf("%s is not installed", name)
+}
+
+func (e *runEnv) git(args ...string) string {
+	e.t.Helper()
+	cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+	cmd.Dir = e.project
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		e.t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// checkProject fails the test if the project changed in any way.
+func (e *runEnv) checkProject() {
+	e.t.Helper()
+	assertUnchanged(e.t, e.before, snapshotTree(e.project))
+}
+
+// env is the environment agentfs gets: the test's, with the sessions
+// in the test's state directory.
+func (e *runEnv) env() []string {
+	return append(os.Environ(), "XDG_STATE_HOME="+e.state)
+}
+
+// agentfs runs agentfs in the project directory.
+func (e *runEnv) agentfs(args ...string) cliResult {
+	e.t.Helper()
+	cmd := exec.Command(agentfsBin, args...)
+	cmd.Dir, cmd.Env = e.project, e.env()
+	return runCommand(e.t, cmd, args)
+}
+
+// script writes an agent script (sh) outside the project.
+func (e *runEnv) script(name, body string) string {
+	e.t.Helper()
+	p := filepath.Join(e.scripts, name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// runSessionInfo is the part of agentfs sessions --json the tests use.
+type runSessionInfo struct {
+	ID            string     `json:"id"`
+	State         string     `json:"state"`
+	Project       string     `json:"project"`
+	Command       []string   `json:"command"`
+	Started       time.Time  `json:"started"`
+	Ended         *time.Time `json:"ended"`
+	ExitCode      *int       `json:"exit_code"`
+	Store         string     `json:"store"`
+	Mountpoint    string     `json:"mountpoint"`
+	DaemonPid     int        `json:"daemon_pid"`
+	UserNamespace bool       `json:"user_namespace"`
+	PreRun        string     `json:"pre_run_snapshot"`
+	Snapshots     *int       `json:"snapshots"`
+	Changes       *struct {
+		Created  int `json:"created"`
+		Modified int `json:"modified"`
+		Deleted  int `json:"deleted"`
+	} `json:"changes"`
+	Problem string `json:"problem"`
+}
+
+// sessions returns agentfs sessions --json (with extra args).
+func (e *runEnv) sessions(args ...string) []runSessionInfo {
+	e.t.Helper()
+	r := e.agentfs(append([]string{"sessions", "--json"}, args...)...)
+	if r.code != 0 {
+		e.t.Fatalf("agentfs sessions:\n%s", r)
+	}
+	var out struct {
+		Sessions []runSessionInfo `json:"sessions"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		e.t.Fatalf("parsing sessions --json: %v\n%s", err, r.stdout)
+	}
+	return out.Sessions
+}
+
+// session returns the one session with id, failing when it is not
+// listed.
+func (e *runEnv) session(id string) runSessionInfo {
+	e.t.Helper()
+	for _, s := range e.sessions("--all") {
+		if s.ID == id {
+			return s
+		}
+	}
+	e.t.Fatalf("session %s is not listed by agentfs sessions --all", id)
+	return runSessionInfo{}
+}
+
+// sessionIDOf finds the session id in agentfs run's summary.
+func sessionIDOf(t *testing.T, r cliResult) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(r.stderr, "agentfs run: session ")
+	if !ok {
+		t.Fatalf("no session in agentfs run's output:\n%s", r)
+	}
+	id, _, _ := strings.Cut(rest, " ")
+	return id
+}
+
+// snapshotsOf returns snapshot list -s id --json.
+func (e *runEnv) snapshotsOf(id string) []struct {
+	ID    string `json:"id"`
+	Kind  string `json:"kind"`
+	Label string `json:"label"`
+} {
+	e.t.Helper()
+	r := e.agentfs("snapshot", "list", "-s", id, "--json")
+	if r.code != 0 {
+		e.t.Fatalf("snapshot list -s:\n%s", r)
+	}
+	var list struct {
+		Snapshots []struct {
+			ID    string `json:"id"`
+			Kind  string `json:"kind"`
+			Label string `json:"label"`
+		} `json:"snapshots"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
+		e.t.Fatalf("parsing snapshot list --json: %v\n%s", err, r.stdout)
+	}
+	return list.Snapshots
+}
+
+// wantLines checks that out has each of lines as a whole line.
+func wantLines(t *testing.T, what, out string, lines ...string) {
+	t.Helper()
+	have := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		have[strings.TrimRight(l, " ")] = true
+	}
+	for _, l := range lines {
+		if !have[l] {
+			t.Errorf("%s has no line %q:\n%s", what, l, out)
+		}
+	}
+}
+
+const agentScript = `set -e
+echo "AGENT pwd=$PWD session=$AGENTFS_SESSION"
+echo "more" >> a.txt
+echo "new file" > new.txt
+rm b.txt
+mkdir -p gen && echo generated > gen/out.txt
+echo absolute > "$PWD/abs-path"
+echo "AGENT abs=$(cat "$PWD/abs-path") new=$(cat "$(pwd)/new.txt")"
+git -c user.name=agent -c user.email=agent@example.com add -A
+git -c user.name=agent -c user.email=agent@example.com commit -qm "agent's work"
+echo "AGENT commits=$(git rev-list --count HEAD)"
+exit 3
+`
+
+// TestRunSession is the agent workflow: run, sessions, diff, snapshot
+// list, status, export, discard.
+func TestRunSession(t *testing.T) {
+	e := newRunEnv(t)
+	agent := e.script("agent.sh", agentScript)
+	r := e.agentfs("run", "--", agent)
+	if r.code != 3 {
+		t.Fatalf("agentfs run exit %d, want the command's 3:\n%s", r.code, r)
+	}
+	e.checkProject()
+	id := sessionIDOf(t, r)
+	// The agent saw the project at its own path, its writes through
+	// absolute paths, and git worked.
+	wantLines(t, "the agent's output", r.stdout,
+		"AGENT pwd="+e.project+" session="+id,
+		"AGENT abs=absolute new=new file",
+		"AGENT commits=2")
+	for _, want := range []string{
+		"agentfs run: session " + id + " ended: " + agent + " exited with code 3",
+		"created:", "modified:", "deleted:",
+		"review:   agentfs diff -s " + id,
+		"apply:    agentfs apply -s " + id,
+		"discard:  agentfs discard -s " + id,
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the summary does not say %q:\n%s", want, r.stderr)
+		}
+	}
+
+	s := e.session(id)
+	switch {
+	case s.State != "ended":
+		t.Errorf("state = %q, want ended", s.State)
+	case s.Project != e.project || s.Mountpoint != e.project:
+		t.Errorf("project, mountpoint = %s, %s; want %s for both", s.Project, s.Mountpoint, e.project)
+	case len(s.Command) != 1 || s.Command[0] != agent:
+		t.Errorf("command = %q, want [%s]", s.Command, agent)
+	case s.ExitCode == nil || *s.ExitCode != 3:
+		t.Errorf("exit_code = %v, want 3", s.ExitCode)
+	case s.Ended == nil || s.Ended.Before(s.Started) || s.Started.IsZero():
+		t.Errorf("started %v, ended %v", s.Started, s.Ended)
+	case s.Snapshots == nil || *s.Snapshots != 1:
+		t.Errorf("snapshots = %v, want 1 (pre-run)", s.Snapshots)
+	case s.Changes == nil || s.Changes.Created < 4 || s.Changes.Modified < 2 || s.Changes.Deleted != 1:
+		t.Errorf("changes = %+v, want at least 4 created (new.txt, gen, gen/out.txt, abs-path, git objects), 2 modified (a.txt, the git index), 1 deleted (b.txt)", s.Changes)
+	case !strings.HasPrefix(s.Store, filepath.Join(e.state, "agentfs", "sessions", id)):
+		t.Errorf("store %s is not in the state directory %s", s.Store, e.state)
+	case s.DaemonPid == 0 || processAlive(s.DaemonPid):
+		t.Errorf("daemon pid %d: recorded and gone expected", s.DaemonPid)
+	}
+	if r := e.agentfs("sessions"); r.code != 0 || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "ended") {
+		t.Errorf("agentfs sessions does not list %s as ended:\n%s", id, r)
+	}
+
+	// diff -s, by the id's last part.
+	short := id[strings.LastIndexByte(id, '-')+1:]
+	d := e.agentfs("diff", "-s", short)
+	if d.code != 0 {
+		t.Fatalf("diff -s:\n%s", d)
+	}
+	wantLines(t, "diff -s", d.stdout, "M  a.txt", "D  b.txt", "A  new.txt", "A  gen/", "A  gen/out.txt", "A  abs-path", "M  .git/index")
+	snaps := e.snapshotsOf(id)
+	if len(snaps) != 1 || snaps[0].Kind != "pre-run" || snaps[0].Label != agent || snaps[0].ID != s.PreRun {
+		t.Errorf("snapshots = %+v, want the one pre-run snapshot %s labelled %s", snaps, s.PreRun, agent)
+	}
+	// Since the pre-run snapshot: the same changes.
+	if d2 := e.agentfs("diff", "-s", id, s.PreRun); d2.stdout != d.stdout {
+		t.Errorf("diff -s %s %s differs from diff -s %s:\n%s\nvs\n%s", id, s.PreRun, id, d2, d.stdout)
+	}
+	st := e.agentfs("status", "-s", id, "--json")
+	var status struct {
+		Lower   string `json:"lower"`
+		Offline bool   `json:"offline"`
+		Pid     int    `json:"pid"`
+	}
+	if st.code != 0 || json.Unmarshal([]byte(st.stdout), &status) != nil || !status.Offline || status.Lower != e.project || status.Pid != 0 {
+		t.Errorf("status -s of an ended session: %+v\n%s", status, st)
+	}
+	// The session's view, exported: the agent's commit is in it.
+	out := filepath.Join(t.TempDir(), "export")
+	if x := e.agentfs("export", "-s", id, "main", "--to", out); x.code != 0 {
+		t.Fatalf("export -s:\n%s", x)
+	}
+	if got := readFile(t, filepath.Join(out, "a.txt")); got != "hello\nmore\n" {
+		t.Errorf("exported a.txt = %q", got)
+	}
+	if c, err := exec.Command("git", "-C", out, "log", "--format=%s").Output(); err != nil || string(c) != "agent's work\nfirst\n" {
+		t.Errorf("the exported repository's log: %q, %v; want the agent's commit over the first", c, err)
+	}
+
+	// discard -s: the store goes, the record stays as discarded.
+	if x := e.agentfs("discard", "-s", id); x.code != 0 || !strings.Contains(x.stdout, "discarded session "+id) {
+		t.Fatalf("discard -s:\n%s", x)
+	}
+	if _, err := os.Stat(s.Store); !os.IsNotExist(err) {
+		t.Errorf("the store %s is still there after discard: %v", s.Store, err)
+	}
+	if l := e.sessions(); len(l) != 0 {
+		t.Errorf("sessions lists %d sessions after the only one was discarded: %+v", len(l), l)
+	}
+	if s := e.session(id); s.State != "discarded" {
+		t.Errorf("state after discard = %q, want discarded", s.State)
+	}
+	assertRefused(t, e.agentfs("diff", "-s", id), refusal{code: 1, phrase: "discarded"}, "")
+	assertRefused(t, e.agentfs("discard", "-s", id), refusal{code: 1, phrase: "discarded already"}, "")
+}
+
+// TestRunConcurrent inspects a running session from outside (through
+// its daemon), runs a second session of the same project at the same
+// time, and checks that a running session cannot be discarded.
+func TestRunConcurrent(t *testing.T) {
+	e := newRunEnv(t)
+	ready, goOn := filepath.Join(e.scripts, "ready"), filepath.Join(e.scripts, "go")
+	agent := e.script("slow.sh", fmt.Sprintf(`echo first > inside.txt
+touch %s
+while [ ! -e %s ]; do sleep 0.05; done
+cat inside.txt
+`, ready, goOn))
+	first := exec.Command(agentfsBin, "run", "--", agent)
+	first.Dir, first.Env = e.project, e.env()
+	var stdout, stderr strings.Builder
+	first.Stdout, first.Stderr = &stdout, &stderr
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var firstErr error
+	firstDone := make(chan struct{})
+	go func() { firstErr = first.Wait(); close(firstDone) }()
+	t.Cleanup(func() {
+		os.WriteFile(goOn, nil, 0o644)
+		select {
+		case <-firstDone:
+		case <-time.After(30 * time.Second):
+			first.Process.Kill()
+		}
+	})
+	if !waitFor(func() bool { _, err := os.Stat(ready); return err == nil }) {
+		t.Fatalf("the first session's command did not start:\n%s", stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(e.project, "inside.txt")); !os.IsNotExist(err) {
+		t.Errorf("inside.txt, written in the session, shows in the project: %v", err)
+	}
+	list := e.sessions()
+	if len(list) != 1 || list[0].State != "running" || !processAlive(list[0].DaemonPid) {
+		t.Fatalf("sessions while running: %+v", list)
+	}
+	s := list[0]
+	if s.Changes == nil || s.Changes.Created != 1 || s.Snapshots == nil || *s.Snapshots != 1 {
+		t.Errorf("a running session's numbers (from its daemon): changes %+v, snapshots %v; want 1 created, 1 snapshot", s.Changes, s.Snapshots)
+	}
+	if d := e.agentfs("diff", "-s", s.ID); d.code != 0 || d.stdout != "A  inside.txt\n" {
+		t.Errorf("diff -s of a running session:\n%s", d)
+	}
+	var status struct {
+		Pid     int  `json:"pid"`
+		Offline bool `json:"offline"`
+	}
+	if st := e.agentfs("status", "-s", s.ID, "--json"); st.code != 0 || json.Unmarshal([]byte(st.stdout), &status) != nil || status.Offline || status.Pid != s.DaemonPid {
+		t.Errorf("status -s of a running session: %+v, want the daemon's pid %d\n%s", status, s.DaemonPid, st)
+	}
+	if c := e.agentfs("snapshot", "create", "-s", s.ID, "-m", "while running"); c.code != 0 {
+		t.Errorf("snapshot create -s of a running session:\n%s", c)
+	}
+	assertRefused(t, e.agentfs("discard", "-s", s.ID), refusal{code: 1, phrase: "end the command first"}, "")
+
+	// A second session of the same project, meanwhile: it sees the
+	// project, not the first session's changes.
+	second := e.agentfs("run", "--", "sh", "-c", "test ! -e inside.txt && echo second > second.txt && cat second.txt")
+	if second.code != 0 || second.stdout != "second\n" {
+		t.Fatalf("a second run of the same project while the first runs:\n%s", second)
+	}
+	id2 := sessionIDOf(t, second)
+	if d := e.agentfs("diff", "-s", id2); d.stdout != "A  second.txt\n" {
+		t.Errorf("the second session's diff:\n%s", d)
+	}
+	e.checkProject()
+
+	os.WriteFile(goOn, nil, 0o644)
+	select {
+	case <-firstDone:
+		if firstErr != nil {
+			t.Fatalf("the first run: %v\n%s", firstErr, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first run did not end")
+	}
+	if stdout.String() != "first\n" {
+		t.Errorf("the first session's command read %q from inside.txt, want its own first\\n", stdout.String())
+	}
+	s = e.session(s.ID)
+	if s.State != "ended" || s.Snapshots == nil || *s.Snapshots != 2 || processAlive(s.DaemonPid) {
+		t.Errorf("the first session after its end: state %s, snapshots %v, daemon %d alive %v", s.State, s.Snapshots, s.DaemonPid, processAlive(s.DaemonPid))
+	}
+	if d := e.agentfs("diff", "-s", s.ID); d.stdout != "A  inside.txt\n" {
+		t.Errorf("diff -s of the ended session:\n%s", d)
+	}
+}
+
+// TestRunSignals: Ctrl-C reaches the command and not agentfs, which
+// passes the command's exit code through; a command killed by a signal
+// gives 128+N.
+func TestRunSignals(t *testing.T) {
+	e := newRunEnv(t)
+	ready := filepath.Join(e.scripts, "ready")
+	agent := e.script("trap.sh", fmt.Sprintf(`trap 'echo interrupted > int.txt; exit 42' INT
+touch %s
+while :; do sleep 0.05; done
+`, ready))
+	// A terminal sends Ctrl-C to its foreground process group: agentfs
+	// run, its session process and the command.
+	cmd := exec.Command(agentfsBin, "run", "--", agent)
+	cmd.Dir, cmd.Env = e.project, e.env()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { _, err := os.Stat(ready); return err == nil }) {
+		cmd.Process.Kill()
+		t.Fatalf("the command did not start:\n%s", stderr.String())
+	}
+	unix.Kill(-cmd.Process.Pid, unix.SIGINT)
+	cmd.Wait()
+	if got := cmd.ProcessState.ExitCode(); got != 42 {
+		t.Errorf("exit code after Ctrl-C = %d, want the command's 42:\n%s", got, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "exited with code 42") {
+		t.Errorf("agentfs did not summarize after Ctrl-C:\n%s", stderr.String())
+	}
+	id := sessionIDOf(t, cliResult{stderr: stderr.String()})
+	if d := e.agentfs("diff", "-s", id); d.stdout != "A  int.txt\n" {
+		t.Errorf("diff -s after Ctrl-C:\n%s", d)
+	}
+
+	r := e.agentfs("run", "--", "sh", "-c", "kill -TERM $$")
+	if r.code != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit code of a command killed by SIGTERM = %d, want %d:\n%s", r.code, 128+int(syscall.SIGTERM), r)
+	}
+	id = sessionIDOf(t, r)
+	if s := e.session(id); s.ExitCode == nil || *s.ExitCode != 143 {
+		t.Errorf("recorded exit code %v, want 143", s.ExitCode)
+	}
+}
+
+// TestRunBadInput: each mistake is refused with a message that says
+// what is wrong, a non-zero exit, and no session left behind.
+func TestRunBadInput(t *testing.T) {
+	e := newRunEnv(t)
+	missing := filepath.Join(t.TempDir(), "no-such-dir")
+	for _, c := range []struct {
+		name string
+		args []string
+		want refusal
+	}{
+		{"no command", []string{"run"}, refusal{2, "needs a command"}},
+		{"no command after --", []string{"run", "--"}, refusal{2, "needs a command"}},
+		{"missing project", []string{"run", "-C", missing, "--", "true"}, refusal{1, "does not exist"}},
+		{"command not found", []string{"run", "--", "no-such-command-agentfs"}, refusal{127, "cannot run no-such-command-agentfs"}},
+		{"unknown session", []string{"diff", "-s", "nosuch"}, refusal{1, `no session "nosuch"`}},
+		{"unknown session (discard)", []string{"discard", "-s", "nosuch"}, refusal{1, `no session "nosuch"`}},
+		{"unknown session (snapshot list)", []string{"snapshot", "list", "-s", "20200101-000000-0000"}, refusal{1, "agentfs sessions lists them"}},
+		{"discard without -s", []string{"discard"}, refusal{2, "-s SESSION"}},
+		{"-C and -s", []string{"diff", "-C", e.project, "-s", "x"}, refusal{2, "give one"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			assertRefused(t, e.agentfs(c.args...), c.want, "")
+		})
+	}
+	if l := e.sessions("--all"); len(l) != 0 {
+		t.Errorf("refused runs left sessions: %+v", l)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("run -C created the missing directory: %v", err)
+	}
+}
+
+// TestRunNonRoot runs agentfs run as user nobody: it works through a
+// user namespace where the system allows it, or says why it cannot.
+// Both outcomes are tested where they can be: a plain run as nobody
+// gets whatever this system gives (with /dev/fuse 0600, the refusal);
+// a run in a private mount namespace where /dev/fuse is usable by all
+// then either works (user namespaces allowed) or names the restriction.
+func TestRunNonRoot(t *testing.T) {
+	requireFUSE(t)
+	for _, tool := range []string{"setpriv", "unshare", "mknod"} {
+		requireTool(t, tool)
+	}
+	const nobody = 65534
+	e := &runEnv{t: t, project: newMountpoint(t), state: newMountpoint(t), scripts: newMountpoint(t)}
+	writeFile(t, filepath.Join(e.project, "a.txt"), "hello\n")
+	for _, d := range []string{e.project, filepath.Join(e.project, "a.txt"), e.state} {
+		if err := os.Lchown(d, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.before = snapshotTree(e.project)
+	t.Cleanup(func() { e.checkProject() })
+	// The binary where nobody may run it.
+	bin := filepath.Join(e.scripts, "agentfs")
+	copyExecutable(t, agentfsBin, bin)
+	agent := e.script("agent.sh", `echo "AGENT uid=$(id -u)"
+echo more >> a.txt
+echo new > new.txt
+echo "AGENT owner=$(stat -c %u new.txt)"
+exit 5
+`)
+	asNobody := fmt.Sprintf("setpriv --reuid %d --regid %d --clear-groups env HOME=%s XDG_STATE_HOME=%s", nobody, nobody, e.state, e.state)
+	runAs := func(prefix, script string) cliResult {
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Dir = e.project
+		return runCommand(t, cmd, []string{prefix})
+	}
+
+	fuseOpen := canOpenAs(t, nobody, "/dev/fuse")
+	usernsOK := exec.Command("setpriv", "--reuid", strconv.Itoa(nobody), "--regid", strconv.Itoa(nobody), "--clear-groups",
+		"unshare", "--user", "--map-root-user", "--mount", "true").Run() == nil
+	t.Logf("as nobody: /dev/fuse usable: %v; user namespaces: %v", fuseOpen, usernsOK)
+
+	// 1. As nobody, on the system as it is.
+	r := runAs("run as nobody", fmt.Sprintf("%s %s run -- %s", asNobody, bin, agent))
+	switch {
+	case !fuseOpen:
+		assertRefused(t, r, refusal{1, "/dev/fuse cannot be opened (permission denied): agentfs run as a normal user"}, "")
+	case !usernsOK:
+		assertRefused(t, r, refusal{1, "needs a user namespace"}, "")
+	default:
+		checkNobodyRun(t, e, r, asNobody+" "+bin)
+	}
+	e.checkProject()
+
+	// 2. With /dev/fuse usable by all (in a private mount namespace of
+	// this test only).
+	fdev := newMountpoint(t)
+	r = runAs("run as nobody with /dev/fuse 0666", fmt.Sprintf(`set -e
+unshare --mount --propagation private sh -c 'mount -t tmpfs -o mode=755 agentfs-test %s && mknod -m 666 %s/fuse c 10 229 && mount --bind %s/fuse /dev/fuse && exec %s %s run -- %s'`,
+		fdev, fdev, fdev, asNobody, bin, agent))
+	if usernsOK {
+		checkNobodyRun(t, e, r, asNobody+" "+bin)
+	} else {
+		assertRefused(t, r, refusal{1, "needs a user namespace"}, "")
+	}
+	e.checkProject()
+}
+
+// checkNobodyRun checks a run of the nobody agent that worked, then
+// looks at its session as nobody (agentfs is the command line that
+// runs agentfs as nobody: root must not write into nobody's store).
+func checkNobodyRun(t *testing.T, e *runEnv, r cliResult, agentfs string) {
+	t.Helper()
+	if r.code != 5 {
+		t.Fatalf("agentfs run as nobody: exit %d, want the command's 5:\n%s", r.code, r)
+	}
+	wantLines(t, "the agent's output", r.stdout, "AGENT uid=65534", "AGENT owner=65534")
+	id := sessionIDOf(t, r)
+	as := func(args string) cliResult {
+		cmd := exec.Command("sh", "-c", agentfs+" "+args)
+		return runCommand(t, cmd, []string{args})
+	}
+	l := as("sessions --json")
+	var list struct {
+		Sessions []runSessionInfo `json:"sessions"`
+	}
+	if err := json.Unmarshal([]byte(l.stdout), &list); err != nil || len(list.Sessions) == 0 {
+		t.Fatalf("sessions --json as nobody: %v\n%s", err, l)
+	}
+	s := list.Sessions[len(list.Sessions)-1]
+	if s.ID != id || !s.UserNamespace || s.State != "ended" || s.Changes == nil || s.Changes.Created != 1 || s.Changes.Modified != 1 {
+		t.Errorf("the session of nobody's run: %+v", s)
+	}
+	if d := as("diff -s " + id); d.stdout != "M  a.txt\nA  new.txt\n" {
+		t.Errorf("diff -s of nobody's session, as nobody:\n%s", d)
+	}
+}
+
+// canOpenAs reports whether uid can open p for reading and writing.
+func canOpenAs(t *testing.T, uid int, p string) bool {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return false
+	}
+	perm := st.Mode & 0o777
+	switch {
+	case int(st.Uid) == uid:
+		return perm&0o600 == 0o600
+	default:
+		return perm&0o006 == 0o006
+	}
+}
+
+// copyExecutable copies the file src to dst with mode 0755.
+func copyExecutable(t *testing.T, src, dst string) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunSeesProjectEdits: under agentfs run the daemon's own mount
+// covers the project's path; edits made to the project from outside
+// still show in the session (the daemon watches the project through a
+// descriptor opened before mounting), at the root and below.
+func TestRunSeesProjectEdits(t *testing.T) {
+	e := newRunEnv(t)
+	ready, goOn := filepath.Join(e.scripts, "ready"), filepath.Join(e.scripts, "go")
+	// The kernel caches what the command looks at first (attributes,
+	// the absent name, data) for long: only the daemon's notices make
+	// the edits show.
+	agent := e.script("reader.sh", fmt.Sprintf(`cat a.txt src/main.go > /dev/null; stat a.txt src/main.go > /dev/null; ls -la . src > /dev/null
+[ ! -e src/added.go ] || exit 9
+touch %s
+while [ ! -e %s ]; do sleep 0.05; done
+i=0
+while [ "$(stat -c %%s a.txt)" != 15 ] || [ "$(cat src/main.go)" != "package edited" ] || [ ! -e src/added.go ]; do
+	i=$((i+1)); [ $i -lt 200 ] || { echo "STALE a.txt=$(stat -c %%s a.txt) main.go=$(cat src/main.go)"; ls src; exit 1; }
+	sleep 0.05
+done
+echo SEEN
+`, ready, goOn))
+	cmd := exec.Command(agentfsBin, "run", "--", agent)
+	cmd.Dir, cmd.Env = e.project, e.env()
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { _, err := os.Stat(ready); return err == nil }) {
+		cmd.Process.Kill()
+		t.Fatalf("the command did not start:\n%s", stderr.String())
+	}
+	// The test, not agentfs, edits the project.
+	writeFile(t, filepath.Join(e.project, "a.txt"), "edited outside\n")
+	writeFile(t, filepath.Join(e.project, "src", "main.go"), "package edited\n")
+	writeFile(t, filepath.Join(e.project, "src", "added.go"), "package main\n")
+	e.before = snapshotTree(e.project)
+	os.WriteFile(goOn, nil, 0o644)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 0 || stdout.String() != "SEEN\n" {
+		t.Errorf("the session did not see the project's edits: exit %d\n%s\n%s", code, stdout.String(), stderr.String())
+	}
+}
