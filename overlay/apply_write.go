@@ -472,7 +472,6 @@ func (a *applier) syncXattrs(t attrTarget, want map[string]string) error {
 	return nil
 }
 
-
 // finishDirs sets the attributes of the directories the apply made or
 // changed (deepest first, after their contents), and the times of
 // those it changed names in, to the view's.
