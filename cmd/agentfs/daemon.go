@@ -334,6 +334,7 @@ func (d *daemon) handle(s *ctl.Server) {
 	d.handleSnapshots(s)
 	d.handleBranches(s)
 	d.handleChanges(s)
+	d.handleApply(s)
 }
 
 // status describes the mount for agentfs status.
