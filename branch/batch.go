@@ -13,7 +13,10 @@ import (
 type Batch struct {
 	ops   map[string]*Entry // nil value: delete
 	order []string          // paths in first-change order
-	err   error             // first invalid change, reported by Commit
+	// bases are the base changes (see "Bases" in base.go), as ops.
+	bases     map[string]*Base // nil value: delete
+	baseOrder []string
+	err       error // first invalid change, reported by Commit
 }
 
 // Put records e at path. The batch keeps a copy of e.
@@ -41,8 +44,34 @@ func (b *Batch) set(path string, e *Entry) {
 	b.ops[path] = e
 }
 
-// Len is the number of paths the batch changes.
-func (b *Batch) Len() int { return len(b.order) }
+// SetBase records base as the base of path (see "Bases" in base.go),
+// committed with the entries. The batch keeps a copy.
+func (b *Batch) SetBase(path string, base *Base) {
+	if base == nil {
+		if b.err == nil {
+			b.err = fmt.Errorf("base of %q: nil", path)
+		}
+		return
+	}
+	c := *base
+	b.setBase(path, &c)
+}
+
+// DeleteBase removes the base of path (nothing if there is none).
+func (b *Batch) DeleteBase(path string) { b.setBase(path, nil) }
+
+func (b *Batch) setBase(path string, base *Base) {
+	if b.bases == nil {
+		b.bases = map[string]*Base{}
+	}
+	if _, ok := b.bases[path]; !ok {
+		b.baseOrder = append(b.baseOrder, path)
+	}
+	b.bases[path] = base
+}
+
+// Len is the number of paths the batch changes (entries and bases).
+func (b *Batch) Len() int { return len(b.order) + len(b.baseOrder) }
 
 // Reset empties the batch.
 func (b *Batch) Reset() { *b = Batch{} }
@@ -60,7 +89,7 @@ func (l *Layer) Commit(b *Batch) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	ops := make([]op, 0, len(b.order))
+	ops := make([]op, 0, b.Len())
 	for _, p := range b.order {
 		if err := checkPath(p); err != nil {
 			return fmt.Errorf("branch %q: %w", l.name, err)
@@ -69,6 +98,16 @@ func (l *Layer) Commit(b *Batch) error {
 			ops = append(ops, op{key: l.r.key(p), val: e.Encode()})
 		} else {
 			ops = append(ops, op{key: l.r.key(p), del: true})
+		}
+	}
+	for _, p := range b.baseOrder {
+		if err := checkPath(p); err != nil {
+			return fmt.Errorf("branch %q: base: %w", l.name, err)
+		}
+		if base := b.bases[p]; base != nil {
+			ops = append(ops, op{key: l.baseKey(p), val: base.Encode()})
+		} else {
+			ops = append(ops, op{key: l.baseKey(p), del: true})
 		}
 	}
 	err := l.s.update(func(*badger.Txn) ([]op, error) {

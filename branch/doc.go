@@ -35,6 +35,8 @@
 //	snap/<snap id>       snapshot record (see "Snapshots"); the id is 8
 //	                     lowercase hex digits
 //	tag/<name>           a tag: the id of the snapshot it names
+//	base/<id><path>      what lower path looked like when layer id first
+//	                     shadowed it (see "Bases" in base.go)
 //
 // A branch name maps to a short numeric layer id, so that renaming a
 // branch is one small write and never rewrites entries. Layer ids are

@@ -44,6 +44,17 @@ func (s *Store) CreateLayer(name string, from Snapshot) (*Layer, error) {
 			e.Epoch = 0
 			ops = append(ops, op{key: append(slices.Clip(prefix), it.suffix()...), val: e.Encode()})
 		}
+		// The snapshot's bases go with its entries (see "Bases").
+		bprefix := basePrefix(id)
+		bit := newEntryIter(stxn, basePrefix(from.Layer), true)
+		defer bit.close()
+		for ; bit.valid(); bit.next() {
+			v, err := bit.it.Item().ValueCopy(nil)
+			if err != nil {
+				return nil, nil, err
+			}
+			ops = append(ops, op{key: append(slices.Clip(bprefix), bit.suffix()...), val: v})
+		}
 		return ops, nil, nil
 	})
 	if err != nil {
@@ -68,40 +79,26 @@ func (l *Layer) ResetTo(snap Snapshot) error {
 		if err != nil {
 			return nil, nil, err
 		}
-		cur := newEntryIter(txn, l.r.prefix, true)
-		defer cur.close()
-		old := newEntryIter(stxn, layerPrefix(snap.Layer), true)
-		defer old.close()
 		epoch := max(rec.epoch, snap.Epoch)
-		var ops []op
-		for cur.valid() || old.valid() {
-			var c int // compares cur with old; an exhausted side sorts last
-			switch {
-			case !old.valid():
-				c = -1
-			case !cur.valid():
-				c = 1
-			default:
-				c = bytes.Compare(cur.suffix(), old.suffix())
-			}
-			if c < 0 {
-				ops = append(ops, op{key: cur.it.Item().KeyCopy(nil), del: true})
-				cur.next()
-				continue
-			}
-			e, v, err := old.entry()
+		ops, err := resetOps(txn, stxn, l.r.prefix, layerPrefix(snap.Layer), func(it *entryIter) ([]byte, error) {
+			e, v, err := it.entry()
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			epoch = max(epoch, e.Epoch)
-			if c > 0 || !cur.sameValue(v) {
-				ops = append(ops, op{key: append(slices.Clip(l.r.prefix), old.suffix()...), val: v})
-			}
-			if c == 0 {
-				cur.next()
-			}
-			old.next()
+			return v, nil
+		})
+		if err != nil {
+			return nil, nil, err
 		}
+		// The bases go back to the snapshot's too (see "Bases").
+		bops, err := resetOps(txn, stxn, basePrefix(l.id), basePrefix(snap.Layer), func(it *entryIter) ([]byte, error) {
+			return it.it.Item().ValueCopy(nil)
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		ops = append(ops, bops...)
 		rec.epoch = epoch + 1
 		ops = append(ops, op{key: layerKey(l.name), val: rec.encode()})
 		return ops, func() { l.epoch.Store(rec.epoch) }, nil
@@ -110,6 +107,45 @@ func (l *Layer) ResetTo(snap Snapshot) error {
 		return fmt.Errorf("branch %q: resetting to snapshot %s: %w", l.name, snap.ID, err)
 	}
 	return nil
+}
+
+// resetOps returns the ops that make the keys below cur (read in txn)
+// those below old (read in stxn): keys old lacks are deleted, those
+// that differ written. value reads the value at old's position.
+func resetOps(txn, stxn *badger.Txn, cur, old []byte, value func(*entryIter) ([]byte, error)) ([]op, error) {
+	ci := newEntryIter(txn, cur, true)
+	defer ci.close()
+	oi := newEntryIter(stxn, old, true)
+	defer oi.close()
+	var ops []op
+	for ci.valid() || oi.valid() {
+		var c int // compares ci with oi; an exhausted side sorts last
+		switch {
+		case !oi.valid():
+			c = -1
+		case !ci.valid():
+			c = 1
+		default:
+			c = bytes.Compare(ci.suffix(), oi.suffix())
+		}
+		if c < 0 {
+			ops = append(ops, op{key: ci.it.Item().KeyCopy(nil), del: true})
+			ci.next()
+			continue
+		}
+		v, err := value(oi)
+		if err != nil {
+			return nil, err
+		}
+		if c > 0 || !ci.sameValue(v) {
+			ops = append(ops, op{key: append(slices.Clip(cur), oi.suffix()...), val: v})
+		}
+		if c == 0 {
+			ci.next()
+		}
+		oi.next()
+	}
+	return ops, nil
 }
 
 // fromSnapshot runs fn as transact does, with stxn reading snap at its
@@ -154,10 +190,12 @@ func (s *Store) DeleteLayer(name string) error {
 		}
 		id = rec.id
 		ops := []op{{key: layerKey(name), del: true}}
-		it := newEntryIter(txn, layerPrefix(id), false)
-		defer it.close()
-		for ; it.valid(); it.next() {
-			ops = append(ops, op{key: it.it.Item().KeyCopy(nil), del: true})
+		for _, prefix := range [][]byte{layerPrefix(id), basePrefix(id)} {
+			it := newEntryIter(txn, prefix, false)
+			for ; it.valid(); it.next() {
+				ops = append(ops, op{key: it.it.Item().KeyCopy(nil), del: true})
+			}
+			it.close()
 		}
 		return ops, func() {
 			if cached != nil && cached.id == id {

@@ -72,6 +72,12 @@ const (
 	// OpExport writes a snapshot or branch as a directory tree
 	// (ExportArgs); it answers an ExportReply.
 	OpExport Op = 50
+	// OpApply writes a branch's changes into the project (ApplyArgs);
+	// it answers an ApplyReply.
+	OpApply Op = 51
+	// OpApplyProgress answers the ApplyProgress of the apply running,
+	// if any (it does not wait for it).
+	OpApplyProgress Op = 52
 )
 
 var opNames = map[Op]string{
@@ -99,6 +105,9 @@ var opNames = map[Op]string{
 	OpDiff:    "diff",
 	OpRestore: "restore",
 	OpExport:  "export",
+
+	OpApply:         "apply",
+	OpApplyProgress: "apply progress",
 }
 
 func (op Op) String() string {

@@ -124,7 +124,9 @@ func (fs *FS) xattrPathLocked(n *Node) string {
 		return fmt.Sprintf("/proc/self/fd/%d/%s", loc.Dirfd, loc.Name)
 	}
 	if n.lower == "" {
-		return fmt.Sprintf("/proc/self/fd/%d", fs.lowerFd)
+		// "/.": the directory the magic link leads to, not the link
+		// itself (which the l*xattr calls would not follow).
+		return fmt.Sprintf("/proc/self/fd/%d/.", fs.lowerFd)
 	}
 	return fmt.Sprintf("/proc/self/fd/%d/%s", fs.lowerFd, n.lower)
 }

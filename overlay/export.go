@@ -326,15 +326,18 @@ func (x *exporter) setAttrs(n *Node, st *unix.Stat_t, dirfd int, name, p string)
 	return nil
 }
 
-// exportsXattr says which xattrs an export keeps: user.* and POSIX
-// ACLs always; trusted.* and file capabilities as root.
-func (x *exporter) exportsXattr(name string) bool {
+// exportsXattr says which xattrs an export keeps (see keptXattr).
+func (x *exporter) exportsXattr(name string) bool { return keptXattr(name, x.asRoot) }
+
+// keptXattr says which xattrs Export and Apply write out: user.* and
+// POSIX ACLs always; trusted.* and file capabilities as root.
+func keptXattr(name string, asRoot bool) bool {
 	switch {
 	case strings.HasPrefix(name, "user."),
 		name == "system.posix_acl_access", name == "system.posix_acl_default":
 		return true
 	case strings.HasPrefix(name, "trusted."), name == "security.capability":
-		return x.asRoot
+		return asRoot
 	}
 	return false
 }

@@ -104,6 +104,21 @@ type FS struct {
 
 // New opens the view described by cfg and loads its entries.
 func New(cfg Config) (*FS, error) {
+	fd, err := unix.Open(cfg.Lower, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("lower directory %s: %w", cfg.Lower, err)
+	}
+	fs, err := newWithFd(cfg, fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return fs, nil
+}
+
+// newWithFd is New with the lower directory already open (fd, O_PATH),
+// which the view then owns; on error the caller closes fd.
+func newWithFd(cfg Config, fd int) (*FS, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -113,13 +128,8 @@ func New(cfg Config) (*FS, error) {
 	if cfg.AllocIno == nil {
 		cfg.AllocIno = func() (uint64, error) { return 0, unix.EROFS }
 	}
-	fd, err := unix.Open(cfg.Lower, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("lower directory %s: %w", cfg.Lower, err)
-	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
 		return nil, fmt.Errorf("lower directory %s: %w", cfg.Lower, err)
 	}
 	fs := &FS{
@@ -143,7 +153,6 @@ func New(cfg Config) (*FS, error) {
 		staleNodes:   map[*Node]struct{}{},
 	}
 	if err := fs.loadLocked(); err != nil {
-		unix.Close(fd)
 		return nil, err
 	}
 	fs.root = &Node{ID: nextNodeID.Add(1), fs: fs, mode: unix.S_IFDIR, ino: st.Ino, hasLower: true}

@@ -27,7 +27,10 @@ type tx struct {
 	promos  []promo   // nodes that get an upper entry once committed
 	unlink  []*Node   // nodes that lose their last name once committed
 	copies  []copyRec // objects copied up from lower inodes
-	err     error     // a failure of put, reported by commit
+	// deleted are the paths whose entries this operation deleted: an
+	// entry put there again keeps the path's base (see base.go).
+	deleted map[string]bool
+	err     error // a failure of put, reported by commit
 }
 
 // copyRec is an object copied up from a lower inode whose ctime was
@@ -48,7 +51,11 @@ func (t *tx) put(p string, e *branch.Entry) {
 	if e.Object != "" && t.fs.layer != nil && slices.Contains(t.created, e.Object) {
 		e.Epoch = t.fs.layer.Epoch() // a new object belongs to no snapshot
 	}
-	if old := t.fs.indexGet(p); old != nil && old.IsWhiteout() && old.Ino != 0 &&
+	old := t.fs.indexGet(p)
+	if old == nil && !t.deleted[p] && t.fs.layer != nil && !isBelow(p, internalDir) {
+		t.recordBase(p)
+	}
+	if old != nil && old.IsWhiteout() && old.Ino != 0 &&
 		!(e.IsWhiteout() && e.Ino == old.Ino) {
 		// The lower name this whiteout hid (and counted for the
 		// st_nlink of its hard-linked file) stays hidden under e.
@@ -64,6 +71,10 @@ func (t *tx) put(p string, e *branch.Entry) {
 }
 
 func (t *tx) del(p string) {
+	if t.deleted == nil {
+		t.deleted = map[string]bool{}
+	}
+	t.deleted[p] = true
 	t.fs.indexDel(p)
 	t.b.Delete(p)
 }

@@ -383,6 +383,7 @@ func (d *daemon) handle(s *ctl.Server) {
 	d.handleBranches(s)
 	d.handleBindings(s)
 	d.handleChanges(s)
+	d.handleApply(s)
 }
 
 // status describes the mount for agentfs status.

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/ctl"
+)
+
+// applyOptions are the flags of agentfs apply.
+type applyOptions struct {
+	mountFlag
+	branch              string
+	dryRun, force, json bool
+	stdout, stderr      io.Writer
+}
+
+func (o *applyOptions) AddFlags(fs *pflag.FlagSet) {
+	o.mountFlag.AddFlags(fs)
+	fs.StringVar(&o.branch, "branch", "", "apply this `BRANCH` (default: the one the mount shows)")
+	fs.BoolVarP(&o.dryRun, "dry-run", "n", false, "list what would be written, and write nothing")
+	fs.BoolVar(&o.force, "force", false, "also write the paths that changed in the project since the branch changed them")
+	fs.BoolVar(&o.json, "json", false, "print JSON")
+}
+
+const applyExitCodes = `Exit codes:
+  0  every change selected was applied (or, with --dry-run, would be)
+  1  an error, or changes left unapplied: conflicts (the project changed
+     there; --force overwrites them) or changes that depend on them
+  2  usage error (unknown command or flag, wrong arguments)
+`
+
+func init() {
+	register(&command{
+		name:    "apply",
+		summary: "write the mount's changes into the project",
+		usage:   "[-C DIR | -s SESSION] [--branch B] [PATH...] [--dry-run] [--force] [--json]",
+		help: `Apply writes what the mount changed (what agentfs diff lists) into the
+project: created and modified files (each written whole under a
+temporary name, then renamed over, with its mode, times, xattrs and, as
+root, owner), directories, symlinks, removals, renames and mode changes.
+Applied paths then show the project's files again: they no longer
+appear in agentfs diff. It is the only command that writes to the
+project.
+
+With PATHs (files or directories, in the mount or in the project) only
+the changes at and below them are applied, with the directories they
+need. A path without changes is an error.
+
+A change is a conflict when the project's file at that path changed
+since the mount first changed it (edited from outside, deleted, made):
+it is not applied, and is listed; --force writes it anyway. A change
+that needs another one not applied (a file in a directory that is not
+made, the removal of a directory with something left in it) is skipped.
+
+Each file is replaced atomically, but an apply as a whole is not: if it
+stops half way (a full disk), what it wrote stays applied and the rest
+stays in agentfs diff; run it again.
+
+Examples:
+  agentfs apply --dry-run          # what would be written
+  agentfs apply                    # everything
+  agentfs apply src/main.go docs   # only these
+  agentfs apply --branch try2`,
+		exitCodes: applyExitCodes,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &applyOptions{stdout: out.stdout, stderr: out.stderr}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runApply(ctx, o, args) }
+		},
+	})
+}
+
+func runApply(ctx context.Context, o *applyOptions, args []string) error {
+	c, err := o.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var paths []string
+	if len(args) > 0 {
+		var st ctl.Status
+		if err := c.Do(ctl.OpStatus, nil, &st); err != nil {
+			return err
+		}
+		for _, a := range args {
+			p, err := mountRelative(a, c.Root(), st.Lower)
+			if err != nil {
+				return err
+			}
+			paths = append(paths, p)
+		}
+	}
+	req := ctl.ApplyArgs{Branch: o.branch, Paths: paths, DryRun: o.dryRun, Force: o.force}
+	var rep ctl.ApplyReply
+	stop := o.showProgress(c.Root())
+	err = c.Do(ctl.OpApply, req, &rep)
+	stop()
+	if err != nil {
+		return err
+	}
+	if o.json {
+		if err := printJSON(o.stdout, rep); err != nil {
+			return err
+		}
+	} else {
+		printApply(o.stdout, rep)
+	}
+	if n := len(rep.Conflicts) + len(rep.Skipped); n > 0 {
+		what := "were"
+		if rep.DryRun {
+			what = "would be"
+		}
+		hint := ""
+		if len(rep.Conflicts) > 0 {
+			hint = fmt.Sprintf(": %d changed in the project since the branch changed them; look at them, then run agentfs apply --force to overwrite them", len(rep.Conflicts))
+		}
+		return fmt.Errorf("%d changes %s not applied%s", n, what, hint)
+	}
+	if !rep.DryRun && len(paths) == 0 {
+		// Everything was applied: a session is done.
+		return o.markApplied()
+	}
+	return nil
+}
+
+// mountRelative turns a PATH argument (relative to the current
+// directory, or absolute) into a path relative to the mount root: it
+// must lie in the mount or in the project.
+func mountRelative(arg, root, lower string) (string, error) {
+	abs, err := filepath.Abs(arg)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", arg, err)
+	}
+	for _, base := range []string{root, lower} {
+		if base == "" {
+			continue
+		}
+		if rel, err := filepath.Rel(base, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return filepath.ToSlash(rel), nil
+		}
+	}
+	return "", usagef("%s is neither in the mount %s nor in the project %s", arg, root, lower)
+}
+
+// applyLetters mark the lines of agentfs apply.
+var applyLetters = map[string]string{
+	ctl.Created: "A", ctl.Deleted: "D", ctl.Modified: "M", ctl.ModeChanged: "P", ctl.TypeChanged: "T",
+}
+
+// printApply lists what an apply did, then what it left.
+func printApply(w io.Writer, rep ctl.ApplyReply) {
+	line := func(it ctl.ApplyItem, note string) {
+		p := printable(it.Path)
+		if it.Path == "" {
+			p = "."
+		}
+		if it.Type == "dir" {
+			p += "/"
+		}
+		letter := applyLetters[it.Kind]
+		if letter == "" {
+			letter = "?"
+		}
+		fmt.Fprintf(w, "%s  %s%s\n", letter, p, note)
+	}
+	verb := "applied"
+	if rep.DryRun {
+		verb = "would apply"
+	}
+	for _, it := range rep.Applied {
+		line(it, "")
+	}
+	fmt.Fprintf(w, "%s %d changes of branch %s to %s (%s written)\n", verb, len(rep.Applied), printable(rep.Branch), rep.Lower, humanBytes(rep.Bytes))
+	if len(rep.Conflicts) > 0 {
+		fmt.Fprintf(w, "conflicts, not applied (the project changed there since; --force overwrites them):\n")
+		for _, it := range rep.Conflicts {
+			line(it, "  ("+it.Reason+")")
+		}
+	}
+	if len(rep.Skipped) > 0 {
+		fmt.Fprintf(w, "skipped:\n")
+		for _, it := range rep.Skipped {
+			line(it, "  ("+it.Reason+")")
+		}
+	}
+}
+
+// progressDelay is how long an apply runs before a progress bar shows.
+const progressDelay = time.Second
+
+// showProgress draws a progress bar on stderr, when it is a terminal,
+// for an apply that runs longer than progressDelay, from the daemon's
+// progress (asked over a second connection: the apply holds the
+// first). The returned function stops it and clears the line.
+func (o *applyOptions) showProgress(root string) (stop func()) {
+	f, ok := o.stderr.(*os.File)
+	if !ok || o.json || !isTerminal(f) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		select {
+		case <-done:
+			return
+		case <-time.After(progressDelay):
+		}
+		c, err := ctl.Dial(root)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		drawn := false
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var p ctl.ApplyProgress
+			if c.Do(ctl.OpApplyProgress, nil, &p) == nil && p.Running && p.Total > 0 {
+				fmt.Fprintf(f, "\r\033[K%s", progressLine(p))
+				drawn = true
+			}
+			select {
+			case <-done:
+				if drawn {
+					fmt.Fprint(f, "\r\033[K")
+				}
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// progressLine renders a progress bar: by bytes when there is data to
+// write, else by changes.
+func progressLine(p ctl.ApplyProgress) string {
+	frac := float64(p.Done) / float64(p.Total)
+	if p.TotalBytes > 0 {
+		frac = float64(p.Bytes) / float64(p.TotalBytes)
+	}
+	frac = min(max(frac, 0), 1)
+	const width = 30
+	n := int(frac * width)
+	return fmt.Sprintf("applying [%s%s] %3.0f%%  %d/%d changes, %s/%s",
+		strings.Repeat("=", n), strings.Repeat(" ", width-n), frac*100, p.Done, p.Total, humanBytes(p.Bytes), humanBytes(p.TotalBytes))
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}

@@ -1,0 +1,89 @@
+package integration
+
+// agentfs apply on the session of agentfs run: the only way the
+// project changes.
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRunApply: after a scripted agent's run, apply --dry-run changes
+// nothing, a partial apply by path takes only that path, a file edited
+// in the project since the agent changed it is a conflict (refused,
+// listed, then taken with --force), and in the end the project is the
+// session's state: the agent's files and its git commit.
+func TestRunApply(t *testing.T) {
+	e := newRunEnv(t)
+	agent := e.script("agent.sh", agentScript)
+	r := e.agentfs("run", "--", agent)
+	if r.code != 3 {
+		t.Fatalf("agentfs run exit %d, want 3:\n%s", r.code, r)
+	}
+	id := sessionIDOf(t, r)
+	want := filepath.Join(t.TempDir(), "want")
+	if x := e.agentfs("export", "-s", id, "main", "--to", want); x.code != 0 {
+		t.Fatalf("export -s:\n%s", x)
+	}
+
+	dry := e.agentfs("apply", "-s", id, "--dry-run")
+	if dry.code != 0 || !strings.Contains(dry.stdout, "would apply") {
+		t.Fatalf("apply --dry-run:\n%s", dry)
+	}
+	wantLines(t, "apply --dry-run", dry.stdout, "A  new.txt", "M  a.txt", "D  b.txt")
+	e.checkProject()
+
+	part := e.agentfs("apply", "-s", id, "new.txt")
+	if part.code != 0 {
+		t.Fatalf("apply -s %s new.txt:\n%s", id, part)
+	}
+	if got := readFile(t, filepath.Join(e.project, "new.txt")); got != "new file\n" {
+		t.Errorf("new.txt in the project after a partial apply = %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(e.project, "b.txt")); err != nil {
+		t.Errorf("b.txt went from the project with an apply of new.txt only: %v", err)
+	}
+	d := e.agentfs("diff", "-s", id)
+	if strings.Contains(d.stdout, "new.txt") || !strings.Contains(d.stdout, "a.txt") {
+		t.Errorf("diff -s after applying new.txt (gone from it) :\n%s", d)
+	}
+
+	// The user edits a.txt in the project meanwhile: a conflict.
+	writeFile(t, filepath.Join(e.project, "a.txt"), "edited by the user\n")
+	c := e.agentfs("apply", "-s", id)
+	if c.code != 1 || !strings.Contains(c.stdout, "conflicts") || !strings.Contains(c.stdout, "a.txt") || !strings.Contains(c.stderr, "--force") {
+		t.Errorf("apply with a conflict: want exit 1 listing a.txt and the --force hint:\n%s", c)
+	}
+	if got := readFile(t, filepath.Join(e.project, "a.txt")); got != "edited by the user\n" {
+		t.Errorf("a.txt was overwritten despite the conflict: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(e.project, "b.txt")); !os.IsNotExist(err) {
+		t.Errorf("b.txt (no conflict) was not deleted by the apply: %v", err)
+	}
+	f := e.agentfs("apply", "-s", id, "--force")
+	if f.code != 0 {
+		t.Fatalf("apply --force:\n%s", f)
+	}
+	if got := readFile(t, filepath.Join(e.project, "a.txt")); got != "hello\nmore\n" {
+		t.Errorf("a.txt after --force = %q, want the agent's", got)
+	}
+	for _, p := range []string{"gen/out.txt", "abs-path", "src/main.go"} {
+		if a, b := readFile(t, filepath.Join(e.project, p)), readFile(t, filepath.Join(want, p)); a != b {
+			t.Errorf("%s in the project = %q, in the session %q", p, a, b)
+		}
+	}
+	if out, err := exec.Command("git", "-C", e.project, "log", "--format=%s").Output(); err != nil || string(out) != "agent's work\nfirst\n" {
+		t.Errorf("the project's git log after apply: %q, %v; want the agent's commit", out, err)
+	}
+	if out, err := exec.Command("git", "-C", e.project, "status", "--porcelain").Output(); err != nil || len(out) != 0 {
+		t.Errorf("git status in the project after apply: %q, %v; want clean", out, err)
+	}
+	if s := e.session(id); s.State != "applied" {
+		t.Errorf("session state after a full apply = %q, want applied", s.State)
+	}
+	// The project changed through apply only: that is the new baseline.
+	e.before = snapshotTree(e.project)
+}

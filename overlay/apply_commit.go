@@ -1,0 +1,473 @@
+package overlay
+
+import (
+	"fmt"
+	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// After an Apply wrote the lower tree: the branch's entries at the
+// applied paths go, where the view stays as it was (see "What becomes
+// of the branch" in apply.go), and the nodes follow.
+
+// seenState is an entry as the apply saw it before reading the view,
+// to tell an entry or a file changed while the apply ran.
+type seenState struct {
+	entry *branch.Entry
+	ctime unix.Timespec // of a regular file's object
+}
+
+// captureEntries records every entry, and the ctime of every regular
+// file's object.
+func (a *applier) captureEntries() {
+	v := a.v
+	v.mu.RLock()
+	v.eachEntryLocked(func(p string, e *branch.Entry) { a.seen[p] = seenState{entry: e} })
+	v.mu.RUnlock()
+	for p, s := range a.seen {
+		if s.entry.Type == branch.TypeFile && s.entry.Object != "" {
+			if st, err := v.objs.Lstat(s.entry.Object); err == nil {
+				s.ctime = st.Ctim
+				a.seen[p] = s
+			}
+		}
+	}
+}
+
+// eachEntryLocked calls fn with every entry of the index, internal ones
+// included, in no order. fs.mu is held.
+func (fs *FS) eachEntryLocked(fn func(p string, e *branch.Entry)) {
+	if fs.rootEntry != nil {
+		fn("", fs.rootEntry)
+	}
+	for dir, m := range fs.dirs {
+		for name, e := range m {
+			fn(joinPath(dir, name), e)
+		}
+	}
+}
+
+// commitState is what commit works out before it changes anything.
+type commitState struct {
+	a         *applier
+	pending   map[string]bool // a change not written at or below the path
+	doneBelow map[string]bool // a change written at or below the path
+	converted map[string]*branch.Entry
+	straight  map[string]bool // memo of straightLocked
+}
+
+// commit drops, converts and re-bases the entries of the paths written,
+// in one commit, and brings the nodes in line. It returns the nodes the
+// kernel must forget or refresh.
+func (a *applier) commit() ([]Stale, error) {
+	v := a.v
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	c := &commitState{a: a, pending: map[string]bool{}, doneBelow: map[string]bool{},
+		converted: map[string]*branch.Entry{}, straight: map[string]bool{}}
+	for _, it := range a.items {
+		m := c.pending
+		if it.state == stateDone {
+			m = c.doneBelow
+		}
+		m[it.Path] = true
+		for _, d := range ancestors(it.Path) {
+			m[d] = true
+		}
+	}
+	if len(c.doneBelow) == 0 {
+		return nil, nil
+	}
+	var paths []string
+	byObj := map[string][]string{}
+	v.eachEntryLocked(func(p string, e *branch.Entry) {
+		if e.Type != branch.TypeDir && e.Object != "" {
+			byObj[e.Object] = append(byObj[e.Object], p)
+		}
+		paths = append(paths, p)
+	})
+	slices.SortFunc(paths, comparePaths)
+
+	// A renamed or made directory whose whole subtree was written
+	// merges its own lower directory from now on.
+	for _, p := range paths {
+		e := v.indexGet(p)
+		if e.Type != branch.TypeDir || isInternal(p) || c.pending[p] || !c.inScope(p) || a.seen[p].entry != e {
+			continue
+		}
+		if lp, ok := redirectOf(e); ok && lp == p {
+			continue
+		}
+		if st, err := v.lowerStat(p); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue
+		}
+		ce := *e
+		ce.Opaque, ce.Redirect = false, redirectFor(p)
+		c.converted[p] = &ce
+	}
+
+	drop := map[string]bool{}
+	for _, p := range paths {
+		if e := v.indexGet(p); e.Type != branch.TypeDir && c.canDropLocked(p, e) {
+			drop[p] = true
+		}
+	}
+	// An object's names go together, or stay together.
+	for _, ps := range byObj {
+		if !allOf(ps, drop) {
+			for _, p := range ps {
+				delete(drop, p)
+			}
+		}
+	}
+	// Directories, deepest first: when no entry stays below them.
+	keep := map[string]bool{}
+	for i := len(paths) - 1; i >= 0; i-- {
+		p := paths[i]
+		e := v.indexGet(p)
+		if e.Type == branch.TypeDir && !keep[p] && c.canDropDirLocked(p, e) {
+			drop[p] = true
+		}
+		if !drop[p] {
+			keep[p] = true
+			for _, d := range ancestors(p) {
+				keep[d] = true
+			}
+		}
+	}
+
+	t := v.newTx()
+	dropped := map[string]*branch.Entry{}
+	for p := range drop {
+		dropped[p] = v.indexGet(p)
+		t.del(p)
+	}
+	for p, ce := range c.converted {
+		if !drop[p] {
+			t.put(p, ce)
+		}
+	}
+	// A renamed lower file kept as a metacopy whose own lower path
+	// has its data now (written by this apply, or equal already) reads
+	// it there, so that its old name is free to change: unless it
+	// still joins the other names of a hard-linked lower file.
+	rebased := map[string]*branch.Entry{}
+	v.eachEntryLocked(func(p string, e *branch.Entry) {
+		if drop[p] || isInternal(p) || e.Type != branch.TypeFile || !e.Metacopy || e.Origin == p || !c.inScope(p) || c.pending[p] {
+			return
+		}
+		if st, err := v.lowerStat(e.Origin); err == nil && sharedLower(&st) && v.mapIno(&st) == e.Ino {
+			return
+		}
+		if st, err := v.lowerStat(p); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			rebased[p] = e
+		}
+	})
+	for p, e := range rebased {
+		ne := *e
+		ne.Origin = p
+		t.put(p, &ne)
+	}
+	for _, it := range a.items {
+		if it.state != stateDone || drop[it.Path] {
+			continue
+		}
+		b, err := v.lowerBase(it.Path)
+		if err != nil {
+			return nil, t.fail(fmt.Errorf("apply: the project was written, but %v", err))
+		}
+		if b.Exists || v.indexGet(it.Path) != nil {
+			t.b.SetBase(it.Path, b)
+		} else {
+			t.b.DeleteBase(it.Path)
+		}
+	}
+	// Writing or removing one name of a hard-linked lower file changed
+	// the link count (and ctime) of its other names: the apply's own
+	// doing, not a conflict for the next apply.
+	relinked := map[[2]uint64]bool{}
+	for _, it := range a.items {
+		if it.state == stateDone && it.lexists && sharedLower(&it.lower) {
+			relinked[[2]uint64{it.lower.Dev, it.lower.Ino}] = true
+		}
+	}
+	for _, it := range a.items {
+		if it.state != stateDone && it.lexists && relinked[[2]uint64{it.lower.Dev, it.lower.Ino}] {
+			if b, err := v.lowerBase(it.Path); err == nil {
+				t.b.SetBase(it.Path, b)
+			}
+		}
+	}
+	// A copied-up hard-linked lower file whose lower inode the apply
+	// replaced joins no lower names any more: its old inode number may
+	// be reused by another lower file, which must not show this copy.
+	unjoined := map[string]*branch.Entry{}
+	v.eachEntryLocked(func(p string, e *branch.Entry) {
+		if drop[p] || e.Type != branch.TypeFile || e.Metacopy || e.Origin == "" {
+			return
+		}
+		if st, err := v.lowerStat(e.Origin); err == nil && v.mapIno(&st) == e.Ino {
+			return
+		}
+		unjoined[p] = e
+	})
+	for p, e := range unjoined {
+		ne := *e
+		ne.Origin = ""
+		t.put(p, &ne)
+		if h := v.hardlinks[e.Ino]; h != nil && h.Object == e.Object {
+			delete(v.hardlinks, e.Ino)
+		}
+	}
+	for p, e := range dropped {
+		t.b.DeleteBase(p)
+		if e.Object == "" || v.frozenLocked(e) || e.Type != branch.TypeDir && v.links[e.Object] > 0 {
+			continue
+		}
+		v.nodesMu.Lock()
+		held := v.byObject[e.Object] != nil
+		v.nodesMu.Unlock()
+		if !held {
+			t.doomed = append(t.doomed, e.Object)
+		}
+	}
+	if err := t.commit(); err != nil {
+		return nil, fmt.Errorf("apply: the project was written, but the branch could not be updated (the applied paths still show as changes; nothing is lost): %w", err)
+	}
+	stale, orphans := v.reconcileNodesLocked()
+	for _, e := range orphans {
+		if !v.frozenLocked(e) && v.links[e.Object] == 0 {
+			v.forgetCtime(e.Object)
+			if err := v.objs.Remove(e.Object); err != nil {
+				v.log.Warn("removing an applied object", "object", e.Object, "err", err)
+			}
+		}
+	}
+	v.lowerSubdirsMu.Lock()
+	clear(v.lowerSubdirs)
+	v.lowerSubdirsMu.Unlock()
+	return stale, nil
+}
+
+func allOf(ps []string, set map[string]bool) bool {
+	for _, p := range ps {
+		if !set[p] {
+			return false
+		}
+	}
+	return true
+}
+
+func isInternal(p string) bool { return p != "" && isBelow(p, internalDir) }
+
+// inScope reports whether the apply may change the entry at p: it is
+// selected, or a change at or below it was written.
+func (c *commitState) inScope(p string) bool { return c.a.selected(p) || c.doneBelow[p] }
+
+// straightLocked reports whether directory d of the view merges the
+// lower directory of its own path once the commit is done.
+func (c *commitState) straightLocked(d string) bool {
+	if s, ok := c.straight[d]; ok {
+		return s
+	}
+	var s bool
+	switch e := c.a.v.indexGet(d); {
+	case e != nil && c.converted[d] != nil:
+		s = true
+	case e != nil:
+		lp, ok := redirectOf(e)
+		s = ok && lp == d
+	case d == "":
+		s = true
+	default:
+		s = c.straightLocked(parentOf(d))
+	}
+	c.straight[d] = s
+	return s
+}
+
+// lowerStat stats lower path p.
+func (fs *FS) lowerStat(p string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(fs.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW)
+	return st, err
+}
+
+// canDropLocked decides for a non-directory entry or a whiteout.
+func (c *commitState) canDropLocked(p string, e *branch.Entry) bool {
+	a, v := c.a, c.a.v
+	if isInternal(p) || !c.inScope(p) || c.pending[p] || a.seen[p].entry != e || !c.straightLocked(parentOf(p)) {
+		return false
+	}
+	lst, lerr := v.lowerStat(p)
+	if e.IsWhiteout() {
+		return lerr == unix.ENOENT || lerr == unix.ENOTDIR
+	}
+	if lerr != nil || modeType(lst.Mode) != e.Type || e.Object == "" {
+		return false
+	}
+	v.nodesMu.Lock()
+	n := v.byObject[e.Object]
+	writing := n != nil && n.writers > 0
+	v.nodesMu.Unlock()
+	if writing {
+		return false // its writes go on: it stays a change
+	}
+	ost, err := v.objs.Lstat(e.Object)
+	if err != nil || e.Type == branch.TypeFile && ost.Ctim != a.seen[p].ctime {
+		return false // changed while the apply ran
+	}
+	if e.Origin != "" {
+		if st, err := v.lowerStat(e.Origin); err == nil && sharedLower(&st) && v.mapIno(&st) == e.Ino {
+			return false // other lower names show this upper file
+		}
+	}
+	if a.byPath[p] == nil && ost.Mtim != lst.Mtim {
+		return false // not a change, but its times differ: keep them
+	}
+	return true
+}
+
+// canDropDirLocked decides for a directory entry with no entry kept
+// below it.
+func (c *commitState) canDropDirLocked(p string, e *branch.Entry) bool {
+	v := c.a.v
+	if isInternal(p) || !c.inScope(p) || c.pending[p] || c.a.seen[p].entry != e {
+		return false
+	}
+	if p != "" && !c.straightLocked(parentOf(p)) {
+		return false
+	}
+	if c.converted[p] == nil {
+		if lp, ok := redirectOf(e); !ok || lp != p {
+			return false
+		}
+	}
+	st, err := v.lowerStat(p)
+	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && v.mapIno(&st) == e.Ino
+}
+
+// reconcileNodesLocked brings every node the kernel holds in line with
+// the index after entries were dropped or converted: a node still
+// resolving to the same upper object takes its (possibly converted)
+// entry; a node now resolving to the lower inode of the same number
+// and type becomes that lower node in place (directories always, files
+// when not open); any other node is cut loose, as unlink does. It
+// returns the nodes for the kernel (Stale: with a name for those cut
+// loose, without for those changed in place), and the entries of the
+// objects no node holds any more. fs.mu is held exclusively.
+func (fs *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
+	fs.nodesMu.Lock()
+	set := map[*Node]bool{}
+	for _, m := range []map[string]*Node{fs.byObject, fs.byLower} {
+		for _, n := range m {
+			set[n] = true
+		}
+	}
+	for _, n := range fs.byLowerIno {
+		set[n] = true
+	}
+	fs.nodesMu.Unlock()
+	type byDepth struct {
+		n     *Node
+		depth int
+	}
+	var nodes []byDepth
+	for n := range set {
+		if n == fs.root || n.unlinked || n.stale {
+			continue
+		}
+		p, ok := n.pathLocked()
+		if !ok {
+			continue
+		}
+		nodes = append(nodes, byDepth{n, len(pathNames(p))})
+	}
+	slices.SortFunc(nodes, func(x, y byDepth) int { return x.depth - y.depth })
+
+	var stale []Stale
+	var orphans []*branch.Entry
+	cut := func(n *Node) {
+		s := Stale{Node: n, Parent: n.parent, Name: n.name}
+		n.unlinked, n.parent = true, nil
+		fs.nodesMu.Lock()
+		fs.dropLowerLocked(n)
+		fs.nodesMu.Unlock()
+		stale = append(stale, s)
+	}
+	root := fs.root
+	if e := fs.rootEntry; e == nil && root.entry != nil {
+		orphans = append(orphans, root.entry)
+		fs.nodesMu.Lock()
+		if fs.byObject[root.object] == root {
+			delete(fs.byObject, root.object)
+		}
+		root.entry, root.object, root.lower, root.hasLower = nil, "", "", true
+		fs.nodesMu.Unlock()
+		stale = append(stale, Stale{Node: root})
+	} else if e != nil && e != root.entry {
+		fs.promoteLocked(root, e)
+		stale = append(stale, Stale{Node: root})
+	}
+	for _, it := range nodes {
+		n := it.n
+		p, ok := n.pathLocked()
+		if !ok {
+			cut(n) // its directory was cut loose just now
+			continue
+		}
+		if e := fs.indexGet(p); e != nil {
+			switch {
+			case !e.IsWhiteout() && n.entry != nil && n.object == e.Object:
+				if n.entry != e {
+					fs.promoteLocked(n, e)
+					stale = append(stale, Stale{Node: n})
+				}
+			default:
+				cut(n)
+			}
+			continue
+		}
+		parent := n.parent
+		if !parent.hasLower {
+			cut(n)
+			continue
+		}
+		lp := joinPath(parent.lower, n.name)
+		if n.entry == nil && n.hasLower && n.lower == lp {
+			continue // the same lower file as before
+		}
+		st, err := fs.lowerStat(lp)
+		if err != nil || st.Mode&unix.S_IFMT != n.mode || fs.mapIno(&st) != n.ino {
+			cut(n)
+			continue
+		}
+		fs.nodesMu.Lock()
+		open := n.opens > 0
+		if n.mode != unix.S_IFDIR && open {
+			// Its open files go on with the object (passthrough may
+			// have it as the inode's backing file): a new node.
+			fs.nodesMu.Unlock()
+			cut(n)
+			continue
+		}
+		if n.entry != nil {
+			orphans = append(orphans, n.entry)
+			if fs.byObject[n.object] == n {
+				delete(fs.byObject, n.object)
+			}
+		}
+		fs.dropLowerLocked(n)
+		n.entry, n.object, n.lower, n.hasLower = nil, "", lp, true
+		fs.byLower[lp] = n
+		if sharedLower(&st) && fs.byLowerIno[n.ino] == nil {
+			fs.byLowerIno[n.ino] = n
+		}
+		fs.nodesMu.Unlock()
+		stale = append(stale, Stale{Node: n})
+	}
+	return stale, orphans
+}

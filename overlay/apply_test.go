@@ -1,0 +1,441 @@
+package overlay
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// apply runs Apply on e's view, failing the test on an error.
+func (e *env) apply(o ApplyOptions) ApplyResult {
+	e.t.Helper()
+	r, err := Apply(e.fs, o)
+	if err != nil {
+		e.t.Fatalf("Apply(%+v): %v", o, err)
+	}
+	return r
+}
+
+// itemPaths lists "kind path" of items.
+func itemPaths(items []ApplyItem) string {
+	var b strings.Builder
+	for _, it := range items {
+		fmt.Fprintf(&b, "%s %s\n", it.Kind, it.Path)
+	}
+	return b.String()
+}
+
+// lowerSigs walks the plain lower tree.
+func (e *env) lowerSigs() map[string]fileSig {
+	e.t.Helper()
+	return fullWalk(e.t, e.lowerView().fs)
+}
+
+// entryPaths lists the paths the branch has entries for.
+func (e *env) entryPaths() []string {
+	e.t.Helper()
+	var out []string
+	if err := e.fs.Layer().Load(func(p string, _ *branch.Entry) error { out = append(out, p); return nil }); err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+func checkNoDiff(t *testing.T, e *env, what string) {
+	t.Helper()
+	if cs := diffOf(t, e.lowerView().fs, e.fs); len(cs) > 0 {
+		t.Errorf("%s: Diff(lower, branch) =\n%s want none", what, summary(cs))
+	}
+}
+
+func TestApplyEverything(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/f": "lower f", "d/g": "gone", "keep": "keep", "mv/a": "moved data", "mode": "m", "empty/": ""})
+	r := e.fs.Root()
+	e.write("d/f", "upper f")
+	if err := e.fs.Unlink(e.must("d"), "g"); err != nil {
+		t.Fatal(err)
+	}
+	nd, _, err := e.fs.Mkdir(r, "new", 0750, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, f, _, err := e.fs.Create(nd, "file", unix.O_RDWR, 0640, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("new data"), 0)
+	f.Release()
+	if _, _, err := e.fs.Symlink(nd, "link", "../keep", Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Rename(e.must("mv"), "a", r, "moved", 0); err != nil {
+		t.Fatal(err)
+	}
+	mode := uint32(0700)
+	if _, err := e.fs.Setattr(e.must("mode"), SetAttr{Mode: &mode}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Setxattr(e.must("keep"), "user.note", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Rmdir(r, "empty"); err != nil {
+		t.Fatal(err)
+	}
+	movedIno := lowerIno(t, e, "mv/a")
+	want := fullWalk(t, e.fs)
+
+	res := e.apply(ApplyOptions{})
+	if len(res.Conflicts) > 0 || len(res.Skipped) > 0 {
+		t.Fatalf("conflicts:\n%sskipped:\n%s", itemPaths(res.Conflicts), itemPaths(res.Skipped))
+	}
+	eq(t, "applied", itemPaths(res.Applied), lines(
+		"modified d/f", "deleted d/g", "deleted empty", "mode-changed keep", "mode-changed mode",
+		"created moved", "deleted mv/a", "created new", "created new/file", "created new/link"))
+	eq(t, "bytes", res.Bytes, int64(len("upper f")+len("new data")))
+	if got := e.lowerSigs(); !maps.Equal(got, want) {
+		t.Errorf("lower after apply:\n%v\nwant (the view before):\n%v", got, want)
+	}
+	if got := fullWalk(t, e.fs); !maps.Equal(got, want) {
+		t.Errorf("view after apply:\n%v\nwant as before:\n%v", got, want)
+	}
+	checkNoDiff(t, e, "after apply")
+	eq(t, "the moved file keeps its lower inode", lowerIno(t, e, "moved"), movedIno)
+	st := lstatLower(t, e, "new")
+	eq(t, "mode of new", st.Mode&07777, uint32(0750))
+	// Only the directory made in the view stays an entry (for its
+	// inode number), with the root above it.
+	eq(t, "entries after apply", e.entryPaths(), []string{"", "new"})
+	// A remount shows the same.
+	e.reopen()
+	if got := fullWalk(t, e.fs); !maps.Equal(got, want) {
+		t.Errorf("view after remount:\n%v\nwant:\n%v", got, want)
+	}
+	checkNoDiff(t, e, "after remount")
+}
+
+func lowerIno(t *testing.T, e *env, p string) uint64 {
+	t.Helper()
+	return lstatLower(t, e, p).Ino
+}
+
+func lstatLower(t *testing.T, e *env, p string) unix.Stat_t {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(e.lower, p), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestApplyKeepsTimes(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/f": "x"})
+	e.write("d/f", "new")
+	mt := unix.Timespec{Sec: 1_000_000_000, Nsec: 123456789}
+	at := unix.Timespec{Sec: 1_100_000_000, Nsec: 5}
+	if _, err := e.fs.Setattr(e.must("d/f"), SetAttr{Mtime: &mt, Atime: &at}, nil); err != nil {
+		t.Fatal(err)
+	}
+	dst, _ := e.fs.Getattr(e.must("d"))
+	e.apply(ApplyOptions{})
+	st := lstatLower(t, e, "d/f")
+	eq(t, "mtime", st.Mtim, mt)
+	eq(t, "atime", st.Atim, at)
+	eq(t, "directory mtime", lstatLower(t, e, "d").Mtim, dst.Mtim)
+}
+
+func TestApplyConflict(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "lower", "other": "o"})
+	e.write("f", "upper")
+	e.write("other", "upper other")
+	time.Sleep(20 * time.Millisecond) // a ctime the coarse clock tells apart
+	if err := os.WriteFile(filepath.Join(e.lower, "f"), []byte("edited outside"), 0644); err != nil {
+		t.Fatal(err)
+	}
+	res := e.apply(ApplyOptions{})
+	eq(t, "conflicts", itemPaths(res.Conflicts), lines("modified f"))
+	eq(t, "applied", itemPaths(res.Applied), lines("modified other"))
+	eq(t, "lower f", e.lowerContent("f"), "edited outside")
+	eq(t, "lower other", e.lowerContent("other"), "upper other")
+	eq(t, "view f", e.read("f"), "upper")
+	res = e.apply(ApplyOptions{Force: true})
+	eq(t, "applied with force", itemPaths(res.Applied), lines("modified f"))
+	eq(t, "lower f", e.lowerContent("f"), "upper")
+	checkNoDiff(t, e, "after force")
+	// Applied paths are not conflicts any more.
+	e.write("f", "again")
+	res = e.apply(ApplyOptions{})
+	eq(t, "conflicts after apply", len(res.Conflicts), 0)
+	eq(t, "lower f", e.lowerContent("f"), "again")
+}
+
+func TestApplyConflictCreatedWhereLowerHadNothing(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/": ""})
+	_, f, _, err := e.fs.Create(e.must("d"), "new", unix.O_RDWR, 0644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("view"), 0)
+	f.Release()
+	if err := os.WriteFile(filepath.Join(e.lower, "d/new"), []byte("outside"), 0644); err != nil {
+		t.Fatal(err)
+	}
+	res := e.apply(ApplyOptions{})
+	eq(t, "conflicts", itemPaths(res.Conflicts), lines("modified d/new"))
+	eq(t, "lower", e.lowerContent("d/new"), "outside")
+}
+
+func TestApplyConflictBelowRenamedDir(t *testing.T) {
+	e := newEnv(t, map[string]string{"a/x": "x", "a/y": "y"})
+	if err := e.fs.Rename(e.fs.Root(), "a", e.fs.Root(), "b", 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := os.WriteFile(filepath.Join(e.lower, "a/x"), []byte("edited"), 0644); err != nil {
+		t.Fatal(err)
+	}
+	res := e.apply(ApplyOptions{})
+	eq(t, "conflicts", itemPaths(res.Conflicts), lines("deleted a/x"))
+	eq(t, "skipped", itemPaths(res.Skipped), lines("deleted a"))
+	eq(t, "lower a/x", e.lowerContent("a/x"), "edited")
+	eq(t, "lower b/x", e.lowerContent("b/x"), "edited")
+	res = e.apply(ApplyOptions{Force: true})
+	checkNoDiff(t, e, "after force")
+}
+
+func TestApplyPaths(t *testing.T) {
+	e := newEnv(t, map[string]string{"a/f": "a", "b/f": "b", "c": "c"})
+	e.write("a/f", "A")
+	e.write("b/f", "B")
+	nd, _, err := e.fs.Mkdir(e.fs.Root(), "n", 0755, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"x", "y"} {
+		if _, _, _, err := e.fs.Create(nd, name, unix.O_RDWR, 0644, Caller{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Apply(e.fs, ApplyOptions{Paths: []string{"c"}}); !errors.Is(err, ErrNoChange) {
+		t.Errorf("Apply of an unchanged path: %v, want ErrNoChange", err)
+	}
+	res := e.apply(ApplyOptions{Paths: []string{"a", "n/x"}})
+	eq(t, "applied", itemPaths(res.Applied), lines("modified a/f", "created n", "created n/x"))
+	if len(res.Applied) == 3 && !res.Applied[1].Implied {
+		t.Errorf("n applied without being marked implied")
+	}
+	eq(t, "lower a/f", e.lowerContent("a/f"), "A")
+	eq(t, "lower b/f", e.lowerContent("b/f"), "b")
+	if _, err := os.Lstat(filepath.Join(e.lower, "n/y")); !os.IsNotExist(err) {
+		t.Errorf("n/y in the lower tree: %v", err)
+	}
+	eq(t, "still different", summary(diffOf(t, e.lowerView().fs, e.fs)), lines("modified b/f", "created n/y"))
+	eq(t, "view n", e.names("n"), []string{"x", "y"})
+	res = e.apply(ApplyOptions{})
+	eq(t, "the rest", itemPaths(res.Applied), lines("modified b/f", "created n/y"))
+	checkNoDiff(t, e, "after the rest")
+}
+
+func TestApplyDryRun(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "lower", "g": "g"})
+	e.write("f", "upper")
+	if err := e.fs.Unlink(e.fs.Root(), "g"); err != nil {
+		t.Fatal(err)
+	}
+	before := e.lowerSigs()
+	entries := e.entryPaths()
+	res := e.apply(ApplyOptions{DryRun: true})
+	eq(t, "would apply", itemPaths(res.Applied), lines("modified f", "deleted g"))
+	eq(t, "bytes", res.Bytes, int64(5))
+	if got := e.lowerSigs(); !maps.Equal(got, before) {
+		t.Errorf("a dry run changed the lower tree:\n%v\nwas\n%v", got, before)
+	}
+	eq(t, "entries", e.entryPaths(), entries)
+}
+
+func TestApplyTypeChanges(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/x": "x", "f": "file"})
+	r := e.fs.Root()
+	if err := removeAll(e, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.fs.Symlink(r, "d", "f", Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Unlink(r, "f"); err != nil {
+		t.Fatal(err)
+	}
+	fd, _, err := e.fs.Mkdir(r, "f", 0755, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := e.fs.Create(fd, "in", unix.O_RDWR, 0600, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	want := fullWalk(t, e.fs)
+	res := e.apply(ApplyOptions{})
+	eq(t, "applied", itemPaths(res.Applied), lines("type-changed d", "deleted d/x", "type-changed f", "created f/in"))
+	if got := e.lowerSigs(); !maps.Equal(got, want) {
+		t.Errorf("lower:\n%v\nwant\n%v", got, want)
+	}
+	checkNoDiff(t, e, "after apply")
+}
+
+func TestApplyKeepsSnapshots(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "lower"})
+	e.write("f", "snapshotted")
+	snap, err := e.fs.Snapshot("s", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv := e.snapView(snap)
+	before := fullWalk(t, sv.fs)
+	e.apply(ApplyOptions{})
+	eq(t, "lower", e.lowerContent("f"), "snapshotted")
+	if got := fullWalk(t, sv.fs); !maps.Equal(got, before) {
+		t.Errorf("snapshot after apply:\n%v\nwant\n%v", got, before)
+	}
+	eq(t, "entries", e.entryPaths(), []string(nil))
+}
+
+func TestApplyKeepsFileOpenForWriting(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "lower"})
+	f, err := e.fs.Open(e.must("f"), unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("first"), 0)
+	e.apply(ApplyOptions{})
+	eq(t, "lower", e.lowerContent("f"), "first")
+	f.WriteAt([]byte("later"), 0)
+	f.Release()
+	eq(t, "view", e.read("f"), "later")
+	eq(t, "diff", summary(diffOf(t, e.lowerView().fs, e.fs)), lines("modified f"))
+}
+
+func TestApplyHardLinks(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "a"})
+	if _, err := e.fs.Link(e.must("a"), e.fs.Root(), "b"); err != nil {
+		t.Fatal(err)
+	}
+	e.write("a", "both")
+	e.apply(ApplyOptions{})
+	if lowerIno(t, e, "a") != lowerIno(t, e, "b") {
+		t.Errorf("a and b are not one file in the lower tree")
+	}
+	eq(t, "lower b", e.lowerContent("b"), "both")
+	checkNoDiff(t, e, "after apply")
+}
+
+// TestApplyRandom applies random changes (on random trees with hard
+// links, with a snapshot half way) and checks that the lower tree then
+// is what an export of the view was, that the view did not change, and
+// that the view no longer differs from the lower tree; partial applies
+// of random paths first.
+func TestApplyRandom(t *testing.T) {
+	seeds := 40
+	if testing.Short() {
+		seeds = 8
+	}
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { applyRandomly(t, seed) })
+	}
+}
+
+func applyRandomly(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	e := newEnv(t, randomTree(t, rng))
+	for _, l := range [][2]string{{"d0/f0", "d1/s/t/hl"}, {"d2/f0", "d2/hl"}} {
+		os.Link(filepath.Join(e.lower, l[0]), filepath.Join(e.lower, l[1]))
+	}
+	// The lower tree's ctimes older than the bases the operations
+	// record (a lower file changed in the same clock tick as a base
+	// counts as changed after it).
+	time.Sleep(20 * time.Millisecond)
+	var log []string
+	randomOps(e, rng, 12, &log)
+	if _, err := e.fs.Snapshot("half way", branch.KindManual); err != nil {
+		t.Fatal(err)
+	}
+	randomOps(e, rng, 12, &log)
+	fail := func(format string, a ...any) {
+		t.Helper()
+		t.Fatalf("seed %d: %s\noperations:\n%s", seed, fmt.Sprintf(format, a...), strings.Join(log, "\n"))
+	}
+	view := fullWalk(t, e.fs)
+	export := filepath.Join(t.TempDir(), "export")
+	if err := Export(e.fs, export); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := LowerView(export, e.bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	exported := fullWalk(t, ev)
+
+	// A partial apply of a random changed path first.
+	if cs := diffOf(t, e.lowerView().fs, e.fs); len(cs) > 0 && rng.IntN(2) == 0 {
+		p := cs[rng.IntN(len(cs))].Path
+		if _, err := Apply(e.fs, ApplyOptions{Paths: []string{p}}); err != nil {
+			fail("Apply(%q): %v", p, err)
+		}
+		log = append(log, "apply "+p)
+		if got := fullWalk(t, e.fs); !maps.Equal(got, view) {
+			fail("the view changed with a partial apply:\n%s", sigDiff(view, got))
+		}
+	}
+	res, err := Apply(e.fs, ApplyOptions{})
+	if err != nil {
+		fail("Apply: %v", err)
+	}
+	if len(res.Conflicts)+len(res.Skipped) > 0 {
+		fail("conflicts:\n%sskipped:\n%s", itemPaths(res.Conflicts), itemPaths(res.Skipped))
+	}
+	if got := e.lowerSigs(); !maps.Equal(got, exported) {
+		fail("the lower tree is not the export:\n%s\napplied:\n%s", sigDiff(exported, got), itemPaths(res.Applied))
+	}
+	if got := fullWalk(t, e.fs); !maps.Equal(got, view) {
+		fail("the view changed:\n%s", sigDiff(view, got))
+	}
+	if cs := diffOf(t, e.lowerView().fs, e.fs); len(cs) > 0 {
+		var b strings.Builder
+		for _, c := range cs {
+			fmt.Fprintf(&b, "%s %q old %+v new %+v\n", c.Kind, c.Path, c.Old, c.New)
+		}
+		fail("still different:\n%s", b.String())
+	}
+	e.reopen()
+	if got := fullWalk(t, e.fs); !maps.Equal(got, view) {
+		fail("the view changed at a remount:\n%s", sigDiff(view, got))
+	}
+}
+
+// sigDiff describes how two walks differ.
+func sigDiff(want, got map[string]fileSig) string {
+	var b strings.Builder
+	keys := slices.Sorted(maps.Keys(want))
+	for _, p := range keys {
+		if g, ok := got[p]; !ok {
+			fmt.Fprintf(&b, "missing %q %+v\n", p, want[p])
+		} else if g != want[p] {
+			fmt.Fprintf(&b, "differs %q: %+v, want %+v\n", p, g, want[p])
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[p]; !ok {
+			fmt.Fprintf(&b, "extra %q %+v\n", p, got[p])
+		}
+	}
+	return b.String()
+}

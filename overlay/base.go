@@ -1,0 +1,105 @@
+package overlay
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// # Bases
+//
+// The branch remembers what each lower path looked like when the view
+// first shadowed it (branch.Base): whenever an operation puts an entry
+// at a path that had none (a copy-up, a metacopy, a whiteout, a file or
+// directory created, the target of a rename, every entry a directory
+// rename moves), the same commit records the lower inode at that path
+// (or that there was none). When the path's parent merges another lower
+// directory (a renamed directory), the lower name the entry hides there
+// is recorded too, unless it has a base already. The base is kept while
+// entries come and go at the path, and replaced only when an entry
+// appears there again after the path had none; apply refreshes or
+// deletes the bases of the paths it writes. Apply uses them to tell a
+// lower file that changed since (see apply.go).
+
+// coarseNow is the time on the clock the kernel stamps ctimes with
+// (CLOCK_REALTIME_COARSE): a change made after it gets a ctime at
+// least as large.
+func coarseNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_REALTIME_COARSE, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano()
+}
+
+// lowerBase describes lower path p as it is now.
+func (fs *FS) lowerBase(p string) (*branch.Base, error) {
+	b := &branch.Base{Seen: coarseNow()}
+	var st unix.Stat_t
+	switch err := unix.Fstatat(fs.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW); err {
+	case nil:
+		fillBase(b, &st)
+	case unix.ENOENT, unix.ENOTDIR:
+	default:
+		return nil, fmt.Errorf("lower %s: %w", lowerRel(p), err)
+	}
+	return b, nil
+}
+
+func fillBase(b *branch.Base, st *unix.Stat_t) {
+	b.Exists = true
+	b.Dev, b.Ino, b.Mode, b.Uid, b.Gid, b.Size = st.Dev, st.Ino, st.Mode, st.Uid, st.Gid, st.Size
+	b.Mtime, b.Ctime = st.Mtim.Nano(), st.Ctim.Nano()
+}
+
+// recordBase records the base of p, which is getting its first entry
+// in t (and of the lower name the entry hides through a renamed
+// parent). fs.mu is held exclusively.
+func (t *tx) recordBase(p string) {
+	b, err := t.fs.lowerBase(p)
+	if err != nil {
+		t.err = err
+		return
+	}
+	t.b.SetBase(p, b)
+	lp, ok := t.fs.lowerPositionLocked(p)
+	if !ok || lp == p || t.fs.indexGet(lp) != nil {
+		return
+	}
+	if _, err := t.fs.layer.Base(lp); err == nil {
+		return // seen before: the first look counts
+	}
+	if b, err = t.fs.lowerBase(lp); err != nil {
+		t.err = err
+		return
+	}
+	t.b.SetBase(lp, b)
+}
+
+// lowerPositionLocked returns the lower path that view path p resolves
+// to when it has no entry of its own: its parent's merged lower
+// directory plus its name; false when the parent merges none (opaque).
+// fs.mu is held.
+func (fs *FS) lowerPositionLocked(p string) (string, bool) {
+	if p == "" {
+		return "", true
+	}
+	dir, name := splitPath(p)
+	if e := fs.indexGet(dir); e != nil {
+		if e.Type != branch.TypeDir {
+			return "", false
+		}
+		lp, ok := redirectOf(e)
+		if !ok {
+			return "", false
+		}
+		return joinPath(lp, name), true
+	}
+	lp, ok := fs.lowerPositionLocked(dir)
+	if !ok {
+		return "", false
+	}
+	return joinPath(lp, name), true
+}
