@@ -292,7 +292,7 @@ func (c *commitState) straightLocked(d string) bool {
 // lowerStat stats lower path p.
 func (fs *FS) lowerStat(p string) (unix.Stat_t, error) {
 	var st unix.Stat_t
-	err := unix.Fstatat(fs.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW)
+	err := fstatatLong(fs.lowerFd, lowerRel(p), &st)
 	return st, err
 }
 

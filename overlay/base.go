@@ -2,6 +2,8 @@ package overlay
 
 import (
 	"fmt"
+	"path"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -38,7 +40,7 @@ func coarseNow() int64 {
 func (fs *FS) lowerBase(p string) (*branch.Base, error) {
 	b := &branch.Base{Seen: coarseNow()}
 	var st unix.Stat_t
-	switch err := unix.Fstatat(fs.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW); err {
+	switch err := fstatatLong(fs.lowerFd, lowerRel(p), &st); err {
 	case nil:
 		fillBase(b, &st)
 	case unix.ENOENT, unix.ENOTDIR:
@@ -102,4 +104,31 @@ func (fs *FS) lowerPositionLocked(p string) (string, bool) {
 		return "", false
 	}
 	return joinPath(lp, name), true
+}
+
+// fstatatLong is fstatat(dirfd, rel, AT_SYMLINK_NOFOLLOW) for a path
+// that may be longer than PATH_MAX: the directories on the way are
+// opened one by one (O_PATH, never following a symlink).
+func fstatatLong(dirfd int, rel string, st *unix.Stat_t) error {
+	if len(rel) < unix.PathMax {
+		return unix.Fstatat(dirfd, rel, st, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	dir, name := path.Split(rel)
+	fd, err := unix.Openat(dirfd, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	for _, c := range strings.Split(strings.Trim(dir, "/"), "/") {
+		next, err := unix.Openat(fd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err == unix.ELOOP {
+			err = unix.ENOTDIR // a symlink on the way: nothing there
+		}
+		if err != nil {
+			return err
+		}
+		fd = next
+	}
+	defer unix.Close(fd)
+	return unix.Fstatat(fd, name, st, unix.AT_SYMLINK_NOFOLLOW)
 }
