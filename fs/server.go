@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,9 +70,10 @@ type inode struct {
 }
 
 type handle struct {
-	ino *inode
-	f   *overlay.File
-	pt  bool
+	ino   *inode
+	f     *overlay.File
+	pt    bool
+	wrote atomic.Bool // a write was reported (activity.go)
 }
 
 type dirHandle struct {
@@ -267,6 +269,7 @@ func (s *Server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 		return errno(err)
 	}
 	s.fillEntry(out, n, &st)
+	s.record(h, OpLookup, dir.n, name)
 	return fuse.OK
 }
 
@@ -369,6 +372,7 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 	if err != nil {
 		return errno(err)
 	}
+	s.recordSetattr(in, ino.n)
 	fillAttr(&out.Attr, &st)
 	out.SetTimeout(attrTimeout)
 	return fuse.OK
@@ -395,6 +399,7 @@ func (s *Server) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, ou
 	if err != nil {
 		return errno(err)
 	}
+	s.record(&in.InHeader, OpMknod, dir.n, name)
 	s.fillEntry(out, n, &attr)
 	return fuse.OK
 }
@@ -412,6 +417,7 @@ func (s *Server) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, ou
 	if err != nil {
 		return errno(err)
 	}
+	s.record(&in.InHeader, OpMkdir, dir.n, name)
 	s.fillEntry(out, n, &attr)
 	return fuse.OK
 }
@@ -429,6 +435,7 @@ func (s *Server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name 
 	if err != nil {
 		return errno(err)
 	}
+	s.record(h, OpSymlink, dir.n, name)
 	s.fillEntry(out, n, &attr)
 	return fuse.OK
 }
@@ -453,6 +460,7 @@ func (s *Server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out 
 	if err != nil {
 		return errno(err)
 	}
+	s.recordRename(nil, &in.InHeader, OpLink, src.n, "", dir.n, name)
 	s.fillEntry(out, src.n, &attr)
 	return fuse.OK
 }
@@ -466,7 +474,7 @@ func (s *Server) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) f
 	if st != fuse.OK {
 		return st
 	}
-	return errno(s.view.Unlink(dir.n, name))
+	return errno(s.recordErr(s.view.Unlink(dir.n, name), h, OpUnlink, dir.n, name))
 }
 
 // Rmdir implements fuse.RawFileSystem.
@@ -478,7 +486,7 @@ func (s *Server) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fu
 	if st != fuse.OK {
 		return st
 	}
-	return errno(s.view.Rmdir(dir.n, name))
+	return errno(s.recordErr(s.view.Rmdir(dir.n, name), h, OpRmdir, dir.n, name))
 }
 
 // Rename implements fuse.RawFileSystem.
@@ -494,7 +502,7 @@ func (s *Server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newN
 	if ndir == nil {
 		return fuse.ENOENT
 	}
-	return errno(s.view.Rename(odir.n, oldName, ndir.n, newName, in.Flags))
+	return errno(s.recordRename(s.view.Rename(odir.n, oldName, ndir.n, newName, in.Flags), &in.InHeader, OpRename, odir.n, oldName, ndir.n, newName))
 }
 
 // Readlink implements fuse.RawFileSystem.
@@ -563,7 +571,7 @@ func (s *Server) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr stri
 	if ino == nil {
 		return fuse.ENOENT
 	}
-	return errno(s.view.Setxattr(ino.n, attr, data, int(in.Flags)))
+	return errno(s.recordErr(s.view.Setxattr(ino.n, attr, data, int(in.Flags)), &in.InHeader, OpSetxattr, ino.n, ""))
 }
 
 // RemoveXAttr implements fuse.RawFileSystem.
@@ -575,7 +583,7 @@ func (s *Server) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr stri
 	if ino == nil {
 		return fuse.ENOENT
 	}
-	return errno(s.view.Removexattr(ino.n, attr))
+	return errno(s.recordErr(s.view.Removexattr(ino.n, attr), h, OpRemovexattr, ino.n, ""))
 }
 
 // StatFs implements fuse.RawFileSystem.

@@ -55,7 +55,8 @@ Examples:
 		summary: "list the snapshots",
 		usage:   "[-C DIR] [--json]",
 		help: `List shows every snapshot, oldest first: its id, when it was taken, its
-kind (manual: agentfs snapshot create; auto: taken for a branch;
+kind (manual: agentfs snapshot create; auto: taken after changes
+settled or after a git commit, see agentfs mount --auto-snapshot;
 safety: taken by restore, to undo it; pre-run: before a command ran),
 the branch it was taken of, the size it added (the files whose
 contents it holds and the snapshot before it of the same branch does

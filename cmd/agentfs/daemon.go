@@ -64,6 +64,8 @@ type daemon struct {
 
 	shutdownOnce sync.Once
 	detached     chan struct{} // closed when the mount was detached lazily
+
+	activity *daemonActivity // the activity log and automatic snapshots (activity.go)
 }
 
 // serve mounts and serves until unmounted. readyFd, when >= 0, gets
@@ -105,6 +107,9 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 	d := &daemon{plan: p, log: logger, detached: make(chan struct{})}
 	defer d.close()
 	if err := d.openStore(); err != nil {
+		return err
+	}
+	if err := d.startActivity(); err != nil {
 		return err
 	}
 	if err := d.mount(); err != nil {
@@ -159,6 +164,9 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 func (d *daemon) exitNow(pid int) {
 	p := d.plan
 	d.log.Warn("the FUSE connection did not end; exiting anyway")
+	if d.activity != nil {
+		d.activity.log.Close() // write what is queued
+	}
 	if err := d.meta.Sync(); err != nil {
 		d.log.Error("syncing the metadata", "err", err)
 	}
@@ -224,6 +232,9 @@ func (d *daemon) mount() error {
 		FsName:      p.lower,
 		Debug:       p.debug,
 		Logger:      d.log,
+
+		Activity:      d.activity,
+		ActivityReads: p.activity.logReads,
 	})
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", p.mountpoint, err)
@@ -238,6 +249,7 @@ func (d *daemon) mount() error {
 
 // close releases everything; a private store is deleted.
 func (d *daemon) close() {
+	d.closeActivity()
 	if d.view != nil {
 		if err := d.view.Close(); err != nil {
 			d.log.Warn("closing the overlay", "err", err)
@@ -334,6 +346,7 @@ func (d *daemon) handle(s *ctl.Server) {
 	d.handleSnapshots(s)
 	d.handleBranches(s)
 	d.handleChanges(s)
+	d.handleActivity(s)
 }
 
 // status describes the mount for agentfs status.
