@@ -85,6 +85,9 @@ type Options struct {
 	Logger *slog.Logger
 	// procRoot is /proc (tests use a fake tree).
 	procRoot string
+	// hold, when set, keeps the writer from starting until it is
+	// closed (tests fill the queue).
+	hold chan struct{}
 }
 
 // Log appends entries to the activity log of a store.
@@ -153,6 +156,9 @@ func (l *Log) Close() error {
 func (l *Log) run() {
 	defer close(l.done)
 	defer l.closeSegment()
+	if l.opts.hold != nil {
+		<-l.opts.hold
+	}
 	for {
 		select {
 		case e := <-l.queue:
