@@ -20,10 +20,12 @@ import (
 // Writes are reported once per open file, not per write: at the first
 // write through the daemon, or, for a file opened for writing with
 // passthrough (the kernel then writes to the backing file directly and
-// the daemon never sees the writes), when it is opened. An open with
-// O_TRUNC that truncates is a "truncate". When a file opened for writing
-// is closed, a CloseWrite event follows (not a change in itself: it
-// tells that a writer finished).
+// the daemon never sees the writes), when it is opened. A writable open
+// with O_TRUNC is a "truncate", and the writes through it are part of
+// it, as the writes to a new file are part of its "create". When a file
+// opened for writing is released, a CloseWrite event follows (not a
+// change in itself: it tells that a writer finished; the kernel sends
+// the release after close(2) returns).
 
 // Activity receives the events of a mount.
 type Activity interface {
@@ -154,9 +156,7 @@ func (s *Server) recordOpen(in *fuse.OpenIn, hd *handle) {
 	switch {
 	case in.Flags&unix.O_TRUNC != 0 && writable:
 		s.record(&in.InHeader, OpTruncate, hd.ino.n, "")
-		if hd.pt {
-			hd.wrote.Store(true)
-		}
+		hd.wrote.Store(true) // what follows rewrites the file: part of the truncate
 	case writable && hd.pt:
 		s.recordWrite(&in.InHeader, hd, nil)
 	case !writable:
