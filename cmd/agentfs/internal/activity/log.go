@@ -159,23 +159,25 @@ func (l *Log) run() {
 	if l.opts.hold != nil {
 		<-l.opts.hold
 	}
+	var run callerRun
 	for {
 		select {
 		case e := <-l.queue:
-			l.write(e)
+			l.write(e, &run)
 			continue
 		default:
 		}
 		// The queue is empty: make what was written visible, then wait.
 		l.flush()
+		run = callerRun{}
 		select {
 		case e := <-l.queue:
-			l.write(e)
+			l.write(e, &run)
 		case <-l.stop:
 			for {
 				select {
 				case e := <-l.queue:
-					l.write(e)
+					l.write(e, &run)
 				default:
 					l.writeDrops()
 					return
@@ -185,11 +187,24 @@ func (l *Log) run() {
 	}
 }
 
+// callerRun is the caller of the entries the writer just wrote, while
+// it finds more queued: a run of entries of one thread is checked once.
+type callerRun struct {
+	tid   uint32
+	from  procInfo // what the cache said
+	now   procInfo // what the check said
+	valid bool
+}
+
 // write appends e, preceded by the count of entries dropped before it.
-func (l *Log) write(e Entry) {
+func (l *Log) write(e Entry, run *callerRun) {
 	l.writeDrops()
 	tid := uint32(e.Tid)
-	info := l.procs.recheck(tid, e.proc)
+	info := run.now
+	if !run.valid || run.tid != tid || run.from != e.proc {
+		info = l.procs.recheck(tid, e.proc)
+		*run = callerRun{tid: tid, from: e.proc, now: info, valid: true}
+	}
 	e.Pid, e.Command = info.pid, info.cmd
 	if e.Tid == e.Pid {
 		e.Tid = 0

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // # Who did it
@@ -17,7 +19,9 @@ import (
 // It is consulted on the FUSE path, where the caller is alive for sure
 // (its request is in flight): a hit costs a map lookup, a miss (the
 // first request of a thread) three small reads of /proc. The writer
-// checks each entry again off the FUSE path (recheck): a thread that
+// checks each entry again off the FUSE path (recheck, one read of
+// /proc/TID/cmdline compared byte for byte; once for a run of entries
+// of one thread that the writer finds queued together): a thread that
 // called exec since it was cached gets its new command line, and a
 // thread id the kernel gave to a new process (its start time differs)
 // is dropped from the cache.
@@ -31,18 +35,23 @@ const maxProcs = 8192
 type procInfo struct {
 	pid   int    // thread group id
 	cmd   string // command line, shell-quoted
+	raw   string // the command line as read (at most maxRawCmdline bytes)
 	start string // the thread's start time (field 22 of stat)
 }
 
+// maxRawCmdline is how much of /proc/TID/cmdline is read.
+const maxRawCmdline = 4096
+
 type procCache struct {
 	root string // "/proc"; tests use a fake tree
+	buf  []byte // recheck's buffer (the writer's alone)
 
 	mu sync.RWMutex
 	m  map[uint32]procInfo
 }
 
 func newProcCache(root string) *procCache {
-	return &procCache{root: root, m: map[uint32]procInfo{}}
+	return &procCache{root: root, m: map[uint32]procInfo{}, buf: make([]byte, maxRawCmdline)}
 }
 
 // lookup returns the process and command line of thread tid.
@@ -77,8 +86,8 @@ func (c *procCache) recheck(tid uint32, info procInfo) procInfo {
 	if tid == 0 {
 		return info
 	}
-	cmd, ok := c.readCmdline(tid)
-	if !ok || cmd == "" || cmd == info.cmd {
+	raw, ok := c.readRaw(tid, c.buf)
+	if !ok || len(raw) == 0 || string(raw) == info.raw {
 		return info // gone or exiting (it said what it was), or unchanged
 	}
 	now := c.resolve(tid)
@@ -113,8 +122,8 @@ func (c *procCache) resolve(tid uint32) procInfo {
 	if b, err := os.ReadFile(filepath.Join(dir, "stat")); err == nil {
 		comm, info.start = parseStat(b)
 	}
-	if cmd, ok := c.readCmdline(tid); ok && cmd != "" {
-		info.cmd = cmd
+	if raw, ok := c.readRaw(tid, make([]byte, maxRawCmdline)); ok && len(raw) > 0 {
+		info.raw, info.cmd = string(raw), formatCmdline(raw)
 	} else if comm != "" {
 		info.cmd = "[" + comm + "]" // a kernel thread, or a zombie
 	}
@@ -137,13 +146,19 @@ func parseStat(b []byte) (comm, start string) {
 	return comm, start
 }
 
-// readCmdline returns tid's command line, shell-quoted and bounded.
-func (c *procCache) readCmdline(tid uint32) (string, bool) {
-	b, err := os.ReadFile(filepath.Join(c.root, strconv.FormatUint(uint64(tid), 10), "cmdline"))
+// readRaw reads (the start of) tid's command line into buf, with as
+// few system calls as it takes (open, read, close).
+func (c *procCache) readRaw(tid uint32, buf []byte) ([]byte, bool) {
+	fd, err := unix.Open(c.root+"/"+strconv.FormatUint(uint64(tid), 10)+"/cmdline", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", false
+		return nil, false
 	}
-	return formatCmdline(b), true
+	defer unix.Close(fd)
+	n, err := unix.Read(fd, buf)
+	if err != nil || n < 0 {
+		return nil, false
+	}
+	return buf[:n], true
 }
 
 // formatCmdline turns a NUL-separated argument list into one line, each
