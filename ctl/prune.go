@@ -3,7 +3,8 @@ package ctl
 // Payloads of OpSnapshotPrune.
 
 // PruneArgs are the arguments of OpSnapshotPrune. Only automatic
-// snapshots that no tag names are ever deleted.
+// snapshots are ever deleted, never one that a tag names or that a
+// branch was created from.
 type PruneArgs struct {
 	// Keep, when set, keeps the Keep newest automatic snapshots and
 	// deletes the others; when nil the mount's retention policy decides

@@ -452,6 +452,18 @@ func TestSnapshotPrune(t *testing.T) {
 	if want := []string{first, manual}; !slices.Equal(ids(listSnapshots(t, m.dir)), want) {
 		t.Errorf("snapshots after prune --keep 0 = %v, want %v", ids(listSnapshots(t, m.dir)), want)
 	}
+	// The snapshot a branch was made from stays too.
+	mustC(t, m.dir, "branch", "create", "other")
+	var origin string
+	for _, b := range listBranches(t, m.dir) {
+		if b.Name == "other" {
+			origin = b.Origin
+		}
+	}
+	mustC(t, m.dir, "snapshot", "prune", "--keep", "0")
+	if s := findSnapshot(listSnapshots(t, m.dir), origin); origin == "" || s == nil {
+		t.Errorf("prune --keep 0 deleted %q, the snapshot branch other was made from", origin)
+	}
 	if r := agentfsC(t, m.dir, "snapshot", "prune", "--keep", "-1"); r.code != 2 {
 		t.Errorf("prune --keep -1: want a usage error:\n%s", r)
 	}

@@ -170,17 +170,25 @@ func (d *daemon) pruneLocked(keep *int, dryRun bool) (pruneResult, error) {
 	if err != nil {
 		return pruneResult{}, err
 	}
-	tagged := map[string]bool{}
+	// Tagged snapshots and those branches were made from are pinned.
+	pinned := map[string]bool{}
 	for _, id := range d.tags() {
-		tagged[id] = true
+		pinned[id] = true
+	}
+	infos, err := d.meta.LayerInfos()
+	if err != nil {
+		return pruneResult{}, err
+	}
+	for _, li := range infos {
+		pinned[li.Origin] = true
 	}
 	var list []autosnap.Snap
 	byID := map[string]branch.Snapshot{}
 	auto := 0
 	for _, s := range snaps {
-		list = append(list, autosnap.Snap{ID: s.ID, Kind: s.Kind, Created: s.Created, Tagged: tagged[s.ID]})
+		list = append(list, autosnap.Snap{ID: s.ID, Kind: s.Kind, Created: s.Created, Pinned: pinned[s.ID]})
 		byID[s.ID] = s
-		if s.Kind == branch.KindAuto && !tagged[s.ID] {
+		if s.Kind == branch.KindAuto && !pinned[s.ID] {
 			auto++
 		}
 	}

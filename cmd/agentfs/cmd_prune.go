@@ -16,8 +16,9 @@ func init() {
 		summary: "delete old automatic snapshots",
 		usage:   "[-C DIR] [--keep N] [--dry-run] [--json]",
 		help: `Prune deletes automatic snapshots (kind auto: taken after changes
-settled, or after a git commit). Manual, pre-run and safety snapshots,
-and tagged snapshots of any kind, are never deleted.
+settled, after a git commit, or when a branch was created). Manual,
+pre-run and safety snapshots, tagged snapshots of any kind, and the
+snapshots that branches were created from are never deleted.
 
 With --keep N the N newest automatic snapshots stay and the others go.
 Without it, the mount's retention policy decides, as it does after each

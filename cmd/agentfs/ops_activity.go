@@ -12,9 +12,10 @@ func (d *daemon) handleActivity(s *ctl.Server) {
 	s.Handle(ctl.OpSnapshotPrune, serialized(d, ctl.OpSnapshotPrune, d.snapshotPrune))
 }
 
-// snapshotPrune deletes automatic snapshots (never manual, pre-run,
-// safety or tagged ones): the args.Keep newest are kept, or, without
-// Keep, those the retention policy keeps.
+// snapshotPrune deletes automatic snapshots (never manual, pre-run or
+// safety ones, nor those a tag names or a branch was created from): the
+// args.Keep newest are kept or, without Keep, those the retention
+// policy keeps.
 func (d *daemon) snapshotPrune(c ctl.Caller, args ctl.PruneArgs) (any, error) {
 	if args.Keep != nil && *args.Keep < 0 {
 		return nil, ctl.Errorf(syscall.EINVAL, "--keep %d: keep a count of 0 or more", *args.Keep)

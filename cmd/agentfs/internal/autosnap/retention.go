@@ -16,8 +16,9 @@ import (
 // and, of what that keeps, at most Keep (the newest). Hours and days
 // are counted in UTC from the Unix epoch, so a snapshot kept once stays
 // kept as time goes by (until the count limit or the next coarser step
-// takes it). Only untagged automatic snapshots are ever chosen for
-// deletion: manual, pre-run and safety snapshots, and tagged ones of
+// takes it). Only automatic snapshots that are not pinned (by a tag, or
+// as the snapshot a branch was created from) are ever chosen for
+// deletion: manual, pre-run and safety snapshots, and pinned ones of
 // any kind, are never deleted and do not count against Keep.
 
 // Retention defaults.
@@ -36,10 +37,12 @@ type Snap struct {
 	ID      string
 	Kind    string
 	Created time.Time
-	Tagged  bool
+	// Pinned snapshots are kept: a tag names them, or a branch was
+	// created from them.
+	Pinned bool
 }
 
-func (s Snap) prunable() bool { return s.Kind == KindAuto && !s.Tagged }
+func (s Snap) prunable() bool { return s.Kind == KindAuto && !s.Pinned }
 
 // Policy is a retention policy.
 type Policy struct {

@@ -124,7 +124,7 @@ func TestPruneCountLimitAndKinds(t *testing.T) {
 		{ID: "manual", Kind: "manual", Created: old},
 		{ID: "prerun", Kind: "pre-run", Created: old},
 		{ID: "safety", Kind: "safety", Created: old},
-		{ID: "tagged", Kind: KindAuto, Created: old, Tagged: true},
+		{ID: "tagged", Kind: KindAuto, Created: old, Pinned: true},
 	}
 	snaps = append(snaps, keepers...)
 	drop := (Policy{Keep: 4}).Prune(epoch, snaps)
@@ -138,7 +138,7 @@ func TestPruneCountLimitAndKinds(t *testing.T) {
 		t.Errorf("KeepNewest(2) = %v, want %v", ids(drop), want)
 	}
 	if drop := KeepNewest(0, keepers); len(drop) != 0 {
-		t.Errorf("KeepNewest(0) deleted %v: manual, pre-run, safety and tagged snapshots are never deleted", ids(drop))
+		t.Errorf("KeepNewest(0) deleted %v: manual, pre-run, safety and pinned snapshots are never deleted", ids(drop))
 	}
 	if drop := KeepNewest(100, snaps); len(drop) != 0 {
 		t.Errorf("KeepNewest(100) of 10 deleted %v", ids(drop))
