@@ -56,7 +56,7 @@ func init() {
 	register(&command{
 		name:    "mount",
 		summary: "mount a copy-on-write view of a project",
-		usage:   "--lower DIR [--store DIR] [--backstore hostfs|ramdisk] [--ramdisk-size SIZE] [--foreground] [--debug] MOUNTPOINT",
+		usage:   "--lower DIR [--store DIR] [--backstore hostfs|ramdisk] [--ramdisk-size SIZE] [--auto-snapshot] [--quiet-period DUR] [--log-reads] [--foreground] [--debug] MOUNTPOINT",
 		help: `Mount shows DIR at MOUNTPOINT. Reads pass through to DIR; the first write
 to a file copies it into the backstore; deletes hide the lower file. DIR
 itself is never modified. The command returns once the mount is ready; a

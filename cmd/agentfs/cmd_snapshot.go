@@ -16,7 +16,7 @@ func init() {
 	register(&command{
 		name:    "snapshot",
 		summary: "take, list and delete snapshots of the mount",
-		usage:   "create|list|delete [FLAGS] [ARGS]",
+		usage:   "create|list|delete|prune [FLAGS] [ARGS]",
 		help: `A snapshot is an immutable point in time of the branch the mount shows:
 nothing done in the mount afterwards changes it. Taking one costs the
 same whatever the size of the files (they are shared until changed).
