@@ -69,6 +69,10 @@ const (
 	OpClose       = "close"
 )
 
+// DeletedPath is the path of an event on a file that is no longer in
+// the tree (unlinked while open).
+const DeletedPath = "(deleted)"
+
 // Event is one operation a process did in the mount.
 type Event struct {
 	Time  time.Time
@@ -205,7 +209,7 @@ func (s *Server) recordEvent(h *fuse.InHeader, op string, n *overlay.Node, name 
 }
 
 // nodePath is the path of name in dir, or of dir itself for name ""
-// ("." for the root); "(deleted)" for a node no longer in the tree (a
+// ("." for the root); DeletedPath for a node no longer in the tree (a
 // file unlinked while open).
 func nodePath(view *overlay.FS, dir *overlay.Node, name string) string {
 	var p string
@@ -217,7 +221,7 @@ func nodePath(view *overlay.FS, dir *overlay.Node, name string) string {
 	}
 	switch {
 	case !ok:
-		return "(deleted)"
+		return DeletedPath
 	case p == "":
 		return "."
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,6 +120,8 @@ func (a *daemonActivity) Record(ev fs.Event) {
 	default:
 		c.Paths = []string{ev.Path}
 	}
+	// A file no longer in the tree is not in a snapshot either.
+	c.Paths = slices.DeleteFunc(c.Paths, func(p string) bool { return p == fs.DeletedPath })
 	a.auto.Add(c)
 }
 
