@@ -10,8 +10,10 @@
 // on a buffered channel; it never waits. When the queue is full the
 // entry is dropped and counted, and the writer records the count as an
 // entry of its own (op "dropped") before the next one. One writer
-// goroutine encodes and appends, flushing whenever the queue runs
-// empty, so a reader sees an entry moments after the operation.
+// goroutine encodes and appends: an entry that comes alone at once,
+// and while programs are busy, what gathered every 20 ms (one wake-up,
+// one write(2) and one check of each caller per batch), so a reader
+// sees an entry moments after the operation.
 //
 // # Bounds
 //
@@ -24,7 +26,6 @@ package activity
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -104,7 +105,8 @@ type Log struct {
 	f    *os.File
 	w    *bufio.Writer
 	size int64
-	werr error // the last write error, logged once
+	line []byte // the line being written
+	werr error  // the last write error, logged once
 }
 
 // Open opens (or creates) the log in o.Dir and starts its writer.
@@ -153,58 +155,79 @@ func (l *Log) Close() error {
 	return l.werr
 }
 
+// batchInterval is how long the writer lets entries gather while
+// programs are busy: it then wakes once per batch, not once per entry.
+const batchInterval = 20 * time.Millisecond
+
+// run is the writer. Idle, it waits for an entry and writes it at once;
+// busy, it writes what gathered every batchInterval, until a batch
+// finds the queue empty.
 func (l *Log) run() {
 	defer close(l.done)
 	defer l.closeSegment()
 	if l.opts.hold != nil {
 		<-l.opts.hold
 	}
-	var run callerRun
+	checked := map[uint32]callerCheck{}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		select {
 		case e := <-l.queue:
-			l.write(e, &run)
-			continue
-		default:
-		}
-		// The queue is empty: make what was written visible, then wait.
-		l.flush()
-		run = callerRun{}
-		select {
-		case e := <-l.queue:
-			l.write(e, &run)
+			l.write(e, checked)
 		case <-l.stop:
-			for {
-				select {
-				case e := <-l.queue:
-					l.write(e, &run)
-				default:
-					l.writeDrops()
-					return
-				}
+			l.drain(checked)
+			return
+		}
+		for {
+			l.drain(checked)
+			l.flush()
+			clear(checked)
+			timer.Reset(batchInterval)
+			select {
+			case <-timer.C:
+			case <-l.stop:
+				timer.Stop()
+				l.drain(checked)
+				return
+			}
+			if len(l.queue) == 0 {
+				break
 			}
 		}
 	}
 }
 
-// callerRun is the caller of the entries the writer just wrote, while
-// it finds more queued: a run of entries of one thread is checked once.
-type callerRun struct {
-	tid   uint32
-	from  procInfo // what the cache said
-	now   procInfo // what the check said
-	valid bool
+// drain writes every entry queued, then the count of those dropped.
+func (l *Log) drain(checked map[uint32]callerCheck) {
+	for {
+		select {
+		case e := <-l.queue:
+			l.write(e, checked)
+		default:
+			l.writeDrops()
+			return
+		}
+	}
+}
+
+// callerCheck is what the writer found checking a thread's caller in
+// the current batch: each thread is checked once per batch.
+type callerCheck struct {
+	from procInfo // what the cache said
+	now  procInfo // what the check said
 }
 
 // write appends e, preceded by the count of entries dropped before it.
-func (l *Log) write(e Entry, run *callerRun) {
+func (l *Log) write(e Entry, checked map[uint32]callerCheck) {
 	l.writeDrops()
 	tid := uint32(e.Tid)
-	info := run.now
-	if !run.valid || run.tid != tid || run.from != e.proc {
-		info = l.procs.recheck(tid, e.proc)
-		*run = callerRun{tid: tid, from: e.proc, now: info, valid: true}
+	c, ok := checked[tid]
+	if !ok || c.from != e.proc {
+		c = callerCheck{from: e.proc, now: l.procs.recheck(tid, e.proc)}
+		checked[tid] = c
 	}
+	info := c.now
 	e.Pid, e.Command = info.pid, info.cmd
 	if e.Tid == e.Pid {
 		e.Tid = 0
@@ -221,12 +244,8 @@ func (l *Log) writeDrops() {
 // append encodes e as one line, starting a new segment first when the
 // current one would grow past its half of the bound.
 func (l *Log) append(e Entry) {
-	line, err := json.Marshal(e)
-	if err != nil {
-		l.fail(err)
-		return
-	}
-	line = append(line, '\n')
+	l.line = append(appendEntry(l.line[:0], &e), '\n')
+	line := l.line
 	if l.size > 0 && l.size+int64(len(line)) > l.opts.MaxBytes/2 {
 		if err := l.rotate(); err != nil {
 			l.fail(err)

@@ -20,8 +20,8 @@ import (
 // (its request is in flight): a hit costs a map lookup, a miss (the
 // first request of a thread) three small reads of /proc. The writer
 // checks each entry again off the FUSE path (recheck, one read of
-// /proc/TID/cmdline compared byte for byte; once for a run of entries
-// of one thread that the writer finds queued together): a thread that
+// /proc/TID/cmdline compared byte for byte; once per thread in a batch
+// of entries the writer finds queued together): a thread that
 // called exec since it was cached gets its new command line, and a
 // thread id the kernel gave to a new process (its start time differs)
 // is dropped from the cache.

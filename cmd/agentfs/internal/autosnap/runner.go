@@ -7,8 +7,8 @@ import (
 
 // Runner drives a Scheduler with the real clock: Add queues a change
 // without waiting (it is called on the FUSE path), one goroutine feeds
-// the scheduler and calls take with each snapshot that falls due, one
-// at a time. Changes that find the queue full are counted per branch
+// the scheduler (in batches while programs are busy) and calls take
+// with each snapshot that falls due, one at a time. Changes that find the queue full are counted per branch
 // and still make a snapshot due (Change.Lost).
 type Runner struct {
 	s     *Scheduler
@@ -51,6 +51,12 @@ func (r *Runner) Stop() {
 	<-r.done
 }
 
+// batchInterval is how long the runner lets changes gather after it
+// read some: while programs are busy it wakes once per batch, not once
+// per change. Due times come from the changes' own times, so reading
+// them late delays nothing but the snapshot (by at most this much).
+const batchInterval = 20 * time.Millisecond
+
 func (r *Runner) run() {
 	defer close(r.done)
 	timer := time.NewTimer(time.Hour)
@@ -61,8 +67,12 @@ func (r *Runner) run() {
 		}
 		select {
 		case c := <-r.queue:
+			timer.Stop()
 			r.s.Add(c)
-			r.addLost(c.Time)
+			r.drain()
+			if !r.pause() {
+				return
+			}
 		case <-timer.C:
 			for _, d := range r.s.Take(time.Now()) {
 				r.take(d)
@@ -71,7 +81,32 @@ func (r *Runner) run() {
 			timer.Stop()
 			return
 		}
-		timer.Stop()
+	}
+}
+
+// drain hands every queued change to the scheduler, then those that
+// did not fit.
+func (r *Runner) drain() {
+	for {
+		select {
+		case c := <-r.queue:
+			r.s.Add(c)
+		default:
+			r.addLost(time.Now())
+			return
+		}
+	}
+}
+
+// pause waits batchInterval; false when the runner is stopped meanwhile.
+func (r *Runner) pause() bool {
+	t := time.NewTimer(batchInterval)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.stop:
+		return false
 	}
 }
 
