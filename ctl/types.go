@@ -42,6 +42,9 @@ const (
 	OpGC Op = 21
 	// OpFsck checks the store (FsckArgs); it answers a FsckReply.
 	OpFsck Op = 22
+	// OpSnapshotPrune deletes automatic snapshots by the retention
+	// policy or beyond a count (PruneArgs); it answers a PruneReply.
+	OpSnapshotPrune Op = 23
 
 	// OpBranchCreate creates a branch (BranchCreateArgs); it answers
 	// its BranchInfo.
@@ -93,6 +96,7 @@ var opNames = map[Op]string{
 	OpTagDelete:      "tag delete",
 	OpGC:             "gc",
 	OpFsck:           "fsck",
+	OpSnapshotPrune:  "snapshot prune",
 
 	OpBranchCreate:  "branch create",
 	OpBranchList:    "branch list",

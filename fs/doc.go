@@ -33,4 +33,11 @@
 // writes made after it, and no write can ever reach a lower file through
 // a reused backing id. An inode with cached opens never gets a
 // passthrough open (the kernel refuses to mix the two), and vice versa.
+//
+// # Activity
+//
+// With Options.Activity set, each successful change (and, with
+// Options.ActivityReads, each lookup, open for reading and listing) is
+// reported as an Event naming the caller, the branch and the paths, from
+// the view of the node it went to (activity.go). Reporting never waits.
 package fs

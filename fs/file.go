@@ -97,6 +97,7 @@ func (s *Server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	h := &handle{ino: ino, f: f}
 	s.setIOMode(h, out)
 	out.Fh = s.addHandle(h)
+	s.recordOpen(in, h)
 	return fuse.OK
 }
 
@@ -113,8 +114,10 @@ func (s *Server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 	if err != nil {
 		return errno(err)
 	}
+	s.record(&in.InHeader, OpCreate, dir.n, name)
 	s.fillEntry(&out.EntryOut, in.NodeId, n, &attr)
 	h := &handle{ino: s.known(n.ID), f: f}
+	h.wrote.Store(true) // the create is reported: writes to the new file are part of it
 	s.setIOMode(h, &out.OpenOut)
 	out.Fh = s.addHandle(h)
 	return fuse.OK
@@ -157,6 +160,7 @@ func (s *Server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (u
 		return 0, fuse.EBADF
 	}
 	n, err := h.f.WriteAt(data, int64(in.Offset))
+	s.recordWrite(&in.InHeader, h, err)
 	return uint32(n), errno(err)
 }
 
@@ -177,7 +181,7 @@ func (s *Server) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.St
 	if h == nil {
 		return fuse.EBADF
 	}
-	return errno(h.f.Allocate(in.Mode, int64(in.Offset), int64(in.Length)))
+	return errno(s.recordErr(h.f.Allocate(in.Mode, int64(in.Offset), int64(in.Length)), &in.InHeader, OpFallocate, h.ino.n, ""))
 }
 
 // CopyFileRange implements fuse.RawFileSystem.
@@ -187,6 +191,7 @@ func (s *Server) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn)
 		return 0, fuse.EBADF
 	}
 	n, err := src.f.CopyTo(int64(in.OffIn), dst.f, int64(in.OffOut), int(in.Len))
+	s.recordCopy(in, src, dst, err)
 	return uint32(n), errno(err)
 }
 
@@ -217,6 +222,7 @@ func (s *Server) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 		return
 	}
 	s.endIOMode(h)
+	s.recordClose(in, h)
 	if err := h.f.Release(); err != nil {
 		s.log.Warn("release", "err", err)
 	}
@@ -242,6 +248,7 @@ func (s *Server) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Open
 	s.dirs[fh] = &dirHandle{ino: ino}
 	s.mu.Unlock()
 	out.Fh = fh
+	s.record(&in.InHeader, OpReaddir, ino.n, "")
 	if in.NodeId != fuse.FUSE_ROOT_ID {
 		// The kernel keeps the listing in the directory's page cache
 		// and reuses it until the directory changes: its own changes

@@ -24,4 +24,10 @@ type Options struct {
 	FsName string
 	Debug  bool
 	Logger *slog.Logger
+
+	// Activity, when set, receives an event for every successful
+	// mutating operation (see "Activity" in activity.go); with
+	// ActivityReads also for lookups, opens for reading and listings.
+	Activity      Activity
+	ActivityReads bool
 }

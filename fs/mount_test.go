@@ -40,8 +40,9 @@ type testMount struct {
 }
 
 // mountForTest mounts lower in-process, with an in-memory branch store
-// and a backstore in a temporary directory.
-func mountForTest(t *testing.T, lower string, passthrough bool) *testMount {
+// and a backstore in a temporary directory; opts change the mount's
+// options.
+func mountForTest(t *testing.T, lower string, passthrough bool, opts ...func(*Options)) *testMount {
 	t.Helper()
 	requireFUSE(t)
 	bs, err := backstore.Open(backstore.Options{Dir: t.TempDir()})
@@ -64,7 +65,11 @@ func mountForTest(t *testing.T, lower string, passthrough bool) *testMount {
 	}
 	t.Cleanup(func() { view.Close() })
 	mnt := t.TempDir()
-	srv, err := Mount(Options{Mountpoint: mnt, View: view, Passthrough: passthrough, AllowOther: true, FsName: lower})
+	o := Options{Mountpoint: mnt, View: view, Passthrough: passthrough, AllowOther: true, FsName: lower}
+	for _, f := range opts {
+		f(&o)
+	}
+	srv, err := Mount(o)
 	if err != nil {
 		t.Fatal(err)
 	}

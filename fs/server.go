@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -70,9 +71,10 @@ type inode struct {
 }
 
 type handle struct {
-	ino *inode
-	f   *overlay.File
-	pt  bool
+	ino   *inode
+	f     *overlay.File
+	pt    bool
+	wrote atomic.Bool // a write was reported (activity.go)
 }
 
 type dirHandle struct {
@@ -334,6 +336,7 @@ func (s *Server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 		return errno(err)
 	}
 	s.fillEntry(out, h.NodeId, n, &st)
+	s.record(h, OpLookup, dir.n, name)
 	return fuse.OK
 }
 
@@ -445,6 +448,7 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 	if err != nil {
 		return errno(err)
 	}
+	s.recordSetattr(in, ino.n)
 	fillAttr(&out.Attr, &st)
 	out.SetTimeout(s.attrTimeout(in.NodeId))
 	return fuse.OK
@@ -471,6 +475,7 @@ func (s *Server) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, ou
 	if err != nil {
 		return errno(err)
 	}
+	s.record(&in.InHeader, OpMknod, dir.n, name)
 	s.fillEntry(out, in.NodeId, n, &attr)
 	return fuse.OK
 }
@@ -488,6 +493,7 @@ func (s *Server) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, ou
 	if err != nil {
 		return errno(err)
 	}
+	s.record(&in.InHeader, OpMkdir, dir.n, name)
 	s.fillEntry(out, in.NodeId, n, &attr)
 	return fuse.OK
 }
@@ -505,6 +511,7 @@ func (s *Server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name 
 	if err != nil {
 		return errno(err)
 	}
+	s.record(h, OpSymlink, dir.n, name)
 	s.fillEntry(out, h.NodeId, n, &attr)
 	return fuse.OK
 }
@@ -532,6 +539,7 @@ func (s *Server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out 
 	if err != nil {
 		return errno(err)
 	}
+	s.recordRename(nil, &in.InHeader, OpLink, src.n, "", dir.n, name)
 	s.fillEntry(out, in.NodeId, src.n, &attr)
 	return fuse.OK
 }
@@ -545,7 +553,7 @@ func (s *Server) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) f
 	if st != fuse.OK {
 		return st
 	}
-	return errno(dir.n.FS().Unlink(dir.n, name))
+	return errno(s.recordErr(dir.n.FS().Unlink(dir.n, name), h, OpUnlink, dir.n, name))
 }
 
 // Rmdir implements fuse.RawFileSystem.
@@ -557,7 +565,7 @@ func (s *Server) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fu
 	if st != fuse.OK {
 		return st
 	}
-	return errno(dir.n.FS().Rmdir(dir.n, name))
+	return errno(s.recordErr(dir.n.FS().Rmdir(dir.n, name), h, OpRmdir, dir.n, name))
 }
 
 // Rename implements fuse.RawFileSystem.
@@ -576,7 +584,7 @@ func (s *Server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newN
 	if odir.vs != ndir.vs {
 		return fuse.Status(unix.EXDEV) // a directory of another branch
 	}
-	return errno(odir.n.FS().Rename(odir.n, oldName, ndir.n, newName, in.Flags))
+	return errno(s.recordRename(odir.n.FS().Rename(odir.n, oldName, ndir.n, newName, in.Flags), &in.InHeader, OpRename, odir.n, oldName, ndir.n, newName))
 }
 
 // Readlink implements fuse.RawFileSystem.
@@ -645,7 +653,7 @@ func (s *Server) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr stri
 	if ino == nil {
 		return fuse.ENOENT
 	}
-	return errno(ino.n.FS().Setxattr(ino.n, attr, data, int(in.Flags)))
+	return errno(s.recordErr(ino.n.FS().Setxattr(ino.n, attr, data, int(in.Flags)), &in.InHeader, OpSetxattr, ino.n, ""))
 }
 
 // RemoveXAttr implements fuse.RawFileSystem.
@@ -657,7 +665,7 @@ func (s *Server) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr stri
 	if ino == nil {
 		return fuse.ENOENT
 	}
-	return errno(ino.n.FS().Removexattr(ino.n, attr))
+	return errno(s.recordErr(ino.n.FS().Removexattr(ino.n, attr), h, OpRemovexattr, ino.n, ""))
 }
 
 // StatFs implements fuse.RawFileSystem.

@@ -71,6 +71,9 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(harnessDir)
 	os.Chmod(harnessDir, 0o755)
+	// No user configuration of the machine's (agentfs mount reads
+	// ${XDG_CONFIG_HOME}/agentfs/config).
+	os.Setenv("XDG_CONFIG_HOME", filepath.Join(harnessDir, "config"))
 	agentfsBin = os.Getenv("AGENTFS_BIN")
 	if agentfsBin == "" {
 		agentfsBin = filepath.Join(harnessDir, "agentfs")

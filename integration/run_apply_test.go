@@ -4,6 +4,7 @@ package integration
 // project changes.
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,12 +19,52 @@ import (
 // session's state: the agent's files and its git commit.
 func TestRunApply(t *testing.T) {
 	e := newRunEnv(t)
-	agent := e.script("agent.sh", agentScript)
-	r := e.agentfs("run", "--", agent)
+	// The agent lingers after its commit, so that the automatic
+	// snapshot after a git commit falls due while it runs.
+	agent := e.script("agent.sh", strings.Replace(agentScript, "exit 3", "sleep 1\nexit 3", 1))
+	r := e.agentfs("run", "--quiet-period", "200ms", "--", agent)
 	if r.code != 3 {
 		t.Fatalf("agentfs run exit %d, want 3:\n%s", r.code, r)
 	}
 	id := sessionIDOf(t, r)
+
+	// The snapshots: pre-run, and an automatic one after the commit.
+	var kinds []string
+	gitSnap := false
+	for _, s := range e.snapshotsOf(id) {
+		kinds = append(kinds, s.Kind)
+		gitSnap = gitSnap || s.Kind == "auto" && strings.Contains(s.Label, "git commit") && strings.Contains(s.Label, "agent's work")
+	}
+	if len(kinds) < 2 || kinds[0] != "pre-run" || !gitSnap {
+		t.Errorf("snapshots of the session: kinds %v; want pre-run first, then an automatic one labelled with the agent's git commit", kinds)
+	}
+	// The log: what the agent did, with its pid and command.
+	lg := e.agentfs("log", "-s", id, "--json")
+	if lg.code != 0 {
+		t.Fatalf("log -s:\n%s", lg)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(lg.stdout), "\n") {
+		var ent struct {
+			Pid     int    `json:"pid"`
+			Command string `json:"command"`
+			Branch  string `json:"branch"`
+			Op      string `json:"op"`
+			Path    string `json:"path"`
+		}
+		if json.Unmarshal([]byte(line), &ent) != nil {
+			t.Errorf("log -s --json line is not JSON: %q", line)
+			continue
+		}
+		if ent.Pid > 0 && ent.Branch == "main" && ent.Command != "" {
+			seen[ent.Op+" "+ent.Path] = true
+		}
+	}
+	for _, want := range []string{"create new.txt", "unlink b.txt", "mkdir gen"} {
+		if !seen[want] {
+			t.Errorf("log -s %s lacks %q with a pid, command and branch; it has %v", id, want, seen)
+		}
+	}
 	want := filepath.Join(t.TempDir(), "want")
 	if x := e.agentfs("export", "-s", id, "main", "--to", want); x.code != 0 {
 		t.Fatalf("export -s:\n%s", x)

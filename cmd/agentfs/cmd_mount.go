@@ -15,6 +15,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/cmd/agentfs/internal/activity"
 )
 
 // mountOptions are the flags of agentfs mount.
@@ -26,6 +28,7 @@ type mountOptions struct {
 	foreground  bool
 	debug       bool
 	noPT        bool
+	activity    activityFlags
 	// Set by the parent for the daemon it starts.
 	ephemeral bool
 	readyFd   int
@@ -44,6 +47,7 @@ func (o *mountOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ramdiskSize, "ramdisk-size", "", "size limit of the ramdisk backstore, a `SIZE` such as 512M or 2G (default 1G)")
 	fs.BoolVar(&o.foreground, "foreground", false, "serve in this process (logging to stderr) instead of starting a daemon")
 	fs.BoolVar(&o.noPT, "no-passthrough", false, "serve file I/O through the page cache even where FUSE passthrough\nis available (to compare, or to work around a kernel problem)")
+	o.activity.AddFlags(fs)
 	fs.BoolVar(&o.debug, "debug", false, "log every FUSE operation (to the store's agentfs.log, or stderr with --foreground)")
 	fs.BoolVar(&o.ephemeral, "ephemeral", false, "internal: the store is private; delete it on exit")
 	fs.IntVar(&o.readyFd, "ready-fd", -1, "internal: report readiness on this file descriptor")
@@ -57,7 +61,7 @@ func init() {
 	register(&command{
 		name:    "mount",
 		summary: "mount a copy-on-write view of a project",
-		usage:   "--lower DIR [--store DIR] [--backstore hostfs|ramdisk] [--ramdisk-size SIZE] [--foreground] [--debug] MOUNTPOINT",
+		usage:   "--lower DIR [--store DIR] [--backstore hostfs|ramdisk] [--ramdisk-size SIZE] [--auto-snapshot] [--quiet-period DUR] [--log-reads] [--foreground] [--debug] MOUNTPOINT",
 		help: `Mount shows DIR at MOUNTPOINT. Reads pass through to DIR; the first write
 to a file copies it into the backstore; deletes hide the lower file. DIR
 itself is never modified. The command returns once the mount is ready; a
@@ -74,8 +78,16 @@ mountpoint, a mountpoint inside the lower tree (or the reverse), a
 mountpoint that is already mounted, a missing /dev/fuse, a store in use
 or written by an incompatible agentfs are refused with an explanation.
 
+Every change programs make in the mount goes to an activity log in the
+store (agentfs log shows it). With --auto-snapshot the mount takes a
+snapshot once changes settle (--quiet-period) and after each git commit
+made inside it; older automatic snapshots thin out (agentfs snapshot
+prune). Defaults for these come from ~/.config/agentfs/config and the
+project's .agentfs.conf (see the README); flags override both.
+
 Examples:
   agentfs mount --lower ~/proj /mnt/ws
+  agentfs mount --lower ~/proj --auto-snapshot --quiet-period 5s /mnt/ws
   agentfs mount --lower ~/proj --store ~/.ws1 /mnt/ws
   agentfs mount --lower ~/proj --backstore ramdisk --ramdisk-size 2G /mnt/ws`,
 		setup: func(fs *pflag.FlagSet, _ streams) runFunc {
@@ -111,6 +123,8 @@ type mountPlan struct {
 	// offline: the store is opened in-process with nothing mounted
 	// (an ended session, see openOffline).
 	offline bool
+
+	activity activitySettings
 }
 
 func runMount(ctx context.Context, o *mountOptions, args []string) error {
@@ -172,6 +186,15 @@ func validateMount(o *mountOptions, mp string) (*mountPlan, error) {
 			return nil, errors.New("--session-mount is agentfs run's own: it mounts over the project in a private mount namespace; use agentfs run")
 		}
 	} else if err := checkNesting(p.lower, p.mountpoint); err != nil {
+		return nil, err
+	}
+	cfg, err := loadConfig(p.lower)
+	if err != nil {
+		return nil, err
+	}
+	// agentfs run takes automatic snapshots by default; a plain mount
+	// when asked to.
+	if p.activity, err = o.activity.resolve(cfg, p.session); err != nil {
 		return nil, err
 	}
 	if !p.session {
@@ -314,7 +337,8 @@ func isMountRoot(dir string) bool {
 }
 
 // storeEntries are the names agentfs keeps in a store directory.
-var storeEntries = map[string]bool{"meta": true, "lock": true, "objects": true, "ramdisk": true, "spill": true, "agentfs.log": true}
+var storeEntries = map[string]bool{"meta": true, "lock": true, "objects": true, "ramdisk": true, "spill": true, "agentfs.log": true,
+	activity.FileName: true, activity.OldFileName: true}
 
 // checkStore validates --store: a directory (or a path to create) outside
 // the lower tree and the mountpoint, that is empty or an agentfs store.
@@ -468,6 +492,7 @@ func spawnDaemon(p *mountPlan) (*exec.Cmd, error) {
 	if p.session {
 		args = append(args, "--session-mount")
 	}
+	args = append(args, p.activity.daemonArgs()...)
 	args = append(args, p.mountpoint)
 	cmd := exec.Command(self, args...)
 	cmd.Stdin = nil

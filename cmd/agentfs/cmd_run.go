@@ -22,6 +22,8 @@ type runOptions struct {
 	// namespaces (runSession).
 	sessionDir   string
 	nsUid, nsGid int
+	// activity: automatic snapshots (on by default) and the log.
+	activity activityFlags
 }
 
 func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
@@ -29,6 +31,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.sessionDir, "session-process", "", "internal: run the session whose directory this is")
 	fs.IntVar(&o.nsUid, "ns-uid", -1, "internal: the user's uid outside the user namespace")
 	fs.IntVar(&o.nsGid, "ns-gid", -1, "internal: the user's gid outside the user namespace")
+	o.activity.AddFlags(fs)
 	fs.MarkHidden("session-process")
 	fs.MarkHidden("ns-uid")
 	fs.MarkHidden("ns-gid")
@@ -122,6 +125,15 @@ func runRun(ctx context.Context, o *runOptions, args []string) error {
 	if project == "/" {
 		return errors.New("the project directory is /: agentfs run shows a project directory, not the whole system; cd to the project, or give it with -C DIR")
 	}
+	// A bad config file is an error before anything is made.
+	cfg, err := loadConfig(project)
+	if err != nil {
+		return err
+	}
+	settings, err := o.activity.resolve(cfg, true)
+	if err != nil {
+		return err
+	}
 	root := os.Geteuid() == 0
 	if err := checkRunFuse(root); err != nil {
 		return err
@@ -136,8 +148,9 @@ func runRun(ctx context.Context, o *runOptions, args []string) error {
 		return fmt.Errorf("finding the agentfs binary: %w", err)
 	}
 	child := exec.Command(self, "run", "--session-process", rec.dir(),
-		"--ns-uid", strconv.Itoa(os.Getuid()), "--ns-gid", strconv.Itoa(os.Getgid()), "--")
-	child.Args = append(child.Args, args...)
+		"--ns-uid", strconv.Itoa(os.Getuid()), "--ns-gid", strconv.Itoa(os.Getgid()))
+	child.Args = append(child.Args, settings.daemonArgs()...)
+	child.Args = append(append(child.Args, "--"), args...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
 	child.Dir = "/"
 	if root {

@@ -16,7 +16,7 @@ func init() {
 	register(&command{
 		name:    "snapshot",
 		summary: "take, list and delete snapshots of the mount",
-		usage:   "create|list|delete [FLAGS] [ARGS]",
+		usage:   "create|list|delete|prune [FLAGS] [ARGS]",
 		help: `A snapshot is an immutable point in time of the branch the mount shows:
 nothing done in the mount afterwards changes it. Taking one costs the
 same whatever the size of the files (they are shared until changed).
@@ -55,7 +55,8 @@ Examples:
 		summary: "list the snapshots",
 		usage:   "[-C DIR] [--json]",
 		help: `List shows every snapshot, oldest first: its id, when it was taken, its
-kind (manual: agentfs snapshot create; auto: taken for a branch;
+kind (manual: agentfs snapshot create; auto: taken after changes
+settled or after a git commit, see agentfs mount --auto-snapshot;
 safety: taken by restore, to undo it; pre-run: before a command ran),
 the branch it was taken of, the size it added (the files whose
 contents it holds and the snapshot before it of the same branch does

@@ -71,6 +71,8 @@ type daemon struct {
 
 	shutdownOnce sync.Once
 	detached     chan struct{} // closed when the mount was detached lazily
+
+	activity *daemonActivity // the activity log and automatic snapshots (activity.go)
 }
 
 // serve mounts and serves until unmounted. readyFd, when >= 0, gets
@@ -124,6 +126,9 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 		p.userns = inUserNamespace()
 	}
 	if err := d.openStore(); err != nil {
+		return err
+	}
+	if err := d.startActivity(); err != nil {
 		return err
 	}
 	if err := d.mount(); err != nil {
@@ -186,6 +191,9 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 func (d *daemon) exitNow(pid int) {
 	p := d.plan
 	d.log.Warn("the FUSE connection did not end; exiting anyway")
+	if d.activity != nil {
+		d.activity.log.Close() // write what is queued
+	}
 	if err := d.meta.Sync(); err != nil {
 		d.log.Error("syncing the metadata", "err", err)
 	}
@@ -269,6 +277,9 @@ func (d *daemon) mount() error {
 		FsName:      p.lower,
 		Debug:       p.debug,
 		Logger:      d.log,
+
+		Activity:      d.activity,
+		ActivityReads: p.activity.logReads,
 	})
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", p.mountpoint, err)
@@ -283,6 +294,7 @@ func (d *daemon) mount() error {
 
 // close releases everything; a private store is deleted.
 func (d *daemon) close() {
+	d.closeActivity()
 	for name, v := range d.views {
 		if err := v.Close(); err != nil {
 			d.log.Warn("closing the overlay", "branch", name, "err", err)
@@ -384,6 +396,7 @@ func (d *daemon) handle(s *ctl.Server) {
 	d.handleBindings(s)
 	d.handleChanges(s)
 	d.handleApply(s)
+	d.handleActivity(s)
 }
 
 // status describes the mount for agentfs status.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -49,6 +50,7 @@ func layout(t *testing.T) (root, lower, mnt string) {
 		t.Fatal(err)
 	}
 	lower, mnt = filepath.Join(root, "lower"), filepath.Join(root, "mnt")
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(root, "config")) // no user configuration
 	for _, d := range []string{filepath.Join(lower, "src"), mnt, filepath.Join(root, "foreign")} {
 		if err := os.MkdirAll(d, 0755); err != nil {
 			t.Fatal(err)
@@ -140,8 +142,8 @@ func TestValidateMountOK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("validateMount: %v", err)
 	}
-	want := mountPlan{lower: lower, mountpoint: mnt, store: store, backstore: "hostfs"}
-	if *p != want {
+	want := mountPlan{lower: lower, mountpoint: mnt, store: store, backstore: "hostfs", activity: defaultActivitySettings()}
+	if !reflect.DeepEqual(*p, want) {
 		t.Errorf("plan = %+v, want %+v", *p, want)
 	}
 	// An existing agentfs store is accepted.

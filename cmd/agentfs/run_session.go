@@ -52,7 +52,15 @@ func runSession(o *runOptions, args []string) error {
 		}
 	}()
 
-	s := &sessionProcess{rec: rec, stderr: os.Stderr}
+	cfg, err := loadConfig(rec.Project)
+	if err != nil {
+		return err
+	}
+	settings, err := o.activity.resolve(cfg, true)
+	if err != nil {
+		return err
+	}
+	s := &sessionProcess{rec: rec, stderr: os.Stderr, activity: settings}
 	abandon := func(err error) error {
 		s.stopDaemon()
 		os.RemoveAll(rec.dir())
@@ -94,16 +102,17 @@ func runSession(o *runOptions, args []string) error {
 
 // sessionProcess is the state of runSession.
 type sessionProcess struct {
-	rec    *sessionRecord
-	stderr io.Writer
-	daemon *exec.Cmd
+	rec      *sessionRecord
+	stderr   io.Writer
+	daemon   *exec.Cmd
+	activity activitySettings // what agentfs run resolved (flags, config)
 }
 
 // startDaemon mounts the view over the project (a daemon serving it
 // from this mount namespace) and records the session as running.
 func (s *sessionProcess) startDaemon() error {
 	r := s.rec
-	p := &mountPlan{lower: r.Project, mountpoint: r.Mountpoint, store: r.Store, backstore: "hostfs", session: true}
+	p := &mountPlan{lower: r.Project, mountpoint: r.Mountpoint, store: r.Store, backstore: "hostfs", session: true, activity: s.activity}
 	d, err := spawnDaemon(p)
 	if err != nil {
 		return fmt.Errorf("mounting the session's view of %s: %w", r.Project, err)

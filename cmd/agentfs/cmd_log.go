@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/cmd/agentfs/internal/activity"
+)
+
+// logOptions are the flags of agentfs log.
+type logOptions struct {
+	mountFlag
+	json   bool
+	follow bool
+	since  string
+	tail   int
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func (o *logOptions) AddFlags(fs *pflag.FlagSet) {
+	o.mountFlag.AddFlags(fs)
+	fs.BoolVar(&o.json, "json", false, "print each entry as one JSON object per line")
+	fs.BoolVarP(&o.follow, "follow", "f", false, "keep printing new entries as they come (until interrupted or unmounted)")
+	fs.StringVar(&o.since, "since", "", "only entries from `WHEN` on: a duration back from now (10m, 2h) or a time\n(15:04, 2006-01-02 15:04:05, RFC 3339)")
+	fs.IntVarP(&o.tail, "lines", "n", 0, "only the last `N` entries (before following)")
+}
+
+func init() {
+	register(&command{
+		name:    "log",
+		summary: "show what programs did in the mount (the activity log)",
+		usage:   "[-C DIR] [--json] [--follow] [--since WHEN] [-n N]",
+		help: `Log shows the mount's activity log: every operation that changed
+something in the mount (create, write, rename, unlink, chmod, ...), with
+its time, the process and its command line, the branch and the paths.
+With 'agentfs mount --log-reads' lookups, opens for reading and
+listings are logged too.
+
+A write is logged once per open file: at its first write, or, where the
+kernel writes through to the file directly (FUSE passthrough), when the
+file is opened for writing. The log lives in the store and is bounded
+(agentfs mount --log-size, default 16M): the oldest entries go first.
+When programs change files faster than the log can be written, the
+entries that did not fit are counted in a "dropped" line.
+
+Each line: time, pid, branch, operation, path(s), command line.
+--json prints one object per line: time, pid, tid (when the caller is
+not the main thread), uid, command, branch, op, path, path2 (the new
+name of a rename or link, the destination of copy_file_range), attrs
+(what a setattr changed), count (of a "dropped" line).
+
+Examples:
+  agentfs log
+  agentfs log -C /mnt/ws --since 10m
+  agentfs log --follow --json | jq -r 'select(.op=="unlink") | .path'`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &logOptions{stdout: out.stdout, stderr: out.stderr}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error { return runLog(ctx, o, args) }
+		},
+	})
+}
+
+func runLog(ctx context.Context, o *logOptions, args []string) error {
+	if len(args) != 0 {
+		return usagef("log takes no arguments")
+	}
+	if o.tail < 0 {
+		return usagef("-n %d: give a count of 0 or more", o.tail)
+	}
+	since, err := parseSince(o.since, time.Now())
+	if err != nil {
+		return usagef("--since %s: %v", o.since, err)
+	}
+	dir, err := o.storeDir()
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(o.stdout)
+	defer w.Flush()
+	print := func(l activity.Line) error {
+		if l.Time.Before(since) {
+			return nil
+		}
+		if o.json {
+			w.Write(l.Raw)
+			w.WriteByte('\n')
+			return nil
+		}
+		_, err := fmt.Fprintln(w, formatEntry(l.Entry))
+		return err
+	}
+	emit := print
+	var last []activity.Line // with -n: the last entries so far
+	if o.tail > 0 {
+		emit = func(l activity.Line) error {
+			if l.Time.Before(since) {
+				return nil
+			}
+			if len(last) == o.tail {
+				last = last[1:]
+			}
+			last = append(last, l)
+			return nil
+		}
+	}
+	if !o.follow {
+		if err := activity.Read(dir, emit); err != nil {
+			return logError(err)
+		}
+		return printAll(last, print)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	caughtUp := false
+	err = activity.Follow(ctx, dir, 200*time.Millisecond, func(l activity.Line) error {
+		if caughtUp || o.tail == 0 {
+			return print(l)
+		}
+		return emit(l)
+	}, func() error {
+		// Everything written so far was read: show it, then each new
+		// entry as it comes.
+		if !caughtUp {
+			caughtUp = true
+			if err := printAll(last, print); err != nil {
+				return err
+			}
+		}
+		return w.Flush()
+	})
+	if errors.Is(err, activity.ErrGone) {
+		w.Flush()
+		fmt.Fprintf(o.stderr, "agentfs log: %v\n", err)
+		return nil
+	}
+	return logError(err)
+}
+
+func printAll(lines []activity.Line, print func(activity.Line) error) error {
+	for _, l := range lines {
+		if err := print(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// logError explains an error of reading the log.
+func logError(err error) error {
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%v: the mount has logged nothing yet, or its daemon is older than the activity log (unmount and mount it again)", err)
+	}
+	return err
+}
+
+// formatEntry is one entry as a line of text.
+func formatEntry(e activity.Entry) string {
+	t := e.Time.Local().Format("2006-01-02 15:04:05.000")
+	if e.Op == activity.OpDropped {
+		return fmt.Sprintf("%s  (%d entries dropped: programs changed files faster than the log could be written)", t, e.Count)
+	}
+	paths := printable(e.Path)
+	if e.Path2 != "" {
+		paths += " -> " + printable(e.Path2)
+	}
+	op := e.Op
+	if e.Attrs != "" {
+		op += "(" + e.Attrs + ")"
+	}
+	pid := fmt.Sprint(e.Pid)
+	if e.Pid == 0 {
+		pid = "-"
+	}
+	return fmt.Sprintf("%s %7s  %-8s %-12s %s  %s", t, pid, printable(e.Branch), op, paths, printable(e.Command))
+}
+
+// parseSince parses --since: "" (everything), a duration back from
+// now, or a time (RFC 3339, "2006-01-02 15:04:05", "2006-01-02 15:04",
+// or "15:04"/"15:04:05" today, in local time).
+func parseSince(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, errors.New("a duration back from now is positive (10m, 2h)")
+		}
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
+			return t, nil
+		}
+	}
+	for _, layout := range []string{"15:04:05", "15:04"} {
+		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
+			y, m, d := now.Local().Date()
+			return time.Date(y, m, d, t.Hour(), t.Minute(), t.Second(), 0, time.Local), nil
+		}
+	}
+	return time.Time{}, errors.New("write a duration (10m, 2h) or a time (15:04, 2006-01-02 15:04:05, RFC 3339)")
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/ctl"
+)
+
+func init() {
+	register(&command{
+		name:    "snapshot prune",
+		summary: "delete old automatic snapshots",
+		usage:   "[-C DIR] [--keep N] [--dry-run] [--json]",
+		help: `Prune deletes automatic snapshots (kind auto: taken after changes
+settled, after a git commit, or when a branch was created). Manual,
+pre-run and safety snapshots, tagged snapshots of any kind, and the
+snapshots that branches were created from are never deleted.
+
+With --keep N the N newest automatic snapshots stay and the others go.
+Without it, the mount's retention policy decides, as it does after each
+automatic snapshot: every automatic snapshot of the last hour stays,
+then the newest of each hour for a day, then the newest of each day,
+and at most the mount's count (agentfs mount --auto-snapshot-keep,
+default 100). The space the deleted snapshots' files took comes back at
+the next agentfs gc.
+
+Examples:
+  agentfs snapshot prune --keep 10 --dry-run
+  agentfs snapshot prune --keep 10
+  agentfs snapshot prune -C /mnt/ws`,
+		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+			o := &pruneOptions{stdout: out.stdout}
+			o.AddFlags(fs)
+			return func(ctx context.Context, args []string) error {
+				return runSnapshotPrune(ctx, o, args, fs.Changed("keep"))
+			}
+		},
+	})
+}
+
+// pruneOptions are the flags of agentfs snapshot prune.
+type pruneOptions struct {
+	mountFlag
+	keep   int
+	dryRun bool
+	json   bool
+	stdout io.Writer
+}
+
+func (o *pruneOptions) AddFlags(fs *pflag.FlagSet) {
+	o.mountFlag.AddFlags(fs)
+	fs.IntVar(&o.keep, "keep", 0, "keep the `N` newest automatic snapshots, delete the other automatic ones")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "say what would be deleted; delete nothing")
+	fs.BoolVar(&o.json, "json", false, "print JSON")
+}
+
+func runSnapshotPrune(ctx context.Context, o *pruneOptions, args []string, keepSet bool) error {
+	if len(args) != 0 {
+		return usagef("snapshot prune takes no arguments (the count goes with --keep N)")
+	}
+	var a ctl.PruneArgs
+	if keepSet {
+		if o.keep < 0 {
+			return usagef("--keep %d: give a count of 0 or more", o.keep)
+		}
+		a.Keep = &o.keep
+	}
+	a.DryRun = o.dryRun
+	var r ctl.PruneReply
+	if err := o.call(ctl.OpSnapshotPrune, a, &r); err != nil {
+		return err
+	}
+	if o.json {
+		return printJSON(o.stdout, r)
+	}
+	verb := "deleted"
+	if r.DryRun {
+		verb = "would delete"
+	}
+	for _, s := range r.Deleted {
+		fmt.Fprintf(o.stdout, "%s %s  %s  %s\n", verb, s.ID, timeString(s.Created), printable(s.Label))
+	}
+	fmt.Fprintf(o.stdout, "%s %d automatic snapshots, %d kept (%s)\n", verb, len(r.Deleted), r.Kept, r.Policy)
+	return nil
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentfs/agentfs/cmd/agentfs/internal/activity"
+	"github.com/agentfs/agentfs/cmd/agentfs/internal/autosnap"
+)
+
+// # Configuration
+//
+// Defaults for automatic snapshots, the activity log and the ignore
+// patterns come from two optional files, both in the same format:
+//
+//	${XDG_CONFIG_HOME:-~/.config}/agentfs/config   the user's
+//	<lower>/.agentfs.conf                           the project's (read, never written)
+//
+// Precedence: command-line flags, then the project's file, then the
+// user's, then the built-in defaults. Ignore patterns add up (the
+// user's, then the project's, then the project's .gitignore).
+//
+// The format is "key = value" lines under [section] headers; a line
+// starting with # or ; is a comment (comments take whole lines, so a
+// value may contain #). The keys:
+//
+//	[auto-snapshot]
+//	enabled = true|false     (agentfs run: on unless set; agentfs mount: off unless set)
+//	quiet-period = 2s        (a duration: 500ms, 2s, 1m)
+//	keep = 100               (automatic snapshots kept at most)
+//
+//	[log]
+//	size = 16M               (the activity log's bound)
+//	reads = false            (also log lookups, opens for reading, listings)
+//
+//	[ignore]
+//	gitignore = true         (honour the project's .gitignore and .git/info/exclude)
+//	pattern = build/         (a gitignore-style pattern; repeat the key for more)
+//
+// A file that cannot be read or parsed is an error that names the file
+// and the line: nothing is mounted.
+
+// Config is the configuration of a mount.
+type Config struct {
+	// AutoSnapshot is whether automatic snapshots are on; when
+	// AutoSnapshotSet is false no file said, and the command decides
+	// (autoSnapshotOr).
+	AutoSnapshot    bool
+	AutoSnapshotSet bool
+	QuietPeriod     time.Duration
+	Keep            int   // automatic snapshots kept at most
+	LogSize         int64 // bound of the activity log, bytes
+	LogReads        bool
+	Gitignore       bool     // honour the project's .gitignore
+	Ignore          []string // patterns of the config files
+	// Files are the configuration files read, in order.
+	Files []string
+}
+
+// defaultConfig is the configuration without any file.
+func defaultConfig() Config {
+	return Config{
+		QuietPeriod: autosnap.DefaultQuiet,
+		Keep:        autosnap.DefaultKeep,
+		LogSize:     activity.DefaultMaxBytes,
+		Gitignore:   true,
+	}
+}
+
+// autoSnapshotOr is whether automatic snapshots are on, def when no
+// file said.
+func (c Config) autoSnapshotOr(def bool) bool {
+	if c.AutoSnapshotSet {
+		return c.AutoSnapshot
+	}
+	return def
+}
+
+// projectConfigName is the project's configuration file, in the lower
+// directory.
+const projectConfigName = ".agentfs.conf"
+
+// userConfigPath returns the user's configuration file.
+func userConfigPath() string {
+	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
+		return filepath.Join(d, "agentfs", "config")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".config", "agentfs", "config")
+}
+
+// loadConfig reads the user's and the project's configuration files
+// (those that exist) over the defaults. lowerDir is the project.
+func loadConfig(lowerDir string) (Config, error) {
+	c := defaultConfig()
+	for _, p := range []string{userConfigPath(), filepath.Join(lowerDir, projectConfigName)} {
+		if p == "" {
+			continue
+		}
+		f, err := os.Open(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return Config{}, fmt.Errorf("the configuration file %s: %w: fix its permissions, or remove it", p, err)
+		}
+		err = parseConfig(&c, p, f)
+		f.Close()
+		if err != nil {
+			return Config{}, err
+		}
+		c.Files = append(c.Files, p)
+	}
+	return c, nil
+}
+
+// configError is a mistake in a configuration file: file:line: what,
+// and the fix.
+func configError(file string, line int, format string, a ...any) error {
+	return fmt.Errorf("%s:%d: %s", file, line, fmt.Sprintf(format, a...))
+}
+
+// configKeys lists the keys of each section (for errors).
+var configKeys = map[string][]string{
+	"auto-snapshot": {"enabled", "quiet-period", "keep"},
+	"log":           {"size", "reads"},
+	"ignore":        {"gitignore", "pattern"},
+}
+
+// parseConfig reads one configuration file (named file in errors) over c.
+func parseConfig(c *Config, file string, r io.Reader) error {
+	sc := bufio.NewScanner(r)
+	section := ""
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' || line[0] == ';' {
+			continue
+		}
+		if strings.HasPrefix(line, "[") {
+			name, ok := strings.CutSuffix(line[1:], "]")
+			name = strings.TrimSpace(name)
+			if !ok {
+				return configError(file, n, "%q: a section header is [name]", line)
+			}
+			if _, known := configKeys[name]; !known {
+				return configError(file, n, "unknown section [%s]: the sections are %s", name, sectionNames())
+			}
+			section = name
+			continue
+		}
+		key, value, ok := strings.Cut(line, "=")
+		if !ok {
+			return configError(file, n, "%q: write key = value (or a [section] header, or a # comment)", line)
+		}
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		if section == "" {
+			return configError(file, n, "%q comes before any section: put it under one of %s", key, sectionNames())
+		}
+		if err := c.set(section, key, value); err != nil {
+			return configError(file, n, "%v", err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading the configuration file %s: %w", file, err)
+	}
+	return nil
+}
+
+func sectionNames() string {
+	var names []string
+	for s := range configKeys {
+		names = append(names, "["+s+"]")
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// set applies one key of section.
+func (c *Config) set(section, key, value string) error {
+	var err error
+	switch section + "." + key {
+	case "auto-snapshot.enabled":
+		c.AutoSnapshot, err = parseConfigBool(key, value)
+		c.AutoSnapshotSet = true
+	case "auto-snapshot.quiet-period":
+		c.QuietPeriod, err = parseQuietPeriod(value)
+		if err != nil {
+			err = fmt.Errorf("quiet-period = %s: %v", value, err)
+		}
+	case "auto-snapshot.keep":
+		c.Keep, err = parseKeep(value)
+		if err != nil {
+			err = fmt.Errorf("keep = %s: %v", value, err)
+		}
+	case "log.size":
+		c.LogSize, err = parseLogSize(value)
+		if err != nil {
+			err = fmt.Errorf("size = %s: %v", value, err)
+		}
+	case "log.reads":
+		c.LogReads, err = parseConfigBool(key, value)
+	case "ignore.gitignore":
+		c.Gitignore, err = parseConfigBool(key, value)
+	case "ignore.pattern":
+		var m autosnap.Matcher
+		if err := m.Add(value); err != nil {
+			return fmt.Errorf("pattern = %s: %v: write a gitignore-style pattern (see gitignore(5))", value, err)
+		}
+		if m.Len() == 0 {
+			return fmt.Errorf("pattern = %q: empty, or a comment: write a gitignore-style pattern, or remove the line", value)
+		}
+		c.Ignore = append(c.Ignore, value)
+	default:
+		return fmt.Errorf("unknown key %q in [%s]: the keys there are %s", key, section, strings.Join(configKeys[section], ", "))
+	}
+	return err
+}
+
+func parseConfigBool(key, value string) (bool, error) {
+	switch strings.ToLower(value) {
+	case "true", "yes", "on", "1":
+		return true, nil
+	case "false", "no", "off", "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("%s = %s: write true or false", key, value)
+}
+
+// Bounds of the settings (shared by the files and the flags).
+const (
+	minQuietPeriod = 10 * time.Millisecond
+	maxQuietPeriod = 24 * time.Hour
+	maxKeep        = 100000
+)
+
+// parseQuietPeriod parses a quiet period such as 500ms or 2s.
+func parseQuietPeriod(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return 0, errors.New("not a duration: write e.g. 500ms, 2s or 1m")
+	case d < minQuietPeriod || d > maxQuietPeriod:
+		return 0, fmt.Errorf("out of range: write a duration from %v to %v", minQuietPeriod, maxQuietPeriod)
+	}
+	return d, nil
+}
+
+// parseKeep parses a retention count.
+func parseKeep(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxKeep {
+		return 0, fmt.Errorf("write a count from 1 to %d", maxKeep)
+	}
+	return n, nil
+}
+
+// parseLogSize parses the activity log's bound: 16M, 512K, 1G.
+func parseLogSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		if i := strings.IndexByte("KMG", t[n-1]); i >= 0 {
+			mult = int64(1) << (10 * (i + 1))
+			t = t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v <= 0 || v > (1<<40)/mult {
+		return 0, errors.New("not a size: write e.g. 512K, 16M or 1G")
+	}
+	if v*mult < activity.MinMaxBytes {
+		return 0, fmt.Errorf("too small: at least %dK", activity.MinMaxBytes>>10)
+	}
+	return v * mult, nil
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// configDirs points the user's configuration at a temp dir and returns
+// the user's file and a lower directory.
+func configDirs(t *testing.T) (userFile, lower string) {
+	t.Helper()
+	root := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(root, "config"))
+	lower = filepath.Join(root, "lower")
+	if err := os.MkdirAll(filepath.Join(root, "config", "agentfs"), 0755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(lower, 0755); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, "config", "agentfs", "config"), lower
+}
+
+func write(t *testing.T, p, content string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(content), 0644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadConfigDefaults(t *testing.T) {
+	_, lower := configDirs(t)
+	c, err := loadConfig(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := defaultConfig()
+	if c.QuietPeriod != want.QuietPeriod || c.Keep != want.Keep || c.LogSize != want.LogSize || !c.Gitignore || c.AutoSnapshotSet || len(c.Files) != 0 {
+		t.Errorf("config without files = %+v, want the defaults %+v", c, want)
+	}
+	if c.autoSnapshotOr(true) != true || c.autoSnapshotOr(false) != false {
+		t.Errorf("without a setting, autoSnapshotOr does not follow the command's default")
+	}
+}
+
+func TestLoadConfigPrecedence(t *testing.T) {
+	user, lower := configDirs(t)
+	write(t, user, `# the user's defaults
+[auto-snapshot]
+enabled = true
+quiet-period = 5s
+keep = 50
+
+[log]
+size = 4M
+reads = yes
+
+[ignore]
+pattern = *.tmp
+`)
+	write(t, filepath.Join(lower, projectConfigName), `; the project's
+[auto-snapshot]
+quiet-period = 500ms
+
+[ignore]
+gitignore = false
+pattern = build/
+pattern = notes#1
+`)
+	c, err := loadConfig(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.AutoSnapshot || !c.AutoSnapshotSet || c.QuietPeriod != 500*time.Millisecond || c.Keep != 50 ||
+		c.LogSize != 4<<20 || !c.LogReads || c.Gitignore {
+		t.Errorf("config = %+v, want the project's quiet period and gitignore over the user's settings", c)
+	}
+	if want := []string{"*.tmp", "build/", "notes#1"}; !slices.Equal(c.Ignore, want) {
+		t.Errorf("ignore = %q, want %q (the user's, then the project's)", c.Ignore, want)
+	}
+	if len(c.Files) != 2 {
+		t.Errorf("files = %v, want both", c.Files)
+	}
+	// Flags beat both.
+	f := activityFlags{quietPeriod: "3s", keep: "7", logSize: "1M"}
+	f.autoSnapshot.Set("false")
+	s, err := f.resolve(c, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.autoSnapshot || s.quietPeriod != 3*time.Second || s.keep != 7 || s.logSize != 1<<20 || !s.logReads {
+		t.Errorf("settings = %+v, want the flags over the files", s)
+	}
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		content string
+		want    []string // in the error
+	}{
+		{"[auto-snapshot]\nenabled = maybe\n", []string{":2:", "enabled = maybe", "true or false"}},
+		{"[auto-snapshot]\n\nquiet = 2s\n", []string{":3:", `unknown key "quiet" in [auto-snapshot]`, "enabled, quiet-period, keep"}},
+		{"[snapshots]\n", []string{":1:", "unknown section [snapshots]", "[auto-snapshot], [ignore], [log]"}},
+		{"enabled = true\n", []string{":1:", "before any section"}},
+		{"[log]\nsize\n", []string{":2:", "key = value"}},
+		{"[log]\nsize = lots\n", []string{":2:", "size = lots", "16M"}},
+		{"[log]\nsize = 1K\n", []string{":2:", "too small"}},
+		{"[auto-snapshot]\nquiet-period = 2\n", []string{":2:", "quiet-period = 2", "500ms"}},
+		{"[auto-snapshot]\nquiet-period = 1ns\n", []string{":2:", "out of range"}},
+		{"[auto-snapshot]\nkeep = 0\n", []string{":2:", "keep = 0", "from 1"}},
+		{"[ignore]\npattern = [abc\n", []string{":2:", "malformed", "gitignore"}},
+		{"[ignore]\npattern =\n", []string{":2:", "empty"}},
+		{"[log\n", []string{":1:", "[name]"}},
+	} {
+		user, lower := configDirs(t)
+		write(t, user, tc.content)
+		_, err := loadConfig(lower)
+		if err == nil {
+			t.Errorf("config %q: no error", tc.content)
+			continue
+		}
+		for _, w := range append([]string{user}, tc.want...) {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("config %q: error %q does not say %q", tc.content, err, w)
+			}
+		}
+	}
+}
+
+func TestLoadConfigProjectErrorNamesProjectFile(t *testing.T) {
+	_, lower := configDirs(t)
+	p := filepath.Join(lower, projectConfigName)
+	write(t, p, "[log]\nreads = sometimes\n")
+	_, err := loadConfig(lower)
+	if err == nil || !strings.Contains(err.Error(), p+":2:") {
+		t.Errorf("error = %v, want it to name %s:2", err, p)
+	}
+}
+
+func TestLoadConfigUnreadable(t *testing.T) {
+	user, lower := configDirs(t)
+	if err := os.Mkdir(user, 0755); err != nil { // a directory: open works, reading fails
+		t.Fatal(err)
+	}
+	_, err := loadConfig(lower)
+	if err == nil || !strings.Contains(err.Error(), user) {
+		t.Errorf("error = %v, want one naming %s", err, user)
+	}
+}
+
+func TestActivityFlagErrors(t *testing.T) {
+	for _, f := range []activityFlags{{quietPeriod: "soon"}, {keep: "-1"}, {logSize: "2"}} {
+		_, err := f.resolve(defaultConfig(), false)
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("flags %+v: error %v, want a usage error", f, err)
+		}
+	}
+	var b optBool
+	if err := b.Set("perhaps"); err == nil {
+		t.Errorf("optBool.Set(perhaps) succeeded")
+	}
+}

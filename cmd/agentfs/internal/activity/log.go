@@ -1,0 +1,319 @@
+// Package activity keeps a mount's activity log: one JSON line per
+// operation a program did in the mount (time, process, command line,
+// branch, operation, paths), appended to a bounded log in the store,
+// and read back by agentfs log.
+//
+// # Writing
+//
+// Record is called on the FUSE path: it resolves the caller's process
+// (proc.go: a map lookup once a thread is known) and queues the entry
+// on a buffered channel; it never waits. When the queue is full the
+// entry is dropped and counted, and the writer records the count as an
+// entry of its own (op "dropped") before the next one. One writer
+// goroutine encodes and appends: an entry that comes alone at once,
+// and while programs are busy, what gathered every 20 ms (one wake-up,
+// one write(2) and one check of each caller per batch), so a reader
+// sees an entry moments after the operation.
+//
+// # Bounds
+//
+// The log is two segments in the store: FileName, appended to, and
+// OldFileName, the segment before. When FileName would grow past half
+// of Options.MaxBytes it becomes OldFileName (replacing the one before)
+// and a new FileName starts: the log never holds more than MaxBytes
+// (plus one line), and always the most recent half of it at least.
+package activity
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The files of the log, in the store directory.
+const (
+	FileName    = "activity.log"
+	OldFileName = "activity.log.1"
+)
+
+// Defaults.
+const (
+	DefaultMaxBytes = 16 << 20
+	MinMaxBytes     = 16 << 10
+	defaultQueue    = 8192
+)
+
+// OpDropped is the op of the entry that counts entries dropped because
+// the queue was full.
+const OpDropped = "dropped"
+
+// Entry is one line of the log.
+type Entry struct {
+	Time time.Time `json:"time"`
+	// Pid is the process (thread group); Tid the calling thread when it
+	// is not the process's main thread.
+	Pid     int    `json:"pid,omitempty"`
+	Tid     int    `json:"tid,omitempty"`
+	Uid     uint32 `json:"uid"`
+	Command string `json:"command,omitempty"`
+	Branch  string `json:"branch,omitempty"`
+	Op      string `json:"op"`
+	Path    string `json:"path,omitempty"`
+	Path2   string `json:"path2,omitempty"`
+	// Attrs names the attributes a setattr changed.
+	Attrs string `json:"attrs,omitempty"`
+	// Count is the number of entries dropped (op "dropped").
+	Count int64 `json:"count,omitempty"`
+
+	proc procInfo // what the cache said at Record
+}
+
+// Options configure a Log.
+type Options struct {
+	// Dir is the store directory the log files live in.
+	Dir string
+	// MaxBytes bounds the two segments together (DefaultMaxBytes when
+	// 0; at least MinMaxBytes).
+	MaxBytes int64
+	// Queue is the number of entries that may wait for the writer.
+	Queue  int
+	Logger *slog.Logger
+	// procRoot is /proc (tests use a fake tree).
+	procRoot string
+	// hold, when set, keeps the writer from starting until it is
+	// closed (tests fill the queue).
+	hold chan struct{}
+}
+
+// Log appends entries to the activity log of a store.
+type Log struct {
+	opts   Options
+	procs  *procCache
+	queue  chan Entry
+	drops  atomic.Int64
+	stop   chan struct{}
+	done   chan struct{}
+	closed sync.Once
+
+	// Owned by the writer goroutine.
+	f    *os.File
+	w    *bufio.Writer
+	size int64
+	line []byte // the line being written
+	werr error  // the last write error, logged once
+}
+
+// Open opens (or creates) the log in o.Dir and starts its writer.
+func Open(o Options) (*Log, error) {
+	if o.MaxBytes == 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.MaxBytes < MinMaxBytes {
+		return nil, fmt.Errorf("activity log size %d bytes: at least %d", o.MaxBytes, MinMaxBytes)
+	}
+	if o.Queue <= 0 {
+		o.Queue = defaultQueue
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.procRoot == "" {
+		o.procRoot = "/proc"
+	}
+	l := &Log{opts: o, procs: newProcCache(o.procRoot), queue: make(chan Entry, o.Queue),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if err := l.openSegment(); err != nil {
+		return nil, err
+	}
+	go l.run()
+	return l, nil
+}
+
+// Record queues e. e.Tid is the calling thread as the kernel reported
+// it (0 when unknown); Record fills in the process and command line. It
+// never blocks: when the queue is full, e is counted as dropped.
+func (l *Log) Record(e Entry) {
+	e.proc = l.procs.lookup(uint32(e.Tid))
+	select {
+	case l.queue <- e:
+	default:
+		l.drops.Add(1)
+	}
+}
+
+// Close writes what is queued and closes the log. Entries recorded
+// afterwards are lost.
+func (l *Log) Close() error {
+	l.closed.Do(func() { close(l.stop) })
+	<-l.done
+	return l.werr
+}
+
+// batchInterval is how long the writer lets entries gather while
+// programs are busy: it then wakes once per batch, not once per entry.
+const batchInterval = 20 * time.Millisecond
+
+// run is the writer. Idle, it waits for an entry and writes it at once;
+// busy, it writes what gathered every batchInterval, until a batch
+// finds the queue empty.
+func (l *Log) run() {
+	defer close(l.done)
+	defer l.closeSegment()
+	if l.opts.hold != nil {
+		<-l.opts.hold
+	}
+	checked := map[uint32]callerCheck{}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case e := <-l.queue:
+			l.write(e, checked)
+		case <-l.stop:
+			l.drain(checked)
+			return
+		}
+		for {
+			l.drain(checked)
+			l.flush()
+			clear(checked)
+			timer.Reset(batchInterval)
+			select {
+			case <-timer.C:
+			case <-l.stop:
+				timer.Stop()
+				l.drain(checked)
+				return
+			}
+			if len(l.queue) == 0 {
+				break
+			}
+		}
+	}
+}
+
+// drain writes every entry queued, then the count of those dropped.
+func (l *Log) drain(checked map[uint32]callerCheck) {
+	for {
+		select {
+		case e := <-l.queue:
+			l.write(e, checked)
+		default:
+			l.writeDrops()
+			return
+		}
+	}
+}
+
+// callerCheck is what the writer found checking a thread's caller in
+// the current batch: each thread is checked once per batch.
+type callerCheck struct {
+	from procInfo // what the cache said
+	now  procInfo // what the check said
+}
+
+// write appends e, preceded by the count of entries dropped before it.
+func (l *Log) write(e Entry, checked map[uint32]callerCheck) {
+	l.writeDrops()
+	tid := uint32(e.Tid)
+	c, ok := checked[tid]
+	if !ok || c.from != e.proc {
+		c = callerCheck{from: e.proc, now: l.procs.recheck(tid, e.proc)}
+		checked[tid] = c
+	}
+	info := c.now
+	e.Pid, e.Command = info.pid, info.cmd
+	if e.Tid == e.Pid {
+		e.Tid = 0
+	}
+	l.append(e)
+}
+
+func (l *Log) writeDrops() {
+	if n := l.drops.Swap(0); n > 0 {
+		l.append(Entry{Time: time.Now(), Op: OpDropped, Count: n})
+	}
+}
+
+// append encodes e as one line, starting a new segment first when the
+// current one would grow past its half of the bound.
+func (l *Log) append(e Entry) {
+	l.line = append(appendEntry(l.line[:0], &e), '\n')
+	line := l.line
+	if l.size > 0 && l.size+int64(len(line)) > l.opts.MaxBytes/2 {
+		if err := l.rotate(); err != nil {
+			l.fail(err)
+		}
+	}
+	if l.w == nil {
+		return
+	}
+	n, err := l.w.Write(line)
+	l.size += int64(n)
+	if err != nil {
+		l.fail(err)
+	}
+}
+
+func (l *Log) flush() {
+	if l.w != nil {
+		if err := l.w.Flush(); err != nil {
+			l.fail(err)
+		}
+	}
+}
+
+// fail logs a write error once per kind of error.
+func (l *Log) fail(err error) {
+	if l.werr == nil || l.werr.Error() != err.Error() {
+		l.opts.Logger.Warn("writing the activity log", "err", err)
+	}
+	l.werr = err
+}
+
+func (l *Log) path(name string) string { return filepath.Join(l.opts.Dir, name) }
+
+// openSegment opens FileName for appending.
+func (l *Log) openSegment() error {
+	f, err := os.OpenFile(l.path(FileName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0600)
+	if err != nil {
+		return fmt.Errorf("opening the activity log: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("opening the activity log: %w", err)
+	}
+	l.f, l.w, l.size = f, bufio.NewWriterSize(f, 64<<10), st.Size()
+	return nil
+}
+
+func (l *Log) closeSegment() {
+	if l.f == nil {
+		return
+	}
+	l.flush()
+	if err := l.f.Close(); err != nil {
+		l.fail(err)
+	}
+	l.f, l.w = nil, nil
+}
+
+// rotate makes the current segment the old one and starts a new one.
+// If the rename fails, appending goes on in the same segment.
+func (l *Log) rotate() error {
+	l.closeSegment()
+	err := os.Rename(l.path(FileName), l.path(OldFileName))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		err = fmt.Errorf("rotating the activity log: %w", err)
+	} else {
+		err = nil
+	}
+	return errors.Join(err, l.openSegment())
+}

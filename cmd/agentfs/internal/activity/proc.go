@@ -1,0 +1,195 @@
+package activity
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// # Who did it
+//
+// The FUSE request header names the calling thread, not its process.
+// procCache maps a thread id to its thread group (the process id, from
+// /proc/TID/status) and the process's command line (/proc/TID/cmdline).
+// It is consulted on the FUSE path, where the caller is alive for sure
+// (its request is in flight): a hit costs a map lookup, a miss (the
+// first request of a thread) three small reads of /proc. The writer
+// checks each entry again off the FUSE path (recheck, one read of
+// /proc/TID/cmdline compared byte for byte; once per thread in a batch
+// of entries the writer finds queued together): a thread that
+// called exec since it was cached gets its new command line, and a
+// thread id the kernel gave to a new process (its start time differs)
+// is dropped from the cache.
+
+// maxCommand bounds the command line kept for an entry, in bytes.
+const maxCommand = 1024
+
+// maxProcs bounds the cache; it starts over when full.
+const maxProcs = 8192
+
+type procInfo struct {
+	pid   int    // thread group id
+	cmd   string // command line, shell-quoted
+	raw   string // the command line as read (at most maxRawCmdline bytes)
+	start string // the thread's start time (field 22 of stat)
+}
+
+// maxRawCmdline is how much of /proc/TID/cmdline is read.
+const maxRawCmdline = 4096
+
+type procCache struct {
+	root string // "/proc"; tests use a fake tree
+	buf  []byte // recheck's buffer (the writer's alone)
+
+	mu sync.RWMutex
+	m  map[uint32]procInfo
+}
+
+func newProcCache(root string) *procCache {
+	return &procCache{root: root, m: map[uint32]procInfo{}, buf: make([]byte, maxRawCmdline)}
+}
+
+// lookup returns the process and command line of thread tid.
+func (c *procCache) lookup(tid uint32) procInfo {
+	if tid == 0 {
+		return procInfo{}
+	}
+	c.mu.RLock()
+	info, ok := c.m[tid]
+	c.mu.RUnlock()
+	if ok {
+		return info
+	}
+	info = c.resolve(tid)
+	c.store(tid, info)
+	return info
+}
+
+func (c *procCache) store(tid uint32, info procInfo) {
+	c.mu.Lock()
+	if len(c.m) >= maxProcs {
+		clear(c.m)
+	}
+	c.m[tid] = info
+	c.mu.Unlock()
+}
+
+// recheck reads thread tid's command line again (off the FUSE path)
+// and returns what entry of tid should say, given info was what the
+// cache said when it was recorded.
+func (c *procCache) recheck(tid uint32, info procInfo) procInfo {
+	if tid == 0 {
+		return info
+	}
+	raw, ok := c.readRaw(tid, c.buf)
+	if !ok || len(raw) == 0 || string(raw) == info.raw {
+		return info // gone or exiting (it said what it was), or unchanged
+	}
+	now := c.resolve(tid)
+	if now.start != info.start {
+		// Another process has the thread id now: the entry keeps what
+		// the cache said; the cache forgets it.
+		c.mu.Lock()
+		delete(c.m, tid)
+		c.mu.Unlock()
+		return info
+	}
+	c.store(tid, now) // it called exec
+	return now
+}
+
+// resolve reads what /proc says of tid. What cannot be read stays
+// empty (the thread may be gone).
+func (c *procCache) resolve(tid uint32) procInfo {
+	dir := filepath.Join(c.root, strconv.FormatUint(uint64(tid), 10))
+	info := procInfo{pid: int(tid)}
+	if b, err := os.ReadFile(filepath.Join(dir, "status")); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
+				if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+					info.pid = pid
+				}
+				break
+			}
+		}
+	}
+	comm := ""
+	if b, err := os.ReadFile(filepath.Join(dir, "stat")); err == nil {
+		comm, info.start = parseStat(b)
+	}
+	if raw, ok := c.readRaw(tid, make([]byte, maxRawCmdline)); ok && len(raw) > 0 {
+		info.raw, info.cmd = string(raw), formatCmdline(raw)
+	} else if comm != "" {
+		info.cmd = "[" + comm + "]" // a kernel thread, or a zombie
+	}
+	return info
+}
+
+// parseStat returns the command name and the start time of a
+// /proc/PID/stat line ("pid (comm) state ... starttime ...").
+func parseStat(b []byte) (comm, start string) {
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return "", ""
+	}
+	comm = string(b[open+1 : end])
+	fields := strings.Fields(string(b[end+1:]))
+	// fields[0] is the state (field 3): starttime (field 22) is fields[19].
+	if len(fields) > 19 {
+		start = fields[19]
+	}
+	return comm, start
+}
+
+// readRaw reads (the start of) tid's command line into buf, with as
+// few system calls as it takes (open, read, close).
+func (c *procCache) readRaw(tid uint32, buf []byte) ([]byte, bool) {
+	fd, err := unix.Open(c.root+"/"+strconv.FormatUint(uint64(tid), 10)+"/cmdline", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false
+	}
+	defer unix.Close(fd)
+	n, err := unix.Read(fd, buf)
+	if err != nil || n < 0 {
+		return nil, false
+	}
+	return buf[:n], true
+}
+
+// formatCmdline turns a NUL-separated argument list into one line, each
+// argument quoted when a shell would need it, at most maxCommand bytes.
+func formatCmdline(b []byte) string {
+	b = bytes.TrimRight(b, "\x00")
+	if len(b) == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	for i, arg := range strings.Split(string(b), "\x00") {
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		sb.WriteString(shellQuote(arg))
+		if sb.Len() > maxCommand {
+			break
+		}
+	}
+	s := sb.String()
+	if len(s) > maxCommand {
+		s = strings.ToValidUTF8(s[:maxCommand], "") + "…"
+	}
+	return s
+}
+
+// shellQuote quotes arg for a shell when it holds anything but plain
+// characters.
+func shellQuote(arg string) string {
+	if arg != "" && strings.Trim(arg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
+		return arg
+	}
+	return "'" + strings.ReplaceAll(arg, "'", `'\''`) + "'"
+}

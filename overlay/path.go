@@ -1,0 +1,74 @@
+package overlay
+
+import (
+	"io"
+
+	"golang.org/x/sys/unix"
+)
+
+// # Names for reports
+//
+// The activity log and automatic snapshots name what changed by path.
+// Path, ChildPath and BranchName take the namespace lock shared, so
+// they may be called while other operations run (never with FS.mu
+// held); ReadFile reads a file of the view as a program would, without
+// the kernel.
+
+// Path returns n's path in its view ("" for the root). ok is false for
+// a node that is no longer linked into the tree.
+func (fs *FS) Path(n *Node) (p string, ok bool) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	return n.pathLocked()
+}
+
+// ChildPath returns the path of name inside directory dir; ok is false
+// when dir is no longer linked into the tree.
+func (fs *FS) ChildPath(dir *Node, name string) (p string, ok bool) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	dp, ok := dir.pathLocked()
+	if !ok {
+		return "", false
+	}
+	return joinPath(dp, name), true
+}
+
+// BranchName returns the name of the branch the view shows now, or ""
+// for a read-only view (a snapshot or the plain lower tree).
+func (fs *FS) BranchName() string {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	if fs.layer == nil {
+		return ""
+	}
+	return fs.layer.Name()
+}
+
+// ReadFile returns up to max bytes of the regular file at path p in the
+// view (as a walk reads it: the lookups it takes are dropped again, the
+// data is read without changing atimes). An error wraps ENOENT when
+// there is no such file, EISDIR or EINVAL when p is not a regular file.
+func (fs *FS) ReadFile(p string, max int) ([]byte, error) {
+	n, st, err := fs.lookupPath(p)
+	if err != nil {
+		return nil, err
+	}
+	if n == nil {
+		return nil, unix.ENOENT
+	}
+	defer fs.release(n)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		return nil, unix.EISDIR
+	default:
+		return nil, unix.EINVAL
+	}
+	f, err := fs.openData(n)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, int64(max)))
+}
