@@ -270,6 +270,7 @@ func TestTournament(t *testing.T) {
 		"echo 42 > answer; rm -f answer2",
 	}
 	args := append([]string{"tournament", "--from", id, "--test", `test "$(cat answer)" = 42`, "--name", "t", "--prune", "-C", m.dir, "--"}, cands...)
+	t.Setenv("TMPDIR", t.TempDir()) // the candidates' logs
 	r := runAgentfs(t, args...)
 	if r.code != 0 {
 		t.Fatalf("tournament:\n%s", r)
@@ -311,6 +312,7 @@ func TestTournamentInterrupt(t *testing.T) {
 	m := newMount(t, withLower(lowerFile("f", "f")))
 	id := takeSnapshot(t, m.dir, "before")
 	marker := filepath.Join(t.TempDir(), "started")
+	t.Setenv("TMPDIR", t.TempDir()) // the candidates' logs
 	cmd := exec.Command(agentfsBin, "tournament", "--from", id, "--test", "true", "-C", m.dir, "--",
 		"touch "+marker+"1; sleep 60", "touch "+marker+"2; sleep 60")
 	var out strings.Builder
