@@ -39,6 +39,12 @@ type BindArgs struct {
 	// Pid is the process (thread group id); 0 means the caller.
 	Pid    int    `json:"pid"`
 	Branch string `json:"branch,omitempty"`
+	// Namespace (OpBranchBind) asks for a branch mount: the process
+	// will bind it over the mountpoint in a mount namespace of its own
+	// (agentfs exec), so that the mount root need not depend on the
+	// caller. The daemon may refuse it (BindInfo.MountDir empty): the
+	// process is then bound through the root.
+	Namespace bool `json:"namespace,omitempty"`
 }
 
 // BindInfo says which branch a process sees at the mount.
@@ -51,6 +57,11 @@ type BindInfo struct {
 	BoundBy int `json:"bound_by"`
 	// Command is the process's command line, when known.
 	Command string `json:"command,omitempty"`
+	// Namespaced: the binding is through a branch mount in the
+	// process's own mount namespace; MountDir is that branch mount
+	// (the reply of a Namespace bind).
+	Namespaced bool   `json:"namespaced,omitempty"`
+	MountDir   string `json:"mount_dir,omitempty"`
 }
 
 // BranchList is the reply of OpBranchList, sorted by name.

@@ -50,6 +50,11 @@ type binding struct {
 	start uint64 // the process's start time (/proc/PID/stat field 22)
 	vs    *viewState
 	pidfd int // readable when the process exits; -1 when unavailable
+	// namespaced: the process sees its branch through a mount of its
+	// own (a branch mount bound over the mountpoint in its mount
+	// namespace), not through this mount's root: it does not make the
+	// root depend on the caller.
+	namespaced bool
 }
 
 // resolved is a cached answer of resolve for one thread.
@@ -75,8 +80,11 @@ type binder struct {
 	s *Server
 
 	def    atomic.Pointer[viewState]
-	active atomic.Bool   // some process is bound
+	active atomic.Bool   // some process is bound through the root (not namespaced)
+	any    atomic.Bool   // some process is bound at all
 	gen    atomic.Uint64 // bumped by every change of bindings or views
+	// unbound is called (in a goroutine of its own) when a binding ends.
+	unbound func(Binding)
 
 	mu       sync.Mutex
 	views    map[*overlay.FS]*viewState
@@ -144,7 +152,7 @@ func (b *binder) caller(h *fuse.InHeader) *viewState {
 // its nearest bound ancestor, and that ancestor's pid; nil when it is
 // not bound.
 func (b *binder) resolve(tid uint32) (*viewState, uint32) {
-	if !b.active.Load() || tid == 0 {
+	if !b.any.Load() || tid == 0 {
 		return nil, 0
 	}
 	st, err := readProcStat(tid)
@@ -206,7 +214,7 @@ var (
 )
 
 // bind binds process pid to view v, replacing an earlier binding of it.
-func (b *binder) bind(pid uint32, v *overlay.FS) error {
+func (b *binder) bind(pid uint32, v *overlay.FS, namespaced bool) error {
 	st, err := readProcStat(pid)
 	if err != nil {
 		return fmt.Errorf("process %d: %w", pid, ErrNoProcess)
@@ -227,7 +235,7 @@ func (b *binder) bind(pid uint32, v *overlay.FS) error {
 	vs := b.view(v)
 	b.mu.Lock()
 	old := b.bindings[pid]
-	bd := &binding{pid: pid, start: st.start, vs: vs, pidfd: pidfd}
+	bd := &binding{pid: pid, start: st.start, vs: vs, pidfd: pidfd, namespaced: namespaced}
 	b.bindings[pid] = bd
 	if pidfd >= 0 {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(pid)}
@@ -238,13 +246,34 @@ func (b *binder) bind(pid uint32, v *overlay.FS) error {
 	if old != nil {
 		b.dropLocked(old)
 	}
-	wasActive := b.active.Swap(true)
+	wasActive := b.active.Load()
+	b.countLocked()
 	b.gen.Add(1)
 	b.mu.Unlock()
-	if !wasActive {
+	if !wasActive && b.active.Load() {
 		b.rootChanged()
 	}
+	if old != nil {
+		b.ended(old)
+	}
 	return nil
+}
+
+// countLocked sets active and any from the bindings. b.mu is held.
+func (b *binder) countLocked() {
+	root := false
+	for _, bd := range b.bindings {
+		root = root || !bd.namespaced
+	}
+	b.active.Store(root)
+	b.any.Store(len(b.bindings) > 0)
+}
+
+// ended tells the owner that binding bd is over.
+func (b *binder) ended(bd *binding) {
+	if b.unbound != nil {
+		go b.unbound(Binding{Pid: int(bd.pid), View: bd.vs.fs, Namespaced: bd.namespaced})
+	}
 }
 
 // unbind ends the binding of pid; it reports whether there was one.
@@ -257,15 +286,14 @@ func (b *binder) unbind(pid uint32) bool {
 	}
 	delete(b.bindings, pid)
 	b.dropLocked(bd)
-	last := len(b.bindings) == 0
-	if last {
-		b.active.Store(false)
-	}
+	wasActive := b.active.Load()
+	b.countLocked()
 	b.gen.Add(1)
 	b.mu.Unlock()
-	if last {
+	if wasActive && !b.active.Load() {
 		b.rootChanged()
 	}
+	b.ended(bd)
 	return true
 }
 
@@ -358,6 +386,9 @@ func (b *binder) rootTimeout() time.Duration {
 type Binding struct {
 	Pid  int
 	View *overlay.FS
+	// Namespaced: it sees the view through a branch mount in its own
+	// mount namespace (BindNamespaced).
+	Namespaced bool
 }
 
 // procStatInfo is what resolution needs of /proc/PID/stat.
@@ -430,7 +461,23 @@ func parseProcStat(b []byte) (procStatInfo, error) {
 // is replaced. It fails with ErrNoProcess when pid does not exist.
 // Permission checks are the caller's.
 func (s *Server) Bind(pid int, v *overlay.FS) error {
-	return s.views.bind(uint32(pid), v)
+	return s.views.bind(uint32(pid), v, false)
+}
+
+// BindNamespaced records that process pid and its descendants see view
+// v through a mount of their own (a branch mount over the mountpoint in
+// their mount namespace): Resolve answers v for them, and the root's
+// answers stay independent of the caller.
+func (s *Server) BindNamespaced(pid int, v *overlay.FS) error {
+	return s.views.bind(uint32(pid), v, true)
+}
+
+// OnUnbind sets f to be called, in a goroutine of its own, whenever a
+// binding ends (Unbind, the process's exit, a new binding of its pid).
+func (s *Server) OnUnbind(f func(Binding)) {
+	s.views.mu.Lock()
+	s.views.unbound = f
+	s.views.mu.Unlock()
 }
 
 // Unbind ends the binding of process pid; it reports whether there was
@@ -453,7 +500,7 @@ func (s *Server) Bindings() []Binding {
 	defer s.views.mu.Unlock()
 	out := make([]Binding, 0, len(s.views.bindings))
 	for _, bd := range s.views.bindings {
-		out = append(out, Binding{Pid: int(bd.pid), View: bd.vs.fs})
+		out = append(out, Binding{Pid: int(bd.pid), View: bd.vs.fs, Namespaced: bd.namespaced})
 	}
 	slices.SortFunc(out, func(a, b Binding) int { return a.Pid - b.Pid })
 	return out

@@ -29,9 +29,18 @@ func branchesFrom(t *testing.T, m *mount, names ...string) string {
 	return id
 }
 
-// execIn returns a command that runs args bound to branch, in dir.
+// execIn returns a command that runs args bound to branch, in dir
+// (as root: through a branch mount in a mount namespace of its own).
 func execIn(m *mount, branch, dir string, args ...string) *exec.Cmd {
 	cmd := exec.Command(agentfsBin, append([]string{"exec", "-b", branch, "-C", m.dir, "--"}, args...)...)
+	cmd.Dir = dir
+	return cmd
+}
+
+// execRootIn is execIn bound through the mount root (--no-namespace),
+// as agentfs branch bind binds a shell.
+func execRootIn(m *mount, branch, dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command(agentfsBin, append([]string{"exec", "--no-namespace", "-b", branch, "-C", m.dir, "--"}, args...)...)
 	cmd.Dir = dir
 	return cmd
 }
@@ -42,6 +51,11 @@ func execIn(m *mount, branch, dir string, args ...string) *exec.Cmd {
 // attributes or listing. Then each branch holds its own worker's last
 // write, and main its own.
 func TestBindIsolation(t *testing.T) {
+	t.Run("root", func(t *testing.T) { testBindIsolation(t, execRootIn) })
+	t.Run("namespace", func(t *testing.T) { testBindIsolation(t, execIn) })
+}
+
+func testBindIsolation(t *testing.T, execIn func(m *mount, branch, dir string, args ...string) *exec.Cmd) {
 	m := newMount(t, withLower(lowerFile("shared.txt", "lower\n"), lowerFile("dir/a", "lower a\n")))
 	branchesFrom(t, m, "b1", "b2", "b3")
 	const iters = 1500
@@ -180,6 +194,11 @@ func TestBindEndsWithProcess(t *testing.T) {
 // TestBindDeletedBranch: a process bound to a branch that is deleted
 // gets ENOENT, never another branch's files.
 func TestBindDeletedBranch(t *testing.T) {
+	t.Run("root", func(t *testing.T) { testBindDeletedBranch(t, execRootIn) })
+	t.Run("namespace", func(t *testing.T) { testBindDeletedBranch(t, execIn) })
+}
+
+func testBindDeletedBranch(t *testing.T, execIn func(m *mount, branch, dir string, args ...string) *exec.Cmd) {
 	m := newMount(t, withLower(lowerFile("f", "lower\n")))
 	branchesFrom(t, m, "doomed")
 	cmd := execIn(m, "doomed", m.dir, "sh", "-c", `echo mine > f; cat f; read x; cat f; cat `+m.path("f")+`; ls; echo done`)
@@ -386,4 +405,61 @@ as_user "$BIN" unmount "$MP"
 		}
 	}
 	assertUnchanged(t, before, snapshotTree(lower))
+}
+
+// TestBindNamespaceRules: as root, agentfs exec -b runs its command in
+// a mount namespace of its own over a branch mount; while it runs, the
+// branch cannot also be shown through the mount root (bound or switched
+// to), a process inside cannot be bound through the root, nested exec
+// works, and the branch mount goes when the command ends.
+func TestBindNamespaceRules(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("f", "lower\n")))
+	branchesFrom(t, m, "b1", "b2")
+	bin := filepath.Dir(agentfsBin)
+	cmd := execIn(m, "b1", m.dir, "sh", "-c", `echo b1 > f; agentfs branch current; agentfs exec -b b2 -- cat f; agentfs branch bind b2 2>&1; echo "bind: $?"; read x; cat f`)
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { return strings.Contains(out.String(), "bind: ") }) {
+		cmd.Process.Kill()
+		t.Fatalf("the namespaced command did not get going:\n%s", out.String())
+	}
+	failC(t, m.dir, []string{"in use by 1 process", "agentfs exec -b b1"}, "branch", "bind", "--pid", fmt.Sprint(os.Getpid()), "b1")
+	failC(t, m.dir, []string{"in use by 1 process"}, "branch", "switch", "b1")
+	st := mountStatusOf(t, m.dir)
+	stdin.Close()
+	cmd.Wait()
+	got := out.String()
+	for _, want := range []string{"b1 (bound: process", "lower\n", "own mount namespace", "bind: 1", "\nb1\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the namespaced command's output lacks %q:\n%s", want, got)
+		}
+	}
+	if len(st.Bindings) != 1 || st.Bindings[0].Branch != "b1" {
+		t.Errorf("status while it ran: bindings %+v, want one to b1", st.Bindings)
+	}
+	if got := readFile(t, m.path("f")); got != "lower\n" {
+		t.Errorf("f through the mount = %q: the namespaced write leaked", got)
+	}
+	if !waitFor(func() bool {
+		for _, mp := range mountsUnder(m.status.Store) {
+			if strings.Contains(mp, "branch-") {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Errorf("branch mounts are left after the command ended: %v", mountsUnder(m.status.Store))
+	}
+	mustC(t, m.dir, "branch", "switch", "b1") // free again
+	if got := readFile(t, m.path("f")); got != "b1\n" {
+		t.Errorf("f after switching to b1 = %q", got)
+	}
 }

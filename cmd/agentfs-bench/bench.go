@@ -165,7 +165,7 @@ func (b *bench) describeConfig() configInfo {
 func (b *bench) runWorkload(ctx context.Context, w *workload, filesystems []string) (*workloadResult, error) {
 	res := &workloadResult{Name: w.name, Title: w.title(b), FreshPerRun: w.fresh, Results: map[string]*fsResult{}}
 	if !w.binding {
-		filesystems = slices.DeleteFunc(slices.Clone(filesystems), func(fs string) bool { return fs == fsAgentfsBound })
+		filesystems = slices.DeleteFunc(slices.Clone(filesystems), boundVariant)
 	}
 	if w.needsRoot && os.Geteuid() != 0 {
 		res.Skipped = "needs root (to drop the page cache)"

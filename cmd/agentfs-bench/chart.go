@@ -51,7 +51,7 @@ var chartTicks = []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50,
 func (r *report) chartPNG() ([]byte, error) {
 	var series []string
 	for _, fs := range r.order() {
-		if fs != fsNative && fs != fsAgentfsBound { // its own table
+		if fs != fsNative && !boundVariant(fs) { // its own table
 			series = append(series, fs)
 		}
 	}

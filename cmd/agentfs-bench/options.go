@@ -23,9 +23,15 @@ const (
 	// cost of binding to unbound processes. It runs only the workloads
 	// marked binding.
 	fsAgentfsBound = "agentfs-bound"
+	// fsAgentfsBoundRoot is the same with the other process bound
+	// through the mount root (agentfs branch bind, exec --no-namespace).
+	fsAgentfsBoundRoot = "agentfs-bound-root"
 )
 
-var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsBound}
+var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsBound, fsAgentfsBoundRoot}
+
+// boundVariant reports whether fs is agentfs with another branch bound.
+func boundVariant(fs string) bool { return fs == fsAgentfsBound || fs == fsAgentfsBoundRoot }
 
 // Sizes of the full benchmark and of --quick.
 const (
@@ -115,8 +121,8 @@ func (o *options) config(fs *pflag.FlagSet) (*config, error) {
 		// in it (and need not be probed).
 		c.filesystems = slices.DeleteFunc(c.filesystems, func(fs string) bool { return fs != fsNative && fs != fsAgentfs })
 	}
-	if slices.Contains(c.filesystems, fsAgentfsBound) && !slices.Contains(c.filesystems, fsAgentfs) {
-		return nil, usagef("--fs %s needs agentfs too: the binding overhead is agentfs-bound against agentfs", fsAgentfsBound)
+	if slices.ContainsFunc(c.filesystems, boundVariant) && !slices.Contains(c.filesystems, fsAgentfs) {
+		return nil, usagef("--fs %s and %s need agentfs too: the binding overhead is against agentfs", fsAgentfsBound, fsAgentfsBoundRoot)
 	}
 	if !slices.Contains(c.filesystems, fsAgentfs) {
 		// The snapshot table is agentfs's alone.

@@ -55,10 +55,10 @@ func (b *bench) probeFilesystems(ctx context.Context) []fsStatus {
 				st.Version = toolVersion("fuse-overlayfs", "--version")
 				st.Version = strings.TrimPrefix(st.Version, "fuse-overlayfs: ")
 			}
-		case fsAgentfs, fsAgentfsBound:
+		case fsAgentfs, fsAgentfsBound, fsAgentfsBoundRoot:
 			st.Version = toolVersion(b.cfg.agentfsBin, "version")
 		}
-		if _, err := os.Stat("/dev/fuse"); err != nil && st.Available && (name == fsFuseOverlayfs || name == fsAgentfs || name == fsAgentfsBound) {
+		if _, err := os.Stat("/dev/fuse"); err != nil && st.Available && (name == fsFuseOverlayfs || name == fsAgentfs || boundVariant(name)) {
 			st.Available, st.Note = false, "skipped: /dev/fuse is missing (load the fuse module, or run the container with --device /dev/fuse)"
 		}
 		if st.Available && name != fsNative {
@@ -152,14 +152,14 @@ func (b *bench) mountView(ctx context.Context, fs, lower string) (*view, error) 
 		if err := runQuiet(ctx, "", b.env, "fuse-overlayfs", "-o", overlayOpts, mnt); err != nil {
 			return v, err
 		}
-	case fsAgentfs, fsAgentfsBound:
+	case fsAgentfs, fsAgentfsBound, fsAgentfsBoundRoot:
 		// The default backstore (hostfs) in a private store, which
 		// AGENTFS_PRIVATE_DIR puts in the work directory.
 		if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBin, "mount", "--lower", lower, mnt); err != nil {
 			return v, err
 		}
-		if fs == fsAgentfsBound {
-			stop, err := b.bindOther(ctx, mnt)
+		if boundVariant(fs) {
+			stop, err := b.bindOther(ctx, mnt, fs == fsAgentfsBoundRoot)
 			v.unmount = func(ctx context.Context) error { stop(); return b.unmount(ctx, fs, mnt) }
 			if err != nil {
 				return v, err
@@ -244,7 +244,7 @@ func (b *bench) unmountLeftover(dir string) error {
 func (b *bench) unmount(ctx context.Context, fs, mnt string) error {
 	try := func() error {
 		switch fs {
-		case fsAgentfs, fsAgentfsBound:
+		case fsAgentfs, fsAgentfsBound, fsAgentfsBoundRoot:
 			if b.cfg.agentfsBin != "" {
 				return runQuiet(ctx, "", b.env, b.cfg.agentfsBin, "unmount", mnt)
 			}
@@ -298,14 +298,20 @@ func (b *bench) cleanupLeftovers() error {
 
 // bindOther makes another branch active in the agentfs mount mnt: it
 // creates the branch "other" and starts a process bound to it, which
-// lives until stop. From then on the mount's root answers depend on the
-// caller, for every process.
-func (b *bench) bindOther(ctx context.Context, mnt string) (stop func(), err error) {
+// lives until stop: as agentfs exec -b does (a branch mount in a mount
+// namespace of its own, as root), or through the root (throughRoot: as
+// agentfs branch bind does), which makes the root's answers depend on
+// the caller, for every process.
+func (b *bench) bindOther(ctx context.Context, mnt string, throughRoot bool) (stop func(), err error) {
 	stop = func() {}
 	if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBin, "branch", "create", "other", "-C", mnt); err != nil {
 		return stop, err
 	}
-	cmd := exec.Command(b.cfg.agentfsBin, "exec", "-b", "other", "-C", mnt, "--", "sleep", "1000000")
+	args := []string{"exec", "-b", "other", "-C", mnt}
+	if throughRoot {
+		args = append(args, "--no-namespace")
+	}
+	cmd := exec.Command(b.cfg.agentfsBin, append(args, "--", "sleep", "1000000")...)
 	cmd.Env = b.env
 	if err := cmd.Start(); err != nil {
 		return stop, fmt.Errorf("starting a process bound to branch other: %w", err)

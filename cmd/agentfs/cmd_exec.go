@@ -1,9 +1,12 @@
 package main
 
 import (
+	"runtime"
+
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"os"
 	"os/exec"
 	"syscall"
@@ -24,6 +27,12 @@ itself to the branch and then becomes COMMAND (same pid, terminal and
 environment), so the exit code is COMMAND's. When the current directory
 is inside the mount, COMMAND starts in the same directory of BRANCH.
 
+As root, COMMAND runs in a mount namespace of its own, where a second
+mount of BRANCH is bound over the mountpoint: no other process pays
+anything for it. Otherwise (a normal user, or --no-namespace) it is
+bound through the mount root, as agentfs branch bind binds a shell:
+while it runs, every path walk through the mount root asks agentfs.
+
 Examples:
   agentfs exec -b try2 -- make test
   agentfs exec -b try3 -C /mnt/ws -- sh -c 'cd /mnt/ws && ./run-agent'`,
@@ -43,12 +52,14 @@ Examples:
 // execOptions are the flags of agentfs exec.
 type execOptions struct {
 	mountFlag
-	branch string
+	branch      string
+	noNamespace bool
 }
 
 func (o *execOptions) AddFlags(fs *pflag.FlagSet) {
 	o.mountFlag.AddFlags(fs)
 	fs.StringVarP(&o.branch, "branch", "b", "", "the `BRANCH` the command sees")
+	fs.BoolVar(&o.noNamespace, "no-namespace", false, "bind through the mount root, as branch bind does, even as root")
 }
 
 func runExec(ctx context.Context, o *execOptions, args []string) error {
@@ -63,15 +74,47 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 		return fmt.Errorf("cannot run %s: %w", args[0], err)
 	}
 	wd, _ := os.Getwd()
-	var info ctl.BindInfo
-	if err := o.call(ctl.OpBranchBind, ctl.BindArgs{Pid: os.Getpid(), Branch: o.branch}, &info); err != nil {
+	c, err := o.dial()
+	if err != nil {
 		return err
+	}
+	root := c.Root()
+	var info ctl.BindInfo
+	req := ctl.BindArgs{Pid: os.Getpid(), Branch: o.branch, Namespace: !o.noNamespace && os.Geteuid() == 0}
+	err = c.Do(ctl.OpBranchBind, req, &info)
+	c.Close()
+	if err != nil {
+		return err
+	}
+	if info.MountDir != "" {
+		// From here on this thread (and the command it becomes) lives
+		// in a mount namespace of its own.
+		runtime.LockOSThread()
+		if err := enterBranchMount(info.MountDir, root); err != nil {
+			return err
+		}
 	}
 	if err := enterBranchDir(o.dir, wd); err != nil {
 		return err
 	}
 	err = syscall.Exec(path, args, os.Environ())
 	return fmt.Errorf("running %s: %w", args[0], err)
+}
+
+// enterBranchMount makes this thread's view of the mount at root the
+// branch mount dir: a new mount namespace (receiving mount events from
+// the parent one, sending none back) where dir is bound over root.
+func enterBranchMount(dir, root string) error {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("making a mount namespace for the branch (unshare): %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("making the mount namespace a slave of its parent: %w", err)
+	}
+	if err := unix.Mount(dir, root, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding the branch mount %s over %s: %w", dir, root, err)
+	}
+	return nil
 }
 
 // enterBranchDir makes the working directory wd again, through its path,

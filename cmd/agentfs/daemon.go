@@ -65,6 +65,12 @@ type daemon struct {
 	opMu    sync.Mutex
 	current atomic.Pointer[branch.Layer]
 	views   map[string]*overlay.FS
+	// fsOptions are the options of the mount (branch mounts reuse them);
+	// branchMounts are the branch mounts of namespaced processes, by
+	// branch (ops_bind.go). Both with opMu held.
+	fsOptions    fs.Options
+	branchMounts map[string]*branchMount
+	anchored     bool // the directory of branch mounts is mounted
 	// retired are the views of deleted branches that processes may
 	// still hold files of (gc spares their objects).
 	retired []*overlay.FS
@@ -179,6 +185,7 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 		}
 	}
 	logger.Info("unmounted", "mountpoint", p.mountpoint)
+	d.unmountBranches()
 	return nil
 }
 
@@ -268,7 +275,7 @@ func (d *daemon) mount() error {
 	root := os.Geteuid() == 0 && !p.userns
 	control := ctl.NewServer(uint32(os.Geteuid()), d.log)
 	d.handle(control)
-	srv, err := fs.Mount(fs.Options{
+	d.fsOptions = fs.Options{
 		Mountpoint:  p.mountpoint,
 		View:        d.view,
 		Control:     control,
@@ -280,10 +287,12 @@ func (d *daemon) mount() error {
 
 		Activity:      d.activity,
 		ActivityReads: p.activity.logReads,
-	})
+	}
+	srv, err := fs.Mount(d.fsOptions)
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", p.mountpoint, err)
 	}
+	srv.OnUnbind(d.bindingEnded)
 	d.srv.Store(srv)
 	var st unix.Stat_t
 	if err := unix.Stat(p.mountpoint, &st); err == nil {

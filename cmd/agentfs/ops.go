@@ -148,6 +148,9 @@ func (d *daemon) invalidate(stale []overlay.Stale) {
 	if srv := d.srv.Load(); srv != nil {
 		srv.Invalidate(stale)
 	}
+	for _, bm := range d.branchMounts {
+		bm.srv.Invalidate(stale)
+	}
 }
 
 // currentBranchKey is the store info key that names the branch a kept

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
@@ -121,6 +124,34 @@ func (d *daemon) branchBind(c ctl.Caller, args ctl.BindArgs) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	name := l.Name()
+	if args.Namespace && c.Uid == 0 && os.Geteuid() == 0 && !d.plan.userns && name != d.current.Load().Name() && d.rootUsers(name) == 0 {
+		bm, err := d.branchMountFor(name, v)
+		if err != nil {
+			return nil, err
+		}
+		if err := srv.BindNamespaced(pid, v); err != nil {
+			if errors.Is(err, fs.ErrNoProcess) {
+				return nil, ctl.Errorf(syscall.ESRCH, "no process %d: it exited before it could be bound", pid)
+			}
+			return nil, ctl.Errorf(syscall.EIO, "binding process %d to branch %q: %v", pid, args.Branch, err)
+		}
+		bm.users++
+		d.log.Info("process bound through a branch mount", "pid", pid, "branch", name, "dir", bm.dir)
+		info := d.bindInfo(pid)
+		info.MountDir = bm.dir
+		return info, nil
+	}
+	if n := d.namespacedUsers(name); n > 0 {
+		return nil, ctl.Errorf(syscall.EBUSY, "branch %q is in use by %d process(es) started with agentfs exec -b in mount namespaces of their own: it cannot be shown through the mount root at the same time; run a shell in it with agentfs exec -b %s -- $SHELL, or wait until they end", name, n, name)
+	}
+	for _, b := range srv.Bindings() {
+		if b.Namespaced {
+			if _, by := srv.Resolve(uint32(pid)); by == b.Pid {
+				return nil, ctl.Errorf(syscall.EINVAL, "process %d runs in branch %q's own mount namespace (agentfs exec -b): binding it through the mount root would change nothing it sees; use agentfs exec -b %s -- COMMAND", pid, b.View.Layer().Name(), args.Branch)
+			}
+		}
+	}
 	if err := srv.Bind(pid, v); err != nil {
 		if errors.Is(err, fs.ErrNoProcess) {
 			return nil, ctl.Errorf(syscall.ESRCH, "no process %d: it exited before it could be bound", pid)
@@ -169,6 +200,9 @@ func (d *daemon) bindInfo(pid int) ctl.BindInfo {
 	if srv := d.srv.Load(); srv != nil {
 		v, by := srv.Resolve(uint32(pid))
 		info.Branch, info.BoundBy = v.Layer().Name(), by
+		for _, b := range srv.Bindings() {
+			info.Namespaced = info.Namespaced || b.Pid == by && b.Namespaced
+		}
 	}
 	return info
 }
@@ -181,7 +215,7 @@ func (d *daemon) bindings() []ctl.BindInfo {
 		return out
 	}
 	for _, b := range srv.Bindings() {
-		out = append(out, ctl.BindInfo{Pid: b.Pid, Branch: b.View.Layer().Name(), BoundBy: b.Pid, Command: commandLine(b.Pid)})
+		out = append(out, ctl.BindInfo{Pid: b.Pid, Branch: b.View.Layer().Name(), BoundBy: b.Pid, Command: commandLine(b.Pid), Namespaced: b.Namespaced})
 	}
 	return out
 }
@@ -193,4 +227,152 @@ func commandLine(pid int) string {
 		return ""
 	}
 	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// Branch mounts.
+//
+// A process that agentfs exec -b binds (as root) does not go through the
+// mount root at all: the daemon mounts the branch's view a second time,
+// at a directory of the store (a branch mount, a FUSE connection of its
+// own whose root is the branch), and agentfs exec binds that mount over
+// the mountpoint in a new mount namespace before it runs the command.
+// The command sees its branch at the same path with every cache of the
+// kernel on, and the main mount's root stays independent of the caller
+// (no cost to anyone). Its binding is still recorded (namespaced), so
+// that the control operations it runs act on its branch.
+//
+// One view may be cached by one kernel connection only: while a branch
+// has a branch mount in use, it cannot be shown through the main mount
+// (bound through the root, or switched to), and the other way round.
+
+// branchMount is one branch mount.
+type branchMount struct {
+	dir   string
+	srv   *fs.Server
+	users int // namespaced bindings that use it
+}
+
+// rootUsers counts the processes bound to branch name through the root.
+func (d *daemon) rootUsers(name string) int {
+	n := 0
+	if srv := d.srv.Load(); srv != nil {
+		for _, b := range srv.Bindings() {
+			if !b.Namespaced && b.View.Layer().Name() == name {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// branchMountFor returns the branch mount of view v (branch name),
+// mounting it on first use. opMu is held.
+func (d *daemon) branchMountFor(name string, v *overlay.FS) (*branchMount, error) {
+	if bm := d.branchMounts[name]; bm != nil {
+		return bm, nil
+	}
+	if d.branchMounts == nil {
+		d.branchMounts = map[string]*branchMount{}
+	}
+	anchor, err := d.branchAnchor()
+	if err != nil {
+		return nil, ctl.Errorf(syscall.EIO, "preparing the directory of branch mounts: %v", err)
+	}
+	dir, err := os.MkdirTemp(anchor, "branch-")
+	if err != nil {
+		return nil, ctl.Errorf(syscall.EIO, "making the directory of branch %q's mount: %v", name, err)
+	}
+	o := d.fsOptions
+	o.Mountpoint, o.View, o.FsName = dir, v, d.plan.lower+"#"+name
+	srv, err := fs.Mount(o)
+	if err != nil {
+		os.Remove(dir)
+		return nil, ctl.Errorf(syscall.EIO, "mounting branch %q for a namespaced process: %v", name, err)
+	}
+	bm := &branchMount{dir: dir, srv: srv}
+	d.branchMounts[name] = bm
+	d.log.Info("branch mount", "branch", name, "dir", dir)
+	return bm, nil
+}
+
+// branchAnchor returns the directory the branch mounts are made in: a
+// shared mount of its own (bound onto itself), so that a branch mount
+// made after a process entered a mount namespace still shows in that
+// namespace (agentfs exec -b inside agentfs exec -b). opMu is held.
+func (d *daemon) branchAnchor() (string, error) {
+	dir := filepath.Join(d.plan.store, "branches")
+	if d.anchored {
+		return dir, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		return "", fmt.Errorf("bind-mounting %s onto itself: %w", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		return "", fmt.Errorf("making %s a shared mount: %w", dir, err)
+	}
+	d.anchored = true
+	return dir, nil
+}
+
+// bindingEnded releases what a binding held: a branch mount nobody uses
+// any more is detached (processes still inside keep it until they exit).
+func (d *daemon) bindingEnded(b fs.Binding) {
+	if !b.Namespaced {
+		return
+	}
+	d.opMu.Lock()
+	defer d.opMu.Unlock()
+	name := b.View.Layer().Name()
+	bm := d.branchMounts[name]
+	if bm == nil {
+		return
+	}
+	if bm.users--; bm.users > 0 {
+		return
+	}
+	delete(d.branchMounts, name)
+	d.detachBranchMount(name, bm)
+}
+
+// detachBranchMount unmounts bm lazily and removes its directory.
+func (d *daemon) detachBranchMount(name string, bm *branchMount) {
+	if err := unix.Unmount(bm.dir, unix.MNT_DETACH); err != nil {
+		d.log.Warn("detaching a branch mount", "branch", name, "dir", bm.dir, "err", err)
+		return
+	}
+	go func() {
+		bm.srv.Wait()
+		os.Remove(bm.dir)
+		d.log.Info("branch mount gone", "branch", name)
+	}()
+}
+
+// unmountBranches detaches every branch mount (the daemon is ending).
+func (d *daemon) unmountBranches() {
+	d.opMu.Lock()
+	defer d.opMu.Unlock()
+	for name, bm := range d.branchMounts {
+		delete(d.branchMounts, name)
+		d.detachBranchMount(name, bm)
+	}
+	if d.anchored {
+		dir := filepath.Join(d.plan.store, "branches")
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			d.log.Warn("detaching the directory of branch mounts", "dir", dir, "err", err)
+		}
+		d.anchored = false
+	}
+}
+
+// namespacedUsers counts the processes bound to branch name through a
+// branch mount. opMu is held.
+func (d *daemon) namespacedUsers(name string) int {
+	if bm := d.branchMounts[name]; bm != nil {
+		return bm.users
+	}
+	return 0
 }

@@ -118,6 +118,9 @@ func (d *daemon) branchDelete(c ctl.Caller, args ctl.BranchArgs) (any, error) {
 		if srv := d.srv.Load(); srv != nil {
 			srv.Retire(v)
 		}
+		if bm := d.branchMounts[args.Name]; bm != nil {
+			bm.srv.Retire(v)
+		}
 		delete(d.views, args.Name)
 		d.retired = append(d.retired, v)
 	}
@@ -144,6 +147,9 @@ func (d *daemon) branchSwitch(c ctl.Caller, args ctl.BranchArgs) (any, error) {
 	}
 	if l == d.current.Load() {
 		return d.branchInfo(c, args.Name)
+	}
+	if n := d.namespacedUsers(args.Name); n > 0 {
+		return nil, ctl.Errorf(syscall.EBUSY, "branch %q is in use by %d process(es) started with agentfs exec -b in mount namespaces of their own: the mount cannot show it to everyone at the same time; wait until they end", args.Name, n)
 	}
 	v, err := d.viewOf(l)
 	if err != nil {
