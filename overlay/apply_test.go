@@ -195,6 +195,36 @@ func TestApplyConflictCreatedWhereLowerHadNothing(t *testing.T) {
 	eq(t, "lower", e.lowerContent("d/new"), "outside")
 }
 
+// A file in a directory made in the view has no base of its own: its
+// directory's ("nothing there") judges it, so a lower file that
+// appears at its path since is a conflict, and so is the directory.
+func TestApplyConflictInNewDir(t *testing.T) {
+	e := newEnv(t, map[string]string{"keep": "k"})
+	if _, _, err := e.fs.Mkdir(e.fs.Root(), "nd", 0o755, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	_, f, _, err := e.fs.Create(e.must("nd"), "new", unix.O_RDWR, 0644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("view"), 0)
+	f.Release()
+	if _, err := e.fs.layer.Base("nd/new"); err == nil {
+		t.Errorf("nd/new has a base of its own: files in new directories need none")
+	}
+	if err := os.MkdirAll(filepath.Join(e.lower, "nd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.lower, "nd/new"), []byte("outside"), 0644); err != nil {
+		t.Fatal(err)
+	}
+	res := e.apply(ApplyOptions{})
+	if len(res.Conflicts) == 0 {
+		t.Fatalf("no conflict for nd/new, which appeared in the lower tree: applied %v", itemPaths(res.Applied))
+	}
+	eq(t, "lower", e.lowerContent("nd/new"), "outside")
+}
+
 func TestApplyConflictBelowRenamedDir(t *testing.T) {
 	e := newEnv(t, map[string]string{"a/x": "x", "a/y": "y"})
 	if err := e.fs.Rename(e.fs.Root(), "a", e.fs.Root(), "b", 0); err != nil {

@@ -80,6 +80,21 @@ func (t *tx) recordBase(p string) {
 	t.b.SetBase(lp, b)
 }
 
+// inOpaqueDirLocked reports whether p's directory is an opaque
+// directory of the branch (made by mkdir, hiding what the lower tree
+// has there): p needs no base of its own, its directory's base judges
+// it (see "Conflicts" in apply.go), which spares a stat of the lower
+// tree and a key per file created in new directories (an untar).
+// fs.mu is held.
+func (fs *FS) inOpaqueDirLocked(p string) bool {
+	if p == "" {
+		return false
+	}
+	dir, _ := splitPath(p)
+	e := fs.indexGet(dir)
+	return e != nil && e.Type == branch.TypeDir && e.Opaque && e.Redirect == ""
+}
+
 // lowerPositionLocked returns the lower path that view path p resolves
 // to when it has no entry of its own: its parent's merged lower
 // directory plus its name; false when the parent merges none (opaque).

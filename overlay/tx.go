@@ -52,7 +52,7 @@ func (t *tx) put(p string, e *branch.Entry) {
 		e.Epoch = t.fs.layer.Epoch() // a new object belongs to no snapshot
 	}
 	old := t.fs.indexGet(p)
-	if old == nil && !t.deleted[p] && t.fs.layer != nil && !isBelow(p, internalDir) {
+	if old == nil && !t.deleted[p] && t.fs.layer != nil && !isBelow(p, internalDir) && !t.fs.inOpaqueDirLocked(p) {
 		t.recordBase(p)
 	}
 	if old != nil && old.IsWhiteout() && old.Ino != 0 &&
