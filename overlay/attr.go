@@ -25,28 +25,61 @@ type SetAttr struct {
 // (none when truncating to zero). file, when not nil, is the handle the
 // change came through (ftruncate).
 func (fs *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
-	if in.Size != nil {
-		if n.mode == unix.S_IFDIR {
-			return unix.Stat_t{}, unix.EISDIR
+	changes := in.Size != nil || in.Mode != nil || in.Uid != nil || in.Gid != nil || in.Atime != nil || in.Mtime != nil || in.Ctime
+	viaFile := in.Size != nil && file != nil && file.writable
+	for {
+		if in.Size != nil {
+			if n.mode == unix.S_IFDIR {
+				return unix.Stat_t{}, unix.EISDIR
+			}
+			if n.mode != unix.S_IFREG {
+				return unix.Stat_t{}, unix.EINVAL
+			}
+			if err := fs.copyUpData(n, *in.Size != 0); err != nil {
+				return unix.Stat_t{}, err
+			}
+			if viaFile {
+				// An open file's object is never shared with a
+				// snapshot (Snapshot clones it for itself).
+				if err := file.withFd(func(fd int) error { return unix.Ftruncate(fd, int64(*in.Size)) }); err != nil {
+					return unix.Stat_t{}, err
+				}
+			}
+		} else if changes {
+			if err := fs.copyUpMeta(n); err != nil {
+				return unix.Stat_t{}, err
+			}
 		}
-		if n.mode != unix.S_IFREG {
-			return unix.Stat_t{}, unix.EINVAL
+		// The object is changed under fs.mu, and only while it is not
+		// frozen: a snapshot taken since the thaw above shares it again,
+		// and then it is thawed again.
+		fs.mu.RLock()
+		if changes && n.object != "" && n.entry != nil && fs.frozenLocked(n.entry) && !(viaFile && in.Mode == nil && in.Uid == nil && in.Gid == nil && in.Atime == nil && in.Mtime == nil) {
+			fs.mu.RUnlock()
+			continue
 		}
-		if err := fs.copyUpData(n, *in.Size != 0); err != nil {
-			return unix.Stat_t{}, err
-		}
-		if err := fs.truncate(n, int64(*in.Size), file); err != nil {
-			return unix.Stat_t{}, err
-		}
-	} else if in.Mode != nil || in.Uid != nil || in.Gid != nil || in.Atime != nil || in.Mtime != nil || in.Ctime {
-		if err := fs.copyUpMeta(n); err != nil {
-			return unix.Stat_t{}, err
-		}
+		st, err := fs.setattrLocked(n, in, viaFile)
+		fs.mu.RUnlock()
+		return st, err
 	}
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
+}
+
+// setattrLocked applies in to n's object, which is not frozen (the size
+// only when not done already through a file: viaFile). fs.mu is held.
+func (fs *FS) setattrLocked(n *Node, in SetAttr, viaFile bool) (unix.Stat_t, error) {
 	if n.object == "" {
 		return fs.statLocked(n)
+	}
+	if in.Size != nil && !viaFile {
+		f, err := fs.objs.Open(n.object, unix.O_WRONLY)
+		if err != nil {
+			return unix.Stat_t{}, err
+		}
+		err = unix.Ftruncate(int(f.Fd()), int64(*in.Size))
+		f.Close()
+		if err != nil {
+			return unix.Stat_t{}, err
+		}
 	}
 	loc := fs.objs.Loc(n.object)
 	if in.Uid != nil || in.Gid != nil {
@@ -84,22 +117,6 @@ func (fs *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
 		}
 	}
 	return fs.statLocked(n)
-}
-
-// truncate sets the size of n's (upper) data.
-func (fs *FS) truncate(n *Node, size int64, file *File) error {
-	if file != nil && file.writable {
-		return file.withFd(func(fd int) error { return unix.Ftruncate(fd, size) })
-	}
-	fs.mu.RLock()
-	obj := n.object
-	fs.mu.RUnlock()
-	f, err := fs.objs.Open(obj, unix.O_WRONLY)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return unix.Ftruncate(int(f.Fd()), size)
 }
 
 // Readlink returns a symlink's target.
@@ -161,13 +178,30 @@ func (fs *FS) Listxattr(n *Node, dest []byte) (int, error) {
 
 // Setxattr sets an extended attribute (copying the inode's metadata up).
 func (fs *FS) Setxattr(n *Node, name string, value []byte, flags int) error {
-	if err := fs.copyUpMeta(n); err != nil {
+	return fs.changeMeta(n, func() error {
+		n.noCaps.Store(false)
+		return unix.Lsetxattr(fs.xattrPathLocked(n), name, value, flags)
+	})
+}
+
+// changeMeta copies n's metadata up (thawing a frozen object) and runs
+// change with fs.mu held shared, once n's object is not frozen: a
+// snapshot taken between the thaw and the change shares the object
+// again, and then it is thawed again.
+func (fs *FS) changeMeta(n *Node, change func() error) error {
+	for {
+		if err := fs.copyUpMeta(n); err != nil {
+			return err
+		}
+		fs.mu.RLock()
+		if n.object != "" && n.entry != nil && fs.frozenLocked(n.entry) {
+			fs.mu.RUnlock()
+			continue
+		}
+		err := change()
+		fs.mu.RUnlock()
 		return err
 	}
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
-	n.noCaps.Store(false)
-	return unix.Lsetxattr(fs.xattrPathLocked(n), name, value, flags)
 }
 
 // Removexattr removes an extended attribute. A name the inode does not
@@ -182,12 +216,7 @@ func (fs *FS) Removexattr(n *Node, name string) error {
 		}
 	}
 	fs.mu.RUnlock()
-	if err := fs.copyUpMeta(n); err != nil {
-		return err
-	}
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
-	return unix.Lremovexattr(fs.xattrPathLocked(n), name)
+	return fs.changeMeta(n, func() error { return unix.Lremovexattr(fs.xattrPathLocked(n), name) })
 }
 
 // Statfs reports the backstore's filesystem, where new data goes.

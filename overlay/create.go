@@ -115,6 +115,23 @@ func (fs *FS) Create(dir *Node, name string, flags int, mode uint32, c Caller) (
 		f = file
 		return id, err
 	})
+	if err == nil {
+		// Still under fs.mu: a snapshot must see this file as open for
+		// writing (and give itself a clone), or not see it at all.
+		if flags&unix.O_ACCMODE == unix.O_RDONLY {
+			// The object was created read-write; a read-only handle
+			// must not be able to write through passthrough.
+			f.Close()
+			if f, err = fs.objs.Open(n.object, unix.O_RDONLY); err != nil {
+				fs.mu.Unlock()
+				fs.Forget(n, 1)
+				return nil, nil, st, err
+			}
+		}
+		file := fs.newFile(n, f, true, flags)
+		fs.mu.Unlock()
+		return n, file, st, nil
+	}
 	fs.mu.Unlock()
 	if err == unix.EEXIST && flags&unix.O_EXCL == 0 {
 		var n *Node
@@ -129,22 +146,10 @@ func (fs *FS) Create(dir *Node, name string, flags int, mode uint32, c Caller) (
 		st, err := fs.Getattr(n)
 		return n, file, st, err
 	}
-	if err != nil {
-		if f != nil {
-			f.Close()
-		}
-		return nil, nil, st, err
-	}
-	if flags&unix.O_ACCMODE == unix.O_RDONLY {
-		// The object was created read-write; a read-only handle must
-		// not be able to write through passthrough.
+	if f != nil {
 		f.Close()
-		if f, err = fs.objs.Open(n.object, unix.O_RDONLY); err != nil {
-			fs.Forget(n, 1)
-			return nil, nil, st, err
-		}
 	}
-	return n, fs.newFile(n, f, true, flags), st, nil
+	return nil, nil, st, err
 }
 
 // Link makes a new name for n in dir. The file's data is copied up

@@ -40,15 +40,31 @@ func (fs *FS) Open(n *Node, flags int) (*File, error) {
 	acc := flags & unix.O_ACCMODE
 	writable := acc != unix.O_RDONLY
 	trunc := flags&unix.O_TRUNC != 0
-	if writable || trunc {
-		if err := fs.copyUpData(n, !trunc); err != nil {
-			return nil, err
+	for {
+		if writable || trunc {
+			if err := fs.copyUpData(n, !trunc); err != nil {
+				return nil, err
+			}
 		}
+		// The object is opened and the writer counted under fs.mu, and
+		// only while it is not frozen: a snapshot taken since the thaw
+		// (which left the object shared with it) thaws it again, and a
+		// snapshot taken later sees the writer (and clones for itself).
+		fs.mu.RLock()
+		if (writable || trunc) && n.entry != nil && fs.frozenLocked(n.entry) {
+			fs.mu.RUnlock()
+			continue
+		}
+		file, err := fs.openLocked(n, flags, writable, trunc)
+		fs.mu.RUnlock()
+		return file, err
 	}
-	fs.mu.RLock()
+}
+
+// openLocked opens n's data for Open. fs.mu is held.
+func (fs *FS) openLocked(n *Node, flags int, writable, trunc bool) (*File, error) {
 	obj, lower, gen := n.object, n.lower, n.dataGen.Load()
 	meta := n.entry != nil && n.entry.Metacopy
-	fs.mu.RUnlock()
 
 	var f *os.File
 	var err error
