@@ -8,6 +8,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,6 +192,47 @@ func TestBindEndsWithProcess(t *testing.T) {
 	}
 }
 
+// startUntil starts cmd with a pipe as its stdin and waits until its
+// output (stdout and stderr) holds want; the test fails if it never
+// does. Closing the pipe lets the command go on past a read.
+func startUntil(t *testing.T, cmd *exec.Cmd, want string) (io.WriteCloser, *syncBuffer) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { return strings.Contains(out.String(), want) }) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("%v did not get going (no %q in its output):\n%s", cmd.Args, want, out.String())
+	}
+	return stdin, out
+}
+
+// syncBuffer is a strings.Builder that a command's output goroutines
+// and the test may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // TestBindDeletedBranch: a process bound to a branch that is deleted
 // gets ENOENT, never another branch's files.
 func TestBindDeletedBranch(t *testing.T) {
@@ -202,18 +244,7 @@ func testBindDeletedBranch(t *testing.T, execIn func(m *mount, branch, dir strin
 	m := newMount(t, withLower(lowerFile("f", "lower\n")))
 	branchesFrom(t, m, "doomed")
 	cmd := execIn(m, "doomed", m.dir, "sh", "-c", `echo mine > f; cat f; read x; cat f; cat `+m.path("f")+`; ls; echo done`)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if !waitFor(func() bool { return strings.Contains(out.String(), "mine") }) {
-		t.Fatalf("the bound shell did not start: %q", out.String())
-	}
+	stdin, out := startUntil(t, cmd, "mine")
 	mustC(t, m.dir, "branch", "delete", "doomed")
 	stdin.Close()
 	cmd.Wait()
@@ -374,13 +405,7 @@ func TestBindUnprivileged(t *testing.T) {
 	os.Chown(mp, userUID, userGID)
 	home := newMountpoint(t)
 	os.Chown(home, userUID, userGID)
-	script := `set -e
-mount -t tmpfs -o mode=755 tmpfs /dev
-mknod -m 666 /dev/fuse c 10 229
-mknod -m 666 /dev/null c 1 3
-ln -s /proc/self/fd /dev/fd
-as_user() { setpriv --reuid ` + fmt.Sprint(userUID) + ` --regid ` + fmt.Sprint(userGID) + ` --clear-groups -- env -i HOME="$HOME_DIR" TMPDIR="$HOME_DIR" PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
-as_user "$BIN" mount --lower "$LOWER" "$MP"
+	script := unprivilegedPrelude + `as_user "$BIN" mount --lower "$LOWER" "$MP"
 as_user "$BIN" branch create b1 -C "$MP" >/dev/null
 echo "== own"
 as_user "$BIN" exec -b b1 -C "$MP" -- sh -c 'echo b1 > "$1/f"; cat "$1/f"' sh "$MP"
@@ -418,19 +443,7 @@ func TestBindNamespaceRules(t *testing.T) {
 	bin := filepath.Dir(agentfsBin)
 	cmd := execIn(m, "b1", m.dir, "sh", "-c", `echo b1 > f; agentfs branch current; agentfs exec -b b2 -- cat f; agentfs branch bind b2 2>&1; echo "bind: $?"; read x; cat f`)
 	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if !waitFor(func() bool { return strings.Contains(out.String(), "bind: ") }) {
-		cmd.Process.Kill()
-		t.Fatalf("the namespaced command did not get going:\n%s", out.String())
-	}
+	stdin, out := startUntil(t, cmd, "bind: ")
 	failC(t, m.dir, []string{"in use by 1 process", "agentfs exec -b b1"}, "branch", "bind", "--pid", fmt.Sprint(os.Getpid()), "b1")
 	failC(t, m.dir, []string{"in use by 1 process"}, "branch", "switch", "b1")
 	st := mountStatusOf(t, m.dir)

@@ -240,6 +240,18 @@ func TestKeptStorePersists(t *testing.T) {
 // the mount, and unmounts it. It runs in a private mount namespace with
 // its own /dev, where /dev/fuse is usable by all (as on most systems),
 // so that the machine's /dev/fuse permissions do not matter.
+// unprivilegedPrelude starts the shell scripts of the tests that mount
+// as uid userUID (run by root with unshare -m): a /dev of their own with
+// a /dev/fuse every user can open, and as_user, which runs a command as
+// that user with HOME and TMPDIR in $HOME_DIR.
+var unprivilegedPrelude = `set -e
+mount -t tmpfs -o mode=755 tmpfs /dev
+mknod -m 666 /dev/fuse c 10 229
+mknod -m 666 /dev/null c 1 3
+ln -s /proc/self/fd /dev/fd
+as_user() { setpriv --reuid ` + fmt.Sprint(userUID) + ` --regid ` + fmt.Sprint(userGID) + ` --clear-groups -- env -i HOME="$HOME_DIR" TMPDIR="$HOME_DIR" PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
+`
+
 func TestUnprivilegedMount(t *testing.T) {
 	requireFUSE(t)
 	for _, tool := range []string{"fusermount3", "unshare", "setpriv"} {
@@ -258,13 +270,7 @@ func TestUnprivilegedMount(t *testing.T) {
 	os.Chown(mp, userUID, userGID)
 	home := newMountpoint(t)
 	os.Chown(home, userUID, userGID)
-	script := `set -e
-mount -t tmpfs -o mode=755 tmpfs /dev
-mknod -m 666 /dev/fuse c 10 229
-mknod -m 666 /dev/null c 1 3
-ln -s /proc/self/fd /dev/fd
-as_user() { setpriv --reuid ` + fmt.Sprint(userUID) + ` --regid ` + fmt.Sprint(userGID) + ` --clear-groups -- env -i HOME="$HOME_DIR" TMPDIR="$HOME_DIR" PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
-as_user "$BIN" mount --lower "$LOWER" "$MP"
+	script := unprivilegedPrelude + `as_user "$BIN" mount --lower "$LOWER" "$MP"
 echo "== ops"
 as_user sh -c 'echo upper > "$1/f"; cat "$1/f"; touch "$1/d/new"; stat -c "%u:%g %a" "$1/d/new"; rm "$1/f"; ls "$1"' sh "$MP"
 echo "== status"
