@@ -271,8 +271,11 @@ func (b *binder) countLocked() {
 
 // ended tells the owner that binding bd is over.
 func (b *binder) ended(bd *binding) {
-	if b.unbound != nil {
-		go b.unbound(Binding{Pid: int(bd.pid), View: bd.vs.fs, Namespaced: bd.namespaced})
+	b.mu.Lock()
+	f := b.unbound
+	b.mu.Unlock()
+	if f != nil {
+		go f(Binding{Pid: int(bd.pid), View: bd.vs.fs, Namespaced: bd.namespaced})
 	}
 }
 

@@ -391,20 +391,7 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // binds its own processes, and binding another user's process is EPERM
 // with a message that says why.
 func TestBindUnprivileged(t *testing.T) {
-	requireFUSE(t)
-	for _, tool := range []string{"fusermount3", "unshare", "setpriv"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is needed: %v", tool, err)
-		}
-	}
-	lower := newMountpoint(t)
-	buildLower(t, lower, []lowerEntry{lowerFile("f", "lower\n", withOwner(userUID, userGID))})
-	os.Chown(lower, userUID, userGID)
-	before := snapshotTree(lower)
-	mp := newMountpoint(t)
-	os.Chown(mp, userUID, userGID)
-	home := newMountpoint(t)
-	os.Chown(home, userUID, userGID)
+	lower, mp, home, before := unprivilegedDirs(t, lowerFile("f", "lower\n", withOwner(userUID, userGID)))
 	script := unprivilegedPrelude + `as_user "$BIN" mount --lower "$LOWER" "$MP"
 as_user "$BIN" branch create b1 -C "$MP" >/dev/null
 echo "== own"

@@ -252,24 +252,31 @@ ln -s /proc/self/fd /dev/fd
 as_user() { setpriv --reuid ` + fmt.Sprint(userUID) + ` --regid ` + fmt.Sprint(userGID) + ` --clear-groups -- env -i HOME="$HOME_DIR" TMPDIR="$HOME_DIR" PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
 `
 
-func TestUnprivilegedMount(t *testing.T) {
+// unprivilegedDirs prepares a test that mounts as uid userUID: the tools
+// it needs, a lower directory with entries, a mountpoint and a home,
+// all the user's, and the lower tree as it was.
+func unprivilegedDirs(t *testing.T, entries ...lowerEntry) (lower, mp, home string, before tree) {
+	t.Helper()
 	requireFUSE(t)
 	for _, tool := range []string{"fusermount3", "unshare", "setpriv"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is needed: %v", tool, err)
 		}
 	}
-	lower := newMountpoint(t)
-	buildLower(t, lower, []lowerEntry{
-		lowerFile("f", "lower", withOwner(userUID, userGID)),
-		lowerDir("d", withOwner(userUID, userGID)),
-	})
+	lower = newMountpoint(t)
+	buildLower(t, lower, entries)
 	os.Chown(lower, userUID, userGID)
-	before := snapshotTree(lower)
-	mp := newMountpoint(t)
+	before = snapshotTree(lower)
+	mp, home = newMountpoint(t), newMountpoint(t)
 	os.Chown(mp, userUID, userGID)
-	home := newMountpoint(t)
 	os.Chown(home, userUID, userGID)
+	return lower, mp, home, before
+}
+
+func TestUnprivilegedMount(t *testing.T) {
+	lower, mp, home, before := unprivilegedDirs(t,
+		lowerFile("f", "lower", withOwner(userUID, userGID)),
+		lowerDir("d", withOwner(userUID, userGID)))
 	script := unprivilegedPrelude + `as_user "$BIN" mount --lower "$LOWER" "$MP"
 echo "== ops"
 as_user sh -c 'echo upper > "$1/f"; cat "$1/f"; touch "$1/d/new"; stat -c "%u:%g %a" "$1/d/new"; rm "$1/f"; ls "$1"' sh "$MP"

@@ -209,20 +209,20 @@ func finishRun(stderr io.Writer, rec *sessionRecord, code int) error {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		// The session process removed it: the command never ran.
-		return exitStatus{code}
+		return exitCodeError{code: code}
 	case err != nil:
 		return err
 	case r.ExitCode != nil:
 		if *r.ExitCode == 0 {
 			return nil
 		}
-		return exitStatus{*r.ExitCode}
+		return exitCodeError{code: *r.ExitCode}
 	case r.State == stateStarting && !r.daemonAlive():
 		os.RemoveAll(r.dir())
 		if code > 128 {
 			fmt.Fprintf(stderr, "agentfs run: the session process was killed (signal %d) before the command started; nothing was kept\n", code-128)
 		}
-		return exitStatus{max(code, 1)}
+		return exitCodeError{code: max(code, 1)}
 	}
 	// The command may have run, but the session process did not
 	// record its end: it was killed.
@@ -234,7 +234,7 @@ func finishRun(stderr io.Writer, rec *sessionRecord, code int) error {
 		fmt.Fprintf(stderr, "agentfs run: %v\n", err)
 	}
 	fmt.Fprintf(stderr, "agentfs run: the session process ended (code %d) before the command's end was recorded; session %s keeps what was changed: agentfs sessions, agentfs diff -s %s\n", code, r.ID, r.ID)
-	return exitStatus{max(code, 1)}
+	return exitCodeError{code: max(code, 1)}
 }
 
 // exitCodeOf is a process's exit code as a shell gives it: 128+N when

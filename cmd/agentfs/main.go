@@ -77,20 +77,19 @@ func (e usageError) Error() string { return e.msg }
 func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
 
 // exitCodeError ends agentfs with its own exit code, after its message
-// (when there is one).
+// when there is one (none: what went wrong was said already, or the
+// code is a command's, as agentfs run passes it through).
 type exitCodeError struct {
 	code int
 	msg  string
 }
 
-func (e exitCodeError) Error() string { return e.msg }
-
-// exitStatus makes agentfs exit with code, printing nothing more: the
-// exit status of the command agentfs run ran, or an error that was
-// reported already.
-type exitStatus struct{ code int }
-
-func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+func (e exitCodeError) Error() string {
+	if e.msg == "" {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.msg
+}
 
 const exitCodesHelp = `Exit codes:
   0  success
@@ -225,10 +224,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "agentfs %s: %s\n", name, ce.msg)
 		}
 		return ce.code
-	}
-	var es exitStatus
-	if errors.As(err, &es) {
-		return es.code // what went wrong was said already
 	}
 	var ue usageError
 	if errors.As(err, &ue) {

@@ -92,7 +92,7 @@ func runSession(o *runOptions, args []string) error {
 		}
 		fmt.Fprintf(os.Stderr, "agentfs run: cannot run %s: %v\n", args[0], err)
 		abandon(nil)
-		return exitStatus{code}
+		return exitCodeError{code: code}
 	}
 	command.Store(cmd.Process)
 	cmd.Wait()
@@ -190,7 +190,7 @@ func (s *sessionProcess) finish(code int) error {
 	if code == 0 {
 		return nil
 	}
-	return exitStatus{code}
+	return exitCodeError{code: code}
 }
 
 // summary counts the changes from the project to the session's branch.
