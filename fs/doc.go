@@ -9,13 +9,27 @@
 // lookups, attributes and listing depend on the calling process's branch
 // (views.go: a process bound to a branch, or a descendant of one, sees
 // that branch; others the mount's). While any process is bound, the
-// root's entries and attributes get zero lifetimes and its listing is
-// never cached, so the kernel asks at every walk through the root, with
-// the walking process as the caller. Everything below the root is
+// root's entries and attributes get zero lifetimes, so the kernel asks
+// at every walk through the root, with the walking process as the
+// caller; the root's listing is never served from the kernel's cache
+// (see Directories). Everything below the root is
 // branch-qualified and cached with long timeouts, so nothing the kernel
 // cached for one branch can be served to a process in another: data,
 // attributes, listings and mmaps are per kernel inode, and no kernel
 // inode is in two branches.
+//
+// # Directories
+//
+// agentfs keeps no state per open directory and answers OPENDIR with
+// ENOSYS: the kernel then opens directories without asking (no OPENDIR
+// or RELEASEDIR round trip per directory a walk opens) and keeps each
+// listing in the directory's page cache until the directory changes.
+// Offsets are indexes into a listing kept per node, made anew at each
+// read from offset 0. The kernel marks a listing cache complete when a
+// read at its end comes back empty; for the root, whose listing depends
+// on the caller, agentfs drops the cached pages just before that empty
+// reply, so the complete cache the kernel holds is always empty pages
+// it must refill, from the daemon, as the next caller.
 //
 // # Locking
 //

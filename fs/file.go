@@ -235,48 +235,42 @@ func (s *Server) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	}
 }
 
-// OpenDir implements fuse.RawFileSystem. The merged listing is taken
-// once per handle, so offsets stay valid for the handle's life.
+// OpenDir implements fuse.RawFileSystem. agentfs keeps no state per
+// open directory, and says so: the kernel then stops sending OPENDIR and
+// RELEASEDIR (two round trips per directory a walk opens) and keeps every
+// listing in the directory's page cache, reusing it until the directory
+// changes. Its own changes reset that cache; agentfs drops it where it
+// changes a directory itself (snapshots, restores, the lower watcher).
+// The root's listing depends on the caller's branch: listing makes sure
+// the kernel never completes a cache of it.
 func (s *Server) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	ino := s.inode(&in.InHeader, in.NodeId)
-	if ino == nil {
-		return fuse.ENOENT
-	}
-	s.mu.Lock()
-	s.nextFh++
-	fh := s.nextFh
-	s.dirs[fh] = &dirHandle{ino: ino}
-	s.mu.Unlock()
-	out.Fh = fh
-	s.record(&in.InHeader, OpReaddir, ino.n, "")
-	if in.NodeId != fuse.FUSE_ROOT_ID {
-		// The kernel keeps the listing in the directory's page cache
-		// and reuses it until the directory changes: its own changes
-		// bump the directory's version, lower edits from outside are
-		// invalidated by the watcher. The root's listing is not kept:
-		// it will depend on the caller's branch.
-		out.OpenFlags |= fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
-	}
-	return fuse.OK
+	return fuse.ENOSYS
 }
 
-// listing returns the entries of an open directory from offset on. The
-// listing is made at the first read from offset 0 (a kernel serving the
-// directory from its cache never asks) and made anew at each rewind.
-func (s *Server) listing(in *fuse.ReadIn) (*dirHandle, []overlay.DirEntry, fuse.Status) {
-	d := s.dirHandle(in.Fh)
-	if d == nil {
-		return nil, nil, fuse.EBADF
+// listing returns the entries of directory in.NodeId from in.Offset on.
+// With no handles, offsets are indexes into a listing kept per node: made
+// anew at each read from offset 0 (a rewind, or a kernel filling its
+// cache) and reused by the reads that continue it.
+func (s *Server) listing(in *fuse.ReadIn) (*inode, []overlay.DirEntry, fuse.Status) {
+	ino := s.inode(&in.InHeader, in.NodeId)
+	if ino == nil {
+		return nil, nil, fuse.ENOENT
+	}
+	if !ino.n.IsDir() {
+		return nil, nil, fuse.ENOTDIR
 	}
 	offset := in.Offset
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.entries == nil || offset == 0 {
-		ents, err := d.ino.n.FS().ReadDir(d.ino.n)
-		if err != nil {
-			return d, nil, errno(err)
+	ino.lmu.Lock()
+	defer ino.lmu.Unlock()
+	if ino.listing == nil || offset == 0 {
+		if offset == 0 {
+			s.record(&in.InHeader, OpReaddir, ino.n, "")
 		}
-		if d.ino.n == d.ino.n.FS().Root() {
+		ents, err := ino.n.FS().ReadDir(ino.n)
+		if err != nil {
+			return nil, nil, errno(err)
+		}
+		if ino.n == ino.n.FS().Root() {
 			kept := ents[:0]
 			for _, e := range ents {
 				if e.Name != ctl.ControlName {
@@ -285,18 +279,21 @@ func (s *Server) listing(in *fuse.ReadIn) (*dirHandle, []overlay.DirEntry, fuse.
 			}
 			ents = kept
 		}
-		d.entries = ents
+		ino.listing = ents
 	}
-	if offset >= uint64(len(d.entries)) {
-		return d, nil, fuse.OK
+	if offset >= uint64(len(ino.listing)) {
+		if in.NodeId == fuse.FUSE_ROOT_ID {
+			// The end of a listing of the root. The kernel has put
+			// every entry of this pass in its cache by now and will
+			// mark the cache complete when this empty reply arrives;
+			// dropping the pages first leaves it a cache it cannot
+			// use, so no caller is ever served another branch's root
+			// from it.
+			s.srv.InodeNotify(fuse.FUSE_ROOT_ID, 0, 0)
+		}
+		return ino, nil, fuse.OK
 	}
-	return d, d.entries[offset:], fuse.OK
-}
-
-func (s *Server) dirHandle(fh uint64) *dirHandle {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.dirs[fh]
+	return ino, ino.listing[offset:], fuse.OK
 }
 
 // ReadDir implements fuse.RawFileSystem.
@@ -316,7 +313,7 @@ func (s *Server) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 // ReadDirPlus implements fuse.RawFileSystem: each name comes with its
 // node and attributes, which saves the kernel one lookup per name.
 func (s *Server) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	d, ents, st := s.listing(in)
+	ino, ents, st := s.listing(in)
 	if st != fuse.OK {
 		return st
 	}
@@ -328,20 +325,13 @@ func (s *Server) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.
 		if e.Name == "." || e.Name == ".." {
 			continue
 		}
-		n, st, err := d.ino.n.FS().Lookup(d.ino.n, e.Name)
+		n, st, err := ino.n.FS().Lookup(ino.n, e.Name)
 		if err != nil {
 			continue // a zero node id: the kernel looks the name up itself
 		}
 		s.fillEntry(eo, in.NodeId, n, &st)
 	}
 	return fuse.OK
-}
-
-// ReleaseDir implements fuse.RawFileSystem.
-func (s *Server) ReleaseDir(in *fuse.ReleaseIn) {
-	s.mu.Lock()
-	delete(s.dirs, in.Fh)
-	s.mu.Unlock()
 }
 
 // FsyncDir implements fuse.RawFileSystem.

@@ -55,7 +55,6 @@ type Server struct {
 	mu     sync.Mutex
 	nodes  map[uint64]*inode
 	files  map[uint64]*handle
-	dirs   map[uint64]*dirHandle
 	nextFh uint64
 }
 
@@ -68,6 +67,11 @@ type inode struct {
 	cached    int   // open handles served through the page cache
 	pt        int   // open passthrough handles
 	backingID int32 // registered backing file while pt > 0
+
+	// listing is the directory's listing that reads at offsets past 0
+	// continue (see Server.listing), under lmu.
+	lmu     sync.Mutex
+	listing []overlay.DirEntry
 }
 
 type handle struct {
@@ -75,13 +79,6 @@ type handle struct {
 	f     *overlay.File
 	pt    bool
 	wrote atomic.Bool // a write was reported (activity.go)
-}
-
-type dirHandle struct {
-	ino *inode
-
-	mu      sync.Mutex
-	entries []overlay.DirEntry // nil until the first read
 }
 
 // Mount mounts the view at o.Mountpoint and serves it until unmounted.
@@ -96,7 +93,6 @@ func Mount(o Options) (*Server, error) {
 		uid:           uint32(os.Geteuid()),
 		nodes:         map[uint64]*inode{},
 		files:         map[uint64]*handle{},
-		dirs:          map[uint64]*dirHandle{},
 		negatives:     map[uint64]map[string]struct{}{},
 	}
 	s.views = newBinder(s, o.View)

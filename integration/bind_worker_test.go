@@ -46,6 +46,22 @@ func runIsolationWorker() int {
 			fail("creating %s: %v", p, err)
 		}
 	}
+	rootDir, err := os.Open(root)
+	if err != nil {
+		fail("open the root: %v", err)
+		rootDir, _ = os.Open(os.DevNull)
+	}
+	defer rootDir.Close()
+	checkTop := func(i int, what string, names []string) {
+		for _, n := range names {
+			if len(n) > 4 && n[:4] == "top-" && n != "top-"+me {
+				fail("iteration %d: %s shows %s, another branch's (listing %v)", i, what, n, names)
+			}
+		}
+		if !slices.Contains(names, "top-"+me) {
+			fail("iteration %d: %s lacks top-%s (listing %v)", i, what, me, names)
+		}
+	}
 	for i := range iters {
 		want := fmt.Sprintf("%s %d\n", me, i)
 		// Through the root: the walk's first step depends on the caller.
@@ -97,15 +113,29 @@ func runIsolationWorker() int {
 			if !slices.Contains(got, marker) {
 				fail("iteration %d: ls dir lacks %s (listing %v)", i, marker, got)
 			}
+		}
+		if i%5 == 0 {
+			// The root's listing depends on the caller: listed afresh,
+			// and again through a descriptor held open since the start
+			// and rewound (the kernel must not serve it from a cache
+			// another branch filled).
 			top, err := os.ReadDir(root)
 			if err != nil {
 				fail("ls root: %v", err)
 			}
+			var names []string
 			for _, e := range top {
-				if len(e.Name()) > 4 && e.Name()[:4] == "top-" && e.Name() != "top-"+me {
-					fail("iteration %d: ls of the root shows %s, another branch's", i, e.Name())
-				}
+				names = append(names, e.Name())
 			}
+			checkTop(i, "ls of the root", names)
+			if _, err := rootDir.Seek(0, 0); err != nil {
+				fail("rewind the root: %v", err)
+			}
+			names, err = rootDir.Readdirnames(-1)
+			if err != nil {
+				fail("ls the root again: %v", err)
+			}
+			checkTop(i, "the root rewound", names)
 		}
 		if i%50 == 0 {
 			if err := checkMmap(at("shared.txt"), want); err != nil {
