@@ -250,7 +250,8 @@ func (s *Server) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Open
 // listing returns the entries of directory in.NodeId from in.Offset on.
 // With no handles, offsets are indexes into a listing kept per node: made
 // anew at each read from offset 0 (a rewind, or a kernel filling its
-// cache) and reused by the reads that continue it.
+// cache), reused by the reads that continue it and dropped at its end,
+// so a walk of a large tree does not keep every listing in memory.
 func (s *Server) listing(in *fuse.ReadIn) (*inode, []overlay.DirEntry, fuse.Status) {
 	ino := s.inode(&in.InHeader, in.NodeId)
 	if ino == nil {
@@ -282,6 +283,9 @@ func (s *Server) listing(in *fuse.ReadIn) (*inode, []overlay.DirEntry, fuse.Stat
 		ino.listing = ents
 	}
 	if offset >= uint64(len(ino.listing)) {
+		// The kernel has the listing now; a read that continues
+		// another pass after this makes it anew.
+		ino.listing = nil
 		if in.NodeId == fuse.FUSE_ROOT_ID {
 			// The end of a listing of the root. The kernel has put
 			// every entry of this pass in its cache by now and will
