@@ -260,6 +260,24 @@ func (s *Server) listing(in *fuse.ReadIn) (*inode, []overlay.DirEntry, fuse.Stat
 	if !ino.n.IsDir() {
 		return nil, nil, fuse.ENOTDIR
 	}
+	ents, err := s.listFrom(in, ino)
+	if err != nil {
+		return nil, nil, errno(err)
+	}
+	if ents == nil && in.NodeId == fuse.FUSE_ROOT_ID {
+		// The end of a listing of the root. The kernel has put every
+		// entry of this pass in its cache by now and will mark the
+		// cache complete when this empty reply arrives; dropping the
+		// pages first leaves it a cache it cannot use, so no caller
+		// is ever served another branch's root from it.
+		s.srv.InodeNotify(fuse.FUSE_ROOT_ID, 0, 0)
+	}
+	return ino, ents, fuse.OK
+}
+
+// listFrom returns the entries of ino's listing from in.Offset on, nil
+// at its end, under ino.lmu.
+func (s *Server) listFrom(in *fuse.ReadIn, ino *inode) ([]overlay.DirEntry, error) {
 	offset := in.Offset
 	ino.lmu.Lock()
 	defer ino.lmu.Unlock()
@@ -269,7 +287,7 @@ func (s *Server) listing(in *fuse.ReadIn) (*inode, []overlay.DirEntry, fuse.Stat
 		}
 		ents, err := ino.n.FS().ReadDir(ino.n)
 		if err != nil {
-			return nil, nil, errno(err)
+			return nil, err
 		}
 		if ino.n == ino.n.FS().Root() {
 			kept := ents[:0]
@@ -286,18 +304,9 @@ func (s *Server) listing(in *fuse.ReadIn) (*inode, []overlay.DirEntry, fuse.Stat
 		// The kernel has the listing now; a read that continues
 		// another pass after this makes it anew.
 		ino.listing = nil
-		if in.NodeId == fuse.FUSE_ROOT_ID {
-			// The end of a listing of the root. The kernel has put
-			// every entry of this pass in its cache by now and will
-			// mark the cache complete when this empty reply arrives;
-			// dropping the pages first leaves it a cache it cannot
-			// use, so no caller is ever served another branch's root
-			// from it.
-			s.srv.InodeNotify(fuse.FUSE_ROOT_ID, 0, 0)
-		}
-		return ino, nil, fuse.OK
+		return nil, nil
 	}
-	return ino, ino.listing[offset:], fuse.OK
+	return ino.listing[offset:], nil
 }
 
 // ReadDir implements fuse.RawFileSystem.
