@@ -235,14 +235,8 @@ func (s *Server) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	}
 }
 
-// OpenDir implements fuse.RawFileSystem. agentfs keeps no state per
-// open directory, and says so: the kernel then stops sending OPENDIR and
-// RELEASEDIR (two round trips per directory a walk opens) and keeps every
-// listing in the directory's page cache, reusing it until the directory
-// changes. Its own changes reset that cache; agentfs drops it where it
-// changes a directory itself (snapshots, restores, the lower watcher).
-// The root's listing depends on the caller's branch: listing makes sure
-// the kernel never completes a cache of it.
+// OpenDir implements fuse.RawFileSystem: ENOSYS, since agentfs keeps no
+// state per open directory (see Directories in doc.go).
 func (s *Server) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	return fuse.ENOSYS
 }
