@@ -25,11 +25,10 @@
 // or RELEASEDIR round trip per directory a walk opens) and keeps each
 // listing in the directory's page cache until the directory changes.
 // Offsets are indexes into a listing kept per node, made anew at each
-// read from offset 0. The kernel marks a listing cache complete when a
-// read at its end comes back empty; for the root, whose listing depends
-// on the caller, agentfs drops the cached pages just before that empty
-// reply, so the complete cache the kernel holds is always empty pages
-// it must refill, from the daemon, as the next caller.
+// read from offset 0. The root's listing depends on the caller: its
+// offsets carry the view's tag, and its cached pages are dropped before
+// the empty read that marks a cache complete, so the kernel never
+// serves it from its cache (Server.listing).
 //
 // # Locking
 //

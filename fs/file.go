@@ -241,38 +241,48 @@ func (s *Server) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Open
 	return fuse.ENOSYS
 }
 
-// listing returns the entries of directory in.NodeId from in.Offset on.
-// With no handles, offsets are indexes into a listing kept per node: made
-// anew at each read from offset 0 (a rewind, or a kernel filling its
-// cache), reused by the reads that continue it and dropped at its end,
-// so a walk of a large tree does not keep every listing in memory.
-func (s *Server) listing(in *fuse.ReadIn) (*inode, []overlay.DirEntry, fuse.Status) {
+// listing returns the entries of directory in.NodeId from in.Offset on,
+// and the offset of the first one's predecessor (the first entry's
+// offset is that plus 1, and so on). With no handles, offsets are
+// indexes into a listing kept per node: made anew at each read from
+// offset 0 (a rewind, or a kernel filling its cache), reused by the
+// reads that continue it and dropped at its end, so a walk of a large
+// tree does not keep every listing in memory.
+//
+// The kernel fills its cache of a listing from the reads whose offsets
+// continue the cache's last one, and marks it complete at an empty read
+// at that offset. For the root, whose listing depends on the caller,
+// offsets carry the view's tag in their high half, so that one branch's
+// reads never continue or complete a cache another branch's reads
+// began; and at the end of a pass the cached pages are dropped before
+// the empty reply, so the complete cache the kernel holds is one it
+// must refill, from the daemon, as the next caller.
+func (s *Server) listing(in *fuse.ReadIn) (*inode, []overlay.DirEntry, uint64, fuse.Status) {
 	ino := s.inode(&in.InHeader, in.NodeId)
 	if ino == nil {
-		return nil, nil, fuse.ENOENT
+		return nil, nil, 0, fuse.ENOENT
 	}
 	if !ino.n.IsDir() {
-		return nil, nil, fuse.ENOTDIR
+		return nil, nil, 0, fuse.ENOTDIR
 	}
-	ents, err := s.listFrom(in, ino)
+	index, start := in.Offset, in.Offset
+	if in.NodeId == fuse.FUSE_ROOT_ID {
+		index = in.Offset & (1<<32 - 1)
+		start = ino.vs.tag<<32 | index
+	}
+	ents, err := s.listFrom(in, ino, index)
 	if err != nil {
-		return nil, nil, errno(err)
+		return nil, nil, 0, errno(err)
 	}
 	if ents == nil && in.NodeId == fuse.FUSE_ROOT_ID {
-		// The end of a listing of the root. The kernel has put every
-		// entry of this pass in its cache by now and will mark the
-		// cache complete when this empty reply arrives; dropping the
-		// pages first leaves it a cache it cannot use, so no caller
-		// is ever served another branch's root from it.
 		s.srv.InodeNotify(fuse.FUSE_ROOT_ID, 0, 0)
 	}
-	return ino, ents, fuse.OK
+	return ino, ents, start, fuse.OK
 }
 
-// listFrom returns the entries of ino's listing from in.Offset on, nil
-// at its end, under ino.lmu.
-func (s *Server) listFrom(in *fuse.ReadIn, ino *inode) ([]overlay.DirEntry, error) {
-	offset := in.Offset
+// listFrom returns the entries of ino's listing from index offset on,
+// nil at its end, under ino.lmu.
+func (s *Server) listFrom(in *fuse.ReadIn, ino *inode, offset uint64) ([]overlay.DirEntry, error) {
 	ino.lmu.Lock()
 	defer ino.lmu.Unlock()
 	if ino.listing == nil || offset == 0 {
@@ -305,12 +315,12 @@ func (s *Server) listFrom(in *fuse.ReadIn, ino *inode) ([]overlay.DirEntry, erro
 
 // ReadDir implements fuse.RawFileSystem.
 func (s *Server) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	_, ents, st := s.listing(in)
+	_, ents, start, st := s.listing(in)
 	if st != fuse.OK {
 		return st
 	}
 	for i, e := range ents {
-		if !out.AddDirEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: in.Offset + uint64(i) + 1}) {
+		if !out.AddDirEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: start + uint64(i) + 1}) {
 			break
 		}
 	}
@@ -320,12 +330,12 @@ func (s *Server) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 // ReadDirPlus implements fuse.RawFileSystem: each name comes with its
 // node and attributes, which saves the kernel one lookup per name.
 func (s *Server) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	ino, ents, st := s.listing(in)
+	ino, ents, start, st := s.listing(in)
 	if st != fuse.OK {
 		return st
 	}
 	for i, e := range ents {
-		eo := out.AddDirLookupEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: in.Offset + uint64(i) + 1})
+		eo := out.AddDirLookupEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: start + uint64(i) + 1})
 		if eo == nil {
 			break
 		}

@@ -39,6 +39,9 @@ import (
 type viewState struct {
 	fs   *overlay.FS
 	root *inode // the view's root: what node id 1 is for its processes
+	// tag sets the view's listings of the root apart: the high half of
+	// their offsets (see Server.listing); nonzero, unique per server.
+	tag uint64
 	// retired views belong to deleted branches: every request on their
 	// nodes, and at the root for their processes, fails with ENOENT.
 	retired atomic.Bool
@@ -90,6 +93,7 @@ type binder struct {
 	views    map[*overlay.FS]*viewState
 	bindings map[uint32]*binding // by pid (thread group id)
 	epfd     int                 // epoll over the bindings' pidfds; -1 when unavailable
+	tags     uint64              // the last viewState.tag given
 
 	cacheMu sync.Mutex
 	cache   map[uint32]resolved // by thread id
@@ -115,7 +119,8 @@ func newBinder(s *Server, def *overlay.FS) *binder {
 func (b *binder) addViewLocked(v *overlay.FS) *viewState {
 	vs := b.views[v]
 	if vs == nil {
-		vs = &viewState{fs: v, root: &inode{n: v.Root()}}
+		b.tags++
+		vs = &viewState{fs: v, root: &inode{n: v.Root()}, tag: b.tags}
 		vs.root.vs = vs
 		b.views[v] = vs
 	}
