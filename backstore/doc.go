@@ -69,12 +69,15 @@
 // Clone removes its partial object, and the reflink probe uses
 // unnamed (O_TMPFILE) files. A crash can therefore leave only objects
 // that nothing refers to, which [Store.Collect] removes given the
-// caller's list of referenced objects (see gc.go).
+// caller's list of referenced objects (see gc.go). The empty files the
+// store makes ahead of need (pool.go) have no name until they become
+// objects, so they are never garbage.
 //
 // # Locking
 //
 // A Store is safe for concurrent use. Store.mu guards the set of
-// spilled ids and nothing else; it is never held across a syscall.
+// spilled ids and nothing else; it is never held across a syscall. The
+// pool has a lock of its own (pool.go), never held with Store.mu.
 // Everything else is fixed between Open and Close, or is the kernel's
 // business.
 package backstore

@@ -120,13 +120,20 @@ func (s *Store) CreateFile(mode uint32, uid, gid int) (string, *os.File, error) 
 }
 
 func (s *Store) createFile(p *part, mode uint32, uid, gid int) (string, *os.File, error) {
-	var fd int
-	id, err := s.create(p, "file", func(dirfd int, name string) error {
-		var err error
-		fd, err = unix.Openat(dirfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0600)
-		return err
-	})
+	fd := s.take(p)
+	mk := func(dirfd int, name string) error { return s.link(fd, dirfd, name) }
+	if fd < 0 {
+		mk = func(dirfd int, name string) error {
+			var err error
+			fd, err = unix.Openat(dirfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0600)
+			return err
+		}
+	}
+	id, err := s.create(p, "file", mk)
 	if err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
 		return "", nil, err
 	}
 	f := os.NewFile(uintptr(fd), id)

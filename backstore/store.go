@@ -63,6 +63,7 @@ type Store struct {
 	spill   *part // ramdisk only: objects too big for the tmpfs
 	mounted bool  // we mounted (or adopted) the tmpfs at info.Root
 	shmDir  string
+	pool    *pool // unnamed regular files made ahead in main (pool.go)
 
 	mu      sync.Mutex          // guards spilled
 	spilled map[string]struct{} // ids of objects in spill
@@ -90,7 +91,7 @@ func Open(o Options) (*Store, error) {
 	if err := os.MkdirAll(o.Dir, 0700); err != nil {
 		return nil, fmt.Errorf("backstore %s: %w", o.Dir, err)
 	}
-	s := &Store{opts: o, root: os.Geteuid() == 0, spilled: map[string]struct{}{}}
+	s := &Store{opts: o, root: os.Geteuid() == 0, spilled: map[string]struct{}{}, pool: newPool()}
 	var err error
 	if o.Kind == "hostfs" {
 		s.info = Info{Kind: "hostfs", Mode: "dir", Root: filepath.Join(o.Dir, "objects")}
@@ -106,10 +107,11 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the shard dirfds, then unmounts the tmpfs the store
+// Close closes the pool's files and the shard dirfds, then unmounts the tmpfs the store
 // mounted (detaching it when busy) or removes its /dev/shm directory.
 // Closing twice is harmless.
 func (s *Store) Close() error {
+	s.pool.close()
 	s.main.close()
 	s.spill.close()
 	return s.closeRamdisk()

@@ -188,8 +188,9 @@ func (fs *FS) statLocked(n *Node) (unix.Stat_t, error) {
 // subdirectory (overlayfs reports 1 here). A lower filesystem that does
 // not count subdirectories (nlink 1, as btrfs) keeps reporting 1. The
 // kernel asks after every change in a directory, so this is O(1) for
-// directories without lower ones and needs no system call for merged
-// directories whose lower subdirectories are known.
+// directories without lower ones; a merged one costs an fstatat of its
+// lower directory and a walk of the smaller of its (cached) lower
+// subdirectories and its upper entries.
 func (fs *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
 	p, ok := n.pathLocked()
 	if !ok {
@@ -203,10 +204,21 @@ func (fs *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
 		}
 		nl = int64(lst.Nlink) + int64(fs.ndirs[p])
 		if upper := fs.dirs[p]; len(upper) > 0 {
+			// Walk the smaller of the two: the kernel asks after each
+			// change, and rm -rf of a big merged directory would
+			// otherwise walk all its whiteouts at every unlink.
 			subdirs := fs.lowerSubdirsOf(n.lower)
-			for name := range upper {
-				if subdirs[name] {
-					nl-- // hidden or replaced by the upper entry
+			if len(subdirs) < len(upper) {
+				for name := range subdirs {
+					if _, ok := upper[name]; ok {
+						nl-- // hidden or replaced by the upper entry
+					}
+				}
+			} else {
+				for name := range upper {
+					if subdirs[name] {
+						nl--
+					}
 				}
 			}
 		}
