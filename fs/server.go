@@ -6,6 +6,7 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -124,6 +125,7 @@ func Mount(o Options) (*Server, error) {
 		srv.Unmount()
 		return nil, err
 	}
+	s.setReadahead(o.Mountpoint, mo.MaxReadAhead)
 	if s.watch, err = startLowerWatch(s); err != nil {
 		s.log.Warn("lower directory edits made from outside will show late", "err", err)
 	}
@@ -131,6 +133,33 @@ func Mount(o Options) (*Server, error) {
 	ks := srv.KernelSettings()
 	s.passthrough = o.Passthrough && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0
 	return s, nil
+}
+
+// setReadahead raises the readahead of the mount's backing device to
+// bytes. The kernel caps a FUSE mount's readahead at the default of
+// 128 KiB whatever INIT asks for, so a cold sequential read of a
+// project file would reach agentfs as 128 KiB requests, each waiting
+// for the lower disk in turn. The device is the mount's own (it goes
+// with it); only root may write the knob, and without it reads stay
+// correct, only slower.
+func (s *Server) setReadahead(mountpoint string, bytes int) {
+	// Only a FUSE mount's own device (an anonymous one, major 0): never
+	// the disk below a mountpoint that is not (or no longer) ours.
+	const fuseMagic = 0x65735546
+	var fst unix.Statfs_t
+	var st unix.Stat_t
+	if err := unix.Statfs(mountpoint, &fst); err != nil || fst.Type != fuseMagic {
+		s.log.Debug("readahead left at the default: not a FUSE mount", "err", err)
+		return
+	}
+	if err := unix.Stat(mountpoint, &st); err != nil || unix.Major(st.Dev) != 0 {
+		s.log.Debug("readahead left at the default", "err", err)
+		return
+	}
+	knob := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	if err := os.WriteFile(knob, []byte(strconv.Itoa(bytes>>10)), 0); err != nil {
+		s.log.Debug("readahead left at the default", "err", err)
+	}
 }
 
 type debugWriter struct{ l *slog.Logger }

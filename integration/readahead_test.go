@@ -1,0 +1,32 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestReadahead: the mount's own device reads ahead 1 MiB, as INIT
+// asks (the kernel caps FUSE at 128 KiB otherwise), so that a cold
+// sequential read of a project file reaches the daemon in 1 MiB
+// requests.
+func TestReadahead(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("f", "f")))
+	var st unix.Stat_t
+	if err := unix.Stat(m.dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	knob := func(dev uint64) string {
+		return fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(dev), unix.Minor(dev))
+	}
+	b, err := os.ReadFile(knob(st.Dev))
+	if err != nil {
+		t.Fatalf("the mount's device: %v", err)
+	}
+	if got := strings.TrimSpace(string(b)); got != "1024" {
+		t.Errorf("%s = %s, want 1024", knob(st.Dev), got)
+	}
+}
