@@ -107,9 +107,9 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the pool's files and the shard dirfds, then unmounts the tmpfs the store
-// mounted (detaching it when busy) or removes its /dev/shm directory.
-// Closing twice is harmless.
+// Close closes the pool's files and the shard dirfds, then unmounts
+// the tmpfs the store mounted (detaching it when busy) or removes its
+// /dev/shm directory. Closing twice is harmless.
 func (s *Store) Close() error {
 	s.pool.close()
 	s.main.close()
