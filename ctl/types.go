@@ -151,6 +151,13 @@ type Status struct {
 	// directly on their backing files; IOMode says it in words.
 	Passthrough bool   `json:"passthrough"`
 	IOMode      string `json:"io_mode"`
+	// Reads is the number of READ requests the daemon has served: the
+	// reads the kernel did not pass through (files of the project, and
+	// every file without passthrough), from the disk or into the page
+	// cache. ReadsSpliced were answered by splicing the file's pages
+	// into the reply (one copy less).
+	Reads        uint64 `json:"reads"`
+	ReadsSpliced uint64 `json:"reads_spliced"`
 
 	Objects int64 `json:"objects"`        // upper objects in the backstore
 	Bytes   int64 `json:"bytes"`          // bytes they occupy

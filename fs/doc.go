@@ -46,6 +46,10 @@
 // writes made after it, and no write can ever reach a lower file through
 // a reused backing id. An inode with cached opens never gets a
 // passthrough open (the kernel refuses to mix the two), and vice versa.
+// A READ of 64 KiB or more is answered by splicing the file's pages into
+// the reply (spliceRead), from a duplicate of the handle's descriptor,
+// so one copy is made instead of two; READs are at most 512 KiB
+// (max_read), so that each fits a pipe.
 //
 // # Activity
 //

@@ -11,8 +11,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/hanwen/go-fuse/v2/splice"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/ctl"
@@ -27,6 +29,11 @@ const (
 	attrTimeout  = time.Hour
 	negTimeout   = time.Hour
 )
+
+// maxRead bounds READ and WRITE requests (max_read, max_write): half of
+// the default largest pipe (fs.pipe-max-size), so that a READ and its
+// header fit a pipe and can be spliced.
+const maxRead = 512 << 10
 
 // controlID is the node id of the control file.
 const controlID = 2
@@ -44,6 +51,16 @@ type Server struct {
 	// switched off for good when the kernel refuses one.
 	ptMu        sync.Mutex
 	passthrough bool
+
+	// splice is whether large READs are answered by splicing (see
+	// spliceRead); spliceMax is the largest such READ, which must fit a
+	// pipe with the reply's header.
+	splice    bool
+	spliceMax int
+
+	// reads counts the READ requests served (files not passed
+	// through); spliced, those answered by splicing.
+	reads, spliced atomic.Uint64
 
 	watch *lowerWatch // nil when inotify is unavailable
 
@@ -103,7 +120,7 @@ func Mount(o Options) (*Server, error) {
 		FsName:               o.FsName,
 		Name:                 "agentfs",
 		DirectMount:          os.Geteuid() == 0,
-		MaxWrite:             1 << 20,
+		MaxWrite:             maxRead, // go-fuse makes max_read the same
 		MaxReadAhead:         1 << 20,
 		MaxBackground:        64,
 		EnableSymlinkCaching: true,
@@ -130,6 +147,8 @@ func Mount(o Options) (*Server, error) {
 		s.log.Warn("lower directory edits made from outside will show late", "err", err)
 	}
 	s.watch.add(o.View.Root().ID, o.View.Root())
+	s.spliceMax = splice.MaxPipeSize() - os.Getpagesize() - int(unsafe.Sizeof(fuse.OutHeader{}))
+	s.splice = splice.Resizable() && s.spliceMax >= spliceMin
 	ks := srv.KernelSettings()
 	s.passthrough = o.Passthrough && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0
 	return s, nil
@@ -178,6 +197,12 @@ func (s *Server) Wait() {
 
 // Unmount unmounts the file system.
 func (s *Server) Unmount() error { return s.srv.Unmount() }
+
+// Reads reports how many READ requests the daemon has served (reads the
+// kernel does not pass through) and how many of them it spliced.
+func (s *Server) Reads() (served, spliced uint64) {
+	return s.reads.Load(), s.spliced.Load()
+}
 
 // Passthrough reports whether reads and writes of upper files go
 // directly to their backing files.

@@ -11,8 +11,8 @@ import (
 
 // TestReadahead: the mount's own device reads ahead 1 MiB, as INIT
 // asks (the kernel caps FUSE at 128 KiB otherwise), so that a cold
-// sequential read of a project file reaches the daemon in 1 MiB
-// requests.
+// sequential read of a project file keeps two 512 KiB READs (the
+// largest that can be spliced) in flight.
 func TestReadahead(t *testing.T) {
 	m := newMount(t, withLower(lowerFile("f", "f")))
 	var st unix.Stat_t

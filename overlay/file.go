@@ -215,6 +215,18 @@ func (f *File) ReadAt(p []byte, off int64) (n int, err error) {
 	return n, err
 }
 
+// Dup returns a new descriptor of the file's current data (following a
+// copy-up, as ReadAt does), for a reader that outlives the call: the
+// caller closes it. A descriptor of a lower file is read-only.
+func (f *File) Dup() (fd int, err error) {
+	err = f.withFd(func(d int) error {
+		var derr error
+		fd, derr = unix.FcntlInt(uintptr(d), unix.F_DUPFD_CLOEXEC, 0)
+		return derr
+	})
+	return fd, err
+}
+
 // WriteAt writes to the file (which is upper).
 func (f *File) WriteAt(p []byte, off int64) (n int, err error) {
 	if !f.writable {

@@ -416,8 +416,10 @@ func (d *daemon) status() (ctl.Status, error) {
 		d.log.Warn("backstore usage", "err", err)
 	}
 	passthrough := false
+	var reads, spliced uint64
 	if srv := d.srv.Load(); srv != nil {
 		passthrough = srv.Passthrough()
+		reads, spliced = srv.Reads()
 	}
 	pid := os.Getpid()
 	if d.plan.offline {
@@ -429,6 +431,7 @@ func (d *daemon) status() (ctl.Status, error) {
 		Store: d.plan.store, Branch: d.current.Load().Name(), Ephemeral: d.plan.ephemeral,
 		Backstore: info.Kind, BackingMode: info.Mode, BackingRoot: info.Root, SizeLimit: info.SizeLimit,
 		Reflink: info.Reflink, Passthrough: passthrough, IOMode: ioMode(passthrough, os.Geteuid() == 0 && !d.plan.userns, d.plan.noPassthrough),
+		Reads: reads, ReadsSpliced: spliced,
 		Objects: u.Objects, Bytes: u.Bytes, FsFree: u.FsFree,
 		Bindings: d.bindings(),
 	}
