@@ -91,9 +91,20 @@ func (s *Server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 		return errno(err)
 	}
 	if in.Flags&unix.O_TRUNC != 0 && in.Flags&unix.O_ACCMODE != unix.O_RDONLY {
-		if err := s.killPrivsAfterTrunc(ino.n, &in.InHeader); err != nil {
-			f.Release()
-			return errno(err)
+		// An O_TRUNC open is atomic in FUSE: the kernel clears nothing
+		// itself; with killpriv v2 it says whether to (killpriv.go).
+		rule := killedMode
+		if s.killprivV2 {
+			rule = nil
+			if in.Mode&fuse.OPEN_KILL_SUIDGID != 0 {
+				rule = droppedMode
+			}
+		}
+		if rule != nil {
+			if err := s.killPrivs(ino.n, &in.InHeader, rule); err != nil {
+				f.Release()
+				return errno(err)
+			}
 		}
 	}
 	h := &handle{ino: ino, f: f}

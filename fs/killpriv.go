@@ -16,17 +16,63 @@ import (
 // A write or truncate by a process without CAP_FSETID clears the
 // file's setuid bit, and its setgid bit when group execute is set or
 // the process is not in the file's group (setattr_should_drop_sgid).
-// The kernel's FUSE code applies the older rule (setgid only with group
-// execute), and an open with O_TRUNC (atomic in FUSE) clears nothing:
-// agentfs completes both here. Root callers stand for CAP_FSETID.
+// A chown (of anything but a directory, even chown(-1, -1)) clears
+// setuid whoever makes it, and setgid as a write does, except that the
+// caller's CAP_FSETID keeps a setgid bit without group execute. Where
+// the kernel does not say whether the caller has CAP_FSETID, root
+// callers stand for it.
+//
+// agentfs negotiates FUSE_HANDLE_KILLPRIV_V2. The kernel then marks an
+// inode S_NOSEC once it has seen it without setid bits and without
+// security.capability, and stops asking for security.capability before
+// each write(2): without it, every write costs a GETXATTR round trip.
+// In exchange it no longer computes the cleared mode itself: before a
+// write (passed through or not), a fallocate or a copy_file_range that
+// must clear bits, and at a chown, it sends a SETATTR without any
+// attribute (the same request as chown(-1, -1)), and agentfs clears
+// what a chown by the caller clears; a truncate by a caller without
+// CAP_FSETID carries FATTR_KILL_SUIDGID, and an O_TRUNC open
+// OPEN_KILL_SUIDGID. Without v2 (older kernels), the kernel sends the
+// new mode, computed by the older rule, and agentfs completes it.
+//
+// Not as on a native filesystem: a write by root (CAP_FSETID) to a file
+// that has both a setid bit and security.capability clears the setid
+// bit too (the kernel's request to remove the capability is the same
+// attribute-less SETATTR).
 
-// killedMode returns mode with the bits such a caller's write clears.
+// setidBits are the bits a write clears.
+const setidBits = unix.S_ISUID | unix.S_ISGID
+
+// killedMode returns mode with the bits a write by the caller clears
+// (root stands for CAP_FSETID).
 func killedMode(mode, fileGid uint32, h *fuse.InHeader) uint32 {
-	if mode&unix.S_IFMT != unix.S_IFREG || h.Uid == 0 {
+	if h.Uid == 0 {
+		return mode
+	}
+	return droppedMode(mode, fileGid, h)
+}
+
+// droppedMode returns mode with the bits a write by a caller without
+// CAP_FSETID clears.
+func droppedMode(mode, fileGid uint32, h *fuse.InHeader) uint32 {
+	if mode&unix.S_IFMT != unix.S_IFREG {
 		return mode
 	}
 	mode &^= unix.S_ISUID
 	if mode&unix.S_ISGID != 0 && (mode&unix.S_IXGRP != 0 || !inGroup(h, fileGid)) {
+		mode &^= unix.S_ISGID
+	}
+	return mode
+}
+
+// chownedMode returns mode with the bits a chown by the caller clears
+// (of anything but a directory).
+func chownedMode(mode, fileGid uint32, h *fuse.InHeader) uint32 {
+	if mode&unix.S_IFMT == unix.S_IFDIR {
+		return mode
+	}
+	mode &^= unix.S_ISUID
+	if mode&unix.S_ISGID != 0 && (mode&unix.S_IXGRP != 0 || h.Uid != 0 && !inGroup(h, fileGid)) {
 		mode &^= unix.S_ISGID
 	}
 	return mode
@@ -110,15 +156,21 @@ func procStatus(pid uint32, keys ...string) ([][]uint32, error) {
 	return out, sc.Err()
 }
 
-// killPrivsAfterTrunc clears what an O_TRUNC open by the caller clears.
-func (s *Server) killPrivsAfterTrunc(n *overlay.Node, h *fuse.InHeader) error {
+// killPrivs clears the bits rule(mode, gid, h) clears from n (kernel
+// node id) and, when it changed them, drops the kernel's cached mode.
+func (s *Server) killPrivs(n *overlay.Node, h *fuse.InHeader, rule func(mode, gid uint32, h *fuse.InHeader) uint32) error {
 	st, err := n.FS().Getattr(n)
 	if err != nil {
 		return err
 	}
-	if m := killedMode(st.Mode, st.Gid, h); m != st.Mode {
-		perm := m & 07777
-		_, err = n.FS().Setattr(n, overlay.SetAttr{Mode: &perm}, nil)
+	m := rule(st.Mode, st.Gid, h)
+	if m == st.Mode {
+		return nil
 	}
-	return err
+	perm := m & 07777
+	if _, err = n.FS().Setattr(n, overlay.SetAttr{Mode: &perm}, nil); err != nil {
+		return err
+	}
+	s.srv.InodeNotify(n.ID, -1, 0) // attributes only
+	return nil
 }

@@ -58,6 +58,10 @@ type Server struct {
 	splice    bool
 	spliceMax int
 
+	// killprivV2 is whether the kernel leaves the clearing of setid
+	// bits to agentfs (killpriv.go); set by Init, before any request.
+	killprivV2 bool
+
 	// reads counts the READ requests served (files not passed
 	// through); spliced, those answered by splicing.
 	reads, spliced atomic.Uint64
@@ -128,7 +132,7 @@ func Mount(o Options) (*Server, error) {
 		// the lower watcher where others do): without this, the
 		// kernel refetches attributes before reads and listings.
 		ExplicitDataCacheControl: true,
-		ExtraCapabilities:        fuse.CAP_ATOMIC_O_TRUNC,
+		ExtraCapabilities:        fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
 		Debug:                    o.Debug,
 		Logger:                   log.New(debugWriter{o.Logger}, "", 0),
 	}
@@ -197,6 +201,12 @@ func (s *Server) Wait() {
 
 // Unmount unmounts the file system.
 func (s *Server) Unmount() error { return s.srv.Unmount() }
+
+// Init implements fuse.RawFileSystem: it runs after INIT, before any
+// other request.
+func (s *Server) Init(srv *fuse.Server) {
+	s.killprivV2 = srv.KernelSettings().Flags64()&fuse.CAP_HANDLE_KILLPRIV_V2 != 0
+}
 
 // Reads reports how many READ requests the daemon has served (reads the
 // kernel does not pass through) and how many of them it spliced.
@@ -449,23 +459,51 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 	if ino == nil {
 		return fuse.ENOENT
 	}
+	// chown(-1, -1) comes without any attribute: it changes only ctime.
+	const attrBits = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FATTR_SIZE |
+		fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW
 	var sa overlay.SetAttr
-	if m, ok := in.GetMode(); ok {
-		// Only the owner may chmod (the kernel checks): a mode change
-		// by another user is the kernel clearing setuid for a write or
-		// truncate; complete it (killpriv.go).
-		if st, err := ino.n.FS().Getattr(ino.n); err == nil && dropsOnlySetid(st.Mode, m) {
-			if h := procCaller(&in.InHeader); h.Uid != 0 && st.Uid != h.Uid {
-				m = killedMode(st.Mode&unix.S_IFMT|m&07777, st.Gid, h) & 07777
+	var old *unix.Stat_t // the attributes before, when needed
+	getOld := func() *unix.Stat_t {
+		if old == nil {
+			if st, err := ino.n.FS().Getattr(ino.n); err == nil {
+				old = &st
 			}
 		}
-		sa.Mode = &m
+		return old
 	}
 	if u, ok := in.GetUID(); ok {
 		sa.Uid = &u
 	}
 	if g, ok := in.GetGID(); ok {
 		sa.Gid = &g
+	}
+	if m, ok := in.GetMode(); ok {
+		// Only the owner may chmod (the kernel checks): a mode change
+		// by another user is the kernel clearing setuid for a write or
+		// truncate; complete it (killpriv.go).
+		if st := getOld(); st != nil && dropsOnlySetid(st.Mode, m) {
+			if h := procCaller(&in.InHeader); h.Uid != 0 && st.Uid != h.Uid {
+				m = killedMode(st.Mode&unix.S_IFMT|m&07777, st.Gid, h) & 07777
+			}
+		}
+		sa.Mode = &m
+	} else if s.killprivV2 {
+		// The kernel leaves to agentfs what a chown, a write or a
+		// truncate clears (killpriv.go).
+		var rule func(mode, gid uint32, h *fuse.InHeader) uint32
+		switch {
+		case sa.Uid != nil || sa.Gid != nil || in.Valid&attrBits == 0:
+			rule = chownedMode
+		case in.Valid&fuse.FATTR_KILL_SUIDGID != 0:
+			rule = droppedMode
+		}
+		if st := getOld(); rule != nil && st != nil && st.Mode&setidBits != 0 {
+			if m := rule(st.Mode, st.Gid, procCaller(&in.InHeader)); m != st.Mode {
+				m &= 07777
+				sa.Mode = &m
+			}
+		}
 	}
 	if sz, ok := in.GetSize(); ok {
 		sa.Size = &sz
@@ -484,9 +522,6 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 		}
 		sa.Mtime = &ts
 	}
-	// chown(-1, -1) comes without any attribute: it changes only ctime.
-	const attrBits = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FATTR_SIZE |
-		fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW
 	sa.Ctime = in.Valid&fuse.FATTR_CTIME != 0 || in.Valid&attrBits == 0
 	var f *overlay.File
 	if fh, ok := in.GetFh(); ok {

@@ -32,6 +32,14 @@ func permEntries() []lowerEntry {
 		lowerFile("grp", "g", withOwner(0, userGID), withMode(0o660)),
 		lowerFile("setuid", "su", u, withMode(0o4755)),
 		lowerFile("setgid", "sg", u, withMode(0o2755)),
+		// Root's, writable by the user's group: the user's write,
+		// truncate and O_TRUNC clear setuid and setgid.
+		lowerFile("grpsetid", "gs", withOwner(0, userGID), withMode(0o6775)),
+		lowerFile("grpsetid2", "gs", withOwner(0, userGID), withMode(0o6775)),
+		lowerFile("grpsetid3", "gs", withOwner(0, userGID), withMode(0o6775)),
+		// Setgid without group execute, of a group the user is not in:
+		// the user's write clears it.
+		lowerFile("othersetgid", "os", withOwner(0, 4242), withMode(0o2666)),
 		lowerDir("rodir", u, withMode(0o555)),
 		lowerFile("rodir/f", "f", u, withMode(0o644)),
 		lowerDir("rootdir", withMode(0o755)),
@@ -75,6 +83,16 @@ func permOps(root string) []helperOp {
 		opStat(p("setgid")),
 		opTruncate(p("setuid"), 1),
 		opStat(p("setuid")),
+		opWrite(p("grpsetid"), unix.O_APPEND, "+"),
+		opStat(p("grpsetid")),
+		opWrite(p("grpsetid"), unix.O_APPEND, "+"), // again: the file is copied up now
+		opStat(p("grpsetid")),
+		opTruncate(p("grpsetid2"), 1),
+		opStat(p("grpsetid2")),
+		opWrite(p("grpsetid3"), unix.O_TRUNC, "t"),
+		opStat(p("grpsetid3")),
+		opWrite(p("othersetgid"), unix.O_APPEND, "+"),
+		opStat(p("othersetgid")),
 
 		// Checklist 17: permission checks.
 		opRead(p("rootonly")),
