@@ -120,24 +120,40 @@ func (s *Store) CreateFile(mode uint32, uid, gid int) (string, *os.File, error) 
 }
 
 func (s *Store) createFile(p *part, mode uint32, uid, gid int) (string, *os.File, error) {
-	fd := s.take(p)
-	mk := func(dirfd int, name string) error { return s.link(fd, dirfd, name) }
-	if fd < 0 {
-		mk = func(dirfd int, name string) error {
-			var err error
-			fd, err = unix.Openat(dirfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0600)
-			return err
+	var id string
+	var err error
+	made := false // made now: its times are now
+	sp, reused := s.takeSpare(p)
+	fd := sp.fd
+	if reused {
+		id = sp.id
+	} else {
+		fd = s.take(p)
+		mk := func(dirfd int, name string) error { return s.link(fd, dirfd, name) }
+		if fd < 0 {
+			made = true
+			mk = func(dirfd int, name string) error {
+				var err error
+				fd, err = unix.Openat(dirfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0600)
+				return err
+			}
+		}
+		if id, err = s.create(p, "file", mk); err != nil {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			return "", nil, err
 		}
 	}
-	id, err := s.create(p, "file", mk)
-	if err != nil {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-		return "", nil, err
+	if !made {
+		// A pooled file was made, and a spare emptied, a while ago: the
+		// new file's times are those of its creation.
+		l := s.Loc(id)
+		now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
+		err = unix.UtimesNanoAt(l.Dirfd, l.Name, now, unix.AT_SYMLINK_NOFOLLOW)
 	}
 	f := os.NewFile(uintptr(fd), id)
-	if s.root && (uid >= 0 || gid >= 0) {
+	if err == nil && s.root && (uid >= 0 || gid >= 0) {
 		err = unix.Fchown(fd, uid, gid)
 	}
 	if err == nil {

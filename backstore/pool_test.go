@@ -124,3 +124,126 @@ func TestPoolCloseBeforeUse(t *testing.T) {
 		t.Errorf("%d fds open after Close, %d before Open", after, before)
 	}
 }
+
+// TestPoolTimes: a file object made from a pooled file made a while ago
+// has the times of its creation, not of the pooled file's.
+func TestPoolTimes(t *testing.T) {
+	s, err := Open(Options{Kind: "hostfs", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	uid, gid := testOwner()
+	newFile(t, s, 0600, nil) // starts the pool
+	waitPoolFull(t, s)
+	time.Sleep(1200 * time.Millisecond)
+	start := time.Now().Add(-50 * time.Millisecond) // file times come from a coarser clock
+	used := s.pool.used.Load()
+	id, f, err := s.CreateFile(0644, uid, gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if s.pool.used.Load() != used+1 {
+		t.Fatalf("CreateFile did not take a pooled file")
+	}
+	st := lstatObj(t, s, id)
+	for name, ts := range map[string]unix.Timespec{"atime": st.Atim, "mtime": st.Mtim, "ctime": st.Ctim} {
+		if got := time.Unix(ts.Unix()); got.Before(start) {
+			t.Errorf("%s of a new file: %v, before its creation at %v", name, got, start)
+		}
+	}
+}
+
+// TestRecycle: a removed regular file object is kept emptied and
+// reused by the next CreateFile under the same id, with nothing of its
+// past (data, extended attributes, mode, times); anything else, or
+// anything past maxSpares, is removed; Close removes the spares.
+func TestRecycle(t *testing.T) {
+	for _, kind := range []string{"hostfs", "ramdisk"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(Options{Kind: kind, Dir: dir, RamdiskSize: 64 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			uid, gid := testOwner()
+			old := newFile(t, s, 0600, []byte("old data"))
+			if err := unix.Lsetxattr(objPath(s, old), "user.old", []byte("x"), 0); err != nil && err != unix.ENOTSUP {
+				t.Fatal(err)
+			}
+			if err := unix.Chmod(objPath(s, old), 06755); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Recycle(old); err != nil {
+				t.Fatal(err)
+			}
+			if !s.IsSpare(old) {
+				t.Fatalf("Recycle of a regular file object: not kept")
+			}
+			time.Sleep(20 * time.Millisecond)
+			start := time.Now().Add(-10 * time.Millisecond)
+			id, f, err := s.CreateFile(0640, uid, gid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if id != old || s.IsSpare(id) {
+				t.Fatalf("CreateFile after Recycle(%s) made %s (spare still: %v), want the spare", old, id, s.IsSpare(id))
+			}
+			st := lstatObj(t, s, id)
+			wantModeOwner(t, "reused object", st, unix.S_IFREG|0640, uid, gid)
+			if st.Size != 0 {
+				t.Errorf("reused object: size %d, want 0", st.Size)
+			}
+			if got := time.Unix(st.Mtim.Unix()); got.Before(start) {
+				t.Errorf("reused object: mtime %v, before its creation at %v", got, start)
+			}
+			if sz, err := unix.Llistxattr(objPath(s, id), make([]byte, 256)); err == nil && sz != 0 {
+				t.Errorf("reused object keeps extended attributes (%d bytes of names)", sz)
+			}
+			if _, err := f.WriteString("new"); err != nil {
+				t.Fatal(err)
+			}
+
+			dirID, err := s.Mkdir(0755, uid, gid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Recycle(dirID); err != nil || s.IsSpare(dirID) {
+				t.Errorf("Recycle of a directory: %v, kept %v; want it removed", err, s.IsSpare(dirID))
+			}
+			if _, err := s.Lstat(dirID); err != unix.ENOENT {
+				t.Errorf("directory object after Recycle: %v, want ENOENT", err)
+			}
+
+			var spares []string
+			for range maxSpares + 2 {
+				spares = append(spares, newFile(t, s, 0600, []byte("x")))
+			}
+			for _, id := range spares {
+				if err := s.Recycle(id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, id := range spares {
+				_, err := s.Lstat(id)
+				if kept := i < maxSpares; kept != (err == nil && s.IsSpare(id)) {
+					t.Errorf("spare #%d: lstat %v, kept %v; want kept %v", i, err, s.IsSpare(id), kept)
+				}
+			}
+			paths := []string{objPath(s, spares[0]), objPath(s, spares[maxSpares-1])}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range paths {
+				if kind == "hostfs" {
+					if _, err := os.Lstat(p); !os.IsNotExist(err) {
+						t.Errorf("spare %s after Close: %v, want it removed", p, err)
+					}
+				}
+			}
+		})
+	}
+}

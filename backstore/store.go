@@ -107,11 +107,11 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the pool's files and the shard dirfds, then unmounts
-// the tmpfs the store mounted (detaching it when busy) or removes its
-// /dev/shm directory. Closing twice is harmless.
+// Close closes the pool's files, removes its spares, closes the shard
+// dirfds, then unmounts the tmpfs the store mounted (detaching it when
+// busy) or removes its /dev/shm directory. Closing twice is harmless.
 func (s *Store) Close() error {
-	s.pool.close()
+	s.closePool()
 	s.main.close()
 	s.spill.close()
 	return s.closeRamdisk()

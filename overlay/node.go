@@ -124,7 +124,7 @@ func (fs *FS) reapNode(n *Node) {
 	fs.mu.RUnlock()
 	if obj != "" {
 		fs.forgetCtime(obj)
-		if err := fs.objs.Remove(obj); err != nil {
+		if err := fs.objs.Recycle(obj); err != nil {
 			fs.log.Warn("removing unlinked object", "object", obj, "err", err)
 		}
 	}

@@ -127,7 +127,7 @@ func (t *tx) commit() error {
 	}
 	for _, id := range t.doomed {
 		t.fs.forgetCtime(id)
-		if err := t.fs.objs.Remove(id); err != nil {
+		if err := t.fs.objs.Recycle(id); err != nil {
 			t.fs.log.Warn("removing object", "object", id, "err", err)
 		}
 	}
