@@ -18,6 +18,10 @@
 //	Dir/ramdisk/ab/ab0123456789cdef     ramdisk (a tmpfs mounted here)
 //	Dir/spill/ab/ab0123456789cdef       ramdisk, objects too big for it
 //
+// Beside the shards, a part's spare directory (objects/spare) holds
+// emptied objects kept for reuse and directories made ahead (pool.go):
+// no objects, removed at Close and at Open.
+//
 // An object id is 16 lowercase hex characters from crypto/rand; its
 // first two characters name its shard. Creation uses O_EXCL, mkdirat,
 // symlinkat or mknodat, which fail on a collision, and then retries

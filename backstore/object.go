@@ -171,6 +171,16 @@ func (s *Store) createFile(p *part, mode uint32, uid, gid int) (string, *os.File
 // Mkdir creates a directory object with mode mode&07777 and, when
 // running as root, owner uid:gid.
 func (s *Store) Mkdir(mode uint32, uid, gid int) (string, error) {
+	if id, ok := s.takeDir(); ok {
+		// Made a while ago, or recycled: its times are those of now.
+		l := s.Loc(id)
+		now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
+		if err := unix.UtimesNanoAt(l.Dirfd, l.Name, now, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			s.undo(id)
+			return "", fmt.Errorf("object %s: %w", id, err)
+		}
+		return id, s.finishNew(id, true, mode, uid, gid)
+	}
 	id, err := s.create(s.main, "directory", func(dirfd int, name string) error {
 		return unix.Mkdirat(dirfd, name, 0700)
 	})

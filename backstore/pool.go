@@ -1,6 +1,8 @@
 package backstore
 
 import (
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,70 +14,99 @@ import (
 
 // # Pool
 //
-// Making the inode is the slow part of making a regular file object,
-// and a FUSE create waits for it: on ext4 it takes from 10 µs to
-// several hundred (the inode allocator scans past recently deleted
-// inodes, and the shards are spread over many block groups). So the
-// store makes empty files ahead of need: a goroutine, started by the
-// first regular file object made in the main part, keeps up to
-// poolSize unnamed files (O_TMPFILE, mode 0600, open O_RDWR) there,
-// and a new file object takes one and names it in its shard with
-// linkat, which costs a directory entry and nothing else. When the
-// pool is empty (a burst outran the goroutine) or the filesystem has
-// no O_TMPFILE, the object is made on the spot as before. Pooled files
-// have no name, so they are no objects: Objects and Collect never see
-// them, Close closes them and the kernel frees them, and a daemon that
-// dies leaves none behind.
+// Making the inode is the slow part of making an object, and a FUSE
+// create or mkdir waits for it: on ext4 it takes from 10 µs to nearly a
+// millisecond (the allocator scans past recently freed inodes, which an
+// ext4 without a journal will not reuse for some seconds, and the
+// shards are spread over many block groups). So the store makes objects
+// ahead of need and reuses removed ones:
 //
-// Making the inode of an unnamed file costs the same, and freeing the
-// inode of a removed object costs too; on an ext4 without a journal the
-// allocator then skips inodes freed within the last seconds, so a burst
-// of creates and removes (a test suite's temporary files, a build's
-// objects) gets slower the longer it lasts. So a regular file object
-// that is removed (Recycle) is emptied instead, truncated and stripped
-// of its extended attributes, and kept open and named as a spare; the
-// next new file object takes a spare before an unnamed file, resets
-// its times, owner and mode, and keeps its id: no inode is made or
-// freed, and no directory entry changes. Spares are no objects of the
-// view (nothing refers to them); at most maxSpares are kept, and Close
-// removes them. After a crash they are unreferenced objects, which
-// Collect removes.
+//   - Unnamed files: a goroutine, started by the first regular file
+//     object made in the main part, keeps up to poolSize unnamed files
+//     (O_TMPFILE, mode 0600, open O_RDWR); a new file object takes one
+//     and names it in its shard with linkat. They have no name, so a
+//     daemon that dies leaves none behind.
+//   - Spares: a removed regular file or directory object of the main
+//     part (Recycle) is emptied (truncated, stripped of its extended
+//     attributes) and moved into the part's spare directory, the file
+//     kept open; the same goroutine, once a directory object was made,
+//     keeps dirPoolSize empty directories there. A new object takes a
+//     spare of its kind first and moves it back into its shard under
+//     its id (renameat2 RENAME_NOREPLACE): no inode is made or freed.
+//     At most maxSpares of each kind are kept.
 //
-// Locking: pool.mu guards started, closed and spares; fds is a
-// channel. The goroutine holds no lock while it makes a file.
+// The spare directory is no shard, so Objects, Collect and fsck never
+// see spares; Close removes them, and Open removes those a daemon that
+// died left. A new object gets the times of its creation, whatever its
+// source. When nothing is ready (a burst outran the goroutine, or the
+// filesystem has no O_TMPFILE), the object is made on the spot.
+//
+// Locking: pool.mu guards the flags and the spare lists; fds is a
+// channel. The goroutine holds no lock while it makes something.
 
 // poolSize is how many unnamed files the pool keeps ready.
 const poolSize = 64
+
+// dirPoolSize is how many empty directories the pool makes ahead.
+const dirPoolSize = 32
+
+// maxSpares bounds the recycled objects kept, of each kind.
+const maxSpares = 256
+
+// spareDir is the name of a part's spare directory.
+const spareDir = "spare"
 
 // poolRetry is how long the pool waits after failing to make a file
 // (ENOSPC, EMFILE) before it tries again.
 const poolRetry = 100 * time.Millisecond
 
-// maxSpares is how many emptied objects the pool keeps for reuse.
-const maxSpares = 256
-
-// spare is an emptied regular file object: its id, and a descriptor
-// open O_RDWR.
+// spare is an emptied regular file: its name in the spare directory
+// (the id it had, and gets again), and a descriptor open O_RDWR.
 type spare struct {
 	id string
 	fd int
 }
 
 type pool struct {
-	fds    chan int      // unnamed files, open O_RDWR
-	stop   chan struct{} // closed by close
-	done   chan struct{} // closed when fill returns
-	used   atomic.Int64  // files taken from the pool (for tests)
-	reused atomic.Int64  // spares taken (for tests)
+	fds      chan int      // unnamed files, open O_RDWR
+	wake     chan struct{} // something was taken (capacity 1)
+	stop     chan struct{} // closed by close
+	done     chan struct{} // closed when fill returns
+	used     atomic.Int64  // unnamed files taken (for tests)
+	reused   atomic.Int64  // spare files taken (for tests)
+	dirsUsed atomic.Int64  // spare directories taken (for tests)
 
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	spares  []spare // emptied objects of the main part, at most maxSpares
+	mu        sync.Mutex
+	started   bool
+	closed    bool
+	files     bool     // a regular file object was made: keep unnamed files
+	dirs      bool     // a directory object was made: keep directories
+	spares    []spare  // spare files
+	spareDirs []string // spare directories
 }
 
 func newPool() *pool {
-	return &pool{fds: make(chan int, poolSize), stop: make(chan struct{}), done: make(chan struct{})}
+	return &pool{fds: make(chan int, poolSize), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// wantLocked records that objects of one kind are made (files or
+// directories), starts the goroutine that makes them ahead and wakes
+// it; pool.mu is held.
+func (s *Store) wantLocked(files bool) {
+	pl := s.pool
+	if files {
+		pl.files = true
+	} else {
+		pl.dirs = true
+	}
+	if !pl.started && !pl.closed {
+		pl.started = true
+		go s.fill()
+	}
+	select {
+	case pl.wake <- struct{}{}:
+	default:
+	}
 }
 
 // take returns an unnamed file of part p, or -1 when there is none
@@ -84,108 +115,173 @@ func (s *Store) take(p *part) int {
 	if p != s.main || s.pool == nil {
 		return -1
 	}
+	fd := -1
 	select {
-	case fd := <-s.pool.fds:
+	case fd = <-s.pool.fds:
 		s.pool.used.Add(1)
-		return fd
 	default:
 	}
 	s.pool.mu.Lock()
-	if !s.pool.started && !s.pool.closed {
-		s.pool.started = true
-		go s.fill(p.rootfd)
-	}
+	s.wantLocked(true)
 	s.pool.mu.Unlock()
-	return -1
+	return fd
 }
 
-// fill keeps the pool full until close, making unnamed files in the
-// directory dirfd. It gives up for good where O_TMPFILE is not
-// supported.
-func (s *Store) fill(dirfd int) {
-	defer close(s.pool.done)
-	for {
-		fd, err := unix.Openat(dirfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0600)
-		switch err {
-		case nil:
-		case unix.EOPNOTSUPP, unix.EISDIR, unix.EINVAL:
-			return
-		default:
-			select {
-			case <-s.pool.stop:
-				return
-			case <-time.After(poolRetry):
-				continue
-			}
-		}
-		select {
-		case s.pool.fds <- fd:
-		case <-s.pool.stop:
-			unix.Close(fd)
-			return
-		}
-	}
-}
-
-// takeSpare returns an emptied object of part p, if one is kept.
+// takeSpare returns a spare file of part p, named again as its id in
+// its shard, if one is kept.
 func (s *Store) takeSpare(p *part) (spare, bool) {
 	if p != s.main || s.pool == nil {
 		return spare{}, false
 	}
 	pl := s.pool
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	n := len(pl.spares)
-	if n == 0 {
-		return spare{}, false
+	for {
+		pl.mu.Lock()
+		n := len(pl.spares)
+		if n == 0 {
+			pl.mu.Unlock()
+			return spare{}, false
+		}
+		sp := pl.spares[n-1]
+		pl.spares = pl.spares[:n-1]
+		pl.mu.Unlock()
+		if s.unspare(sp.id) == nil {
+			pl.reused.Add(1)
+			return sp, true
+		}
+		unix.Close(sp.fd)
 	}
-	sp := pl.spares[n-1]
-	pl.spares = pl.spares[:n-1]
-	pl.reused.Add(1)
-	return sp, true
 }
 
-// IsSpare reports whether object id is kept, emptied, for reuse: no
-// object of any view (for tests).
+// takeDir returns a spare directory, named again as its id in its
+// shard, if one is ready. The first call starts the goroutine that
+// makes them.
+func (s *Store) takeDir() (string, bool) {
+	if s.pool == nil {
+		return "", false
+	}
+	pl := s.pool
+	for {
+		pl.mu.Lock()
+		s.wantLocked(false)
+		n := len(pl.spareDirs)
+		if n == 0 {
+			pl.mu.Unlock()
+			return "", false
+		}
+		id := pl.spareDirs[n-1]
+		pl.spareDirs = pl.spareDirs[:n-1]
+		pl.mu.Unlock()
+		if s.unspare(id) == nil {
+			pl.dirsUsed.Add(1)
+			return id, true
+		}
+	}
+}
+
+// unspare moves spare id from the main part's spare directory back into
+// its shard.
+func (s *Store) unspare(id string) error {
+	return unix.Renameat2(s.main.sparefd, id, s.main.shards[shardOf(id)], id, unix.RENAME_NOREPLACE)
+}
+
+// IsSpare reports whether id is kept as a spare (for tests).
 func (s *Store) IsSpare(id string) bool {
 	if s.pool == nil {
 		return false
 	}
 	s.pool.mu.Lock()
 	defer s.pool.mu.Unlock()
-	for _, sp := range s.pool.spares {
-		if sp.id == id {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(s.pool.spareDirs, id) || slices.ContainsFunc(s.pool.spares, func(sp spare) bool { return sp.id == id })
 }
 
-// Recycle removes object id as Remove does, but keeps a regular file of
-// the main part, emptied, for the next new file object (see the top of
-// this file). The caller guarantees, as for Remove, that nothing refers
-// to id any more.
+// fill keeps the pool full until close: unnamed files in the main
+// part's root (once a file object was made; it gives up on them where
+// O_TMPFILE is not supported) and empty directories in its spare
+// directory (once a directory object was made).
+func (s *Store) fill() {
+	pl := s.pool
+	defer close(pl.done)
+	tmpfiles := true
+	for {
+		pl.mu.Lock()
+		wantFile := pl.files && tmpfiles && len(pl.fds) < cap(pl.fds)
+		wantDir := pl.dirs && len(pl.spareDirs) < dirPoolSize
+		pl.mu.Unlock()
+		if !wantFile && !wantDir {
+			select {
+			case <-pl.wake:
+				continue
+			case <-pl.stop:
+				return
+			}
+		}
+		var err error
+		if wantFile {
+			var fd int
+			fd, err = unix.Openat(s.main.rootfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0600)
+			switch err {
+			case nil:
+				pl.fds <- fd // only fill sends, and there was room
+			case unix.EOPNOTSUPP, unix.EISDIR, unix.EINVAL:
+				tmpfiles, err = false, nil
+			}
+		}
+		if wantDir && err == nil {
+			id := newID()
+			if err = unix.Mkdirat(s.main.sparefd, id, 0700); err == nil && !s.keepSpareDir(id) {
+				return // closed
+			}
+		}
+		if err != nil { // ENOSPC, EMFILE: try again later
+			select {
+			case <-pl.stop:
+				return
+			case <-time.After(poolRetry):
+			}
+		}
+	}
+}
+
+// keepSpareDir adds directory id of the spare directory to the spares,
+// or removes it when the pool is closed or holds maxSpares; it reports
+// whether it kept it.
+func (s *Store) keepSpareDir(id string) bool {
+	pl := s.pool
+	pl.mu.Lock()
+	kept := !pl.closed && len(pl.spareDirs) < maxSpares
+	if kept {
+		pl.spareDirs = append(pl.spareDirs, id)
+	}
+	pl.mu.Unlock()
+	if !kept {
+		unix.Unlinkat(s.main.sparefd, id, unix.AT_REMOVEDIR)
+	}
+	return kept
+}
+
+// Recycle removes object id as Remove does, but keeps a regular file or
+// a directory of the main part, emptied, for the next new object of its
+// kind (see the top of this file). The caller guarantees, as for
+// Remove, that nothing refers to id any more.
 func (s *Store) Recycle(id string) error {
 	if s.pool == nil || shardOf(id) < 0 || s.spill != nil && s.isSpilled(id) {
 		return s.Remove(id)
 	}
-	s.pool.mu.Lock()
-	full := len(s.pool.spares) >= maxSpares
-	s.pool.mu.Unlock()
-	if full {
-		return s.Remove(id)
-	}
 	l := s.Loc(id)
 	fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return s.Remove(id) // a directory, a symlink, a file the daemon cannot write
+	if err == unix.EISDIR {
+		return s.recycleDir(id, l)
 	}
-	if !emptyForReuse(fd) {
+	if err != nil {
+		return s.Remove(id) // a symlink, a file the daemon cannot write
+	}
+	s.pool.mu.Lock()
+	room := !s.pool.closed && len(s.pool.spares) < maxSpares
+	s.pool.mu.Unlock()
+	if !room || !emptyForReuse(fd) || unix.Renameat2(l.Dirfd, l.Name, s.main.sparefd, id, unix.RENAME_NOREPLACE) != nil {
 		unix.Close(fd)
 		return s.Remove(id)
 	}
-	// Under mu, so that closePool, which drains after marking the pool
-	// closed, cannot miss it.
 	s.pool.mu.Lock()
 	kept := !s.pool.closed && len(s.pool.spares) < maxSpares
 	if kept {
@@ -194,8 +290,25 @@ func (s *Store) Recycle(id string) error {
 	s.pool.mu.Unlock()
 	if !kept {
 		unix.Close(fd)
+		unix.Unlinkat(s.main.sparefd, id, 0)
+	}
+	return nil
+}
+
+// recycleDir keeps the directory object id (at l), stripped of its
+// extended attributes, for the next Mkdir. Directory objects are always
+// empty (objects are never nested).
+func (s *Store) recycleDir(id string, l Loc) error {
+	fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
 		return s.Remove(id)
 	}
+	ok := stripXattrs(fd)
+	unix.Close(fd)
+	if !ok || unix.Renameat2(l.Dirfd, l.Name, s.main.sparefd, id, unix.RENAME_NOREPLACE) != nil {
+		return s.Remove(id)
+	}
+	s.keepSpareDir(id)
 	return nil
 }
 
@@ -210,6 +323,12 @@ func emptyForReuse(fd int) bool {
 	if unix.Ftruncate(fd, 0) != nil {
 		return false
 	}
+	return stripXattrs(fd)
+}
+
+// stripXattrs removes the extended attributes of fd, and reports
+// whether it has none left.
+func stripXattrs(fd int) bool {
 	buf := make([]byte, 1024)
 	n, err := unix.Flistxattr(fd, buf)
 	if err == unix.ERANGE {
@@ -226,8 +345,25 @@ func emptyForReuse(fd int) bool {
 	return true
 }
 
-// close stops the goroutine and closes the files still in the pool,
-// and removes the spares. Closing twice is harmless.
+// clearSpares removes what the spare directory of p holds: what a
+// daemon that died left there, or the spares at Close.
+func (p *part) clearSpares() {
+	fd, err := unix.Openat(p.sparefd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), p.root+"/"+spareDir)
+	names, _ := f.Readdirnames(-1)
+	f.Close()
+	for _, name := range names {
+		if unix.Unlinkat(p.sparefd, name, 0) == unix.EISDIR {
+			unix.Unlinkat(p.sparefd, name, unix.AT_REMOVEDIR)
+		}
+	}
+}
+
+// closePool stops the goroutine, closes the unnamed files and removes
+// the spares. Closing twice is harmless.
 func (s *Store) closePool() {
 	pl := s.pool
 	if pl == nil {
@@ -236,11 +372,13 @@ func (s *Store) closePool() {
 	pl.close()
 	pl.mu.Lock()
 	spares := pl.spares
-	pl.spares = nil
+	pl.spares, pl.spareDirs = nil, nil
 	pl.mu.Unlock()
 	for _, sp := range spares {
 		unix.Close(sp.fd)
-		s.Remove(sp.id)
+	}
+	if s.main != nil && s.main.sparefd >= 0 {
+		s.main.clearSpares()
 	}
 }
 

@@ -3,6 +3,8 @@ package backstore
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -211,12 +213,31 @@ func TestRecycle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Recycle(dirID); err != nil || s.IsSpare(dirID) {
-				t.Errorf("Recycle of a directory: %v, kept %v; want it removed", err, s.IsSpare(dirID))
+			if err := unix.Lsetxattr(objPath(s, dirID), "user.old", []byte("x"), 0); err != nil && err != unix.ENOTSUP {
+				t.Fatal(err)
 			}
-			if _, err := s.Lstat(dirID); err != unix.ENOENT {
-				t.Errorf("directory object after Recycle: %v, want ENOENT", err)
+			if err := s.Recycle(dirID); err != nil || !s.IsSpare(dirID) {
+				t.Errorf("Recycle of a directory: %v, kept %v; want it kept", err, s.IsSpare(dirID))
 			}
+			if sz, err := unix.Llistxattr(sparePath(s, dirID), make([]byte, 256)); err == nil && sz != 0 {
+				t.Errorf("recycled directory keeps extended attributes (%d bytes of names)", sz)
+			}
+			linkID, err := s.Symlink("target", uid, gid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Recycle(linkID); err != nil || s.IsSpare(linkID) {
+				t.Errorf("Recycle of a symlink: %v, kept %v; want it removed", err, s.IsSpare(linkID))
+			}
+			if _, err := s.Lstat(linkID); err != unix.ENOENT {
+				t.Errorf("symlink object after Recycle: %v, want ENOENT", err)
+			}
+			s.Objects(func(id string) error {
+				if s.IsSpare(id) {
+					t.Errorf("Objects lists spare %s", id)
+				}
+				return nil
+			})
 
 			var spares []string
 			for range maxSpares + 2 {
@@ -228,12 +249,15 @@ func TestRecycle(t *testing.T) {
 				}
 			}
 			for i, id := range spares {
-				_, err := s.Lstat(id)
+				_, err := os.Lstat(sparePath(s, id))
 				if kept := i < maxSpares; kept != (err == nil && s.IsSpare(id)) {
 					t.Errorf("spare #%d: lstat %v, kept %v; want kept %v", i, err, s.IsSpare(id), kept)
 				}
+				if _, err := s.Lstat(id); err != unix.ENOENT {
+					t.Errorf("spare #%d: lstat as an object: %v, want ENOENT (no object)", i, err)
+				}
 			}
-			paths := []string{objPath(s, spares[0]), objPath(s, spares[maxSpares-1])}
+			paths := []string{sparePath(s, spares[0]), sparePath(s, spares[maxSpares-1])}
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -245,5 +269,89 @@ func TestRecycle(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDirPool: directory objects are made ahead once one was made;
+// Mkdir takes one, with the mode, owner and times of a new directory;
+// spares are not listed, and Close removes them.
+func TestDirPool(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{Kind: "hostfs", Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, gid := testOwner()
+	first, err := s.Mkdir(0755, uid, gid) // starts the pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s.pool.mu.Lock()
+		n := len(s.pool.spareDirs)
+		s.pool.mu.Unlock()
+		if n >= dirPoolSize {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool holds %d directories after 20 s, want %d", n, dirPoolSize)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	start := time.Now().Add(-50 * time.Millisecond)
+	used := s.pool.dirsUsed.Load()
+	id, err := s.Mkdir(02750, uid, gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.pool.dirsUsed.Load() != used+1 {
+		t.Fatalf("Mkdir with a full pool made its own directory")
+	}
+	st := lstatObj(t, s, id)
+	wantModeOwner(t, "directory from the pool", st, unix.S_IFDIR|02750, uid, gid)
+	if got := time.Unix(st.Mtim.Unix()); got.Before(start) {
+		t.Errorf("directory from the pool: mtime %v, before its creation at %v", got, start)
+	}
+	want := []string{first, id}
+	slices.Sort(want)
+	if got := listObjects(t, s); !slices.Equal(got, want) {
+		t.Errorf("Objects lists %v, want the two directories made %v", got, want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, Options{Kind: "hostfs", Dir: dir})
+	if got := listObjects(t, s); !slices.Equal(got, want) {
+		t.Errorf("after Close and Open, the store lists %v, want %v (spares removed)", got, want)
+	}
+}
+
+// sparePath is where spare id lies.
+func sparePath(s *Store, id string) string {
+	return filepath.Join(s.Info().Root, spareDir, id)
+}
+
+// TestSparesLeftByCrash: Open removes what a daemon that died left in
+// the spare directory, and lists none of it as objects.
+func TestSparesLeftByCrash(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, Options{Kind: "hostfs", Dir: dir})
+	root := s.Info().Root
+	s.Close()
+	left := filepath.Join(root, spareDir)
+	if err := os.Mkdir(filepath.Join(left, newID()), 0700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, newID()), []byte("emptied late"), 0600); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, Options{Kind: "hostfs", Dir: dir})
+	if ents, err := os.ReadDir(left); err != nil || len(ents) != 0 {
+		t.Errorf("spare directory after Open: %d entries (%v), want none", len(ents), err)
+	}
+	if got := listObjects(t, s); len(got) != 0 {
+		t.Errorf("Objects lists %v, want nothing", got)
 	}
 }

@@ -120,17 +120,18 @@ func (s *Store) Close() error {
 // Info describes the store.
 func (s *Store) Info() Info { return s.info }
 
-// part is one tree of objects: a root directory with 256 shards, each
-// held open as an O_PATH dirfd.
+// part is one tree of objects: a root directory with 256 shards and a
+// spare directory (pool.go), each held open as an O_PATH dirfd.
 type part struct {
-	root   string
-	rootfd int
-	shards [256]int
+	root    string
+	rootfd  int
+	sparefd int // the spare directory (pool.go)
+	shards  [256]int
 }
 
 // openPart opens (creating them when missing) root and its shards.
 func openPart(root string) (*part, error) {
-	p := &part{root: root, rootfd: -1}
+	p := &part{root: root, rootfd: -1, sparefd: -1}
 	for i := range p.shards {
 		p.shards[i] = -1
 	}
@@ -155,6 +156,15 @@ func openPart(root string) (*part, error) {
 		}
 		p.shards[i] = fd
 	}
+	if err := unix.Mkdirat(p.rootfd, spareDir, 0700); err != nil && err != unix.EEXIST {
+		p.close()
+		return nil, fmt.Errorf("backstore %s: %s: %w", root, spareDir, err)
+	}
+	if p.sparefd, err = unix.Openat(p.rootfd, spareDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
+		p.close()
+		return nil, fmt.Errorf("backstore %s: %s: %w", root, spareDir, err)
+	}
+	p.clearSpares() // left by a daemon that died
 	return p, nil
 }
 
@@ -167,6 +177,10 @@ func (p *part) close() {
 			unix.Close(fd)
 			p.shards[i] = -1
 		}
+	}
+	if p.sparefd >= 0 {
+		unix.Close(p.sparefd)
+		p.sparefd = -1
 	}
 	if p.rootfd >= 0 {
 		unix.Close(p.rootfd)

@@ -463,46 +463,43 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 	const attrBits = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FATTR_SIZE |
 		fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW
 	var sa overlay.SetAttr
-	var old *unix.Stat_t // the attributes before, when needed
-	getOld := func() *unix.Stat_t {
-		if old == nil {
-			if st, err := ino.n.FS().Getattr(ino.n); err == nil {
-				old = &st
-			}
-		}
-		return old
-	}
 	if u, ok := in.GetUID(); ok {
 		sa.Uid = &u
 	}
 	if g, ok := in.GetGID(); ok {
 		sa.Gid = &g
 	}
+	// kill is the rule of the setid bits this request clears, which the
+	// kernel leaves to agentfs with killpriv v2 (killpriv.go): those of a
+	// chown (the attribute-less request is also the kernel's before a
+	// write), or of a truncate by a caller without CAP_FSETID. They are
+	// cleared after the request, from the attributes it leaves; a
+	// non-root chown needs the group before it.
+	var kill func(mode, gid uint32, h *fuse.InHeader) uint32
+	var oldGid *uint32
 	if m, ok := in.GetMode(); ok {
-		// Only the owner may chmod (the kernel checks): a mode change
-		// by another user is the kernel clearing setuid for a write or
-		// truncate; complete it (killpriv.go).
-		if st := getOld(); st != nil && dropsOnlySetid(st.Mode, m) {
-			if h := procCaller(&in.InHeader); h.Uid != 0 && st.Uid != h.Uid {
-				m = killedMode(st.Mode&unix.S_IFMT|m&07777, st.Gid, h) & 07777
+		if !s.killprivV2 {
+			// Only the owner may chmod (the kernel checks): a mode
+			// change by another user is the kernel clearing setuid
+			// for a write or truncate; complete it (killpriv.go).
+			if st, err := ino.n.FS().Getattr(ino.n); err == nil && dropsOnlySetid(st.Mode, m) {
+				if h := procCaller(&in.InHeader); h.Uid != 0 && st.Uid != h.Uid {
+					m = killedMode(st.Mode&unix.S_IFMT|m&07777, st.Gid, h) & 07777
+				}
 			}
 		}
 		sa.Mode = &m
 	} else if s.killprivV2 {
-		// The kernel leaves to agentfs what a chown, a write or a
-		// truncate clears (killpriv.go).
-		var rule func(mode, gid uint32, h *fuse.InHeader) uint32
 		switch {
 		case sa.Uid != nil || sa.Gid != nil || in.Valid&attrBits == 0:
-			rule = chownedMode
-		case in.Valid&fuse.FATTR_KILL_SUIDGID != 0:
-			rule = droppedMode
-		}
-		if st := getOld(); rule != nil && st != nil && st.Mode&setidBits != 0 {
-			if m := rule(st.Mode, st.Gid, procCaller(&in.InHeader)); m != st.Mode {
-				m &= 07777
-				sa.Mode = &m
+			kill = chownedMode
+			if in.Uid != 0 && sa.Gid != nil {
+				if st, err := ino.n.FS().Getattr(ino.n); err == nil {
+					oldGid = &st.Gid
+				}
 			}
+		case in.Valid&fuse.FATTR_KILL_SUIDGID != 0:
+			kill = droppedMode
 		}
 	}
 	if sz, ok := in.GetSize(); ok {
@@ -532,6 +529,18 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 	st, err := ino.n.FS().Setattr(ino.n, sa, f)
 	if err != nil {
 		return errno(err)
+	}
+	if kill != nil && st.Mode&setidBits != 0 {
+		gid := st.Gid
+		if oldGid != nil {
+			gid = *oldGid
+		}
+		if m := kill(st.Mode, gid, procCaller(&in.InHeader)); m != st.Mode {
+			perm := m & 07777
+			if st, err = ino.n.FS().Setattr(ino.n, overlay.SetAttr{Mode: &perm}, f); err != nil {
+				return errno(err)
+			}
+		}
 	}
 	s.recordSetattr(in, ino.n)
 	fillAttr(&out.Attr, &st)
