@@ -152,6 +152,15 @@ echo "after: $(cat f) $(agentfs branch current)"
 	}
 }
 
+// statusJSON decodes agentfs status --json -C dir into v.
+func statusJSON(t testing.TB, dir string, v any) {
+	t.Helper()
+	r := mustC(t, dir, "status", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+}
+
 // mountStatusOf runs agentfs status --json -C dir.
 func mountStatusOf(t testing.TB, dir string) (st struct {
 	Branch   string `json:"branch"`
@@ -161,10 +170,7 @@ func mountStatusOf(t testing.TB, dir string) (st struct {
 	} `json:"bindings"`
 }) {
 	t.Helper()
-	r := mustC(t, dir, "status", "--json")
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, r.stdout)
-	}
+	statusJSON(t, dir, &st)
 	return st
 }
 

@@ -152,10 +152,7 @@ func currentBranch(t testing.TB, dir string) string {
 	var st struct {
 		Branch string `json:"branch"`
 	}
-	r := mustC(t, dir, "status", "--json")
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, r.stdout)
-	}
+	statusJSON(t, dir, &st)
 	return st.Branch
 }
 

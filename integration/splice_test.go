@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"encoding/json"
 	"math/rand"
 	"os"
 	"testing"
@@ -17,10 +16,7 @@ func readStats(t *testing.T, m *mount) (reads, spliced uint64) {
 		Reads   uint64 `json:"reads"`
 		Spliced uint64 `json:"reads_spliced"`
 	}
-	r := mustC(t, m.dir, "status", "--json")
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, r.stdout)
-	}
+	statusJSON(t, m.dir, &st)
 	return st.Reads, st.Spliced
 }
 
