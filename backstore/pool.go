@@ -28,8 +28,8 @@ import (
 //     daemon that dies leaves none behind.
 //   - Spares: a removed regular file or directory object of the main
 //     part (Recycle) is emptied (truncated, stripped of its extended
-//     attributes) and moved into the part's spare directory, the file
-//     kept open; the same goroutine, once a directory object was made,
+//     attributes) and moved into the part's spare directory, the first
+//     spareFds of them kept open; the same goroutine, once a directory object was made,
 //     keeps dirPoolSize empty directories there. A new object takes a
 //     spare of its kind first and moves it back into its shard under
 //     its id (renameat2 RENAME_NOREPLACE): no inode is made or freed.
@@ -50,8 +50,17 @@ const poolSize = 64
 // dirPoolSize is how many empty directories the pool makes ahead.
 const dirPoolSize = 32
 
-// maxSpares bounds the recycled objects kept, of each kind.
-const maxSpares = 256
+// maxSpares bounds the recycled objects kept, of each kind. It is large
+// because what a build or an installer removes it makes again (rm -rf
+// node_modules, then npm install): each spare reused is an inode neither
+// freed nor allocated, and on a filesystem that is slow to reuse freed
+// inodes an allocation costs far more than the rename. A spare costs an
+// empty inode.
+const maxSpares = 8192
+
+// spareFds is how many spare files are kept open; the others are
+// opened again by name when taken.
+const spareFds = 256
 
 // spareDir is the name of a part's spare directory.
 const spareDir = "spare"
@@ -82,6 +91,7 @@ type pool struct {
 	files     bool     // a regular file object was made: keep unnamed files
 	dirs      bool     // a directory object was made: keep directories
 	spares    []spare  // spare files
+	spareFds  int      // spares with fd >= 0
 	spareDirs []string // spare directories
 }
 
@@ -143,12 +153,26 @@ func (s *Store) takeSpare(p *part) (spare, bool) {
 		}
 		sp := pl.spares[n-1]
 		pl.spares = pl.spares[:n-1]
+		if sp.fd >= 0 {
+			pl.spareFds--
+		}
 		pl.mu.Unlock()
 		if s.unspare(sp.id) == nil {
+			if sp.fd < 0 {
+				l := s.Loc(sp.id)
+				fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					s.Remove(sp.id)
+					continue
+				}
+				sp.fd = fd
+			}
 			pl.reused.Add(1)
 			return sp, true
 		}
-		unix.Close(sp.fd)
+		if sp.fd >= 0 {
+			unix.Close(sp.fd)
+		}
 	}
 }
 
@@ -285,6 +309,12 @@ func (s *Store) Recycle(id string) error {
 	s.pool.mu.Lock()
 	kept := !s.pool.closed && len(s.pool.spares) < maxSpares
 	if kept {
+		if s.pool.spareFds < spareFds {
+			s.pool.spareFds++
+		} else {
+			unix.Close(fd)
+			fd = -1
+		}
 		s.pool.spares = append(s.pool.spares, spare{id: id, fd: fd})
 	}
 	s.pool.mu.Unlock()
@@ -372,10 +402,12 @@ func (s *Store) closePool() {
 	pl.close()
 	pl.mu.Lock()
 	spares := pl.spares
-	pl.spares, pl.spareDirs = nil, nil
+	pl.spares, pl.spareDirs, pl.spareFds = nil, nil, 0
 	pl.mu.Unlock()
 	for _, sp := range spares {
-		unix.Close(sp.fd)
+		if sp.fd >= 0 {
+			unix.Close(sp.fd)
+		}
 	}
 	if s.main != nil && s.main.sparefd >= 0 {
 		s.main.clearSpares()

@@ -1,7 +1,9 @@
 package backstore
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -256,6 +258,34 @@ func TestRecycle(t *testing.T) {
 				if _, err := s.Lstat(id); err != unix.ENOENT {
 					t.Errorf("spare #%d: lstat as an object: %v, want ENOENT (no object)", i, err)
 				}
+			}
+			s.pool.mu.Lock()
+			open := s.pool.spareFds
+			s.pool.mu.Unlock()
+			if open != spareFds {
+				t.Errorf("%d spares kept open, want %d (the rest by name)", open, spareFds)
+			}
+			// The last spares are kept by name only: taken again, they
+			// are opened again, and work as new files.
+			reused := s.pool.reused.Load()
+			for i := range 3 {
+				want := []byte(fmt.Sprintf("reused %d", i))
+				id := newFile(t, s, 0640, want)
+				if !slices.Contains(spares, id) {
+					t.Errorf("new file %s is no spare", id)
+				}
+				obj, err := s.Open(id, unix.O_RDONLY)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := io.ReadAll(obj)
+				obj.Close()
+				if err != nil || !bytes.Equal(got, want) {
+					t.Errorf("reused spare %s holds %q, %v; want %q", id, got, err, want)
+				}
+			}
+			if n := s.pool.reused.Load() - reused; n != 3 {
+				t.Errorf("%d spares reused, want 3", n)
 			}
 			paths := []string{sparePath(s, spares[0]), sparePath(s, spares[maxSpares-1])}
 			if err := s.Close(); err != nil {
