@@ -151,6 +151,9 @@ type Status struct {
 	// directly on their backing files; IOMode says it in words.
 	Passthrough bool   `json:"passthrough"`
 	IOMode      string `json:"io_mode"`
+	// Transport says how FUSE requests reach the daemon: "io_uring (N
+	// queues)" or "/dev/fuse" (and why, when io_uring was not used).
+	Transport string `json:"transport"`
 	// Reads is the number of READ requests the daemon has served: the
 	// reads the kernel did not pass through (files of the project, and
 	// every file without passthrough), from the disk or into the page

@@ -51,6 +51,20 @@
 // so one copy is made instead of two; READs are at most 512 KiB
 // (max_read), so that each fits a pipe.
 //
+// # Transport
+//
+// With Options.IOURing, where the kernel grants FUSE over io_uring at
+// INIT, requests come through fs/fuseuring's per-CPU queues instead of
+// /dev/fuse: Init starts the queues (the kernel holds every request
+// until each has an entry), and ringHandler (ring.go) decodes each
+// request for the same RawFileSystem methods go-fuse calls. Most are
+// answered on the queue's thread, on the caller's CPU; a RELEASE is
+// answered at once and served on a goroutine (the kernel waits for
+// neither); FSYNC, FALLOCATE, COPY_FILE_RANGE and the control file's
+// IOCTLs are served on goroutines. FORGET and INTERRUPT still come over
+// /dev/fuse, and notifications go there. Over io_uring READ replies are
+// copied into the queue's buffer, not spliced.
+//
 // # Activity
 //
 // With Options.Activity set, each successful change (and, with

@@ -17,6 +17,11 @@ type Options struct {
 	// Passthrough asks for FUSE passthrough; it is used only when the
 	// kernel grants it (root, kernel >= 6.9).
 	Passthrough bool
+	// IOURing asks for FUSE over io_uring (fuseuring): requests are
+	// answered on the CPU that made them. It is used only when the
+	// kernel offers it (Linux >= 6.14 with the fuse module's
+	// enable_uring on); otherwise requests come over /dev/fuse.
+	IOURing bool
 	// AllowOther lets other users in (allow_other + default_permissions);
 	// set it when running as root.
 	AllowOther bool

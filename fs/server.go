@@ -6,6 +6,7 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/fs/fuseuring"
 	"github.com/agentfs/agentfs/overlay"
 )
 
@@ -67,6 +69,13 @@ type Server struct {
 	reads, spliced atomic.Uint64
 
 	watch *lowerWatch // nil when inotify is unavailable
+
+	// ring serves the requests over io_uring; nil when they come over
+	// /dev/fuse, ringWhy then saying why. ringBg counts the RELEASEs
+	// the ring answered and left to a goroutine (see ringHandler).
+	ring    *fuseuring.Server
+	ringWhy string
+	ringBg  sync.WaitGroup
 
 	// negatives are the names the kernel may cache as absent, by
 	// directory node id (see Invalidate).
@@ -136,6 +145,9 @@ func Mount(o Options) (*Server, error) {
 		Debug:                    o.Debug,
 		Logger:                   log.New(debugWriter{o.Logger}, "", 0),
 	}
+	if o.IOURing {
+		mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
+	}
 	srv, err := fuse.NewServer(s, o.Mountpoint, mo)
 	if err != nil {
 		return nil, err
@@ -152,10 +164,54 @@ func Mount(o Options) (*Server, error) {
 	}
 	s.watch.add(o.View.Root().ID, o.View.Root())
 	s.spliceMax = splice.MaxPipeSize() - os.Getpagesize() - int(unsafe.Sizeof(fuse.OutHeader{}))
-	s.splice = splice.Resizable() && s.spliceMax >= spliceMin
 	ks := srv.KernelSettings()
 	s.passthrough = o.Passthrough && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0
+	// Ring READ replies are copied from the entry's payload buffer;
+	// splicing does not apply to them.
+	s.splice = s.ring == nil && splice.Resizable() && s.spliceMax >= spliceMin
 	return s, nil
+}
+
+// startRing moves the connection to io_uring queues. Until every queue
+// is registered the kernel keeps using /dev/fuse, and if one cannot be,
+// it goes on doing so: the mount works either way, only slower.
+func (s *Server) startRing(maxWrite int) {
+	dev, err := fuseDevFd(s.srv)
+	if err != nil {
+		s.log.Warn("requests stay on /dev/fuse", "err", err)
+		s.ringWhy = err.Error()
+		return
+	}
+	defer unix.Close(dev)
+	r, err := fuseuring.Start(dev, maxWrite, ringHandler{s})
+	if err != nil {
+		s.log.Warn("requests stay on /dev/fuse", "err", err)
+		s.ringWhy = err.Error()
+		return
+	}
+	s.ring = r
+	// Each queue's thread waits for requests in io_uring_enter, a
+	// system call that keeps its P until the runtime's monitor takes
+	// it back, which can take milliseconds. Without a P for each of
+	// them, the goroutines a request wakes (badger's writer, the pool)
+	// would wait for that.
+	// (Queues of CPUs that are possible but not online wait without
+	// ever being woken; they need none.)
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + min(r.Queues(), runtime.NumCPU()))
+}
+
+// Transport says how requests reach the daemon: "io_uring (N queues)"
+// or "/dev/fuse".
+func (s *Server) Transport() string {
+	switch {
+	case s.ring != nil:
+		return fmt.Sprintf("io_uring (%d queues)", s.ring.Queues())
+	case s.ringWhy != "":
+		return "/dev/fuse (io_uring: " + s.ringWhy + ")"
+	case s.opts.IOURing:
+		return "/dev/fuse (the kernel offers no io_uring)"
+	}
+	return "/dev/fuse"
 }
 
 // setReadahead raises the readahead of the mount's backing device to
@@ -195,6 +251,10 @@ func (w debugWriter) Write(p []byte) (int, error) {
 // Wait returns when the file system is unmounted.
 func (s *Server) Wait() {
 	s.srv.Wait()
+	if s.ring != nil {
+		s.ring.Wait()
+		s.ringBg.Wait()
+	}
 	s.watch.close()
 	s.views.close()
 }
@@ -206,6 +266,13 @@ func (s *Server) Unmount() error { return s.srv.Unmount() }
 // other request.
 func (s *Server) Init(srv *fuse.Server) {
 	s.killprivV2 = srv.KernelSettings().Flags64()&fuse.CAP_HANDLE_KILLPRIV_V2 != 0
+	// Once INIT granted io_uring, the kernel holds every new request
+	// until each queue has an entry (or a registration failed), so the
+	// queues start here, before the mount is waited for.
+	if s.opts.IOURing && srv.KernelSettings().Flags64()&fuse.CAP_OVER_IO_URING != 0 {
+		s.srv = srv
+		s.startRing(maxRead)
+	}
 }
 
 // Reads reports how many READ requests the daemon has served (reads the

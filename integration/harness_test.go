@@ -253,12 +253,18 @@ func newMount(t *testing.T, opts ...mountOption) *mount {
 
 // modeFlags are the mount flags every test mount gets: with
 // AGENTFS_TEST_NO_PASSTHROUGH=1 (the suite's second pass in make test)
-// file I/O goes through the page cache instead of passthrough.
+// file I/O goes through the page cache instead of passthrough; with
+// AGENTFS_TEST_NO_IO_URING=1 (its third pass) FUSE requests come over
+// /dev/fuse instead of io_uring.
 func modeFlags() []string {
+	var flags []string
 	if os.Getenv("AGENTFS_TEST_NO_PASSTHROUGH") == "1" {
-		return []string{"--no-passthrough"}
+		flags = append(flags, "--no-passthrough")
 	}
-	return nil
+	if os.Getenv("AGENTFS_TEST_NO_IO_URING") == "1" {
+		flags = append(flags, "--no-io-uring")
+	}
+	return flags
 }
 
 // newMountpoint makes an empty directory that other users can reach.
@@ -458,16 +464,29 @@ func mountsUnder(dir string) []string {
 	return out
 }
 
-// processAlive reports whether pid exists and is not a zombie.
+// processAlive reports whether pid exists with a thread that is not a
+// zombie.
 func processAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	// A process is gone when every thread is: its first thread turns
+	// zombie as soon as it exits, while others may still be exiting and
+	// holding its files (a thread leaving io_uring takes a moment).
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return false
 	}
-	// pid (comm) state ...: the state follows the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ...: the state follows the last ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || i+2 >= len(s) || s[i+2] != 'Z' {
+			return true
+		}
+	}
+	return false
 }
 
 // waitFor polls cond until it holds or a generous deadline passes (a

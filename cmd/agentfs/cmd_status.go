@@ -97,6 +97,9 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	fmt.Fprintf(w, "passthrough:\t%s\n", onOff(st.Passthrough))
 	fmt.Fprintf(w, "io mode:\t%s\n", st.IOMode)
 	if !st.Offline {
+		fmt.Fprintf(w, "requests:\t%s\n", st.Transport)
+	}
+	if !st.Offline {
 		fmt.Fprintf(w, "daemon reads:\t%d (%d spliced)\n", st.Reads, st.ReadsSpliced)
 	}
 	fmt.Fprintf(w, "usage:\t%d objects, %s; %s free in the backstore\n", st.Objects, humanBytes(st.Bytes), humanBytes(st.FsFree))

@@ -166,7 +166,9 @@ func cleanupAfter(stderr io.Writer, e registryEntry) {
 }
 
 // alive reports whether pid is a running process. A zombie (killed, not
-// yet reaped by its parent) is not.
+// yet reaped by its parent) is not, once all its threads have exited:
+// its first thread turns zombie at once, while another may still be
+// leaving io_uring, holding the store's lock.
 func alive(pid int) bool {
 	if pid <= 0 {
 		return false
@@ -174,18 +176,25 @@ func alive(pid int) bool {
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return !errors.Is(err, os.ErrNotExist)
 	}
-	// "pid (comm) S ...": the state follows the last ')'.
-	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
-		switch b[i+2] {
-		case 'Z', 'X':
-			return false
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue // exited meanwhile
 		}
+		// "pid (comm) S ...": the state follows the last ')'.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
+			switch b[i+2] {
+			case 'Z', 'X':
+				continue
+			}
+		}
+		return true
 	}
-	return true
+	return false
 }
 
 // process watches a process's exit, through a pidfd when the kernel has

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -265,6 +266,30 @@ func (d *daemon) lowerDir() string {
 	return d.plan.lower
 }
 
+// uringKnob is the fuse module's switch for FUSE over io_uring.
+const uringKnob = "/sys/module/fuse/parameters/enable_uring"
+
+// enableIOURing turns on the fuse module's enable_uring parameter, off
+// by default, and reports whether it is on. The parameter only lets a
+// FUSE server ask for io_uring at INIT; servers that do not ask are not
+// affected, and connections made before keep what they have.
+func enableIOURing(log *slog.Logger) bool {
+	b, err := os.ReadFile(uringKnob)
+	if err != nil {
+		log.Debug("no FUSE over io_uring in this kernel", "err", err)
+		return false
+	}
+	if strings.TrimSpace(string(b)) == "Y" {
+		return true
+	}
+	if err := os.WriteFile(uringKnob, []byte("Y"), 0); err != nil {
+		log.Warn("FUSE over io_uring left off", "knob", uringKnob, "err", err)
+		return false
+	}
+	log.Info("turned FUSE over io_uring on", "knob", uringKnob)
+	return true
+}
+
 // mount mounts the view with the control server.
 func (d *daemon) mount() error {
 	p := d.plan
@@ -275,11 +300,13 @@ func (d *daemon) mount() error {
 	root := os.Geteuid() == 0 && !p.userns
 	control := ctl.NewServer(uint32(os.Geteuid()), d.log)
 	d.handle(control)
+	ioURing := root && !p.noIOURing && enableIOURing(d.log)
 	d.fsOptions = fs.Options{
 		Mountpoint:  p.mountpoint,
 		View:        d.view,
 		Control:     control,
 		Passthrough: root && !p.noPassthrough,
+		IOURing:     ioURing,
 		AllowOther:  root,
 		FsName:      p.lower,
 		Debug:       p.debug,
@@ -417,9 +444,18 @@ func (d *daemon) status() (ctl.Status, error) {
 	}
 	passthrough := false
 	var reads, spliced uint64
+	transport := "none"
 	if srv := d.srv.Load(); srv != nil {
 		passthrough = srv.Passthrough()
 		reads, spliced = srv.Reads()
+		transport = srv.Transport()
+		switch {
+		case strings.HasPrefix(transport, "io_uring"):
+		case d.plan.noIOURing:
+			transport += " (--no-io-uring)"
+		case os.Geteuid() != 0 || d.plan.userns:
+			transport += " (io_uring is turned on as root only)"
+		}
 	}
 	pid := os.Getpid()
 	if d.plan.offline {
@@ -431,7 +467,7 @@ func (d *daemon) status() (ctl.Status, error) {
 		Store: d.plan.store, Branch: d.current.Load().Name(), Ephemeral: d.plan.ephemeral,
 		Backstore: info.Kind, BackingMode: info.Mode, BackingRoot: info.Root, SizeLimit: info.SizeLimit,
 		Reflink: info.Reflink, Passthrough: passthrough, IOMode: ioMode(passthrough, os.Geteuid() == 0 && !d.plan.userns, d.plan.noPassthrough),
-		Reads: reads, ReadsSpliced: spliced,
+		Transport: transport, Reads: reads, ReadsSpliced: spliced,
 		Objects: u.Objects, Bytes: u.Bytes, FsFree: u.FsFree,
 		Bindings: d.bindings(),
 	}

@@ -1,0 +1,129 @@
+package integration
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// ringAvailable reports whether this run's mounts should take their
+// FUSE requests over io_uring: as root, on a kernel with FUSE over
+// io_uring, unless the pass runs with AGENTFS_TEST_NO_IO_URING=1.
+func ringAvailable() bool {
+	return os.Geteuid() == 0 && fileExists("/sys/module/fuse/parameters/enable_uring") &&
+		os.Getenv("AGENTFS_TEST_NO_IO_URING") != "1"
+}
+
+// TestTransport: where the kernel has FUSE over io_uring and agentfs
+// runs as root, requests come over io_uring queues, one per CPU:
+// agentfs status says so, and the daemon's debug log shows every kind
+// of request the test makes coming from a queue, including the ones
+// served off the queue's thread (FSYNC, the control file's IOCTL) and
+// the RELEASE answered at once. With --no-io-uring they come over
+// /dev/fuse.
+func TestTransport(t *testing.T) {
+	m := newMount(t, withArgs("--debug"), withLower(lowerFile("project", "project file\n")))
+	var st struct {
+		Transport string `json:"transport"`
+	}
+	statusJSON(t, m.dir, &st)
+	uring := ringAvailable()
+	if want := map[bool]string{true: "io_uring (", false: "/dev/fuse"}[uring]; !strings.HasPrefix(st.Transport, want) {
+		t.Fatalf("status: transport %q, want %q...", st.Transport, want)
+	}
+
+	// Requests of every shape: names, two names, an out struct, data
+	// in, data out, a listing, xattrs, an async FSYNC.
+	data := bytes.Repeat([]byte("0123456789abcdef"), 40000) // 640,000 bytes: more than one READ and WRITE
+	f, err := os.OpenFile(m.path("new"), os.O_CREATE|os.O_RDWR, 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := unix.Setxattr(m.path("new"), "user.k", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	if n, err := unix.Getxattr(m.path("new"), "user.k", buf); err != nil || string(buf[:n]) != "v" {
+		t.Fatalf("getxattr: %q, %v", buf[:n], err)
+	}
+	if err := os.Mkdir(m.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(m.path("new"), m.path("d/moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("moved", m.path("d/link")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(m.path("d/link")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("reading back %d bytes through a symlink: %d bytes, %v", len(data), len(got), err)
+	}
+	if got, err := os.ReadFile(m.path("project")); err != nil || string(got) != "project file\n" {
+		t.Fatalf("reading the project file: %q, %v", got, err)
+	}
+	ents, err := os.ReadDir(m.path("d"))
+	if err != nil || len(ents) != 2 {
+		t.Fatalf("listing d: %v, %v; want link and moved", ents, err)
+	}
+	for _, p := range []string{"d/link", "d/moved"} {
+		if err := os.Remove(m.path(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(m.path("d")); err != nil {
+		t.Fatal(err)
+	}
+	statusJSON(t, m.dir, &st)
+
+	log, err := os.ReadFile(m.logPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromRing := map[string]bool{}
+	for line := range strings.Lines(string(log)) {
+		if i := strings.Index(line, "(io_uring queue "); i >= 0 {
+			if f := strings.Fields(line[:i]); len(f) >= 2 {
+				fromRing[f[len(f)-2]] = true // "rx N: OP nID (io_uring queue Q)"
+			}
+		}
+	}
+	if !uring {
+		if len(fromRing) > 0 {
+			t.Errorf("requests came over io_uring with transport %q: %v", st.Transport, fromRing)
+		}
+		return
+	}
+	for _, op := range []string{"LOOKUP", "CREATE", "FSYNC", "SETXATTR", "GETXATTR", "MKDIR", "RENAME", "SYMLINK",
+		"OPEN", "READ", "READDIRPLUS", "UNLINK", "RMDIR", "RELEASE", "IOCTL", "GETATTR"} {
+		if !fromRing[op] {
+			t.Errorf("no %s came over io_uring (ops seen there: %v)", op, fromRing)
+		}
+	}
+	if t.Failed() {
+		t.Logf("daemon log %s", filepath.Base(m.logPath()))
+	}
+}
+
+// TestTransportRefused: --no-io-uring keeps requests on /dev/fuse, and
+// status says why.
+func TestTransportRefused(t *testing.T) {
+	m := newMount(t, withArgs("--no-io-uring"))
+	var st struct {
+		Transport string `json:"transport"`
+	}
+	statusJSON(t, m.dir, &st)
+	if st.Transport != "/dev/fuse (--no-io-uring)" {
+		t.Fatalf("status with --no-io-uring: transport %q, want %q", st.Transport, "/dev/fuse (--no-io-uring)")
+	}
+}
