@@ -22,6 +22,11 @@ type Options struct {
 	// kernel offers it (Linux >= 6.14 with the fuse module's
 	// enable_uring on); otherwise requests come over /dev/fuse.
 	IOURing bool
+	// AbortConnection aborts the mount's FUSE connection (fusectl). It
+	// is called, without stat'ing the mountpoint, in the one case where
+	// the kernel would otherwise hold every request: it granted io_uring
+	// and no queue can start, nor tell it to give up.
+	AbortConnection func()
 	// AllowOther lets other users in (allow_other + default_permissions);
 	// set it when running as root.
 	AllowOther bool

@@ -76,6 +76,7 @@ type Server struct {
 	ring    *fuseuring.Server
 	ringWhy string
 	ringBg  sync.WaitGroup
+	askRing bool // INIT's reply asks for io_uring (set before INIT)
 
 	// negatives are the names the kernel may cache as absent, by
 	// directory node id (see Invalidate).
@@ -146,7 +147,12 @@ func Mount(o Options) (*Server, error) {
 		Logger:                   log.New(debugWriter{o.Logger}, "", 0),
 	}
 	if o.IOURing {
-		mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
+		if err := fuseuring.Probe(); err != nil {
+			s.ringWhy = err.Error()
+		} else {
+			s.askRing = true
+			mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
+		}
 	}
 	srv, err := fuse.NewServer(s, o.Mountpoint, mo)
 	if err != nil {
@@ -172,6 +178,10 @@ func Mount(o Options) (*Server, error) {
 	return s, nil
 }
 
+// startQueues starts the io_uring queues; tests replace it to make
+// queues fail.
+var startQueues = fuseuring.Start
+
 // startRing moves the connection to io_uring queues. Until every queue
 // is registered the kernel keeps using /dev/fuse, and if one cannot be,
 // it goes on doing so: the mount works either way, only slower.
@@ -183,7 +193,15 @@ func (s *Server) startRing(maxWrite int) {
 		return
 	}
 	defer unix.Close(dev)
-	r, err := fuseuring.Start(dev, maxWrite, ringHandler{s})
+	r, err := startQueues(dev, maxWrite, ringHandler{s})
+	if errors.Is(err, fuseuring.ErrStuck) {
+		s.log.Error("aborting the FUSE connection", "err", err)
+		s.ringWhy = err.Error()
+		if s.opts.AbortConnection != nil {
+			s.opts.AbortConnection()
+		}
+		return
+	}
 	if err != nil {
 		s.log.Warn("requests stay on /dev/fuse", "err", err)
 		s.ringWhy = err.Error()
@@ -269,7 +287,7 @@ func (s *Server) Init(srv *fuse.Server) {
 	// Once INIT granted io_uring, the kernel holds every new request
 	// until each queue has an entry (or a registration failed), so the
 	// queues start here, before the mount is waited for.
-	if s.opts.IOURing && srv.KernelSettings().Flags64()&fuse.CAP_OVER_IO_URING != 0 {
+	if s.askRing && srv.KernelSettings().Flags64()&fuse.CAP_OVER_IO_URING != 0 {
 		s.srv = srv
 		s.startRing(maxRead)
 	}

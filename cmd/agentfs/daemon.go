@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -177,7 +178,7 @@ func serve(ctx context.Context, p *mountPlan, readyFd int) (err error) {
 		case <-unmounted:
 		case <-time.After(detachGrace):
 			logger.Warn("processes still use the detached mount: ending their connection", "mountpoint", p.mountpoint)
-			d.abortConnection()
+			d.abortConnection(d.conn)
 			select {
 			case <-unmounted:
 			case <-time.After(abortWait):
@@ -307,10 +308,21 @@ func (d *daemon) mount() error {
 		Control:     control,
 		Passthrough: root && !p.noPassthrough,
 		IOURing:     ioURing,
-		AllowOther:  root,
-		FsName:      p.lower,
-		Debug:       p.debug,
-		Logger:      d.log,
+		AbortConnection: func() {
+			// Found in the mount table: the mountpoint cannot be
+			// stat'ed while the kernel holds requests.
+			if e, ok, _ := mountAt(p.mountpoint); ok && e.FsType == agentfsFsType {
+				if _, minor, ok := strings.Cut(e.Dev, ":"); ok {
+					if n, err := strconv.ParseUint(minor, 10, 32); err == nil {
+						d.abortConnection(uint32(n))
+					}
+				}
+			}
+		},
+		AllowOther: root,
+		FsName:     p.lower,
+		Debug:      p.debug,
+		Logger:     d.log,
 
 		Activity:      d.activity,
 		ActivityReads: p.activity.logReads,
@@ -384,12 +396,19 @@ func (d *daemon) shutdown(why string) {
 }
 
 // abortConnection ends the FUSE connection through fusectl, as
-// `echo 1 > /sys/fs/fuse/connections/N/abort` does.
-func (d *daemon) abortConnection() {
-	if d.conn == 0 {
+// `echo 1 > /sys/fs/fuse/connections/N/abort` does. Where fusectl is not
+// mounted (systemd mounts it; a bare system may not), it mounts it.
+func (d *daemon) abortConnection(conn uint32) {
+	if conn == 0 {
 		return
 	}
-	p := filepath.Join("/sys/fs/fuse/connections", fmt.Sprint(d.conn), "abort")
+	const dir = "/sys/fs/fuse/connections"
+	p := filepath.Join(dir, fmt.Sprint(conn), "abort")
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		if err := unix.Mount("fusectl", dir, "fusectl", 0, ""); err != nil {
+			d.log.Warn("mounting fusectl", "dir", dir, "err", err)
+		}
+	}
 	if err := os.WriteFile(p, []byte("1"), 0); err != nil {
 		d.log.Warn("aborting the FUSE connection", "path", p, "err", err)
 	}

@@ -234,8 +234,8 @@ func TestMountinfo(t *testing.T) {
 		ok   bool
 		want mountEntry
 	}{
-		{"/mnt/my ws", true, mountEntry{"/mnt/my ws", "fuse.agentfs", "/home/me/proj"}},
-		{"/mnt/two", true, mountEntry{"/mnt/two", "fuse.agentfs", "/p"}}, // the topmost
+		{"/mnt/my ws", true, mountEntry{"/mnt/my ws", "fuse.agentfs", "/home/me/proj", "0:40"}},
+		{"/mnt/two", true, mountEntry{"/mnt/two", "fuse.agentfs", "/p", "0:42"}}, // the topmost
 		{"/mnt", false, mountEntry{}},
 	} {
 		got, ok, err := mountAt(tc.dir)

@@ -13,6 +13,7 @@ type mountEntry struct {
 	Mountpoint string
 	FsType     string // e.g. fuse.agentfs, ext4, tmpfs
 	Source     string
+	Dev        string // major:minor
 }
 
 // agentfsFsType is the type of agentfs mounts in mountinfo (go-fuse
@@ -61,6 +62,7 @@ func parseMountinfoLine(line string) (mountEntry, bool) {
 	}
 	return mountEntry{
 		Mountpoint: unescapeMountinfo(fields[4]),
+		Dev:        fields[2],
 		FsType:     fields[sep+1],
 		Source:     unescapeMountinfo(fields[sep+2]),
 	}, true

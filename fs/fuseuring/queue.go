@@ -74,6 +74,7 @@ type Server struct {
 	queues  []*queue
 	payload int
 	wg      sync.WaitGroup
+	fault   func(queue int) error
 }
 
 type entry struct {
@@ -94,6 +95,8 @@ type queue struct {
 	mem  []byte
 	efd  int
 	ebuf []byte // 8 bytes the eventfd is read into
+
+	cmd chan int // what to do once prepared (qExit, qRegister, qRefuse)
 
 	mu   sync.Mutex
 	done []done // async replies to commit
@@ -137,12 +140,49 @@ func parseCPUList(list string) (int, error) {
 	return n, nil
 }
 
+// Probe reports whether this process may make the rings Start makes
+// (io_uring can be turned off: kernel.io_uring_disabled). Ask the
+// kernel for FUSE over io_uring only when it succeeds: once INIT grants
+// it, the kernel holds every request until the queues are registered.
+func Probe() error {
+	r, err := newRing(2)
+	if err != nil {
+		return err
+	}
+	r.close()
+	return nil
+}
+
+// ErrStuck is part of Start's error when no ring could be made to tell
+// the kernel to give up io_uring: it holds the connection's requests
+// until the connection is aborted.
+var ErrStuck = errors.New("the kernel holds the connection's requests for queues that cannot start")
+
+// Queue commands, from Start to each queue's thread once all prepared.
+const (
+	qExit     = iota // tear down
+	qRegister        // register the entries and serve
+	qRefuse          // make the kernel give up io_uring, then tear down
+)
+
 // Start serves the connection of dev (a /dev/fuse descriptor, which
 // Start duplicates) over io_uring, with maxWrite the connection's
 // negotiated max_write. It returns once the kernel accepted every
-// queue's entries, or the first error; on error nothing is left running
-// and the connection stays on /dev/fuse.
+// queue's entries, or the first error. On error the connection is left
+// on /dev/fuse: if a queue could not be prepared, no entry is
+// registered and one queue sends the kernel a REGISTER it refuses,
+// which makes it give up io_uring; if the kernel refused an entry, it
+// gave up by itself. Only when no ring at all could be made is the
+// connection left waiting for queues (the error says so): the caller
+// must then abort it.
 func Start(dev int, maxWrite int, h Handler) (*Server, error) {
+	return StartWithFault(dev, maxWrite, h, nil)
+}
+
+// StartWithFault is Start with fault called as each queue begins its
+// preparation: an error it returns fails that queue (for tests of the
+// fallback to /dev/fuse).
+func StartWithFault(dev int, maxWrite int, h Handler, fault func(queue int) error) (*Server, error) {
 	n, err := Possible()
 	if err != nil {
 		return nil, err
@@ -155,25 +195,48 @@ func Start(dev int, maxWrite int, h Handler) (*Server, error) {
 	// max_write, max_pages pages); agentfs sets max_pages from
 	// max_write, so one rounding covers both.
 	payload := (max(maxWrite, minPayloadBytes) + pageSize - 1) &^ (pageSize - 1)
-	s := &Server{dev: d, h: h, payload: payload}
-	errs := make(chan error, n)
+	s := &Server{dev: d, h: h, payload: payload, fault: fault}
+	prepared := make(chan error, n)
+	started := make(chan error, n)
 	for id := 0; id < n; id++ {
-		q := &queue{s: s, id: id, efd: -1}
+		q := &queue{s: s, id: id, efd: -1, cmd: make(chan int, 1)}
 		s.queues = append(s.queues, q)
 		s.wg.Add(1)
-		go q.run(errs)
+		go q.run(prepared, started)
 	}
 	var first error
 	for range n {
-		if err := <-errs; err != nil && first == nil {
+		if err := <-prepared; err != nil && first == nil {
 			first = err
 		}
 	}
 	if first != nil {
-		// The queues that started hold entries the kernel may already
-		// use; they keep serving until unmount. Only a connection with
-		// no queue at all can fall back, and the kernel does that
-		// itself when a REGISTER fails.
+		refuser := -1
+		for _, q := range s.queues {
+			if q.r != nil && refuser < 0 {
+				refuser = q.id
+				q.cmd <- qRefuse
+			} else {
+				q.cmd <- qExit
+			}
+		}
+		s.Wait()
+		if refuser < 0 {
+			return nil, fmt.Errorf("%w (%w)", first, ErrStuck)
+		}
+		return nil, first
+	}
+	for _, q := range s.queues {
+		q.cmd <- qRegister
+	}
+	for range n {
+		if err := <-started; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		// The kernel refused an entry and gave up io_uring: the
+		// queues that registered wait, idle, until unmount.
 		return s, first
 	}
 	return s, nil
@@ -182,20 +245,35 @@ func Start(dev int, maxWrite int, h Handler) (*Server, error) {
 // Wait returns when every queue's thread has exited (after unmount).
 func (s *Server) Wait() {
 	s.wg.Wait()
-	unix.Close(s.dev)
+	if s.dev >= 0 {
+		unix.Close(s.dev)
+		s.dev = -1
+	}
 }
 
 // Queues is the number of queues.
 func (s *Server) Queues() int { return len(s.queues) }
 
-func (q *queue) run(started chan<- error) {
+func (q *queue) run(prepared, started chan<- error) {
 	defer q.s.wg.Done()
 	// The thread is the ring's single issuer and sits on the queue's
 	// CPU; it is never handed back to the Go scheduler (it exits with
 	// the goroutine).
 	runtime.LockOSThread()
-	if err := q.setup(); err != nil {
-		q.teardown()
+	defer q.teardown()
+	if err := q.prepare(); err != nil {
+		prepared <- fmt.Errorf("io_uring queue %d: %w", q.id, err)
+	} else {
+		prepared <- nil
+	}
+	switch <-q.cmd {
+	case qExit:
+		return
+	case qRefuse:
+		q.refuse()
+		return
+	}
+	if err := q.register(); err != nil {
 		started <- fmt.Errorf("io_uring queue %d: %w", q.id, err)
 		return
 	}
@@ -209,10 +287,16 @@ func (q *queue) run(started chan<- error) {
 		}
 		q.r.reap(q.complete)
 	}
-	q.teardown()
 }
 
-func (q *queue) setup() error {
+// prepare pins the thread to the queue's CPU and makes the ring, the
+// eventfd and the entries' buffers.
+func (q *queue) prepare() error {
+	if q.s.fault != nil {
+		if err := q.s.fault(q.id); err != nil {
+			return err
+		}
+	}
 	var set unix.CPUSet
 	set.Set(q.id)
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
@@ -249,6 +333,13 @@ func (q *queue) setup() error {
 		e.iov[0].Base, e.iov[0].Len = &e.hdr[0], hdrSize
 		e.iov[1].Base, e.iov[1].Len = &e.payload[0], uint64(q.s.payload)
 		q.ents = append(q.ents, e)
+	}
+	return nil
+}
+
+// register hands the entries to the kernel.
+func (q *queue) register() error {
+	for _, e := range q.ents {
 		q.submitCmd(e, cmdRegister, 0)
 	}
 	q.readEventfd()
@@ -270,6 +361,21 @@ func (q *queue) setup() error {
 	}
 	q.live = len(q.ents)
 	return nil
+}
+
+// refuse sends a REGISTER the kernel must refuse (no buffers), which
+// makes it give up io_uring for the connection and serve it over
+// /dev/fuse.
+func (q *queue) refuse() {
+	s := q.sqe()
+	s[sqeOffOpcode] = opURingCmd
+	put32(s, sqeOffFd, uint32(q.s.dev))
+	put32(s, sqeOffCmdOp, cmdRegister)
+	put64(s, sqeOffUserData, 0)
+	*(*uint16)(unsafe.Pointer(&s[sqeOffCmd+16])) = uint16(q.id)
+	if err := q.r.enter(true); err == nil {
+		q.r.reap(func(uint64, int32) {})
+	}
 }
 
 func (q *queue) teardown() {

@@ -1,0 +1,137 @@
+package fs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentfs/agentfs/fs/fuseuring"
+)
+
+// enableURing turns on the fuse module's enable_uring, as agentfs mount
+// does as root, and puts back what was there after the test.
+func enableURing(t *testing.T) {
+	t.Helper()
+	const knob = "/sys/module/fuse/parameters/enable_uring"
+	old, err := os.ReadFile(knob)
+	if err != nil {
+		t.Skipf("no FUSE over io_uring in this kernel: %v", err)
+	}
+	if err := os.WriteFile(knob, []byte("Y"), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(knob, old, 0) })
+}
+
+// withinTime fails the test if f does not return within d: a request the
+// kernel holds for queues that never start would hang it.
+func withinTime(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %v", what, d)
+	}
+}
+
+// TestRing: with IOURing, an in-process mount takes its requests over
+// io_uring and serves files through it.
+func TestRing(t *testing.T) {
+	requireFUSE(t)
+	enableURing(t)
+	lower := t.TempDir()
+	writeFile(t, filepath.Join(lower, "f"), "lower\n")
+	m := mountForTest(t, lower, true, func(o *Options) { o.IOURing = true })
+	if got := m.srv.Transport(); !strings.HasPrefix(got, "io_uring (") {
+		t.Fatalf("Transport() = %q, want io_uring", got)
+	}
+	withinTime(t, 20*time.Second, "file operations", func() {
+		writeFile(t, filepath.Join(m.mnt, "f"), "upper\n")
+		if got := readFile(t, filepath.Join(m.mnt, "f")); got != "upper\n" {
+			t.Errorf("read %q, want %q", got, "upper\n")
+		}
+	})
+}
+
+// TestRingFallback: when a queue cannot be prepared, no entry is
+// registered, the kernel is told to give up io_uring, and the mount
+// serves over /dev/fuse, saying why, instead of hanging.
+func TestRingFallback(t *testing.T) {
+	requireFUSE(t)
+	enableURing(t)
+	n, err := fuseuring.Possible()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 2 {
+		t.Skip("one possible CPU: no other queue could tell the kernel")
+	}
+	old := startQueues
+	startQueues = func(dev, maxWrite int, h fuseuring.Handler) (*fuseuring.Server, error) {
+		return fuseuring.StartWithFault(dev, maxWrite, h, func(q int) error {
+			if q == n-1 {
+				return errors.New("injected failure")
+			}
+			return nil
+		})
+	}
+	t.Cleanup(func() { startQueues = old })
+	lower := t.TempDir()
+	writeFile(t, filepath.Join(lower, "f"), "lower\n")
+	var m *testMount
+	withinTime(t, 20*time.Second, "the mount", func() {
+		m = mountForTest(t, lower, true, func(o *Options) {
+			o.IOURing = true
+			o.AbortConnection = func() { t.Error("the connection was aborted") }
+		})
+	})
+	if got := m.srv.Transport(); !strings.Contains(got, "/dev/fuse (io_uring: ") || !strings.Contains(got, "injected failure") {
+		t.Fatalf("Transport() = %q, want /dev/fuse with the queue's failure", got)
+	}
+	withinTime(t, 20*time.Second, "file operations", func() {
+		writeFile(t, filepath.Join(m.mnt, "f"), "upper\n")
+		if got := readFile(t, filepath.Join(m.mnt, "f")); got != "upper\n" {
+			t.Errorf("read %q, want %q", got, "upper\n")
+		}
+	})
+}
+
+// TestRingDisabled: where io_uring is turned off (kernel.io_uring_disabled),
+// the mount does not ask for it and serves over /dev/fuse, saying why.
+func TestRingDisabled(t *testing.T) {
+	requireFUSE(t)
+	enableURing(t)
+	const sysctl = "/proc/sys/kernel/io_uring_disabled"
+	old, err := os.ReadFile(sysctl)
+	if err != nil {
+		t.Skipf("no %s: %v", sysctl, err)
+	}
+	if err := os.WriteFile(sysctl, []byte("2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	restore := func() { os.WriteFile(sysctl, old, 0) }
+	t.Cleanup(restore)
+	lower := t.TempDir()
+	writeFile(t, filepath.Join(lower, "f"), "lower\n")
+	var m *testMount
+	withinTime(t, 20*time.Second, "the mount", func() {
+		m = mountForTest(t, lower, true, func(o *Options) {
+			o.IOURing = true
+			o.AbortConnection = func() { t.Error("the connection was aborted") }
+		})
+	})
+	restore() // what follows does not depend on it
+	if got := m.srv.Transport(); !strings.HasPrefix(got, "/dev/fuse (io_uring: io_uring_setup") {
+		t.Fatalf("Transport() = %q, want /dev/fuse with io_uring_setup's refusal", got)
+	}
+	withinTime(t, 20*time.Second, "file operations", func() {
+		if got := readFile(t, filepath.Join(m.mnt, "f")); got != "lower\n" {
+			t.Errorf("read %q, want %q", got, "lower\n")
+		}
+	})
+}
