@@ -39,23 +39,43 @@ func withinTime(t *testing.T, d time.Duration, what string, f func()) {
 	}
 }
 
-// TestRing: with IOURing, an in-process mount takes its requests over
-// io_uring and serves files through it.
-func TestRing(t *testing.T) {
-	requireFUSE(t)
-	enableURing(t)
+// ringMount mounts a lower tree holding f ("lower\n") in-process with
+// IOURing, within 20 s, failing the test if the connection is aborted.
+func ringMount(t *testing.T) *testMount {
+	t.Helper()
 	lower := t.TempDir()
 	writeFile(t, filepath.Join(lower, "f"), "lower\n")
-	m := mountForTest(t, lower, true, func(o *Options) { o.IOURing = true })
-	if got := m.srv.Transport(); !strings.HasPrefix(got, "io_uring (") {
-		t.Fatalf("Transport() = %q, want io_uring", got)
-	}
+	var m *testMount
+	withinTime(t, 20*time.Second, "the mount", func() {
+		m = mountForTest(t, lower, true, func(o *Options) {
+			o.IOURing = true
+			o.AbortConnection = func() { t.Error("the connection was aborted") }
+		})
+	})
+	return m
+}
+
+// wantServes checks, within 20 s, that m serves a write and a read.
+func wantServes(t *testing.T, m *testMount) {
+	t.Helper()
 	withinTime(t, 20*time.Second, "file operations", func() {
 		writeFile(t, filepath.Join(m.mnt, "f"), "upper\n")
 		if got := readFile(t, filepath.Join(m.mnt, "f")); got != "upper\n" {
 			t.Errorf("read %q, want %q", got, "upper\n")
 		}
 	})
+}
+
+// TestRing: with IOURing, an in-process mount takes its requests over
+// io_uring and serves files through it.
+func TestRing(t *testing.T) {
+	requireFUSE(t)
+	enableURing(t)
+	m := ringMount(t)
+	if got := m.srv.Transport(); !strings.HasPrefix(got, "io_uring (") {
+		t.Fatalf("Transport() = %q, want io_uring", got)
+	}
+	wantServes(t, m)
 }
 
 // TestRingFallback: when a queue cannot be prepared, no entry is
@@ -81,24 +101,11 @@ func TestRingFallback(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() { startQueues = old })
-	lower := t.TempDir()
-	writeFile(t, filepath.Join(lower, "f"), "lower\n")
-	var m *testMount
-	withinTime(t, 20*time.Second, "the mount", func() {
-		m = mountForTest(t, lower, true, func(o *Options) {
-			o.IOURing = true
-			o.AbortConnection = func() { t.Error("the connection was aborted") }
-		})
-	})
+	m := ringMount(t)
 	if got := m.srv.Transport(); !strings.Contains(got, "/dev/fuse (io_uring: ") || !strings.Contains(got, "injected failure") {
 		t.Fatalf("Transport() = %q, want /dev/fuse with the queue's failure", got)
 	}
-	withinTime(t, 20*time.Second, "file operations", func() {
-		writeFile(t, filepath.Join(m.mnt, "f"), "upper\n")
-		if got := readFile(t, filepath.Join(m.mnt, "f")); got != "upper\n" {
-			t.Errorf("read %q, want %q", got, "upper\n")
-		}
-	})
+	wantServes(t, m)
 }
 
 // TestRingDisabled: where io_uring is turned off (kernel.io_uring_disabled),
@@ -116,22 +123,10 @@ func TestRingDisabled(t *testing.T) {
 	}
 	restore := func() { os.WriteFile(sysctl, old, 0) }
 	t.Cleanup(restore)
-	lower := t.TempDir()
-	writeFile(t, filepath.Join(lower, "f"), "lower\n")
-	var m *testMount
-	withinTime(t, 20*time.Second, "the mount", func() {
-		m = mountForTest(t, lower, true, func(o *Options) {
-			o.IOURing = true
-			o.AbortConnection = func() { t.Error("the connection was aborted") }
-		})
-	})
+	m := ringMount(t)
 	restore() // what follows does not depend on it
 	if got := m.srv.Transport(); !strings.HasPrefix(got, "/dev/fuse (io_uring: io_uring_setup") {
 		t.Fatalf("Transport() = %q, want /dev/fuse with io_uring_setup's refusal", got)
 	}
-	withinTime(t, 20*time.Second, "file operations", func() {
-		if got := readFile(t, filepath.Join(m.mnt, "f")); got != "lower\n" {
-			t.Errorf("read %q, want %q", got, "lower\n")
-		}
-	})
+	wantServes(t, m)
 }
