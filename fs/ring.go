@@ -378,11 +378,12 @@ func pollHack(r *fuseuring.Request, op uint32) (fuse.Status, int) {
 	return fuse.ERANGE, 0
 }
 
-// fuseDevFd is the /dev/fuse descriptor go-fuse serves srv on. go-fuse
-// does not export it; it is read from the server's fuseFD.conn (a
-// syscall.RawConn, so the descriptor stays in the runtime's poller and
-// go-fuse's reads are left as they are). Any change of that layout in a
-// go-fuse upgrade makes this fail, and agentfs stays on /dev/fuse.
+// fuseDevFd returns a duplicate of the /dev/fuse descriptor go-fuse
+// serves srv on. go-fuse does not export it; it is read from the
+// server's fuseFD.conn (a syscall.RawConn, so the descriptor stays in
+// the runtime's poller and go-fuse's reads are left as they are). Any
+// change of that layout in a go-fuse upgrade makes this fail, and
+// agentfs stays on /dev/fuse.
 func fuseDevFd(srv *fuse.Server) (int, error) {
 	v := reflect.ValueOf(srv).Elem().FieldByName("fuseFD")
 	if !v.IsValid() || v.Kind() != reflect.Pointer || v.IsNil() {

@@ -192,8 +192,7 @@ func (s *Server) startRing(maxWrite int) {
 		s.ringWhy = err.Error()
 		return
 	}
-	defer unix.Close(dev)
-	r, err := startQueues(dev, maxWrite, ringHandler{s})
+	r, err := startQueues(dev, maxWrite, ringHandler{s}) // takes dev
 	if errors.Is(err, fuseuring.ErrStuck) {
 		s.log.Error("aborting the FUSE connection", "err", err)
 		s.ringWhy = err.Error()

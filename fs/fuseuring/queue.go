@@ -51,9 +51,6 @@ type Request struct {
 // Opcode is the request's FUSE opcode.
 func (r *Request) Opcode() uint32 { return *(*uint32)(unsafe.Pointer(&r.In[4])) }
 
-// Unique is the request's id.
-func (r *Request) Unique() uint64 { return *(*uint64)(unsafe.Pointer(&r.In[8])) }
-
 // Queue is the index of the queue (the CPU) the request came on.
 func (r *Request) Queue() int { return r.ent.q.id }
 
@@ -165,8 +162,8 @@ const (
 	qRefuse          // make the kernel give up io_uring, then tear down
 )
 
-// Start serves the connection of dev (a /dev/fuse descriptor, which
-// Start duplicates) over io_uring, with maxWrite the connection's
+// Start serves the connection of dev (a /dev/fuse descriptor Start owns
+// from then on: Wait closes it, and so does a failure) over io_uring, with maxWrite the connection's
 // negotiated max_write. It returns once the kernel accepted every
 // queue's entries, or the first error. On error the connection is left
 // on /dev/fuse: if a queue could not be prepared, no entry is
@@ -185,17 +182,14 @@ func Start(dev int, maxWrite int, h Handler) (*Server, error) {
 func StartWithFault(dev int, maxWrite int, h Handler, fault func(queue int) error) (*Server, error) {
 	n, err := Possible()
 	if err != nil {
+		unix.Close(dev)
 		return nil, err
-	}
-	d, err := unix.FcntlInt(uintptr(dev), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("dup /dev/fuse: %w", err)
 	}
 	// The kernel's bound on a request: max(FUSE_MIN_READ_BUFFER,
 	// max_write, max_pages pages); agentfs sets max_pages from
 	// max_write, so one rounding covers both.
 	payload := (max(maxWrite, minPayloadBytes) + pageSize - 1) &^ (pageSize - 1)
-	s := &Server{dev: d, h: h, payload: payload, fault: fault}
+	s := &Server{dev: dev, h: h, payload: payload, fault: fault}
 	prepared := make(chan error, n)
 	started := make(chan error, n)
 	for id := 0; id < n; id++ {

@@ -23,7 +23,6 @@ const (
 	featSingleMmap     = 1 << 0
 	enterGetEvents     = 1 << 0
 	offSQRing          = 0
-	offCQRing          = 0x8000000
 	offSQEs            = 0x10000000
 	opRead             = 22
 	opURingCmd         = 46
