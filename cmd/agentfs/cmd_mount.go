@@ -340,8 +340,13 @@ func isMountRoot(dir string) bool {
 }
 
 // storeEntries are the names agentfs keeps in a store directory.
-var storeEntries = map[string]bool{"meta": true, "lock": true, "objects": true, "ramdisk": true, "spill": true, "agentfs.log": true,
-	activity.FileName: true, activity.OldFileName: true}
+var storeEntries = func() map[string]bool {
+	m := map[string]bool{"meta": true, "lock": true, "objects": true, "ramdisk": true, "spill": true, "agentfs.log": true}
+	for _, n := range activity.FileNames {
+		m[n] = true
+	}
+	return m
+}()
 
 // checkStore validates --store: a directory (or a path to create) outside
 // the lower tree and the mountpoint, that is empty or an agentfs store.

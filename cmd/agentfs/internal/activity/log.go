@@ -40,7 +40,13 @@ import (
 const (
 	FileName    = "activity.log"
 	OldFileName = "activity.log.1"
+	// A rotation makes these for a moment (one may outlive a crash).
+	newFileName = FileName + ".new"
+	tmpFileName = OldFileName + ".tmp"
 )
+
+// FileNames are every name the log may leave in the store directory.
+var FileNames = []string{FileName, OldFileName, newFileName, tmpFileName}
 
 // Defaults.
 const (
@@ -89,6 +95,9 @@ type Options struct {
 	// hold, when set, keeps the writer from starting until it is
 	// closed (tests fill the queue).
 	hold chan struct{}
+	// rotateStep, when set, is called between the steps of a rotation
+	// (tests read the log there).
+	rotateStep func(step string)
 }
 
 // Log appends entries to the activity log of a store.
@@ -306,14 +315,63 @@ func (l *Log) closeSegment() {
 }
 
 // rotate makes the current segment the old one and starts a new one.
-// If the rename fails, appending goes on in the same segment.
+// FileName names a segment at every instant, so a reader never finds
+// the log missing: the current segment is first linked in as the old
+// one (a reader then sees one segment under both names, and reads it
+// once), and an empty segment made under a temporary name then
+// replaces it. If a step fails, appending goes on in the segment
+// FileName names.
 func (l *Log) rotate() error {
 	l.closeSegment()
-	err := os.Rename(l.path(FileName), l.path(OldFileName))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		err = fmt.Errorf("rotating the activity log: %w", err)
-	} else {
-		err = nil
+	err := l.linkOld()
+	if err == nil {
+		l.step("linked")
+		err = l.startSegment()
 	}
-	return errors.Join(err, l.openSegment())
+	if err != nil {
+		err = fmt.Errorf("rotating the activity log: %w", err)
+	}
+	if l.f == nil {
+		err = errors.Join(err, l.openSegment())
+	}
+	return err
+}
+
+// linkOld makes OldFileName a second name of the current segment.
+func (l *Log) linkOld() error {
+	tmp := l.path(tmpFileName)
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.Link(l.path(FileName), tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, l.path(OldFileName)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// startSegment makes an empty segment and renames it over FileName.
+func (l *Log) startSegment() error {
+	tmp := l.path(newFileName)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0600)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, l.path(FileName)); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	l.f, l.w, l.size = f, bufio.NewWriterSize(f, 64<<10), 0
+	return nil
+}
+
+// step calls the test hook between the steps of a rotation.
+func (l *Log) step(name string) {
+	if l.opts.rotateStep != nil {
+		l.opts.rotateStep(name)
+	}
 }

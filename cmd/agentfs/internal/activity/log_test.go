@@ -232,3 +232,60 @@ func TestReadMissingLog(t *testing.T) {
 		t.Errorf("Read of a store without a log = %v, want ErrNotExist", err)
 	}
 }
+
+// TestReadDuringRotation reads the log between the steps of every
+// rotation: it is never missing, and holds every entry written so far
+// but the ones the bound dropped, in order, each once.
+func TestReadDuringRotation(t *testing.T) {
+	dir := t.TempDir()
+	steps := 0
+	var stepErr error
+	var stepLast int
+	check := func(step string) {
+		steps++
+		var got []string
+		err := Read(dir, func(l Line) error { got = append(got, l.Path); return nil })
+		if err != nil {
+			stepErr = fmt.Errorf("Read at step %q of a rotation: %w", step, err)
+			return
+		}
+		last := -1
+		for _, p := range got {
+			var k int
+			fmt.Sscanf(p, "f%05d", &k)
+			if last >= 0 && k != last+1 {
+				stepErr = fmt.Errorf("Read at step %q of a rotation: file %d after file %d", step, k, last)
+				return
+			}
+			last = k
+		}
+		if last < stepLast {
+			stepErr = fmt.Errorf("Read at step %q of a rotation: the last entry is file %d, an earlier read had %d", step, last, stepLast)
+		}
+		stepLast = last
+	}
+	l, err := Open(Options{Dir: dir, MaxBytes: MinMaxBytes, procRoot: t.TempDir(), rotateStep: check})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		l.Record(Entry{Time: time.Now(), Op: "create", Path: fmt.Sprintf("f%05d", i)})
+		if i%100 == 0 {
+			time.Sleep(time.Millisecond) // let the writer keep up: no drops
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if stepErr != nil {
+		t.Fatal(stepErr)
+	}
+	if steps < 2 {
+		t.Fatalf("%d rotations, want several", steps)
+	}
+	for _, n := range []string{newFileName, tmpFileName} {
+		if _, err := os.Stat(filepath.Join(dir, n)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after rotations: %v, want it gone", n, err)
+		}
+	}
+}
