@@ -37,7 +37,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -86,9 +85,7 @@ func runTests(m *testing.M) int {
 	} else if abs, err := filepath.Abs(agentfsBin); err == nil {
 		agentfsBin = abs
 	}
-	code := m.Run()
-	reportAtimeChanges()
-	return code
+	return m.Run()
 }
 
 // requireFUSE skips a test that needs root and /dev/fuse where they are
@@ -702,7 +699,7 @@ type nodeState struct {
 type tree struct {
 	root  string
 	nodes map[string]nodeState
-	atime map[string]unix.Timespec // recorded, not compared
+	atime map[string]unix.Timespec // compared apart: see assertUnchanged
 	err   error
 }
 
@@ -885,8 +882,8 @@ func (n nodeState) String() string {
 }
 
 // assertUnchanged fails the test for every difference between two
-// recordings of the lower tree. Access times are not compared; a changed
-// one is noted for the end-of-run report.
+// recordings of the lower tree, access times included: agentfs reads
+// the lower tree with O_NOATIME.
 func assertUnchanged(t testing.TB, before, after tree) {
 	t.Helper()
 	for _, d := range diffTrees(before, after) {
@@ -894,7 +891,7 @@ func assertUnchanged(t testing.TB, before, after tree) {
 	}
 	for p, ta := range after.atime {
 		if tb, ok := before.atime[p]; ok && ta != tb {
-			noteAtimeChange(t.Name(), p)
+			t.Errorf("LOWER ATIME CHANGED: %s (agentfs read it without O_NOATIME)", p)
 		}
 	}
 }
@@ -952,42 +949,6 @@ func normalizeDirNlink(tr tree) tree {
 	return out
 }
 
-var atimeChanges struct {
-	sync.Mutex
-	byTest map[string][]string
-}
-
-func noteAtimeChange(test, path string) {
-	atimeChanges.Lock()
-	defer atimeChanges.Unlock()
-	if atimeChanges.byTest == nil {
-		atimeChanges.byTest = map[string][]string{}
-	}
-	atimeChanges.byTest[test] = append(atimeChanges.byTest[test], path)
-}
-
-// reportAtimeChanges prints the lower access times agentfs changed (not
-// a failure: agentfs could avoid it with O_NOATIME).
-func reportAtimeChanges() {
-	atimeChanges.Lock()
-	defer atimeChanges.Unlock()
-	if len(atimeChanges.byTest) == 0 {
-		return
-	}
-	var tests []string
-	for k := range atimeChanges.byTest {
-		tests = append(tests, k)
-	}
-	sort.Strings(tests)
-	fmt.Fprintf(os.Stderr, "NOTE: agentfs changed the atime of lower files or directories (reads without O_NOATIME) in %d tests:\n", len(tests))
-	for _, k := range tests {
-		paths := atimeChanges.byTest[k]
-		if len(paths) > 5 {
-			paths = append(paths[:5:5], "...")
-		}
-		fmt.Fprintf(os.Stderr, "  %s: %s\n", k, strings.Join(paths, " "))
-	}
-}
 
 // ---------------------------------------------------------------------
 // Small helpers for the tests

@@ -17,7 +17,9 @@ import (
 //
 // Patch shows what changed in a file's data as a unified diff, made by
 // diff(1) from GNU diffutils (`diff -u`), which reads the two views'
-// files through /proc/self/fd, so nothing is copied. A file counts as
+// files through pipes: given /proc/self/fd of the files themselves, it
+// would open them again without O_NOATIME and change the atime of the
+// lower files. A file counts as
 // binary when its first 8 KiB hold a NUL byte or it is not valid
 // UTF-8; binary files get one line, "Binary files a/x and b/x differ",
 // as git and diff print it. A side that is not a regular file (absent,
@@ -91,12 +93,24 @@ func Patch(a, b *FS, c Change, w io.Writer) error {
 func diffU(la, lb string, files [2]*os.File, w io.Writer) error {
 	args := []string{"-u", "--label", la, "--label", lb}
 	cmd := exec.Command("diff")
+	var srcs, pws []*os.File
+	closeAll := func() {
+		for _, f := range append(cmd.ExtraFiles, pws...) {
+			f.Close()
+		}
+	}
 	for _, f := range files {
 		if f == nil {
 			args = append(args, "/dev/null")
 			continue
 		}
-		cmd.ExtraFiles = append(cmd.ExtraFiles, f)
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("patch: %w", err)
+		}
+		srcs, pws = append(srcs, f), append(pws, pw)
+		cmd.ExtraFiles = append(cmd.ExtraFiles, pr)
 		args = append(args, fmt.Sprintf("/proc/self/fd/%d", 2+len(cmd.ExtraFiles)))
 	}
 	cmd.Args = append(cmd.Args, args...)
@@ -104,9 +118,38 @@ func diffU(la, lb string, files [2]*os.File, w io.Writer) error {
 	cmd.Stdout = w
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	err := cmd.Run()
-	if errors.Is(err, exec.ErrNotFound) {
-		return fmt.Errorf("patch: diff(1) is missing: install GNU diffutils")
+	err := cmd.Start()
+	for _, f := range cmd.ExtraFiles {
+		f.Close() // diff has its own copy
+	}
+	if err != nil {
+		for _, pw := range pws {
+			pw.Close()
+		}
+		if errors.Is(err, exec.ErrNotFound) {
+			return fmt.Errorf("patch: diff(1) is missing: install GNU diffutils")
+		}
+		return fmt.Errorf("patch: diff -u %s %s: %w", la, lb, err)
+	}
+	feed := func(src, pw *os.File) error {
+		_, err := io.Copy(pw, io.NewSectionReader(src, 0, 1<<62))
+		pw.Close()
+		if errors.Is(err, unix.EPIPE) {
+			err = nil // diff stopped reading: its error says why
+		}
+		return err
+	}
+	feedErrs := make(chan error, len(pws))
+	for i := range pws {
+		go func() { feedErrs <- feed(srcs[i], pws[i]) }()
+	}
+	var feedErr error
+	for range pws {
+		feedErr = errors.Join(feedErr, <-feedErrs)
+	}
+	err = cmd.Wait()
+	if feedErr != nil {
+		return fmt.Errorf("patch: reading %s or %s: %w", la, lb, feedErr)
 	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() == 1 {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentfs/agentfs/cmd/agentfs/internal/activity"
 	"github.com/agentfs/agentfs/cmd/agentfs/internal/autosnap"
 )
@@ -108,7 +110,7 @@ func loadConfig(lowerDir string) (Config, error) {
 		if p == "" {
 			continue
 		}
-		f, err := os.Open(p)
+		f, err := openNoatime(p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -284,4 +286,16 @@ func parseLogSize(s string) (int64, error) {
 		return 0, fmt.Errorf("too small: at least %dK", activity.MinMaxBytes>>10)
 	}
 	return v * mult, nil
+}
+
+// openNoatime opens p for reading without updating its atime (the
+// project's file is in the lower directory, which agentfs never
+// changes); O_NOATIME needs ownership or CAP_FOWNER, so without them it
+// opens p plainly.
+func openNoatime(p string) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOATIME, 0)
+	if errors.Is(err, unix.EPERM) {
+		f, err = os.Open(p)
+	}
+	return f, err
 }
