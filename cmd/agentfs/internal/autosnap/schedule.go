@@ -22,6 +22,7 @@
 package autosnap
 
 import (
+	"slices"
 	"strings"
 	"time"
 )
@@ -55,7 +56,8 @@ type Due struct {
 	// maxPaths); More counts the others.
 	Paths []string
 	More  int
-	// Refs are the git refs that changed (git.go), in the order changed.
+	// Refs are the git refs that changed (git.go), each once, in the
+	// order last changed.
 	Refs []GitRef
 }
 
@@ -124,8 +126,11 @@ func (s *Scheduler) Add(c Change) {
 	}
 	for _, path := range c.Paths {
 		if ref, ok := ParseGitRef(path); ok {
+			// A ref counts once, as changed last: git's rename of
+			// the .lock file and the close of the file it renamed
+			// (which may be seen after the rename) are one change.
 			touch()
-			p.refs = append(p.refs, ref)
+			p.refs = append(slices.DeleteFunc(p.refs, func(r GitRef) bool { return r == ref }), ref)
 			continue
 		}
 		if inGitDir(path) {

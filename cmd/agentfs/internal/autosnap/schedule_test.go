@@ -110,6 +110,7 @@ func TestSchedulerGitCommit(t *testing.T) {
 	c.change("main", "a.go")
 	c.change("main", ".git/objects/12/3456")
 	c.change("main", ".git/refs/heads/main.lock", ".git/refs/heads/main") // the rename of the ref
+	c.change("main", ".git/refs/heads/main")                              // its close, seen after the rename
 	c.advance(200 * time.Millisecond)
 	c.change("main", ".git/logs/HEAD") // git is still writing: wait
 	if due := c.advance(200 * time.Millisecond); len(due) != 0 {
@@ -120,10 +121,26 @@ func TestSchedulerGitCommit(t *testing.T) {
 		t.Fatalf("due = %+v, want one snapshot soon after the commit", due)
 	}
 	if got, want := due[0].Refs, []GitRef{{Name: "refs/heads/main"}}; !slices.Equal(got, want) {
-		t.Errorf("refs = %+v, want %+v", got, want)
+		t.Errorf("refs = %+v, want %+v (each ref once)", got, want)
 	}
 	if got, want := due[0].Paths, []string{"a.go"}; !slices.Equal(got, want) {
 		t.Errorf("paths = %v, want %v (.git internals are not listed)", got, want)
+	}
+}
+
+// TestSchedulerRefsOnce: a ref changed twice counts once, in the place
+// of its last change.
+func TestSchedulerRefsOnce(t *testing.T) {
+	c := newClock(t, &Scheduler{Quiet: 2 * time.Second, GitQuiet: 300 * time.Millisecond})
+	c.change("main", ".git/refs/heads/main")
+	c.change("main", ".git/refs/tags/v1")
+	c.change("main", ".git/refs/heads/main")
+	due := c.advance(time.Second)
+	if len(due) != 1 {
+		t.Fatalf("due = %+v, want one snapshot", due)
+	}
+	if got, want := due[0].Refs, []GitRef{{Name: "refs/tags/v1"}, {Name: "refs/heads/main"}}; !slices.Equal(got, want) {
+		t.Errorf("refs = %+v, want %+v", got, want)
 	}
 }
 
