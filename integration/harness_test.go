@@ -949,7 +949,6 @@ func normalizeDirNlink(tr tree) tree {
 	return out
 }
 
-
 // ---------------------------------------------------------------------
 // Small helpers for the tests
 
