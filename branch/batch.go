@@ -3,7 +3,6 @@ package branch
 import (
 	"fmt"
 
-	badger "github.com/dgraph-io/badger/v4"
 )
 
 // Batch collects entry changes for one atomic Commit. A later change
@@ -77,9 +76,10 @@ func (b *Batch) Len() int { return len(b.order) + len(b.baseOrder) }
 func (b *Batch) Reset() { *b = Batch{} }
 
 // Commit applies all puts and deletes of b atomically: after it
-// returns nil every change is visible (and survives the death of the
-// process; Store.Sync makes it survive a power loss), and no reader, nor
-// a crash, ever sees a part of it. On error nothing is applied. There is
+// returns nil every change is visible (once written, which Store.Settle
+// waits for, it survives the death of the process; Store.Sync makes it
+// survive a power loss), and no reader, nor a crash, ever sees a part
+// of it. On error nothing is applied. There is
 // no limit on the size of a batch (see "Batch atomicity" in the package
 // doc). b is left unchanged.
 func (l *Layer) Commit(b *Batch) error {
@@ -110,14 +110,18 @@ func (l *Layer) Commit(b *Batch) error {
 			ops = append(ops, op{key: l.baseKey(p), del: true})
 		}
 	}
-	err := l.s.update(func(*badger.Txn) ([]op, error) {
+	err := l.s.write(func() error {
 		if l.gone.Load() {
-			return nil, errLayerGone
+			return errLayerGone
 		}
-		return ops, nil
-	})
+		return nil
+	}, ops)
 	if err != nil {
 		return fmt.Errorf("branch %q: %w", l.name, err)
 	}
 	return nil
 }
+
+// Settle waits until every commit of the store so far is written (see
+// Store.Settle).
+func (l *Layer) Settle() error { return l.s.Settle() }

@@ -26,6 +26,10 @@ var errSnapshotGone = fmt.Errorf("the snapshot does not exist (deleted?): %w", E
 // crash test kills the process from it).
 var testHookSplitPart func(part int) error
 
+// testHookWritten, when set, runs when badger reports a commit handed
+// to it written; an error stands for badger failing to write it.
+var testHookWritten func(ts uint64) error
+
 // view runs fn in a read transaction at the current read timestamp,
 // which stays readable (above the discard timestamp) until fn returns.
 func (s *Store) view(fn func(txn *badger.Txn) error) error {
@@ -56,6 +60,7 @@ func (s *Store) viewSnapshot(snap *Snapshot, fn func(txn *badger.Txn) error) err
 }
 
 func (s *Store) pin() uint64 {
+	s.wait() // a failed commit fails later commits; reads still read
 	s.tsMu.Lock()
 	defer s.tsMu.Unlock()
 	s.readers[s.readTs]++
@@ -91,6 +96,18 @@ func (s *Store) publish(ts uint64) {
 	defer s.tsMu.Unlock()
 	s.readTs = ts
 	s.setDiscardTsLocked()
+}
+
+// publishMax is publish for a commit written by badger: badger calls
+// back in no particular order, but writes in order, so a later commit
+// written means every earlier one is.
+func (s *Store) publishMax(ts uint64) {
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	if ts > s.readTs {
+		s.readTs = ts
+		s.setDiscardTsLocked()
+	}
 }
 
 // setDiscardTsLocked lets compaction drop the versions that neither a
@@ -149,7 +166,7 @@ func (s *Store) apply(ops []op) error {
 
 // update runs fn with a read transaction that sees every commit (no
 // other commit runs meanwhile) and commits the ops it returns
-// atomically.
+// atomically, and returns once badger has written them.
 func (s *Store) update(fn func(txn *badger.Txn) ([]op, error)) error {
 	return s.transact(func(txn *badger.Txn) ([]op, func(), error) {
 		ops, err := fn(txn)
@@ -158,16 +175,16 @@ func (s *Store) update(fn func(txn *badger.Txn) ([]op, error)) error {
 }
 
 // transact is update whose fn may also return done, which runs after
-// the ops are committed, before any other commit. While fn runs,
-// s.readTs is the timestamp of txn and does not change.
+// the ops are committed and written, before any other commit. While fn
+// runs, s.readTs is the timestamp of txn and does not change.
 func (s *Store) transact(fn func(txn *badger.Txn) (ops []op, done func(), err error)) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
-	if s.broken != nil {
-		return s.broken
+	if err := s.settleLocked(); err != nil {
+		return err
 	}
 	rtxn := s.db.NewTransactionAt(s.readTs, false)
 	ops, done, err := fn(rtxn)
@@ -178,14 +195,36 @@ func (s *Store) transact(fn func(txn *badger.Txn) (ops []op, done func(), err er
 	if err := s.commitLocked(ops); err != nil {
 		return err
 	}
+	if err := s.settleLocked(); err != nil {
+		return err
+	}
 	if done != nil {
 		done()
 	}
 	return nil
 }
 
-// commitLocked writes ops at the next timestamp, in one transaction if
-// they fit, else as a split commit. Requires s.commitMu.
+// write commits ops, which were made without reading the store, once
+// check (called with s.commitMu held) allows it: without waiting for the
+// commits before it to be written.
+func (s *Store) write(check func() error, ops []op) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if err := s.failedLocked(); err != nil {
+		return err
+	}
+	if err := check(); err != nil {
+		return err
+	}
+	return s.commitLocked(ops)
+}
+
+// commitLocked writes ops at the next timestamp: handed to badger's
+// writer in one transaction if they fit, else written as a split
+// commit. Requires s.commitMu.
 func (s *Store) commitLocked(ops []op) error {
 	ts := s.nextTs
 	txn := s.db.NewTransactionAt(ts-1, true)
@@ -200,17 +239,86 @@ func (s *Store) commitLocked(ops []op) error {
 	}
 	// A timestamp is never used twice, even after a failed commit.
 	s.nextTs = ts + 1
-	if err := txn.CommitAt(ts, nil); err != nil {
-		return fmt.Errorf("store %s: commit: %w", s.dir, err)
-	}
-	s.publish(ts)
+	f := &flight{done: make(chan struct{})}
+	s.tsMu.Lock()
+	s.flight = f
+	s.tsMu.Unlock()
+	txn.CommitAt(ts, func(err error) {
+		if err == nil && testHookWritten != nil {
+			err = testHookWritten(ts)
+		}
+		if err != nil {
+			s.tsMu.Lock()
+			if s.lost == nil {
+				s.lost = fmt.Errorf("store %s: a change was reported done but could not be written (%v); remount to go on from the last change written", s.dir, err)
+			}
+			s.tsMu.Unlock()
+		} else {
+			s.publishMax(ts)
+		}
+		close(f.done)
+	})
 	return nil
+}
+
+// flight is a commit handed to badger; done is closed once badger wrote
+// it (or failed to).
+type flight struct {
+	done chan struct{}
+}
+
+// wait waits until every commit handed to badger so far is written
+// and visible. badger writes commits in order, so the last one written
+// means all are.
+func (s *Store) wait() {
+	s.tsMu.Lock()
+	f := s.flight
+	s.tsMu.Unlock()
+	if f == nil {
+		return
+	}
+	<-f.done
+	s.tsMu.Lock()
+	if s.flight == f {
+		s.flight = nil
+	}
+	s.tsMu.Unlock()
+}
+
+// settle is wait, and returns the error of any commit that failed.
+func (s *Store) settle() error {
+	s.wait()
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	return s.lost
+}
+
+// settleLocked is settle with s.commitMu held, which also reports a
+// store broken by a failed split commit.
+func (s *Store) settleLocked() error {
+	s.wait()
+	return s.failedLocked()
+}
+
+// failedLocked returns why the store takes no more commits. Requires
+// s.commitMu.
+func (s *Store) failedLocked() error {
+	if s.broken != nil {
+		return s.broken
+	}
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	return s.lost
 }
 
 // commitSplitLocked writes ops that do not fit in one transaction at
 // timestamp T in several, marking T pending until all are written (see
-// "Batch atomicity" in the package doc). Requires s.commitMu.
+// "Batch atomicity" in the package doc), and waits for them. Requires
+// s.commitMu.
 func (s *Store) commitSplitLocked(ops []op) error {
+	if err := s.settleLocked(); err != nil {
+		return err
+	}
 	T := s.nextTs
 	s.nextTs = T + 2
 	w := s.newPartWriter(func() uint64 { return T })

@@ -212,8 +212,9 @@ func TestCrashDuringSplitCommit(t *testing.T) {
 }
 
 // childCommits commits batch after batch: batch i puts b/<i>/<j> for j
-// below batchSize(i) and sets "last" to i; it prints "done i" after each
-// Commit returns.
+// below batchSize(i) and sets "last" to i. After every other Commit it
+// also settles, and then prints "done i": the commits that survive a
+// kill must include it (the others need not have been written yet).
 func childCommits(dir string) error {
 	l, err := openMain(Options{Dir: dir, memTableSize: smallTxn})
 	if err != nil {
@@ -232,6 +233,12 @@ func childCommits(dir string) error {
 		if err := l.Commit(&b); err != nil {
 			return err
 		}
+		if i%2 == 1 {
+			continue
+		}
+		if err := l.s.Settle(); err != nil {
+			return err
+		}
 		fmt.Printf("done %d\n", i)
 	}
 }
@@ -246,7 +253,7 @@ func batchSize(i int) int {
 
 // TestKillDuringCommits kills a committing child at random points and
 // checks that the store holds exactly a prefix of its commits, which
-// includes every commit it reported.
+// includes every commit it reported settled.
 func TestKillDuringCommits(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 0))
@@ -295,5 +302,76 @@ func TestKillDuringCommits(t *testing.T) {
 			t.Errorf("round %d: b/%06d/00001 missing", round, last)
 		}
 		s.Close()
+	}
+}
+
+// TestPipelinedCommits: Commit returns before badger writes, yet every
+// read sees every Commit that returned, and Settle, Sync and a reopen
+// find all of them.
+func TestPipelinedCommits(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, Options{Dir: dir})
+	l := mainLayer(t, s)
+	for i := range 500 {
+		var b Batch
+		b.Put(fmt.Sprintf("f%04d", i), &Entry{Type: TypeFile, Ino: uint64(i + 1)})
+		if i > 0 {
+			b.Delete(fmt.Sprintf("f%04d", i-1))
+		}
+		if err := l.Commit(&b); err != nil {
+			t.Fatal(err)
+		}
+		e, err := l.Get(fmt.Sprintf("f%04d", i))
+		if err != nil || e.Ino != uint64(i+1) {
+			t.Fatalf("Get right after Commit %d: %+v, %v", i, e, err)
+		}
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, m := loadAll(t, mainLayer(t, openDir(t, Options{Dir: dir})))
+	if len(m) != 1 || m["f0499"].Ino != 500 {
+		t.Errorf("after reopen: %v, want f0499 alone", m)
+	}
+}
+
+// TestCommitLostAfterHandOver: a commit badger fails to write after
+// Commit returned fails the store: Settle, Sync and later commits say
+// so and name the fix; what was written before stays.
+func TestCommitLostAfterHandOver(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, Options{Dir: dir})
+	l := mainLayer(t, s)
+	put := func(name string) error {
+		var b Batch
+		b.Put(name, &Entry{Type: TypeFile, Ino: 7})
+		return l.Commit(&b)
+	}
+	if err := put("kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	injected := errors.New("injected write error")
+	testHookWritten = func(uint64) error { return injected }
+	t.Cleanup(func() { testHookWritten = nil })
+	if err := put("lost"); err != nil {
+		t.Fatalf("Commit = %v, want nil (the failure comes after the hand-over)", err)
+	}
+	err := s.Settle()
+	if err == nil || !strings.Contains(err.Error(), "injected write error") || !strings.Contains(err.Error(), "remount") {
+		t.Fatalf("Settle after a lost commit = %v, want the error and the fix", err)
+	}
+	testHookWritten = nil
+	if err := s.Sync(); err == nil {
+		t.Error("Sync after a lost commit succeeded")
+	}
+	if err := put("later"); err == nil {
+		t.Error("Commit after a lost commit succeeded")
+	}
+	if _, err := l.Get("kept"); err != nil {
+		t.Errorf("Get kept: %v", err)
 	}
 }

@@ -86,6 +86,20 @@
 // timestamp current when it starts, so it sees whole commits only, and
 // a long Load sees one consistent state even while commits go on.
 //
+// Layer.Commit does not wait for badger: it hands the transaction to
+// badger's writer and returns (a badger commit costs two or three
+// goroutine wakeups, about 20 µs, which every create, unlink and rename
+// of the mount would otherwise wait for). badger writes transactions in
+// the order they were handed over. Whatever reads settles first: it
+// waits until every commit handed over so far is written, so a read
+// always sees every Commit that returned. So does Settle, which callers
+// use before a side effect that must not precede the commit (removing
+// an object whose last entry the commit deleted), and Sync. A commit
+// that fails once handed over (badger could not write its log) fails
+// the store: Settle, Sync and every later commit return the error, and
+// the store must be reopened; what the failed commit changed is not in
+// the store.
+//
 // badger's discard timestamp is the oldest of: the read timestamp, the
 // oldest timestamp still being read, and the oldest snapshot's (see
 // "Keeping versions").
@@ -116,8 +130,11 @@
 //
 // badger replays its write-ahead log only up to the last complete
 // transaction, and its log lives in the page cache (SyncWrites is off):
-// a commit that returned survives kill -9 of the process; Sync makes it
-// survive a power loss too.
+// a commit that is written (Settle returned) survives kill -9 of the
+// process; Sync makes it survive a power loss too. A commit that
+// returned but was not written yet when the process died is lost, as a
+// change to a native file that nobody fsync'ed is lost in a power
+// failure.
 //
 // # Inode numbers
 //
@@ -254,7 +271,8 @@
 //
 // # Locking
 //
-// Lock order: Store.inoMu, then Store.commitMu, then Store.tsMu; and
+// Lock order: Store.inoMu, then Store.commitMu, then Store.tsMu (a
+// wait for badger to write holds commitMu or nothing, never tsMu); and
 // Store.mu (the layer cache), then Store.tsMu. mu and commitMu are never
 // held together. tsMu also guards the in-memory set of snapshot
 // timestamps. badger does its own locking. A Store and its Layers

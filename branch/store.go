@@ -71,13 +71,15 @@ type Store struct {
 	nextTs   uint64 // timestamp of the next commit
 	broken   error  // set when a failed split commit could not be rolled back
 
-	// tsMu guards readTs, readers, snapTs and snapOldest, and orders
-	// SetDiscardTs calls.
+	// tsMu guards readTs, readers, snapTs, snapOldest, flight and lost,
+	// and orders SetDiscardTs calls.
 	tsMu       sync.Mutex
 	readTs     uint64            // every commit at or below it is complete
 	readers    map[uint64]int    // read timestamps in use → count
 	snapTs     map[string]uint64 // snapshot id → Ts, of every snapshot
 	snapOldest uint64            // the least Ts in snapTs, when not empty
+	flight     *flight           // the last commit handed to badger, until written
+	lost       error             // set when a commit handed to badger failed
 }
 
 // Open opens the store, creating it (and Dir) if needed. A new store
@@ -167,6 +169,9 @@ func (s *Store) Close() error {
 	}
 	var err error
 	if s.db != nil {
+		if !s.ro {
+			err = s.settle()
+		}
 		if cerr := s.db.Close(); cerr != nil {
 			err = fmt.Errorf("store %s: closing: %w", s.dir, cerr)
 		}
@@ -175,10 +180,23 @@ func (s *Store) Close() error {
 	return err
 }
 
+// Settle waits until every change committed so far is written: it
+// then survives the death of the process (see "Commits and timestamps"
+// in the package doc).
+func (s *Store) Settle() error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	return s.settle()
+}
+
 // Sync makes every committed change durable (it survives a power loss,
 // not only the death of the process).
 func (s *Store) Sync() error {
 	if err := s.usable(); err != nil {
+		return err
+	}
+	if err := s.settle(); err != nil {
 		return err
 	}
 	if err := s.db.Sync(); err != nil {

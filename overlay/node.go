@@ -123,6 +123,10 @@ func (fs *FS) reapNode(n *Node) {
 	}
 	fs.mu.RUnlock()
 	if obj != "" {
+		if err := fs.settle(); err != nil {
+			fs.log.Warn("unlinked object left for gc: the commit that freed it is not written", "object", obj, "err", err)
+			return
+		}
 		fs.forgetCtime(obj)
 		if err := fs.objs.Recycle(obj); err != nil {
 			fs.log.Warn("removing unlinked object", "object", obj, "err", err)
@@ -300,4 +304,15 @@ func modeType(m uint32) branch.Type {
 		return branch.TypeBlock
 	}
 	return branch.TypeWhiteout
+}
+
+// settle waits until the view's commits are written (see "Commits and
+// timestamps" in package branch): an object whose last entry a commit
+// deleted is removed only then, so that no crash finds an entry whose
+// object is gone.
+func (fs *FS) settle() error {
+	if fs.layer == nil {
+		return nil
+	}
+	return fs.layer.Settle()
 }

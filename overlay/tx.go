@@ -125,6 +125,12 @@ func (t *tx) commit() error {
 			t.fs.log.Warn("updating ctime", "object", id, "err", err)
 		}
 	}
+	if len(t.doomed) > 0 {
+		if err := t.fs.settle(); err != nil {
+			t.fs.log.Warn("objects left for gc: the commit that freed them is not written", "err", err)
+			t.doomed = nil
+		}
+	}
 	for _, id := range t.doomed {
 		t.fs.forgetCtime(id)
 		if err := t.fs.objs.Recycle(id); err != nil {
