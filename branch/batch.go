@@ -2,7 +2,6 @@ package branch
 
 import (
 	"fmt"
-
 )
 
 // Batch collects entry changes for one atomic Commit. A later change
