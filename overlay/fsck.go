@@ -273,7 +273,11 @@ func (c *checker) branch(l *branch.Layer) error {
 			p.Repair += fmt.Sprintf(", with the %d entries below it", below)
 		}
 	}
-	if err := l.Commit(&b); err != nil {
+	err = l.Commit(&b)
+	if err == nil {
+		err = l.Settle() // repairs are written before fsck reports them
+	}
+	if err != nil {
 		for _, id := range made {
 			c.o.Objects.Remove(id)
 		}
