@@ -98,18 +98,6 @@ func (s *Store) publish(ts uint64) {
 	s.setDiscardTsLocked()
 }
 
-// publishMax is publish for a commit written by badger: badger calls
-// back in no particular order, but writes in order, so a later commit
-// written means every earlier one is.
-func (s *Store) publishMax(ts uint64) {
-	s.tsMu.Lock()
-	defer s.tsMu.Unlock()
-	if ts > s.readTs {
-		s.readTs = ts
-		s.setDiscardTsLocked()
-	}
-}
-
 // setDiscardTsLocked lets compaction drop the versions that neither a
 // reader nor a snapshot can see: those superseded at or below the
 // oldest read timestamp in use and the oldest snapshot's (see "Keeping
@@ -226,6 +214,11 @@ func (s *Store) write(check func() error, ops []op) error {
 // writer in one transaction if they fit, else written as a split
 // commit. Requires s.commitMu.
 func (s *Store) commitLocked(ops []op) error {
+	if len(ops) == 0 {
+		// badger calls back at once for a transaction without writes,
+		// ahead of the commits before it: never hand one over.
+		return nil
+	}
 	ts := s.nextTs
 	txn := s.db.NewTransactionAt(ts-1, true)
 	for _, o := range ops {
@@ -239,37 +232,57 @@ func (s *Store) commitLocked(ops []op) error {
 	}
 	// A timestamp is never used twice, even after a failed commit.
 	s.nextTs = ts + 1
-	f := &flight{done: make(chan struct{})}
 	s.tsMu.Lock()
+	f := &flight{done: make(chan struct{}), prev: s.flight}
 	s.flight = f
+	s.inFlight++
+	full := s.inFlight >= maxInFlight
 	s.tsMu.Unlock()
 	txn.CommitAt(ts, func(err error) {
+		// badger runs callbacks in goroutines of their own, in no
+		// order: each waits for the one before, so that a commit is
+		// reported written only once every commit before it is, and
+		// nothing after a failed commit is published.
+		if f.prev != nil {
+			<-f.prev.done
+			f.prev = nil
+		}
 		if err == nil && testHookWritten != nil {
 			err = testHookWritten(ts)
 		}
-		if err != nil {
-			s.tsMu.Lock()
-			if s.lost == nil {
-				s.lost = fmt.Errorf("store %s: a change was reported done but could not be written (%v); remount to go on from the last change written", s.dir, err)
-			}
-			s.tsMu.Unlock()
-		} else {
-			s.publishMax(ts)
+		s.tsMu.Lock()
+		s.inFlight--
+		switch {
+		case err != nil && s.lost == nil:
+			s.lost = fmt.Errorf("store %s: a change was reported done but badger could not write it (%v): remount the store; the changes made since are not all in it", s.dir, err)
+		case err == nil && s.lost == nil && ts > s.readTs:
+			s.readTs = ts
+			s.setDiscardTsLocked()
 		}
+		s.tsMu.Unlock()
 		close(f.done)
 	})
+	if full {
+		// badger is behind (a flush stalled): wait, so that the changes
+		// a kill -9 can lose stay few.
+		s.wait()
+	}
 	return nil
 }
 
+// maxInFlight bounds the commits handed to badger and not yet written.
+const maxInFlight = 64
+
 // flight is a commit handed to badger; done is closed once badger wrote
-// it (or failed to).
+// it and every commit before it (or failed to). prev is the commit
+// handed over before it, until its callback has waited for it.
 type flight struct {
 	done chan struct{}
+	prev *flight
 }
 
 // wait waits until every commit handed to badger so far is written
-// and visible. badger writes commits in order, so the last one written
-// means all are.
+// and visible (or failed).
 func (s *Store) wait() {
 	s.tsMu.Lock()
 	f := s.flight

@@ -375,3 +375,80 @@ func TestCommitLostAfterHandOver(t *testing.T) {
 		t.Errorf("Get kept: %v", err)
 	}
 }
+
+// TestCommitLostBeforeAWrittenOne: badger calls back in no order; a
+// commit written after one that failed is neither reported settled nor
+// published.
+func TestCommitLostBeforeAWrittenOne(t *testing.T) {
+	s := openDir(t, Options{Dir: t.TempDir()})
+	l := mainLayer(t, s)
+	put := func(name string) error {
+		var b Batch
+		b.Put(name, &Entry{Type: TypeFile, Ino: 7})
+		return l.Commit(&b)
+	}
+	if err := put("first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	failing := s.nextTs
+	injected := errors.New("injected write error")
+	testHookWritten = func(ts uint64) error {
+		if ts == failing {
+			time.Sleep(50 * time.Millisecond) // called back after the next one
+			return injected
+		}
+		return nil
+	}
+	t.Cleanup(func() { testHookWritten = nil })
+	if err := put("lost"); err != nil {
+		t.Fatal(err)
+	}
+	if err := put("after"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Settle(); !errors.Is(err, injected) && (err == nil || !strings.Contains(err.Error(), injected.Error())) {
+		t.Fatalf("Settle = %v, want the lost commit's error", err)
+	}
+	for _, name := range []string{"lost", "after"} {
+		if _, err := l.Get(name); err == nil {
+			t.Errorf("%s is visible after the commit before it was lost", name)
+		}
+	}
+}
+
+// TestCommitsInFlightBounded: however fast commits come, at most
+// maxInFlight wait to be written.
+func TestCommitsInFlightBounded(t *testing.T) {
+	s := openDir(t, Options{Dir: t.TempDir()})
+	l := mainLayer(t, s)
+	release := make(chan struct{})
+	testHookWritten = func(uint64) error { <-release; return nil }
+	t.Cleanup(func() { testHookWritten = nil })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 3 * maxInFlight {
+			var b Batch
+			b.Put(fmt.Sprintf("f%d", i), &Entry{Type: TypeFile, Ino: 7})
+			if err := l.Commit(&b); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	s.tsMu.Lock()
+	n := s.inFlight
+	s.tsMu.Unlock()
+	close(release)
+	<-done
+	if n > maxInFlight {
+		t.Errorf("%d commits in flight while badger was held, want at most %d", n, maxInFlight)
+	}
+	if n < maxInFlight/2 {
+		t.Errorf("%d commits in flight while badger was held: Commit waits for badger", n)
+	}
+}

@@ -90,15 +90,22 @@
 // badger's writer and returns (a badger commit costs two or three
 // goroutine wakeups, about 20 µs, which every create, unlink and rename
 // of the mount would otherwise wait for). badger writes transactions in
-// the order they were handed over. Whatever reads settles first: it
-// waits until every commit handed over so far is written, so a read
-// always sees every Commit that returned. So does Settle, which callers
-// use before a side effect that must not precede the commit (removing
-// an object whose last entry the commit deleted), and Sync. A commit
-// that fails once handed over (badger could not write its log) fails
-// the store: Settle, Sync and every later commit return the error, and
-// the store must be reopened; what the failed commit changed is not in
-// the store.
+// the order they were handed over; its callbacks come in no order, so
+// each waits for the one of the commit before it, and a commit counts
+// as written (and the read timestamp moves to it) only once every
+// commit before it is. At most maxInFlight commits wait to be written:
+// the next one waits for them (when badger's flushes stall). Whatever
+// reads settles first: it waits until every commit handed over so far
+// is written, so a read always sees every Commit that returned. So does
+// Settle, which callers use before a side effect that must not precede
+// the commit (removing an object whose last entry the commit deleted),
+// and Sync. A commit that fails once handed over (badger could not
+// write its log) fails the store: nothing after it is published, and
+// Settle, Sync and every later commit return the error; the store must
+// be reopened, and then holds neither the failed commit nor, perhaps,
+// some of those handed over with or after it (badger fails a whole
+// batch, and may have written later ones). badger fails this way only
+// when it cannot make a file, where it often stops the process anyway.
 //
 // badger's discard timestamp is the oldest of: the read timestamp, the
 // oldest timestamp still being read, and the oldest snapshot's (see
@@ -271,11 +278,12 @@
 //
 // # Locking
 //
-// Lock order: Store.inoMu, then Store.commitMu, then Store.tsMu (a
-// wait for badger to write holds commitMu or nothing, never tsMu); and
+// Lock order: Store.inoMu, then Store.commitMu, then Store.tsMu; and
 // Store.mu (the layer cache), then Store.tsMu. mu and commitMu are never
 // held together. tsMu also guards the in-memory set of snapshot
-// timestamps. badger does its own locking. A Store and its Layers
-// are safe for concurrent use; Close must not run concurrently with
-// other calls.
+// timestamps. A wait for badger to write a commit may hold any lock
+// but tsMu (badger's callbacks take tsMu and nothing else), including
+// Store.mu, inoMu, commitMu and the callers' own locks. badger does its
+// own locking. A Store and its Layers are safe for concurrent use;
+// Close must not run concurrently with other calls.
 package branch

@@ -71,14 +71,15 @@ type Store struct {
 	nextTs   uint64 // timestamp of the next commit
 	broken   error  // set when a failed split commit could not be rolled back
 
-	// tsMu guards readTs, readers, snapTs, snapOldest, flight and lost,
-	// and orders SetDiscardTs calls.
+	// tsMu guards readTs, readers, snapTs, snapOldest, flight, inFlight
+	// and lost, and orders SetDiscardTs calls.
 	tsMu       sync.Mutex
 	readTs     uint64            // every commit at or below it is complete
 	readers    map[uint64]int    // read timestamps in use → count
 	snapTs     map[string]uint64 // snapshot id → Ts, of every snapshot
 	snapOldest uint64            // the least Ts in snapTs, when not empty
 	flight     *flight           // the last commit handed to badger, until written
+	inFlight   int               // commits handed to badger, not yet called back
 	lost       error             // set when a commit handed to badger failed
 }
 

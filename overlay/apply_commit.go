@@ -234,16 +234,16 @@ func (a *applier) commit() ([]Stale, error) {
 			t.doomed = append(t.doomed, e.Object)
 		}
 	}
-	if err := t.commit(); err != nil {
+	err := t.commit()
+	if err == nil {
+		// Written before apply reports it: a kill -9 right after must
+		// not leave the applied paths showing as changes.
+		err = v.settle()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("apply: the project was written, but the branch could not be updated (the applied paths still show as changes; nothing is lost): %w", err)
 	}
 	stale, orphans := v.reconcileNodesLocked()
-	if len(orphans) > 0 {
-		if err := v.settle(); err != nil {
-			v.log.Warn("applied objects left for gc: the commit that freed them is not written", "err", err)
-			orphans = nil
-		}
-	}
 	for _, e := range orphans {
 		if !v.frozenLocked(e) && v.links[e.Object] == 0 {
 			v.forgetCtime(e.Object)

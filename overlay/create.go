@@ -61,7 +61,7 @@ func (fs *FS) newInodeLocked(dir *Node, name string, c Caller, typ branch.Type,
 	n := fs.nodeForEntryLocked(dir, name, e, true)
 	st, err := fs.statLocked(n)
 	if err != nil {
-		fs.Forget(n, 1)
+		fs.forgetLocked(n, 1)
 		return nil, st, err
 	}
 	return n, st, nil

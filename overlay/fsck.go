@@ -274,13 +274,17 @@ func (c *checker) branch(l *branch.Layer) error {
 		}
 	}
 	err = l.Commit(&b)
-	if err == nil {
-		err = l.Settle() // repairs are written before fsck reports them
-	}
 	if err != nil {
 		for _, id := range made {
 			c.o.Objects.Remove(id)
 		}
+	} else {
+		// Repairs are written before fsck reports them. If that fails,
+		// these may be written or lost with a commit before them: their
+		// objects stay, for gc.
+		err = l.Settle()
+	}
+	if err != nil {
 		for i := first; i < len(c.r.Problems); i++ {
 			c.r.Problems[i].Repair = ""
 		}

@@ -121,7 +121,7 @@ func (fs *FS) Lookup(dir *Node, name string) (*Node, unix.Stat_t, error) {
 	n := fs.nodeForLocked(dir, name, &r, true)
 	st, err := fs.statLocked(n)
 	if err != nil {
-		fs.Forget(n, 1)
+		fs.forgetLocked(n, 1)
 		return nil, st, err
 	}
 	return n, st, nil

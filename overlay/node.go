@@ -77,6 +77,17 @@ func (fs *FS) Ref(n *Node) {
 // Forget drops nlookup kernel references. It reports whether the node is
 // gone: the caller must not use it again.
 func (fs *FS) Forget(n *Node, nlookup uint64) bool {
+	gone := fs.forgetLocked(n, nlookup)
+	if gone {
+		fs.reapNode(n)
+	}
+	return gone
+}
+
+// forgetLocked is Forget without reaping n's object: for a caller that
+// holds fs.mu (which reapNode takes) and forgets a node it has just
+// made or looked up, which is not unlinked.
+func (fs *FS) forgetLocked(n *Node, nlookup uint64) bool {
 	fs.nodesMu.Lock()
 	if nlookup > n.lookups {
 		nlookup = n.lookups
@@ -87,9 +98,6 @@ func (fs *FS) Forget(n *Node, nlookup uint64) bool {
 		fs.dropLocked(n)
 	}
 	fs.nodesMu.Unlock()
-	if gone {
-		fs.reapNode(n)
-	}
 	return gone
 }
 
@@ -121,9 +129,10 @@ func (fs *FS) reapNode(n *Node) {
 	if n.unlinked && !n.stale && n.object != "" && !fs.frozenLocked(n.entry) && fs.links[n.object] == 0 && !fs.objectInUseLocked(n.object) {
 		obj = n.object
 	}
+	layer := fs.layer
 	fs.mu.RUnlock()
 	if obj != "" {
-		if err := fs.settle(); err != nil {
+		if err := settleLayer(layer); err != nil {
 			fs.log.Warn("unlinked object left for gc: the commit that freed it is not written", "object", obj, "err", err)
 			return
 		}
@@ -310,9 +319,12 @@ func modeType(m uint32) branch.Type {
 // timestamps" in package branch): an object whose last entry a commit
 // deleted is removed only then, so that no crash finds an entry whose
 // object is gone.
-func (fs *FS) settle() error {
-	if fs.layer == nil {
+// fs.mu is held.
+func (fs *FS) settle() error { return settleLayer(fs.layer) }
+
+func settleLayer(l *branch.Layer) error {
+	if l == nil {
 		return nil
 	}
-	return fs.layer.Settle()
+	return l.Settle()
 }
