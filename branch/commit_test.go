@@ -343,11 +343,7 @@ func TestCommitLostAfterHandOver(t *testing.T) {
 	dir := t.TempDir()
 	s := openDir(t, Options{Dir: dir})
 	l := mainLayer(t, s)
-	put := func(name string) error {
-		var b Batch
-		b.Put(name, &Entry{Type: TypeFile, Ino: 7})
-		return l.Commit(&b)
-	}
+	put := func(name string) error { return putOne(l, name) }
 	if err := put("kept"); err != nil {
 		t.Fatal(err)
 	}
@@ -382,11 +378,7 @@ func TestCommitLostAfterHandOver(t *testing.T) {
 func TestCommitLostBeforeAWrittenOne(t *testing.T) {
 	s := openDir(t, Options{Dir: t.TempDir()})
 	l := mainLayer(t, s)
-	put := func(name string) error {
-		var b Batch
-		b.Put(name, &Entry{Type: TypeFile, Ino: 7})
-		return l.Commit(&b)
-	}
+	put := func(name string) error { return putOne(l, name) }
 	if err := put("first"); err != nil {
 		t.Fatal(err)
 	}
@@ -451,4 +443,11 @@ func TestCommitsInFlightBounded(t *testing.T) {
 	if n < maxInFlight/2 {
 		t.Errorf("%d commits in flight while badger was held: Commit waits for badger", n)
 	}
+}
+
+// putOne commits one file entry at name.
+func putOne(l *Layer, name string) error {
+	var b Batch
+	b.Put(name, &Entry{Type: TypeFile, Ino: 7})
+	return l.Commit(&b)
 }
