@@ -397,3 +397,26 @@ func TestLocalClientClose(t *testing.T) {
 		t.Errorf("Root() = %q", c.Root())
 	}
 }
+
+// TestAfter: the After hook runs after each operation that succeeded,
+// before the reply, and its error fails the operation.
+func TestAfter(t *testing.T) {
+	s := newTestServer(t)
+	s.Handle(OpStatus, func(Caller, json.RawMessage) (any, error) { return nil, Errorf(syscall.ENOENT, "no such thing") })
+	calls := 0
+	var fail error
+	s.After(func() error { calls++; return fail })
+	c := pipeClient(s, Caller{Uid: owner})
+	var got string
+	if err := c.Do(OpPing, nil, &got); err != nil || got != "pong" || calls != 1 {
+		t.Fatalf("ping: %q, %v, after called %d times; want pong, nil, once", got, err, calls)
+	}
+	if err := c.Do(OpStatus, nil, nil); err == nil || calls != 1 {
+		t.Fatalf("failing op: %v, after called %d times; want its error, and no call", err, calls)
+	}
+	fail = Errorf(syscall.EIO, "not written")
+	err := c.Do(OpPing, nil, &got)
+	if err == nil || !strings.Contains(err.Error(), "was done, but: not written") {
+		t.Fatalf("ping with a failing After = %v, want the hook's error", err)
+	}
+}

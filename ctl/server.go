@@ -30,6 +30,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	ops     map[Op]OpFunc
+	after   func() error
 	pending map[uint32]*pendingResult // by token
 	next    uint32
 }
@@ -63,6 +64,14 @@ func (s *Server) Handle(op Op, fn OpFunc) {
 	s.ops[op] = fn
 }
 
+// After sets fn to run after every operation that succeeded, before
+// its reply; an error from it fails the operation.
+func (s *Server) After(fn func() error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.after = fn
+}
+
 // HandleIoctl implements Handler. Protocol errors, permission errors and
 // the operations' errors are answered in the response header (errno)
 // with a message, so that the user sees why; only a wrong ioctl command
@@ -91,7 +100,7 @@ func (s *Server) HandleIoctl(c Caller, cmd uint32, in, out []byte) (int, syscall
 		return s.fetch(c, h, out)
 	}
 	s.mu.Lock()
-	fn := s.ops[h.Op]
+	fn, after := s.ops[h.Op], s.after
 	s.mu.Unlock()
 	if fn == nil {
 		return s.fail(out, c, h.Op, syscall.ENOSYS,
@@ -100,6 +109,11 @@ func (s *Server) HandleIoctl(c Caller, cmd uint32, in, out []byte) (int, syscall
 	res, err := s.call(fn, c, h.Op, json.RawMessage(in[HeaderSize:HeaderSize+int(h.Length)]))
 	if err != nil {
 		return s.fail(out, c, h.Op, errnoOf(err), "%s", err.Error())
+	}
+	if after != nil {
+		if err := after(); err != nil {
+			return s.fail(out, c, h.Op, errnoOf(err), "%s was done, but: %s", h.Op, err.Error())
+		}
 	}
 	data, err := json.Marshal(res)
 	if err != nil {

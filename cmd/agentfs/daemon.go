@@ -452,6 +452,14 @@ func (d *daemon) handle(s *ctl.Server) {
 	d.handleChanges(s)
 	d.handleApply(s)
 	d.handleActivity(s)
+	// What a command changed is written before it returns: a kill -9
+	// of the daemon right after cannot take it back.
+	s.After(func() error {
+		if err := d.meta.Settle(); err != nil && !errors.Is(err, branch.ErrClosed) {
+			return err
+		}
+		return nil
+	})
 }
 
 // status describes the mount for agentfs status.
