@@ -37,7 +37,8 @@ type Node struct {
 	// Guarded by fs.nodesMu.
 	lookups uint64
 	opens   int
-	writers int // open files that may write (a snapshot clones their object)
+	writers int  // open files that may write (a snapshot clones their object)
+	reaped  bool // reapNode took the object: it must not take it again
 
 	copyMu sync.Mutex
 }
@@ -127,7 +128,14 @@ func (fs *FS) reapNode(n *Node) {
 	fs.mu.RLock()
 	obj := ""
 	if n.unlinked && !n.stale && n.object != "" && !fs.frozenLocked(n.entry) && fs.links[n.object] == 0 && !fs.objectInUseLocked(n.object) {
-		obj = n.object
+		// The kernel's FORGET and the last RELEASE may both find the
+		// node gone: the object is recycled once, or the second
+		// recycling would empty the new file that took it as a spare.
+		fs.nodesMu.Lock()
+		if !n.reaped {
+			n.reaped, obj = true, n.object
+		}
+		fs.nodesMu.Unlock()
 	}
 	layer := fs.layer
 	fs.mu.RUnlock()

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -675,4 +676,63 @@ func objectGone(t *testing.T, bs *backstore.Store, obj, what string) {
 	default:
 		t.Errorf("%s: lstat %v (size %d, spare %v), want ENOENT or an empty spare", what, err, st.Size, bs.IsSpare(obj))
 	}
+}
+
+// TestForgetAndReleaseReapOnce: the kernel's FORGET and the last
+// RELEASE may both find an unlinked node gone (the fs layer calls
+// Forget(n, 0) after each release). Its object is recycled once: a
+// second recycling would empty the file, in another branch's view, that
+// took it as a spare.
+func TestForgetAndReleaseReapOnce(t *testing.T) {
+	e := newEnv(t, map[string]string{})
+	main, err := e.meta.Layer("main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := main.Snapshot("base", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.meta.CreateLayer("other", snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ofs, err := New(Config{Lower: e.lower, Objects: e.bs, Layer: other, AllocIno: e.meta.AllocIno})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.fs.Root()
+	n, f, _, err := e.fs.Create(r, "old", unix.O_RDWR, 0644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Unlink(r, "old"); err != nil {
+		t.Fatal(err)
+	}
+	obj := n.object
+	f.Release()           // the last RELEASE: opens drop to 0 ...
+	e.fs.Forget(n, 1<<30) // ... the kernel's FORGET reaps the node ...
+	m, g, _, err := ofs.Create(ofs.Root(), "new", unix.O_RDWR, 0644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.object != obj {
+		t.Fatalf("the other view's new file did not reuse the spare %s (got %s): the test checks nothing", obj, m.object)
+	}
+	if _, err := g.WriteAt([]byte("new data"), 0); err != nil {
+		t.Fatal(err)
+	}
+	g.Release()
+	e.fs.Forget(n, 0) // ... and then the release's own Forget
+	h, err := ofs.Open(m, unix.O_RDONLY)
+	if err != nil {
+		t.Fatalf("open the other view's new file: %v", err)
+	}
+	defer h.Release()
+	buf := make([]byte, 64)
+	k, err := h.ReadAt(buf, 0)
+	if err != nil && err != io.EOF {
+		t.Fatal(err)
+	}
+	eq(t, "the other view's new file", string(buf[:k]), "new data")
 }
