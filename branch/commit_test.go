@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -417,32 +418,49 @@ func TestCommitsInFlightBounded(t *testing.T) {
 	s := openDir(t, Options{Dir: t.TempDir()})
 	l := mainLayer(t, s)
 	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
 	testHookWritten = func(uint64) error { <-release; return nil }
-	t.Cleanup(func() { testHookWritten = nil })
+	t.Cleanup(func() { free(); testHookWritten = nil }) // before the store closes
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for i := range 3 * maxInFlight {
-			var b Batch
-			b.Put(fmt.Sprintf("f%d", i), &Entry{Type: TypeFile, Ino: 7})
-			if err := l.Commit(&b); err != nil {
+			if err := putOne(l, fmt.Sprintf("f%d", i)); err != nil {
 				t.Error(err)
 				return
 			}
 		}
 	}()
-	time.Sleep(100 * time.Millisecond)
-	s.tsMu.Lock()
-	n := s.inFlight
-	s.tsMu.Unlock()
-	close(release)
-	<-done
-	if n > maxInFlight {
+	inFlight := func() int {
+		s.tsMu.Lock()
+		defer s.tsMu.Unlock()
+		return s.inFlight
+	}
+	// Badger writes nothing until release: the commits pile up to the
+	// bound, and then Commit waits. (The deadline is against a hang,
+	// not a timing check.)
+	deadline := time.Now().Add(30 * time.Second)
+	for inFlight() < maxInFlight && time.Now().Before(deadline) {
+		select {
+		case <-done:
+			t.Fatalf("all %d commits returned while badger was held: no bound", 3*maxInFlight)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if n := inFlight(); n != maxInFlight {
+		t.Fatalf("%d commits in flight while badger was held, want %d: Commit waits for badger", n, maxInFlight)
+	}
+	select {
+	case <-done:
+		t.Fatalf("all %d commits returned while badger was held: no bound", 3*maxInFlight)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if n := inFlight(); n != maxInFlight {
 		t.Errorf("%d commits in flight while badger was held, want at most %d", n, maxInFlight)
 	}
-	if n < maxInFlight/2 {
-		t.Errorf("%d commits in flight while badger was held: Commit waits for badger", n)
-	}
+	free()
+	<-done
 }
 
 // putOne commits one file entry at name.
