@@ -100,6 +100,11 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 		}
 		rep.Snapshots = append(rep.Snapshots, res)
 	}
+	if cfg.memory {
+		if rep.Memory, err = b.runMemory(ctx, agentfsOK); err != nil {
+			return err
+		}
+	}
 	if os.Geteuid() != 0 {
 		rep.Notes = append(rep.Notes, "not run as root: the page cache was not dropped before the runs in fresh views, so the times of untar and small-files depend on what was deleted just before them (see bench/README.md)")
 	}

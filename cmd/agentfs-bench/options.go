@@ -67,12 +67,13 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.runs, "runs", 5, "timed runs per workload and filesystem, and of each side of a snapshot-table row (`N`; default 2 with --quick)")
 	fs.IntVar(&o.warmup, "warmup", 1, "untimed warm-up runs before the timed ones (`N`; snapshot-100k: none)")
 	fs.StringVar(&o.only, "only", "", "run only these `WORKLOADS` (comma-separated): "+strings.Join(workloadNames(), ",")+
-		"; or of the snapshot table (agentfs): "+strings.Join(snapOpNames(), ",")+" ("+snapshotGroup+": all of these)")
+		"; or of the snapshot table (agentfs): "+strings.Join(snapOpNames(), ",")+" ("+snapshotGroup+": all of these)"+
+		"; or "+memoryOp+" (the agentfs daemon's memory over walks of a large tree)")
 	fs.StringVar(&o.filesystems, "fs", strings.Join(allFilesystems, ","), "the filesystems to compare (`LIST`, comma-separated; must include native)")
 	fs.StringVar(&o.workdir, "workdir", defaultWorkdir, "`DIR` for the trees, uppers and mounts (on a disk filesystem, not tmpfs)")
 	fs.StringVar(&o.agentfs, "agentfs", "", "the agentfs binary (`PATH`; default: agentfs beside this program, else on $PATH)")
 	fs.StringVar(&o.out, "out", "bench", "`DIR` for results.md, results.json and results.png")
-	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: a 64 MiB file, 500 small files, 10,000 instead of 100,000 changed files, 2 runs")
+	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: a 64 MiB file, 500 small files, 10,000 instead of 100,000 changed files and walked files, 2 runs")
 }
 
 // config is a validated benchmark request.
@@ -90,15 +91,19 @@ type config struct {
 	// snapFiles and snapManyFiles are the sizes of the snapshot table's
 	// changed sets.
 	snapFiles, snapManyFiles int
+	// memory: measure the daemon's memory (memory.go) over walks of a
+	// tree of memFiles files.
+	memory   bool
+	memFiles int
 }
 
 // config checks the flags and the tools they call for. fs tells which
 // flags were given.
 func (o *options) config(fs *pflag.FlagSet) (*config, error) {
 	c := &config{runs: o.runs, warmup: o.warmup, quick: o.quick, bigSize: fullBigSize, smallFiles: fullSmallFiles,
-		snapFiles: fullSnapFiles, snapManyFiles: fullSnapManyFiles}
+		snapFiles: fullSnapFiles, snapManyFiles: fullSnapManyFiles, memFiles: fullMemFiles}
 	if o.quick {
-		c.bigSize, c.smallFiles, c.snapManyFiles = quickBigSize, quickSmallFiles, quickSnapManyFiles
+		c.bigSize, c.smallFiles, c.snapManyFiles, c.memFiles = quickBigSize, quickSmallFiles, quickSnapManyFiles, quickMemFiles
 		if !fs.Changed("runs") {
 			c.runs = quickRuns
 		}
@@ -110,26 +115,26 @@ func (o *options) config(fs *pflag.FlagSet) (*config, error) {
 		return nil, usagef("--warmup %d: must be 0 or more", c.warmup)
 	}
 	var err error
-	if c.workloads, c.snapOps, err = selectWorkloads(o.only); err != nil {
+	if c.workloads, c.snapOps, c.memory, err = selectWorkloads(o.only); err != nil {
 		return nil, err
 	}
 	if c.filesystems, err = selectFilesystems(o.filesystems); err != nil {
 		return nil, err
 	}
 	if len(c.workloads) == 0 {
-		// Only the snapshot table: the other filesystems have no part
-		// in it (and need not be probed).
+		// Only agentfs's tables: the other filesystems have no part in
+		// them (and need not be probed).
 		c.filesystems = slices.DeleteFunc(c.filesystems, func(fs string) bool { return fs != fsNative && fs != fsAgentfs })
 	}
 	if slices.ContainsFunc(c.filesystems, boundVariant) && !slices.Contains(c.filesystems, fsAgentfs) {
 		return nil, usagef("--fs %s and %s need agentfs too: the binding overhead is against agentfs", fsAgentfsBound, fsAgentfsBoundRoot)
 	}
 	if !slices.Contains(c.filesystems, fsAgentfs) {
-		// The snapshot table is agentfs's alone.
-		if len(c.snapOps) > 0 && strings.TrimSpace(o.only) != "" {
-			return nil, usagef("--only %q asks for the snapshot table, which is agentfs's: add agentfs to --fs", o.only)
+		// The snapshot table and the memory row are agentfs's alone.
+		if (len(c.snapOps) > 0 || c.memory) && strings.TrimSpace(o.only) != "" {
+			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory): add agentfs to --fs", o.only)
 		}
-		c.snapOps = nil
+		c.snapOps, c.memory = nil, false
 	}
 	if slices.Contains(c.filesystems, fsAgentfs) {
 		if c.agentfsBin, err = findAgentfs(o.agentfs); err != nil {
@@ -167,12 +172,12 @@ func splitList(s string) []string {
 	return out
 }
 
-// selectWorkloads selects the workloads of the first table and the
-// operations of the snapshot table that --only names (all without it),
-// each in table order.
-func selectWorkloads(only string) ([]*workload, []*snapOp, error) {
+// selectWorkloads selects the workloads of the first table, the
+// operations of the snapshot table and the memory row that --only
+// names (all without it), each in table order.
+func selectWorkloads(only string) ([]*workload, []*snapOp, bool, error) {
 	if strings.TrimSpace(only) == "" {
-		return workloads, snapOps, nil
+		return workloads, snapOps, true, nil
 	}
 	want := map[string]bool{}
 	for _, name := range splitList(only) {
@@ -181,9 +186,11 @@ func selectWorkloads(only string) ([]*workload, []*snapOp, error) {
 			for _, op := range snapOps {
 				want[op.name] = true
 			}
+		case name == memoryOp:
+			want[name] = true
 		case findWorkload(name) == nil && findSnapOp(name) == nil:
-			return nil, nil, usagef("--only %q: unknown workload %q; choose from %s, or the snapshot table's %s (%s: all of them)",
-				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup)
+			return nil, nil, false, usagef("--only %q: unknown workload %q; choose from %s, the snapshot table's %s (%s: all of them), or %s",
+				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup, memoryOp)
 		default:
 			want[name] = true
 		}
@@ -200,7 +207,7 @@ func selectWorkloads(only string) ([]*workload, []*snapOp, error) {
 			ops = append(ops, op)
 		}
 	}
-	return ws, ops, nil
+	return ws, ops, want[memoryOp], nil
 }
 
 func selectFilesystems(list string) ([]string, error) {

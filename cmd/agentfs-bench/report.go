@@ -19,7 +19,9 @@ type report struct {
 	Workloads   []*workloadResult `json:"workloads"`
 	// Snapshots is the second table: agentfs's snapshot, branch and
 	// restore commands beside cp -a of the same changed set.
-	Snapshots       []*snapResult      `json:"snapshots,omitempty"`
+	Snapshots []*snapResult `json:"snapshots,omitempty"`
+	// Memory is the agentfs daemon's memory over walks of a large tree.
+	Memory          *memResult         `json:"memory,omitempty"`
 	CopyUpSeconds   map[string]float64 `json:"copy_up_seconds,omitempty"`
 	Notes           []string           `json:"notes,omitempty"`
 	DurationSeconds float64            `json:"duration_seconds"`
@@ -278,6 +280,12 @@ func (r *report) markdown() string {
 			b.WriteString("\n")
 		}
 		r.snapshotMarkdown(&b)
+	}
+	if r.Memory != nil {
+		if len(r.Workloads) > 0 || len(r.Snapshots) > 0 {
+			b.WriteString("\n")
+		}
+		r.memoryMarkdown(&b)
 	}
 
 	reflink := "no"

@@ -21,22 +21,26 @@ func TestSelectSnapshotOps(t *testing.T) {
 		}
 		return strings.Join(out, ",")
 	}
-	for _, tc := range []struct{ only, want string }{
-		{"snapshots", strings.Join(snapOpNames(), ",")},
-		{"restore-5k, find,snapshot-5k", "find,snapshot-5k,restore-5k"},
-		{"snapshots,snapshot-100k", strings.Join(snapOpNames(), ",")},
-		{"", strings.Join(append(workloadNames(), snapOpNames()...), ",")},
+	for _, tc := range []struct {
+		only, want string
+		memory     bool
+	}{
+		{"snapshots", strings.Join(snapOpNames(), ","), false},
+		{"restore-5k, find,snapshot-5k", "find,snapshot-5k,restore-5k", false},
+		{"snapshots,snapshot-100k", strings.Join(snapOpNames(), ","), false},
+		{"memory,find", "find", true},
+		{"", strings.Join(append(workloadNames(), snapOpNames()...), ","), true},
 	} {
-		ws, ops, err := selectWorkloads(tc.only)
+		ws, ops, memory, err := selectWorkloads(tc.only)
 		if err != nil {
 			t.Errorf("--only %q: %v", tc.only, err)
 			continue
 		}
-		if got := names(ws, ops); got != tc.want {
-			t.Errorf("--only %q selects %s, want %s", tc.only, got, tc.want)
+		if got := names(ws, ops); got != tc.want || memory != tc.memory {
+			t.Errorf("--only %q selects %s (memory %v), want %s (memory %v)", tc.only, got, memory, tc.want, tc.memory)
 		}
 	}
-	if _, _, err := selectWorkloads("snapshot-1k"); err == nil || !strings.Contains(err.Error(), "snapshot-5k,snapshot-100k") {
+	if _, _, _, err := selectWorkloads("snapshot-1k"); err == nil || !strings.Contains(err.Error(), "snapshot-5k,snapshot-100k") {
 		t.Errorf("--only snapshot-1k: error %v, want one that lists the snapshot table's names", err)
 	}
 }
