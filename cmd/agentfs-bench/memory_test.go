@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -48,10 +46,7 @@ func TestMemoryMarkdown(t *testing.T) {
 }
 
 func TestMemoryConfig(t *testing.T) {
-	agentfs := filepath.Join(t.TempDir(), "agentfs")
-	if err := os.WriteFile(agentfs, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	agentfs := fakeAgentfs(t)
 	c, err := configFor(t, "--only", "memory", "--agentfs", agentfs)
 	if err != nil {
 		t.Fatal(err)

@@ -58,11 +58,18 @@ func configFor(t *testing.T, args ...string) (*config, error) {
 	return o.config(fs)
 }
 
-func TestSnapshotConfig(t *testing.T) {
+// fakeAgentfs is an executable that --agentfs accepts.
+func fakeAgentfs(t *testing.T) string {
+	t.Helper()
 	agentfs := filepath.Join(t.TempDir(), "agentfs")
 	if err := os.WriteFile(agentfs, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return agentfs
+}
+
+func TestSnapshotConfig(t *testing.T) {
+	agentfs := fakeAgentfs(t)
 	// The snapshot table alone: only native and agentfs are needed.
 	c, err := configFor(t, "--only", "snapshots", "--agentfs", agentfs)
 	if err != nil {
