@@ -57,8 +57,8 @@ type memResult struct {
 func (m *memResult) met() bool { return m.PeakBytes < m.TargetBytes }
 
 // runMemory measures the memory row.
-func (b *bench) runMemory(ctx context.Context, agentfsOK bool) (*memResult, error) {
-	res := &memResult{Files: b.cfg.memFiles, Walks: memWalks, TargetBytes: memTargetBytes, CachesDropped: os.Geteuid() == 0}
+func (b *bench) runMemory(ctx context.Context, agentfsOK bool) (res *memResult, err error) {
+	res = &memResult{Files: b.cfg.memFiles, Walks: memWalks, TargetBytes: memTargetBytes, CachesDropped: os.Geteuid() == 0}
 	if !agentfsOK {
 		res.Skipped = "agentfs did not run (see --fs and the notes)"
 		b.logf("%s: skipped: %s", memoryOp, res.Skipped)
@@ -72,7 +72,7 @@ func (b *bench) runMemory(ctx context.Context, agentfsOK bool) (*memResult, erro
 	v, err := b.mountView(ctx, fsAgentfs, lower)
 	defer func() {
 		if cerr := b.closeView(v); cerr != nil && err == nil {
-			err = cerr
+			res, err = nil, cerr
 		}
 	}()
 	if err != nil {
