@@ -372,26 +372,21 @@ func (t attrTarget) list(b []byte) (int, error) {
 	if t.fd >= 0 {
 		return unix.Flistxattr(t.fd, b)
 	}
-	return unix.Llistxattr(t.procPath(), b)
+	return listxattrAt(t.dirfd, t.name, b)
 }
 
 func (t attrTarget) set(name string, val []byte) error {
 	if t.fd >= 0 {
 		return unix.Fsetxattr(t.fd, name, val, 0)
 	}
-	return unix.Lsetxattr(t.procPath(), name, val, 0)
+	return setxattrAt(t.dirfd, t.name, name, val, 0)
 }
 
 func (t attrTarget) remove(name string) error {
 	if t.fd >= 0 {
 		return unix.Fremovexattr(t.fd, name)
 	}
-	return unix.Lremovexattr(t.procPath(), name)
-}
-
-// procPath names name in dirfd for the l*xattr calls.
-func (t attrTarget) procPath() string {
-	return fmt.Sprintf("/proc/self/fd/%d/%s", t.dirfd, t.name)
+	return removexattrAt(t.dirfd, t.name, name)
 }
 
 // setAttrs gives the target src's owner (as root), xattrs (those an

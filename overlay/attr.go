@@ -1,7 +1,6 @@
 package overlay
 
 import (
-	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -133,19 +132,14 @@ func (fs *FS) Readlink(n *Node) (string, error) {
 	return readlinkat(fs.lowerFd, lowerRel(n.lower))
 }
 
-// xattrPathLocked returns a path that names n's inode (not following a
-// final symlink) for the l*xattr calls.
-func (fs *FS) xattrPathLocked(n *Node) string {
+// xattrLocLocked returns the directory fd and name that name n's inode
+// (not following a final symlink) for the *xattrAt calls.
+func (fs *FS) xattrLocLocked(n *Node) (int, string) {
 	if n.object != "" {
 		loc := fs.objs.Loc(n.object)
-		return fmt.Sprintf("/proc/self/fd/%d/%s", loc.Dirfd, loc.Name)
+		return loc.Dirfd, loc.Name
 	}
-	if n.lower == "" {
-		// "/.": the directory the magic link leads to, not the link
-		// itself (which the l*xattr calls would not follow).
-		return fmt.Sprintf("/proc/self/fd/%d/.", fs.lowerFd)
-	}
-	return fmt.Sprintf("/proc/self/fd/%d/%s", fs.lowerFd, n.lower)
+	return fs.lowerFd, lowerRel(n.lower)
 }
 
 // Getxattr reads an extended attribute into dest (size only when dest
@@ -157,7 +151,8 @@ func (fs *FS) Getxattr(n *Node, name string, dest []byte) (int, error) {
 	}
 	fs.mu.RLock()
 	defer fs.mu.RUnlock()
-	sz, err := unix.Lgetxattr(fs.xattrPathLocked(n), name, dest)
+	dirfd, file := fs.xattrLocLocked(n)
+	sz, err := getxattrAt(dirfd, file, name, dest)
 	if caps && err == unix.ENODATA {
 		n.noCaps.Store(true)
 	}
@@ -173,14 +168,16 @@ const capsXattr = "security.capability"
 func (fs *FS) Listxattr(n *Node, dest []byte) (int, error) {
 	fs.mu.RLock()
 	defer fs.mu.RUnlock()
-	return unix.Llistxattr(fs.xattrPathLocked(n), dest)
+	dirfd, file := fs.xattrLocLocked(n)
+	return listxattrAt(dirfd, file, dest)
 }
 
 // Setxattr sets an extended attribute (copying the inode's metadata up).
 func (fs *FS) Setxattr(n *Node, name string, value []byte, flags int) error {
 	return fs.changeMeta(n, func() error {
 		n.noCaps.Store(false)
-		return unix.Lsetxattr(fs.xattrPathLocked(n), name, value, flags)
+		dirfd, file := fs.xattrLocLocked(n)
+		return setxattrAt(dirfd, file, name, value, flags)
 	})
 }
 
@@ -209,14 +206,18 @@ func (fs *FS) changeMeta(n *Node, change func() error) error {
 func (fs *FS) Removexattr(n *Node, name string) error {
 	fs.mu.RLock()
 	if n.object == "" {
-		_, err := unix.Lgetxattr(fs.xattrPathLocked(n), name, nil)
+		dirfd, file := fs.xattrLocLocked(n)
+		_, err := getxattrAt(dirfd, file, name, nil)
 		if err != nil {
 			fs.mu.RUnlock()
 			return err
 		}
 	}
 	fs.mu.RUnlock()
-	return fs.changeMeta(n, func() error { return unix.Lremovexattr(fs.xattrPathLocked(n), name) })
+	return fs.changeMeta(n, func() error {
+		dirfd, file := fs.xattrLocLocked(n)
+		return removexattrAt(dirfd, file, name)
+	})
 }
 
 // Statfs reports the backstore's filesystem, where new data goes.

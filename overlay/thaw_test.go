@@ -44,21 +44,6 @@ func (e *env) objState(id string) objState {
 	return s
 }
 
-func procPath(dirfd int, name string) string {
-	return "/proc/self/fd/" + itoa(dirfd) + "/" + name
-}
-
-func itoa(i int) string {
-	if i == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; i > 0; i /= 10 {
-		b = append([]byte{byte('0' + i%10)}, b...)
-	}
-	return string(b)
-}
-
 // TestFrozenObjectsThaw marks every object of the branch as shared with
 // a snapshot, then changes the branch in every way: the shared objects
 // keep their data and attributes and are never removed, while the view
