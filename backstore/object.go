@@ -153,12 +153,8 @@ func (s *Store) createFile(p *part, mode uint32, uid, gid int) (string, *os.File
 		err = unix.UtimesNanoAt(l.Dirfd, l.Name, now, unix.AT_SYMLINK_NOFOLLOW)
 	}
 	f := os.NewFile(uintptr(fd), id)
-	if err == nil && s.root && (uid >= 0 || gid >= 0) {
-		err = unix.Fchown(fd, uid, gid)
-	}
 	if err == nil {
-		// After chown, which clears setuid and setgid.
-		err = unix.Fchmod(fd, mode&07777)
+		err = s.setOwnerMode(fd, mode, uid, gid)
 	}
 	if err != nil {
 		f.Close()
@@ -166,6 +162,27 @@ func (s *Store) createFile(p *part, mode uint32, uid, gid int) (string, *os.File
 		return "", nil, fmt.Errorf("object %s: %w", id, err)
 	}
 	return id, f, nil
+}
+
+// setOwnerMode gives the new regular file fd the owner uid:gid (as
+// root; -1 keeps one) and the mode mode&07777, leaving out the calls
+// that would change nothing: a pooled file usually has both already.
+func (s *Store) setOwnerMode(fd int, mode uint32, uid, gid int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if s.root && (uid >= 0 && uint32(uid) != st.Uid || gid >= 0 && uint32(gid) != st.Gid) {
+		if err := unix.Fchown(fd, uid, gid); err != nil {
+			return err
+		}
+		// After chown, which clears setuid and setgid.
+		return unix.Fchmod(fd, mode&07777)
+	}
+	if st.Mode&07777 == mode&07777 {
+		return nil
+	}
+	return unix.Fchmod(fd, mode&07777)
 }
 
 // Mkdir creates a directory object with mode mode&07777 and, when

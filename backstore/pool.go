@@ -23,7 +23,7 @@ import (
 //
 //   - Unnamed files: a goroutine, started by the first regular file
 //     object made in the main part, keeps up to poolSize unnamed files
-//     (O_TMPFILE, mode 0600, open O_RDWR); a new file object takes one
+//     (O_TMPFILE, mode poolMode, open O_RDWR); a new file object takes one
 //     and names it in its shard with linkat. They have no name, so a
 //     daemon that dies leaves none behind.
 //   - Spares: a removed regular file or directory object of the main
@@ -46,6 +46,17 @@ import (
 
 // poolSize is how many unnamed files the pool keeps ready.
 const poolSize = 64
+
+// poolRefill: the goroutine is woken to fill the pool up again once it
+// holds fewer unnamed files than this. Waking it at every file taken
+// would cost a thread switch per create; in batches it costs one per
+// poolSize-poolRefill creates.
+const poolRefill = poolSize / 2
+
+// poolMode is the mode the pool's unnamed files are made with (less the
+// daemon's umask): that of most new files (0666 less a umask of 022),
+// which then need no chmod.
+const poolMode = 0644
 
 // dirPoolSize is how many empty directories the pool makes ahead.
 const dirPoolSize = 32
@@ -131,9 +142,11 @@ func (s *Store) take(p *part) int {
 		s.pool.used.Add(1)
 	default:
 	}
-	s.pool.mu.Lock()
-	s.wantLocked(true)
-	s.pool.mu.Unlock()
+	if fd < 0 || len(s.pool.fds) < poolRefill {
+		s.pool.mu.Lock()
+		s.wantLocked(true)
+		s.pool.mu.Unlock()
+	}
 	return fd
 }
 
@@ -242,7 +255,7 @@ func (s *Store) fill() {
 		var err error
 		if wantFile {
 			var fd int
-			fd, err = unix.Openat(s.main.rootfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0600)
+			fd, err = unix.Openat(s.main.rootfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, poolMode)
 			switch err {
 			case nil:
 				pl.fds <- fd // only fill sends, and there was room

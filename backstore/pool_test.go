@@ -52,7 +52,14 @@ func TestPool(t *testing.T) {
 			ids := map[string]bool{newFile(t, s, 0600, nil): true}
 			waitPoolFull(t, s)
 			for i := 0; i < 2*poolSize; i++ {
-				mode := uint32(0640 | i&1<<11) // every other one setgid
+				mode := uint32(0640 | i&1<<11) // every other one setuid
+				uid, gid := uid, gid
+				if i&2 != 0 {
+					// The pool's own mode and owner (nothing to
+					// change), then with setuid added.
+					mode = poolMode | uint32(i&1)<<11
+					uid, gid = os.Geteuid(), os.Getegid()
+				}
 				used := s.pool.used.Load()
 				id, f, err := s.CreateFile(mode, uid, gid)
 				if err != nil {
