@@ -173,7 +173,8 @@ func (s *Store) takeSpare(p *part) (spare, bool) {
 		if s.unspare(sp.id) == nil {
 			if sp.fd < 0 {
 				l := s.Loc(sp.id)
-				fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+				// A spare is a regular file: no O_NONBLOCK needed.
+				fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 				if err != nil {
 					s.Remove(sp.id)
 					continue
@@ -315,7 +316,10 @@ func (s *Store) Recycle(id string) error {
 	s.pool.mu.Lock()
 	room := !s.pool.closed && len(s.pool.spares) < maxSpares
 	s.pool.mu.Unlock()
-	if !room || !emptyForReuse(fd) || unix.Renameat2(l.Dirfd, l.Name, s.main.sparefd, id, unix.RENAME_NOREPLACE) != nil {
+	// O_NONBLOCK kept a fifo from blocking the open; a regular file kept
+	// open does without it (os.NewFile would try to poll it).
+	if !room || !emptyForReuse(fd) || unix.SetNonblock(fd, false) != nil ||
+		unix.Renameat2(l.Dirfd, l.Name, s.main.sparefd, id, unix.RENAME_NOREPLACE) != nil {
 		unix.Close(fd)
 		return s.Remove(id)
 	}

@@ -203,6 +203,9 @@ func TestRecycle(t *testing.T) {
 			if id != old || s.IsSpare(id) {
 				t.Fatalf("CreateFile after Recycle(%s) made %s (spare still: %v), want the spare", old, id, s.IsSpare(id))
 			}
+			if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err != nil || fl&unix.O_NONBLOCK != 0 {
+				t.Errorf("reused object: open with flags %#o (%v), want no O_NONBLOCK", fl, err)
+			}
 			st := lstatObj(t, s, id)
 			wantModeOwner(t, "reused object", st, unix.S_IFREG|0640, uid, gid)
 			if st.Size != 0 {
