@@ -36,7 +36,9 @@ func (s *Server) setIOMode(h *handle, out *fuse.OpenOut) {
 	ino := h.ino
 	ino.mu.Lock()
 	defer ino.mu.Unlock()
-	if ino.cached == 0 && h.f.Upper() && s.Passthrough() {
+	// Pin: the object must stay the node's own while the kernel uses it
+	// (a file on an object shared with a snapshot is refused).
+	if ino.cached == 0 && h.f.Upper() && s.Passthrough() && h.f.Pin() {
 		if ino.pt == 0 {
 			id, err := s.srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(h.f.Fd())})
 			if err == 0 {

@@ -12,11 +12,17 @@ import (
 // A writable file is always upper: Open copies the data up first. A
 // read-only file opened before a copy-up reads the lower file until the
 // copy-up, then follows the node to its upper object, so it sees the
-// writes made after the copy-up.
+// writes made after the copy-up; one open on an object shared with a
+// snapshot follows the node to the clone a change makes (a thaw).
+//
+// A file the kernel reads and writes directly (FUSE passthrough: its
+// descriptor is the kernel's backing file) cannot follow: it is pinned
+// (Pin), and while it is, its object is never shared with a snapshot.
 type File struct {
 	n        *Node
 	writable bool
 	flags    int
+	pinned   bool // Pin succeeded; guarded by mu
 
 	// mu guards f: a read-only lower descriptor is replaced by the upper
 	// object's after a copy-up (writable files never change descriptor).
@@ -140,7 +146,7 @@ func (f *File) Fd() int {
 // to its upper object if it was copied up since the file was opened.
 func (f *File) withFd(fn func(fd int) error) error {
 	f.mu.RLock()
-	if f.lazy || !f.up && f.n.dataGen.Load() != f.gen {
+	if f.lazy || !f.writable && f.n.dataGen.Load() != f.gen {
 		f.mu.RUnlock()
 		f.mu.Lock()
 		err := f.openLazyLocked()
@@ -187,10 +193,10 @@ func (f *File) openLazyLocked() error {
 	return nil
 }
 
-// followLocked reopens a read-only lower descriptor on the node's upper
-// object after a copy-up.
+// followLocked reopens a read-only descriptor on the node's current
+// upper object after a copy-up or a thaw.
 func (f *File) followLocked() error {
-	if f.up || f.f == nil || f.n.dataGen.Load() == f.gen {
+	if f.writable || f.f == nil || f.n.dataGen.Load() == f.gen {
 		return nil
 	}
 	fs := f.n.fs
@@ -286,6 +292,33 @@ func (f *File) Sync(datasync bool) error {
 	return f.n.fs.cfg.Sync()
 }
 
+// Pin marks f as used by the kernel directly (FUSE passthrough), and
+// reports whether it may be: only a file open on its node's current
+// upper object, which no snapshot shares, may. While a file is pinned
+// its object stays the node's own: a snapshot gives itself a clone (as
+// for a file open for writing), so no change ever thaws the node away
+// from the object the kernel uses. A file that cannot be pinned is
+// served by the daemon, and follows its node.
+func (f *File) Pin() bool {
+	fs := f.n.fs
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pinned {
+		return true
+	}
+	if !f.up || f.lazy || f.f == nil || f.n.dataGen.Load() != f.gen || f.n.stale ||
+		f.n.entry != nil && fs.frozenLocked(f.n.entry) {
+		return false
+	}
+	fs.nodesMu.Lock()
+	f.n.pins++
+	fs.nodesMu.Unlock()
+	f.pinned = true
+	return true
+}
+
 // Release closes the file. The caller then calls Forget(node, 0): an
 // unlinked node's object goes when its last file and kernel reference
 // are gone.
@@ -296,12 +329,17 @@ func (f *File) Release() error {
 		err = f.f.Close()
 	}
 	f.f, f.lazy = nil, false
+	pinned := f.pinned
+	f.pinned = false
 	f.mu.Unlock()
 	fs := f.n.fs
 	fs.nodesMu.Lock()
 	f.n.opens--
 	if f.writable {
 		f.n.writers--
+	}
+	if pinned {
+		f.n.pins--
 	}
 	fs.nodesMu.Unlock()
 	return err

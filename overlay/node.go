@@ -29,7 +29,8 @@ type Node struct {
 	tmpfile  bool // made by O_TMPFILE and not linked yet
 	stale    bool // cut loose by Reload: its object is gc's to remove
 
-	// dataGen counts data copy-ups; open files follow it to the new data.
+	// dataGen counts the times the node's data moved to another object
+	// (a copy-up, a thaw); read-only files follow it to the new data.
 	dataGen atomic.Uint64
 	// noCaps: the inode is known to have no security.capability xattr.
 	noCaps atomic.Bool
@@ -38,6 +39,7 @@ type Node struct {
 	lookups uint64
 	opens   int
 	writers int  // open files that may write (a snapshot clones their object)
+	pins    int  // open files the kernel reads and writes directly (File.Pin)
 	reaped  bool // reapNode took the object: it must not take it again
 
 	copyMu sync.Mutex

@@ -28,7 +28,7 @@ func (fs *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 	fs.nodesMu.Lock()
 	var writing []*Node
 	for _, n := range fs.byObject {
-		if n.writers > 0 && n.entry != nil && n.entry.Type == branch.TypeFile && !n.unlinked {
+		if (n.writers > 0 || n.pins > 0) && n.entry != nil && n.entry.Type == branch.TypeFile && !n.unlinked {
 			writing = append(writing, n)
 		}
 	}

@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -140,4 +141,73 @@ func TestThawHardLinkAfterUnlink(t *testing.T) {
 	s := e.snapView(snap)
 	eq(t, "snapshot x", s.read("x"), "v1")
 	eq(t, "snapshot y", s.read("y"), "v1")
+}
+
+// TestPinnedFileAcrossSnapshot: a file pinned for passthrough keeps its
+// object across a snapshot (the snapshot gets a clone), so writes
+// through the object the kernel keeps using reach the branch and not
+// the snapshot; a file on an object a snapshot shares is refused, and
+// follows the node to the clone a write makes.
+func TestPinnedFileAcrossSnapshot(t *testing.T) {
+	e := newEnv(t, map[string]string{})
+	_, f, _, err := e.fs.Create(e.fs.Root(), "p", unix.O_RDWR, 0644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("one"), 0)
+	f.Release()
+	n := e.must("p")
+
+	r, err := e.fs.Open(n, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Pin() || !r.Pin() {
+		t.Fatal("a read-only file on an upper object of its own cannot be pinned")
+	}
+	obj := n.object
+	snap, err := e.fs.Snapshot("pinned", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.object != obj || e.fs.frozenLocked(n.entry) {
+		t.Fatalf("after the snapshot the pinned file's node has object %s (frozen: %v), want %s, not frozen",
+			n.object, e.fs.frozenLocked(n.entry), obj)
+	}
+	// The kernel writes to the pinned object directly.
+	if err := os.WriteFile(objPath(e, obj), []byte("two"), 0); err != nil {
+		t.Fatal(err)
+	}
+	r.Release()
+	eq(t, "p in the branch", e.read("p"), "two")
+	eq(t, "p in the snapshot", e.snapView(snap).read("p"), "one")
+
+	// Unpinned, the object is shared with the next snapshot.
+	if _, err := e.fs.Snapshot("shared", branch.KindManual); err != nil {
+		t.Fatal(err)
+	}
+	if !e.fs.frozenLocked(n.entry) {
+		t.Fatal("with no file open, the snapshot does not share the object")
+	}
+	r, err = e.fs.Open(n, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	if r.Pin() {
+		t.Fatal("a file on an object a snapshot shares was pinned")
+	}
+	e.write("p", "three") // thaws the node onto a clone
+	buf := make([]byte, 16)
+	m, err := r.ReadAt(buf, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "read through the file opened before the thaw", string(buf[:m]), "three")
+}
+
+// objPath is the path of object id in e's backstore.
+func objPath(e *env, id string) string {
+	l := e.bs.Loc(id)
+	return procPath(l.Dirfd, l.Name)
 }

@@ -57,7 +57,9 @@ func (fs *FS) thawLocked(t *tx, n *Node) (*branch.Entry, error) {
 	for _, p := range paths {
 		t.put(p, &ne)
 	}
-	t.promote(n, &ne)
+	// Read-only files still open on the frozen object follow the node to
+	// the clone, so they see the change (as after a copy-up).
+	t.moveData(n, &ne)
 	return &ne, nil
 }
 

@@ -41,8 +41,9 @@ type copyRec struct {
 }
 
 type promo struct {
-	n *Node
-	e *branch.Entry
+	n    *Node
+	e    *branch.Entry
+	data bool // the node's data moves to e's object: its files follow
 }
 
 func (fs *FS) newTx() *tx { return &tx{fs: fs} }
@@ -105,6 +106,9 @@ func (t *tx) commit() error {
 	}
 	for _, p := range t.promos {
 		t.fs.promoteLocked(p.n, p.e)
+		if p.data {
+			p.n.dataGen.Add(1)
+		}
 	}
 	for _, n := range t.unlink {
 		n.unlinked, n.parent = true, nil
@@ -164,7 +168,13 @@ func (t *tx) fail(err error) error {
 
 // promote gives n the upper entry e once the commit succeeds.
 func (t *tx) promote(n *Node, e *branch.Entry) {
-	t.promos = append(t.promos, promo{n, e})
+	t.promos = append(t.promos, promo{n: n, e: e})
+}
+
+// moveData gives n the upper entry e, whose object holds a copy of n's
+// data, once the commit succeeds: n's read-only files follow it there.
+func (t *tx) moveData(n *Node, e *branch.Entry) {
+	t.promos = append(t.promos, promo{n: n, e: e, data: true})
 }
 
 // objectOf returns n's object, including one this operation gave it.
