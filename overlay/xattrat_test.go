@@ -18,12 +18,13 @@ func TestXattrs(t *testing.T) {
 	for _, way := range []string{"at", "paths"} {
 		t.Run(way, func(t *testing.T) {
 			if way == "paths" {
-				noXattrAt.Store(true)
-				t.Cleanup(func() { noXattrAt.Store(false) })
+				ok := useXattrAt() // the probe runs once, before
+				xattrAtOK = false
+				t.Cleanup(func() { xattrAtOK = ok })
 			}
 			testXattrs(t)
-			if way == "at" && noXattrAt.Load() && kernelAtLeast(6, 13) {
-				t.Error("the kernel refused the *xattrat calls, which Linux 6.13 has")
+			if way == "at" && !useXattrAt() && kernelAtLeast(6, 13) {
+				t.Error("the probe refused the *xattrat calls, which Linux 6.13 has")
 			}
 		})
 	}
@@ -114,7 +115,7 @@ func testXattrs(t *testing.T) {
 	}
 	file.Release()
 	n := e.must("d/new")
-	if !n.noCaps.Load() {
+	if !n.noCaps() {
 		t.Error("a new file is not known to have no security.capability")
 	}
 	if _, err := e.fs.Getxattr(n, capsXattr, nil); err != unix.ENODATA {
@@ -123,7 +124,7 @@ func testXattrs(t *testing.T) {
 	if err := e.fs.Setxattr(n, "user.c", []byte("c"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if n.noCaps.Load() {
+	if n.noCaps() {
 		t.Error("setxattr left the node marked as without security.capability")
 	}
 	if v, err := get("d/new", "user.c"); err != nil || v != "c" {
@@ -143,4 +144,24 @@ func kernelAtLeast(major, minor int) bool {
 		return false
 	}
 	return ma > major || ma == major && mi >= minor
+}
+
+// TestCapsRace: a getxattr that found no security.capability records it
+// only if the node's xattrs did not change since it began.
+func TestCapsRace(t *testing.T) {
+	var n Node
+	seen := n.caps.Load()
+	n.capsUnknown() // a setxattr begins after the getxattr did
+	n.knowNoCaps(seen)
+	if n.noCaps() {
+		t.Error("an answer from before a setxattr was recorded after it")
+	}
+	n.knowNoCaps(n.caps.Load())
+	if !n.noCaps() {
+		t.Error("an answer with nothing changed since was not recorded")
+	}
+	n.capsUnknown()
+	if n.noCaps() {
+		t.Error("a change of the xattrs left the answer recorded")
+	}
 }
