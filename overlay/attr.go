@@ -146,7 +146,8 @@ func (fs *FS) xattrLocLocked(n *Node) (int, string) {
 // is empty).
 func (fs *FS) Getxattr(n *Node, name string, dest []byte) (int, error) {
 	caps := name == capsXattr
-	if caps && n.noCaps.Load() {
+	seen := n.caps.Load()
+	if caps && seen&1 != 0 {
 		return 0, unix.ENODATA
 	}
 	fs.mu.RLock()
@@ -154,7 +155,7 @@ func (fs *FS) Getxattr(n *Node, name string, dest []byte) (int, error) {
 	dirfd, file := fs.xattrLocLocked(n)
 	sz, err := getxattrAt(dirfd, file, name, dest)
 	if caps && err == unix.ENODATA {
-		n.noCaps.Store(true)
+		n.knowNoCaps(seen)
 	}
 	return sz, err
 }
@@ -175,7 +176,8 @@ func (fs *FS) Listxattr(n *Node, dest []byte) (int, error) {
 // Setxattr sets an extended attribute (copying the inode's metadata up).
 func (fs *FS) Setxattr(n *Node, name string, value []byte, flags int) error {
 	return fs.changeMeta(n, func() error {
-		n.noCaps.Store(false)
+		n.capsUnknown()
+		defer n.capsUnknown() // a getxattr that raced with the change
 		dirfd, file := fs.xattrLocLocked(n)
 		return setxattrAt(dirfd, file, name, value, flags)
 	})

@@ -60,7 +60,7 @@ func (fs *FS) newInodeLocked(dir *Node, name string, c Caller, typ branch.Type,
 	}
 	n := fs.nodeForEntryLocked(dir, name, e, true)
 	if typ == branch.TypeFile {
-		n.noCaps.Store(true) // a new object has no extended attributes
+		n.caps.Store(1) // a new object has no extended attributes
 	}
 	st, err := fs.statLocked(n)
 	if err != nil {
@@ -232,7 +232,7 @@ func (fs *FS) Tmpfile(dir *Node, flags int, mode uint32, c Caller) (*Node, *File
 	}
 	n := &Node{ID: nextNodeID.Add(1), fs: fs, mode: unix.S_IFREG, ino: ino,
 		entry: e, object: id, unlinked: true, tmpfile: true}
-	n.noCaps.Store(true)
+	n.caps.Store(1)
 	fs.nodesMu.Lock()
 	fs.byObject[id] = n
 	n.lookups++

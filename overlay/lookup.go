@@ -290,7 +290,7 @@ func (fs *FS) LowerChild(dir *Node, name string) (child *Node, shown bool) {
 		n := fs.byLower[joinPath(dir.lower, name)]
 		fs.nodesMu.Unlock()
 		if n != nil {
-			n.noCaps.Store(false) // its xattrs may have changed too
+			n.capsUnknown() // its xattrs may have changed too
 			return n, true
 		}
 	}

@@ -32,8 +32,11 @@ type Node struct {
 	// dataGen counts the times the node's data moved to another object
 	// (a copy-up, a thaw); read-only files follow it to the new data.
 	dataGen atomic.Uint64
-	// noCaps: the inode is known to have no security.capability xattr.
-	noCaps atomic.Bool
+	// caps: bit 0 says the inode is known to have no
+	// security.capability xattr; the bits above count changes of its
+	// xattrs, so that a getxattr that began before a change cannot set
+	// bit 0 after it (see knowNoCaps).
+	caps atomic.Uint64
 
 	// Guarded by fs.nodesMu.
 	lookups uint64
@@ -337,4 +340,25 @@ func settleLayer(l *branch.Layer) error {
 		return nil
 	}
 	return l.Settle()
+}
+
+// noCaps reports whether n is known to have no security.capability.
+func (n *Node) noCaps() bool { return n.caps.Load()&1 != 0 }
+
+// knowNoCaps records that n has no security.capability, as a getxattr
+// found when the state was seen: unless its xattrs changed since.
+func (n *Node) knowNoCaps(seen uint64) {
+	n.caps.CompareAndSwap(seen&^1, seen|1)
+}
+
+// capsUnknown forgets what is known of n's security.capability, and
+// counts a change of its xattrs: a getxattr under way cannot record its
+// answer. Setxattr calls it before and after the change.
+func (n *Node) capsUnknown() {
+	for {
+		s := n.caps.Load()
+		if n.caps.CompareAndSwap(s, (s+2)&^1) {
+			return
+		}
+	}
 }
