@@ -122,7 +122,8 @@ func (s *Store) CreateFile(mode uint32, uid, gid int) (string, *os.File, error) 
 func (s *Store) createFile(p *part, mode uint32, uid, gid int) (string, *os.File, error) {
 	var id string
 	var err error
-	made := false // made now: its times are now
+	made := false  // made now: its times are now
+	owned := false // owner and mode set already
 	sp, reused := s.takeSpare(p)
 	fd := sp.fd
 	if reused {
@@ -137,6 +138,13 @@ func (s *Store) createFile(p *part, mode uint32, uid, gid int) (string, *os.File
 				fd, err = unix.Openat(dirfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0600)
 				return err
 			}
+		} else {
+			// Before it has a name: a pooled file is made 0644.
+			if err := s.setOwnerMode(fd, mode, uid, gid); err != nil {
+				unix.Close(fd)
+				return "", nil, fmt.Errorf("backstore: new file: %w", err)
+			}
+			owned = true
 		}
 		if id, err = s.create(p, "file", mk); err != nil {
 			if fd >= 0 {
@@ -153,7 +161,7 @@ func (s *Store) createFile(p *part, mode uint32, uid, gid int) (string, *os.File
 		err = unix.UtimesNanoAt(l.Dirfd, l.Name, now, unix.AT_SYMLINK_NOFOLLOW)
 	}
 	f := os.NewFile(uintptr(fd), id)
-	if err == nil {
+	if err == nil && !owned {
 		err = s.setOwnerMode(fd, mode, uid, gid)
 	}
 	if err != nil {

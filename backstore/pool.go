@@ -173,7 +173,8 @@ func (s *Store) takeSpare(p *part) (spare, bool) {
 		if s.unspare(sp.id) == nil {
 			if sp.fd < 0 {
 				l := s.Loc(sp.id)
-				// A spare is a regular file: no O_NONBLOCK needed.
+				// A spare is a regular file: no O_NONBLOCK (which
+				// would make os.NewFile try to poll it).
 				fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 				if err != nil {
 					s.Remove(sp.id)
@@ -306,20 +307,27 @@ func (s *Store) Recycle(id string) error {
 		return s.Remove(id)
 	}
 	l := s.Loc(id)
-	fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err == unix.EISDIR {
-		return s.recycleDir(id, l)
+	// The type first: opening a device node would run its driver's open
+	// (as root), and a fifo's would block.
+	var st unix.Stat_t
+	if err := unix.Fstatat(l.Dirfd, l.Name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return s.Remove(id)
 	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return s.recycleDir(id, l)
+	case unix.S_IFREG:
+	default:
+		return s.Remove(id) // a symlink, fifo, socket or device node
+	}
+	fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return s.Remove(id) // a symlink, a file the daemon cannot write
+		return s.Remove(id) // a file the daemon cannot write
 	}
 	s.pool.mu.Lock()
 	room := !s.pool.closed && len(s.pool.spares) < maxSpares
 	s.pool.mu.Unlock()
-	// O_NONBLOCK kept a fifo from blocking the open; a regular file kept
-	// open does without it (os.NewFile would try to poll it).
-	if !room || !emptyForReuse(fd) || unix.SetNonblock(fd, false) != nil ||
-		unix.Renameat2(l.Dirfd, l.Name, s.main.sparefd, id, unix.RENAME_NOREPLACE) != nil {
+	if !room || !emptyForReuse(fd) || unix.Renameat2(l.Dirfd, l.Name, s.main.sparefd, id, unix.RENAME_NOREPLACE) != nil {
 		unix.Close(fd)
 		return s.Remove(id)
 	}

@@ -395,3 +395,38 @@ func TestSparesLeftByCrash(t *testing.T) {
 		t.Errorf("Objects lists %v, want nothing", got)
 	}
 }
+
+// TestRecycleSpecialFiles: Recycle removes a symlink, a fifo, a socket
+// or a device node object at once (without opening it: a device's open
+// runs its driver) and keeps none of them as a spare.
+func TestRecycleSpecialFiles(t *testing.T) {
+	s := hostfsStore(t)
+	newFile(t, s, 0600, nil) // starts the pool
+	ids := map[string]string{}
+	var err error
+	if ids["symlink"], err = s.Symlink("target", -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if ids["fifo"], err = s.Mknod(unix.S_IFIFO|0600, 0, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if ids["socket"], err = s.Mknod(unix.S_IFSOCK|0600, 0, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if isRoot {
+		if ids["device"], err = s.Mknod(unix.S_IFCHR|0600, unix.Mkdev(1, 3), -1, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for kind, id := range ids {
+		if err := s.Recycle(id); err != nil {
+			t.Errorf("Recycle of a %s: %v", kind, err)
+		}
+		if s.IsSpare(id) {
+			t.Errorf("a %s was kept as a spare", kind)
+		}
+		if _, err := s.Lstat(id); err != unix.ENOENT {
+			t.Errorf("a %s object after Recycle: lstat %v, want ENOENT", kind, err)
+		}
+	}
+}
