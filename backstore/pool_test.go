@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -418,15 +420,53 @@ func TestRecycleSpecialFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// inotify reports every open in the objects' directories.
+	ifd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ifd)
+	for _, id := range ids {
+		if _, err := unix.InotifyAddWatch(ifd, fmt.Sprintf("/proc/self/fd/%d", s.Loc(id).Dirfd), unix.IN_OPEN); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for kind, id := range ids {
 		if err := s.Recycle(id); err != nil {
 			t.Errorf("Recycle of a %s: %v", kind, err)
+		}
+		for _, name := range inotifyNames(t, ifd) {
+			if name == id {
+				t.Errorf("Recycle opened a %s", kind)
+			}
 		}
 		if s.IsSpare(id) {
 			t.Errorf("a %s was kept as a spare", kind)
 		}
 		if _, err := s.Lstat(id); err != unix.ENOENT {
 			t.Errorf("a %s object after Recycle: lstat %v, want ENOENT", kind, err)
+		}
+	}
+}
+
+// inotifyNames returns the names of the events queued on inotify fd.
+func inotifyNames(t *testing.T, fd int) []string {
+	t.Helper()
+	var names []string
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EAGAIN {
+			return names
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+			names = append(names, strings.TrimRight(string(name), "\x00"))
+			off += unix.SizeofInotifyEvent + int(ev.Len)
 		}
 	}
 }
