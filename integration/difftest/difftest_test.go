@@ -228,3 +228,42 @@ func TestHangIsReported(t *testing.T) {
 		}
 	}
 }
+
+// TestEmulateRenameThroughMovedSymlink re-syncs a rename whose
+// destination leads through a symlink inside the directory being
+// moved: the emulation must not go on using a path that the move has
+// broken (CI failure with seed 64114620).
+func TestEmulateRenameThroughMovedSymlink(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"d0", "d0/d4", "d2"} {
+		if err := os.Mkdir(root+"/"+d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../d0/d4", root+"/d2/l1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(root+"/d2", "user.dir", []byte("d2"), 0); err != nil && err != unix.ENOTSUP {
+		t.Fatal(err)
+	}
+	// Refuse directories as overlayfs does, so that the move re-creates
+	// d2 and then moves its entries one by one.
+	defer func(r func(string, string) error) { rename = r }(rename)
+	rename = func(src, dst string) error {
+		var st unix.Stat_t
+		if unix.Lstat(src, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			return unix.EXDEV
+		}
+		return unix.Rename(src, dst)
+	}
+	op := &Op{Kind: OpRename, Path: "d2", Path2: "d2/l1/n0"}
+	if err := emulateRename(root, op); err != nil {
+		t.Fatalf("emulateRename: %v", err)
+	}
+	if _, err := os.Lstat(root + "/d2"); !os.IsNotExist(err) {
+		t.Errorf("d2 still there after the move: %v", err)
+	}
+	if target, err := os.Readlink(root + "/d0/d4/n0/l1"); err != nil || target != "../d0/d4" {
+		t.Errorf("d0/d4/n0/l1: %q, %v; want the moved symlink", target, err)
+	}
+}

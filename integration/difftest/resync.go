@@ -3,6 +3,7 @@ package difftest
 import (
 	"fmt"
 	"path"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -13,12 +14,23 @@ import (
 // does, so that the root can go on being compared. Directories are
 // re-created with their mode, owner, xattrs and times; everything else
 // moves with link and unlink, which keeps hard links intact.
+//
+// Both parents are resolved first: a path may lead through a symlink
+// that the move itself carries away ("d2" -> "d2/l1/n0", l1 a symlink
+// in d2), and the emulation goes on using the destination after that.
 func emulateRename(root string, op *Op) error {
-	src, dst := join(root, op.Path), join(root, op.Path2)
+	src, err := resolveParent(join(root, op.Path))
+	if err != nil {
+		return err
+	}
+	dst, err := resolveParent(join(root, op.Path2))
+	if err != nil {
+		return err
+	}
 	if op.Flags&unix.RENAME_EXCHANGE != 0 {
 		// The temporary name goes next to src: that directory's mtime
 		// changes with the exchange anyway.
-		tmp := join(root, path.Join(path.Dir(op.Path), ".difftest-exchange"))
+		tmp := path.Join(path.Dir(src), ".difftest-exchange")
 		if err := move(src, tmp); err != nil {
 			return err
 		}
@@ -41,10 +53,24 @@ func emulateRename(root string, op *Op) error {
 	return move(src, dst)
 }
 
+// resolveParent returns p with the symlinks of its directory resolved
+// and its last element kept as it is.
+func resolveParent(p string) (string, error) {
+	dir, err := filepath.EvalSymlinks(path.Dir(p))
+	if err != nil {
+		return "", fmt.Errorf("emulate rename: %w", err)
+	}
+	return path.Join(dir, path.Base(p)), nil
+}
+
+// rename is unix.Rename; tests replace it to take the EXDEV path on a
+// plain directory.
+var rename = unix.Rename
+
 // move renames src to dst, falling back to re-creating directories and
 // linking everything else when the filesystem refuses with EXDEV.
 func move(src, dst string) error {
-	err := unix.Rename(src, dst)
+	err := rename(src, dst)
 	if err != unix.EXDEV {
 		if err != nil {
 			return fmt.Errorf("emulate rename: %s -> %s: %w", src, dst, err)

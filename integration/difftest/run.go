@@ -305,7 +305,11 @@ func (s *session) step(op *Op, w *strings.Builder) []Diff {
 			notes[i] = "differs (witness)"
 			continue
 		}
-		notes[i] = "<-- DIFFERS"
+		if strings.HasPrefix(notes[i], "re-sync failed") {
+			notes[i] = "<-- DIFFERS: " + notes[i]
+		} else {
+			notes[i] = "<-- DIFFERS"
+		}
 		diffs = append(diffs, Diff{
 			Sig:  fmt.Sprintf("op:%s:%s/%s", op.Kind, resultClass(ref), resultClass(got)),
 			Text: shortName(fmt.Sprintf("%s: %s on %s, %s on %s", op, got, r.spec.Name, ref, s.roots[0].spec.Name)),
