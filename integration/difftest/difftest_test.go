@@ -267,3 +267,13 @@ func TestEmulateRenameThroughMovedSymlink(t *testing.T) {
 		t.Errorf("d0/d4/n0/l1: %q, %v; want the moved symlink", target, err)
 	}
 }
+
+// TestResolveParentKeepsTrailingSlashName checks that "n3/" still
+// names n3 (seed 1154 renamed "d0" -> "n3/").
+func TestResolveParentKeepsTrailingSlashName(t *testing.T) {
+	root := t.TempDir()
+	got, err := resolveParent(root + "/n3/")
+	if err != nil || got != root+"/n3" {
+		t.Errorf("resolveParent(%q) = %q, %v; want %q", root+"/n3/", got, err, root+"/n3")
+	}
+}

@@ -56,6 +56,7 @@ func emulateRename(root string, op *Op) error {
 // resolveParent returns p with the symlinks of its directory resolved
 // and its last element kept as it is.
 func resolveParent(p string) (string, error) {
+	p = path.Clean(p) // "n3/" names n3
 	dir, err := filepath.EvalSymlinks(path.Dir(p))
 	if err != nil {
 		return "", fmt.Errorf("emulate rename: %w", err)
