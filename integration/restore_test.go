@@ -5,11 +5,14 @@ package integration
 // the safety snapshot undoes it; open files keep what they opened.
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -162,5 +165,120 @@ func TestRestoreCurrentDirectory(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if want := "old: \nnew: f\n"; err != nil || string(out) != want {
 		t.Errorf("a shell in d across a restore printed %q, %v; want %q", out, err, want)
+	}
+}
+
+// TestRestoreReopenThroughProc: files held open across a restore can be
+// reached again through /proc/self/fd/N. A file held open for writing
+// is the same file through the new descriptor: reads, writes and
+// fchmod reach what the old descriptor has, never the restored file
+// or a snapshot. A file held open for reading only may refuse to be
+// changed (ESTALE: its data may be the safety snapshot's), but must
+// never change a snapshot. Before, a writable reopen made the daemon
+// clone the file in a loop until the disk was full, and with
+// passthrough a read-only reopen failed with EIO.
+func TestRestoreReopenThroughProc(t *testing.T) {
+	m := newMount(t)
+	writeFile(t, m.path("w"), "snapshot")
+	writeFile(t, m.path("r"), "snapshot")
+	id := takeSnapshot(t, m.dir, "w and r as snapshot")
+	writeFile(t, m.path("w"), "changed")
+	writeFile(t, m.path("r"), "changed")
+	wfd, err := os.OpenFile(m.path("w"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wfd.Close()
+	rfd, err := os.Open(m.path("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rfd.Close()
+	undo := undoID(t, mustC(t, m.dir, "restore", id))
+
+	// Each step in a goroutine: a daemon that loops must fail the test,
+	// not hang it (nor fill the disk).
+	step := func(what string, fn func() error) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- fn() }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			// Stop the daemon before it fills the disk with clones.
+			unix.Kill(m.status.Pid, unix.SIGKILL)
+			t.Fatalf("%s did not return within 20 s (the daemon was killed)", what)
+			return nil
+		}
+	}
+	proc := func(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
+
+	var again *os.File
+	if err := step("reopening w for writing", func() (err error) {
+		again, err = os.OpenFile(proc(wfd), os.O_RDWR, 0)
+		return err
+	}); err != nil {
+		t.Fatalf("opening a file held open for writing across a restore again through /proc/self/fd: %v", err)
+	}
+	if got := readAll(t, again); got != "changed" {
+		t.Errorf("the reopened descriptor reads %q, want the file held open (%q)", got, "changed")
+	}
+	if _, err := again.WriteAt([]byte("late"), 0); err != nil {
+		t.Errorf("writing through the reopened descriptor: %v", err)
+	}
+	if got := readAll(t, wfd); got != "lateged" {
+		t.Errorf("the first descriptor reads %q after a write through the second, want %q", got, "lateged")
+	}
+	if err := step("fchmod of w", func() error { return wfd.Chmod(0o600) }); err != nil {
+		t.Errorf("fchmod of a file held open for writing across a restore: %v", err)
+	}
+	again.Close()
+
+	var rw *os.File
+	err = step("reopening r for writing", func() (err error) {
+		rw, err = os.OpenFile(proc(rfd), os.O_RDWR, 0)
+		return err
+	})
+	switch {
+	case err == nil:
+		if _, err := rw.WriteAt([]byte("late"), 0); err != nil {
+			t.Errorf("writing through the reopened descriptor of r: %v", err)
+		}
+		rw.Close()
+	case !errors.Is(err, unix.ESTALE):
+		t.Errorf("reopening a file held open for reading across a restore, for writing: %v, want success or ESTALE", err)
+	}
+	if got := step("reopening r for reading", func() error {
+		f, err := os.Open(proc(rfd))
+		if err == nil {
+			f.Close()
+		}
+		return err
+	}); got != nil {
+		t.Errorf("reopening a file held open for reading across a restore, for reading: %v", got)
+	}
+	if err := step("fchmod of r", func() error { return rfd.Chmod(0o600) }); err != nil && !errors.Is(err, unix.ESTALE) {
+		t.Errorf("fchmod of a file held open for reading across a restore: %v, want success or ESTALE", err)
+	}
+	wfd.Close()
+	rfd.Close()
+
+	for _, name := range []string{"w", "r"} {
+		if got := readFile(t, m.path(name)); got != "snapshot" {
+			t.Errorf("%s after the restore = %q, want %q", name, got, "snapshot")
+		}
+		if st := lstat(t, m.path(name)); st.Mode&0o777 != 0o644 {
+			t.Errorf("%s mode after the restore = %o, want 644", name, st.Mode&0o777)
+		}
+	}
+	mustC(t, m.dir, "restore", undo)
+	for _, name := range []string{"w", "r"} {
+		if got := readFile(t, m.path(name)); got != "changed" {
+			t.Errorf("%s after undoing the restore = %q, want %q (changes through old descriptors reach no snapshot)", name, got, "changed")
+		}
+		if st := lstat(t, m.path(name)); st.Mode&0o777 != 0o644 {
+			t.Errorf("%s mode after undoing the restore = %o, want 644", name, st.Mode&0o777)
+		}
 	}
 }

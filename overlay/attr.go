@@ -53,7 +53,7 @@ func (fs *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
 		// frozen: a snapshot taken since the thaw above shares it again,
 		// and then it is thawed again.
 		fs.mu.RLock()
-		if changes && n.object != "" && n.entry != nil && fs.frozenLocked(n.entry) && !(viaFile && in.Mode == nil && in.Uid == nil && in.Gid == nil && in.Atime == nil && in.Mtime == nil) {
+		if changes && fs.frozenNodeLocked(n) && !(viaFile && in.Mode == nil && in.Uid == nil && in.Gid == nil && in.Atime == nil && in.Mtime == nil) {
 			fs.mu.RUnlock()
 			continue
 		}
@@ -193,7 +193,7 @@ func (fs *FS) changeMeta(n *Node, change func() error) error {
 			return err
 		}
 		fs.mu.RLock()
-		if n.object != "" && n.entry != nil && fs.frozenLocked(n.entry) {
+		if fs.frozenNodeLocked(n) {
 			fs.mu.RUnlock()
 			continue
 		}

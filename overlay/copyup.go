@@ -142,6 +142,9 @@ func (fs *FS) copyUpData(n *Node, withData bool) error {
 	}
 	n.copyMu.Lock()
 	defer n.copyMu.Unlock()
+	if stale, err := fs.changeStale(n); stale {
+		return err
+	}
 
 	fs.mu.RLock()
 	done := n.object != "" && (n.entry == nil || !n.entry.Metacopy)
@@ -240,6 +243,9 @@ func (fs *FS) pathsOfLocked(obj string) []string {
 func (fs *FS) copyUpMeta(n *Node) error {
 	n.copyMu.Lock()
 	defer n.copyMu.Unlock()
+	if stale, err := fs.changeStale(n); stale {
+		return err
+	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	t := fs.newTx()

@@ -57,7 +57,7 @@ func (fs *FS) Open(n *Node, flags int) (*File, error) {
 		// (which left the object shared with it) thaws it again, and a
 		// snapshot taken later sees the writer (and clones for itself).
 		fs.mu.RLock()
-		if (writable || trunc) && n.entry != nil && fs.frozenLocked(n.entry) {
+		if (writable || trunc) && fs.frozenNodeLocked(n) {
 			fs.mu.RUnlock()
 			continue
 		}
@@ -308,13 +308,20 @@ func (f *File) Pin() bool {
 	if f.pinned {
 		return true
 	}
-	if !f.up || f.lazy || f.f == nil || f.n.dataGen.Load() != f.gen || f.n.stale ||
-		f.n.entry != nil && fs.frozenLocked(f.n.entry) {
+	if !f.up || f.lazy || f.f == nil || f.n.dataGen.Load() != f.gen {
 		return false
 	}
 	fs.nodesMu.Lock()
+	defer fs.nodesMu.Unlock()
+	// A node a Reload cut loose is pinned only while it already is: the
+	// kernel passes every open of its inode through to the backing file
+	// it has, and refuses any other open (a reopen through /proc/PID/fd/N).
+	// The object stays as much the node's own as it was: a Reload never
+	// hands it to anyone, and the safety snapshot of a restore cloned it.
+	if f.n.stale && f.n.pins == 0 || !f.n.stale && f.n.entry != nil && fs.frozenLocked(f.n.entry) {
+		return false
+	}
 	f.n.pins++
-	fs.nodesMu.Unlock()
 	f.pinned = true
 	return true
 }

@@ -3,6 +3,8 @@ package overlay
 import (
 	"fmt"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentfs/agentfs/branch"
 )
 
@@ -27,6 +29,38 @@ func (fs *FS) frozenLocked(e *branch.Entry) bool {
 		return false
 	}
 	return fs.layer != nil && e.Epoch < fs.layer.Epoch()
+}
+
+// frozenNodeLocked reports whether n's object is shared with a snapshot
+// and must be thawed before it changes. A node a Reload cut loose never
+// is: its entry is no longer the view's, and changeStale decides what
+// may change it.
+func (fs *FS) frozenNodeLocked(n *Node) bool {
+	return !n.stale && n.object != "" && n.entry != nil && fs.frozenLocked(n.entry)
+}
+
+// changeStale decides a change to n when a Reload cut it loose: a file
+// held open across a restore or a branch switch, reached through a
+// descriptor or /proc/PID/fd/N. It reports whether n is such a node.
+// Its object may then be changed in place only while a file open for
+// writing or passed through holds it, since before the Reload: no
+// snapshot shares such an object (Snapshot clones it for itself).
+// Otherwise the object may be the safety snapshot's, or another
+// branch's, and there is no name left to copy it up to: ESTALE, as for
+// a file that is gone.
+func (fs *FS) changeStale(n *Node) (bool, error) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	if !n.stale {
+		return false, nil
+	}
+	fs.nodesMu.Lock()
+	own := n.object != "" && (n.entry == nil || !n.entry.Metacopy) && (n.writers > 0 || n.pins > 0)
+	fs.nodesMu.Unlock()
+	if !own {
+		return true, unix.ESTALE
+	}
+	return true, nil
 }
 
 // thawLocked gives upper node n an object of its own when its object is
