@@ -142,11 +142,12 @@ func (fs *FS) copyUpData(n *Node, withData bool) error {
 	}
 	n.copyMu.Lock()
 	defer n.copyMu.Unlock()
-	if stale, err := fs.changeStale(n); stale {
-		return err
-	}
 
 	fs.mu.RLock()
+	if stale, err := fs.changeStaleLocked(n); stale {
+		fs.mu.RUnlock()
+		return err
+	}
 	done := n.object != "" && (n.entry == nil || !n.entry.Metacopy)
 	lower := n.lower
 	fs.mu.RUnlock()
@@ -243,11 +244,11 @@ func (fs *FS) pathsOfLocked(obj string) []string {
 func (fs *FS) copyUpMeta(n *Node) error {
 	n.copyMu.Lock()
 	defer n.copyMu.Unlock()
-	if stale, err := fs.changeStale(n); stale {
-		return err
-	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if stale, err := fs.changeStaleLocked(n); stale {
+		return err
+	}
 	t := fs.newTx()
 	if n.object != "" {
 		if !fs.frozenLocked(n.entry) {
