@@ -1,7 +1,6 @@
 package overlay
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -336,8 +335,6 @@ func redirectOf(e *branch.Entry) (string, bool) {
 
 // redirectFor encodes a lower path for Entry.Redirect.
 func redirectFor(lower string) string { return "/" + lower }
-
-var errStale = errors.New("stale node")
 
 // Layer returns the branch layer the view shows.
 func (fs *FS) Layer() *branch.Layer { return fs.layer }
