@@ -227,6 +227,9 @@ func TestApplyConflictInNewDir(t *testing.T) {
 
 func TestApplyConflictBelowRenamedDir(t *testing.T) {
 	e := newEnv(t, map[string]string{"a/x": "x", "a/y": "y"})
+	// The lower files must be older than the base the rename records
+	// (its coarse clock): a ctime in the same tick counts as a change.
+	time.Sleep(20 * time.Millisecond)
 	if err := e.fs.Rename(e.fs.Root(), "a", e.fs.Root(), "b", 0); err != nil {
 		t.Fatal(err)
 	}
