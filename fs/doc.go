@@ -33,7 +33,7 @@
 // # Locking
 //
 // Lock order: binder.mu → binder.cacheMu; Server.mu, Server.negMu,
-// inode.mu and binder.rootMu are taken alone. None is held while the
+// inode.mu, binder.rootMu and releaser.mu are taken alone. None is held while the
 // kernel is notified.
 //
 // # Passthrough
@@ -59,8 +59,9 @@
 // until each has an entry), and ringHandler (ring.go) decodes each
 // request for the same RawFileSystem methods go-fuse calls. Most are
 // answered on the queue's thread, on the caller's CPU; a RELEASE is
-// answered at once and served on a goroutine (the kernel waits for
-// neither); FSYNC, FALLOCATE, COPY_FILE_RANGE and the control file's
+// answered at once and served by the releaser (release.go), one
+// goroutine that serves them in order (the kernel waits for neither);
+// FSYNC, FALLOCATE, COPY_FILE_RANGE and the control file's
 // IOCTLs are served on goroutines. FORGET and INTERRUPT still come over
 // /dev/fuse, and notifications go there. Over io_uring READ replies are
 // copied into the queue's buffer, not spliced.

@@ -240,13 +240,8 @@ func (h ringHandler) serve(r *fuseuring.Request, op uint32, in unsafe.Pointer, h
 	case opRelease:
 		// The kernel does not wait for a RELEASE (nor order it with
 		// the requests that follow), so it is answered at once and
-		// served off the caller's CPU.
-		rel := *(*fuse.ReleaseIn)(in)
-		s.ringBg.Add(1)
-		go func() {
-			defer s.ringBg.Done()
-			s.Release(nocancel, &rel)
-		}()
+		// served off the caller's CPU (release.go).
+		s.rel.push((*fuse.ReleaseIn)(in))
 		return fuse.OK, 0
 	case opReleasedir:
 		s.ReleaseDir((*fuse.ReleaseIn)(in))

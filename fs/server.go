@@ -71,11 +71,11 @@ type Server struct {
 	watch *lowerWatch // nil when inotify is unavailable
 
 	// ring serves the requests over io_uring; nil when they come over
-	// /dev/fuse, ringWhy then saying why. ringBg counts the RELEASEs
-	// the ring answered and left to a goroutine (see ringHandler).
+	// /dev/fuse, ringWhy then saying why. rel serves the RELEASEs the
+	// ring answered at once (release.go).
 	ring    *fuseuring.Server
 	ringWhy string
-	ringBg  sync.WaitGroup
+	rel     *releaser
 	askRing bool // INIT's reply asks for io_uring (set before INIT)
 
 	// negatives are the names the kernel may cache as absent, by
@@ -192,7 +192,11 @@ func (s *Server) startRing(maxWrite int) {
 		s.ringWhy = err.Error()
 		return
 	}
+	s.rel = newReleaser(func(in *fuse.ReleaseIn) { s.Release(nil, in) })
 	r, err := startQueues(dev, maxWrite, ringHandler{s}) // takes dev
+	if err != nil {
+		s.rel.close() // the queues are gone: no RELEASE comes this way
+	}
 	if errors.Is(err, fuseuring.ErrStuck) {
 		s.log.Error("aborting the FUSE connection", "err", err)
 		s.ringWhy = err.Error()
@@ -270,7 +274,7 @@ func (s *Server) Wait() {
 	s.srv.Wait()
 	if s.ring != nil {
 		s.ring.Wait()
-		s.ringBg.Wait()
+		s.rel.close()
 	}
 	s.watch.close()
 	s.views.close()
