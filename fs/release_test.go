@@ -41,7 +41,7 @@ func (s *served) waitServed(t *testing.T, n int) {
 
 func TestReleaserServesInOrder(t *testing.T) {
 	var s served
-	r := newReleaser(s.serve)
+	r := newReleaser(s.serve, releaseLinger)
 	for i := range 2000 {
 		r.push(&fuse.ReleaseIn{Fh: uint64(i)})
 		if i%100 == 0 {
@@ -62,7 +62,7 @@ func TestReleaserServesInOrder(t *testing.T) {
 // A push after the releaser went to sleep must wake it.
 func TestReleaserWakesAfterSleeping(t *testing.T) {
 	var s served
-	r := newReleaser(s.serve)
+	r := newReleaser(s.serve, releaseLinger)
 	defer r.close()
 	for i := range 20 {
 		r.push(&fuse.ReleaseIn{Fh: uint64(i)})
@@ -91,7 +91,7 @@ func waitParked(t *testing.T, r *releaser) {
 
 func TestReleaserConcurrentPushes(t *testing.T) {
 	var s served
-	r := newReleaser(s.serve)
+	r := newReleaser(s.serve, releaseLinger)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -122,7 +122,7 @@ func TestReleaserConcurrentPushes(t *testing.T) {
 
 func TestReleaserCloseWhileSleeping(t *testing.T) {
 	var s served
-	r := newReleaser(s.serve)
+	r := newReleaser(s.serve, releaseLinger)
 	waitParked(t, r)
 	done := make(chan struct{})
 	go func() { r.close(); close(done) }()
@@ -132,4 +132,22 @@ func TestReleaserCloseWhileSleeping(t *testing.T) {
 		t.Fatal("close of a sleeping releaser did not return in 10 s")
 	}
 	r.close() // a second close returns too
+}
+
+// On one CPU the releaser sleeps as soon as its queue is empty.
+func TestReleaserNoLingerOnOneCPU(t *testing.T) {
+	if got := lingerFor(1); got != 0 {
+		t.Errorf("lingerFor(1) = %v, want 0", got)
+	}
+	if got := lingerFor(2); got != releaseLinger {
+		t.Errorf("lingerFor(2) = %v, want %v", got, releaseLinger)
+	}
+	var s served
+	r := newReleaser(s.serve, 0)
+	defer r.close()
+	r.push(&fuse.ReleaseIn{Fh: 1})
+	s.waitServed(t, 1)
+	waitParked(t, r)
+	r.push(&fuse.ReleaseIn{Fh: 2})
+	s.waitServed(t, 2)
 }

@@ -192,7 +192,7 @@ func (s *Server) startRing(maxWrite int) {
 		s.ringWhy = err.Error()
 		return
 	}
-	s.rel = newReleaser(func(in *fuse.ReleaseIn) { s.Release(nil, in) })
+	s.rel = newReleaser(func(in *fuse.ReleaseIn) { s.Release(nil, in) }, lingerFor(runtime.NumCPU()))
 	r, err := startQueues(dev, maxWrite, ringHandler{s}) // takes dev
 	if err != nil {
 		s.rel.close() // the queues are gone: no RELEASE comes this way
