@@ -68,9 +68,15 @@ func newReleaser(serve func(*fuse.ReleaseIn), linger time.Duration) *releaser {
 	return r
 }
 
-// push queues a RELEASE; it never blocks.
+// push queues a RELEASE; it never blocks. After close it serves the
+// RELEASE itself, since nothing else would.
 func (r *releaser) push(in *fuse.ReleaseIn) {
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		r.serve(in)
+		return
+	}
 	r.q = append(r.q, *in)
 	wake := r.parked
 	r.parked = false

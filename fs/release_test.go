@@ -151,3 +151,15 @@ func TestReleaserNoLingerOnOneCPU(t *testing.T) {
 	r.push(&fuse.ReleaseIn{Fh: 2})
 	s.waitServed(t, 2)
 }
+
+// A RELEASE pushed after close is still served.
+func TestReleaserPushAfterClose(t *testing.T) {
+	var s served
+	r := newReleaser(s.serve, releaseLinger)
+	r.push(&fuse.ReleaseIn{Fh: 1})
+	r.close()
+	r.push(&fuse.ReleaseIn{Fh: 2})
+	if len(s.fhs) != 2 || s.fhs[1] != 2 {
+		t.Fatalf("served %v after close, want [1 2]", s.fhs)
+	}
+}
