@@ -33,8 +33,8 @@
 // # Locking
 //
 // Lock order: binder.mu → binder.cacheMu; Server.mu, Server.negMu,
-// inode.mu, binder.rootMu and releaser.mu are taken alone. None is held while the
-// kernel is notified.
+// inode.mu, binder.rootMu and releaser.mu are taken alone. None is
+// held while the kernel is notified.
 //
 // # Passthrough
 //

@@ -100,6 +100,10 @@ func (r *releaser) close() {
 	<-r.done
 }
 
+// maxKeptBatch is the largest batch buffer the releaser keeps for the
+// next turn (a RELEASE takes 64 bytes: 256 KiB).
+const maxKeptBatch = 4096
+
 func (r *releaser) run() {
 	defer close(r.done)
 	var batch []fuse.ReleaseIn
@@ -111,6 +115,9 @@ func (r *releaser) run() {
 			r.mu.Unlock()
 			for i := range batch {
 				r.serve(&batch[i])
+			}
+			if cap(batch) > maxKeptBatch {
+				batch = nil // a burst is over: let its buffer go
 			}
 			last = time.Now()
 			continue
