@@ -86,24 +86,3 @@ func (fs *FS) Restore(snap branch.Snapshot) ([]Stale, error) {
 	}
 	return fs.reloadLocked()
 }
-
-// Switch makes the view show branch l instead of its own and rebuilds
-// it; the returned stale nodes are for fs.Server.Invalidate.
-func (fs *FS) Switch(l *branch.Layer) ([]Stale, error) {
-	if fs.layer == nil || l == nil {
-		return nil, fmt.Errorf("switching a snapshot's view")
-	}
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	old := fs.layer
-	fs.layer = l
-	stale, err := fs.reloadLocked()
-	if err != nil {
-		fs.layer = old
-		if _, rerr := fs.reloadLocked(); rerr != nil {
-			fs.log.Error("reloading the branch after a failed switch", "err", rerr)
-		}
-		return nil, err
-	}
-	return stale, nil
-}

@@ -13,7 +13,15 @@ import (
 // snapView opens a read-only view of snapshot s over e's lower tree.
 func (e *env) snapView(s branch.Snapshot) *env {
 	e.t.Helper()
-	v, err := New(Config{Lower: e.lower, Objects: e.bs, Snapshot: e.meta.SnapshotView(s), AllocIno: e.meta.AllocIno})
+	return e.otherView(Config{Snapshot: e.meta.SnapshotView(s)})
+}
+
+// otherView is a view beside e's, over the same lower tree, backstore
+// and store, showing what c names (a layer or a snapshot).
+func (e *env) otherView(c Config) *env {
+	e.t.Helper()
+	c.Lower, c.Objects, c.AllocIno = e.lower, e.bs, e.meta.AllocIno
+	v, err := New(c)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -85,31 +93,36 @@ func TestSnapshotIsImmutable(t *testing.T) {
 	eq(t, "snapshot after writing the restored branch", e.snapView(snap).read("d/lower"), "v1")
 }
 
-func TestSwitchBranch(t *testing.T) {
-	e := newEnv(t, map[string]string{"f": "lower"})
+// branchView is a second view, over layer l, beside e's: the daemon
+// keeps one live view per branch, over one lower tree and backstore.
+func (e *env) branchView(l *branch.Layer) *env {
+	e.t.Helper()
+	return e.otherView(Config{Layer: l})
+}
+
+// Two live views of two branches forked from one snapshot share its
+// objects until either changes a file, and never see each other's
+// changes.
+func TestBranchViewsAreIndependent(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "lower", "g": "lower"})
 	e.write("f", "main")
 	snap, err := e.fs.Snapshot("", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
-	try, err := e.meta.CreateLayer("try", snap)
+	l, err := e.meta.CreateLayer("try", snap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	main := e.fs.Layer()
-	if _, err := e.fs.Switch(try); err != nil {
-		t.Fatal(err)
-	}
-	eq(t, "try starts as the snapshot", e.read("f"), "main")
-	e.write("f", "try")
-	if _, err := e.fs.Switch(main); err != nil {
-		t.Fatal(err)
-	}
+	try := e.branchView(l)
+	eq(t, "try starts as the snapshot", try.read("f"), "main")
+	try.write("f", "try")
 	eq(t, "main untouched by try", e.read("f"), "main")
-	if _, err := e.fs.Switch(try); err != nil {
-		t.Fatal(err)
-	}
-	eq(t, "try kept its write", e.read("f"), "try")
+	e.write("f", "main 2")
+	e.write("g", "main")
+	eq(t, "try untouched by main", try.read("f"), "try")
+	eq(t, "try's g, untouched by main", try.read("g"), "lower")
+	eq(t, "the snapshot", e.snapView(snap).read("f"), "main")
 }
 
 // TestThawHardLinkAfterUnlink: a hard-linked file loses the name its

@@ -40,15 +40,15 @@ func (fs *FS) frozenNodeLocked(n *Node) bool {
 }
 
 // changeStaleLocked decides a change to n when a Reload cut it loose: a
-// file held open across a restore or a branch switch, reached through a
+// file held open across a restore (or another Reload), reached through a
 // descriptor or /proc/PID/fd/N. It reports whether n is such a node.
 // Its object may then be changed in place only while a file open for
 // writing or passed through holds it, since before the Reload: no
 // snapshot shares such an object (Snapshot clones it for itself), and
 // after the Reload only this and Pin add writers and pins, and only to
 // a node that has some. Otherwise the object may be the safety
-// snapshot's, or another branch's, and there is no name left to copy it
-// up to: ESTALE, as for a file that is gone. fs.mu is held (Reload
+// snapshot's, and there is no name left to copy it up to: ESTALE, as
+// for a file that is gone. fs.mu is held (Reload
 // sets n.stale with it held exclusively).
 func (fs *FS) changeStaleLocked(n *Node) (bool, error) {
 	if !n.stale {

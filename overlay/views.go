@@ -29,8 +29,7 @@ func (fs *FS) ReadOnly() bool {
 }
 
 // Source returns the entries the view shows: its branch's layer, its
-// snapshot, or an empty source for a lower view. The layer changes
-// with Switch; the source returned is the one shown at the call.
+// snapshot, or an empty source for a lower view.
 func (fs *FS) Source() branch.Source {
 	fs.mu.RLock()
 	defer fs.mu.RUnlock()
