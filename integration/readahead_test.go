@@ -9,10 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestReadahead: the mount's own device reads ahead 1 MiB, as INIT
-// asks (the kernel caps FUSE at 128 KiB otherwise), so that a cold
-// sequential read of a project file keeps two 512 KiB READs (the
-// largest that can be spliced) in flight.
+// TestReadahead: the mount's own device reads ahead 8 MiB (the kernel
+// caps FUSE at 128 KiB otherwise), so that a cold sequential read of a
+// project file keeps sixteen 512 KiB READs in flight (fs.readahead).
 func TestReadahead(t *testing.T) {
 	m := newMount(t, withLower(lowerFile("f", "f")))
 	var st unix.Stat_t
@@ -26,7 +25,7 @@ func TestReadahead(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the mount's device: %v", err)
 	}
-	if got := strings.TrimSpace(string(b)); got != "1024" {
-		t.Errorf("%s = %s, want 1024", knob(st.Dev), got)
+	if got := strings.TrimSpace(string(b)); got != "8192" {
+		t.Errorf("%s = %s, want 8192", knob(st.Dev), got)
 	}
 }
