@@ -11,7 +11,8 @@ import (
 
 // TestReadahead: the mount's own device reads ahead 8 MiB (the kernel
 // caps FUSE at 128 KiB otherwise), so that a cold sequential read of a
-// project file keeps sixteen 512 KiB READs in flight (fs.readahead).
+// project file asks for up to 8 MiB ahead, in 512 KiB READs
+// (fs.readahead).
 func TestReadahead(t *testing.T) {
 	m := newMount(t, withLower(lowerFile("f", "f")))
 	var st unix.Stat_t
