@@ -48,8 +48,8 @@ func (fs *FS) frozenNodeLocked(n *Node) bool {
 // after the Reload only this and Pin add writers and pins, and only to
 // a node that has some. Otherwise the object may be the safety
 // snapshot's, and there is no name left to copy it up to: ESTALE, as
-// for a file that is gone. fs.mu is held (Reload
-// sets n.stale with it held exclusively).
+// for a file that is gone. fs.mu is held (Reload sets n.stale with it
+// held exclusively).
 func (fs *FS) changeStaleLocked(n *Node) (bool, error) {
 	if !n.stale {
 		return false, nil
