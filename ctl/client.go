@@ -12,6 +12,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// DaemonGone reports whether err means the daemon of a FUSE mount is
+// gone. The kernel answers ENOTCONN once it has aborted the connection,
+// and ECONNABORTED to a request that was queued for, or read by, the
+// daemon before the abort: after kill -9 the abort waits for the last
+// reference to /dev/fuse, which io_uring drops asynchronously.
+func DaemonGone(err error) bool {
+	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
+}
+
 // ErrNotMounted means FindMount found no agentfs mount.
 var ErrNotMounted = errors.New("not inside an agentfs mount (use -C DIR)")
 
@@ -23,8 +32,8 @@ func FindMount(dir string) (string, error) {
 	if dir == "" {
 		var err error
 		if dir, err = os.Getwd(); err != nil {
-			if errors.Is(err, syscall.ENOTCONN) {
-				return "", errors.New("the current directory is in an agentfs mount whose daemon is gone (transport endpoint is not connected): cd out and run agentfs unmount MOUNTPOINT")
+			if DaemonGone(err) {
+				return "", fmt.Errorf("the current directory is in an agentfs mount whose daemon is gone (%w): cd out and run agentfs unmount MOUNTPOINT", err)
 			}
 			return "", fmt.Errorf("finding the mount: %w", err)
 		}
@@ -39,8 +48,8 @@ func FindMount(dir string) (string, error) {
 		switch {
 		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG:
 			return dir, nil
-		case err == unix.ENOTCONN:
-			return "", fmt.Errorf("%s is in an agentfs mount whose daemon is gone (transport endpoint is not connected): run agentfs unmount on its mountpoint", dir)
+		case DaemonGone(err):
+			return "", fmt.Errorf("%s is in an agentfs mount whose daemon is gone (%w): run agentfs unmount on its mountpoint", dir, err)
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
@@ -95,8 +104,8 @@ func Dial(root string) (*Client, error) {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("%s is not an agentfs mount (it has no %s)", root, ControlName)
-	case errors.Is(err, syscall.ENOTCONN):
-		return nil, fmt.Errorf("the agentfs daemon of %s is gone (transport endpoint is not connected): run agentfs unmount %s: %w", root, root, err)
+	case DaemonGone(err):
+		return nil, fmt.Errorf("the agentfs daemon of %s is gone: run agentfs unmount %s: %w", root, root, err)
 	case errors.Is(err, os.ErrPermission):
 		return nil, fmt.Errorf("permission denied: only the owner of the mount %s and root may control it: %w", root, err)
 	case err != nil:
@@ -204,8 +213,8 @@ func (c *Client) fileIoctl(buf []byte) error {
 		return nil
 	case unix.EPERM, unix.EACCES:
 		return fmt.Errorf("permission denied: only the owner of the mount %s and root may control it: %w", c.root, e)
-	case unix.ENOTCONN:
-		return fmt.Errorf("the agentfs daemon of %s is gone (transport endpoint is not connected): run agentfs unmount %s: %w", c.root, c.root, e)
+	case unix.ENOTCONN, unix.ECONNABORTED:
+		return fmt.Errorf("the agentfs daemon of %s is gone: run agentfs unmount %s: %w", c.root, c.root, e)
 	case unix.ENOTTY:
 		return fmt.Errorf("the agentfs daemon of %s does not answer control requests: %w", c.root, e)
 	}

@@ -4,6 +4,7 @@ package integration
 // a daemon that dies, and a kept store.
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -126,6 +127,52 @@ func TestDaemonKilled(t *testing.T) {
 	r := runAgentfs(t, "unmount", m.dir)
 	if r.code != 0 {
 		t.Errorf("agentfs unmount of a dead mount:\n%s", r)
+	}
+	if isMounted(m.dir) {
+		t.Errorf("%s is still mounted after agentfs unmount of the dead mount", m.dir)
+		unix.Unmount(m.dir, unix.MNT_DETACH)
+	}
+	assertStoreDeleted(t, store)
+}
+
+// TestDaemonKilledWithRequestPending: a request the daemon had not
+// answered when it died fails with ECONNABORTED, not ENOTCONN. agentfs
+// unmount, waiting on the control file at that moment, must still see
+// a dead mount and clear it.
+func TestDaemonKilledWithRequestPending(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("f", "f")))
+	pid, store := m.status.Pid, m.status.Store
+	// Warm the root's attributes and the control file's dentry, so that
+	// the unmount's first request to the daemon is the control file's
+	// open.
+	var st unix.Stat_t
+	unix.Stat(m.dir, &st)
+	unix.Stat(filepath.Join(m.dir, ".agentfs.ctl"), &st)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(agentfsBin, "unmount", m.dir)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatal(err)
+	}
+	// Wait until the unmount sleeps in a FUSE request.
+	waiting := waitFor(func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", cmd.Process.Pid))
+		return strings.Contains(string(b), "fuse") || strings.Contains(string(b), "request_wait_answer")
+	})
+	syscall.Kill(pid, syscall.SIGKILL)
+	if !waitFor(func() bool { return !processAlive(pid) }) {
+		t.Fatalf("the daemon (pid %d) survived SIGKILL", pid)
+	}
+	err := cmd.Wait()
+	if !waiting {
+		t.Errorf("agentfs unmount never waited on the stopped daemon")
+	}
+	if err != nil {
+		t.Errorf("agentfs unmount with a request pending when the daemon died: %v\nstdout: %s\nstderr: %s", err, &stdout, &stderr)
 	}
 	if isMounted(m.dir) {
 		t.Errorf("%s is still mounted after agentfs unmount of the dead mount", m.dir)

@@ -159,8 +159,9 @@ func dropCaches(what string) error {
 func isMountRoot(dir string) bool {
 	var stx unix.Statx_t
 	if err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS, &stx); err != nil {
-		// A FUSE mount whose daemon died answers ENOTCONN: still a mount.
-		return errors.Is(err, unix.ENOTCONN)
+		// A FUSE mount whose daemon died answers ENOTCONN (ECONNABORTED
+		// while the kernel aborts the connection): still a mount.
+		return errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED)
 	}
 	return stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 }

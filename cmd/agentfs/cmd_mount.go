@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/cmd/agentfs/internal/activity"
+	"github.com/agentfs/agentfs/ctl"
 )
 
 // mountOptions are the flags of agentfs mount.
@@ -243,8 +244,8 @@ func realDir(p, what string) (string, error) {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return "", fmt.Errorf("the %s %s does not exist: create it first (mkdir -p %s)", what, abs, abs)
-	case errors.Is(err, syscall.ENOTCONN):
-		return "", fmt.Errorf("the %s %s is a dead mount (transport endpoint is not connected): clear it with agentfs unmount %s", what, abs, abs)
+	case ctl.DaemonGone(err):
+		return "", fmt.Errorf("the %s %s is a dead mount (%w): clear it with agentfs unmount %s", what, abs, err, abs)
 	case err != nil:
 		return "", fmt.Errorf("the %s %s: %w", what, abs, err)
 	case !st.IsDir():

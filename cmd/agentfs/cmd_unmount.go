@@ -57,7 +57,7 @@ func runUnmount(ctx context.Context, o *unmountOptions, args []string) error {
 	if err != nil {
 		return fmt.Errorf("the mountpoint %s: %w", args[0], err)
 	}
-	// A dead mount cannot be resolved (its root answers ENOTCONN): keep
+	// A dead mount cannot be resolved (see ctl.DaemonGone): keep
 	// the path as given then.
 	if r, err := filepath.EvalSymlinks(mp); err == nil {
 		mp = r
@@ -79,7 +79,7 @@ func runUnmount(ctx context.Context, o *unmountOptions, args []string) error {
 		return fmt.Errorf("%s is a %s mount, not an agentfs mount: use umount", mp, e.FsType)
 	}
 	c, err := ctl.Dial(mp)
-	if errors.Is(err, syscall.ENOTCONN) {
+	if ctl.DaemonGone(err) {
 		return clearDeadMount(o.stderr, mp, reg, known)
 	}
 	if err != nil {
@@ -87,7 +87,7 @@ func runUnmount(ctx context.Context, o *unmountOptions, args []string) error {
 	}
 	var st ctl.Status
 	err = c.Do(ctl.OpStatus, nil, &st)
-	if errors.Is(err, syscall.ENOTCONN) {
+	if ctl.DaemonGone(err) {
 		c.Close()
 		return clearDeadMount(o.stderr, mp, reg, known)
 	}

@@ -102,8 +102,8 @@ func OverlaySpec(witness bool) RootSpec {
 }
 
 // AbortFUSE aborts the FUSE connection of the mount at mnt (through
-// /sys/fs/fuse/connections), which fails every pending and later
-// request with ENOTCONN: the way out of a hung daemon. It finds the
+// /sys/fs/fuse/connections), which fails every pending request with
+// ECONNABORTED and every later one with ENOTCONN: the way out of a hung daemon. It finds the
 // connection in /proc/self/mountinfo, as stat(2) on a hung mount would
 // hang too.
 func AbortFUSE(mnt string) error {
