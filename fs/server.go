@@ -162,27 +162,26 @@ func Mount(o Options) (*Server, error) {
 			mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
 		}
 	}
+	// The watch exists before the first LOOKUP, which adds to it; it
+	// only ever sends notifications about what was added.
+	var err error
+	if s.watch, err = startLowerWatch(s); err != nil {
+		s.log.Warn("lower directory edits made from outside will show late", "err", err)
+	}
 	srv, err := fuse.NewServer(s, o.Mountpoint, mo)
 	if err != nil {
+		s.watch.close()
 		return nil, err
 	}
 	s.srv = srv
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
+		s.watch.close()
 		return nil, err
 	}
 	s.setReadahead(o.Mountpoint, mo.MaxReadAhead)
-	if s.watch, err = startLowerWatch(s); err != nil {
-		s.log.Warn("lower directory edits made from outside will show late", "err", err)
-	}
 	s.watch.add(o.View.Root().ID, o.View.Root())
-	s.spliceMax = splice.MaxPipeSize() - os.Getpagesize() - int(unsafe.Sizeof(fuse.OutHeader{}))
-	ks := srv.KernelSettings()
-	s.passthrough = o.Passthrough && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0
-	// Ring READ replies are copied from the entry's payload buffer;
-	// splicing does not apply to them.
-	s.splice = s.ring == nil && splice.Resizable() && s.spliceMax >= spliceMin
 	return s, nil
 }
 
@@ -293,8 +292,13 @@ func (s *Server) Unmount() error { return s.srv.Unmount() }
 
 // Init implements fuse.RawFileSystem: it runs after INIT, before any
 // other request.
+//
+// What INIT granted is settled here, before the kernel sends anything
+// else: requests come as soon as INIT is answered, before Mount returns.
 func (s *Server) Init(srv *fuse.Server) {
-	s.killprivV2 = srv.KernelSettings().Flags64()&fuse.CAP_HANDLE_KILLPRIV_V2 != 0
+	ks := srv.KernelSettings()
+	s.killprivV2 = ks.Flags64()&fuse.CAP_HANDLE_KILLPRIV_V2 != 0
+	s.passthrough = s.opts.Passthrough && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0
 	// Once INIT granted io_uring, the kernel holds every new request
 	// until each queue has an entry (or a registration failed), so the
 	// queues start here, before the mount is waited for.
@@ -302,6 +306,10 @@ func (s *Server) Init(srv *fuse.Server) {
 		s.srv = srv
 		s.startRing(maxRead)
 	}
+	// Ring READ replies are copied from the entry's payload buffer;
+	// splicing does not apply to them.
+	s.spliceMax = splice.MaxPipeSize() - os.Getpagesize() - int(unsafe.Sizeof(fuse.OutHeader{}))
+	s.splice = s.ring == nil && splice.Resizable() && s.spliceMax >= spliceMin
 }
 
 // Reads reports how many READ requests the daemon has served (reads the
