@@ -60,7 +60,8 @@
 // request for the same RawFileSystem methods go-fuse calls. Most are
 // answered on the queue's thread, on the caller's CPU; a RELEASE is
 // answered at once and served by the releaser (release.go), one
-// goroutine that serves them in order (the kernel waits for neither);
+// goroutine on a thread of its own that serves them in order (the
+// kernel waits for neither);
 // FSYNC, FALLOCATE, COPY_FILE_RANGE and the control file's
 // IOCTLs are served on goroutines. FORGET and INTERRUPT still come over
 // /dev/fuse, and notifications go there. Over io_uring READ replies are

@@ -224,8 +224,13 @@ func (s *Server) startRing(maxWrite int) {
 	// them, the goroutines a request wakes (badger's writer, the pool)
 	// would wait for that.
 	// (Queues of CPUs that are possible but not online wait without
-	// ever being woken; they need none.)
-	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + min(r.Queues(), runtime.NumCPU()))
+	// ever being woken; they need none.) The releaser keeps a P while
+	// it lingers: one more.
+	extra := min(r.Queues(), runtime.NumCPU())
+	if s.rel.linger > 0 {
+		extra++
+	}
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + extra)
 }
 
 // Transport says how requests reach the daemon: "io_uring (N queues)"

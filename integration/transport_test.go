@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,5 +126,45 @@ func TestTransportRefused(t *testing.T) {
 	statusJSON(t, m.dir, &st)
 	if st.Transport != "/dev/fuse (--no-io-uring)" {
 		t.Fatalf("status with --no-io-uring: transport %q, want %q", st.Transport, "/dev/fuse (--no-io-uring)")
+	}
+}
+
+// TestRingThreadsBatch: each io_uring queue's thread and the releaser's
+// are SCHED_BATCH, so that a RELEASE, which the closing program does
+// not wait for, does not preempt that program (fuseuring.batchPolicy).
+// Over /dev/fuse no thread of the daemon is.
+func TestRingThreadsBatch(t *testing.T) {
+	m := newMount(t, withLower(lowerFile("f", "f")))
+	var st struct {
+		Transport string `json:"transport"`
+	}
+	statusJSON(t, m.dir, &st)
+	want := 0
+	if ringAvailable() {
+		var queues int
+		if _, err := fmt.Sscanf(st.Transport, "io_uring (%d queues)", &queues); err != nil {
+			t.Fatalf("status: transport %q: %v", st.Transport, err)
+		}
+		want = queues + 1 // and the releaser
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", m.status.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", m.status.Pid, task.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		// The fields after the command's closing parenthesis; policy
+		// is field 41 of the whole line, 39 of these.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 38 && f[38] == "3" { // SCHED_BATCH
+			batch++
+		}
+	}
+	if batch != want {
+		t.Errorf("%d of the daemon's %d threads are SCHED_BATCH, want %d (transport %q)", batch, len(tasks), want, st.Transport)
 	}
 }

@@ -8,7 +8,9 @@
 // Over io_uring the kernel keeps one queue per CPU and puts a request on
 // the queue of the CPU that made it. This package serves each queue with
 // one OS thread pinned to that CPU, so a LOOKUP or GETATTR is answered
-// on the CPU where the caller sleeps, by a thread that wakes there.
+// on the CPU where the caller sleeps, by a thread that wakes there. The
+// thread is SCHED_BATCH, so that a request the caller does not wait for
+// (RELEASE) does not preempt it (batchPolicy).
 //
 // What it owns: the rings (one per queue, made and used by the queue's
 // thread only: IORING_SETUP_SINGLE_ISSUER), the entries' buffers (a
