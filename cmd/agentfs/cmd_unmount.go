@@ -137,11 +137,24 @@ func clearDeadMount(stderr io.Writer, mp string, reg registryEntry, known bool) 
 		return fmt.Errorf("clearing the dead mount %s: %w", mp, err)
 	}
 	fmt.Fprintf(stderr, "agentfs: the daemon of %s had died; cleared the mount\n", mp)
-	if known {
-		cleanupAfter(stderr, reg)
+	if !known {
+		return nil
 	}
+	// The kernel reports the daemon gone before the last of its threads
+	// has left: one leaving io_uring still holds the store's lock.
+	p := watchProcess(reg.Pid)
+	defer p.close()
+	if !p.wait(deadDaemonWait) {
+		fmt.Fprintf(stderr, "agentfs: the dead daemon (pid %d) is still exiting; run agentfs unmount %s again to remove what it left\n", reg.Pid, mp)
+		return nil
+	}
+	cleanupAfter(stderr, reg)
 	return nil
 }
+
+// deadDaemonWait is how long unmount waits for the threads of a daemon
+// whose mount it cleared to exit.
+const deadDaemonWait = 10 * time.Second
 
 // cleanupAfter removes what a dead daemon left: its private store (with
 // a ramdisk still mounted in it) and its registry entry.
