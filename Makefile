@@ -32,6 +32,7 @@ deps:
 	command -v setfattr >/dev/null || missing="$$missing attr"; \
 	command -v mkfs.xfs >/dev/null || missing="$$missing xfsprogs"; \
 	command -v git >/dev/null || missing="$$missing git"; \
+	command -v gcc >/dev/null || missing="$$missing gcc"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing:$$missing"; \
@@ -47,6 +48,8 @@ test: deps build
 	$(GO) vet ./...
 	@echo "go test (AGENTFS_REQUIRE_FUSE=$${AGENTFS_REQUIRE_FUSE:-0})"
 	AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 $(GOTESTFLAGS) ./...
+	@echo "the other packages again, with the race detector"
+	AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -race -p 1 -count=1 $(GOTESTFLAGS) $$($(GO) list ./... | grep -v /integration)
 	@echo "integration tests again, without FUSE passthrough (page cache)"
 	AGENTFS_TEST_NO_PASSTHROUGH=1 AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 $(GOTESTFLAGS) ./integration/...
 	@echo "integration tests again, with FUSE requests over /dev/fuse instead of io_uring"

@@ -204,7 +204,9 @@ func TestRamdiskAdoptsMountedTmpfs(t *testing.T) {
 	root := s.Info().Root
 	t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
 	id := newFile(t, s, 0600, []byte("survivor"))
-	// Die: the fds go, the mount stays.
+	// Die: the goroutines stop and the fds go (spare directories stay),
+	// the mount stays.
+	s.pool.close()
 	s.main.close()
 	s.spill.close()
 

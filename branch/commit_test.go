@@ -421,7 +421,9 @@ func TestCommitsInFlightBounded(t *testing.T) {
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	testHookWritten = func(uint64) error { <-release; return nil }
-	t.Cleanup(func() { free(); testHookWritten = nil }) // before the store closes
+	// Before the store closes; the hook is cleared only once every
+	// callback that reads it has run.
+	t.Cleanup(func() { free(); s.Settle(); testHookWritten = nil })
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
