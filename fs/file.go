@@ -428,6 +428,9 @@ func (s *Server) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, o
 	if in.NodeId != controlID || s.opts.Control == nil {
 		return fuse.Status(unix.ENOTTY)
 	}
+	// What the caller closed before it asks is released before it is
+	// answered (release.go).
+	s.rel.settle()
 	c := ctl.Caller{Pid: in.Pid, Uid: in.Uid, Gid: in.Gid}
 	n, e := s.opts.Control.HandleIoctl(c, in.Cmd, inbuf, outbuf)
 	if e != 0 {

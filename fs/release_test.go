@@ -163,3 +163,36 @@ func TestReleaserPushAfterClose(t *testing.T) {
 		t.Fatalf("served %v after close, want [1 2]", s.fhs)
 	}
 }
+
+// TestReleaserSettle: settle returns only once every RELEASE pushed
+// before it was served, the one the releaser is serving included.
+func TestReleaserSettle(t *testing.T) {
+	var s served
+	started, unblock := make(chan struct{}), make(chan struct{})
+	r := newReleaser(func(in *fuse.ReleaseIn) {
+		if in.Fh == 1 {
+			close(started)
+			<-unblock // the releaser's turn is held here
+		}
+		s.serve(in)
+	}, releaseLinger)
+	defer r.close()
+	r.push(&fuse.ReleaseIn{Fh: 1})
+	<-started
+	r.push(&fuse.ReleaseIn{Fh: 2})
+	settled := make(chan struct{})
+	go func() {
+		r.settle()
+		close(settled)
+	}()
+	select {
+	case <-settled:
+		t.Fatal("settle returned while a RELEASE pushed before it was being served")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(unblock)
+	<-settled
+	if n := s.count(); n != 2 {
+		t.Fatalf("settle returned with %d of 2 RELEASEs served", n)
+	}
+}

@@ -546,6 +546,10 @@ func opInSize(op uint32) int {
 // 11,000 files made 20,700 switches to the queue's thread, and 11,500
 // as SCHED_BATCH (perf sched), and took 8% less time.
 //
+// The price: a RELEASE waits in the kernel until the thread runs, so a
+// request from another CPU right after a close may come first (see the
+// fs releaser's settle).
+//
 // Setting SCHED_BATCH needs no privilege; where it fails the thread
 // stays as it was, which only costs those switches.
 func batchPolicy() {
