@@ -47,14 +47,14 @@ func lingerFor(ncpu int) time.Duration {
 // quick succession never has to wake it.
 //
 // The goroutine keeps one OS thread (SCHED_OTHER: when woken it should
-// run at once, see settle), and lingers by yielding that thread's CPU (sched_yield), not the Go
-// scheduler's. Lingering with runtime.Gosched, it moved from thread to
-// thread, and the kernel ran those threads on the closing program's
-// CPU as often as on the other: perf sched showed grep -r waiting 45 µs
-// for a lingering releaser after many of its files. One thread settles
-// on the CPU the program leaves free, and where it does share the
-// program's CPU, sched_yield hands the CPU back whenever the program
-// can run.
+// run at once, see settle), and lingers by yielding that thread's CPU
+// (sched_yield), not the Go scheduler's. Lingering with
+// runtime.Gosched, it moved from thread to thread, and the kernel ran
+// those threads on the closing program's CPU as often as on the other:
+// perf sched showed grep -r waiting 45 µs for a lingering releaser
+// after many of its files. One thread stays on the CPU the program
+// leaves free, and where it does share the program's CPU, sched_yield
+// hands the CPU back whenever the program can run.
 //
 // A control request (a snapshot, an apply) must see the releases of the
 // files closed before it: a file still counted as written is copied
@@ -71,9 +71,8 @@ func lingerFor(ncpu int) time.Duration {
 // serves it before it lets turn go, so settle, holding turn, knows that
 // everything pushed before it has been served. mu guards q, parked and
 // closed; nothing else is taken under it. queued mirrors len(q), for
-// the lingering loop to read without mu.
-// Exactly one push sees parked set and sends on wake, so wake
-// (buffered, 1) never blocks.
+// the lingering loop to read without mu. Exactly one push sees parked
+// set and sends on wake, so wake (buffered, 1) never blocks.
 type releaser struct {
 	serve  func(*fuse.ReleaseIn)
 	linger time.Duration
