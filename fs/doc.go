@@ -32,9 +32,11 @@
 //
 // # Locking
 //
-// Lock order: binder.mu → binder.cacheMu; Server.mu, Server.negMu,
-// inode.mu, binder.rootMu and releaser.mu are taken alone. None is
-// held while the kernel is notified.
+// Lock order: binder.mu → binder.cacheMu; releaser.turn → releaser.mu,
+// and releaser.turn → whatever serving a RELEASE takes (it is held
+// while releases are served); Server.mu, Server.negMu, inode.mu,
+// binder.rootMu and releaser.mu are taken alone. None is held while
+// the kernel is notified.
 //
 // # Passthrough
 //
