@@ -327,7 +327,7 @@ func (s *Store) Recycle(id string) error {
 	s.pool.mu.Lock()
 	room := !s.pool.closed && len(s.pool.spares) < maxSpares
 	s.pool.mu.Unlock()
-	if !room || !emptyForReuse(fd) || unix.Renameat2(l.Dirfd, l.Name, s.main.sparefd, id, unix.RENAME_NOREPLACE) != nil {
+	if !room || !emptyForReuse(fd, l) || unix.Renameat2(l.Dirfd, l.Name, s.main.sparefd, id, unix.RENAME_NOREPLACE) != nil {
 		unix.Close(fd)
 		return s.Remove(id)
 	}
@@ -367,16 +367,27 @@ func (s *Store) recycleDir(id string, l Loc) error {
 	return nil
 }
 
-// emptyForReuse truncates the regular file fd and removes its extended
-// attributes; it reports false when fd is not a regular file with one
-// name or cannot be emptied.
-func emptyForReuse(fd int) bool {
+// emptyForReuse truncates the regular file fd (at l) and removes its
+// extended attributes; it reports false when fd is not a regular file
+// with one name or cannot be emptied.
+//
+// ext4 (unless mounted noauto_da_alloc) takes a truncate to size 0 for
+// the start of a rewrite in place, and makes the next close of the file
+// write its data out at once (auto_da_alloc): the new file that takes
+// this spare would be written to disk when its writer closes it, as no
+// new native file is (even a truncate of an empty file does this). Any
+// close of the inode ends that state, so one is made here, of a second
+// open of the emptied file.
+func emptyForReuse(fd int, l Loc) bool {
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
 		return false
 	}
 	if unix.Ftruncate(fd, 0) != nil {
 		return false
+	}
+	if c, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_CLOEXEC, 0); err == nil {
+		unix.Close(c)
 	}
 	return stripXattrs(fd)
 }

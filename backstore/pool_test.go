@@ -314,6 +314,58 @@ func TestRecycle(t *testing.T) {
 	}
 }
 
+// TestRecycledFileNotWrittenAtClose: on ext4, a new file that took a
+// recycled object is not written out when its writer closes it, as a new
+// native file is not (the truncate that emptied the object would
+// otherwise make ext4 flush it at close: auto_da_alloc).
+func TestRecycledFileNotWrittenAtClose(t *testing.T) {
+	mnt := mountImage(t, "ext4", "e2fsprogs", "-q", "-F")
+	s := openStore(t, Options{Dir: filepath.Join(mnt, "store")})
+	data := bytes.Repeat([]byte("x"), 8192)
+	// Both kinds of spare: kept open, and kept by name only (opened
+	// again when taken).
+	var olds []string
+	for range spareFds + 1 {
+		id := newFile(t, s, 0644, data)
+		if f, err := s.Open(id, unix.O_RDONLY); err != nil {
+			t.Fatal(err)
+		} else {
+			unix.Fsync(int(f.Fd()))
+			f.Close()
+		}
+		olds = append(olds, id)
+	}
+	for _, id := range olds {
+		if err := s.Recycle(id); err != nil || !s.IsSpare(id) {
+			t.Fatalf("Recycle(%s): %v, kept %v; want it kept", id, err, s.IsSpare(id))
+		}
+	}
+	for i := range 2 {
+		id, f, err := s.CreateFile(0644, -1, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(olds, id) {
+			t.Fatalf("new file %s is no spare", id)
+		}
+		if _, err := f.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		obj, err := s.Open(id, unix.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ext := fiemapFlags(t, obj, 0)
+		obj.Close()
+		if len(ext) == 0 || ext[0].flags&fiemapExtentDelalloc == 0 {
+			t.Errorf("new file #%d (a spare): extents %+v after its close; want its data not written yet (delalloc)", i, ext)
+		}
+	}
+}
+
 // TestDirPool: directory objects are made ahead once one was made;
 // Mkdir takes one, with the mode, owner and times of a new directory;
 // spares are not listed, and Close removes them.

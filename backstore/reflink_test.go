@@ -18,16 +18,24 @@ import (
 // dir and returns its mountpoint; it is unmounted in t.Cleanup.
 func mountXFS(t *testing.T) string {
 	t.Helper()
+	return mountImage(t, "xfs", "xfsprogs", "-q", "-m", "reflink=1")
+}
+
+// mountImage mounts a fresh 300 MiB image made by mkfs.TYPE (from the
+// Debian package pkg) with args, in a temp dir, and returns its
+// mountpoint; it is unmounted in t.Cleanup.
+func mountImage(t *testing.T, typ, pkg string, args ...string) string {
+	t.Helper()
 	needRoot(t, "mounting a loop device")
-	mkfs, err := exec.LookPath("mkfs.xfs")
+	mkfs, err := exec.LookPath("mkfs." + typ)
 	if err != nil {
-		unavailable(t, "mkfs.xfs is missing (apt-get install xfsprogs)")
+		unavailable(t, "mkfs.%s is missing (apt-get install %s)", typ, pkg)
 	}
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
 		unavailable(t, "no loop devices: %v", err)
 	}
 	dir := t.TempDir()
-	img, mnt := filepath.Join(dir, "xfs.img"), filepath.Join(dir, "mnt")
+	img, mnt := filepath.Join(dir, typ+".img"), filepath.Join(dir, "mnt")
 	if err := os.Mkdir(mnt, 0700); err != nil {
 		t.Fatal(err)
 	}
@@ -37,11 +45,11 @@ func mountXFS(t *testing.T) string {
 	}
 	f.Truncate(300 << 20)
 	f.Close()
-	if out, err := exec.Command(mkfs, "-q", "-m", "reflink=1", img).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.xfs: %v\n%s", err, out)
+	if out, err := exec.Command(mkfs, append(args, img)...).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.%s: %v\n%s", typ, err, out)
 	}
 	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		unavailable(t, "mount -o loop of an XFS image: %v\n%s", err, out)
+		unavailable(t, "mount -o loop of a %s image: %v\n%s", typ, err, out)
 	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(mnt, 0); err != nil {
@@ -53,12 +61,13 @@ func mountXFS(t *testing.T) string {
 }
 
 const (
-	fsIocFiemap        = 0xC020660B // _IOWR('f', 11, struct fiemap)
-	fiemapFlagSync     = 0x1
-	fiemapExtentLast   = 0x1
-	fiemapExtentShared = 0x2000
-	fiemapHeaderSize   = 32
-	fiemapExtentSize   = 56
+	fsIocFiemap          = 0xC020660B // _IOWR('f', 11, struct fiemap)
+	fiemapFlagSync       = 0x1
+	fiemapExtentLast     = 0x1
+	fiemapExtentDelalloc = 0x4
+	fiemapExtentShared   = 0x2000
+	fiemapHeaderSize     = 32
+	fiemapExtentSize     = 56
 )
 
 type extent struct {
@@ -66,8 +75,17 @@ type extent struct {
 	flags           uint32
 }
 
-// fiemap returns the extents of an open file (FS_IOC_FIEMAP).
+// fiemap returns the extents of an open file (FS_IOC_FIEMAP), after
+// writing its dirty data out.
 func fiemap(t *testing.T, f *os.File) []extent {
+	t.Helper()
+	return fiemapFlags(t, f, fiemapFlagSync)
+}
+
+// fiemapFlags is fiemap with the request's flags: without
+// fiemapFlagSync, extents not written yet are reported as such
+// (fiemapExtentDelalloc).
+func fiemapFlags(t *testing.T, f *os.File, reqFlags uint32) []extent {
 	t.Helper()
 	const batch = 64
 	buf := make([]byte, fiemapHeaderSize+batch*fiemapExtentSize)
@@ -77,7 +95,7 @@ func fiemap(t *testing.T, f *os.File) []extent {
 		clear(buf)
 		le.PutUint64(buf[0:], start)
 		le.PutUint64(buf[8:], ^uint64(0)-start)
-		le.PutUint32(buf[16:], fiemapFlagSync)
+		le.PutUint32(buf[16:], reqFlags)
 		le.PutUint32(buf[24:], batch)
 		_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), fsIocFiemap, uintptr(unsafe.Pointer(&buf[0])))
 		if errno != 0 {
