@@ -73,10 +73,15 @@ func mountForTest(t *testing.T, lower string, passthrough bool, opts ...func(*Op
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Cleanups run last first: the stores close only once every
+	// thread that serves requests (the ring's queues among them) is
+	// gone.
 	t.Cleanup(func() {
 		if err := srv.Unmount(); err != nil {
 			t.Errorf("unmount: %v", err)
+			return
 		}
+		srv.Wait()
 	})
 	return &testMount{lower: lower, mnt: mnt, srv: srv}
 }

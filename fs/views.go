@@ -92,7 +92,8 @@ type binder struct {
 	mu       sync.Mutex
 	views    map[*overlay.FS]*viewState
 	bindings map[uint32]*binding // by pid (thread group id)
-	epfd     int                 // epoll over the bindings' pidfds; -1 when unavailable
+	epfd     int                 // epoll over the bindings' pidfds; -1 when unavailable or closed
+	stopfd   int                 // eventfd in epfd's set: written by close to end watchExits
 	tags     uint64              // the last viewState.tag given
 
 	cacheMu sync.Mutex
@@ -104,14 +105,28 @@ type binder struct {
 }
 
 func newBinder(s *Server, def *overlay.FS) *binder {
-	b := &binder{s: s, views: map[*overlay.FS]*viewState{}, bindings: map[uint32]*binding{}, cache: map[uint32]resolved{}, epfd: -1}
+	b := &binder{s: s, views: map[*overlay.FS]*viewState{}, bindings: map[uint32]*binding{}, cache: map[uint32]resolved{}, epfd: -1, stopfd: -1}
 	b.def.Store(b.addViewLocked(def))
-	if fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC); err == nil {
-		b.epfd = fd
-		go b.watchExits()
-	} else {
-		s.log.Warn("bindings will end only with unbind: epoll unavailable", "err", err)
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	stopfd := -1
+	if err == nil {
+		if stopfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC); err == nil {
+			// Fd 0: no bound process has pid 0.
+			err = unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, stopfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: stopTag})
+		}
 	}
+	if err != nil {
+		s.log.Warn("bindings will end only with unbind: epoll unavailable", "err", err)
+		if epfd >= 0 {
+			unix.Close(epfd)
+		}
+		if stopfd >= 0 {
+			unix.Close(stopfd)
+		}
+		return b
+	}
+	b.epfd, b.stopfd = epfd, stopfd
+	go b.watchExits(epfd, stopfd)
 	return b
 }
 
@@ -225,7 +240,10 @@ func (b *binder) bind(pid uint32, v *overlay.FS, namespaced bool) error {
 		return fmt.Errorf("process %d: %w", pid, ErrNoProcess)
 	}
 	pidfd := -1
-	if b.epfd >= 0 {
+	b.mu.Lock()
+	watched := b.epfd >= 0
+	b.mu.Unlock()
+	if watched {
 		if fd, err := unix.PidfdOpen(int(pid), 0); err == nil {
 			pidfd = fd
 		}
@@ -242,7 +260,7 @@ func (b *binder) bind(pid uint32, v *overlay.FS, namespaced bool) error {
 	old := b.bindings[pid]
 	bd := &binding{pid: pid, start: st.start, vs: vs, pidfd: pidfd, namespaced: namespaced}
 	b.bindings[pid] = bd
-	if pidfd >= 0 {
+	if pidfd >= 0 && b.epfd >= 0 {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(pid)}
 		if err := unix.EpollCtl(b.epfd, unix.EPOLL_CTL_ADD, pidfd, &ev); err != nil {
 			b.s.log.Warn("watching a bound process for its exit", "pid", pid, "err", err)
@@ -308,24 +326,37 @@ func (b *binder) unbind(pid uint32) bool {
 // dropLocked releases what binding bd holds (its pidfd).
 func (b *binder) dropLocked(bd *binding) {
 	if bd.pidfd >= 0 {
-		unix.EpollCtl(b.epfd, unix.EPOLL_CTL_DEL, bd.pidfd, nil)
+		if b.epfd >= 0 {
+			unix.EpollCtl(b.epfd, unix.EPOLL_CTL_DEL, bd.pidfd, nil)
+		}
 		unix.Close(bd.pidfd)
 		bd.pidfd = -1
 	}
 }
 
-// watchExits ends the bindings of processes that exit.
-func (b *binder) watchExits() {
+// stopTag marks the stop eventfd's events in the epoll set.
+const stopTag = 0
+
+// watchExits ends the bindings of processes that exit, until close
+// writes stopfd; it owns epfd and stopfd (close only marks them gone)
+// and closes them when it returns.
+func (b *binder) watchExits(epfd, stopfd int) {
+	defer unix.Close(stopfd)
+	defer unix.Close(epfd)
 	evs := make([]unix.EpollEvent, 16)
 	for {
-		n, err := unix.EpollWait(b.epfd, evs, -1)
+		n, err := unix.EpollWait(epfd, evs, -1)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return // closed at unmount
+			b.s.log.Warn("bindings will end only with unbind from now on", "err", err)
+			return
 		}
 		for _, ev := range evs[:n] {
+			if ev.Fd == stopTag {
+				return
+			}
 			pid := uint32(ev.Fd)
 			b.mu.Lock()
 			bd := b.bindings[pid]
@@ -356,7 +387,7 @@ func pidfdAlive(fd int) bool {
 	return err == nil && n == 0
 }
 
-// close stops the exit watcher.
+// close stops the exit watcher, which closes the epoll set.
 func (b *binder) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -364,8 +395,9 @@ func (b *binder) close() {
 		b.dropLocked(bd)
 	}
 	if b.epfd >= 0 {
-		unix.Close(b.epfd)
-		b.epfd = -1
+		one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+		unix.Write(b.stopfd, one)
+		b.epfd, b.stopfd = -1, -1
 	}
 }
 
