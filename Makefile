@@ -31,6 +31,7 @@ deps:
 	command -v fusermount3 >/dev/null || missing="$$missing fuse3"; \
 	command -v setfattr >/dev/null || missing="$$missing attr"; \
 	command -v mkfs.xfs >/dev/null || missing="$$missing xfsprogs"; \
+	command -v mkfs.ext4 >/dev/null || missing="$$missing e2fsprogs"; \
 	command -v git >/dev/null || missing="$$missing git"; \
 	command -v gcc >/dev/null || missing="$$missing gcc"; \
 	if [ -n "$$missing" ]; then \

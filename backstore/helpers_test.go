@@ -11,8 +11,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// requireRootEnv makes root-only tests fail instead of skip (CI).
+// requireRootEnv makes root-only tests fail instead of skip; so does
+// the switch CI sets for every test that needs root (.ci/run,
+// AGENTFS_REQUIRE_FUSE=1).
 const requireRootEnv = "AGENTFS_REQUIRE_ROOT_TESTS"
+
+// rootTestsRequired reports whether a root-only test that cannot run
+// must fail rather than skip.
+func rootTestsRequired() bool {
+	return os.Getenv(requireRootEnv) != "" || os.Getenv("AGENTFS_REQUIRE_FUSE") == "1"
+}
 
 var isRoot = os.Geteuid() == 0
 
@@ -23,8 +31,8 @@ func needRoot(t *testing.T, why string) {
 	if isRoot {
 		return
 	}
-	if os.Getenv(requireRootEnv) != "" {
-		t.Fatalf("%s needs root, and %s is set", why, requireRootEnv)
+	if rootTestsRequired() {
+		t.Fatalf("%s needs root, and root-only tests are required (%s or AGENTFS_REQUIRE_FUSE=1)", why, requireRootEnv)
 	}
 	t.Skipf("%s needs root", why)
 }
@@ -34,8 +42,8 @@ func needRoot(t *testing.T, why string) {
 func unavailable(t *testing.T, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
-	if os.Getenv(requireRootEnv) != "" {
-		t.Fatalf("%s (and %s is set)", msg, requireRootEnv)
+	if rootTestsRequired() {
+		t.Fatalf("%s (and root-only tests are required: %s or AGENTFS_REQUIRE_FUSE=1)", msg, requireRootEnv)
 	}
 	t.Skip(msg)
 }
