@@ -24,7 +24,8 @@ type bench struct {
 	buf   []byte
 	seq   int // runs measured so far
 	// agentfsOrig is --agentfs; cfg.agentfsBin is the copy that runs.
-	agentfsOrig string
+	// baselineOrig and cfg.baselineBin are the same for --baseline.
+	agentfsOrig, baselineOrig string
 }
 
 // scratchDir holds files that runs leave for the end of the workload.
@@ -58,18 +59,24 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 		return err
 	}
 	if cfg.agentfsBin != "" {
-		if err := b.snapshotAgentfs(); err != nil {
-			return err
+		b.agentfsOrig = cfg.agentfsBin
+		if cfg.agentfsBin, err = b.snapshotBinary(b.agentfsOrig); err != nil {
+			return fmt.Errorf("--agentfs: %w", err)
 		}
+		defer os.Remove(cfg.agentfsBin)
+	}
+	if cfg.baselineBin != "" {
+		b.baselineOrig = cfg.baselineBin
+		if cfg.baselineBin, err = b.snapshotBinary(b.baselineOrig); err != nil {
+			return fmt.Errorf("--baseline: %w", err)
+		}
+		defer os.Remove(cfg.baselineBin)
 	}
 	defer func() {
 		if cerr := b.closeAll(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
 		}
 		os.RemoveAll(b.runsDir())
-		if b.agentfsOrig != "" {
-			os.Remove(b.cfg.agentfsBin)
-		}
 	}()
 	if b.tree, err = b.prepareTree(ctx); err != nil {
 		return err
@@ -113,22 +120,23 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 	return rep.write(cfg.outDir, stdout)
 }
 
-// snapshotAgentfs runs a copy of the agentfs binary, so that a rebuild
-// of the original during the run cannot mix two versions in one table.
-func (b *bench) snapshotAgentfs() error {
-	data, err := os.ReadFile(b.cfg.agentfsBin)
+// snapshotBinary copies the agentfs binary bin into the work directory
+// and returns the copy, which the run uses, so that a rebuild of the
+// original during the run cannot mix two versions in one table.
+func (b *bench) snapshotBinary(bin string) (string, error) {
+	data, err := os.ReadFile(bin)
 	if err != nil {
-		return fmt.Errorf("--agentfs: %w", err)
+		return "", err
 	}
 	dir := filepath.Join(b.cfg.workdir, "bin")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return "", err
 	}
 	// A new name each time: a daemon of an earlier run may still be
 	// running the old copy.
 	f, err := os.CreateTemp(dir, "agentfs-")
 	if err != nil {
-		return err
+		return "", err
 	}
 	_, err = f.Write(data)
 	if cerr := f.Close(); err == nil {
@@ -139,10 +147,9 @@ func (b *bench) snapshotAgentfs() error {
 	}
 	if err != nil {
 		os.Remove(f.Name())
-		return err
+		return "", err
 	}
-	b.agentfsOrig, b.cfg.agentfsBin = b.cfg.agentfsBin, f.Name()
-	return nil
+	return f.Name(), nil
 }
 
 func (b *bench) describeConfig() configInfo {
@@ -161,7 +168,7 @@ func (b *bench) describeConfig() configInfo {
 	if len(b.cfg.snapOps) > 0 {
 		c.SnapshotFiles, c.SnapshotManyFiles = b.cfg.snapFiles, b.cfg.snapManyFiles
 	}
-	c.AgentfsBinary = b.agentfsOrig
+	c.AgentfsBinary, c.BaselineBinary = b.agentfsOrig, b.baselineOrig
 	return c
 }
 
@@ -220,10 +227,10 @@ func (b *bench) runWorkload(ctx context.Context, w *workload, filesystems []stri
 			}
 			if err != nil {
 				r.Error = err.Error()
-				b.logf("  %-8s %-14s failed: %v", label, fs, err)
+				b.logf("  %-8s %-18s failed: %v", label, fs, err)
 				continue
 			}
-			b.logf("  %-8s %-14s %s", label, fs, formatSeconds(secs))
+			b.logf("  %-8s %-18s %s", label, fs, formatSeconds(secs))
 			if i < b.cfg.warmup {
 				r.Warmup = append(r.Warmup, secs)
 			} else {

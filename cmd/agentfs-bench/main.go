@@ -22,6 +22,10 @@
 // timed region. The others share one mount per filesystem for all their
 // runs.
 //
+// With --baseline, a second agentfs binary runs as one more filesystem,
+// agentfs-baseline, mounted as agentfs is, so that two builds are
+// compared in one interleaved run (the first table only).
+//
 // A second table times agentfs's snapshot, branch and restore commands
 // (agentfs alone has them) as a user runs them, each beside cp -a of the
 // same changed set on the native filesystem, measured in the same run:
@@ -66,7 +70,8 @@ files, large sequential I/O, copy-up, rm -rf, untar, go vet) on a native
 directory, overlayfs, fuse-overlayfs and agentfs, interleaved, and
 reports medians and ratios to native. A second table times agentfs's
 snapshot, branch and restore commands (agentfs only) beside cp -a of the
-same changed set on native.
+same changed set on native. With --baseline, a second agentfs binary
+runs beside the first as agentfs-baseline, for an A/B comparison.
 
 Usage:
   agentfs-bench [FLAGS]
@@ -76,6 +81,8 @@ Examples:
   agentfs-bench --quick --only find,grep --fs native,agentfs
   agentfs-bench --only snapshots                      # the snapshot table alone
   agentfs-bench --only snapshot-5k,restore-5k --runs 3
+  agentfs-bench --baseline /tmp/agentfs-main          # A/B: agentfs beside another build
+  agentfs-bench --quick --only find --fs native,agentfs,agentfs-baseline --baseline /tmp/agentfs-main
 
 Overlayfs and cold reads need root; fuse-overlayfs needs the
 fuse-overlayfs program. A filesystem that cannot run is left out with a

@@ -27,6 +27,9 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--fs", "native,zfs"}, `unknown filesystem "zfs"; choose from native,overlayfs,fuse-overlayfs,agentfs`},
 		{[]string{"--fs", "agentfs"}, "must include native: every figure is a ratio to it"},
 		{[]string{"--fs", "native,agentfs", "--agentfs", "/nonexistent/agentfs"}, "not an executable file: build it (make build)"},
+		{[]string{"--fs", "native,agentfs-baseline"}, "agentfs-baseline needs --baseline PATH, the agentfs binary to compare with"},
+		{[]string{"--fs", "native,agentfs-baseline", "--baseline", "/nonexistent/agentfs"}, "--baseline /nonexistent/agentfs: not an executable file"},
+		{[]string{"--baseline", "/nonexistent/agentfs"}, "--fs native leaves it out; add agentfs-baseline to --fs (or drop --fs)"},
 		{[]string{"--out", ""}, "--out is empty"},
 		{[]string{"--out", filepath.Join(workdir, "results")}, "overlap: keep the results out of the work directory"},
 		{[]string{"--frobnicate"}, "unknown flag: --frobnicate"},
@@ -111,5 +114,47 @@ func TestQuickDefaults(t *testing.T) {
 	}
 	if got, want := strings.Join(names, ","), "find,untar"; got != want {
 		t.Errorf("--only untar,find: workloads %s, want %s (in table order)", got, want)
+	}
+}
+
+// TestBaselineFilesystems checks where --baseline puts agentfs-baseline:
+// after agentfs in the default list, or where --fs names it.
+func TestBaselineFilesystems(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "agentfs")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--baseline", bin}, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-baseline,agentfs-bound,agentfs-bound-root"},
+		{[]string{"--baseline", bin, "--fs", "agentfs-baseline,native,agentfs"}, "native,agentfs,agentfs-baseline"},
+		{[]string{"--baseline", bin, "--fs", "native,agentfs-baseline"}, "native,agentfs-baseline"},
+		{nil, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-bound,agentfs-bound-root"},
+	} {
+		o := &options{}
+		fs := newFlagSet(o)
+		args := append([]string{"--agentfs", bin, "--workdir", t.TempDir(), "--out", t.TempDir()}, tc.args...)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		c, err := o.config(fs)
+		if err != nil {
+			t.Fatalf("agentfs-bench %s: %v", strings.Join(tc.args, " "), err)
+		}
+		if got := strings.Join(c.filesystems, ","); got != tc.want {
+			t.Errorf("agentfs-bench %s: filesystems %s, want %s", strings.Join(tc.args, " "), got, tc.want)
+		}
+		wantBin := ""
+		if tc.args != nil {
+			wantBin = bin
+		}
+		if c.baselineBin != wantBin {
+			t.Errorf("agentfs-bench %s: baseline binary %q, want %q", strings.Join(tc.args, " "), c.baselineBin, wantBin)
+		}
+		if got := c.agentfsBinary(fsAgentfsBaseline); got != wantBin {
+			t.Errorf("agentfs-bench %s: agentfsBinary(%s) = %q, want %q", strings.Join(tc.args, " "), fsAgentfsBaseline, got, wantBin)
+		}
 	}
 }

@@ -18,6 +18,9 @@ const (
 	fsOverlayfs     = "overlayfs"
 	fsFuseOverlayfs = "fuse-overlayfs"
 	fsAgentfs       = "agentfs"
+	// fsAgentfsBaseline is agentfs run from --baseline, another build,
+	// mounted the same way: an A/B comparison in one interleaved run.
+	fsAgentfsBaseline = "agentfs-baseline"
 	// fsAgentfsBound is agentfs while another process is bound to
 	// another branch (root lookups then depend on the caller): the
 	// cost of binding to unbound processes. It runs only the workloads
@@ -28,10 +31,19 @@ const (
 	fsAgentfsBoundRoot = "agentfs-bound-root"
 )
 
-var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsBound, fsAgentfsBoundRoot}
+var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot}
+
+// defaultFilesystems is --fs's default: all but the baseline, which
+// --baseline adds.
+var defaultFilesystems = slices.DeleteFunc(slices.Clone(allFilesystems), func(fs string) bool { return fs == fsAgentfsBaseline })
 
 // boundVariant reports whether fs is agentfs with another branch bound.
 func boundVariant(fs string) bool { return fs == fsAgentfsBound || fs == fsAgentfsBoundRoot }
+
+// agentfsMount reports whether fs is mounted by an agentfs binary.
+func agentfsMount(fs string) bool {
+	return fs == fsAgentfs || fs == fsAgentfsBaseline || boundVariant(fs)
+}
 
 // Sizes of the full benchmark and of --quick.
 const (
@@ -59,6 +71,7 @@ type options struct {
 	filesystems  string
 	workdir      string
 	agentfs      string
+	baseline     string
 	out          string
 	quick        bool
 }
@@ -69,9 +82,10 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.only, "only", "", "run only these `WORKLOADS` (comma-separated): "+strings.Join(workloadNames(), ",")+
 		"; or of the snapshot table (agentfs): "+strings.Join(snapOpNames(), ",")+" ("+snapshotGroup+": all of these)"+
 		"; or "+memoryOp+" (the agentfs daemon's memory over walks of a large tree)")
-	fs.StringVar(&o.filesystems, "fs", strings.Join(allFilesystems, ","), "the filesystems to compare (`LIST`, comma-separated; must include native)")
+	fs.StringVar(&o.filesystems, "fs", strings.Join(defaultFilesystems, ","), "the filesystems to compare (`LIST`, comma-separated; must include native; with --baseline the default adds "+fsAgentfsBaseline+")")
 	fs.StringVar(&o.workdir, "workdir", defaultWorkdir, "`DIR` for the trees, uppers and mounts (on a disk filesystem, not tmpfs)")
 	fs.StringVar(&o.agentfs, "agentfs", "", "the agentfs binary (`PATH`; default: agentfs beside this program, else on $PATH)")
+	fs.StringVar(&o.baseline, "baseline", "", "another agentfs binary to compare with --agentfs (`PATH`): mounted as agentfs is, as the filesystem "+fsAgentfsBaseline+" (the first table only)")
 	fs.StringVar(&o.out, "out", "bench", "`DIR` for results.md, results.json and results.png")
 	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: a 64 MiB file, 500 small files, 10,000 instead of 100,000 changed files and walked files, 2 runs")
 }
@@ -84,6 +98,7 @@ type config struct {
 	filesystems  []string
 	workdir      string
 	agentfsBin   string
+	baselineBin  string // --baseline, for fsAgentfsBaseline
 	outDir       string
 	quick        bool
 	bigSize      int64
@@ -95,6 +110,15 @@ type config struct {
 	// tree of memFiles files.
 	memory   bool
 	memFiles int
+}
+
+// agentfsBinary is the binary that mounts fs, an agentfs filesystem
+// (agentfsMount): --baseline's copy for the baseline, else --agentfs's.
+func (c *config) agentfsBinary(fs string) string {
+	if fs == fsAgentfsBaseline {
+		return c.baselineBin
+	}
+	return c.agentfsBin
 }
 
 // config checks the flags and the tools they call for. fs tells which
@@ -118,8 +142,18 @@ func (o *options) config(fs *pflag.FlagSet) (*config, error) {
 	if c.workloads, c.snapOps, c.memory, err = selectWorkloads(o.only); err != nil {
 		return nil, err
 	}
-	if c.filesystems, err = selectFilesystems(o.filesystems); err != nil {
+	list := o.filesystems
+	if o.baseline != "" && !fs.Changed("fs") {
+		list += "," + fsAgentfsBaseline
+	}
+	if c.filesystems, err = selectFilesystems(list); err != nil {
 		return nil, err
+	}
+	if o.baseline == "" && slices.Contains(c.filesystems, fsAgentfsBaseline) {
+		return nil, usagef("--fs %s: %s needs --baseline PATH, the agentfs binary to compare with", o.filesystems, fsAgentfsBaseline)
+	}
+	if o.baseline != "" && !slices.Contains(c.filesystems, fsAgentfsBaseline) {
+		return nil, usagef("--baseline %s: --fs %s leaves it out; add %s to --fs (or drop --fs)", o.baseline, o.filesystems, fsAgentfsBaseline)
 	}
 	if len(c.workloads) == 0 {
 		// Only agentfs's tables: the other filesystems have no part in
@@ -138,6 +172,11 @@ func (o *options) config(fs *pflag.FlagSet) (*config, error) {
 	}
 	if slices.Contains(c.filesystems, fsAgentfs) {
 		if c.agentfsBin, err = findAgentfs(o.agentfs); err != nil {
+			return nil, err
+		}
+	}
+	if slices.Contains(c.filesystems, fsAgentfsBaseline) {
+		if c.baselineBin, err = executable("baseline", o.baseline); err != nil {
 			return nil, err
 		}
 	}
@@ -270,14 +309,7 @@ func checkWorkdir(dir string) (string, error) {
 // $PATH.
 func findAgentfs(flag string) (string, error) {
 	if flag != "" {
-		abs, err := filepath.Abs(flag)
-		if err != nil {
-			return "", err
-		}
-		if st, err := os.Stat(abs); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			return "", usagef("--agentfs %s: not an executable file: build it (make build) or give the path of the agentfs binary", flag)
-		}
-		return abs, nil
+		return executable("agentfs", flag)
 	}
 	if self, err := os.Executable(); err == nil {
 		beside := filepath.Join(filepath.Dir(self), "agentfs")
@@ -289,6 +321,19 @@ func findAgentfs(flag string) (string, error) {
 		return filepath.Abs(p)
 	}
 	return "", usagef("no agentfs binary: pass --agentfs PATH (make build makes bin/agentfs), or leave agentfs out with --fs")
+}
+
+// executable checks that path, given as --flag, is an agentfs binary
+// one can run, and makes it absolute.
+func executable(flag, path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	if st, err := os.Stat(abs); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", usagef("--%s %s: not an executable file: build it (make build) or give the path of an agentfs binary", flag, path)
+	}
+	return abs, nil
 }
 
 // within reports whether path is dir or below it.

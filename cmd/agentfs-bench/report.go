@@ -39,6 +39,8 @@ type configInfo struct {
 	GrepString    string `json:"grep_string"`
 	GoCache       string `json:"gocache"`
 	AgentfsBinary string `json:"agentfs_binary,omitempty"`
+	// BaselineBinary is --baseline, the binary of agentfs-baseline.
+	BaselineBinary string `json:"baseline_binary,omitempty"`
 	// The snapshot table's changed sets (files of 1 KiB).
 	SnapshotFiles     int `json:"snapshot_files,omitempty"`
 	SnapshotManyFiles int `json:"snapshot_many_files,omitempty"`

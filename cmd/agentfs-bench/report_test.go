@@ -89,7 +89,14 @@ func TestFormat(t *testing.T) {
 // sampleReport is a finished run over native, overlayfs and agentfs,
 // with fuse-overlayfs missing, one workload skipped and one failed.
 func sampleReport() *report {
-	r := &report{
+	r := sampleRun()
+	r.finish()
+	return r
+}
+
+// sampleRun is sampleReport before finish.
+func sampleRun() *report {
+	return &report{
 		Machine: machineInfo{Kernel: "Linux 6.18", CPU: "Test CPU", Cores: 2, MemoryBytes: 24 << 30, Date: "2026-01-02T03:04:05Z", GoVersion: "go1.26.8", Workdir: "/var/tmp/agentfs-bench", WorkdirFs: "ext4", ReflinkDetail: "FICLONE: operation not supported"},
 		Config:  configInfo{Runs: 3, Warmup: 1, BigFileBytes: 1 << 30, SmallFiles: 5000, TreeFiles: 11478, RmSubtree: "src/cmd/go", RmFiles: 1502},
 		Filesystems: []fsStatus{
@@ -113,8 +120,29 @@ func sampleReport() *report {
 		},
 		DurationSeconds: 754,
 	}
+}
+
+// TestMarkdownBaseline checks that agentfs-baseline (--baseline) gets a
+// column pair after agentfs's, and its version in the Versions line.
+func TestMarkdownBaseline(t *testing.T) {
+	r := sampleRun()
+	r.Filesystems = append(r.Filesystems, fsStatus{Name: fsAgentfsBaseline, Available: true, Version: "agentfs 0.0.9"})
+	r.Workloads[0].Results[fsAgentfsBaseline] = &fsResult{Runs: []float64{0.1, 0.1, 0.1}, Check: "11478 files"}
+	r.Workloads[1].Results[fsAgentfsBaseline] = &fsResult{Runs: []float64{0.5}}
 	r.finish()
-	return r
+	md := r.markdown()
+	for _, want := range []string{
+		"| workload | native | overlayfs | ratio | agentfs | ratio | agentfs-baseline | ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+		"| find -type f | 20.0 ms | 22.0 ms | 1.10× | 200 ms | 10.0× | 100 ms | 5.00× |\n",
+		"| copy-up: first 1-byte write to a 1 GiB file | 40 µs | 900 ms | 22500.0× | failed | – | 500 ms | 12500.0× |\n",
+		"| read 1 GiB (cold: caches dropped) | skipped | skipped | – | skipped | – | skipped | – |\n",
+		"Copy-up of a 1 GiB file: overlayfs 0.90 s, agentfs-baseline 0.50 s (",
+		"Versions: agentfs agentfs 0.1.0; agentfs-baseline agentfs 0.0.9.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q; it is:\n%s", want, md)
+		}
+	}
 }
 
 func TestFinish(t *testing.T) {

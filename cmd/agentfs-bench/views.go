@@ -55,10 +55,10 @@ func (b *bench) probeFilesystems(ctx context.Context) []fsStatus {
 				st.Version = toolVersion("fuse-overlayfs", "--version")
 				st.Version = strings.TrimPrefix(st.Version, "fuse-overlayfs: ")
 			}
-		case fsAgentfs, fsAgentfsBound, fsAgentfsBoundRoot:
-			st.Version = toolVersion(b.cfg.agentfsBin, "version")
+		case fsAgentfs, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
+			st.Version = toolVersion(b.cfg.agentfsBinary(name), "version")
 		}
-		if _, err := os.Stat("/dev/fuse"); err != nil && st.Available && (name == fsFuseOverlayfs || name == fsAgentfs || boundVariant(name)) {
+		if _, err := os.Stat("/dev/fuse"); err != nil && st.Available && (name == fsFuseOverlayfs || agentfsMount(name)) {
 			st.Available, st.Note = false, "skipped: /dev/fuse is missing (load the fuse module, or run the container with --device /dev/fuse)"
 		}
 		if st.Available && name != fsNative {
@@ -152,10 +152,10 @@ func (b *bench) mountView(ctx context.Context, fs, lower string) (*view, error) 
 		if err := runQuiet(ctx, "", b.env, "fuse-overlayfs", "-o", overlayOpts, mnt); err != nil {
 			return v, err
 		}
-	case fsAgentfs, fsAgentfsBound, fsAgentfsBoundRoot:
+	case fsAgentfs, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
 		// The default backstore (hostfs) in a private store, which
 		// AGENTFS_PRIVATE_DIR puts in the work directory.
-		if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBin, "mount", "--lower", lower, mnt); err != nil {
+		if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBinary(fs), "mount", "--lower", lower, mnt); err != nil {
 			return v, err
 		}
 		if boundVariant(fs) {
@@ -244,9 +244,9 @@ func (b *bench) unmountLeftover(dir string) error {
 func (b *bench) unmount(ctx context.Context, fs, mnt string) error {
 	try := func() error {
 		switch fs {
-		case fsAgentfs, fsAgentfsBound, fsAgentfsBoundRoot:
-			if b.cfg.agentfsBin != "" {
-				return runQuiet(ctx, "", b.env, b.cfg.agentfsBin, "unmount", mnt)
+		case fsAgentfs, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
+			if bin := b.cfg.agentfsBinary(fs); bin != "" {
+				return runQuiet(ctx, "", b.env, bin, "unmount", mnt)
 			}
 			return runQuiet(ctx, "", b.env, "fusermount3", "-u", mnt)
 		case fsFuseOverlayfs:
