@@ -10,7 +10,10 @@
 // one OS thread pinned to that CPU, so a LOOKUP or GETATTR is answered
 // on the CPU where the caller sleeps, by a thread that wakes there. The
 // thread is SCHED_BATCH, so that a request the caller does not wait for
-// (RELEASE) does not preempt it (batchPolicy).
+// (RELEASE) does not preempt it (batchPolicy). A caller that does not
+// wait is also one that reads ahead: while a thread serves bulk data
+// (READ replies, WRITE data) it moves to the other CPUs, and it hands
+// each bulk reply to the kernel at once (queue.place).
 //
 // What it owns: the rings (one per queue, made and used by the queue's
 // thread only: IORING_SETUP_SINGLE_ISSUER), the entries' buffers (a

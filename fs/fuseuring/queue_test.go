@@ -1,10 +1,12 @@
 package fuseuring
 
 import (
+	"runtime"
 	"testing"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // TestOpInSize: the size of each operation's in struct agrees with
@@ -67,5 +69,82 @@ func TestParseCPUList(t *testing.T) {
 	}
 	if _, err := parseCPUList("x-1"); err == nil {
 		t.Errorf("parseCPUList(%q): no error", "x-1")
+	}
+}
+
+// TestMovesBulk: a READ reply or WRITE data of 64 KiB or more is bulk; a
+// failed request's reply is not.
+func TestMovesBulk(t *testing.T) {
+	for _, c := range []struct {
+		errno int32
+		n, in int
+		want  bool
+	}{
+		{0, 512 << 10, 80, true},   // a READ reply
+		{0, 32, 128 << 10, true},   // a WRITE's data
+		{0, 4 << 10, 80, false},    // a small READ
+		{0, 144, 16, false},        // a LOOKUP
+		{-5, 512 << 10, 80, false}, // a failed READ replies nothing
+		{0, 64 << 10, 0, true},
+		{0, 64<<10 - 1, 0, false},
+	} {
+		if got := movesBulk(c.errno, c.n, c.in); got != c.want {
+			t.Errorf("movesBulk(%d, %d, %d) = %v, want %v", c.errno, c.n, c.in, got, c.want)
+		}
+	}
+}
+
+// TestPlace: after a turn that moved bulk data the thread may run on the
+// other CPUs, and after one that moved none it is back on its own.
+func TestPlace(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.SchedSetaffinity(0, &all)
+	if all.Count() < 2 {
+		t.Skip("one CPU: nowhere else to go")
+	}
+	home := -1
+	for i := 0; home < 0; i++ {
+		if all.IsSet(i) {
+			home = i
+		}
+	}
+	q := &queue{s: &Server{}, id: home}
+	q.home.Set(home)
+	q.wide = all
+	q.wide.Clear(home)
+	if err := unix.SchedSetaffinity(0, &q.home); err != nil {
+		t.Fatal(err)
+	}
+	affinity := func() unix.CPUSet {
+		var got unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for i, c := range []struct {
+		bulk   bool
+		want   unix.CPUSet
+		spread bool
+	}{
+		{false, q.home, false},
+		{true, q.wide, true},
+		{true, q.wide, true},
+		{false, q.home, false},
+		{true, q.wide, true},
+	} {
+		q.bulk = c.bulk
+		q.place()
+		if got := affinity(); got != c.want || q.spread != c.spread {
+			t.Errorf("turn %d (bulk %v): affinity %v spread %v, want %v %v", i, c.bulk, got, q.spread, c.want, c.spread)
+		}
+	}
+	if got := q.s.Spreads(); got != 2 {
+		t.Errorf("Spreads() = %d, want 2", got)
 	}
 }
