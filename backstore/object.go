@@ -120,51 +120,31 @@ func (s *Store) CreateFile(mode uint32, uid, gid int) (string, *os.File, error) 
 }
 
 func (s *Store) createFile(p *part, mode uint32, uid, gid int) (string, *os.File, error) {
-	var id string
-	var err error
-	made := false  // made now: its times are now
-	owned := false // owner and mode set already
-	sp, reused := s.takeSpare(p)
-	fd := sp.fd
-	if reused {
-		id = sp.id
-	} else {
-		fd = s.take(p)
-		mk := func(dirfd int, name string) error { return s.link(fd, dirfd, name) }
-		if fd < 0 {
-			made = true
-			mk = func(dirfd int, name string) error {
-				var err error
-				fd, err = unix.Openat(dirfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0600)
-				return err
-			}
-		} else {
-			// Before it has a name: a pooled file is made 0644.
-			if err := s.setOwnerMode(fd, mode, uid, gid); err != nil {
-				unix.Close(fd)
-				return "", nil, fmt.Errorf("backstore: new file: %w", err)
-			}
-			owned = true
+	if idle, ok := s.takeFile(p); ok {
+		var have *unix.Stat_t
+		if idle.known {
+			have = &unix.Stat_t{Mode: idle.mode, Uid: idle.uid, Gid: idle.gid}
 		}
-		if id, err = s.create(p, "file", mk); err != nil {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			return "", nil, err
+		err := s.setOwnerMode(idle.fd, have, mode, uid, gid)
+		f := os.NewFile(uintptr(idle.fd), idle.id)
+		if err != nil {
+			f.Close()
+			s.undo(idle.id)
+			return "", nil, fmt.Errorf("object %s: %w", idle.id, err)
 		}
+		return idle.id, f, nil
 	}
-	if !made {
-		// A pooled file was made, and a spare emptied, a while ago: the
-		// new file's times are those of its creation.
-		l := s.Loc(id)
-		now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
-		err = unix.UtimesNanoAt(l.Dirfd, l.Name, now, unix.AT_SYMLINK_NOFOLLOW)
+	fd := -1
+	id, err := s.create(p, "file", func(dirfd int, name string) error {
+		var err error
+		fd, err = unix.Openat(dirfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0600)
+		return err
+	})
+	if err != nil {
+		return "", nil, err
 	}
 	f := os.NewFile(uintptr(fd), id)
-	if err == nil && !owned {
-		err = s.setOwnerMode(fd, mode, uid, gid)
-	}
-	if err != nil {
+	if err := s.setOwnerMode(fd, nil, mode, uid, gid); err != nil {
 		f.Close()
 		s.undo(id)
 		return "", nil, fmt.Errorf("object %s: %w", id, err)
@@ -174,10 +154,13 @@ func (s *Store) createFile(p *part, mode uint32, uid, gid int) (string, *os.File
 
 // setOwnerMode gives the new regular file fd the owner uid:gid (as
 // root; -1 keeps one) and the mode mode&07777, leaving out the calls
-// that would change nothing: a pooled file usually has both already.
-func (s *Store) setOwnerMode(fd int, mode uint32, uid, gid int) error {
+// that would change nothing: an idle file usually has both already.
+// have is fd's mode and owner where known (nil: fd is stat'ed).
+func (s *Store) setOwnerMode(fd int, have *unix.Stat_t, mode uint32, uid, gid int) error {
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	if have != nil {
+		st = *have
+	} else if err := unix.Fstat(fd, &st); err != nil {
 		return err
 	}
 	if s.root && (uid >= 0 && uint32(uid) != st.Uid || gid >= 0 && uint32(gid) != st.Gid) {
@@ -310,13 +293,19 @@ func (s *Store) Remove(id string) error {
 
 // Objects calls fn with the id of every object, spilled ones included,
 // and stops at the first error fn returns. Names in the shards that
-// are not object ids are skipped.
+// are not object ids, and idle objects (pool.go), are skipped.
 func (s *Store) Objects(fn func(id string) error) error {
 	for _, p := range []*part{s.main, s.spill} {
 		if p == nil {
 			continue
 		}
-		if err := p.ids(fn); err != nil {
+		err := p.ids(func(id string) error {
+			if s.idle(id) {
+				return nil // no object (pool.go)
+			}
+			return fn(id)
+		})
+		if err != nil {
 			return err
 		}
 	}

@@ -27,8 +27,8 @@ func TestOpenHostfs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(shards) != 257 || shards[0].Name() != "00" || shards[255].Name() != "ff" || shards[256].Name() != spareDir {
-		t.Errorf("objects/ holds %d entries (%s..%s), want 256 shards 00..ff and %s", len(shards), shards[0].Name(), shards[len(shards)-1].Name(), spareDir)
+	if len(shards) != 257 || shards[0].Name() != "00" || shards[255].Name() != "ff" || shards[256].Name() != openMarker {
+		t.Errorf("objects/ holds %d entries (%s..%s), want 256 shards 00..ff and %s", len(shards), shards[0].Name(), shards[len(shards)-1].Name(), openMarker)
 	}
 }
 

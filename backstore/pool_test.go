@@ -25,21 +25,44 @@ func openFds(t *testing.T) int {
 	return len(ents)
 }
 
-// waitPoolFull waits until the pool of s holds poolSize files.
+// waitPoolFull waits until s holds poolSize idle files.
 func waitPoolFull(t *testing.T, s *Store) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for len(s.pool.fds) < poolSize {
+	for {
+		s.pool.mu.Lock()
+		n := len(s.pool.idleFiles) + len(s.pool.madeFiles)
+		s.pool.mu.Unlock()
+		if n >= poolSize {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the pool holds %d files after 20 s, want %d", len(s.pool.fds), poolSize)
+			t.Fatalf("the pool holds %d idle files after 20 s, want %d", n, poolSize)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-// TestPool: file objects made from the pool have their id, mode and
-// owner, are listed and collected like any other, and the pool's
-// unnamed files are neither listed nor left open by Close.
+// shardNames lists the names in the shards of hostfs store s.
+func shardNames(t *testing.T, s *Store) []string {
+	t.Helper()
+	var names []string
+	for i := range 256 {
+		ents, err := os.ReadDir(filepath.Join(s.Info().Root, fmt.Sprintf("%02x", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestPool: file objects made from idle files have their id, mode and
+// owner, are listed and collected like any other, and the idle files
+// are neither listed, collected nor left open or named by Close.
 func TestPool(t *testing.T) {
 	for _, kind := range []string{"hostfs", "ramdisk"} {
 		t.Run(kind, func(t *testing.T) {
@@ -68,7 +91,7 @@ func TestPool(t *testing.T) {
 					t.Fatalf("CreateFile: %v", err)
 				}
 				if i == 0 && s.pool.used.Load() != used+1 {
-					t.Errorf("CreateFile with a full pool did not take a file from it")
+					t.Errorf("CreateFile with a full pool did not take a file made ahead")
 				}
 				if ids[id] {
 					t.Fatalf("id %s handed out twice", id)
@@ -98,7 +121,7 @@ func TestPool(t *testing.T) {
 				t.Fatal(err)
 			}
 			if listed != len(ids) {
-				t.Errorf("Objects lists %d objects, want the %d made (pooled files are no objects)", listed, len(ids))
+				t.Errorf("Objects lists %d objects, want the %d made (idle files are no objects)", listed, len(ids))
 			}
 			r, err := s.Collect(GCOptions{Referenced: func(func(string) error) error { return nil }, Grace: -1})
 			if err != nil {
@@ -107,11 +130,22 @@ func TestPool(t *testing.T) {
 			if r.Removed != len(ids) || r.Objects != len(ids) {
 				t.Errorf("Collect of an unreferenced store: %d objects, %d removed; want %d and %d", r.Objects, r.Removed, len(ids), len(ids))
 			}
-			if id := newFile(t, s, 0600, nil); id == "" {
+			last := newFile(t, s, 0600, nil)
+			if last == "" {
 				t.Error("no object after a collection")
+			}
+			if kind == "hostfs" {
+				if n := len(shardNames(t, s)); n < 2 {
+					t.Errorf("the shards hold %d names, want the object and idle files", n)
+				}
 			}
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
+			}
+			if kind == "hostfs" {
+				if got := shardNames(t, s); !slices.Equal(got, []string{last}) {
+					t.Errorf("after Close the shards hold %d names, want only the object %s (idle files removed)", len(got), last)
+				}
 			}
 			if after := openFds(t); after != before {
 				t.Errorf("%d fds open after Close, %d before Open: the pool leaks", after, before)
@@ -138,8 +172,8 @@ func TestPoolCloseBeforeUse(t *testing.T) {
 	}
 }
 
-// TestPoolTimes: a file object made from a pooled file made a while ago
-// has the times of its creation, not of the pooled file's.
+// TestPoolTimes: a file object made from a file made ahead a while ago
+// has the times of its creation, not of the idle file's.
 func TestPoolTimes(t *testing.T) {
 	s, err := Open(Options{Kind: "hostfs", Dir: t.TempDir()})
 	if err != nil {
@@ -158,7 +192,7 @@ func TestPoolTimes(t *testing.T) {
 	}
 	f.Close()
 	if s.pool.used.Load() != used+1 {
-		t.Fatalf("CreateFile did not take a pooled file")
+		t.Fatalf("CreateFile did not take a file made ahead")
 	}
 	st := lstatObj(t, s, id)
 	for name, ts := range map[string]unix.Timespec{"atime": st.Atim, "mtime": st.Mtim, "ctime": st.Ctim} {
@@ -168,10 +202,11 @@ func TestPoolTimes(t *testing.T) {
 	}
 }
 
-// TestRecycle: a removed regular file object is kept emptied and
-// reused by the next CreateFile under the same id, with nothing of its
-// past (data, extended attributes, mode, times); anything else, or
-// anything past maxSpares, is removed; Close removes the spares.
+// TestRecycle: a removed regular file object is kept emptied and idle
+// where it is, and reused by the next CreateFile under the same id, with
+// nothing of its past (data, extended attributes, mode, times); anything
+// else, or anything past maxIdle, is removed; idle objects are no
+// objects; Close removes them.
 func TestRecycle(t *testing.T) {
 	for _, kind := range []string{"hostfs", "ramdisk"} {
 		t.Run(kind, func(t *testing.T) {
@@ -192,8 +227,11 @@ func TestRecycle(t *testing.T) {
 			if err := s.Recycle(old); err != nil {
 				t.Fatal(err)
 			}
-			if !s.IsSpare(old) {
+			if !s.IsIdle(old) {
 				t.Fatalf("Recycle of a regular file object: not kept")
+			}
+			if st := lstatObj(t, s, old); st.Size != 0 {
+				t.Errorf("recycled object: size %d, want 0 (emptied)", st.Size)
 			}
 			time.Sleep(20 * time.Millisecond)
 			start := time.Now().Add(-10 * time.Millisecond)
@@ -202,8 +240,8 @@ func TestRecycle(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			if id != old || s.IsSpare(id) {
-				t.Fatalf("CreateFile after Recycle(%s) made %s (spare still: %v), want the spare", old, id, s.IsSpare(id))
+			if id != old || s.IsIdle(id) {
+				t.Fatalf("CreateFile after Recycle(%s) made %s (idle still: %v), want the recycled object", old, id, s.IsIdle(id))
 			}
 			if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err != nil || fl&unix.O_NONBLOCK != 0 {
 				t.Errorf("reused object: open with flags %#o (%v), want no O_NONBLOCK", fl, err)
@@ -230,61 +268,78 @@ func TestRecycle(t *testing.T) {
 			if err := unix.Lsetxattr(objPath(s, dirID), "user.old", []byte("x"), 0); err != nil && err != unix.ENOTSUP {
 				t.Fatal(err)
 			}
-			if err := s.Recycle(dirID); err != nil || !s.IsSpare(dirID) {
-				t.Errorf("Recycle of a directory: %v, kept %v; want it kept", err, s.IsSpare(dirID))
+			if err := s.Recycle(dirID); err != nil || !s.IsIdle(dirID) {
+				t.Errorf("Recycle of a directory: %v, kept %v; want it kept", err, s.IsIdle(dirID))
 			}
-			if sz, err := unix.Llistxattr(sparePath(s, dirID), make([]byte, 256)); err == nil && sz != 0 {
+			if sz, err := unix.Llistxattr(objPath(s, dirID), make([]byte, 256)); err == nil && sz != 0 {
 				t.Errorf("recycled directory keeps extended attributes (%d bytes of names)", sz)
 			}
 			linkID, err := s.Symlink("target", uid, gid)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Recycle(linkID); err != nil || s.IsSpare(linkID) {
-				t.Errorf("Recycle of a symlink: %v, kept %v; want it removed", err, s.IsSpare(linkID))
+			if err := s.Recycle(linkID); err != nil || s.IsIdle(linkID) {
+				t.Errorf("Recycle of a symlink: %v, kept %v; want it removed", err, s.IsIdle(linkID))
 			}
 			if _, err := s.Lstat(linkID); err != unix.ENOENT {
 				t.Errorf("symlink object after Recycle: %v, want ENOENT", err)
 			}
-			s.Objects(func(id string) error {
-				if s.IsSpare(id) {
-					t.Errorf("Objects lists spare %s", id)
-				}
-				return nil
-			})
 
-			var spares []string
-			for range maxSpares + 2 {
-				spares = append(spares, newFile(t, s, 0600, []byte("x")))
+			var recycled []string
+			for range maxIdle + 2 {
+				recycled = append(recycled, newFile(t, s, 0600, []byte("x")))
 			}
-			for _, id := range spares {
+			for _, id := range recycled {
 				if err := s.Recycle(id); err != nil {
 					t.Fatal(err)
 				}
 			}
-			for i, id := range spares {
-				_, err := os.Lstat(sparePath(s, id))
-				if kept := i < maxSpares; kept != (err == nil && s.IsSpare(id)) {
-					t.Errorf("spare #%d: lstat %v, kept %v; want kept %v", i, err, s.IsSpare(id), kept)
-				}
-				if _, err := s.Lstat(id); err != unix.ENOENT {
-					t.Errorf("spare #%d: lstat as an object: %v, want ENOENT (no object)", i, err)
-				}
-			}
 			s.pool.mu.Lock()
-			open := s.pool.spareFds
+			idleFiles, open := len(s.pool.idleFiles), s.pool.openIdle
 			s.pool.mu.Unlock()
-			if open != spareFds {
-				t.Errorf("%d spares kept open, want %d (the rest by name)", open, spareFds)
+			if idleFiles != maxIdle {
+				t.Errorf("%d idle files after %d were recycled, want %d", idleFiles, len(recycled), maxIdle)
 			}
-			// The last spares are kept by name only: taken again, they
-			// are opened again, and work as new files.
+			if open != idleFds {
+				t.Errorf("%d idle files kept open, want %d (the rest by name)", open, idleFds)
+			}
+			kept := 0
+			for i, id := range recycled {
+				st, err := s.Lstat(id)
+				switch {
+				case s.IsIdle(id) && err == nil && st.Size == 0:
+					kept++
+				case !s.IsIdle(id) && err == unix.ENOENT:
+				default:
+					t.Errorf("recycled #%d: idle %v, lstat %v (size %d); want idle and empty, or removed", i, s.IsIdle(id), err, st.Size)
+				}
+			}
+			if kept != maxIdle || !s.IsIdle(recycled[0]) {
+				t.Errorf("%d of %d recycled files kept (the first: %v), want the first %d", kept, len(recycled), s.IsIdle(recycled[0]), maxIdle)
+			}
+			listed := 0
+			s.Objects(func(id string) error {
+				listed++
+				if s.IsIdle(id) {
+					t.Errorf("Objects lists idle object %s", id)
+				}
+				return nil
+			})
+			if listed != 1 { // old, reused
+				t.Errorf("Objects lists %d objects, want 1 (idle objects are no objects)", listed)
+			}
+			r, err := s.Collect(GCOptions{Referenced: func(func(string) error) error { return nil }, Grace: -1, DryRun: true})
+			if err != nil || r.Objects != 1 {
+				t.Errorf("Collect looked at %d objects (%v), want 1", r.Objects, err)
+			}
+			// The last recycled files are kept by name only: taken again,
+			// they are opened again, and work as new files.
 			reused := s.pool.reused.Load()
 			for i := range 3 {
 				want := []byte(fmt.Sprintf("reused %d", i))
 				id := newFile(t, s, 0640, want)
-				if !slices.Contains(spares, id) {
-					t.Errorf("new file %s is no spare", id)
+				if !slices.Contains(recycled, id) {
+					t.Errorf("new file %s is no recycled object", id)
 				}
 				obj, err := s.Open(id, unix.O_RDONLY)
 				if err != nil {
@@ -293,20 +348,20 @@ func TestRecycle(t *testing.T) {
 				got, err := io.ReadAll(obj)
 				obj.Close()
 				if err != nil || !bytes.Equal(got, want) {
-					t.Errorf("reused spare %s holds %q, %v; want %q", id, got, err, want)
+					t.Errorf("reused object %s holds %q, %v; want %q", id, got, err, want)
 				}
 			}
 			if n := s.pool.reused.Load() - reused; n != 3 {
-				t.Errorf("%d spares reused, want 3", n)
+				t.Errorf("%d recycled objects reused, want 3", n)
 			}
-			paths := []string{sparePath(s, spares[0]), sparePath(s, spares[maxSpares-1])}
+			paths := []string{objPath(s, recycled[0]), objPath(s, dirID)}
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
 			for _, p := range paths {
 				if kind == "hostfs" {
 					if _, err := os.Lstat(p); !os.IsNotExist(err) {
-						t.Errorf("spare %s after Close: %v, want it removed", p, err)
+						t.Errorf("idle object %s after Close: %v, want it removed", p, err)
 					}
 				}
 			}
@@ -322,10 +377,10 @@ func TestRecycledFileNotWrittenAtClose(t *testing.T) {
 	mnt := mountImage(t, "ext4", "e2fsprogs", "-q", "-F")
 	s := openStore(t, Options{Dir: filepath.Join(mnt, "store")})
 	data := bytes.Repeat([]byte("x"), 8192)
-	// Both kinds of spare: kept open, and kept by name only (opened
+	// Both kinds of idle file: kept open, and kept by name only (opened
 	// again when taken).
 	var olds []string
-	for range spareFds + 1 {
+	for range idleFds + 1 {
 		id := newFile(t, s, 0644, data)
 		if f, err := s.Open(id, unix.O_RDONLY); err != nil {
 			t.Fatal(err)
@@ -336,8 +391,8 @@ func TestRecycledFileNotWrittenAtClose(t *testing.T) {
 		olds = append(olds, id)
 	}
 	for _, id := range olds {
-		if err := s.Recycle(id); err != nil || !s.IsSpare(id) {
-			t.Fatalf("Recycle(%s): %v, kept %v; want it kept", id, err, s.IsSpare(id))
+		if err := s.Recycle(id); err != nil || !s.IsIdle(id) {
+			t.Fatalf("Recycle(%s): %v, kept %v; want it kept", id, err, s.IsIdle(id))
 		}
 	}
 	for i := range 2 {
@@ -346,7 +401,7 @@ func TestRecycledFileNotWrittenAtClose(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !slices.Contains(olds, id) {
-			t.Fatalf("new file %s is no spare", id)
+			t.Fatalf("new file %s is no recycled object", id)
 		}
 		if _, err := f.Write(data); err != nil {
 			t.Fatal(err)
@@ -361,14 +416,14 @@ func TestRecycledFileNotWrittenAtClose(t *testing.T) {
 		ext := fiemapFlags(t, obj, 0)
 		obj.Close()
 		if len(ext) == 0 || ext[0].flags&fiemapExtentDelalloc == 0 {
-			t.Errorf("new file #%d (a spare): extents %+v after its close; want its data not written yet (delalloc)", i, ext)
+			t.Errorf("new file #%d (a recycled object): extents %+v after its close; want its data not written yet (delalloc)", i, ext)
 		}
 	}
 }
 
 // TestDirPool: directory objects are made ahead once one was made;
 // Mkdir takes one, with the mode, owner and times of a new directory;
-// spares are not listed, and Close removes them.
+// idle directories are not listed, and Close removes them.
 func TestDirPool(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(Options{Kind: "hostfs", Dir: dir})
@@ -383,7 +438,7 @@ func TestDirPool(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		s.pool.mu.Lock()
-		n := len(s.pool.spareDirs)
+		n := len(s.pool.idleDirs)
 		s.pool.mu.Unlock()
 		if n >= dirPoolSize {
 			break
@@ -418,23 +473,67 @@ func TestDirPool(t *testing.T) {
 	}
 	s = openStore(t, Options{Kind: "hostfs", Dir: dir})
 	if got := listObjects(t, s); !slices.Equal(got, want) {
-		t.Errorf("after Close and Open, the store lists %v, want %v (spares removed)", got, want)
+		t.Errorf("after Close and Open, the store lists %v, want %v (idle directories removed)", got, want)
 	}
 }
 
-// sparePath is where spare id lies.
-func sparePath(s *Store, id string) string {
-	return filepath.Join(s.Info().Root, spareDir, id)
+// TestIdleLeftByCrash: the idle objects of a daemon that died are, to
+// the next Open, empty objects that nothing refers to; Open says the
+// store crashed, and a collection removes them.
+func TestIdleLeftByCrash(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{Kind: "hostfs", Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Crashed() {
+		t.Errorf("a new store: Crashed() = true")
+	}
+	keep := newFile(t, s, 0600, []byte("kept"))
+	gone := newFile(t, s, 0600, []byte("recycled"))
+	if err := s.Recycle(gone); err != nil || !s.IsIdle(gone) {
+		t.Fatalf("Recycle: %v, kept %v", err, s.IsIdle(gone))
+	}
+	if _, err := s.Mkdir(0755, -1, -1); err != nil { // starts making directories ahead
+		t.Fatal(err)
+	}
+	waitPoolFull(t, s)
+	// The daemon dies: its goroutine stops, nothing is cleaned up.
+	s.pool.close()
+	s.main.close()
+	s = openStore(t, Options{Kind: "hostfs", Dir: dir})
+	if !s.Crashed() {
+		t.Errorf("after a crash: Crashed() = false")
+	}
+	objs := listObjects(t, s)
+	if len(objs) < poolSize+2 || !slices.Contains(objs, gone) {
+		t.Fatalf("after the crash Objects lists %d objects (the recycled one: %v), want the idle ones too", len(objs), slices.Contains(objs, gone))
+	}
+	r, err := s.Collect(GCOptions{Referenced: func(yield func(string) error) error { return yield(keep) }, Grace: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := listObjects(t, s); r.Removed != len(objs)-1 || !slices.Equal(got, []string{keep}) {
+		t.Errorf("Collect removed %d of %d, left %v; want all but %s", r.Removed, len(objs), got, keep)
+	}
+	s.Close()
+	s = openStore(t, Options{Kind: "hostfs", Dir: dir})
+	if s.Crashed() {
+		t.Errorf("after Close and Open: Crashed() = true")
+	}
 }
 
-// TestSparesLeftByCrash: Open removes what a daemon that died left in
-// the spare directory, and lists none of it as objects.
-func TestSparesLeftByCrash(t *testing.T) {
+// TestLegacySpareDir: Open empties and removes the spare directory that
+// stores made before idle objects held, and lists none of it.
+func TestLegacySpareDir(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, Options{Kind: "hostfs", Dir: dir})
 	root := s.Info().Root
 	s.Close()
-	left := filepath.Join(root, spareDir)
+	left := filepath.Join(root, legacySpareDir)
+	if err := os.Mkdir(left, 0700); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Mkdir(filepath.Join(left, newID()), 0700); err != nil {
 		t.Fatal(err)
 	}
@@ -442,8 +541,8 @@ func TestSparesLeftByCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openStore(t, Options{Kind: "hostfs", Dir: dir})
-	if ents, err := os.ReadDir(left); err != nil || len(ents) != 0 {
-		t.Errorf("spare directory after Open: %d entries (%v), want none", len(ents), err)
+	if _, err := os.Lstat(left); !os.IsNotExist(err) {
+		t.Errorf("the spare directory after Open: %v, want it removed", err)
 	}
 	if got := listObjects(t, s); len(got) != 0 {
 		t.Errorf("Objects lists %v, want nothing", got)
@@ -452,7 +551,7 @@ func TestSparesLeftByCrash(t *testing.T) {
 
 // TestRecycleSpecialFiles: Recycle removes a symlink, a fifo, a socket
 // or a device node object at once (without opening it: a device's open
-// runs its driver) and keeps none of them as a spare.
+// runs its driver) and keeps none of them idle.
 func TestRecycleSpecialFiles(t *testing.T) {
 	s := hostfsStore(t)
 	newFile(t, s, 0600, nil) // starts the pool
@@ -492,8 +591,8 @@ func TestRecycleSpecialFiles(t *testing.T) {
 				t.Errorf("Recycle opened a %s", kind)
 			}
 		}
-		if s.IsSpare(id) {
-			t.Errorf("a %s was kept as a spare", kind)
+		if s.IsIdle(id) {
+			t.Errorf("a %s was kept idle", kind)
 		}
 		if _, err := s.Lstat(id); err != unix.ENOENT {
 			t.Errorf("a %s object after Recycle: lstat %v, want ENOENT", kind, err)

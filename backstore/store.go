@@ -63,7 +63,8 @@ type Store struct {
 	spill   *part // ramdisk only: objects too big for the tmpfs
 	mounted bool  // we mounted (or adopted) the tmpfs at info.Root
 	shmDir  string
-	pool    *pool // unnamed regular files made ahead in main (pool.go)
+	pool    *pool // idle objects in main (pool.go)
+	crashed bool  // main held the open marker at Open (Crashed)
 
 	mu      sync.Mutex          // guards spilled
 	spilled map[string]struct{} // ids of objects in spill
@@ -99,6 +100,9 @@ func Open(o Options) (*Store, error) {
 	} else {
 		err = s.openRamdisk()
 	}
+	if err == nil {
+		s.crashed, err = s.main.markOpen()
+	}
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -107,11 +111,40 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the pool's files, removes its spares, closes the shard
-// dirfds, then unmounts the tmpfs the store mounted (detaching it when
+// openMarker is the name of the file that says, in the main part's
+// root, that a Store has the part open: from Open to Close.
+const openMarker = "open"
+
+// markOpen makes the open marker of p, and reports whether it was there
+// already: the Store that had p open last did not close it.
+func (p *part) markOpen() (crashed bool, err error) {
+	fd, err := unix.Openat(p.rootfd, openMarker, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0600)
+	if err == unix.EEXIST {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("backstore %s: %s: %w", p.root, openMarker, err)
+	}
+	unix.Close(fd)
+	return false, nil
+}
+
+// Crashed reports whether the store was not closed the last time it was
+// open: whoever had it open died. It may then hold objects that nothing
+// refers to, which nothing is using either: idle objects of the pool
+// (pool.go) and the objects of changes never committed. A collection
+// with a grace of -1 (Collect) removes them, before anything else uses
+// the store.
+func (s *Store) Crashed() bool { return s.crashed }
+
+// Close stops the pool and removes its idle objects and the open
+// marker, closes the shard dirfds, then unmounts the tmpfs the store mounted (detaching it when
 // busy) or removes its /dev/shm directory. Closing twice is harmless.
 func (s *Store) Close() error {
 	s.closePool()
+	if s.main != nil && s.main.rootfd >= 0 {
+		unix.Unlinkat(s.main.rootfd, openMarker, 0)
+	}
 	s.main.close()
 	s.spill.close()
 	return s.closeRamdisk()
@@ -120,18 +153,17 @@ func (s *Store) Close() error {
 // Info describes the store.
 func (s *Store) Info() Info { return s.info }
 
-// part is one tree of objects: a root directory with 256 shards and a
-// spare directory (pool.go), each held open as an O_PATH dirfd.
+// part is one tree of objects: a root directory with 256 shards, each
+// held open as an O_PATH dirfd.
 type part struct {
-	root    string
-	rootfd  int
-	sparefd int // the spare directory (pool.go)
-	shards  [256]int
+	root   string
+	rootfd int
+	shards [256]int
 }
 
 // openPart opens (creating them when missing) root and its shards.
 func openPart(root string) (*part, error) {
-	p := &part{root: root, rootfd: -1, sparefd: -1}
+	p := &part{root: root, rootfd: -1}
 	for i := range p.shards {
 		p.shards[i] = -1
 	}
@@ -156,15 +188,7 @@ func openPart(root string) (*part, error) {
 		}
 		p.shards[i] = fd
 	}
-	if err := unix.Mkdirat(p.rootfd, spareDir, 0700); err != nil && err != unix.EEXIST {
-		p.close()
-		return nil, fmt.Errorf("backstore %s: %s: %w", root, spareDir, err)
-	}
-	if p.sparefd, err = unix.Openat(p.rootfd, spareDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
-		p.close()
-		return nil, fmt.Errorf("backstore %s: %s: %w", root, spareDir, err)
-	}
-	p.clearSpares() // left by a daemon that died
+	p.removeLegacySpares()
 	return p, nil
 }
 
@@ -177,10 +201,6 @@ func (p *part) close() {
 			unix.Close(fd)
 			p.shards[i] = -1
 		}
-	}
-	if p.sparefd >= 0 {
-		unix.Close(p.sparefd)
-		p.sparefd = -1
 	}
 	if p.rootfd >= 0 {
 		unix.Close(p.rootfd)

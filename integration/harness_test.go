@@ -369,25 +369,38 @@ func (m *mount) path(rel string) string { return filepath.Join(m.dir, rel) }
 func (m *mount) lowerPath(rel string) string { return filepath.Join(m.lower, rel) }
 
 // backstoreUsage counts the objects under the backstore root and the
-// bytes they occupy (st_blocks), looking at the files themselves.
+// bytes they occupy (st_blocks). The bytes come from the files
+// themselves; the count from agentfs status, since some of the files
+// in the shards are idle (empty, made ahead or kept for reuse, which
+// only the daemon knows) and no objects. Each is also checked against
+// the other: a count above the files', or bytes above the status's
+// (whose walk came before the files'), fails the test.
 func (m *mount) backstoreUsage() (objects int, bytes int64) {
 	m.t.Helper()
 	root := m.status.BackingRoot
 	if root == "" {
 		m.t.Fatalf("status --json gave no backstore_root")
 	}
+	st, err := m.fetchStatus()
+	if err != nil {
+		m.t.Fatalf("agentfs status: %v", err)
+	}
+	files := 0
 	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return nil
 		}
 		var st unix.Stat_t
 		if unix.Lstat(p, &st) == nil {
-			objects++
+			files++
 			bytes += st.Blocks * 512
 		}
 		return nil
 	})
-	return objects, bytes
+	if int(st.Objects) > files {
+		m.t.Errorf("agentfs status counts %d objects, the backstore holds %d regular files", st.Objects, files)
+	}
+	return int(st.Objects), bytes
 }
 
 // mountinfoEntry is one line of /proc/self/mountinfo.

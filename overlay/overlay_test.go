@@ -666,15 +666,15 @@ func TestNewNameOverHiddenLinkKeepsCount(t *testing.T) {
 }
 
 // objectGone checks that object obj is no object any more: removed, or
-// kept emptied for reuse (backstore.Recycle).
+// kept emptied and idle for reuse (backstore.Recycle).
 func objectGone(t *testing.T, bs *backstore.Store, obj, what string) {
 	t.Helper()
 	st, err := bs.Lstat(obj)
 	switch {
 	case err == unix.ENOENT:
-	case err == nil && bs.IsSpare(obj) && st.Size == 0:
+	case err == nil && bs.IsIdle(obj) && st.Size == 0:
 	default:
-		t.Errorf("%s: lstat %v (size %d, spare %v), want ENOENT or an empty spare", what, err, st.Size, bs.IsSpare(obj))
+		t.Errorf("%s: lstat %v (size %d, idle %v), want ENOENT or an empty idle object", what, err, st.Size, bs.IsIdle(obj))
 	}
 }
 

@@ -245,6 +245,16 @@ func (d *daemon) openStore() error {
 	if err != nil {
 		return fmt.Errorf("opening the %s backstore: %w", p.backstore, err)
 	}
+	if d.objs.Crashed() {
+		// The daemon before this one died: what it made and did not
+		// commit, and its idle objects, are referred to by nothing,
+		// and nothing uses them yet.
+		r, err := d.objs.Collect(backstore.GCOptions{Referenced: d.meta.ReferencedObjects, Grace: -1})
+		if err != nil {
+			return fmt.Errorf("the store %s: collecting what the daemon before this one left: %w", p.store, err)
+		}
+		d.log.Info("collected what the daemon before this one left", "objects", r.Objects, "removed", r.Removed, "freed", r.Freed)
+	}
 	d.view, err = overlay.New(overlay.Config{Lower: d.lowerDir(), Objects: d.objs, Layer: layer,
 		AllocIno: d.meta.AllocIno, Sync: d.meta.Sync, Logger: d.log})
 	if err != nil {
