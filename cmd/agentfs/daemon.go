@@ -386,15 +386,18 @@ func (d *daemon) shutdown(why string) {
 			mp := d.plan.mountpoint
 			d.log.Info("unmounting", "reason", why)
 			deadline := time.Now().Add(busyWait)
+			// The first try usually finds the mount busy: the command
+			// that asked for the unmount still holds the control file
+			// for a moment after the reply. Retry soon, then less often.
 			var err error
-			for {
+			for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
 				if err = unmountOnce(mp, false); err == nil {
 					return
 				}
 				if time.Now().After(deadline) {
 					break
 				}
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(pause)
 			}
 			d.log.Warn("the mount is busy: detaching it lazily", "err", err)
 			if err := unmountOnce(mp, true); err != nil {
