@@ -45,16 +45,19 @@ deps:
 	@if [ "$$(id -u)" = 0 ] && [ ! -e /dev/fuse ]; then modprobe fuse 2>/dev/null || true; fi
 
 # test prints go test's summary: one "ok" (or "FAIL") line per package.
+# The first pass runs every test at full strength; the repeats (race
+# detector, the other two FUSE transports) run all of them again with
+# -short, which scales down the randomized and load tests' rounds.
 test: deps build
 	$(GO) vet ./...
 	@echo "go test (AGENTFS_REQUIRE_FUSE=$${AGENTFS_REQUIRE_FUSE:-0})"
 	AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 $(GOTESTFLAGS) ./...
-	@echo "the other packages again, with the race detector"
-	AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -race -p 1 -count=1 $(GOTESTFLAGS) $$($(GO) list ./... | grep -v /integration)
-	@echo "integration tests again, without FUSE passthrough (page cache)"
-	AGENTFS_TEST_NO_PASSTHROUGH=1 AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 $(GOTESTFLAGS) ./integration/...
-	@echo "integration tests again, with FUSE requests over /dev/fuse instead of io_uring"
-	AGENTFS_TEST_NO_IO_URING=1 AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 $(GOTESTFLAGS) ./integration/...
+	@echo "the other packages again, with the race detector (-short)"
+	AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -race -short -p 1 -count=1 $(GOTESTFLAGS) $$($(GO) list ./... | grep -v /integration)
+	@echo "integration tests again, without FUSE passthrough (page cache; -short)"
+	AGENTFS_TEST_NO_PASSTHROUGH=1 AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -short -p 1 -count=1 $(GOTESTFLAGS) ./integration/...
+	@echo "integration tests again, with FUSE requests over /dev/fuse instead of io_uring (-short)"
+	AGENTFS_TEST_NO_IO_URING=1 AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -short -p 1 -count=1 $(GOTESTFLAGS) ./integration/...
 
 # unit runs the tests that need neither FUSE nor root.
 unit:

@@ -58,6 +58,9 @@ func TestAsNonRoot(t *testing.T) {
 	if testing.Verbose() {
 		args = append(args, "-test.v")
 	}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = tmp
 	cmd.Env = []string{childEnv + "=1", "TMPDIR=" + tmp, "HOME=" + tmp, "PATH=" + os.Getenv("PATH")}

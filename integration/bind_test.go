@@ -50,7 +50,8 @@ func execRootIn(m *mount, branch, dir string, args ...string) *exec.Cmd {
 // same paths at the same time, write then read, stat, rename, list and
 // mmap thousands of times; none ever sees another branch's data,
 // attributes or listing. Then each branch holds its own worker's last
-// write, and main its own.
+// write, and main its own. With -short (the repeated passes of make
+// test) they loop 300 times instead of 1,500.
 func TestBindIsolation(t *testing.T) {
 	t.Run("root", func(t *testing.T) { testBindIsolation(t, execRootIn) })
 	t.Run("namespace", func(t *testing.T) { testBindIsolation(t, execIn) })
@@ -59,7 +60,10 @@ func TestBindIsolation(t *testing.T) {
 func testBindIsolation(t *testing.T, execIn func(m *mount, branch, dir string, args ...string) *exec.Cmd) {
 	m := newMount(t, withLower(lowerFile("shared.txt", "lower\n"), lowerFile("dir/a", "lower a\n")))
 	branchesFrom(t, m, "b1", "b2", "b3")
-	const iters = 1500
+	iters := 1500
+	if testing.Short() {
+		iters = 300
+	}
 	helper := helperPath(t)
 	workers := []string{"b1", "b2", "b3", "main"}
 	results := make([]cliResult, len(workers))

@@ -64,7 +64,9 @@ const crashWorkers = 3
 // that recovery is also tested after recovery. Kill points go from a few
 // milliseconds after the load starts to seconds. AGENTFS_CRASH_SEED
 // repeats a run's choices (the interleaving of the goroutines still
-// varies); AGENTFS_CRASH_ROUNDS sets the number of rounds;
+// varies); AGENTFS_CRASH_ROUNDS sets the number of rounds (8; 3 with
+// -short, as in the repeated passes of make test, at a short, a middle
+// and a long kill point);
 // AGENTFS_CRASH_NO_LINKS=1 leaves hard links out (to test the rest on
 // its own when hard links fail).
 func TestCrashUnderLoad(t *testing.T) {
@@ -76,14 +78,23 @@ func TestCrashUnderLoad(t *testing.T) {
 		}
 		seed = v
 	}
-	rounds := 8
+	// Round r kills at a point of scale r%8 (crashDelay); -short keeps
+	// a short, a middle and a long one.
+	scales := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	if testing.Short() {
+		scales = []int{1, 4, 6}
+	}
 	if s := os.Getenv("AGENTFS_CRASH_ROUNDS"); s != "" {
 		v, err := strconv.Atoi(s)
 		if err != nil || v < 1 {
 			t.Fatalf("AGENTFS_CRASH_ROUNDS=%q: want a positive number", s)
 		}
-		rounds = v
+		scales = scales[:0]
+		for r := range v {
+			scales = append(scales, r%8)
+		}
 	}
+	rounds := len(scales)
 	noLinks := os.Getenv("AGENTFS_CRASH_NO_LINKS") == "1"
 	t.Logf("seed %d (AGENTFS_CRASH_SEED=%d repeats it), %d rounds, hard links: %v", seed, seed, rounds, !noLinks)
 	rng := rand.New(rand.NewPCG(seed, 0))
@@ -110,7 +121,7 @@ func TestCrashUnderLoad(t *testing.T) {
 	c.rebuild(obs)
 	start := time.Now()
 	for r := 0; r < rounds; r++ {
-		c.round(r, crashDelay(rng, r))
+		c.round(r, crashDelay(rng, scales[r]))
 		if t.Failed() {
 			t.Fatalf("round %d failed; AGENTFS_CRASH_SEED=%d repeats the run", r, seed)
 		}
@@ -168,9 +179,9 @@ func TestCrashHardLinkAfterSnapshot(t *testing.T) {
 // crashDelay is the time from the start of the load to the kill in round
 // r: in [lo, 3lo) with lo = 2ms·3^(r mod 8), at most 3s: from 2-6 ms in
 // round 0 to 3-9 s in round 7.
-func crashDelay(rng *rand.Rand, r int) time.Duration {
+func crashDelay(rng *rand.Rand, scale int) time.Duration {
 	lo := 2 * time.Millisecond
-	for i := 0; i < r%8; i++ {
+	for i := 0; i < scale; i++ {
 		lo *= 3
 	}
 	lo = min(lo, 3*time.Second)
