@@ -18,16 +18,17 @@
 //	Dir/ramdisk/ab/ab0123456789cdef     ramdisk (a tmpfs mounted here)
 //	Dir/spill/ab/ab0123456789cdef       ramdisk, objects too big for it
 //
-// Beside the shards, a part's spare directory (objects/spare) holds
-// emptied objects kept for reuse and directories made ahead (pool.go):
-// no objects, removed at Close and at Open.
+// Beside the shards, the main part's root holds the open marker
+// (Crashed). Idle objects, made ahead or emptied for reuse (pool.go),
+// lie in the shards like objects, but are none.
 //
 // An object id is 16 lowercase hex characters from crypto/rand; its
 // first two characters name its shard. Creation uses O_EXCL, mkdirat,
 // symlinkat or mknodat, which fail on a collision, and then retries
-// with a new id. The store keeps an O_PATH dirfd of every shard open
-// from Open to Close, so every syscall on an object is fd-relative with
-// a 16-byte name, whatever the length of Dir.
+// with a new id. A shard is made with the first object that belongs in
+// it. The store keeps an O_PATH dirfd of every shard open from Open (or
+// from its making) to Close, so every syscall on an object is
+// fd-relative with a 16-byte name, whatever the length of Dir.
 //
 // # Kinds
 //
@@ -73,15 +74,17 @@
 // Clone removes its partial object, and the reflink probe uses
 // unnamed (O_TMPFILE) files. A crash can therefore leave only objects
 // that nothing refers to, which [Store.Collect] removes given the
-// caller's list of referenced objects (see gc.go). The empty files the
-// store makes ahead of need (pool.go) have no name until they become
-// objects, so they are never garbage.
+// caller's list of referenced objects (see gc.go). Idle objects
+// (pool.go) that a crash leaves behind are such objects too: the next
+// Open reports the crash (Crashed), for the caller to collect them.
 //
 // # Locking
 //
 // A Store is safe for concurrent use. Store.mu guards the set of
 // spilled ids and nothing else; it is never held across a syscall. The
-// pool has a lock of its own (pool.go), never held with Store.mu.
+// pool has a lock of its own (pool.go), never held with Store.mu. A
+// part's mu serializes the making of its shards and is taken under
+// neither.
 // Everything else is fixed between Open and Close, or is the kernel's
 // business.
 package backstore

@@ -113,6 +113,8 @@ func (s *Store) Collect(o GCOptions) (GCResult, error) {
 		grace = DefaultGCGrace
 	}
 	cutoff := time.Now().Add(-max(grace, 0))
+	s.beginCollect()
+	defer s.endCollect()
 	refs := map[string]struct{}{}
 	if err := o.Referenced(func(id string) error { refs[id] = struct{}{}; return nil }); err != nil {
 		return r, fmt.Errorf("backstore %s: listing referenced objects: %w", s.main.root, err)

@@ -59,7 +59,10 @@ func (s *Store) Loc(id string) Loc {
 	if s.spill != nil && s.isSpilled(id) {
 		p = s.spill
 	}
-	return Loc{Dirfd: p.shards[sh], Name: id}
+	// A shard not made yet holds no object: making it here keeps Loc
+	// simple for callers (a lookup of a missing object fails ENOENT).
+	fd, _ := p.shard(sh)
+	return Loc{Dirfd: fd, Name: id}
 }
 
 // loc is Loc with an error for bad ids.
@@ -91,7 +94,11 @@ func (s *Store) partFor(size int64) *part {
 func (s *Store) create(p *part, what string, mk func(dirfd int, name string) error) (string, error) {
 	for try := 0; ; try++ {
 		id := newID()
-		err := mk(p.shards[shardOf(id)], id)
+		dirfd, err := p.shard(shardOf(id))
+		if err != nil {
+			return "", fmt.Errorf("backstore: new %s: %w", what, err)
+		}
+		err = mk(dirfd, id)
 		if err == unix.EEXIST && try < maxCreateTries {
 			continue
 		}
@@ -179,14 +186,7 @@ func (s *Store) setOwnerMode(fd int, have *unix.Stat_t, mode uint32, uid, gid in
 // Mkdir creates a directory object with mode mode&07777 and, when
 // running as root, owner uid:gid.
 func (s *Store) Mkdir(mode uint32, uid, gid int) (string, error) {
-	if id, ok := s.takeDir(); ok {
-		// Made a while ago, or recycled: its times are those of now.
-		l := s.Loc(id)
-		now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
-		if err := unix.UtimesNanoAt(l.Dirfd, l.Name, now, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			s.undo(id)
-			return "", fmt.Errorf("object %s: %w", id, err)
-		}
+	if id, ok := s.takeDir(); ok { // with the times of now
 		return id, s.finishNew(id, true, mode, uid, gid)
 	}
 	id, err := s.create(s.main, "directory", func(dirfd int, name string) error {

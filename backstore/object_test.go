@@ -23,13 +23,68 @@ func TestOpenHostfs(t *testing.T) {
 	if got != want {
 		t.Errorf("Info = %+v, want %+v", got, want)
 	}
-	shards, err := os.ReadDir(want.Root)
+	if names := readNames(t, want.Root); !slices.Equal(names, []string{openMarker}) {
+		t.Errorf("a new store's objects/ holds %q, want only %s (shards are made when needed)", names, openMarker)
+	}
+}
+
+// TestShardsMadeWhenNeeded: a shard is made with its first object, and
+// a store opened again finds the objects of the shards it made.
+func TestShardsMadeWhenNeeded(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(shards) != 257 || shards[0].Name() != "00" || shards[255].Name() != "ff" || shards[256].Name() != openMarker {
-		t.Errorf("objects/ holds %d entries (%s..%s), want 256 shards 00..ff and %s", len(shards), shards[0].Name(), shards[len(shards)-1].Name(), openMarker)
+	root := s.Info().Root
+	id, err := s.Symlink("target", -1, -1) // no pool: one object, one shard
+	if err != nil {
+		t.Fatal(err)
 	}
+	if names := readNames(t, root); !slices.Equal(names, []string{id[:2], openMarker}) {
+		t.Errorf("after one object objects/ holds %q, want its shard %s and %s", names, id[:2], openMarker)
+	}
+	missing := "00000000000000ff"
+	if id[:2] == "00" {
+		missing = "ff000000000000ff"
+	}
+	if _, err := s.Lstat(missing); err != unix.ENOENT {
+		t.Errorf("Lstat(%s), in a shard not made yet = %v, want ENOENT", missing, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, Options{Dir: dir})
+	if _, err := s.Lstat(id); err != nil {
+		t.Errorf("Lstat(%s) after reopening: %v", id, err)
+	}
+	var ids []string
+	if err := s.Objects(func(id string) error { ids = append(ids, id); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids, []string{id}) {
+		t.Errorf("Objects after reopening = %q, want [%s]", ids, id)
+	}
+	id2, err := s.Symlink("other", -1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lstat(id2); err != nil {
+		t.Errorf("Lstat(%s), made after reopening: %v", id2, err)
+	}
+}
+
+func readNames(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 func TestOpenRejectsBadOptions(t *testing.T) {

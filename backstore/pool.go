@@ -120,6 +120,9 @@ type pool struct {
 	openIdle  int        // idle files with fd >= 0
 	idleDirs  []string   // idle directories
 	ids       map[string]struct{}
+	// collecting counts the collections running (Collect): while one
+	// runs, Recycle removes what it is given instead of keeping it.
+	collecting int
 }
 
 func newPool() *pool {
@@ -324,13 +327,14 @@ func (s *Store) makeIdle(dir bool) error {
 		}
 		pl.ids[id] = struct{}{}
 		pl.mu.Unlock()
-		dirfd := s.main.shards[shardOf(id)]
 		fd := -1
-		var err error
-		if dir {
-			err = unix.Mkdirat(dirfd, id, 0700)
-		} else {
-			fd, err = unix.Openat(dirfd, id, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, poolMode)
+		dirfd, err := s.main.shard(shardOf(id))
+		if err == nil {
+			if dir {
+				err = unix.Mkdirat(dirfd, id, 0700)
+			} else {
+				fd, err = unix.Openat(dirfd, id, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, poolMode)
+			}
 		}
 		if err != nil {
 			pl.mu.Lock()
@@ -411,64 +415,111 @@ func (s *Store) keepIdleDir(id string, listed bool) bool {
 // Recycle removes object id as Remove does, but keeps a regular file or
 // a directory of the main part, emptied and idle, for the next new
 // object of its kind (see the top of this file). The caller guarantees,
-// as for Remove, that nothing refers to id any more.
+// as for Remove, that nothing refers to id any more. Recycling an idle
+// object again does nothing.
+//
+// The id is idle (in pool.ids) from the start, so that a collection
+// never takes it for garbage once it may be handed out again; and while
+// a collection runs, which may have found it garbage already and be
+// about to remove it, Recycle removes it itself.
 func (s *Store) Recycle(id string) error {
 	if s.pool == nil || shardOf(id) < 0 || s.spill != nil && s.isSpilled(id) {
 		return s.Remove(id)
 	}
+	pl := s.pool
+	pl.mu.Lock()
+	_, idle := pl.ids[id]
+	keep := !idle && !pl.closed && pl.collecting == 0
+	if keep {
+		pl.ids[id] = struct{}{}
+	}
+	pl.mu.Unlock()
+	if idle {
+		return nil
+	}
+	if !keep {
+		return s.Remove(id)
+	}
+	handed := false // to keepIdleFile or keepIdleDir, which keep or remove it
+	defer func() {
+		if !handed {
+			s.Remove(id)
+			pl.mu.Lock()
+			delete(pl.ids, id)
+			pl.mu.Unlock()
+		}
+	}()
 	l := s.Loc(id)
 	// The type first: opening a device node would run its driver's open
 	// (as root), and a fifo's would block.
 	var st unix.Stat_t
 	if err := unix.Fstatat(l.Dirfd, l.Name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return s.Remove(id)
+		return nil
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		return s.recycleDir(id, l)
+		if s.emptyDirForReuse(l) {
+			handed = true
+			s.keepIdleDir(id, true)
+		}
+		return nil
 	case unix.S_IFREG:
 	default:
-		return s.Remove(id) // a symlink, fifo, socket or device node
+		return nil // a symlink, fifo, socket or device node: removed
 	}
-	s.pool.mu.Lock()
-	room := !s.pool.closed && len(s.pool.idleFiles) < maxIdle
-	s.pool.mu.Unlock()
+	pl.mu.Lock()
+	room := len(pl.idleFiles) < maxIdle
+	pl.mu.Unlock()
 	if !room {
-		return s.Remove(id)
+		return nil
 	}
 	fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return s.Remove(id) // a file the daemon cannot write
+		return nil // a file the daemon cannot write: removed
 	}
 	if !emptyForReuse(fd, l, &st) {
 		unix.Close(fd)
-		return s.Remove(id)
+		return nil
 	}
-	s.keepIdleFile(idleFile{id: id, fd: fd, known: true, mode: st.Mode, uid: st.Uid, gid: st.Gid}, false)
+	handed = true
+	s.keepIdleFile(idleFile{id: id, fd: fd, known: true, mode: st.Mode, uid: st.Uid, gid: st.Gid}, true)
 	return nil
 }
 
-// recycleDir keeps the directory object id (at l), stripped of its
-// extended attributes, for the next Mkdir. Directory objects are always
-// empty (objects are never nested).
-func (s *Store) recycleDir(id string, l Loc) error {
+// emptyDirForReuse strips the directory object at l of its extended
+// attributes, and reports whether it has none left. Directory objects
+// are always empty (objects are never nested).
+func (s *Store) emptyDirForReuse(l Loc) bool {
 	fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return s.Remove(id)
+		return false
 	}
-	ok := stripXattrs(fd)
-	unix.Close(fd)
-	if !ok {
-		return s.Remove(id)
+	defer unix.Close(fd)
+	return stripXattrs(fd)
+}
+
+// beginCollect and endCollect bracket a collection (see Recycle).
+func (s *Store) beginCollect() {
+	if s.pool != nil {
+		s.pool.mu.Lock()
+		s.pool.collecting++
+		s.pool.mu.Unlock()
 	}
-	s.keepIdleDir(id, false)
-	return nil
+}
+
+func (s *Store) endCollect() {
+	if s.pool != nil {
+		s.pool.mu.Lock()
+		s.pool.collecting--
+		s.pool.mu.Unlock()
+	}
 }
 
 // emptyForReuse truncates the regular file fd (at l) and removes its
 // extended attributes; it reports false when fd is not a regular file
-// with one name or cannot be emptied. st is fd's stat, from before the
-// truncate.
+// with one name or cannot be emptied. It leaves fd's stat, once
+// emptied, in st: a truncate by a daemon without CAP_FSETID clears the
+// setuid and setgid bits.
 //
 // ext4 (unless mounted noauto_da_alloc) takes a truncate to size 0 for
 // the start of a rewrite in place, and makes the next close of the file
@@ -487,7 +538,7 @@ func emptyForReuse(fd int, l Loc, st *unix.Stat_t) bool {
 	if c, err := unix.Openat(l.Dirfd, l.Name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_CLOEXEC, 0); err == nil {
 		unix.Close(c)
 	}
-	return stripXattrs(fd)
+	return stripXattrs(fd) && unix.Fstat(fd, st) == nil
 }
 
 // stripXattrs removes the extended attributes of fd, and reports

@@ -253,6 +253,7 @@ func (d *daemon) openStore() error {
 		if err != nil {
 			return fmt.Errorf("the store %s: collecting what the daemon before this one left: %w", p.store, err)
 		}
+		d.objs.Recovered()
 		d.log.Info("collected what the daemon before this one left", "objects", r.Objects, "removed", r.Removed, "freed", r.Freed)
 	}
 	d.view, err = overlay.New(overlay.Config{Lower: d.lowerDir(), Objects: d.objs, Layer: layer,
