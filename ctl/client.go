@@ -16,9 +16,11 @@ import (
 // gone. The kernel answers ENOTCONN once it has aborted the connection,
 // and ECONNABORTED to a request that was queued for, or read by, the
 // daemon before the abort: after kill -9 the abort waits for the last
-// reference to /dev/fuse, which io_uring drops asynchronously.
+// reference to /dev/fuse, which io_uring drops asynchronously. A
+// request already handed to an io_uring queue whose thread died before
+// taking it ends with ECANCELED (the daemon itself never answers that).
 func DaemonGone(err error) bool {
-	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
+	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ECANCELED)
 }
 
 // ErrNotMounted means FindMount found no agentfs mount.

@@ -420,3 +420,23 @@ func TestAfter(t *testing.T) {
 		t.Fatalf("ping with a failing After = %v, want the hook's error", err)
 	}
 }
+
+// TestDaemonGone: the errnos a request gets when the daemon of its
+// mount died (whatever wraps them) mean gone; others do not.
+func TestDaemonGone(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		gone bool
+	}{
+		{syscall.ENOTCONN, true},
+		{syscall.ECONNABORTED, true},
+		{fmt.Errorf("open ctl: %w", syscall.ECANCELED), true}, // handed to a dead io_uring queue thread
+		{syscall.ENOENT, false},
+		{syscall.EINTR, false},
+		{nil, false},
+	} {
+		if got := DaemonGone(c.err); got != c.gone {
+			t.Errorf("DaemonGone(%v) = %v, want %v", c.err, got, c.gone)
+		}
+	}
+}
