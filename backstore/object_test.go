@@ -74,6 +74,32 @@ func TestShardsMadeWhenNeeded(t *testing.T) {
 	}
 }
 
+// TestShardsSpread: where the filesystem has inode flags (ext4), the
+// objects directory carries TOPDIR, so that its shards spread over the
+// block groups (see spreadShards).
+func TestShardsSpread(t *testing.T) {
+	s := hostfsStore(t)
+	fd, err := unix.Open(s.Info().Root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+	if err == unix.ENOTTY || err == unix.EOPNOTSUPP || err == unix.EINVAL {
+		t.Skipf("the filesystem of %s has no inode flags (%v)", s.Info().Root, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil {
+		t.Fatal(err)
+	}
+	if sfs.Type == unix.EXT4_SUPER_MAGIC && flags&fsTopdirFL == 0 {
+		t.Errorf("objects/ flags %#x on ext4: want TOPDIR (%#x)", flags, fsTopdirFL)
+	}
+}
+
 func readNames(t *testing.T, dir string) []string {
 	t.Helper()
 	es, err := os.ReadDir(dir)
