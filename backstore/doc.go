@@ -26,8 +26,7 @@
 // first two characters name its shard. Creation uses O_EXCL, mkdirat,
 // symlinkat or mknodat, which fail on a collision, and then retries
 // with a new id. A shard is made with the first object that belongs in
-// it; a part's root asks the filesystem to spread its shards over its
-// block groups (spreadShards). The store keeps an O_PATH dirfd of every shard open from Open (or
+// it. The store keeps an O_PATH dirfd of every shard open from Open (or
 // from its making) to Close, so every syscall on an object is
 // fd-relative with a 16-byte name, whatever the length of Dir.
 //

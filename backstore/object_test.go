@@ -74,19 +74,19 @@ func TestShardsMadeWhenNeeded(t *testing.T) {
 	}
 }
 
-// TestShardsSpread: where the filesystem has inode flags (ext4), the
-// objects directory carries TOPDIR, so that its shards spread over the
-// block groups (see spreadShards).
-func TestShardsSpread(t *testing.T) {
-	s := hostfsStore(t)
-	fd, err := unix.Open(s.Info().Root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+// TestSpreadChildren: where the filesystem has inode flags (ext4), a
+// directory given to SpreadChildren carries TOPDIR, and keeps its other
+// flags.
+func TestSpreadChildren(t *testing.T) {
+	dir := t.TempDir()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+	before, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
 	if err == unix.ENOTTY || err == unix.EOPNOTSUPP || err == unix.EINVAL {
-		t.Skipf("the filesystem of %s has no inode flags (%v)", s.Info().Root, err)
+		t.Skipf("the filesystem of %s has no inode flags (%v)", dir, err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -95,8 +95,14 @@ func TestShardsSpread(t *testing.T) {
 	if err := unix.Fstatfs(fd, &sfs); err != nil {
 		t.Fatal(err)
 	}
-	if sfs.Type == unix.EXT4_SUPER_MAGIC && flags&fsTopdirFL == 0 {
-		t.Errorf("objects/ flags %#x on ext4: want TOPDIR (%#x)", flags, fsTopdirFL)
+	SpreadChildren(dir)
+	SpreadChildren(dir) // twice: no change
+	after, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sfs.Type == unix.EXT4_SUPER_MAGIC && after != before|fsTopdirFL {
+		t.Errorf("flags on ext4 %#x, then %#x: want %#x (TOPDIR added)", before, after, before|fsTopdirFL)
 	}
 }
 

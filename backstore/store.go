@@ -188,7 +188,6 @@ func openPart(root string) (*part, error) {
 	if err := os.MkdirAll(root, 0700); err != nil {
 		return nil, fmt.Errorf("backstore %s: %w", root, err)
 	}
-	spreadShards(root)
 	var err error
 	p.rootfd, err = unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -214,20 +213,19 @@ func shardName(i int) string { return fmt.Sprintf("%02x", i) }
 // fsTopdirFL is FS_TOPDIR_FL (linux/fs.h), which x/sys/unix lacks.
 const fsTopdirFL = 0x00020000
 
-// spreadShards asks the filesystem to spread the shards of the part at
-// root over its block groups, as ext4 spreads top-level directories
-// (the TOPDIR inode flag of ext4's Orlov allocator), instead of packing
-// them, and so every object, into the group of root. ext4 without a
-// journal does not reuse an inode freed in the last minute or more,
-// and skips each such inode anew at every allocation in its group: a
-// private store removed at unmount left some ten thousand of them in
-// the group where the next store made all its objects, and each new
-// inode then cost 0.7-0.9 ms. With the shards spread, untar of 11,478
-// files into a fresh mount took 3.1-4.3 s instead of 5.2-5.6 s there
-// (interleaved), and the same on an ext4 with a journal (3.1-3.8 s
-// both). Best effort: other filesystems have no such flag.
-func spreadShards(root string) {
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// SpreadChildren asks the filesystem to place each directory made in
+// dir in a block group of its own choosing, as ext4 places top-level
+// directories (the TOPDIR inode flag of its Orlov allocator), instead
+// of in dir's group. Stores made one after another in dir (private
+// stores) then do not make their objects where the store before them
+// was just removed: ext4 without a journal does not reuse an inode
+// freed in the last minute or more, and skips each such inode anew at
+// every allocation in its group. A removed private store left some
+// ten thousand of them in the group where the next store made all its
+// objects, each of which then took 0.7-0.9 ms to make. Best effort:
+// other filesystems have no such flag.
+func SpreadChildren(dir string) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func runArgs(args ...string) (code int, stdout, stderr string) {
@@ -183,6 +185,20 @@ func TestPrivateStoreAvoidsLower(t *testing.T) {
 		t.Error(err)
 	} else if got := st.Mode().Perm(); got != 0700 {
 		t.Errorf("private store mode = %o, want 700", got)
+	}
+	// On ext4 the stores' directory spreads them over block groups
+	// (backstore.SpreadChildren): it carries FS_TOPDIR_FL (lsattr's T).
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(root, &sfs); err == nil && sfs.Type == unix.EXT4_SUPER_MAGIC {
+		fd, err := unix.Open(filepath.Join(root, "stores"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		const topdir = 0x00020000
+		if flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS); err != nil || flags&topdir == 0 {
+			t.Errorf("flags of the private stores' directory on ext4: %#x (%v), want FS_TOPDIR_FL", flags, err)
+		}
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/backstore"
 )
 
 // Where agentfs keeps its own files.
@@ -56,6 +58,7 @@ func makePrivateStore(avoid ...string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("creating a private store: %w", err)
 		}
+		backstore.SpreadChildren(dir) // each store in a block group of its own
 		store, err := os.MkdirTemp(dir, privateStorePrefix)
 		if err != nil {
 			return "", fmt.Errorf("creating a private store: %w", err)
