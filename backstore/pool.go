@@ -346,7 +346,7 @@ func (s *Store) makeIdle(dir bool) error {
 			return err
 		}
 		if dir {
-			s.keepIdleDir(id, true)
+			s.keepIdleDir(id)
 			return nil
 		}
 		f := idleFile{id: id, fd: fd, made: true}
@@ -354,16 +354,16 @@ func (s *Store) makeIdle(dir bool) error {
 		if unix.Fstat(fd, &st) == nil {
 			f.known, f.mode, f.uid, f.gid = true, st.Mode, st.Uid, st.Gid
 		}
-		s.keepIdleFile(f, true)
+		s.keepIdleFile(f)
 		return nil
 	}
 }
 
-// keepIdleFile adds f (emptied, named in its shard) to the idle files
-// (recycled or, with f.made, made ahead), or removes it when the pool is
-// closed or holds maxIdle recycled files; listed says whether its id is
-// in pool.ids already. It reports whether it kept it.
-func (s *Store) keepIdleFile(f idleFile, listed bool) bool {
+// keepIdleFile adds f (emptied, named in its shard, its id already in
+// pool.ids) to the idle files (recycled or, with f.made, made ahead),
+// or removes it when the pool is closed or holds maxIdle files of its
+// list.
+func (s *Store) keepIdleFile(f idleFile) {
 	pl := s.pool
 	list := &pl.idleFiles
 	if f.made {
@@ -380,8 +380,7 @@ func (s *Store) keepIdleFile(f idleFile, listed bool) bool {
 			pl.openIdle++
 		}
 		*list = append(*list, f)
-		pl.ids[f.id] = struct{}{}
-	} else if listed {
+	} else {
 		delete(pl.ids, f.id)
 	}
 	pl.mu.Unlock()
@@ -391,25 +390,22 @@ func (s *Store) keepIdleFile(f idleFile, listed bool) bool {
 		}
 		s.Remove(f.id)
 	}
-	return kept
 }
 
 // keepIdleDir is keepIdleFile for directory id.
-func (s *Store) keepIdleDir(id string, listed bool) bool {
+func (s *Store) keepIdleDir(id string) {
 	pl := s.pool
 	pl.mu.Lock()
 	kept := !pl.closed && len(pl.idleDirs) < maxIdle
 	if kept {
 		pl.idleDirs = append(pl.idleDirs, id)
-		pl.ids[id] = struct{}{}
-	} else if listed {
+	} else {
 		delete(pl.ids, id)
 	}
 	pl.mu.Unlock()
 	if !kept {
 		s.Remove(id)
 	}
-	return kept
 }
 
 // Recycle removes object id as Remove does, but keeps a regular file or
@@ -460,7 +456,7 @@ func (s *Store) Recycle(id string) error {
 	case unix.S_IFDIR:
 		if s.emptyDirForReuse(l) {
 			handed = true
-			s.keepIdleDir(id, true)
+			s.keepIdleDir(id)
 		}
 		return nil
 	case unix.S_IFREG:
@@ -482,7 +478,7 @@ func (s *Store) Recycle(id string) error {
 		return nil
 	}
 	handed = true
-	s.keepIdleFile(idleFile{id: id, fd: fd, known: true, mode: st.Mode, uid: st.Uid, gid: st.Gid}, true)
+	s.keepIdleFile(idleFile{id: id, fd: fd, known: true, mode: st.Mode, uid: st.Uid, gid: st.Gid})
 	return nil
 }
 
