@@ -158,9 +158,12 @@ type Status struct {
 	// reads the kernel did not pass through (files of the project, and
 	// every file without passthrough), from the disk or into the page
 	// cache. ReadsSpliced were answered by splicing the file's pages
-	// into the reply (one copy less).
-	Reads        uint64 `json:"reads"`
-	ReadsSpliced uint64 `json:"reads_spliced"`
+	// into the reply (one copy less). ReadsFromDisk were read from the
+	// disk with O_DIRECT: a range of a project file that the lower file
+	// system did not cache, which then is cached once, by the mount.
+	Reads         uint64 `json:"reads"`
+	ReadsSpliced  uint64 `json:"reads_spliced"`
+	ReadsFromDisk uint64 `json:"reads_from_disk"`
 
 	Objects int64 `json:"objects"`        // upper objects in the backstore
 	Bytes   int64 `json:"bytes"`          // bytes they occupy

@@ -48,10 +48,13 @@
 // writes made after it, and no write can ever reach a lower file through
 // a reused backing id. An inode with cached opens never gets a
 // passthrough open (the kernel refuses to mix the two), and vice versa.
-// A READ of 64 KiB or more is answered by splicing the file's pages into
-// the reply (spliceRead), from a duplicate of the handle's descriptor,
-// so one copy is made instead of two; READs are at most 512 KiB
-// (max_read), so that each fits a pipe.
+// A READ of 64 KiB or more of a project file range that the lower file
+// system does not cache is read from the disk with O_DIRECT
+// (overlay.File.ReadFromDisk), so that the mount's page cache is the only
+// one to hold it; any other READ of 64 KiB or more is answered by
+// splicing the file's pages into the reply (spliceRead), from a
+// duplicate of the handle's descriptor, so one copy is made instead of
+// two; READs are at most 512 KiB (max_read), so that each fits a pipe.
 //
 // # Transport
 //
@@ -64,8 +67,9 @@
 // answered at once and served by the releaser (release.go), one
 // goroutine on a thread of its own that serves them in order (the
 // kernel waits for neither);
-// FSYNC, FALLOCATE, COPY_FILE_RANGE and the control file's
-// IOCTLs are served on goroutines. FORGET and INTERRUPT still come over
+// FSYNC, FALLOCATE, COPY_FILE_RANGE, READs from the disk and the
+// control file's IOCTLs are served on goroutines (the kernel's readahead
+// sends several READs at once; side by side they keep the disk busy). FORGET and INTERRUPT still come over
 // /dev/fuse, and notifications go there. Over io_uring READ replies are
 // copied into the queue's buffer, not spliced.
 //

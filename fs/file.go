@@ -162,12 +162,22 @@ func (s *Server) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 		return nil, fuse.EBADF
 	}
 	s.reads.Add(1)
-	if s.splice && in.Size >= spliceMin && int(in.Size) <= s.spliceMax {
-		fd, err := h.f.Dup()
+	if in.Size >= bulkRead {
+		n, ok, err := h.f.ReadFromDisk(buf[:in.Size], int64(in.Offset))
 		if err != nil {
 			return nil, errno(err)
 		}
-		return &spliceRead{fd: fd, off: int64(in.Offset), size: int(in.Size), spliced: &s.spliced}, fuse.OK
+		if ok {
+			s.fromDisk.Add(1)
+			return fuse.ReadResultData(buf[:n]), fuse.OK
+		}
+		if s.splice && int(in.Size) <= s.spliceMax {
+			fd, err := h.f.Dup()
+			if err != nil {
+				return nil, errno(err)
+			}
+			return &spliceRead{fd: fd, off: int64(in.Offset), size: int(in.Size), spliced: &s.spliced}, fuse.OK
+		}
 	}
 	n, err := h.f.ReadAt(buf[:in.Size], int64(in.Offset))
 	if err != nil {
@@ -176,10 +186,12 @@ func (s *Server) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 	return fuse.ReadResultData(buf[:n]), fuse.OK
 }
 
-// spliceMin is the smallest READ answered by splicing the file's pages
-// into the reply: below it, the two more system calls cost more than the
-// copy they save.
-const spliceMin = 64 << 10
+// bulkRead is the smallest READ read from the disk when the lower file
+// system does not cache it (ReadFromDisk; a smaller one, a small file or
+// a file's tail, is not worth a second descriptor) or answered by
+// splicing the file's pages into the reply (below it, the two more
+// system calls cost more than the copy they save).
+const bulkRead = 64 << 10
 
 // spliceRead is a READ reply that go-fuse splices from the file into
 // /dev/fuse (Seekable): the data is copied once, from the file's page

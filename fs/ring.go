@@ -93,6 +93,16 @@ func (h ringHandler) Async(r *fuseuring.Request) bool {
 		return true
 	case opIoctl:
 		return (*fuse.InHeader)(unsafe.Pointer(&r.In[0])).NodeId == controlID
+	case opRead:
+		// A read the disk serves (see overlay.File.ReadFromDisk): the
+		// kernel's readahead sends several, and side by side they keep
+		// the disk busy.
+		in := (*fuse.ReadIn)(unsafe.Pointer(&r.In[0]))
+		if in.Size < bulkRead {
+			return false
+		}
+		hd := h.s.handle(in.Fh)
+		return hd != nil && hd.f.FromDisk(int64(in.Offset), int(in.Size))
 	}
 	return false
 }

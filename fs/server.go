@@ -73,8 +73,10 @@ type Server struct {
 	killprivV2 bool
 
 	// reads counts the READ requests served (files not passed
-	// through); spliced, those answered by splicing.
-	reads, spliced atomic.Uint64
+	// through); spliced, those answered by splicing; fromDisk, those
+	// read from the disk with O_DIRECT (a range of a project file that
+	// the lower file system did not cache).
+	reads, spliced, fromDisk atomic.Uint64
 
 	watch *lowerWatch // nil when inotify is unavailable
 
@@ -314,13 +316,14 @@ func (s *Server) Init(srv *fuse.Server) {
 	// Ring READ replies are copied from the entry's payload buffer;
 	// splicing does not apply to them.
 	s.spliceMax = splice.MaxPipeSize() - os.Getpagesize() - int(unsafe.Sizeof(fuse.OutHeader{}))
-	s.splice = s.ring == nil && splice.Resizable() && s.spliceMax >= spliceMin
+	s.splice = s.ring == nil && splice.Resizable() && s.spliceMax >= bulkRead
 }
 
 // Reads reports how many READ requests the daemon has served (reads the
-// kernel does not pass through) and how many of them it spliced.
-func (s *Server) Reads() (served, spliced uint64) {
-	return s.reads.Load(), s.spliced.Load()
+// kernel does not pass through), how many of them it spliced and how
+// many it read from the disk with O_DIRECT.
+func (s *Server) Reads() (served, spliced, fromDisk uint64) {
+	return s.reads.Load(), s.spliced.Load(), s.fromDisk.Load()
 }
 
 // Passthrough reports whether reads and writes of upper files go

@@ -95,3 +95,78 @@ func TestSpliceRead(t *testing.T) {
 		t.Errorf("the write reached the project file")
 	}
 }
+
+// TestReadFromDisk: a cold read of a project file, one the lower file
+// system does not cache, is read from the disk with O_DIRECT, over
+// io_uring and over /dev/fuse: the bytes are the project's, and only the
+// mount caches them (the lower file stays out of the page cache). The
+// file is a whole number of 512 KiB READs: a READ under 64 KiB (a
+// file's tail, a small file) is read through the lower cache.
+func TestReadFromDisk(t *testing.T) {
+	const size = 4 << 20
+	data := make([]byte, size)
+	rand.New(rand.NewSource(8)).Read(data)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{{"default", nil}, {"dev-fuse", []string{"--no-io-uring"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMount(t, withLower(lowerFile("big", string(data))), withArgs(tc.args...))
+			if !dropCache(t, m.lowerPath("big")) {
+				t.Skipf("the file system of %s keeps its files cached (tmpfs?): no disk to read from", m.lower)
+			}
+			var st0 struct {
+				FromDisk uint64 `json:"reads_from_disk"`
+			}
+			statusJSON(t, m.dir, &st0)
+			got, err := os.ReadFile(m.path("big"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatalf("read %d bytes through the mount, not the project's %d (first difference at %d)", len(got), len(data), firstDiff(string(got), string(data)))
+			}
+			st := st0
+			statusJSON(t, m.dir, &st)
+			if st.FromDisk == st0.FromDisk {
+				t.Errorf("status: reads_from_disk %d before and after a cold read of a 4 MiB project file", st.FromDisk)
+			}
+			if c := cachedPages(t, m.lowerPath("big")); c != 0 {
+				t.Errorf("the lower file system caches %d pages of the project file after a cold read through the mount: want none (one copy, the mount's)", c)
+			}
+		})
+	}
+}
+
+// dropCache writes back and drops the page cache of file p (outside
+// the mount), and reports whether its file system let go of it.
+func dropCache(t *testing.T, p string) bool {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	return cachedPages(t, p) == 0
+}
+
+// cachedPages is how many pages of file p the page cache holds.
+func cachedPages(t *testing.T, p string) uint64 {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st unix.Cachestat_t
+	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &st, 0); err != nil {
+		t.Fatalf("cachestat: %v", err)
+	}
+	return st.Cache
+}

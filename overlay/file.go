@@ -3,6 +3,7 @@ package overlay
 import (
 	"os"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,6 +36,13 @@ type File struct {
 	// descriptor is opened at the first read.
 	lower string
 	lazy  bool
+
+	// direct is a descriptor of the lower file opened with O_DIRECT,
+	// for ReadFromDisk; opened at its first use, under dmu. noDirect: the
+	// lower file system refused O_DIRECT.
+	dmu      sync.Mutex
+	direct   *os.File
+	noDirect bool
 }
 
 // Open opens regular file n. flags are the open(2) flags; O_CREAT and
@@ -221,6 +229,103 @@ func (f *File) ReadAt(p []byte, off int64) (n int, err error) {
 	return n, err
 }
 
+// directAlign is the alignment ReadBulk asks of an O_DIRECT read's
+// offset, length and buffer: a page, which every block size divides.
+const directAlign = 4096
+
+// ReadFromDisk reads a range of a lower file that the lower file
+// system does not cache, with O_DIRECT, straight from the disk into p,
+// and reports whether it did (ok false: nothing was read; read the range
+// with ReadAt). It serves the kernel's large READs, which fill the
+// mount's page cache: read with O_DIRECT, the bytes are kept once, in
+// the mount's cache, instead of twice (the lower file's and the
+// mount's), and a cold read allocates half the pages. A range the lower
+// cache holds even in part is left to ReadAt, which copies from it; so
+// are upper files, ranges or buffers not aligned to directAlign, and
+// lower file systems without O_DIRECT or cachestat(2). p holds whole
+// pages; a read at the end of the file is short, as pread's is.
+func (f *File) ReadFromDisk(p []byte, off int64) (n int, ok bool, err error) {
+	if uintptr(unsafe.Pointer(unsafe.SliceData(p)))%directAlign != 0 {
+		return 0, false, nil
+	}
+	err = f.withFd(func(fd int) error {
+		if !f.directOK(fd, off, len(p)) {
+			return nil
+		}
+		d := f.directFd()
+		if d < 0 {
+			return nil
+		}
+		var rerr error
+		n, rerr = unix.Pread(d, p, off)
+		if rerr == unix.EINVAL {
+			// An alignment the file system asks more of.
+			f.dmu.Lock()
+			f.noDirect = true
+			f.dmu.Unlock()
+			n = 0
+			return nil
+		}
+		ok = true
+		return rerr
+	})
+	return n, ok, err
+}
+
+// FromDisk reports whether ReadFromDisk would read [off, off+size) from
+// the disk now: a caller may serve such reads side by side.
+func (f *File) FromDisk(off int64, size int) bool {
+	var ok bool
+	f.withFd(func(fd int) error {
+		ok = f.directOK(fd, off, size)
+		return nil
+	})
+	return ok
+}
+
+// directOK reports whether a read of [off, off+size) of descriptor fd,
+// f's current one, goes to the disk with O_DIRECT. f.mu is held.
+func (f *File) directOK(fd int, off int64, size int) bool {
+	if f.up || off%directAlign != 0 || size%directAlign != 0 {
+		return false
+	}
+	f.dmu.Lock()
+	no := f.noDirect
+	f.dmu.Unlock()
+	return !no && uncached(fd, off, size)
+}
+
+// uncached reports whether the page cache holds none of fd's bytes in
+// [off, off+size): cachestat(2), which starts no I/O (a RWF_NOWAIT read
+// would start readahead).
+func uncached(fd int, off int64, size int) bool {
+	var st unix.Cachestat_t
+	r := unix.CachestatRange{Off: uint64(off), Len: uint64(size)}
+	if unix.Cachestat(uint(fd), &r, &st, 0) != nil {
+		return false
+	}
+	return st.Cache == 0 && st.Dirty == 0 && st.Writeback == 0
+}
+
+// directFd returns the O_DIRECT descriptor of f's lower file, opening it
+// at the first call, or -1 when the lower file system has no O_DIRECT.
+func (f *File) directFd() int {
+	f.dmu.Lock()
+	defer f.dmu.Unlock()
+	if f.noDirect {
+		return -1
+	}
+	if f.direct == nil {
+		d, err := f.n.fs.openLower(f.lower, unix.O_RDONLY|unix.O_DIRECT)
+		if err != nil {
+			f.noDirect = true
+			return -1
+		}
+		f.direct = d
+	}
+	return int(f.direct.Fd())
+}
+
 // Dup returns a new descriptor of the file's current data (following a
 // copy-up, as ReadAt does), for a reader that outlives the call: the
 // caller closes it. A descriptor of a lower file is read-only.
@@ -336,6 +441,12 @@ func (f *File) Release() error {
 		err = f.f.Close()
 	}
 	f.f, f.lazy = nil, false
+	f.dmu.Lock()
+	if f.direct != nil {
+		f.direct.Close()
+		f.direct = nil
+	}
+	f.dmu.Unlock()
 	pinned := f.pinned
 	f.pinned = false
 	f.mu.Unlock()

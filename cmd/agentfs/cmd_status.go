@@ -100,7 +100,7 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 		fmt.Fprintf(w, "requests:\t%s\n", st.Transport)
 	}
 	if !st.Offline {
-		fmt.Fprintf(w, "daemon reads:\t%d (%d spliced)\n", st.Reads, st.ReadsSpliced)
+		fmt.Fprintf(w, "daemon reads:\t%d (%d spliced, %d from the disk)\n", st.Reads, st.ReadsSpliced, st.ReadsFromDisk)
 	}
 	fmt.Fprintf(w, "usage:\t%d objects, %s; %s free in the backstore\n", st.Objects, humanBytes(st.Bytes), humanBytes(st.FsFree))
 	if st.Offline {

@@ -484,11 +484,11 @@ func (d *daemon) status() (ctl.Status, error) {
 		d.log.Warn("backstore usage", "err", err)
 	}
 	passthrough := false
-	var reads, spliced uint64
+	var reads, spliced, fromDisk uint64
 	transport := "none"
 	if srv := d.srv.Load(); srv != nil {
 		passthrough = srv.Passthrough()
-		reads, spliced = srv.Reads()
+		reads, spliced, fromDisk = srv.Reads()
 		transport = srv.Transport()
 		switch {
 		case strings.HasPrefix(transport, "io_uring"):
@@ -508,7 +508,7 @@ func (d *daemon) status() (ctl.Status, error) {
 		Store: d.plan.store, Branch: d.current.Load().Name(), Ephemeral: d.plan.ephemeral,
 		Backstore: info.Kind, BackingMode: info.Mode, BackingRoot: info.Root, SizeLimit: info.SizeLimit,
 		Reflink: info.Reflink, Passthrough: passthrough, IOMode: ioMode(passthrough, os.Geteuid() == 0 && !d.plan.userns, d.plan.noPassthrough),
-		Transport: transport, Reads: reads, ReadsSpliced: spliced,
+		Transport: transport, Reads: reads, ReadsSpliced: spliced, ReadsFromDisk: fromDisk,
 		Objects: u.Objects, Bytes: u.Bytes, FsFree: u.FsFree,
 		Bindings: d.bindings(),
 	}
