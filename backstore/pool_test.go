@@ -139,8 +139,14 @@ func TestPool(t *testing.T) {
 				t.Error("no object after a collection")
 			}
 			if kind == "hostfs" {
+				// The pool makes its idle files ahead, in a goroutine
+				// of its own: wait for one.
+				deadline := time.Now().Add(20 * time.Second)
+				for len(shardNames(t, s)) < 2 && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
 				if n := len(shardNames(t, s)); n < 2 {
-					t.Errorf("the shards hold %d names, want the object and idle files", n)
+					t.Errorf("the shards hold %d names 20 s after a CreateFile, want the object and idle files", n)
 				}
 			}
 			if err := s.Close(); err != nil {
