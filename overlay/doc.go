@@ -42,6 +42,11 @@
 // FS.mu (RWMutex) guards the namespace: the upper index, every Node's
 // parent/name/entry/unlinked fields, and the persistent layer. Lookups
 // and reads take it shared; namespace changes take it exclusive.
+// Readers off the requests' path (activity events, reaping at FORGET)
+// take FS.mu with rlockAside, which tries instead of queueing: a queued
+// reader holds the lock from the writer's unlock until it is scheduled,
+// which across CPUs of a virtual machine is long enough to stall the
+// next writer (lock.go).
 // FS.nodesMu guards the identity tables and reference counts.
 // Node.copyMu serializes the data copy of one node's copy-up, which runs
 // without FS.mu held so that a large copy-up blocks nobody else.

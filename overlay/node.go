@@ -130,7 +130,7 @@ func (fs *FS) dropLowerLocked(n *Node) {
 // reapNode deletes the object of a node that is unlinked and no longer
 // referenced by the kernel or an open file.
 func (fs *FS) reapNode(n *Node) {
-	fs.mu.RLock()
+	fs.rlockAside()
 	obj := ""
 	if n.unlinked && !n.stale && n.object != "" && !fs.frozenLocked(n.entry) && fs.links[n.object] == 0 && !fs.objectInUseLocked(n.object) {
 		// The kernel's FORGET and the last RELEASE may both find the

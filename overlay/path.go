@@ -17,7 +17,7 @@ import (
 // Path returns n's path in its view ("" for the root). ok is false for
 // a node that is no longer linked into the tree.
 func (fs *FS) Path(n *Node) (p string, ok bool) {
-	fs.mu.RLock()
+	fs.rlockAside()
 	defer fs.mu.RUnlock()
 	return n.pathLocked()
 }
@@ -25,7 +25,7 @@ func (fs *FS) Path(n *Node) (p string, ok bool) {
 // ChildPath returns the path of name inside directory dir; ok is false
 // when dir is no longer linked into the tree.
 func (fs *FS) ChildPath(dir *Node, name string) (p string, ok bool) {
-	fs.mu.RLock()
+	fs.rlockAside()
 	defer fs.mu.RUnlock()
 	dp, ok := dir.pathLocked()
 	if !ok {
@@ -37,7 +37,7 @@ func (fs *FS) ChildPath(dir *Node, name string) (p string, ok bool) {
 // BranchName returns the name of the branch the view shows now, or ""
 // for a read-only view (a snapshot or the plain lower tree).
 func (fs *FS) BranchName() string {
-	fs.mu.RLock()
+	fs.rlockAside()
 	defer fs.mu.RUnlock()
 	if fs.layer == nil {
 		return ""
