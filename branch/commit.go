@@ -238,7 +238,20 @@ func (s *Store) commitLocked(ops []op) error {
 	s.inFlight++
 	full := s.inFlight >= maxInFlight
 	s.tsMu.Unlock()
-	txn.CommitAt(ts, func(err error) {
+	cb := s.commitCallback(f, ts)
+	s.handOff(ts, func() { txn.CommitAt(ts, cb) })
+	if full {
+		// badger is behind (a flush stalled): wait, so that the changes
+		// a kill -9 can lose stay few.
+		s.wait()
+	}
+	return nil
+}
+
+// commitCallback is what badger calls once commit f at ts is written
+// (or failed).
+func (s *Store) commitCallback(f *flight, ts uint64) func(error) {
+	return func(err error) {
 		// badger runs callbacks in goroutines of their own, in no
 		// order: each waits for the one before, so that a commit is
 		// reported written only once every commit before it is, and
@@ -261,13 +274,7 @@ func (s *Store) commitLocked(ops []op) error {
 		}
 		s.tsMu.Unlock()
 		close(f.done)
-	})
-	if full {
-		// badger is behind (a flush stalled): wait, so that the changes
-		// a kill -9 can lose stay few.
-		s.wait()
 	}
-	return nil
 }
 
 // maxInFlight bounds the commits handed to badger and not yet written.
@@ -281,9 +288,10 @@ type flight struct {
 	prev *flight
 }
 
-// wait waits until every commit handed to badger so far is written
-// and visible (or failed).
+// wait waits until every commit made so far is written and visible (or
+// failed), handing over those still queued first.
 func (s *Store) wait() {
+	s.HandOver()
 	s.tsMu.Lock()
 	f := s.flight
 	s.tsMu.Unlock()
@@ -349,6 +357,7 @@ func (s *Store) commitSplitLocked(ops []op) error {
 	if err == nil {
 		txn := s.db.NewTransactionAt(T, true)
 		if err = txn.Delete(pendingKey); err == nil {
+			s.HandOver()
 			err = txn.CommitAt(T+1, nil)
 		}
 		txn.Discard()
@@ -476,6 +485,7 @@ func (w *partWriter) flush() error {
 	txn := w.txn
 	w.txn, w.n = nil, 0
 	defer txn.Discard()
+	w.s.HandOver() // after the commits before it
 	if err := txn.CommitAt(w.ts(), nil); err != nil {
 		return err
 	}

@@ -89,8 +89,12 @@
 // Layer.Commit does not wait for badger: it hands the transaction to
 // badger's writer and returns (a badger commit costs two or three
 // goroutine wakeups, about 20 µs, which every create, unlink and rename
-// of the mount would otherwise wait for). badger writes transactions in
-// the order they were handed over; its callbacks come in no order, so
+// of the mount would otherwise wait for). With HandOffWith it does not
+// even hand it over: it queues it, in timestamp order, for another
+// thread to hand over (waking badger's writer is itself a wakeup of
+// another thread; handoff.go), and whatever reads or waits hands over
+// what is queued first. badger writes transactions in the order they
+// were handed over; its callbacks come in no order, so
 // each waits for the one of the commit before it, and a commit counts
 // as written (and the read timestamp moves to it) only once every
 // commit before it is. At most maxInFlight commits wait to be written:

@@ -81,6 +81,10 @@ type Store struct {
 	flight     *flight           // the last commit handed to badger, until written
 	inFlight   int               // commits handed to badger, not yet called back
 	lost       error             // set when a commit handed to badger failed
+
+	// ho holds the commits queued for badger when a kick is set (see
+	// HandOffWith).
+	ho handoffs
 }
 
 // Open opens the store, creating it (and Dir) if needed. A new store

@@ -94,6 +94,11 @@ type releaser struct {
 
 	queued atomic.Int32
 
+	// side is the side job (setSide): run at the releaser's next turn
+	// after kickSide set sideDue. Set once, before the first kick.
+	side    func()
+	sideDue atomic.Bool
+
 	// sleeping is the futex word: 1 while the parked goroutine may
 	// sleep, 0 once it was woken. Accessed atomically.
 	sleeping uint32
@@ -148,6 +153,37 @@ func (r *releaser) push(in *fuse.ReleaseIn) {
 	}
 }
 
+// setSide gives the releaser a side job, which kickSide has it run:
+// work the queue threads hand off their callers' path as they do
+// RELEASEs (the store's commits, see branch.Store.HandOffWith). Call it
+// before the first kickSide.
+func (r *releaser) setSide(fn func()) {
+	r.mu.Lock()
+	r.side = fn
+	r.mu.Unlock()
+}
+
+// kickSide has the side job run soon; it never blocks. Lingering, the
+// releaser sees it at once; parked, it is woken. After close it runs
+// the job itself, since nothing else would.
+func (r *releaser) kickSide() {
+	r.sideDue.Store(true)
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		if r.sideDue.Swap(false) {
+			r.side()
+		}
+		return
+	}
+	wake := r.parked
+	r.parked = false
+	r.mu.Unlock()
+	if wake {
+		r.wake()
+	}
+}
+
 // settle serves the RELEASEs pushed so far, in the caller's goroutine,
 // and returns once every one of them has been served.
 func (r *releaser) settle() {
@@ -191,9 +227,13 @@ func (r *releaser) run() {
 	var batch []fuse.ReleaseIn
 	last := time.Now()
 	for {
-		if r.queued.Load() == 0 && time.Since(last) < r.linger {
+		if r.queued.Load() == 0 && !r.sideDue.Load() && time.Since(last) < r.linger {
 			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 			continue
+		}
+		if r.sideDue.Swap(false) {
+			r.side()
+			last = time.Now()
 		}
 		r.turn.Lock()
 		r.mu.Lock()
@@ -215,8 +255,11 @@ func (r *releaser) run() {
 		switch {
 		case r.closed:
 			r.mu.Unlock()
+			if r.sideDue.Swap(false) {
+				r.side() // kicked before the close
+			}
 			return
-		case time.Since(last) < r.linger:
+		case time.Since(last) < r.linger || r.sideDue.Load():
 			r.mu.Unlock()
 		default:
 			r.parked = true

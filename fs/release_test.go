@@ -196,3 +196,48 @@ func TestReleaserSettle(t *testing.T) {
 		t.Fatalf("settle returned with %d of 2 RELEASEs served", n)
 	}
 }
+
+// TestReleaserSide: a kick has the side job run on the releaser's
+// goroutine, lingering or parked, and after close in the kicker's.
+func TestReleaserSide(t *testing.T) {
+	var s served
+	r := newReleaser(s.serve, releaseLinger)
+	var mu sync.Mutex
+	runs := 0
+	ran := make(chan struct{}, 100)
+	r.setSide(func() {
+		mu.Lock()
+		runs++
+		mu.Unlock()
+		ran <- struct{}{}
+	})
+	waitRun := func(what string) {
+		t.Helper()
+		select {
+		case <-ran:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the side job did not run within 10 s of a kick %s", what)
+		}
+	}
+	r.kickSide()
+	waitRun("while lingering")
+	for range 5 {
+		waitParked(t, r)
+		r.kickSide()
+		waitRun("while parked")
+	}
+	r.push(&fuse.ReleaseIn{Fh: 1}) // RELEASEs go on being served beside it
+	s.waitServed(t, 1)
+	r.close()
+	r.kickSide()
+	select {
+	case <-ran:
+	default:
+		t.Fatal("a kick after close did not run the side job at once")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs != 7 {
+		t.Errorf("the side job ran %d times for 7 kicks", runs)
+	}
+}

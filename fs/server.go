@@ -294,6 +294,19 @@ func (s *Server) Wait() {
 	s.views.close()
 }
 
+// Aside has fn run by the releaser, off the CPU of the program whose
+// request a queue thread answers, as RELEASEs are: it returns the
+// function that asks for a run of fn (which never blocks), or nil where
+// requests come over /dev/fuse, with no releaser. For
+// branch.Store.HandOffWith. Call it once, after Mount.
+func (s *Server) Aside(fn func()) func() {
+	if s.ring == nil || s.rel == nil {
+		return nil
+	}
+	s.rel.setSide(fn)
+	return s.rel.kickSide
+}
+
 // Unmount unmounts the file system.
 func (s *Server) Unmount() error { return s.srv.Unmount() }
 

@@ -343,6 +343,12 @@ func (d *daemon) mount() error {
 		return fmt.Errorf("mounting %s: %w", p.mountpoint, err)
 	}
 	srv.OnUnbind(d.bindingEnded)
+	// The metadata commits of creates, unlinks and renames reach
+	// badger from the releaser, not from the queue thread that answers
+	// the program (branch.Store.HandOffWith).
+	if kick := srv.Aside(d.meta.HandOver); kick != nil && d.meta != nil {
+		d.meta.HandOffWith(kick)
+	}
 	d.srv.Store(srv)
 	var st unix.Stat_t
 	if err := unix.Stat(p.mountpoint, &st); err == nil {
@@ -368,6 +374,7 @@ func (d *daemon) close() {
 		}
 	}
 	if d.meta != nil {
+		d.meta.HandOffWith(nil)
 		if err := d.meta.Close(); err != nil {
 			d.log.Warn("closing the metadata", "err", err)
 		}
