@@ -252,7 +252,7 @@ func (f *File) ReadFromDisk(p []byte, off int64) (n int, ok bool, err error) {
 		if !f.directOK(fd, off, len(p)) {
 			return nil
 		}
-		d := f.directFd()
+		d := f.directFd(fd)
 		if d < 0 {
 			return nil
 		}
@@ -307,9 +307,12 @@ func uncached(fd int, off int64, size int) bool {
 	return st.Cache == 0 && st.Dirty == 0 && st.Writeback == 0
 }
 
-// directFd returns the O_DIRECT descriptor of f's lower file, opening it
-// at the first call, or -1 when the lower file system has no O_DIRECT.
-func (f *File) directFd() int {
+// directFd returns the O_DIRECT descriptor of f's lower file, whose
+// descriptor (f.f) is fd, opening it at the first call, or -1 when the
+// lower file system has no O_DIRECT. It is opened by the lower path, so
+// it must be the same file as fd: a file replaced in the project since
+// (git checkout renames new files over old ones) is read through fd.
+func (f *File) directFd(fd int) int {
 	f.dmu.Lock()
 	defer f.dmu.Unlock()
 	if f.noDirect {
@@ -318,6 +321,12 @@ func (f *File) directFd() int {
 	if f.direct == nil {
 		d, err := f.n.fs.openLower(f.lower, unix.O_RDONLY|unix.O_DIRECT)
 		if err != nil {
+			f.noDirect = true
+			return -1
+		}
+		var a, b unix.Stat_t
+		if unix.Fstat(fd, &a) != nil || unix.Fstat(int(d.Fd()), &b) != nil || a.Dev != b.Dev || a.Ino != b.Ino {
+			d.Close()
 			f.noDirect = true
 			return -1
 		}

@@ -130,3 +130,52 @@ func TestReadFromDisk(t *testing.T) {
 		t.Errorf("ReadAt after a copy-up = %q, %v: want UPPER", buf[:n], err)
 	}
 }
+
+// TestReadFromDiskReplacedLower: a project file replaced by another
+// (renamed over it) after a read-only open is still read as the file
+// the open found: ReadFromDisk, which opens the lower path again, must
+// not read the new one.
+func TestReadFromDiskReplacedLower(t *testing.T) {
+	const size = 1 << 20
+	old := bytes.Repeat([]byte("o"), size)
+	e := newEnv(t, map[string]string{"f": string(old)})
+	f, err := e.fs.Open(e.must("f"), unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	buf := alignedBuf(t, 256<<10)
+	if _, err := f.ReadAt(buf[:4096], 0); err != nil { // opens the lower file
+		t.Fatal(err)
+	}
+	lf, err := os.Open(filepath.Join(e.lower, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	repl := filepath.Join(e.lower, "f.new")
+	if err := os.WriteFile(repl, bytes.Repeat([]byte("N"), size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(repl, filepath.Join(e.lower, "f")); err != nil {
+		t.Fatal(err)
+	}
+	unix.Fdatasync(int(lf.Fd()))
+	unix.Fadvise(int(lf.Fd()), 0, 0, unix.FADV_DONTNEED)
+	if !f.FromDisk(256<<10, len(buf)) {
+		t.Skipf("the file system of %s keeps the replaced file cached (tmpfs?)", e.lower)
+	}
+	n, ok, err := f.ReadFromDisk(buf, 256<<10)
+	if ok {
+		if n > 0 && buf[0] != 'o' {
+			t.Fatalf("ReadFromDisk read the file renamed over the one opened (%q...)", buf[:8])
+		}
+		t.Fatal("ReadFromDisk read from the disk through a path that names another file now")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.ReadAt(buf, 256<<10); err != nil || n != len(buf) || !bytes.Equal(buf, old[:len(buf)]) {
+		t.Errorf("ReadAt after the project file was replaced = %d, %v (first byte %q): want the opened file's bytes", n, err, buf[:1])
+	}
+}
