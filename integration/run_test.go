@@ -267,11 +267,11 @@ func TestRunSession(t *testing.T) {
 	case len(s.Command) != 1 || s.Command[0] != agent:
 		t.Errorf("command = %q, want [%s]", s.Command, agent)
 	case s.ExitCode == nil || *s.ExitCode != 3:
-		t.Errorf("exit_code = %v, want 3", s.ExitCode)
+		t.Errorf("exit_code = %s, want 3", intp(s.ExitCode))
 	case s.Ended == nil || s.Ended.Before(s.Started) || s.Started.IsZero():
 		t.Errorf("started %v, ended %v", s.Started, s.Ended)
 	case s.Snapshots == nil || *s.Snapshots != 1:
-		t.Errorf("snapshots = %v, want 1 (pre-run)", s.Snapshots)
+		t.Errorf("snapshots = %s, want 1 (pre-run)", intp(s.Snapshots))
 	case s.Changes == nil || s.Changes.Created < 4 || s.Changes.Modified < 2 || s.Changes.Deleted != 1:
 		t.Errorf("changes = %+v, want at least 4 created (new.txt, gen, gen/out.txt, abs-path, git objects), 2 modified (a.txt, the git index), 1 deleted (b.txt)", s.Changes)
 	case !strings.HasPrefix(s.Store, filepath.Join(e.state, "agentfs", "sessions", id)):
@@ -377,7 +377,7 @@ cat inside.txt
 	}
 	s := list[0]
 	if s.Changes == nil || s.Changes.Created != 1 || s.Snapshots == nil || *s.Snapshots != 1 {
-		t.Errorf("a running session's numbers (from its daemon): changes %+v, snapshots %v; want 1 created, 1 snapshot", s.Changes, s.Snapshots)
+		t.Errorf("a running session's numbers (from its daemon): changes %+v, snapshots %s; want 1 created, 1 snapshot", s.Changes, intp(s.Snapshots))
 	}
 	if d := e.agentfs("diff", "-s", s.ID); d.code != 0 || d.stdout != "A  inside.txt\n" {
 		t.Errorf("diff -s of a running session:\n%s", d)
@@ -420,7 +420,7 @@ cat inside.txt
 	}
 	s = e.session(s.ID)
 	if s.State != "ended" || s.Snapshots == nil || *s.Snapshots != 2 || processAlive(s.DaemonPid) {
-		t.Errorf("the first session after its end: state %s, snapshots %v, daemon %d alive %v", s.State, s.Snapshots, s.DaemonPid, processAlive(s.DaemonPid))
+		t.Errorf("the first session after its end: state %s, snapshots %s (want 2), daemon %d alive %v", s.State, intp(s.Snapshots), s.DaemonPid, processAlive(s.DaemonPid))
 	}
 	if d := e.agentfs("diff", "-s", s.ID); d.stdout != "A  inside.txt\n" {
 		t.Errorf("diff -s of the ended session:\n%s", d)
@@ -682,4 +682,12 @@ echo SEEN
 	if code := cmd.ProcessState.ExitCode(); code != 0 || stdout.String() != "SEEN\n" {
 		t.Errorf("the session did not see the project's edits: exit %d\n%s\n%s", code, stdout.String(), stderr.String())
 	}
+}
+
+// intp formats an optional number of a session's record.
+func intp(p *int) string {
+	if p == nil {
+		return "none"
+	}
+	return strconv.Itoa(*p)
 }
