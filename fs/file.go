@@ -157,19 +157,28 @@ func (s *Server) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.Cr
 
 // Read implements fuse.RawFileSystem.
 func (s *Server) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	return s.read(in, buf, true)
+}
+
+// read serves a READ; tryDisk is whether a large one may be read from
+// the disk (ReadFromDisk), false where the caller already found the
+// range cached by the lower file system.
+func (s *Server) read(in *fuse.ReadIn, buf []byte, tryDisk bool) (fuse.ReadResult, fuse.Status) {
 	h := s.handle(in.Fh)
 	if h == nil {
 		return nil, fuse.EBADF
 	}
 	s.reads.Add(1)
 	if in.Size >= bulkRead {
-		n, ok, err := h.f.ReadFromDisk(buf[:in.Size], int64(in.Offset))
-		if err != nil {
-			return nil, errno(err)
-		}
-		if ok {
-			s.fromDisk.Add(1)
-			return fuse.ReadResultData(buf[:n]), fuse.OK
+		if tryDisk {
+			n, ok, err := h.f.ReadFromDisk(buf[:in.Size], int64(in.Offset))
+			if err != nil {
+				return nil, errno(err)
+			}
+			if ok {
+				s.fromDisk.Add(1)
+				return fuse.ReadResultData(buf[:n]), fuse.OK
+			}
 		}
 		if s.splice && int(in.Size) <= s.spliceMax {
 			fd, err := h.f.Dup()

@@ -222,7 +222,9 @@ func (h ringHandler) serve(r *fuseuring.Request, op uint32, in unsafe.Pointer, h
 	case opRead:
 		rin := (*fuse.ReadIn)(in)
 		buf := r.Out[:min(int(rin.Size), len(r.Out))]
-		res, st := s.Read(nocancel, rin, buf)
+		// A READ the queue's thread serves is one Async found the
+		// lower file system caching: no need to ask again.
+		res, st := s.read(rin, buf, r.Async)
 		if st != fuse.OK {
 			return st, 0
 		}

@@ -229,7 +229,7 @@ func (f *File) ReadAt(p []byte, off int64) (n int, err error) {
 	return n, err
 }
 
-// directAlign is the alignment ReadBulk asks of an O_DIRECT read's
+// directAlign is the alignment ReadFromDisk asks of an O_DIRECT read's
 // offset, length and buffer: a page, which every block size divides.
 const directAlign = 4096
 

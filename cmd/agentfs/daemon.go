@@ -346,8 +346,10 @@ func (d *daemon) mount() error {
 	// The metadata commits of creates, unlinks and renames reach
 	// badger from the releaser, not from the queue thread that answers
 	// the program (branch.Store.HandOffWith).
-	if kick := srv.Aside(d.meta.HandOver); kick != nil && d.meta != nil {
-		d.meta.HandOffWith(kick)
+	if d.meta != nil {
+		if kick := srv.Aside(d.meta.HandOver); kick != nil {
+			d.meta.HandOffWith(kick)
+		}
 	}
 	d.srv.Store(srv)
 	var st unix.Stat_t

@@ -45,6 +45,9 @@ type Request struct {
 	// and then its data. It is the same memory as Payload: read what the
 	// request carries before writing the reply.
 	Out []byte
+	// Async is whether the Handler's Async said so: Serve runs on a
+	// goroutine of its own.
+	Async bool
 
 	ent *entry
 }
@@ -467,6 +470,7 @@ func (q *queue) complete(ud uint64, res int32) {
 	}
 	r := e.request()
 	if q.s.h.Async(r) {
+		r.Async = true
 		go func() {
 			errno, n := q.s.h.Serve(r)
 			q.mu.Lock()
