@@ -309,3 +309,41 @@ func (e *env) objectCount() int {
 	e.bs.Objects(func(string) error { n++; return nil })
 	return n
 }
+
+// TestSetattrUnlinkedFrozen: a file a snapshot shares, unlinked while
+// the kernel still holds it, then given new times (as a writeback-cache
+// kernel does when it drops the inode) or a new mode through an open
+// descriptor: the change thaws the object once and returns. The clone
+// had no name to carry it, and was left frozen, so Setattr cloned it
+// again and again, for ever.
+func TestSetattrUnlinkedFrozen(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "lower"})
+	e.write("f", "data")
+	n := e.must("f")
+	if _, err := e.fs.Snapshot("", branch.KindManual); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.Unlink(e.fs.Root(), "f"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		mode := uint32(0600)
+		ts := unix.Timespec{Sec: 1}
+		_, err := e.fs.Setattr(n, SetAttr{Mode: &mode, Mtime: &ts, Ctime: true}, nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Setattr of an unlinked file a snapshot shares did not return")
+	}
+	st, err := e.fs.Getattr(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "mode", st.Mode&07777, uint32(0600))
+}

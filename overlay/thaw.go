@@ -78,6 +78,12 @@ func (fs *FS) thawLocked(t *tx, n *Node) (*branch.Entry, error) {
 	t.made(id)
 	ne := *e
 	ne.Object = id
+	// The clone belongs to no snapshot, named or not: a node without a
+	// name (unlinked while held) has no put to say so, and a frozen
+	// entry would have its change thaw it again, for ever.
+	if fs.layer != nil {
+		ne.Epoch = fs.layer.Epoch()
+	}
 	// The node's own name is the only one when it still names this
 	// object and nothing else links it; a hard-linked node may still
 	// carry a name that was unlinked since: then look every name up.
