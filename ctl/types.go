@@ -11,6 +11,19 @@ import "fmt"
 //	48–63    changes (diff, restore, apply, ...)
 type Op uint16
 
+// readsFiles reports whether op reads or replaces the data of the
+// mount's files (a snapshot, a diff, a restore...), as opposed to
+// reporting on the mount or managing names: before one, the client has
+// the kernel write back what it holds (Client.Do).
+func (op Op) readsFiles() bool {
+	switch op {
+	case OpFetch, OpPing, OpStatus, OpSnapshotList, OpTagSet, OpTagDelete,
+		OpBranchList, OpBranchBind, OpBranchUnbind, OpBranchCurrent:
+		return false
+	}
+	return true
+}
+
 // Operations.
 const (
 	// OpFetch continues a result too large for one buffer: the request
@@ -151,6 +164,9 @@ type Status struct {
 	// directly on their backing files; IOMode says it in words.
 	Passthrough bool   `json:"passthrough"`
 	IOMode      string `json:"io_mode"`
+	// WritebackCache is whether the kernel gathers writes in its page
+	// cache before it sends them (without passthrough).
+	WritebackCache bool `json:"writeback_cache"`
 	// Transport says how FUSE requests reach the daemon: "io_uring (N
 	// queues)" or "/dev/fuse" (and why, when io_uring was not used).
 	Transport string `json:"transport"`

@@ -123,11 +123,17 @@ func (s *Server) recordRename(err error, h *fuse.InHeader, op string, from *over
 
 // recordSetattr reports a setattr, naming the attributes it changed.
 func (s *Server) recordSetattr(in *fuse.SetAttrIn, n *overlay.Node) {
-	if s.opts.Activity == nil {
+	if s.opts.Activity == nil || s.writeback && in.Valid&^fuse.FATTR_LOCKOWNER == flushedTimes {
 		return
 	}
 	s.recordEvent(&in.InHeader, OpSetattr, n, "", nil, "", setattrNames(in.Valid))
 }
+
+// flushedTimes is what a SETATTR sets when the kernel sends the times of
+// a file it wrote through its writeback cache (at close or writeback):
+// part of the write, not a change of its own. A program's utimes never
+// comes with a file handle.
+const flushedTimes = fuse.FATTR_MTIME | fuse.FATTR_CTIME | fuse.FATTR_FH
 
 // recordWrite reports the first successful write through an open
 // file (see "Activity" above): later calls for the same handle do
@@ -161,7 +167,10 @@ func (s *Server) recordOpen(in *fuse.OpenIn, hd *handle) {
 	case in.Flags&unix.O_TRUNC != 0 && writable:
 		s.record(&in.InHeader, OpTruncate, hd.ino.n, "")
 		hd.wrote.Store(true) // what follows rewrites the file: part of the truncate
-	case writable && hd.pt:
+	case writable && (hd.pt || s.writeback):
+		// The kernel writes on its own (passthrough), or later on
+		// behalf of nobody in particular (writeback cache): the open
+		// is the last request that says who writes.
 		s.recordWrite(&in.InHeader, hd, nil)
 	case !writable:
 		s.record(&in.InHeader, OpOpen, hd.ino.n, "")

@@ -56,6 +56,32 @@
 // duplicate of the handle's descriptor, so one copy is made instead of
 // two; READs are at most 512 KiB (max_read), so that each fits a pipe.
 //
+// # Writeback cache
+//
+// Without passthrough (Options.WritebackCache; the kernel grants not
+// both), the kernel gathers writes in its page cache and sends them in
+// WRITEs of up to max_write when it writes back: at close (before
+// RELEASE, so a closed file is whole in agentfs), fsync, syncfs, memory
+// pressure or after 30 s. What changes with it:
+//
+//   - The kernel keeps its own size and times of a regular file it
+//     knows, and takes none from agentfs. A change it did not make needs
+//     a new inode: Reload cuts every node loose, and the lower watcher
+//     cuts loose a project file changed from outside
+//     (overlay.FS.CutLooseLower) before it drops the name. Such nodes
+//     keep their pages (dropInode): dropping dirty pages would have the
+//     kernel write them back, and wait, on the notifying thread.
+//   - Writes reach agentfs later than write(2) returns. The control
+//     client has the kernel write back (syncfs) before every request
+//     that reads the files (a snapshot, a diff, an apply), and the
+//     daemon does before an automatic snapshot (Server.WriteBack, never
+//     from a request's handler). A WRITE carries no caller: activity
+//     reports a write at the open, as with passthrough.
+//   - The kernel reads pages through any handle, write-only ones too
+//     (overlay files opened for writing are read-write), and computes
+//     O_APPEND offsets itself (agentfs writes at the offsets given).
+//   - FLUSH is answered ENOSYS, so the kernel stops sending it.
+//
 // # Transport
 //
 // With Options.IOURing, where the kernel grants FUSE over io_uring at

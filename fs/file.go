@@ -283,8 +283,15 @@ func (s *Server) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn)
 	return uint32(n), errno(err)
 }
 
-// Flush implements fuse.RawFileSystem.
+// Flush implements fuse.RawFileSystem. There is nothing to do at a
+// close: agentfs holds no writes back. Opens say so (FOPEN_NOFLUSH),
+// but with a writeback cache the kernel sends FLUSH at every close
+// anyway, once it has written the file's cached pages; ENOSYS has it
+// stop for good.
 func (s *Server) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	if s.writeback {
+		return fuse.ENOSYS
+	}
 	return fuse.OK
 }
 

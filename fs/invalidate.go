@@ -67,7 +67,22 @@ func (s *Server) Invalidate(stale []overlay.Stale) {
 		}
 	}
 	for _, st := range stale {
-		s.srv.InodeNotify(st.Node.ID, 0, 0)
+		s.dropInode(st.Node.ID)
 	}
 	s.srv.InodeNotify(fuse.FUSE_ROOT_ID, 0, 0)
+}
+
+// dropInode drops what the kernel cached of a node cut loose from the
+// view (a restore, a retired branch): its attributes and, without a
+// writeback cache, its pages. With one, the pages stay: the kernel
+// would first write the dirty ones back and wait for agentfs, on the
+// thread that tells it, which may be the one that would serve the
+// WRITEs. Nothing needs them gone: the name leads to a new node
+// (a new kernel inode), and an open file keeps the file it opened.
+func (s *Server) dropInode(id uint64) {
+	if s.writeback {
+		s.srv.InodeNotify(id, -1, 0)
+		return
+	}
+	s.srv.InodeNotify(id, 0, 0)
 }

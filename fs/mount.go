@@ -17,6 +17,13 @@ type Options struct {
 	// Passthrough asks for FUSE passthrough; it is used only when the
 	// kernel grants it (root, kernel >= 6.9).
 	Passthrough bool
+	// WritebackCache asks the kernel to hold writes in its page cache
+	// and send them later, in large WRITEs (at close, fsync, or when
+	// its writeback runs): for mounts without passthrough, where every
+	// write(2) would otherwise be a request. The kernel does not grant
+	// passthrough to a mount with a writeback cache, so ask for one or
+	// the other. See "Writeback cache" in doc.go for what it changes.
+	WritebackCache bool
 	// IOURing asks for FUSE over io_uring (fuseuring): requests are
 	// answered on the CPU that made them. It is used only when the
 	// kernel offers it (Linux >= 6.14 with the fuse module's

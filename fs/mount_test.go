@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -287,15 +288,44 @@ func TestLowerHardLinksStayLinked(t *testing.T) {
 // (the watcher's invalidation), except where the mount has its own
 // version of the path.
 func TestLowerEditsShow(t *testing.T) {
+	forIOModes(t, testLowerEditsShow)
+}
+
+// forIOModes runs test on a mount with passthrough and on one with the
+// page cache and a writeback cache (where the kernel keeps its own
+// sizes and times of files: a change behind its back needs a new
+// inode).
+func forIOModes(t *testing.T, test func(t *testing.T, mount func(lower string) *testMount)) {
+	t.Run("passthrough", func(t *testing.T) {
+		test(t, func(lower string) *testMount { return mountForTest(t, lower, true) })
+	})
+	t.Run("writeback", func(t *testing.T) {
+		test(t, func(lower string) *testMount {
+			m := mountForTest(t, lower, false, func(o *Options) { o.WritebackCache = true })
+			if !m.srv.WritebackCache() || m.srv.Passthrough() {
+				t.Fatalf("writeback cache %v, passthrough %v: want the writeback cache alone", m.srv.WritebackCache(), m.srv.Passthrough())
+			}
+			return m
+		})
+	})
+}
+
+func testLowerEditsShow(t *testing.T, mount func(string) *testMount) {
 	lower := t.TempDir()
 	writeFile(t, filepath.Join(lower, "d/changed"), "old")
 	writeFile(t, filepath.Join(lower, "d/gone"), "x")
 	writeFile(t, filepath.Join(lower, "d/mine"), "lower")
 	writeFile(t, filepath.Join(lower, "d/chmodded"), "x")
-	m := mountForTest(t, lower, true)
+	m := mount(lower)
 	at := func(p string) string { return filepath.Join(m.mnt, p) }
 	// Fill the kernel's caches: data, attributes, a negative entry.
+	// A reader holds d/changed open: the kernel keeps its inode.
 	readFile(t, at("d/changed"))
+	held, err := os.Open(at("d/changed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
 	os.Stat(at("d/gone"))
 	os.Stat(at("d/new"))
 	os.Stat(at("d/chmodded"))
@@ -352,15 +382,19 @@ func TestLowerEditsShow(t *testing.T) {
 // and listings cached: after Reload and Invalidate the mount shows the
 // new state at once.
 func TestInvalidateAfterReload(t *testing.T) {
+	forIOModes(t, testInvalidateAfterReload)
+}
+
+func testInvalidateAfterReload(t *testing.T, mount func(string) *testMount) {
 	lower := t.TempDir()
 	writeFile(t, filepath.Join(lower, "d/f"), "lower")
 	writeFile(t, filepath.Join(lower, "d/gone"), "x")
-	m := mountForTest(t, lower, true)
+	m := mount(lower)
 	at := func(p string) string { return filepath.Join(m.mnt, p) }
 	view := m.srv.views.def.Load().fs
 	layer := view.Layer()
 	// The state to come back to is the lower tree (no entries).
-	writeFile(t, at("d/f"), "upper")
+	writeFile(t, at("d/f"), "upper, and longer")
 	writeFile(t, at("d/new"), "new")
 	if err := os.Remove(at("d/gone")); err != nil {
 		t.Fatal(err)
@@ -398,5 +432,123 @@ func TestInvalidateAfterReload(t *testing.T) {
 	}
 	if fmt.Sprint(names) != "[f gone]" {
 		t.Errorf("listing after the restore: %v", names)
+	}
+}
+
+// TestWritebackCache: with a writeback cache the kernel holds writes
+// back, and agentfs must still see every byte at the moments that
+// matter (close, fsync, WriteBack); the kernel reads pages through
+// write-only handles and computes O_APPEND offsets itself.
+func TestWritebackCache(t *testing.T) {
+	lower := t.TempDir()
+	writeFile(t, filepath.Join(lower, "f"), "hello world")
+	m := mountForTest(t, lower, false, func(o *Options) { o.WritebackCache = true })
+	if !m.srv.WritebackCache() || m.srv.Passthrough() {
+		t.Fatalf("writeback cache %v, passthrough %v: want the writeback cache alone", m.srv.WritebackCache(), m.srv.Passthrough())
+	}
+	view := m.srv.views.def.Load().fs
+	at := func(p string) string { return filepath.Join(m.mnt, p) }
+	inView := func(p string) string {
+		t.Helper()
+		b, err := view.ReadFile(p, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+
+	// Small writes to a file held open stay in the kernel (its
+	// writeback waits 30 s) until WriteBack.
+	w, err := os.Create(at("new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 256) // 4 KiB
+	for range 16 {
+		if _, err := w.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := os.Stat(at("new")); err != nil || st.Size() != 16*4096 {
+		t.Fatalf("stat of a file being written: %v, %v; want 64 KiB", st, err)
+	}
+	if got := len(inView("new")); got == 16*4096 {
+		t.Errorf("agentfs has all 64 KiB before the kernel was asked to write them back: no writeback cache")
+	}
+	if err := m.srv.WriteBack(); err != nil {
+		t.Fatal(err)
+	}
+	if got := inView("new"); got != string(bytes.Repeat(chunk, 16)) {
+		t.Errorf("after WriteBack agentfs has %d bytes of the file, want all 64 KiB", len(got))
+	}
+
+	// A write-only open, a partial page: the kernel reads the page
+	// first, through the write-only handle.
+	wo, err := os.OpenFile(at("f"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wo.WriteAt([]byte("X"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := wo.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if got := inView("f"); got != "helXo world" {
+		t.Errorf("after close agentfs has %q, want %q", got, "helXo world")
+	}
+	if got := readFile(t, filepath.Join(lower, "f")); got != "hello world" {
+		t.Errorf("the lower file changed: %q", got)
+	}
+
+	// Two appenders: the kernel decides where each write goes.
+	a1, err := os.OpenFile(at("log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := os.OpenFile(at("log"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		f := a1
+		if i%2 == 1 {
+			f = a2
+		}
+		if _, err := fmt.Fprintf(f, "line %d\n", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a1.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	want := "line 0\nline 1\nline 2\nline 3\n"
+	if got := inView("log"); got != want {
+		t.Errorf("after fsync agentfs has %q, want %q", got, want)
+	}
+	a1.Close()
+	a2.Close()
+
+	// A shared mapping: its stores reach agentfs by WriteBack too.
+	mf, err := os.OpenFile(at("mapped"), os.O_RDWR|os.O_CREATE, 0644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mf.Close()
+	if err := mf.Truncate(4096); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := unix.Mmap(int(mf.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	copy(mem, "mapped bytes")
+	if err := m.srv.WriteBack(); err != nil {
+		t.Fatal(err)
+	}
+	if got := inView("mapped"); !strings.HasPrefix(got, "mapped bytes") {
+		t.Errorf("after WriteBack agentfs has %q..., want the mapping's stores", got[:min(len(got), 12)])
 	}
 }

@@ -68,6 +68,10 @@ type Server struct {
 	splice    bool
 	spliceMax int
 
+	// writeback is whether the kernel caches writes (the writeback
+	// cache; see doc.go); set by Init, before any request.
+	writeback bool
+
 	// killprivV2 is whether the kernel leaves the clearing of setid
 	// bits to agentfs (killpriv.go); set by Init, before any request.
 	killprivV2 bool
@@ -155,6 +159,9 @@ func Mount(o Options) (*Server, error) {
 		ExtraCapabilities:        fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
 		Debug:                    o.Debug,
 		Logger:                   log.New(debugWriter{o.Logger}, "", 0),
+	}
+	if o.WritebackCache {
+		mo.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
 	}
 	if o.IOURing {
 		if err := fuseuring.Probe(); err != nil {
@@ -318,7 +325,9 @@ func (s *Server) Unmount() error { return s.srv.Unmount() }
 func (s *Server) Init(srv *fuse.Server) {
 	ks := srv.KernelSettings()
 	s.killprivV2 = ks.Flags64()&fuse.CAP_HANDLE_KILLPRIV_V2 != 0
-	s.passthrough = s.opts.Passthrough && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0
+	// The kernel turns passthrough off where it grants a writeback cache.
+	s.writeback = s.opts.WritebackCache && ks.Flags64()&fuse.CAP_WRITEBACK_CACHE != 0
+	s.passthrough = s.opts.Passthrough && !s.writeback && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0
 	// Once INIT granted io_uring, the kernel holds every new request
 	// until each queue has an entry (or a registration failed), so the
 	// queues start here, before the mount is waited for.
@@ -337,6 +346,28 @@ func (s *Server) Init(srv *fuse.Server) {
 // many it read from the disk with O_DIRECT.
 func (s *Server) Reads() (served, spliced, fromDisk uint64) {
 	return s.reads.Load(), s.spliced.Load(), s.fromDisk.Load()
+}
+
+// WritebackCache reports whether the kernel holds writes in its page
+// cache before it sends them (Options.WritebackCache, granted).
+func (s *Server) WritebackCache() bool { return s.writeback }
+
+// WriteBack has the kernel send what it holds of writes to the mount
+// (syncfs(2)) and returns when agentfs has them: call it before reading
+// the view's files on the daemon's own initiative (an automatic
+// snapshot). Not from a request's handler: the kernel's WRITEs may need
+// the very thread that waits for them. Without a writeback cache it
+// does nothing.
+func (s *Server) WriteBack() error {
+	if !s.writeback {
+		return nil
+	}
+	fd, err := unix.Open(s.opts.Mountpoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Syncfs(fd)
 }
 
 // Passthrough reports whether reads and writes of upper files go

@@ -580,7 +580,7 @@ func (s *Server) Retire(v *overlay.FS) {
 	}
 	s.mu.Unlock()
 	for _, id := range ids {
-		s.srv.InodeNotify(id, 0, 0)
+		s.dropInode(id)
 	}
 	s.dropRoot()
 }

@@ -221,6 +221,11 @@ func (w *lowerWatch) flush() {
 		if !shown {
 			continue
 		}
+		if child != nil && w.s.writeback && child.Mode() == unix.S_IFREG {
+			// The kernel keeps its own size and times of a file it
+			// knows: only a new node (inode) shows the new ones.
+			v.CutLooseLower(child)
+		}
 		w.s.srv.EntryNotify(iv.dir, iv.name)
 		w.s.srv.InodeNotify(iv.dir, -1, 0)
 		if child != nil {

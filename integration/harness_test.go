@@ -175,6 +175,7 @@ type mountStatus struct {
 	Reflink     bool   `json:"reflink"`
 	Passthrough bool   `json:"passthrough"`
 	IOMode      string `json:"io_mode"`
+	Writeback   bool   `json:"writeback_cache"`
 	Objects     int64  `json:"objects"`
 	Bytes       int64  `json:"bytes"`
 	FsFree      int64  `json:"backstore_free"`

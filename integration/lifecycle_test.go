@@ -31,6 +31,10 @@ func TestStatus(t *testing.T) {
 	if st.Objects < 1 {
 		t.Errorf("status --json: objects %d after writing a file, want >= 1", st.Objects)
 	}
+	if noPT := os.Getenv("AGENTFS_TEST_NO_PASSTHROUGH") == "1"; st.Passthrough == noPT || st.Writeback {
+		t.Errorf("status --json: passthrough %v, writeback cache %v; want passthrough %v and no writeback cache (not asked for)",
+			st.Passthrough, st.Writeback, !noPT)
+	}
 	cmd := exec.Command(agentfsBin, "status")
 	cmd.Dir = m.path("d")
 	r := runCommand(t, cmd, []string{"status"})

@@ -608,6 +608,44 @@ func TestReload(t *testing.T) {
 	eq(t, "open file keeps its data", string(buf[:k]), "upper")
 }
 
+// TestCutLooseLower: a project file changed from outside gets a new
+// node at its next lookup (a new inode for a writeback-cache kernel);
+// an open file keeps reading the file; a file the mount changed and
+// the root are never cut loose.
+func TestCutLooseLower(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/f": "old", "d/mine": "lower"})
+	old := e.must("d/f")
+	f, err := e.fs.Open(old, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	if err := os.WriteFile(filepath.Join(e.lower, "d/f"), []byte("new contents"), 0644); err != nil {
+		t.Fatal(err)
+	}
+	if !e.fs.CutLooseLower(old) {
+		t.Fatal("CutLooseLower of a project file = false")
+	}
+	if e.fs.CutLooseLower(old) {
+		t.Error("CutLooseLower of a node already cut loose = true")
+	}
+	n := e.must("d/f")
+	if n == old || n.ID == old.ID {
+		t.Errorf("d/f keeps its node %d after CutLooseLower", old.ID)
+	}
+	eq(t, "read after CutLooseLower", e.read("d/f"), "new contents")
+	buf := make([]byte, 16)
+	k, _ := f.ReadAt(buf, 0)
+	eq(t, "the open file reads the project file", string(buf[:k]), "new contents")
+	e.write("d/mine", "upper")
+	if e.fs.CutLooseLower(e.must("d/mine")) {
+		t.Error("CutLooseLower of a file the mount changed = true")
+	}
+	if e.fs.CutLooseLower(e.fs.Root()) {
+		t.Error("CutLooseLower of the root = true")
+	}
+}
+
 // TestRmdirKeepsHiddenLinkCount: a hard-linked lower file loses one
 // name under a renamed-over file (its copy is then kept by an anchor)
 // and another name by a rename out of a lower directory, which is then

@@ -54,9 +54,7 @@ func (fs *FS) reloadLocked() ([]Stale, error) {
 	fs.byLower = map[string]*Node{}
 	fs.byLowerIno = map[uint64]*Node{}
 	for _, s := range stale {
-		s.Node.stale = true
-		s.Node.unlinked, s.Node.parent = true, nil
-		fs.staleNodes[s.Node] = struct{}{}
+		fs.cutLooseLocked(s.Node)
 	}
 	root := fs.root
 	root.entry, root.object, root.lower, root.hasLower = nil, "", "", true
@@ -71,4 +69,32 @@ func (fs *FS) reloadLocked() ([]Stale, error) {
 	clear(fs.lowerSubdirs)
 	fs.lowerSubdirsMu.Unlock()
 	return stale, nil
+}
+
+// cutLooseLocked marks n cut loose from the view, as Reload leaves the
+// nodes it returns. fs.mu is held exclusively, and fs.nodesMu.
+func (fs *FS) cutLooseLocked(n *Node) {
+	n.stale = true
+	n.unlinked, n.parent = true, nil
+	fs.staleNodes[n] = struct{}{}
+}
+
+// CutLooseLower cuts loose the node of a project file that changed
+// from outside the mount, as Reload does every node: the next lookup of
+// its name makes a new node, so a kernel that keeps its own size and
+// times of the files it knows (a writeback cache) learns the new ones
+// from a new inode. Only a node that still shows the project file
+// (no upper entry) is cut loose; it reports whether n was. An open
+// file keeps the file it had opened.
+func (fs *FS) CutLooseLower(n *Node) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.nodesMu.Lock()
+	defer fs.nodesMu.Unlock()
+	if n == fs.root || n.entry != nil || n.unlinked || n.stale || !n.hasLower {
+		return false
+	}
+	fs.dropLowerLocked(n)
+	fs.cutLooseLocked(n)
+	return true
 }

@@ -129,6 +129,7 @@ func (a *daemonActivity) Record(ev fs.Event) {
 // retention policy.
 func (a *daemonActivity) takeAuto(due autosnap.Due) {
 	d := a.d
+	d.writeBack()
 	d.opMu.Lock()
 	defer d.opMu.Unlock()
 	view := d.liveView(due.Branch)
@@ -148,6 +149,28 @@ func (a *daemonActivity) takeAuto(due autosnap.Due) {
 	}
 	if _, err := d.pruneLocked(nil, false); err != nil {
 		d.log.Error("thinning automatic snapshots", "err", err)
+	}
+}
+
+// writeBack has the kernel send the writes it holds for the daemon's
+// mounts (with a writeback cache), as the CLI does before a control
+// request (ctl.Client.Do), so that a snapshot the daemon takes on its
+// own includes them. d.opMu must not be held: a control request that
+// waits for it holds a thread that may be the one to serve the WRITEs.
+func (d *daemon) writeBack() {
+	var srvs []*fs.Server
+	if srv := d.srv.Load(); srv != nil {
+		srvs = append(srvs, srv)
+	}
+	d.opMu.Lock()
+	for _, bm := range d.branchMounts {
+		srvs = append(srvs, bm.srv)
+	}
+	d.opMu.Unlock()
+	for _, srv := range srvs {
+		if err := srv.WriteBack(); err != nil {
+			d.log.Warn("writing back the kernel's cached writes", "err", err)
+		}
 	}
 }
 

@@ -29,6 +29,7 @@ type mountOptions struct {
 	foreground  bool
 	debug       bool
 	noPT        bool
+	writeback   bool
 	noIOURing   bool
 	activity    activityFlags
 	// Set by the parent for the daemon it starts.
@@ -49,6 +50,7 @@ func (o *mountOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ramdiskSize, "ramdisk-size", "", "size limit of the ramdisk backstore, a `SIZE` such as 512M or 2G (default 1G)")
 	fs.BoolVar(&o.foreground, "foreground", false, "serve in this process (logging to stderr) instead of starting a daemon")
 	fs.BoolVar(&o.noPT, "no-passthrough", false, "serve file I/O through the page cache even where FUSE passthrough\nis available (to compare, or to work around a kernel problem)")
+	fs.BoolVar(&o.writeback, "writeback-cache", false, "let the kernel gather writes in its page cache and send them in large\nrequests, instead of FUSE passthrough (see the README: file times are\nthe kernel's, and a few stat details differ from the native ones)")
 	fs.BoolVar(&o.noIOURing, "no-io-uring", false, "take FUSE requests over /dev/fuse even where FUSE over io_uring is\navailable (to compare, or to work around a kernel problem)")
 	o.activity.AddFlags(fs)
 	fs.BoolVar(&o.debug, "debug", false, "log every FUSE operation (to the store's agentfs.log, or stderr with --foreground)")
@@ -110,6 +112,7 @@ type mountPlan struct {
 	ramdiskSize       int64
 	debug             bool
 	noPassthrough     bool
+	writeback         bool
 	noIOURing         bool
 
 	// session: an agentfs run session's mount (see runSession): the
@@ -151,7 +154,7 @@ func validateMount(o *mountOptions, mp string) (*mountPlan, error) {
 	if o.lower == "" {
 		return nil, usagef("--lower DIR is required (the project to show)")
 	}
-	p := &mountPlan{backstore: o.backstore, debug: o.debug, ephemeral: o.ephemeral, noPassthrough: o.noPT, noIOURing: o.noIOURing, session: o.session}
+	p := &mountPlan{backstore: o.backstore, debug: o.debug, ephemeral: o.ephemeral, noPassthrough: o.noPT, writeback: o.writeback, noIOURing: o.noIOURing, session: o.session}
 	switch o.backstore {
 	case "hostfs":
 		if o.ramdiskSize != "" {
@@ -497,6 +500,9 @@ func spawnDaemon(p *mountPlan) (*exec.Cmd, error) {
 	}
 	if p.noPassthrough {
 		args = append(args, "--no-passthrough")
+	}
+	if p.writeback {
+		args = append(args, "--writeback-cache")
 	}
 	if p.noIOURing {
 		args = append(args, "--no-io-uring")

@@ -314,11 +314,13 @@ func (d *daemon) mount() error {
 	d.handle(control)
 	ioURing := root && !p.noIOURing && enableIOURing(d.log)
 	d.fsOptions = fs.Options{
-		Mountpoint:  p.mountpoint,
-		View:        d.view,
-		Control:     control,
-		Passthrough: root && !p.noPassthrough,
-		IOURing:     ioURing,
+		Mountpoint: p.mountpoint,
+		View:       d.view,
+		Control:    control,
+		// Passthrough or a writeback cache: the kernel grants not both.
+		Passthrough:    root && !p.noPassthrough && !p.writeback,
+		WritebackCache: p.writeback,
+		IOURing:        ioURing,
 		AbortConnection: func() {
 			// Found in the mount table: the mountpoint cannot be
 			// stat'ed while the kernel holds requests.
@@ -492,11 +494,12 @@ func (d *daemon) status() (ctl.Status, error) {
 	if err != nil {
 		d.log.Warn("backstore usage", "err", err)
 	}
-	passthrough := false
+	passthrough, writeback := false, false
 	var reads, spliced, fromDisk uint64
 	transport := "none"
 	if srv := d.srv.Load(); srv != nil {
 		passthrough = srv.Passthrough()
+		writeback = srv.WritebackCache()
 		reads, spliced, fromDisk = srv.Reads()
 		transport = srv.Transport()
 		switch {
@@ -516,7 +519,8 @@ func (d *daemon) status() (ctl.Status, error) {
 		Lower: d.plan.lower, Mountpoint: d.plan.mountpoint,
 		Store: d.plan.store, Branch: d.current.Load().Name(), Ephemeral: d.plan.ephemeral,
 		Backstore: info.Kind, BackingMode: info.Mode, BackingRoot: info.Root, SizeLimit: info.SizeLimit,
-		Reflink: info.Reflink, Passthrough: passthrough, IOMode: ioMode(passthrough, os.Geteuid() == 0 && !d.plan.userns, d.plan.noPassthrough),
+		Reflink: info.Reflink, Passthrough: passthrough, WritebackCache: writeback,
+		IOMode:    ioMode(passthrough, writeback, os.Geteuid() == 0 && !d.plan.userns, d.plan.noPassthrough || d.plan.writeback),
 		Transport: transport, Reads: reads, ReadsSpliced: spliced, ReadsFromDisk: fromDisk,
 		Objects: u.Objects, Bytes: u.Bytes, FsFree: u.FsFree,
 		Bindings: d.bindings(),
@@ -527,11 +531,15 @@ func (d *daemon) status() (ctl.Status, error) {
 	return st, nil
 }
 
-// ioMode says in words how file I/O is served.
-func ioMode(passthrough, root, refused bool) string {
+// ioMode says in words how file I/O is served; refused is whether the
+// mount was asked not to use passthrough (--no-passthrough, or
+// --writeback-cache, which the kernel does not grant with it).
+func ioMode(passthrough, writeback, root, refused bool) string {
 	switch {
 	case passthrough:
 		return "passthrough"
+	case writeback:
+		return "page cache with writeback cache (--writeback-cache; no passthrough)"
 	case refused:
 		return "page cache (no passthrough: --no-passthrough)"
 	case !root:

@@ -291,16 +291,18 @@ func TestStoreErrors(t *testing.T) {
 
 func TestIOMode(t *testing.T) {
 	for _, tc := range []struct {
-		pt, root, refused bool
-		want              string
+		pt, wb, root, refused bool
+		want                  string
 	}{
-		{true, true, false, "passthrough"},
-		{false, false, false, "page cache (no passthrough: not root)"},
-		{false, true, true, "page cache (no passthrough: --no-passthrough)"},
-		{false, true, false, "page cache (no passthrough: the kernel did not grant it; it needs Linux 6.9 or later)"},
+		{true, false, true, false, "passthrough"},
+		{false, false, false, false, "page cache (no passthrough: not root)"},
+		{false, true, false, true, "page cache with writeback cache (--writeback-cache; no passthrough)"},
+		{false, true, true, true, "page cache with writeback cache (--writeback-cache; no passthrough)"},
+		{false, false, true, true, "page cache (no passthrough: --no-passthrough)"},
+		{false, false, true, false, "page cache (no passthrough: the kernel did not grant it; it needs Linux 6.9 or later)"},
 	} {
-		if got := ioMode(tc.pt, tc.root, tc.refused); got != tc.want {
-			t.Errorf("ioMode(%v, %v, %v) = %q, want %q", tc.pt, tc.root, tc.refused, got, tc.want)
+		if got := ioMode(tc.pt, tc.wb, tc.root, tc.refused); got != tc.want {
+			t.Errorf("ioMode(%v, %v, %v, %v) = %q, want %q", tc.pt, tc.wb, tc.root, tc.refused, got, tc.want)
 		}
 	}
 }
