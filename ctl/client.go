@@ -149,15 +149,6 @@ func (c *Client) Do(op Op, args, result any) error {
 	if len(payload) > MaxPayload {
 		return fmt.Errorf("control request %s is too large (%d bytes, at most %d)", op, len(payload), MaxPayload)
 	}
-	if c.f != nil && op.readsFiles() {
-		// A mount with a writeback cache (no passthrough) may hold
-		// writes in the kernel that agentfs has not seen yet: have the
-		// kernel send them first, so that a snapshot, diff or apply
-		// includes every write made before it was asked for. An error
-		// here is the writer's to see (at its fsync or close); the
-		// request goes on with what agentfs has.
-		syncFS(int(c.f.Fd()))
-	}
 	buf := make([]byte, BufSize)
 	h := Header{Magic: Magic, Version: Version, Op: op, Length: uint32(len(payload))}
 	h.Put(buf)
@@ -197,9 +188,6 @@ func (c *Client) Do(op Op, args, result any) error {
 	}
 	return nil
 }
-
-// syncFS is syncfs(2); tests count its calls.
-var syncFS = unix.Syncfs
 
 // roundTrip sends buf and parses the response in it.
 func (c *Client) roundTrip(op Op, buf []byte) (Header, []byte, error) {

@@ -440,35 +440,3 @@ func TestDaemonGone(t *testing.T) {
 		}
 	}
 }
-
-// TestClientWritesBackFirst: a client of a mount has the kernel write
-// back what it holds (syncfs on the control file) before a request
-// that reads the files, and only then.
-func TestClientWritesBackFirst(t *testing.T) {
-	s := newTestServer(t)
-	s.Handle(OpSnapshotCreate, func(Caller, json.RawMessage) (any, error) { return "ok", nil })
-	s.Handle(OpStatus, func(Caller, json.RawMessage) (any, error) { return "ok", nil })
-	f, err := os.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	local := pipeClient(s, Caller{Uid: owner})
-	c := &Client{root: "/test", f: f, ioctl: local.ioctl}
-	var synced []int
-	old := syncFS
-	syncFS = func(fd int) error { synced = append(synced, fd); return nil }
-	defer func() { syncFS = old }()
-	if err := c.Do(OpStatus, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	if len(synced) != 0 {
-		t.Errorf("status synced the mount %d times, want none", len(synced))
-	}
-	if err := c.Do(OpSnapshotCreate, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	if len(synced) != 1 || synced[0] != int(f.Fd()) {
-		t.Errorf("snapshot create synced %v, want the control file (fd %d) once", synced, f.Fd())
-	}
-}

@@ -11,11 +11,12 @@ import "fmt"
 //	48–63    changes (diff, restore, apply, ...)
 type Op uint16
 
-// readsFiles reports whether op reads or replaces the data of the
+// ReadsFiles reports whether op reads or replaces the data of the
 // mount's files (a snapshot, a diff, a restore...), as opposed to
-// reporting on the mount or managing names: before one, the client has
-// the kernel write back what it holds (Client.Do).
-func (op Op) readsFiles() bool {
+// reporting on the mount or managing names: before one, a mount with a
+// writeback cache has the kernel write back what it holds
+// (fs.Server.WriteBack).
+func (op Op) ReadsFiles() bool {
 	switch op {
 	case OpFetch, OpPing, OpStatus, OpSnapshotList, OpTagSet, OpTagDelete,
 		OpBranchList, OpBranchBind, OpBranchUnbind, OpBranchCurrent:

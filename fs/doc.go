@@ -71,12 +71,13 @@
 //     (overlay.FS.CutLooseLower) before it drops the name. Such nodes
 //     keep their pages (dropInode): dropping dirty pages would have the
 //     kernel write them back, and wait, on the notifying thread.
-//   - Writes reach agentfs later than write(2) returns. The control
-//     client has the kernel write back (syncfs) before every request
-//     that reads the files (a snapshot, a diff, an apply), and the
-//     daemon does before an automatic snapshot (Server.WriteBack, never
-//     from a request's handler). A WRITE carries no caller: activity
-//     reports a write at the open, as with passthrough.
+//   - Writes reach agentfs later than write(2) returns. Before a
+//     control request that reads the files (a snapshot, a diff, an
+//     apply) and before an automatic snapshot, Server.WriteBack fsyncs
+//     every inode open for writing through the mount, which waits for
+//     the kernel's WRITEs (syncfs does not, on FUSE). A WRITE carries no
+//     caller: activity reports a write at the open, as with
+//     passthrough.
 //   - The kernel reads pages through any handle, write-only ones too
 //     (overlay files opened for writing are read-write), and computes
 //     O_APPEND offsets itself (agentfs writes at the offsets given).

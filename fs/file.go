@@ -112,7 +112,9 @@ func (s *Server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	h := &handle{ino: ino, f: f}
 	s.setIOMode(h, out)
 	out.Fh = s.addHandle(h)
-	s.recordOpen(in, h)
+	if _, barrier := s.barriers.Load(in.Pid); !barrier {
+		s.recordOpen(in, h)
+	}
 	return fuse.OK
 }
 
@@ -297,6 +299,9 @@ func (s *Server) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 
 // Fsync implements fuse.RawFileSystem.
 func (s *Server) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	if _, ok := s.barriers.Load(in.Pid); ok {
+		return fuse.OK // WriteBack's: the kernel has sent the writes
+	}
 	h := s.handle(in.Fh)
 	if h == nil {
 		return errno(s.views.def.Load().fs.Sync())
@@ -457,8 +462,15 @@ func (s *Server) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, o
 		return fuse.Status(unix.ENOTTY)
 	}
 	// What the caller closed before it asks is released before it is
-	// answered (release.go).
+	// answered (release.go), and what it wrote is here (WriteBack; an
+	// IOCTL is served on a goroutine of its own, never a queue's
+	// thread).
 	s.rel.settle()
+	if h, err := ctl.ParseHeader(inbuf); err == nil && h.Op.ReadsFiles() {
+		if err := s.WriteBack(); err != nil {
+			s.log.Warn("writing back the kernel's cached writes", "err", err)
+		}
+	}
 	c := ctl.Caller{Pid: in.Pid, Uid: in.Uid, Gid: in.Gid}
 	n, e := s.opts.Control.HandleIoctl(c, in.Cmd, inbuf, outbuf)
 	if e != 0 {

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/overlay"
 )
 
@@ -442,11 +444,19 @@ func testInvalidateAfterReload(t *testing.T, mount func(string) *testMount) {
 func TestWritebackCache(t *testing.T) {
 	lower := t.TempDir()
 	writeFile(t, filepath.Join(lower, "f"), "hello world")
-	m := mountForTest(t, lower, false, func(o *Options) { o.WritebackCache = true })
+	// A control request that reads the files: it answers how much of
+	// "new" agentfs has.
+	control := ctl.NewServer(0, nil)
+	var view *overlay.FS
+	control.Handle(ctl.OpSnapshotCreate, func(ctl.Caller, json.RawMessage) (any, error) {
+		b, err := view.ReadFile("new", 1<<20)
+		return len(b), err
+	})
+	m := mountForTest(t, lower, false, func(o *Options) { o.WritebackCache = true; o.Control = control })
 	if !m.srv.WritebackCache() || m.srv.Passthrough() {
 		t.Fatalf("writeback cache %v, passthrough %v: want the writeback cache alone", m.srv.WritebackCache(), m.srv.Passthrough())
 	}
-	view := m.srv.views.def.Load().fs
+	view = m.srv.views.def.Load().fs
 	at := func(p string) string { return filepath.Join(m.mnt, p) }
 	inView := func(p string) string {
 		t.Helper()
@@ -476,11 +486,28 @@ func TestWritebackCache(t *testing.T) {
 	if got := len(inView("new")); got == 16*4096 {
 		t.Errorf("agentfs has all 64 KiB before the kernel was asked to write them back: no writeback cache")
 	}
+	c, err := ctl.Dial(m.mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var seen int
+	if err := c.Do(ctl.OpSnapshotCreate, nil, &seen); err != nil {
+		t.Fatal(err)
+	}
+	if seen != 16*4096 {
+		t.Errorf("a control request that reads the files found %d bytes of the file, want all 64 KiB", seen)
+	}
+	for range 16 {
+		if _, err := w.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := m.srv.WriteBack(); err != nil {
 		t.Fatal(err)
 	}
-	if got := inView("new"); got != string(bytes.Repeat(chunk, 16)) {
-		t.Errorf("after WriteBack agentfs has %d bytes of the file, want all 64 KiB", len(got))
+	if got := inView("new"); got != string(bytes.Repeat(chunk, 32)) {
+		t.Errorf("after WriteBack agentfs has %d bytes of the file, want all 128 KiB", len(got))
 	}
 
 	// A write-only open, a partial page: the kernel reads the page

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log"
@@ -67,6 +68,10 @@ type Server struct {
 	// pipe with the reply's header.
 	splice    bool
 	spliceMax int
+
+	// barriers are the threads (ids) of WriteBack calls in progress:
+	// their FSYNCs are answered at once.
+	barriers sync.Map
 
 	// writeback is whether the kernel caches writes (the writeback
 	// cache; see doc.go); set by Init, before any request.
@@ -353,22 +358,71 @@ func (s *Server) Reads() (served, spliced, fromDisk uint64) {
 func (s *Server) WritebackCache() bool { return s.writeback }
 
 // WriteBack has the kernel send what it holds of writes to the mount
-// (syncfs(2)) and returns when agentfs has them: call it before reading
-// the view's files on the daemon's own initiative (an automatic
-// snapshot). Not from a request's handler: the kernel's WRITEs may need
-// the very thread that waits for them. Without a writeback cache it
-// does nothing.
+// and returns when agentfs has them: before a control request or an
+// automatic snapshot reads the view's files. Without a writeback cache
+// it does nothing.
+//
+// syncfs(2) is no barrier on a FUSE mount (the kernel neither waits for
+// the WRITEs it starts nor asks the server), but fsync(2) of a file is:
+// it waits for every WRITE of the inode. Every inode with cached writes
+// has a handle open for writing (the kernel writes a file back before
+// its RELEASE), so WriteBack opens each such inode by its handle
+// (open_by_handle_at: node id and generation, as the kernel encodes a
+// FUSE file handle) and fsyncs it. The FSYNCs this thread causes are
+// answered at once: they are barriers, not requests for durability.
+// It must run on no thread that serves requests, with no lock held
+// that serving a WRITE takes.
 func (s *Server) WriteBack() error {
 	if !s.writeback {
 		return nil
 	}
-	fd, err := unix.Open(s.opts.Mountpoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	var ids []uint64
+	seen := map[uint64]bool{}
+	s.mu.Lock()
+	for _, h := range s.files {
+		if id := h.ino.n.ID; !h.pt && h.f.Writable() && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	mfd, err := unix.Open(s.opts.Mountpoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
-	return unix.Syncfs(fd)
+	defer unix.Close(mfd)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := uint32(unix.Gettid())
+	s.barriers.Store(tid, true)
+	defer s.barriers.Delete(tid)
+	var first error
+	for _, id := range ids {
+		fh := make([]byte, 12)
+		binary.NativeEndian.PutUint32(fh[0:], uint32(id>>32))
+		binary.NativeEndian.PutUint32(fh[4:], uint32(id))
+		binary.NativeEndian.PutUint32(fh[8:], 1) // the generation fillEntry gives
+		fd, err := unix.OpenByHandleAt(mfd, unix.NewFileHandle(fuseFileHandle, fh), unix.O_RDONLY|unix.O_CLOEXEC)
+		if err == unix.ESTALE {
+			continue // the kernel forgot the inode: it holds nothing of it
+		}
+		if err == nil {
+			err = unix.Fsync(fd)
+			unix.Close(fd)
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("writing back node %d: %w", id, err)
+		}
+	}
+	return first
 }
+
+// fuseFileHandle is the type of the file handles the kernel makes for
+// FUSE inodes (fuse_encode_fh in fs/fuse/inode.c).
+const fuseFileHandle = 0x81
 
 // Passthrough reports whether reads and writes of upper files go
 // directly to their backing files.

@@ -153,10 +153,10 @@ func (a *daemonActivity) takeAuto(due autosnap.Due) {
 }
 
 // writeBack has the kernel send the writes it holds for the daemon's
-// mounts (with a writeback cache), as the CLI does before a control
-// request (ctl.Client.Do), so that a snapshot the daemon takes on its
-// own includes them. d.opMu must not be held: a control request that
-// waits for it holds a thread that may be the one to serve the WRITEs.
+// mounts (with a writeback cache), as a control request that reads the
+// files does (fs.Server.Ioctl), so that a snapshot the daemon takes on
+// its own includes them. d.opMu is not held while the kernel writes:
+// nothing that serves a WRITE may wait for it.
 func (d *daemon) writeBack() {
 	var srvs []*fs.Server
 	if srv := d.srv.Load(); srv != nil {
