@@ -509,6 +509,23 @@ func TestWritebackCache(t *testing.T) {
 	if got := inView("new"); got != string(bytes.Repeat(chunk, 32)) {
 		t.Errorf("after WriteBack agentfs has %d bytes of the file, want all 128 KiB", len(got))
 	}
+	// Without the privilege to open an inode by its handle (a daemon
+	// that is not root), WriteBack opens it by its name.
+	old := openByHandle
+	openByHandle = func(int, unix.FileHandle, int) (int, error) { return -1, unix.EPERM }
+	defer func() { openByHandle = old }()
+	for range 16 {
+		if _, err := w.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.srv.WriteBack(); err != nil {
+		t.Fatal(err)
+	}
+	if got := inView("new"); got != string(bytes.Repeat(chunk, 48)) {
+		t.Errorf("after WriteBack by name agentfs has %d bytes of the file, want all 192 KiB", len(got))
+	}
+	openByHandle = old
 
 	// A write-only open, a partial page: the kernel reads the page
 	// first, through the write-only handle.

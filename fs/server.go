@@ -376,17 +376,17 @@ func (s *Server) WriteBack() error {
 	if !s.writeback {
 		return nil
 	}
-	var ids []uint64
+	var nodes []*overlay.Node
 	seen := map[uint64]bool{}
 	s.mu.Lock()
 	for _, h := range s.files {
-		if id := h.ino.n.ID; !h.pt && h.f.Writable() && !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
+		if n := h.ino.n; !h.pt && h.f.Writable() && !seen[n.ID] {
+			seen[n.ID] = true
+			nodes = append(nodes, n)
 		}
 	}
 	s.mu.Unlock()
-	if len(ids) == 0 {
+	if len(nodes) == 0 {
 		return nil
 	}
 	mfd, err := unix.Open(s.opts.Mountpoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -400,14 +400,21 @@ func (s *Server) WriteBack() error {
 	s.barriers.Store(tid, true)
 	defer s.barriers.Delete(tid)
 	var first error
-	for _, id := range ids {
+	for _, n := range nodes {
+		id := n.ID
 		fh := make([]byte, 12)
 		binary.NativeEndian.PutUint32(fh[0:], uint32(id>>32))
 		binary.NativeEndian.PutUint32(fh[4:], uint32(id))
 		binary.NativeEndian.PutUint32(fh[8:], 1) // the generation fillEntry gives
-		fd, err := unix.OpenByHandleAt(mfd, unix.NewFileHandle(fuseFileHandle, fh), unix.O_RDONLY|unix.O_CLOEXEC)
-		if err == unix.ESTALE {
-			continue // the kernel forgot the inode: it holds nothing of it
+		fd, err := openByHandle(mfd, unix.NewFileHandle(fuseFileHandle, fh), unix.O_RDONLY|unix.O_CLOEXEC)
+		if err == unix.EPERM {
+			// open_by_handle_at needs CAP_DAC_READ_SEARCH: a daemon
+			// that is not root opens the file by its name, where the
+			// mount's root shows its branch.
+			fd, err = s.openByPath(mfd, n)
+		}
+		if err == unix.ESTALE || err == unix.ENOENT {
+			continue // the kernel forgot the inode, or the name is gone with nothing cached under it
 		}
 		if err == nil {
 			err = unix.Fsync(fd)
@@ -419,6 +426,29 @@ func (s *Server) WriteBack() error {
 	}
 	return first
 }
+
+// openByPath opens node n through the mount by its path, for WriteBack
+// without the privilege to open it by handle: only a node of the view
+// unbound processes see (the one the daemon sees at the root); ENOENT
+// for others.
+func (s *Server) openByPath(mfd int, n *overlay.Node) (int, error) {
+	v := n.FS()
+	if s.views.def.Load().fs != v {
+		return -1, unix.ENOENT
+	}
+	p, ok := v.Path(n)
+	if !ok || p == "" {
+		return -1, unix.ENOENT
+	}
+	fd, err := unix.Openat(mfd, p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.EACCES {
+		fd, err = unix.Openat(mfd, p, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	}
+	return fd, err
+}
+
+// openByHandle is open_by_handle_at(2); tests make it refuse.
+var openByHandle = unix.OpenByHandleAt
 
 // fuseFileHandle is the type of the file handles the kernel makes for
 // FUSE inodes (fuse_encode_fh in fs/fuse/inode.c).
