@@ -232,14 +232,22 @@ func (s *Store) commitLocked(ops []op) error {
 	}
 	// A timestamp is never used twice, even after a failed commit.
 	s.nextTs = ts + 1
+	// The commit becomes the one in flight and joins the queue at once
+	// (under ho.mu): a wait that finds it in flight finds it queued, and
+	// hands it over itself, instead of waiting for a hand-over that may
+	// be its own caller's to do (the releaser's).
+	s.ho.mu.Lock()
 	s.tsMu.Lock()
 	f := &flight{done: make(chan struct{}), prev: s.flight}
 	s.flight = f
 	s.inFlight++
 	full := s.inFlight >= maxInFlight
 	s.tsMu.Unlock()
+	if testHookInFlight != nil {
+		testHookInFlight()
+	}
 	cb := s.commitCallback(f, ts)
-	s.handOff(ts, func() { txn.CommitAt(ts, cb) })
+	s.handOffLocked(ts, func() { txn.CommitAt(ts, cb) })
 	if full {
 		// badger is behind (a flush stalled): wait, so that the changes
 		// a kill -9 can lose stay few.
@@ -291,10 +299,15 @@ type flight struct {
 // wait waits until every commit made so far is written and visible (or
 // failed), handing over those still queued first.
 func (s *Store) wait() {
-	s.HandOver()
+	// The flight is read before the hand-over, under ho.mu: its commit
+	// is queued by then (commitLocked), so this HandOver, or the one in
+	// progress that it waits for, hands it to badger.
+	s.ho.mu.Lock()
 	s.tsMu.Lock()
 	f := s.flight
 	s.tsMu.Unlock()
+	s.ho.mu.Unlock()
+	s.HandOver()
 	if f == nil {
 		return
 	}

@@ -282,7 +282,8 @@
 //
 // # Locking
 //
-// Lock order: Store.inoMu, then Store.commitMu, then Store.tsMu; and
+// Lock order: Store.inoMu, then Store.commitMu, then the hand-off
+// queue's mu (handoffs), then Store.tsMu; handoffs.turn, then its mu; and
 // Store.mu (the layer cache), then Store.tsMu. mu and commitMu are never
 // held together. tsMu also guards the in-memory set of snapshot
 // timestamps. A wait for badger to write a commit may hold any lock

@@ -17,7 +17,8 @@ import "sync"
 // Locking: turn is held while a batch is taken from q and handed over,
 // so that batches reach badger in the order they were queued (and
 // commits, queued under Store.commitMu, in timestamp order); mu guards q
-// and kick, and nothing is taken under it.
+// and kick, and is held while a commit is made the one in flight and
+// queued (Store.tsMu is taken under it, nothing else).
 type handoffs struct {
 	turn sync.Mutex
 	mu   sync.Mutex
@@ -30,6 +31,10 @@ type queuedCommit struct {
 	ts     uint64
 	commit func()
 }
+
+// testHookInFlight, when set, runs once a commit is the one in flight
+// and before it is queued (tests of Settle racing a commit).
+var testHookInFlight func()
 
 // testHookHandedOver, when set, runs as each commit is handed to badger
 // (tests of the order).
@@ -71,11 +76,11 @@ func (s *Store) HandOver() {
 	}
 }
 
-// handOff queues commit (at ts) and kicks, or, without a kick, hands
-// it over at once, after whatever a HandOver in progress still hands
-// over. Requires s.commitMu (commits are queued in timestamp order).
-func (s *Store) handOff(ts uint64, commit func()) {
-	s.ho.mu.Lock()
+// handOffLocked queues commit (at ts) and kicks, or, without a kick,
+// hands it over at once, after whatever a HandOver in progress still
+// hands over. Requires s.commitMu (commits are queued in timestamp
+// order) and s.ho.mu, which it releases.
+func (s *Store) handOffLocked(ts uint64, commit func()) {
 	s.ho.q = append(s.ho.q, queuedCommit{ts, commit})
 	kick := s.ho.kick
 	s.ho.mu.Unlock()

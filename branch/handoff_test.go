@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // queued is how many commits wait to be handed to badger.
@@ -142,5 +143,36 @@ func TestHandOffSplitCommit(t *testing.T) {
 	checkState(t, l, n, true)
 	if _, err := l.Get("gone"); err == nil {
 		t.Error("after a reopen, a name the split commit deleted is there")
+	}
+}
+
+// TestSettleRacingCommit: with nobody handing over but the waiters (as
+// when the mount's releaser itself waits, in a RELEASE that reaps an
+// object), a Settle that comes while a commit is made returns. A commit
+// was made the one in flight before it was queued: a Settle between the
+// two handed over nothing and then waited for it for ever
+// (TestBindIsolation hung in CI so, about one run in ten).
+func TestSettleRacingCommit(t *testing.T) {
+	s := openDir(t, Options{Dir: t.TempDir()})
+	l := mainLayer(t, s)
+	s.HandOffWith(func() {})
+	defer s.HandOffWith(nil)
+	settled := make(chan error, 1)
+	testHookInFlight = func() {
+		testHookInFlight = nil
+		go func() { settled <- s.Settle() }()
+		time.Sleep(100 * time.Millisecond) // Settle runs meanwhile
+	}
+	t.Cleanup(func() { testHookInFlight = nil })
+	if err := putOne(l, "f"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-settled:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Settle during a commit did not return: it waits for a commit nobody hands over")
 	}
 }
