@@ -112,7 +112,7 @@ func (s *Server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	h := &handle{ino: ino, f: f}
 	s.setIOMode(h, out)
 	out.Fh = s.addHandle(h)
-	if _, barrier := s.barriers.Load(in.Pid); !barrier {
+	if !s.writeback || !s.barrier(in.Pid) {
 		s.recordOpen(in, h)
 	}
 	return fuse.OK
@@ -299,7 +299,7 @@ func (s *Server) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 
 // Fsync implements fuse.RawFileSystem.
 func (s *Server) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	if _, ok := s.barriers.Load(in.Pid); ok {
+	if s.writeback && s.barrier(in.Pid) {
 		return fuse.OK // WriteBack's: the kernel has sent the writes
 	}
 	h := s.handle(in.Fh)

@@ -46,6 +46,9 @@ const maxRead = 512 << 10
 // with the disk's own readahead raised from 8 to 16 MiB).
 const readahead = 8 << 20
 
+// generation is the generation of every node id: ids are never reused.
+const generation = 1
+
 // controlID is the node id of the control file.
 const controlID = 2
 
@@ -405,7 +408,7 @@ func (s *Server) WriteBack() error {
 		fh := make([]byte, 12)
 		binary.NativeEndian.PutUint32(fh[0:], uint32(id>>32))
 		binary.NativeEndian.PutUint32(fh[4:], uint32(id))
-		binary.NativeEndian.PutUint32(fh[8:], 1) // the generation fillEntry gives
+		binary.NativeEndian.PutUint32(fh[8:], generation)
 		fd, err := openByHandle(mfd, unix.NewFileHandle(fuseFileHandle, fh), unix.O_RDONLY|unix.O_CLOEXEC)
 		if err == unix.EPERM {
 			// open_by_handle_at needs CAP_DAC_READ_SEARCH: a daemon
@@ -445,6 +448,12 @@ func (s *Server) openByPath(mfd int, n *overlay.Node) (int, error) {
 		fd, err = unix.Openat(mfd, p, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	}
 	return fd, err
+}
+
+// barrier reports whether thread tid is a WriteBack's.
+func (s *Server) barrier(tid uint32) bool {
+	_, ok := s.barriers.Load(tid)
+	return ok
 }
 
 // openByHandle is open_by_handle_at(2); tests make it refuse.
@@ -538,7 +547,7 @@ func fillAttr(a *fuse.Attr, st *unix.Stat_t) {
 func (s *Server) fillEntry(out *fuse.EntryOut, parent uint64, n *overlay.Node, st *unix.Stat_t) {
 	s.register(n)
 	out.NodeId = n.ID
-	out.Generation = 1
+	out.Generation = generation
 	fillAttr(&out.Attr, st)
 	if parent == fuse.FUSE_ROOT_ID {
 		out.SetEntryTimeout(s.views.rootTimeout())
@@ -608,7 +617,7 @@ func (s *Server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 			return fuse.ENOENT
 		}
 		out.NodeId = controlID
-		out.Generation = 1
+		out.Generation = generation
 		s.controlAttr(&out.Attr)
 		return fuse.OK
 	}
