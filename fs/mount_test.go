@@ -498,33 +498,27 @@ func TestWritebackCache(t *testing.T) {
 	if seen != 16*4096 {
 		t.Errorf("a control request that reads the files found %d bytes of the file, want all 64 KiB", seen)
 	}
-	for range 16 {
-		if _, err := w.Write(chunk); err != nil {
+	writeBack := func(how string, chunks int) {
+		t.Helper()
+		for range 16 {
+			if _, err := w.Write(chunk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := m.srv.WriteBack(); err != nil {
 			t.Fatal(err)
 		}
+		if got := inView("new"); got != string(bytes.Repeat(chunk, chunks)) {
+			t.Errorf("after WriteBack %s agentfs has %d bytes of the file, want all %d KiB", how, len(got), chunks*4)
+		}
 	}
-	if err := m.srv.WriteBack(); err != nil {
-		t.Fatal(err)
-	}
-	if got := inView("new"); got != string(bytes.Repeat(chunk, 32)) {
-		t.Errorf("after WriteBack agentfs has %d bytes of the file, want all 128 KiB", len(got))
-	}
+	writeBack("by handle", 32)
 	// Without the privilege to open an inode by its handle (a daemon
 	// that is not root), WriteBack opens it by its name.
 	old := openByHandle
 	openByHandle = func(int, unix.FileHandle, int) (int, error) { return -1, unix.EPERM }
 	defer func() { openByHandle = old }()
-	for range 16 {
-		if _, err := w.Write(chunk); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := m.srv.WriteBack(); err != nil {
-		t.Fatal(err)
-	}
-	if got := inView("new"); got != string(bytes.Repeat(chunk, 48)) {
-		t.Errorf("after WriteBack by name agentfs has %d bytes of the file, want all 192 KiB", len(got))
-	}
+	writeBack("by name", 48)
 	openByHandle = old
 
 	// A write-only open, a partial page: the kernel reads the page
