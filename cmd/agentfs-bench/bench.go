@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -81,11 +82,14 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 	if b.tree, err = b.prepareTree(ctx); err != nil {
 		return err
 	}
+	rt := measureRoundTrips()
 	rep := &report{
 		Machine:     describeMachine(cfg.workdir),
 		Config:      b.describeConfig(),
 		Filesystems: b.probeFilesystems(ctx),
 	}
+	rep.Machine.RoundTrips = &rt
+	b.logf("%s", strings.TrimSuffix(rt.markdown(), "\n"))
 	var available []string
 	for _, st := range rep.Filesystems {
 		if st.Available {

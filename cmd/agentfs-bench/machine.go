@@ -29,6 +29,9 @@ type machineInfo struct {
 	// agentfs backstore and the lower are both there).
 	Reflink       bool   `json:"reflink"`
 	ReflinkDetail string `json:"reflink_detail"`
+	// RoundTrips is the cost of a hand-over between two threads, measured
+	// at the start of the run (nil where it was not measured).
+	RoundTrips *roundTrips `json:"pipe_round_trips,omitempty"`
 }
 
 func describeMachine(workdir string) machineInfo {

@@ -259,6 +259,9 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "# agentfs benchmark\n\n")
 	fmt.Fprintf(&b, "%s, %s (%d cores), %s memory, %s on %s; %s; %s.\n",
 		m.Kernel, m.CPU, m.Cores, humanMemory(m.MemoryBytes), m.WorkdirFs, m.Workdir, m.GoVersion, m.Date)
+	if rt := m.RoundTrips; rt != nil {
+		b.WriteString(rt.markdown())
+	}
 	fmt.Fprintf(&b, "Medians of %d runs after %d warm-up", r.Config.Runs, r.Config.Warmup)
 	if r.Config.Warmup != 1 {
 		b.WriteString("s")
