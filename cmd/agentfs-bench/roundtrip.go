@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,8 +40,8 @@ func (rt *roundTrips) markdown() string {
 }
 
 // Rounds per measurement and measurements per figure. A cross-CPU round
-// trip takes 5–80 µs on the machines seen so far, one on a single CPU
-// 2–8 µs: well under a second for all of them.
+// trip takes 5–120 µs on the machines seen so far, one on a single CPU
+// 2–8 µs: a few seconds at most.
 const (
 	sameCPURounds  = 20000
 	crossCPURounds = 4000
@@ -52,6 +51,13 @@ const (
 // measureRoundTrips measures roundTrips on the first two CPUs the
 // process may run on.
 func measureRoundTrips() roundTrips {
+	// Idle Ps, so that the runtime leaves a thread blocked in read(2)
+	// its P: with none idle, its monitor takes the P away after 20 µs
+	// and wakes another thread to hold it, and the cross-CPU figure
+	// came out a third above perf bench sched pipe's (107–116 µs
+	// against 73). (Raw system calls, which the runtime does not see,
+	// could deadlock a stop-the-world against the thread left waiting.)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 2))
 	var rt roundTrips
 	cpus, err := allowedCPUs()
 	if err != nil {
@@ -128,24 +134,19 @@ func pingPong(a, b, rounds int) (time.Duration, error) {
 		if !<-start {
 			return nil
 		}
-		// Raw system calls: the runtime is not told that the thread
-		// blocks, so it neither takes the goroutine's P away nor wakes
-		// another thread for it; the figure is the kernel's, as
-		// perf bench sched pipe's is. Nothing else runs meanwhile.
-		var buf [1]byte
-		p := uintptr(unsafe.Pointer(&buf[0]))
+		buf := []byte{0}
 		for i := 0; i < rounds; i++ {
 			if first {
-				if _, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(out), p, 1); e != 0 {
-					return fmt.Errorf("write: %w", e)
+				if _, err := unix.Write(out, buf); err != nil {
+					return fmt.Errorf("write: %w", err)
 				}
 			}
-			if _, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(in), p, 1); e != 0 {
-				return fmt.Errorf("read: %w", e)
+			if _, err := unix.Read(in, buf); err != nil {
+				return fmt.Errorf("read: %w", err)
 			}
 			if !first {
-				if _, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(out), p, 1); e != 0 {
-					return fmt.Errorf("write: %w", e)
+				if _, err := unix.Write(out, buf); err != nil {
+					return fmt.Errorf("write: %w", err)
 				}
 			}
 		}
