@@ -12,6 +12,14 @@ import (
 // writing: the kernel may write to its object directly (passthrough)
 // at any time, so the snapshot gets its own clone of that object, as
 // of this call. Namespace operations wait while it runs.
+//
+// A file open for writing (or passed through) whose node has no name
+// left (unlinked, or O_TMPFILE not yet linked) is in no snapshot, and
+// its object is in none either (opening for writing thawed it, and a
+// pin refuses a shared object): its entry moves to the new epoch all
+// the same. Left behind, it would look shared, and its next change
+// (an fchmod before the linkat that names it) would thaw the node onto
+// a clone while the descriptor kept writing to the object it left.
 func (fs *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 	if fs.layer == nil {
 		return branch.Snapshot{}, fmt.Errorf("a snapshot's view has no branch to snapshot")
@@ -26,10 +34,14 @@ func (fs *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 	}
 	var swaps []swap
 	fs.nodesMu.Lock()
-	var writing []*Node
+	var writing, nameless []*Node
 	for _, n := range fs.byObject {
-		if (n.writers > 0 || n.pins > 0) && n.entry != nil && n.entry.Type == branch.TypeFile && !n.unlinked {
-			writing = append(writing, n)
+		if (n.writers > 0 || n.pins > 0) && n.entry != nil && n.entry.Type == branch.TypeFile {
+			if !n.unlinked {
+				writing = append(writing, n)
+			} else if fs.links[n.object] == 0 {
+				nameless = append(nameless, n)
+			}
 		}
 	}
 	fs.nodesMu.Unlock()
@@ -65,6 +77,11 @@ func (fs *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 			after.put(p, &le)
 		}
 		after.promote(s.n, &le)
+	}
+	for _, n := range nameless {
+		le := *n.entry
+		le.Epoch = fs.layer.Epoch()
+		after.promote(n, &le)
 	}
 	if err := after.commit(); err != nil {
 		return snap, fmt.Errorf("snapshot %s taken, but the files open for writing could not be given back to the branch: %w", snap.ID, err)

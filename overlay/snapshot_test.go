@@ -347,3 +347,84 @@ func TestSetattrUnlinkedFrozen(t *testing.T) {
 	}
 	eq(t, "mode", st.Mode&07777, uint32(0600))
 }
+
+// TestSnapshotKeepsNamelessWriter: an O_TMPFILE file written, a
+// snapshot, an fchmod, more writes, then linkat (the atomic-write
+// pattern). The snapshot left the nameless file's entry in the old
+// epoch, so the fchmod thawed the node onto a clone while the
+// descriptor went on writing to the object it left: "out" lost the
+// second write.
+func TestSnapshotKeepsNamelessWriter(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/": ""})
+	d := e.must("d")
+	n, w, _, err := e.fs.Tmpfile(d, unix.O_RDWR, 0o600, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release()
+	if _, err := w.WriteAt([]byte("first "), 0); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := e.fs.Snapshot("", branch.KindAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := n.object
+	mode := uint32(0o644)
+	if _, err := e.fs.Setattr(n, SetAttr{Mode: &mode}, w); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "object after fchmod (no snapshot shares it)", n.object, obj)
+	if _, err := w.WriteAt([]byte("second"), 6); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fs.Link(n, d, "out"); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "d/out", e.read("d/out"), "first second")
+	if _, err := e.snapView(snap).walk("d/out"); err != unix.ENOENT {
+		t.Errorf("d/out in the snapshot, linked after it: %v, want ENOENT", err)
+	}
+}
+
+// TestSnapshotUnlinkedWriter: a file unlinked while open for writing,
+// a snapshot, an fchmod: the node keeps the object its descriptor
+// writes to, so stat and a new open see the writes.
+func TestSnapshotUnlinkedWriter(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "lower"})
+	e.write("f", "data")
+	n := e.must("f")
+	w, err := e.fs.Open(n, unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release()
+	if err := e.fs.Unlink(e.fs.Root(), "f"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fs.Snapshot("", branch.KindManual); err != nil {
+		t.Fatal(err)
+	}
+	obj := n.object
+	mode := uint32(0o600)
+	if _, err := e.fs.Setattr(n, SetAttr{Mode: &mode}, w); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "object after fchmod (no snapshot shares it)", n.object, obj)
+	if _, err := w.WriteAt([]byte("longer data"), 0); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.fs.Getattr(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "size", st.Size, int64(11))
+	r, err := e.fs.Open(n, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	buf := make([]byte, 64)
+	k, _ := r.ReadAt(buf, 0)
+	eq(t, "a new read-only open reads", string(buf[:k]), "longer data")
+}
