@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"time"
 
@@ -57,7 +58,7 @@ func measureRoundTrips() roundTrips {
 	// came out a third above perf bench sched pipe's (107–116 µs
 	// against 73). (Raw system calls, which the runtime does not see,
 	// could deadlock a stop-the-world against the thread left waiting.)
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 2))
+	defer restoreGOMAXPROCS(runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 2))
 	var rt roundTrips
 	cpus, err := allowedCPUs()
 	if err != nil {
@@ -84,6 +85,17 @@ func measureRoundTrips() roundTrips {
 	return rt
 }
 
+// restoreGOMAXPROCS sets GOMAXPROCS back to n, and back to the
+// runtime's own choice (which follows the CPUs the process may use)
+// where nobody had set it: setting it turns that off.
+func restoreGOMAXPROCS(n int) {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.SetDefaultGOMAXPROCS()
+		return
+	}
+	runtime.GOMAXPROCS(n)
+}
+
 // allowedCPUs lists the CPUs the calling thread may run on.
 func allowedCPUs() ([]int, error) {
 	var set unix.CPUSet
@@ -104,32 +116,45 @@ func allowedCPUs() ([]int, error) {
 
 // pingPong bounces a byte between a thread on CPU a and one on CPU b
 // through two pipes, rounds times, and returns the time of one round.
-// Both threads are the goroutines' own (locked, and so ended with them:
-// their CPU affinity goes with them).
+// Each side runs on a thread of its own (locked) and gives it back as
+// it found it: the main thread, which the runtime never ends, may be
+// one of them.
 func pingPong(a, b, rounds int) (time.Duration, error) {
 	var ping, pong [2]int
 	if err := unix.Pipe2(ping[:], unix.O_CLOEXEC); err != nil {
 		return 0, fmt.Errorf("pipe2: %w", err)
 	}
-	defer unix.Close(ping[0])
-	defer unix.Close(ping[1])
 	if err := unix.Pipe2(pong[:], unix.O_CLOEXEC); err != nil {
+		unix.Close(ping[0])
+		unix.Close(ping[1])
 		return 0, fmt.Errorf("pipe2: %w", err)
 	}
+	defer unix.Close(ping[0])
 	defer unix.Close(pong[0])
-	defer unix.Close(pong[1])
 
 	// bounce moves to cpu, says so on ready and, once told to go,
 	// reads a byte from in and writes it to out, rounds times (the
-	// first side writes first).
-	bounce := func(cpu int, first bool, in, out int, ready chan<- error, start <-chan bool) error {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		var set unix.CPUSet
+	// first side writes first). It closes out when it returns, so that
+	// the other side, should this one fail, reads the end of the pipe
+	// instead of waiting for ever.
+	bounce := func(cpu int, first bool, in, out int, ready chan<- error, start <-chan bool) (err error) {
+		defer unix.Close(out)
+		runtime.LockOSThread()
+		var was, set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &was); err != nil {
+			ready <- fmt.Errorf("sched_getaffinity: %w", err)
+			return nil // the thread is left locked, and ends with the goroutine
+		}
 		set.Set(cpu)
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
 			ready <- fmt.Errorf("sched_setaffinity to CPU %d: %w", cpu, err)
 			return nil
 		}
+		defer func() {
+			if unix.SchedSetaffinity(0, &was) == nil {
+				runtime.UnlockOSThread()
+			}
+		}()
 		ready <- nil
 		if !<-start {
 			return nil
@@ -141,8 +166,8 @@ func pingPong(a, b, rounds int) (time.Duration, error) {
 					return fmt.Errorf("write: %w", err)
 				}
 			}
-			if _, err := unix.Read(in, buf); err != nil {
-				return fmt.Errorf("read: %w", err)
+			if n, err := unix.Read(in, buf); err != nil || n == 0 {
+				return fmt.Errorf("read: %d bytes, %v", n, err)
 			}
 			if !first {
 				if _, err := unix.Write(out, buf); err != nil {

@@ -2,8 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestPingPong measures a few rounds on the CPUs this test may use.
@@ -73,5 +77,44 @@ func TestRoundTripsReported(t *testing.T) {
 	}
 	if rt := doc.Machine.RoundTrips; rt["same_cpu_us"] != 3.1 || rt["cross_cpu_us"] != 26 {
 		t.Errorf("pipe_round_trips = %v", rt)
+	}
+}
+
+// TestPingPongLeavesThreadsFree checks that no thread of the process is
+// left pinned after a measurement: the runtime never ends the main
+// thread, and a side may run on it.
+func TestPingPongLeavesThreadsFree(t *testing.T) {
+	cpus, err := allowedCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cpus) < 2 {
+		t.Skip("one CPU allowed: a pinned thread could not be told from a free one")
+	}
+	var want unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &want); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := pingPong(cpus[0], cpus[1], 50); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err != nil {
+			continue
+		}
+		var got unix.CPUSet
+		if err := unix.SchedGetaffinity(tid, &got); err != nil {
+			continue // the thread ended
+		}
+		if got != want {
+			t.Errorf("thread %d may run on %d CPUs after the measurement, %d before", tid, got.Count(), want.Count())
+		}
 	}
 }
