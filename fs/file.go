@@ -467,7 +467,9 @@ func (s *Server) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, o
 	// thread).
 	s.rel.settle()
 	if h, err := ctl.ParseHeader(inbuf); err == nil && h.Op.ReadsFiles() {
-		if err := s.WriteBack(); err != nil {
+		if s.opts.WriteBackAll != nil {
+			s.opts.WriteBackAll()
+		} else if err := s.WriteBack(); err != nil {
 			s.log.Warn("writing back the kernel's cached writes", "err", err)
 		}
 	}

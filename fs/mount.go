@@ -24,6 +24,14 @@ type Options struct {
 	// passthrough to a mount with a writeback cache, so ask for one or
 	// the other. See "Writeback cache" in doc.go for what it changes.
 	WritebackCache bool
+	// WriteBackAll, where set, is what a control request that reads the
+	// files (a snapshot, a diff, an export, an apply) runs first instead
+	// of the server's own WriteBack: the daemon's, which writes back
+	// every mount it serves, since the writes a branch mount holds are
+	// as much the request's as this mount's (agentfs exec -b mounts a
+	// branch of its own, and export or apply of that branch may come
+	// through this mount).
+	WriteBackAll func()
 	// IOURing asks for FUSE over io_uring (fuseuring): requests are
 	// answered on the CPU that made them. It is used only when the
 	// kernel offers it (Linux >= 6.14 with the fuse module's

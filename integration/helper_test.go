@@ -66,7 +66,13 @@ func opRead(p string) helperOp               { return helperOp{Op: "read", Path:
 func opWrite(p string, flags int, data string) helperOp {
 	return helperOp{Op: "write", Path: p, Flags: flags, Data: data}
 }
-func opOpen(p string, flags int) helperOp    { return helperOp{Op: "open", Path: p, Flags: flags} }
+func opOpen(p string, flags int) helperOp { return helperOp{Op: "open", Path: p, Flags: flags} }
+
+// opWriteKeep opens p with O_WRONLY|flags and writes data, keeping the
+// file open until the helper ends.
+func opWriteKeep(p string, flags int, data string) helperOp {
+	return helperOp{Op: "write-keep", Path: p, Flags: flags, Data: data}
+}
 func opUnlink(p string) helperOp             { return helperOp{Op: "unlink", Path: p} }
 func opRmdir(p string) helperOp              { return helperOp{Op: "rmdir", Path: p} }
 func opRename(from, to string) helperOp      { return helperOp{Op: "rename", Path: from, Path2: to} }
@@ -271,6 +277,14 @@ func doHelperOp(op helperOp, keep *[]*os.File) (string, error) {
 		}
 		defer unix.Close(fd)
 		_, err = unix.Write(fd, []byte(op.Data))
+		return "", err
+	case "write-keep":
+		f, err := os.OpenFile(p, os.O_WRONLY|op.Flags, 0o644)
+		if err != nil {
+			return "", err
+		}
+		*keep = append(*keep, f)
+		_, err = f.Write([]byte(op.Data))
 		return "", err
 	case "open":
 		fd, err := unix.Open(p, unix.O_CLOEXEC|op.Flags, 0o644)

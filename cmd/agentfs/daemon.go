@@ -320,6 +320,7 @@ func (d *daemon) mount() error {
 		// Passthrough or a writeback cache: the kernel grants not both.
 		Passthrough:    root && !p.noPassthrough && !p.writeback,
 		WritebackCache: p.writeback,
+		WriteBackAll:   d.writeBack,
 		IOURing:        ioURing,
 		AbortConnection: func() {
 			// Found in the mount table: the mountpoint cannot be
