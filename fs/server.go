@@ -33,6 +33,16 @@ const (
 	negTimeout   = time.Hour
 )
 
+// linkedTimeout is how long the kernel keeps a name of a file with more
+// than one link on a mount with a writeback cache. There the kernel
+// takes no size from agentfs for a file it knows, so a project file
+// edited from outside gets a new inode (the watcher cuts its node
+// loose) and only the edited name is dropped from the kernel's cache:
+// inotify names one link, and the kernel's other names of the file
+// would show the old inode (its old size, link count 0) for as long as
+// they are cached. A second bounds that, as for every lower edit.
+const linkedTimeout = time.Second
+
 // maxRead bounds READ and WRITE requests (max_read, max_write): half of
 // the default largest pipe (fs.pipe-max-size), so that a READ and its
 // header fit a pipe and can be spliced.
@@ -549,11 +559,14 @@ func (s *Server) fillEntry(out *fuse.EntryOut, parent uint64, n *overlay.Node, s
 	out.NodeId = n.ID
 	out.Generation = generation
 	fillAttr(&out.Attr, st)
+	timeout := entryTimeout
 	if parent == fuse.FUSE_ROOT_ID {
-		out.SetEntryTimeout(s.views.rootTimeout())
-	} else {
-		out.SetEntryTimeout(entryTimeout)
+		timeout = s.views.rootTimeout()
 	}
+	if s.writeback && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
+		timeout = min(timeout, linkedTimeout)
+	}
+	out.SetEntryTimeout(timeout)
 	out.SetAttrTimeout(attrTimeout)
 }
 

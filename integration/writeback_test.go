@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestWritebackCacheMount: with --writeback-cache the kernel holds
@@ -99,5 +101,40 @@ func TestWritebackCacheBranchMount(t *testing.T) {
 	}
 	if got := readFile(t, m.path("f")); got != "lower content" {
 		t.Errorf("the main branch reads f = %q, want the project's %q", got, "lower content")
+	}
+}
+
+// TestWritebackCacheLowerHardlinks: a project file with two names, both
+// read through the mount, is appended to from outside through one of
+// them; with a writeback cache the kernel takes no size from agentfs,
+// so the file gets a new inode, and the other name shows it too within
+// about a second (not the old inode, with its old size and no links,
+// for as long as the kernel kept that name).
+func TestWritebackCacheLowerHardlinks(t *testing.T) {
+	m := newMount(t, withArgs("--writeback-cache"), withLower(lowerFile("d/m1", "abc\n"), lowerHardlink("e/m2", "d/m1")))
+	for _, p := range []string{"d/m1", "e/m2"} {
+		if got := readFile(t, m.path(p)); got != "abc\n" {
+			t.Fatalf("%s = %q", p, got)
+		}
+	}
+	f, err := os.OpenFile(m.lowerPath("d/m1"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("defgh\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m.before = snapshotTree(m.lower) // the edit is the test's, not the mount's
+	for _, p := range []string{"d/m1", "e/m2"} {
+		// Waiting for the watcher and the name's lifetime, not timing them.
+		if !waitFor(func() bool { b, _ := os.ReadFile(m.path(p)); return string(b) == "abc\ndefgh\n" }) {
+			b, _ := os.ReadFile(m.path(p))
+			var st unix.Stat_t
+			unix.Stat(m.path(p), &st)
+			t.Errorf("%s reads %q (%d links) after the project file was appended to, want %q", p, b, st.Nlink, "abc\ndefgh\n")
+		}
 	}
 }
