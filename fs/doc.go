@@ -70,12 +70,17 @@
 //     cuts loose a project file changed from outside
 //     (overlay.FS.CutLooseLower) before it drops the name. Such nodes
 //     keep their pages (dropInode): dropping dirty pages would have the
-//     kernel write them back, and wait, on the notifying thread.
+//     kernel write them back, and wait, on the notifying thread. The
+//     watcher drops only the name inotify reported, so names of files
+//     with several links live linkedTimeout, not an hour.
 //   - Writes reach agentfs later than write(2) returns. Before a
 //     control request that reads the files (a snapshot, a diff, an
 //     apply) and before an automatic snapshot, Server.WriteBack fsyncs
 //     every inode open for writing through the mount, which waits for
-//     the kernel's WRITEs (syncfs does not, on FUSE). A WRITE carries no
+//     the kernel's WRITEs (syncfs does not, on FUSE); the daemon runs it
+//     on every mount it serves (Options.WriteBackAll). The fsync takes
+//     a write-back error off the file's pages: the writer's fsync still
+//     reports it, its close may not. A WRITE carries no
 //     caller: activity reports a write at the open, as with
 //     passthrough.
 //   - The kernel reads pages through any handle, write-only ones too
