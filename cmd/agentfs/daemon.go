@@ -320,7 +320,6 @@ func (d *daemon) mount() error {
 		// Passthrough or a writeback cache: the kernel grants not both.
 		Passthrough:    root && !p.noPassthrough && !p.writeback,
 		WritebackCache: p.writeback,
-		WriteBackAll:   d.writeBack,
 		IOURing:        ioURing,
 		AbortConnection: func() {
 			// Found in the mount table: the mountpoint cannot be
@@ -340,6 +339,11 @@ func (d *daemon) mount() error {
 
 		Activity:      d.activity,
 		ActivityReads: p.activity.logReads,
+	}
+	if p.writeback {
+		// Without a writeback cache nothing is held back: control
+		// requests need not take opMu to list the mounts.
+		d.fsOptions.WriteBackAll = d.writeBack
 	}
 	srv, err := fs.Mount(d.fsOptions)
 	if err != nil {
