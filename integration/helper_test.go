@@ -164,7 +164,13 @@ type helperProc struct {
 // helper reached an opHold or finished.
 func startHelper(t testing.TB, c cred, ops ...helperOp) *helperProc {
 	t.Helper()
-	cmd := execAs(c, helperPath(t))
+	return startHelperCmd(t, execAs(c, helperPath(t)), ops...)
+}
+
+// startHelperCmd is startHelper with the command that runs the helper
+// (helperPath) made by the caller: as another user, bound to a branch.
+func startHelperCmd(t testing.TB, cmd *exec.Cmd, ops ...helperOp) *helperProc {
+	t.Helper()
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -176,7 +182,7 @@ func startHelper(t testing.TB, c cred, ops ...helperOp) *helperProc {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting a helper as uid %d: %v", c.uid, err)
+		t.Fatalf("starting a helper (%s): %v", cmd, err)
 	}
 	h := &helperProc{t: t, cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
 	h.out.Buffer(make([]byte, 1<<20), 64<<20)

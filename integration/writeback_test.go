@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"bufio"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,34 +65,11 @@ func TestWritebackCacheBranchMount(t *testing.T) {
 	requireFUSE(t) // exec -b mounts the branch in a namespace of its own
 	m := newMount(t, withArgs("--writeback-cache"), withLower(lowerFile("f", "lower content")))
 	branchesFrom(t, m, "x")
-	cmd := execIn(m, "x", m.dir, helperPath(t))
-	cmd.Env = append(os.Environ(), helperEnv+"=1")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
-	ops, _ := json.Marshal([]helperOp{opWriteKeep(m.path("f"), os.O_TRUNC, "held back data"), opHold()})
-	if _, err := stdin.Write(append(ops, '\n')); err != nil {
-		t.Fatal(err)
-	}
-	out := bufio.NewScanner(stdout)
-	for i := 0; i < 2; i++ {
-		var r helperResult
-		if !out.Scan() || json.Unmarshal(out.Bytes(), &r) != nil || r.Errno != "ok" {
-			t.Fatalf("the writer in branch x: %q (%v)", out.Text(), out.Err())
-		}
+	h := startHelperCmd(t, execIn(m, "x", m.dir, helperPath(t)),
+		opWriteKeep(m.path("f"), os.O_TRUNC, "held back data"), opHold())
+	defer h.release()
+	if len(h.result) != 2 || h.result[0].Errno != "ok" {
+		t.Fatalf("the writer in branch x: %v", h.result)
 	}
 	if got := readFile(t, filepath.Join(exportRef(t, m, "x"), "f")); got != "held back data" {
 		t.Errorf("export of branch x has f = %q while its writer holds it open, want %q", got, "held back data")
