@@ -154,10 +154,11 @@ func (a *daemonActivity) takeAuto(due autosnap.Due) {
 
 // writeBack has the kernel send the writes it holds for the daemon's
 // mounts (with a writeback cache), the main one and every branch mount,
-// before a control request that reads the files (fs.Options.WriteBackAll,
-// whichever mount it came through) and before a snapshot the daemon
-// takes on its own, so that they include them. d.opMu is not held while the kernel writes:
-// nothing that serves a WRITE may wait for it.
+// before a control request that reads the files
+// (fs.Options.WriteBackAll, whichever mount it came through) and before
+// a snapshot the daemon takes on its own, so that they include them.
+// d.opMu is not held while the kernel writes: nothing that serves a
+// WRITE may wait for it.
 func (d *daemon) writeBack() {
 	var srvs []*fs.Server
 	if srv := d.srv.Load(); srv != nil {
