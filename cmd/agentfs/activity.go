@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentfs/agentfs/activity"
+	"github.com/agentfs/agentfs/autosnap"
 	"github.com/agentfs/agentfs/branch"
-	"github.com/agentfs/agentfs/cmd/agentfs/internal/activity"
-	"github.com/agentfs/agentfs/cmd/agentfs/internal/autosnap"
 	"github.com/agentfs/agentfs/fs"
 	"github.com/agentfs/agentfs/overlay"
 )

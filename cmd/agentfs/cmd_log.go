@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/agentfs/agentfs/cmd/agentfs/internal/activity"
+	"github.com/agentfs/agentfs/activity"
 )
 
 // logOptions are the flags of agentfs log.

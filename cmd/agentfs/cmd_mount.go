@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
-	"github.com/agentfs/agentfs/cmd/agentfs/internal/activity"
+	"github.com/agentfs/agentfs/activity"
 	"github.com/agentfs/agentfs/ctl"
 )
 

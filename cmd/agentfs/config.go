@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentfs/agentfs/cmd/agentfs/internal/activity"
-	"github.com/agentfs/agentfs/cmd/agentfs/internal/autosnap"
+	"github.com/agentfs/agentfs/activity"
+	"github.com/agentfs/agentfs/autosnap"
 )
 
 // # Configuration
