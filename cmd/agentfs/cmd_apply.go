@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // applyOptions are the flags of agentfs apply.
@@ -87,8 +88,8 @@ func runApply(ctx context.Context, o *applyOptions, args []string) error {
 	defer c.Close()
 	var paths []string
 	if len(args) > 0 {
-		var st ctl.Status
-		if err := c.Do(ctl.OpStatus, nil, &st); err != nil {
+		st, err := c.Status()
+		if err != nil {
 			return err
 		}
 		for _, a := range args {
@@ -100,9 +101,8 @@ func runApply(ctx context.Context, o *applyOptions, args []string) error {
 		}
 	}
 	req := ctl.ApplyArgs{Branch: o.branch, Paths: paths, DryRun: o.dryRun, Force: o.force}
-	var rep ctl.ApplyReply
 	stop := o.showProgress(c.Root())
-	err = c.Do(ctl.OpApply, req, &rep)
+	rep, err := c.Apply(req)
 	stop()
 	if err != nil {
 		return err
@@ -215,7 +215,7 @@ func (o *applyOptions) showProgress(root string) (stop func()) {
 			return
 		case <-time.After(progressDelay):
 		}
-		c, err := ctl.Dial(root)
+		c, err := workspace.Dial(root)
 		if err != nil {
 			return
 		}
@@ -224,8 +224,7 @@ func (o *applyOptions) showProgress(root string) (stop func()) {
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			var p ctl.ApplyProgress
-			if c.Do(ctl.OpApplyProgress, nil, &p) == nil && p.Running && p.Total > 0 {
+			if p, err := c.ApplyProgress(); err == nil && p.Running && p.Total > 0 {
 				fmt.Fprintf(f, "\r\033[K%s", progressLine(p))
 				drawn = true
 			}

@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/procfs"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 func init() {
@@ -111,7 +113,18 @@ func runBind(ctx context.Context, o *bindOptions, args []string) error {
 		args0.Pid = os.Getppid()
 	}
 	var info ctl.BindInfo
-	if err := o.call(o.op, args0, &info); err != nil {
+	err := o.with(func(c *workspace.Client) (err error) {
+		switch o.op {
+		case ctl.OpBranchBind:
+			info, err = c.Bind(args0)
+		case ctl.OpBranchUnbind:
+			info, err = c.Unbind(args0.Pid)
+		default:
+			info, err = c.Current(args0.Pid)
+		}
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	who := fmt.Sprintf("process %d", info.Pid)
@@ -131,7 +144,7 @@ func runBind(ctx context.Context, o *bindOptions, args []string) error {
 		case info.BoundBy == 0:
 			fmt.Fprintf(o.stdout, "%s (the mount's branch: not bound)\n", printable(info.Branch))
 		default:
-			fmt.Fprintf(o.stdout, "%s (bound: process %d %s)\n", printable(info.Branch), info.BoundBy, shortCommand(commandLine(info.BoundBy)))
+			fmt.Fprintf(o.stdout, "%s (bound: process %d %s)\n", printable(info.Branch), info.BoundBy, shortCommand(procfs.CommandLine(info.BoundBy)))
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 func init() {
@@ -123,8 +124,10 @@ func runBranchCreate(ctx context.Context, o *branchCreateOptions, args []string)
 	if len(args) != 1 {
 		return usagef("branch create takes one branch NAME, got %d arguments", len(args))
 	}
-	var info ctl.BranchInfo
-	if err := o.call(ctl.OpBranchCreate, ctl.BranchCreateArgs{Name: args[0], From: o.from}, &info); err != nil {
+	info, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.BranchInfo, error) {
+		return c.CreateBranch(ctl.BranchCreateArgs{Name: args[0], From: o.from})
+	})
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(o.stdout, "created branch %s from snapshot %s (switch to it with: agentfs branch switch %s)\n", printable(info.Name), info.Origin, printable(info.Name))
@@ -135,8 +138,8 @@ func runBranchList(ctx context.Context, o *listOptions, args []string) error {
 	if len(args) != 0 {
 		return usagef("branch list takes no arguments")
 	}
-	var list ctl.BranchList
-	if err := o.call(ctl.OpBranchList, nil, &list); err != nil {
+	list, err := call(&o.mountFlag, (*workspace.Client).Branches)
+	if err != nil {
 		return err
 	}
 	if o.json {
@@ -173,8 +176,13 @@ func runBranchName(ctx context.Context, o *branchNameOptions, args []string) err
 	if len(args) != 1 {
 		return usagef("%s takes one branch NAME, got %d arguments", o.op, len(args))
 	}
-	var info ctl.BranchInfo
-	if err := o.call(o.op, ctl.BranchArgs{Name: args[0]}, &info); err != nil {
+	info, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.BranchInfo, error) {
+		if o.op == ctl.OpBranchDelete {
+			return c.DeleteBranch(args[0])
+		}
+		return c.SwitchBranch(args[0])
+	})
+	if err != nil {
 		return err
 	}
 	switch o.op {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // diffOptions are the flags of agentfs diff.
@@ -68,8 +69,8 @@ func runDiff(ctx context.Context, o *diffOptions, args []string) error {
 		a.To = args[1]
 	}
 	a.Patch = o.patch
-	var rep ctl.DiffReply
-	if err := o.call(ctl.OpDiff, a, &rep); err != nil {
+	rep, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.DiffReply, error) { return c.Diff(a) })
+	if err != nil {
 		return err
 	}
 	switch {

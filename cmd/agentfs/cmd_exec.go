@@ -1,19 +1,18 @@
 package main
 
 import (
-	"runtime"
-
 	"context"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/daemon"
 )
 
 func init() {
@@ -79,9 +78,7 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 		return err
 	}
 	root := c.Root()
-	var info ctl.BindInfo
-	req := ctl.BindArgs{Pid: os.Getpid(), Branch: o.branch, Namespace: !o.noNamespace && os.Geteuid() == 0}
-	err = c.Do(ctl.OpBranchBind, req, &info)
+	info, err := c.Bind(ctl.BindArgs{Pid: os.Getpid(), Branch: o.branch, Namespace: !o.noNamespace && os.Geteuid() == 0})
 	c.Close()
 	if err != nil {
 		return err
@@ -90,7 +87,7 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 		// From here on this thread (and the command it becomes) lives
 		// in a mount namespace of its own.
 		runtime.LockOSThread()
-		if err := enterBranchMount(info.MountDir, root); err != nil {
+		if err := daemon.EnterBranchMount(info.MountDir, root); err != nil {
 			return err
 		}
 	}
@@ -99,22 +96,6 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 	}
 	err = syscall.Exec(path, args, os.Environ())
 	return fmt.Errorf("running %s: %w", args[0], err)
-}
-
-// enterBranchMount makes this thread's view of the mount at root the
-// branch mount dir: a new mount namespace (receiving mount events from
-// the parent one, sending none back) where dir is bound over root.
-func enterBranchMount(dir, root string) error {
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("making a mount namespace for the branch (unshare): %w", err)
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
-		return fmt.Errorf("making the mount namespace a slave of its parent: %w", err)
-	}
-	if err := unix.Mount(dir, root, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("binding the branch mount %s over %s: %w", dir, root, err)
-	}
-	return nil
 }
 
 // enterBranchDir makes the working directory wd again, through its path,

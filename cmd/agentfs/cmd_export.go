@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // exportOptions are the flags of agentfs export.
@@ -60,8 +61,10 @@ func runExport(ctx context.Context, o *exportOptions, args []string) error {
 	if err != nil {
 		return fmt.Errorf("the export target %s: %w", o.to, err)
 	}
-	var rep ctl.ExportReply
-	if err := o.call(ctl.OpExport, ctl.ExportArgs{Ref: args[0], To: to}, &rep); err != nil {
+	rep, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.ExportReply, error) {
+		return c.Export(ctl.ExportArgs{Ref: args[0], To: to})
+	})
+	if err != nil {
 		return err
 	}
 	for _, s := range rep.Skipped {

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // fsckOptions are the flags of agentfs fsck.
@@ -64,11 +65,10 @@ func runFsck(ctx context.Context, o *fsckOptions, args []string) error {
 	if len(args) != 0 {
 		return usagef("fsck takes no arguments")
 	}
-	var rep ctl.FsckReply
-	if err := o.call(ctl.OpFsck, ctl.FsckArgs{Repair: o.repair}, &rep); err != nil {
+	rep, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.FsckReply, error) { return c.Fsck(ctl.FsckArgs{Repair: o.repair}) })
+	if err != nil {
 		return err
 	}
-	var err error
 	if o.json {
 		err = printJSON(o.stdout, rep)
 	} else {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // gcOptions are the flags of agentfs gc.
@@ -54,8 +55,8 @@ func runGC(ctx context.Context, o *gcOptions, args []string) error {
 	if o.grace < time.Second {
 		return usagef("--grace %v is too short: a copy in progress could lose its file; use 1s or more", o.grace)
 	}
-	var rep ctl.GCReply
-	if err := o.call(ctl.OpGC, ctl.GCArgs{Grace: o.grace}, &rep); err != nil {
+	rep, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.GCReply, error) { return c.GC(ctl.GCArgs{Grace: o.grace}) })
+	if err != nil {
 		return err
 	}
 	if o.json {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -79,7 +78,7 @@ func runLog(ctx context.Context, o *logOptions, args []string) error {
 	if o.tail < 0 {
 		return usagef("-n %d: give a count of 0 or more", o.tail)
 	}
-	since, err := parseSince(o.since, time.Now())
+	since, err := activity.ParseSince(o.since, time.Now())
 	if err != nil {
 		return usagef("--since %s: %v", o.since, err)
 	}
@@ -90,56 +89,22 @@ func runLog(ctx context.Context, o *logOptions, args []string) error {
 	w := bufio.NewWriter(o.stdout)
 	defer w.Flush()
 	print := func(l activity.Line) error {
-		if l.Time.Before(since) {
-			return nil
-		}
 		if o.json {
-			w.Write(l.Raw)
-			w.WriteByte('\n')
-			return nil
+			if _, err := w.Write(l.Raw); err != nil {
+				return err
+			}
+			return w.WriteByte('\n')
 		}
 		_, err := fmt.Fprintln(w, formatEntry(l.Entry))
 		return err
 	}
-	emit := print
-	var last []activity.Line // with -n: the last entries so far
-	if o.tail > 0 {
-		emit = func(l activity.Line) error {
-			if l.Time.Before(since) {
-				return nil
-			}
-			if len(last) == o.tail {
-				last = last[1:]
-			}
-			last = append(last, l)
-			return nil
-		}
-	}
+	sel := activity.Selection{Since: since, Tail: o.tail}
 	if !o.follow {
-		if err := activity.Read(dir, emit); err != nil {
-			return logError(err)
-		}
-		return printAll(last, print)
+		return logError(activity.ReadSelected(dir, sel, print))
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	caughtUp := false
-	err = activity.Follow(ctx, dir, 200*time.Millisecond, func(l activity.Line) error {
-		if caughtUp || o.tail == 0 {
-			return print(l)
-		}
-		return emit(l)
-	}, func() error {
-		// Everything written so far was read: show it, then each new
-		// entry as it comes.
-		if !caughtUp {
-			caughtUp = true
-			if err := printAll(last, print); err != nil {
-				return err
-			}
-		}
-		return w.Flush()
-	})
+	err = activity.FollowSelected(ctx, dir, 200*time.Millisecond, sel, print, w.Flush)
 	if errors.Is(err, activity.ErrGone) {
 		w.Flush()
 		fmt.Fprintf(o.stderr, "agentfs log: %v\n", err)
@@ -148,17 +113,11 @@ func runLog(ctx context.Context, o *logOptions, args []string) error {
 	return logError(err)
 }
 
-func printAll(lines []activity.Line, print func(activity.Line) error) error {
-	for _, l := range lines {
-		if err := print(l); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // logError explains an error of reading the log.
 func logError(err error) error {
+	if err == nil {
+		return nil
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%v: the mount has logged nothing yet, or its daemon is older than the activity log (unmount and mount it again)", err)
 	}
@@ -184,35 +143,4 @@ func formatEntry(e activity.Entry) string {
 		pid = "-"
 	}
 	return fmt.Sprintf("%s %7s  %-8s %-12s %s  %s", t, pid, printable(e.Branch), op, paths, printable(e.Command))
-}
-
-// parseSince parses --since: "" (everything), a duration back from
-// now, or a time (RFC 3339, "2006-01-02 15:04:05", "2006-01-02 15:04",
-// or "15:04"/"15:04:05" today, in local time).
-func parseSince(s string, now time.Time) (time.Time, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			return time.Time{}, errors.New("a duration back from now is positive (10m, 2h)")
-		}
-		return now.Add(-d), nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	for _, layout := range []string{"2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02"} {
-		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
-			return t, nil
-		}
-	}
-	for _, layout := range []string{"15:04:05", "15:04"} {
-		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
-			y, m, d := now.Local().Date()
-			return time.Date(y, m, d, t.Hour(), t.Minute(), t.Second(), 0, time.Local), nil
-		}
-	}
-	return time.Time{}, errors.New("write a duration (10m, 2h) or a time (15:04, 2006-01-02 15:04:05, RFC 3339)")
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 func init() {
@@ -70,8 +71,8 @@ func runSnapshotPrune(ctx context.Context, o *pruneOptions, args []string, keepS
 		a.Keep = &o.keep
 	}
 	a.DryRun = o.dryRun
-	var r ctl.PruneReply
-	if err := o.call(ctl.OpSnapshotPrune, a, &r); err != nil {
+	r, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.PruneReply, error) { return c.Prune(a) })
+	if err != nil {
 		return err
 	}
 	if o.json {

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // restoreOptions are the flags of agentfs restore.
@@ -55,8 +56,10 @@ func runRestore(ctx context.Context, o *restoreOptions, args []string) error {
 	if len(args) != 1 {
 		return usagef("restore takes one snapshot ID, got %d arguments", len(args))
 	}
-	var rep ctl.RestoreReply
-	if err := o.call(ctl.OpRestore, ctl.RestoreArgs{Ref: args[0], DryRun: o.dryRun}, &rep); err != nil {
+	rep, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.RestoreReply, error) {
+		return c.Restore(ctl.RestoreArgs{Ref: args[0], DryRun: o.dryRun})
+	})
+	if err != nil {
 		return err
 	}
 	s := rep.Snapshot

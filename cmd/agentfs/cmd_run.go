@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"os/signal"
-	"strconv"
-	"syscall"
 
 	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/session"
 )
 
 // runOptions are the flags of agentfs run.
@@ -87,183 +84,78 @@ Examples:
 	})
 }
 
-// The processes of agentfs run:
-//
-//	agentfs run (the user's namespaces): checks, creates the session,
-//	  starts the session process in new namespaces, waits for it
-//	session process (agentfs run --session-process DIR, in a private
-//	  mount namespace, and as a normal user a user namespace):
-//	  starts the daemon, takes the pre-run snapshot, runs the
-//	  command, summarizes, unmounts, records the end (run_session.go)
-//	daemon (agentfs mount --session-mount, its own session (setsid),
-//	  in the session process's namespaces): serves the view over
-//	  the project's path
-//	the command (in the same namespaces; as a normal user a nested
-//	  user namespace gives it back the user's uid), in the terminal's
-//	  foreground process group with agentfs run and the session
-//	  process, which leave Ctrl-C (SIGINT, SIGQUIT) to it and pass
-//	  SIGTERM and SIGHUP on.
-
 func runRun(ctx context.Context, o *runOptions, args []string) error {
-	if o.sessionDir != "" {
-		return runSession(o, args)
-	}
 	if len(args) == 0 {
 		return usagef("run needs a command: agentfs run [-C DIR] [--] COMMAND [ARGS...]")
 	}
-	dir := o.dir
-	if dir == "" {
-		var err error
-		if dir, err = os.Getwd(); err != nil {
-			return fmt.Errorf("the current directory: %w: cd to the project, or give it with -C DIR", err)
-		}
+	if o.sessionDir != "" {
+		return runSessionProcess(o, args)
 	}
-	project, err := realDir(dir, "project directory")
+	return runError(session.Run(session.RunOptions{Project: o.dir, Command: args, Activity: o.activity.overrides(), Stderr: o.stderr}))
+}
+
+// runSessionProcess is the session process that agentfs run starts in
+// the session's namespaces (session.RunProcess): once the command has
+// ended it prints what the command changed, and exits with its code.
+func runSessionProcess(o *runOptions, args []string) error {
+	e, err := session.RunProcess(session.ProcessOptions{SessionDir: o.sessionDir, Command: args, NsUid: o.nsUid, NsGid: o.nsGid,
+		Activity: o.activity.overrides(), Stderr: o.stderr}, version)
 	if err != nil {
-		return err
+		return runError(err)
 	}
-	if project == "/" {
-		return errors.New("the project directory is /: agentfs run shows a project directory, not the whole system; cd to the project, or give it with -C DIR")
+	printSummary(o.stderr, e.Record, e.SummaryErr)
+	if e.UnmountErr != nil {
+		fmt.Fprintf(o.stderr, "agentfs run: %v\n", e.UnmountErr)
 	}
-	// A bad config file is an error before anything is made.
-	cfg, err := loadConfig(project)
-	if err != nil {
-		return err
+	return runError(exitCode(*e.Record.ExitCode))
+}
+
+// exitCode is the error of a command's exit code (nil for 0).
+func exitCode(code int) error {
+	if code == 0 {
+		return nil
 	}
-	settings, err := o.activity.resolve(cfg, true)
-	if err != nil {
-		return err
+	return &session.ExitError{Code: code}
+}
+
+// runError turns the session's exit codes into agentfs's.
+func runError(err error) error {
+	var ee *session.ExitError
+	if errors.As(err, &ee) {
+		return exitCodeError{code: ee.Code, msg: ee.Msg}
 	}
-	root := os.Geteuid() == 0
-	if err := checkRunFuse(root); err != nil {
-		return err
+	return err
+}
+
+// printSummary tells what the session's command changed and what to do
+// next.
+func printSummary(w io.Writer, r *session.Record, serr error) {
+	code := 0
+	if r.ExitCode != nil {
+		code = *r.ExitCode
 	}
-	rec, err := createSession(project, project, args)
-	if err != nil {
-		return err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		os.RemoveAll(rec.dir())
-		return fmt.Errorf("finding the agentfs binary: %w", err)
-	}
-	child := exec.Command(self, "run", "--session-process", rec.dir(),
-		"--ns-uid", strconv.Itoa(os.Getuid()), "--ns-gid", strconv.Itoa(os.Getgid()))
-	child.Args = append(child.Args, settings.daemonArgs()...)
-	child.Args = append(append(child.Args, "--"), args...)
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.Dir = "/"
-	if root {
-		// A private mount namespace; Go makes / rprivate in it, so
-		// that the mount does not propagate back.
-		child.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	} else {
-		// Root of a new user namespace (the user's uid as 0), with a
-		// private mount namespace it owns.
-		child.SysProcAttr = &syscall.SysProcAttr{
-			Unshareflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-			UidMappings:  []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-			GidMappings:  []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-		}
-	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	if err := child.Start(); err != nil {
-		os.RemoveAll(rec.dir())
-		if !root {
-			return usernsError(err)
-		}
-		return fmt.Errorf("creating a private mount namespace: %w: agentfs run needs CAP_SYS_ADMIN (in a container: --cap-add SYS_ADMIN)", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case s := <-sigs:
-				// SIGINT and SIGQUIT come from the terminal, which sends
-				// them to the command too: they are the command's.
-				if s == syscall.SIGTERM || s == syscall.SIGHUP {
-					child.Process.Signal(s)
-				}
-			case <-done:
+	fmt.Fprintf(w, "\nagentfs run: session %s ended: %s exited with code %d\n", r.ID, r.CommandString(), code)
+	switch {
+	case serr != nil:
+		fmt.Fprintf(w, "  what it changed could not be read: %v\n", serr)
+	case r.Summary.Total() == 0:
+		fmt.Fprintf(w, "  no changes; the project %s was not touched\n  drop the session:  agentfs discard -s %s\n", r.Project, r.ID)
+		return
+	default:
+		sum := r.Summary
+		line := func(what string, n int, bytes string) {
+			if n == 0 {
+				fmt.Fprintf(w, "  %-9s  0\n", what)
 				return
 			}
+			fmt.Fprintf(w, "  %-9s  %d (%s)\n", what, n, bytes)
 		}
-	}()
-	werr := child.Wait()
-	close(done)
-	code := exitCodeOf(child.ProcessState)
-	if werr != nil && child.ProcessState == nil {
-		return fmt.Errorf("waiting for the session process: %w", werr)
+		line("created:", sum.Created, humanBytes(sum.CreatedBytes))
+		line("modified:", sum.Modified, humanBytes(sum.ModifiedBytes)+" now, "+signedBytes(sum.Delta-sum.CreatedBytes+sum.DeletedBytes))
+		line("deleted:", sum.Deleted, humanBytes(sum.DeletedBytes))
 	}
-	return finishRun(o.stderr, rec, code)
-}
-
-// finishRun returns agentfs run's outcome once the session process has
-// exited with code: the command's exit code when it ran; otherwise the
-// session process said why (a session that never ran its command is
-// removed).
-func finishRun(stderr io.Writer, rec *sessionRecord, code int) error {
-	r, err := loadSession(rec.dir())
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		// The session process removed it: the command never ran.
-		return exitCodeError{code: code}
-	case err != nil:
-		return err
-	case r.ExitCode != nil:
-		if *r.ExitCode == 0 {
-			return nil
-		}
-		return exitCodeError{code: *r.ExitCode}
-	case r.State == stateStarting && !r.daemonAlive():
-		os.RemoveAll(r.dir())
-		if code > 128 {
-			fmt.Fprintf(stderr, "agentfs run: the session process was killed (signal %d) before the command started; nothing was kept\n", code-128)
-		}
-		return exitCodeError{code: max(code, 1)}
-	}
-	// The command may have run, but the session process did not
-	// record its end: it was killed.
-	r.Error = fmt.Sprintf("the session process exited with code %d before recording the command's end", code)
-	if !r.daemonAlive() {
-		r.State = stateEnded
-	}
-	if err := r.save(); err != nil {
-		fmt.Fprintf(stderr, "agentfs run: %v\n", err)
-	}
-	fmt.Fprintf(stderr, "agentfs run: the session process ended (code %d) before the command's end was recorded; session %s keeps what was changed: agentfs sessions, agentfs diff -s %s\n", code, r.ID, r.ID)
-	return exitCodeError{code: max(code, 1)}
-}
-
-// exitCodeOf is a process's exit code as a shell gives it: 128+N when
-// signal N killed it.
-func exitCodeOf(ps *os.ProcessState) int {
-	if ps == nil {
-		return 1
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
-}
-
-// checkRunFuse checks /dev/fuse before a session is created: as a
-// normal user, the daemon opens it as root of a user namespace, where
-// only the permission bits for others count.
-func checkRunFuse(root bool) error {
-	if root {
-		return checkFuseDevice()
-	}
-	f, err := os.OpenFile(devFuse, os.O_RDWR, 0)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("%s is missing: load the fuse module (modprobe fuse), or run the container with --device /dev/fuse", devFuse)
-	case errors.Is(err, os.ErrPermission):
-		return fmt.Errorf("%s cannot be opened (permission denied): agentfs run as a normal user mounts from a user namespace, which needs %s usable by all (chmod 0666 %s, the usual setting); or run agentfs run as root (sudo)", devFuse, devFuse, devFuse)
-	case err != nil:
-		return fmt.Errorf("%s cannot be opened: %w: load the fuse module (modprobe fuse), or run the container with --device /dev/fuse", devFuse, err)
-	}
-	return f.Close()
+	fmt.Fprintf(w, "  the project %s was not touched; the changes are in the session\n", r.Project)
+	fmt.Fprintf(w, "  review:   agentfs diff -s %s\n", r.ID)
+	fmt.Fprintf(w, "  apply:    agentfs apply -s %s\n", r.ID)
+	fmt.Fprintf(w, "  discard:  agentfs discard -s %s\n", r.ID)
 }

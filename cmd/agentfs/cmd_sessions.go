@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/session"
 )
 
 // sessionsOptions are the flags of agentfs sessions.
@@ -54,13 +54,13 @@ Examples:
 // sessionInfo is one session in agentfs sessions --json: its record,
 // with the state as its processes show it.
 type sessionInfo struct {
-	sessionRecord
+	session.Record
 	State string `json:"state"`
 	// Snapshots and Changes are read now (nil when the store is gone
 	// or could not be read: Problem says why).
-	Snapshots *int           `json:"snapshots,omitempty"`
-	Changes   *changeSummary `json:"changes,omitempty"`
-	Problem   string         `json:"problem,omitempty"`
+	Snapshots *int             `json:"snapshots,omitempty"`
+	Changes   *session.Summary `json:"changes,omitempty"`
+	Problem   string           `json:"problem,omitempty"`
 }
 
 // sessionList is the output of agentfs sessions --json.
@@ -72,18 +72,18 @@ func runSessions(ctx context.Context, o *sessionsOptions, args []string) error {
 	if len(args) != 0 {
 		return usagef("sessions takes no arguments")
 	}
-	recs, err := listSessions()
+	recs, err := session.List()
 	if err != nil {
 		return err
 	}
 	list := sessionList{Sessions: []sessionInfo{}}
 	for _, r := range recs {
-		state := r.live()
-		if state == stateDiscarded && !o.all {
+		state := r.Live()
+		if state == session.StateDiscarded && !o.all {
 			continue
 		}
-		info := sessionInfo{sessionRecord: *r, State: state}
-		if state != stateDiscarded && state != stateStarting {
+		info := sessionInfo{Record: *r, State: state}
+		if state != session.StateDiscarded && state != session.StateStarting {
 			if err := readSessionNumbers(r, &info); err != nil {
 				info.Problem = err.Error()
 			}
@@ -115,7 +115,7 @@ func runSessions(ctx context.Context, o *sessionsOptions, args []string) error {
 			created, modified, deleted = strconv.Itoa(c.Created), strconv.Itoa(c.Modified), strconv.Itoa(c.Deleted)
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, exit, timeString(s.Started), ended,
-			snaps, created, modified, deleted, printable(s.Project), printable(shellQuote(s.Command)))
+			snaps, created, modified, deleted, printable(s.Project), printable(session.ShellQuote(s.Command)))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -130,23 +130,11 @@ func runSessions(ctx context.Context, o *sessionsOptions, args []string) error {
 
 // readSessionNumbers fills in the snapshots and changes of session r,
 // from its daemon or its store.
-func readSessionNumbers(r *sessionRecord, info *sessionInfo) error {
-	c, err := r.dial()
+func readSessionNumbers(r *session.Record, info *sessionInfo) error {
+	n, sum, err := r.Numbers(version)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	var snaps ctl.SnapshotList
-	if err := c.Do(ctl.OpSnapshotList, nil, &snaps); err != nil {
-		return err
-	}
-	n := len(snaps.Snapshots)
-	info.Snapshots = &n
-	var rep ctl.DiffReply
-	if err := c.Do(ctl.OpDiff, ctl.DiffArgs{}, &rep); err != nil {
-		return err
-	}
-	sum := summarize(rep.Changes)
-	info.Changes = &sum
+	info.Snapshots, info.Changes = &n, &sum
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 func init() {
@@ -108,8 +109,10 @@ func runSnapshotCreate(ctx context.Context, o *snapshotCreateOptions, args []str
 	if len(args) != 0 {
 		return usagef("snapshot create takes no arguments (a label goes with -m LABEL)")
 	}
-	var info ctl.SnapshotInfo
-	if err := o.call(ctl.OpSnapshotCreate, ctl.SnapshotCreateArgs{Label: o.label, Branch: o.branch}, &info); err != nil {
+	info, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.SnapshotInfo, error) {
+		return c.CreateSnapshot(ctl.SnapshotCreateArgs{Label: o.label, Branch: o.branch})
+	})
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(o.stdout, "took snapshot %s of branch %s\n%s\n", info.ID, info.Branch, info.ID)
@@ -120,8 +123,8 @@ func runSnapshotList(ctx context.Context, o *listOptions, args []string) error {
 	if len(args) != 0 {
 		return usagef("snapshot list takes no arguments")
 	}
-	var list ctl.SnapshotList
-	if err := o.call(ctl.OpSnapshotList, nil, &list); err != nil {
+	list, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.SnapshotList, error) { return c.Snapshots() })
+	if err != nil {
 		return err
 	}
 	if o.json {
@@ -150,8 +153,8 @@ func runSnapshotDelete(ctx context.Context, o *snapshotDeleteOptions, args []str
 	if len(args) != 1 {
 		return usagef("snapshot delete takes one snapshot ID, got %d arguments", len(args))
 	}
-	var info ctl.SnapshotInfo
-	if err := o.call(ctl.OpSnapshotDelete, ctl.SnapshotRef{Ref: args[0]}, &info); err != nil {
+	info, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.SnapshotInfo, error) { return c.DeleteSnapshot(args[0]) })
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(o.stdout, "deleted snapshot %s\n", info.ID)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // statusOptions are the flags of agentfs status.
@@ -46,26 +47,12 @@ Examples:
 	})
 }
 
-// dialMount connects to the mount that holds dir.
-func dialMount(dir string) (*ctl.Client, error) {
-	root, err := ctl.FindMount(dir)
-	if err != nil {
-		return nil, err
-	}
-	return ctl.Dial(root)
-}
-
 func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	if len(args) != 0 {
 		return usagef("status takes no arguments")
 	}
-	c, err := o.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
 	var st ctl.Status
-	if err := c.Do(ctl.OpStatus, nil, &st); err != nil {
+	if err := o.with(func(c *workspace.Client) (err error) { st, err = c.Status(); return err }); err != nil {
 		return err
 	}
 	if o.json {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // tagOptions are the flags of agentfs tag.
@@ -54,8 +55,8 @@ func runTag(ctx context.Context, o *tagOptions, args []string) error {
 	case o.delete && len(args) != 1:
 		return usagef("tag --delete takes one tag NAME, got %d arguments", len(args))
 	case o.delete:
-		var deleted ctl.TagArgs
-		if err := o.call(ctl.OpTagDelete, ctl.TagArgs{Name: args[0]}, &deleted); err != nil {
+		deleted, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.TagArgs, error) { return c.DeleteTag(args[0]) })
+		if err != nil {
 			return err
 		}
 		fmt.Fprintf(o.stdout, "deleted tag %s (of snapshot %s)\n", printable(deleted.Name), deleted.Ref)
@@ -65,8 +66,8 @@ func runTag(ctx context.Context, o *tagOptions, args []string) error {
 	case len(args) != 2:
 		return usagef("tag takes a NAME and a snapshot ID, got %d arguments", len(args))
 	}
-	var info ctl.SnapshotInfo
-	if err := o.call(ctl.OpTagSet, ctl.TagArgs{Name: args[0], Ref: args[1]}, &info); err != nil {
+	info, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.SnapshotInfo, error) { return c.SetTag(args[0], args[1]) })
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(o.stdout, "tagged snapshot %s %s\n", info.ID, printable(args[0]))
@@ -75,8 +76,8 @@ func runTag(ctx context.Context, o *tagOptions, args []string) error {
 
 // list prints every tag and its snapshot.
 func (o *tagOptions) list() error {
-	var list ctl.SnapshotList
-	if err := o.call(ctl.OpSnapshotList, nil, &list); err != nil {
+	list, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.SnapshotList, error) { return c.Snapshots() })
+	if err != nil {
 		return err
 	}
 	type row struct{ tag, id, label string }

@@ -6,17 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"os/signal"
-	"path/filepath"
-	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/tournament"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 func init() {
@@ -71,19 +68,6 @@ func (o *tournamentOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.prune, "prune", false, "delete the branches of the candidates that did not win")
 }
 
-// candidate is one attempt of a tournament.
-type candidate struct {
-	n       int
-	cmd     string
-	branch  string
-	log     string
-	code    int // exit code; -1 when it did not run
-	took    time.Duration
-	test    int // the test's exit code; -1 when it did not run
-	changes []ctl.Change
-	err     error
-}
-
 // errInterrupted ends a tournament stopped by a signal (exit 130).
 var errInterrupted = exitCodeError{code: 130, msg: "tournament interrupted: every candidate was stopped"}
 
@@ -106,120 +90,62 @@ func runTournament(ctx context.Context, o *tournamentOptions, args []string) err
 			dir = wd
 		}
 	}
-	c, err := ctl.Dial(root)
+	c, err := workspace.Dial(root)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	var snap ctl.SnapshotInfo
-	prefix := o.name
-	if prefix == "" {
-		prefix = "tour-" + time.Now().Format("20060102-150405")
-	}
-	logs, err := os.MkdirTemp("", "agentfs-"+prefix+"-")
-	if err != nil {
-		return fmt.Errorf("making a directory for the candidates' logs: %w", err)
-	}
-	cands := make([]*candidate, len(args))
-	for i, cmd := range args {
-		cd := &candidate{n: i + 1, cmd: cmd, branch: fmt.Sprintf("%s-%d", prefix, i+1), code: -1, test: -1}
-		cd.log = filepath.Join(logs, cd.branch+".log")
-		var info ctl.BranchInfo
-		if err := c.Do(ctl.OpBranchCreate, ctl.BranchCreateArgs{Name: cd.branch, From: o.from}, &info); err != nil {
-			return fmt.Errorf("creating the branch of candidate %d: %w", cd.n, err)
-		}
-		snap.ID = info.Origin
-		cands[i] = cd
-	}
-	fmt.Fprintf(o.stdout, "tournament: %d candidates from snapshot %s, in branches %s-1..%d; logs in %s\n", len(cands), snap.ID, prefix, len(cands), logs)
-
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the agentfs binary: %w", err)
 	}
-	run := &groupRunner{procs: map[*exec.Cmd]bool{}}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	go func() {
-		if _, ok := <-sigs; ok {
-			run.stopAll()
-		}
-	}()
-
-	var wg sync.WaitGroup
-	for _, cd := range cands {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f, err := os.Create(cd.log)
-			if err != nil {
-				cd.err = err
-				return
-			}
-			defer f.Close()
-			fmt.Fprintf(f, "== candidate %d in branch %s: %s\n", cd.n, cd.branch, cd.cmd)
-			start := time.Now()
-			cd.code, cd.err = run.run(self, root, dir, cd.branch, cd.cmd, f)
-			cd.took = time.Since(start)
-			if cd.err != nil || run.stopped() {
-				return
-			}
-			fmt.Fprintf(f, "== test in branch %s: %s\n", cd.branch, o.test)
-			cd.test, cd.err = run.run(self, root, dir, cd.branch, o.test, f)
-		}()
+	prefix := o.name
+	if prefix == "" {
+		prefix = "tour-" + time.Now().Format("20060102-150405")
 	}
-	wg.Wait()
-	if run.stopped() {
-		fmt.Fprintf(o.stderr, "agentfs: interrupted: the candidates were stopped; their branches are kept (%s-1..%d)\n", prefix, len(cands))
+	r, err := tournament.Run(tournament.Options{Client: c, Root: root, Dir: dir, From: o.from, Test: o.test, Prefix: prefix,
+		Candidates: args, Prune: o.prune, Agentfs: self, Started: func(r *tournament.Result) {
+			fmt.Fprintf(o.stdout, "tournament: %d candidates from snapshot %s, in branches %s-1..%d; logs in %s\n", len(r.Candidates), r.Snapshot, prefix, len(r.Candidates), r.Logs)
+		}})
+	switch {
+	case r != nil && r.Interrupted:
+		fmt.Fprintf(o.stderr, "agentfs: interrupted: the candidates were stopped; their branches are kept (%s-1..%d)\n", prefix, len(r.Candidates))
 		return errInterrupted
-	}
-	var winner *candidate
-	for _, cd := range cands {
-		var d ctl.DiffReply
-		if err := c.Do(ctl.OpDiff, ctl.DiffArgs{From: snap.ID, To: cd.branch}, &d); err == nil {
-			cd.changes = d.Changes
-		}
-		if winner == nil && cd.err == nil && cd.test == 0 {
-			winner = cd
-		}
-	}
-	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "#\tBRANCH\tEXIT\tTIME\tTEST\tCREATED\tMODIFIED\tDELETED\tBYTES\tCOMMAND")
-	for _, cd := range cands {
-		cr, mo, de, bytes := changeStat(cd.changes)
-		test := exitString(cd.test)
-		if cd.err != nil {
-			test = "error: " + cd.err.Error()
-		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", cd.n, cd.branch, exitString(cd.code),
-			cd.took.Round(time.Millisecond), test, cr, mo, de, signedBytes(bytes), printable(cd.cmd))
-	}
-	w.Flush()
-	if winner == nil {
+	case errors.Is(err, tournament.ErrNoWinner):
+		printTournament(o.stdout, r)
 		fmt.Fprintf(o.stdout, "no winner: no candidate passed the test %q; the branches are kept\n", o.test)
 		return exitCodeError{code: 1, msg: "no candidate passed the test"}
+	case err != nil && (r == nil || r.Winner == nil):
+		return err
 	}
-	var tagged ctl.SnapshotInfo
-	if err := c.Do(ctl.OpSnapshotCreate, ctl.SnapshotCreateArgs{Branch: winner.branch, Label: fmt.Sprintf("tournament winner: %s", winner.cmd)}, &tagged); err != nil {
-		return fmt.Errorf("taking the winner's snapshot: %w", err)
+	printTournament(o.stdout, r)
+	if err != nil {
+		return err
 	}
-	if err := c.Do(ctl.OpTagSet, ctl.TagArgs{Name: "winner", Ref: tagged.ID}, nil); err != nil {
-		return fmt.Errorf("tagging the winner's snapshot %s: %w", tagged.ID, err)
-	}
-	fmt.Fprintf(o.stdout, "winner: candidate %d, branch %s (snapshot %s, tagged winner): %s\n", winner.n, winner.branch, tagged.ID, winner.cmd)
+	fmt.Fprintf(o.stdout, "winner: candidate %d, branch %s (snapshot %s, tagged winner): %s\n", r.Winner.N, r.Winner.Branch, r.WinnerSnapshot, r.Winner.Cmd)
 	if o.prune {
-		for _, cd := range cands {
-			if cd == winner {
-				continue
-			}
-			if err := c.Do(ctl.OpBranchDelete, ctl.BranchArgs{Name: cd.branch}, nil); err != nil {
-				fmt.Fprintf(o.stderr, "agentfs: deleting branch %s: %v\n", cd.branch, err)
-			}
+		for _, err := range r.PruneErrors {
+			fmt.Fprintf(o.stderr, "agentfs: %v\n", err)
 		}
-		fmt.Fprintf(o.stdout, "pruned the other %d branches\n", len(cands)-1)
+		fmt.Fprintf(o.stdout, "pruned the other %d branches\n", len(r.Candidates)-1)
 	}
 	return nil
+}
+
+// printTournament prints the table of the candidates.
+func printTournament(out io.Writer, r *tournament.Result) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "#\tBRANCH\tEXIT\tTIME\tTEST\tCREATED\tMODIFIED\tDELETED\tBYTES\tCOMMAND")
+	for _, cd := range r.Candidates {
+		cr, mo, de, bytes := changeStat(cd.Changes)
+		test := exitString(cd.Test)
+		if cd.Err != nil {
+			test = "error: " + cd.Err.Error()
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", cd.N, cd.Branch, exitString(cd.Code),
+			cd.Took.Round(time.Millisecond), test, cr, mo, de, signedBytes(bytes), printable(cd.Cmd))
+	}
+	w.Flush()
 }
 
 // changeStat counts the kinds of changes and the bytes they add.
@@ -243,73 +169,4 @@ func exitString(code int) string {
 		return "-"
 	}
 	return fmt.Sprint(code)
-}
-
-// groupRunner runs commands in process groups of their own and stops
-// them all on request.
-type groupRunner struct {
-	mu     sync.Mutex
-	procs  map[*exec.Cmd]bool
-	halted bool
-}
-
-// run runs shell command cmd bound to branch, in dir, through
-// agentfs exec, with its output to out; it returns the exit code
-// (128+signal when killed).
-func (g *groupRunner) run(self, root, dir, branch, cmd string, out io.Writer) (int, error) {
-	c := exec.Command(self, "exec", "-b", branch, "-C", root, "--", "sh", "-c", cmd)
-	c.Dir, c.Stdout, c.Stderr = dir, out, out
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	g.mu.Lock()
-	if g.halted {
-		g.mu.Unlock()
-		return -1, errors.New("stopped")
-	}
-	if err := c.Start(); err != nil {
-		g.mu.Unlock()
-		return -1, err
-	}
-	g.procs[c] = true
-	g.mu.Unlock()
-	err := c.Wait()
-	g.mu.Lock()
-	delete(g.procs, c)
-	g.mu.Unlock()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, nil
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal()), nil
-		}
-		return ee.ExitCode(), nil
-	}
-	return -1, err
-}
-
-// stopAll stops every running command's process group: SIGTERM, then
-// SIGKILL for those still there after a grace period.
-func (g *groupRunner) stopAll() {
-	g.mu.Lock()
-	g.halted = true
-	var pids []int
-	for c := range g.procs {
-		pids = append(pids, c.Process.Pid)
-	}
-	g.mu.Unlock()
-	for _, pid := range pids {
-		syscall.Kill(-pid, syscall.SIGTERM)
-	}
-	time.AfterFunc(2*time.Second, func() {
-		for _, pid := range pids {
-			syscall.Kill(-pid, syscall.SIGKILL)
-		}
-	})
-}
-
-func (g *groupRunner) stopped() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.halted
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/daemon"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -226,7 +228,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return ce.code
 	}
 	var ue usageError
-	if errors.As(err, &ue) {
+	var due *daemon.UsageError
+	if errors.As(err, &ue) || errors.As(err, &due) {
 		fmt.Fprintf(stderr, "agentfs %s: %v: run 'agentfs help %s'\n", name, err, name)
 		return exitUsage
 	}

@@ -2,12 +2,9 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 func runArgs(args ...string) (code int, stdout, stderr string) {
@@ -38,6 +35,9 @@ func TestExitCodesAndHelp(t *testing.T) {
 		{[]string{"mount", "--lower"}, exitUsage, "", "--lower"},
 		{[]string{"mount", "--lower", "/x"}, exitUsage, "", "mount takes one MOUNTPOINT"},
 		{[]string{"unmount"}, exitUsage, "", "unmount takes one MOUNTPOINT"},
+		// Usage errors the library finds (daemon.UsageError) exit 2 too.
+		{[]string{"mount", "--lower", "/", "--backstore", "floppy", "/mnt"}, exitUsage, "", `--backstore "floppy": must be hostfs or ramdisk: run 'agentfs help mount'`},
+		{[]string{"run", "--quiet-period", "soon", "--", "true"}, exitUsage, "", "--quiet-period soon: not a duration"},
 		{[]string{"status", "extra"}, exitUsage, "", "status takes no arguments"},
 		{[]string{"version"}, exitOK, "agentfs " + version, ""},
 		{[]string{"--version"}, exitOK, "agentfs " + version, ""},
@@ -106,123 +106,5 @@ func TestErrorExit(t *testing.T) {
 	code, _, errOut = runArgs("unmount", dir)
 	if code != exitError || !strings.Contains(errOut, "is not mounted") {
 		t.Errorf("unmount of a plain directory: exit %d, stderr %q; want exit 1, 'is not mounted'", code, errOut)
-	}
-}
-
-func TestRegistry(t *testing.T) {
-	t.Setenv("AGENTFS_RUNTIME_DIR", filepath.Join(t.TempDir(), "run"))
-	e := registryEntry{Mountpoint: "/mnt/my ws", Pid: 4242, Store: "/s", Ephemeral: true, Lower: "/p", Backstore: "hostfs"}
-	if err := writeRegistry(e); err != nil {
-		t.Fatal(err)
-	}
-	got, ok := readRegistry(e.Mountpoint)
-	if !ok || got != e {
-		t.Errorf("readRegistry = %+v, %v; want %+v", got, ok, e)
-	}
-	if _, ok := readRegistry("/mnt/my"); ok {
-		t.Errorf("readRegistry(/mnt/my) found an entry")
-	}
-	removeRegistry(e.Mountpoint, 1) // not its pid: kept
-	if _, ok := readRegistry(e.Mountpoint); !ok {
-		t.Errorf("entry removed by another pid")
-	}
-	removeRegistry(e.Mountpoint, e.Pid)
-	if _, ok := readRegistry(e.Mountpoint); ok {
-		t.Errorf("entry still there after removeRegistry")
-	}
-}
-
-func TestCleanupAfterDeadDaemon(t *testing.T) {
-	t.Setenv("AGENTFS_RUNTIME_DIR", filepath.Join(t.TempDir(), "run"))
-	t.Setenv("AGENTFS_PRIVATE_DIR", filepath.Join(t.TempDir(), "stores"))
-	store, err := makePrivateStore()
-	if err != nil {
-		t.Fatal(err)
-	}
-	foreign := t.TempDir()
-	var stderr bytes.Buffer
-	for _, tc := range []struct {
-		store    string
-		pid      int
-		wantGone bool
-	}{
-		{foreign, 0, false},         // not a private store: never deleted
-		{store, os.Getpid(), false}, // daemon alive: left alone
-		{store, 0, true},            // dead: deleted
-	} {
-		e := registryEntry{Mountpoint: "/mnt/x", Pid: tc.pid, Store: tc.store, Ephemeral: true}
-		cleanupAfter(&stderr, e)
-		_, err := os.Stat(tc.store)
-		if gone := os.IsNotExist(err); gone != tc.wantGone {
-			t.Errorf("cleanupAfter(store %s, pid %d): gone = %v, want %v", tc.store, tc.pid, gone, tc.wantGone)
-		}
-	}
-	if !strings.Contains(stderr.String(), "not removing "+foreign) {
-		t.Errorf("stderr %q does not explain why %s was kept", stderr.String(), foreign)
-	}
-}
-
-func TestPrivateStoreAvoidsLower(t *testing.T) {
-	root := t.TempDir()
-	lower := filepath.Join(root, "home")
-	t.Setenv("AGENTFS_PRIVATE_DIR", filepath.Join(lower, ".cache", "agentfs"))
-	_, err := makePrivateStore(lower, filepath.Join(root, "mnt"))
-	if err == nil || !strings.Contains(err.Error(), "pass --store DIR outside them") {
-		t.Errorf("makePrivateStore with the only base inside the lower: error = %v, want a refusal", err)
-	}
-	if _, err := os.Stat(lower); !os.IsNotExist(err) {
-		t.Errorf("makePrivateStore created something inside the lower: %v", err)
-	}
-	t.Setenv("AGENTFS_PRIVATE_DIR", filepath.Join(root, "stores"))
-	store, err := makePrivateStore(lower, filepath.Join(root, "mnt"))
-	if err != nil {
-		t.Fatalf("makePrivateStore: %v", err)
-	}
-	if !isPrivateStore(store) {
-		t.Errorf("isPrivateStore(%s) = false, want true", store)
-	}
-	if st, err := os.Stat(store); err != nil {
-		t.Error(err)
-	} else if got := st.Mode().Perm(); got != 0700 {
-		t.Errorf("private store mode = %o, want 700", got)
-	}
-	// On ext4 the stores' directory spreads them over block groups
-	// (backstore.SpreadChildren): it carries FS_TOPDIR_FL (lsattr's T).
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(root, &sfs); err == nil && sfs.Type == unix.EXT4_SUPER_MAGIC {
-		fd, err := unix.Open(filepath.Join(root, "stores"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(fd)
-		const topdir = 0x00020000
-		if flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS); err != nil || flags&topdir == 0 {
-			t.Errorf("flags of the private stores' directory on ext4: %#x (%v), want FS_TOPDIR_FL", flags, err)
-		}
-	}
-}
-
-func TestInsideAny(t *testing.T) {
-	root, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	lower := filepath.Join(root, "lower")
-	if err := os.Mkdir(lower, 0755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(lower, filepath.Join(root, "link")); err != nil {
-		t.Fatal(err)
-	}
-	for p, want := range map[string]bool{
-		lower:                                   true,
-		filepath.Join(lower, "a", "b"):          true,
-		filepath.Join(root, "link", "new", "x"): true, // through a symlink, not existing yet
-		filepath.Join(root, "lowerx"):           false,
-		root:                                    false,
-	} {
-		if got := insideAny(p, []string{lower}); got != want {
-			t.Errorf("insideAny(%s, [%s]) = %v, want %v", p, lower, got, want)
-		}
 	}
 }

@@ -3,13 +3,14 @@ package main
 import (
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/agentfs/agentfs/config"
 )
 
-// The mount flags of the activity log and automatic snapshots, and the
-// settings they make with the configuration files (config.go).
+// The flags of the activity log and automatic snapshots (agentfs mount
+// and run); package config resolves them with the configuration files.
 
 // activityFlags are the flags; unset ones leave the configuration's
 // value.
@@ -31,71 +32,17 @@ func (o *activityFlags) AddFlags(fs *pflag.FlagSet) {
 	fs.Lookup("log-reads").NoOptDefVal = "true"
 }
 
-// activitySettings are the effective settings of a mount.
-type activitySettings struct {
-	autoSnapshot bool
-	quietPeriod  time.Duration
-	keep         int
-	logSize      int64
-	logReads     bool
-	gitignore    bool
-	ignore       []string // the configuration's patterns
-}
-
-// defaultActivitySettings are the settings of a mount without
-// configuration files or flags.
-func defaultActivitySettings() activitySettings {
-	s, _ := (&activityFlags{}).resolve(defaultConfig(), false)
-	return s
-}
-
-// resolve applies the flags over cfg; autoDefault is the command's
-// default for automatic snapshots when neither says.
-func (o *activityFlags) resolve(cfg Config, autoDefault bool) (activitySettings, error) {
-	s := activitySettings{
-		autoSnapshot: cfg.autoSnapshotOr(autoDefault),
-		quietPeriod:  cfg.QuietPeriod,
-		keep:         cfg.Keep,
-		logSize:      cfg.LogSize,
-		logReads:     cfg.LogReads,
-		gitignore:    cfg.Gitignore,
-		ignore:       cfg.Ignore,
-	}
+// overrides are the flags as configuration overrides: unset ones
+// leave the configuration's value.
+func (o *activityFlags) overrides() config.Overrides {
+	c := config.Overrides{QuietPeriod: o.quietPeriod, Keep: o.keep, LogSize: o.logSize}
 	if o.autoSnapshot.set {
-		s.autoSnapshot = o.autoSnapshot.v
+		c.AutoSnapshot = &o.autoSnapshot.v
 	}
 	if o.logReads.set {
-		s.logReads = o.logReads.v
+		c.LogReads = &o.logReads.v
 	}
-	var err error
-	if o.quietPeriod != "" {
-		if s.quietPeriod, err = parseQuietPeriod(o.quietPeriod); err != nil {
-			return s, usagef("--quiet-period %s: %v", o.quietPeriod, err)
-		}
-	}
-	if o.keep != "" {
-		if s.keep, err = parseKeep(o.keep); err != nil {
-			return s, usagef("--auto-snapshot-keep %s: %v", o.keep, err)
-		}
-	}
-	if o.logSize != "" {
-		if s.logSize, err = parseLogSize(o.logSize); err != nil {
-			return s, usagef("--log-size %s: %v", o.logSize, err)
-		}
-	}
-	return s, nil
-}
-
-// daemonArgs are the flags that give the daemon exactly these settings
-// (the configuration files only add the ignore patterns there).
-func (s activitySettings) daemonArgs() []string {
-	return []string{
-		"--auto-snapshot=" + strconv.FormatBool(s.autoSnapshot),
-		"--quiet-period", s.quietPeriod.String(),
-		"--auto-snapshot-keep", strconv.Itoa(s.keep),
-		"--log-size", strconv.FormatInt(s.logSize, 10),
-		"--log-reads=" + strconv.FormatBool(s.logReads),
-	}
+	return c
 }
 
 // optBool is a boolean flag that knows whether it was given.

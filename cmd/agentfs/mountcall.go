@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/session"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // mountFlag is the -C and -s flags of the commands that talk to a
@@ -26,31 +28,49 @@ func (m *mountFlag) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&m.session, "session", "s", "", "the agentfs run `SESSION` (an id, or its start or end) instead of a mount")
 }
 
-// call runs one control operation on the mount that holds m.dir (or
-// the current directory), or on session m.session: op with args (nil
-// for none), its result decoded into result (nil to ignore it).
-func (m *mountFlag) call(op ctl.Op, args, result any) error {
-	c, err := m.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return c.Do(op, args, result)
-}
-
 // dial connects to what the flags name: session m.session (its daemon
 // while it runs, its store opened in this process once it has ended),
 // else the mount that holds m.dir or the current directory. Every
 // command that talks to a mount goes through here.
-func (m *mountFlag) dial() (*ctl.Client, error) {
+func (m *mountFlag) dial() (*workspace.Client, error) {
 	if m.session == "" {
 		return dialMount(m.dir)
 	}
 	if m.dir != "" {
 		return nil, usagef("-C DIR and -s SESSION both name what to talk to: give one")
 	}
-	c, _, err := dialSession(m.session)
+	c, _, err := session.Dial(m.session, version)
 	return c, err
+}
+
+// call runs one operation, fn, on what the flags of m name.
+func call[R any](m *mountFlag, fn func(c *workspace.Client) (R, error)) (R, error) {
+	c, err := m.dial()
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
+// with runs fn with a client of what the flags name.
+func (m *mountFlag) with(fn func(c *workspace.Client) error) error {
+	c, err := m.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
+// dialMount connects to the mount that holds dir.
+func dialMount(dir string) (*workspace.Client, error) {
+	root, err := ctl.FindMount(dir)
+	if err != nil {
+		return nil, err
+	}
+	return workspace.Dial(root)
 }
 
 // storeDir returns the store directory of what the flags name (for
@@ -61,11 +81,11 @@ func (m *mountFlag) storeDir() (string, error) {
 		if m.dir != "" {
 			return "", usagef("-C DIR and -s SESSION both name what to talk to: give one")
 		}
-		r, err := findSession(m.session)
+		r, err := session.Find(m.session)
 		if err != nil {
 			return "", err
 		}
-		if !r.hasStore() {
+		if !r.HasStore() {
 			return "", fmt.Errorf("session %s was discarded: its store is gone", r.ID)
 		}
 		return r.Store, nil
@@ -75,11 +95,8 @@ func (m *mountFlag) storeDir() (string, error) {
 		return "", err
 	}
 	defer c.Close()
-	var st ctl.Status
-	if err := c.Do(ctl.OpStatus, nil, &st); err != nil {
-		return "", err
-	}
-	return st.Store, nil
+	st, err := c.Status()
+	return st.Store, err
 }
 
 // markApplied records, after a successful agentfs apply -s SESSION of
@@ -89,14 +106,14 @@ func (m *mountFlag) markApplied() error {
 	if m.session == "" {
 		return nil
 	}
-	r, err := findSession(m.session)
+	r, err := session.Find(m.session)
 	if err != nil {
 		return err
 	}
-	if r.live() != stateRunning {
-		r.State = stateApplied
+	if r.Live() != session.StateRunning {
+		r.State = session.StateApplied
 	}
-	return r.save()
+	return r.Save()
 }
 
 // listOptions are the flags of the commands that list things

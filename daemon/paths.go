@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/backstore"
+	"github.com/agentfs/agentfs/hostpath"
 )
 
 // Where agentfs keeps its own files.
@@ -44,17 +45,17 @@ func privateStoreBases() []string {
 	return append(bases, filepath.Join(os.TempDir(), fmt.Sprintf("agentfs-%d", os.Geteuid())))
 }
 
-// makePrivateStore creates a new private store directory (mode 0700) in
+// MakePrivateStore creates a new private store directory (mode 0700) in
 // the first base that is not inside any of avoid (the lower directory
 // and the mountpoint: agentfs must never write into the lower tree).
-func makePrivateStore(avoid ...string) (string, error) {
+func MakePrivateStore(avoid ...string) (string, error) {
 	var tried []string
 	for _, base := range privateStoreBases() {
-		if insideAny(base, avoid) {
+		if hostpath.InsideAny(base, avoid) {
 			tried = append(tried, base)
 			continue
 		}
-		dir, err := ownDir(base)
+		dir, err := OwnDir(base)
 		if err != nil {
 			return "", fmt.Errorf("creating a private store: %w", err)
 		}
@@ -68,35 +69,9 @@ func makePrivateStore(avoid ...string) (string, error) {
 	return "", fmt.Errorf("every place for a private store (%s) is inside the lower directory or the mountpoint: pass --store DIR outside them", strings.Join(tried, ", "))
 }
 
-// insideAny reports whether p (resolved as far as it exists) is one of
-// dirs or inside one.
-func insideAny(p string, dirs []string) bool {
-	real := resolveExisting(p)
-	for _, d := range dirs {
-		if d != "" && (real == d || within(real, d)) {
-			return true
-		}
-	}
-	return false
-}
-
-// resolveExisting resolves the symlinks of the longest existing prefix
-// of the absolute path p.
-func resolveExisting(p string) string {
-	p = filepath.Clean(p)
-	if r, err := filepath.EvalSymlinks(p); err == nil {
-		return r
-	}
-	parent := filepath.Dir(p)
-	if parent == p {
-		return p
-	}
-	return filepath.Join(resolveExisting(parent), filepath.Base(p))
-}
-
-// isPrivateStore reports whether dir looks like a private store this
+// IsPrivateStore reports whether dir looks like a private store this
 // user's agentfs made: the only directories cleanup may delete.
-func isPrivateStore(dir string) bool {
+func IsPrivateStore(dir string) bool {
 	dir = filepath.Clean(dir)
 	if !strings.HasPrefix(filepath.Base(dir), privateStorePrefix) {
 		return false
@@ -109,24 +84,24 @@ func isPrivateStore(dir string) bool {
 	return false
 }
 
-// runtimeDir returns (creating it) the directory of the mount registry.
-func runtimeDir() (string, error) {
+// RuntimeDir returns (creating it) the directory of the mount registry.
+func RuntimeDir() (string, error) {
 	if d := os.Getenv("AGENTFS_RUNTIME_DIR"); d != "" {
-		return ownDir(d)
+		return OwnDir(d)
 	}
 	if os.Geteuid() == 0 {
-		return ownDir("/run/agentfs")
+		return OwnDir("/run/agentfs")
 	}
 	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
-		return ownDir(filepath.Join(x, "agentfs"))
+		return OwnDir(filepath.Join(x, "agentfs"))
 	}
-	return ownDir(filepath.Join(os.TempDir(), fmt.Sprintf("agentfs-run-%d", os.Geteuid())))
+	return OwnDir(filepath.Join(os.TempDir(), fmt.Sprintf("agentfs-run-%d", os.Geteuid())))
 }
 
-// ownDir creates dir (mode 0700) if needed and checks that it is a real
+// OwnDir creates dir (mode 0700) if needed and checks that it is a real
 // directory owned by this user, so that nobody else can plant files or
 // symlinks where agentfs keeps its state (e.g. in a shared /tmp).
-func ownDir(dir string) (string, error) {
+func OwnDir(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0700); err != nil {
 		return "", err
 	}

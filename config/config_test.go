@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -35,15 +35,15 @@ func write(t *testing.T, p, content string) {
 
 func TestLoadConfigDefaults(t *testing.T) {
 	_, lower := configDirs(t)
-	c, err := loadConfig(lower)
+	c, err := Load(lower)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := defaultConfig()
+	want := Default()
 	if c.QuietPeriod != want.QuietPeriod || c.Keep != want.Keep || c.LogSize != want.LogSize || !c.Gitignore || c.AutoSnapshotSet || len(c.Files) != 0 {
 		t.Errorf("config without files = %+v, want the defaults %+v", c, want)
 	}
-	if c.autoSnapshotOr(true) != true || c.autoSnapshotOr(false) != false {
+	if c.AutoSnapshotOr(true) != true || c.AutoSnapshotOr(false) != false {
 		t.Errorf("without a setting, autoSnapshotOr does not follow the command's default")
 	}
 }
@@ -63,7 +63,7 @@ reads = yes
 [ignore]
 pattern = *.tmp
 `)
-	write(t, filepath.Join(lower, projectConfigName), `; the project's
+	write(t, filepath.Join(lower, ProjectFile), `; the project's
 [auto-snapshot]
 quiet-period = 500ms
 
@@ -72,7 +72,7 @@ gitignore = false
 pattern = build/
 pattern = notes#1
 `)
-	c, err := loadConfig(lower)
+	c, err := Load(lower)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,13 +87,12 @@ pattern = notes#1
 		t.Errorf("files = %v, want both", c.Files)
 	}
 	// Flags beat both.
-	f := activityFlags{quietPeriod: "3s", keep: "7", logSize: "1M"}
-	f.autoSnapshot.Set("false")
-	s, err := f.resolve(c, true)
+	off := false
+	s, err := Resolve(c, Overrides{AutoSnapshot: &off, QuietPeriod: "3s", Keep: "7", LogSize: "1M"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.autoSnapshot || s.quietPeriod != 3*time.Second || s.keep != 7 || s.logSize != 1<<20 || !s.logReads {
+	if s.AutoSnapshot || s.QuietPeriod != 3*time.Second || s.Keep != 7 || s.LogSize != 1<<20 || !s.LogReads {
 		t.Errorf("settings = %+v, want the flags over the files", s)
 	}
 }
@@ -119,7 +118,7 @@ func TestLoadConfigErrors(t *testing.T) {
 	} {
 		user, lower := configDirs(t)
 		write(t, user, tc.content)
-		_, err := loadConfig(lower)
+		_, err := Load(lower)
 		if err == nil {
 			t.Errorf("config %q: no error", tc.content)
 			continue
@@ -134,9 +133,9 @@ func TestLoadConfigErrors(t *testing.T) {
 
 func TestLoadConfigProjectErrorNamesProjectFile(t *testing.T) {
 	_, lower := configDirs(t)
-	p := filepath.Join(lower, projectConfigName)
+	p := filepath.Join(lower, ProjectFile)
 	write(t, p, "[log]\nreads = sometimes\n")
-	_, err := loadConfig(lower)
+	_, err := Load(lower)
 	if err == nil || !strings.Contains(err.Error(), p+":2:") {
 		t.Errorf("error = %v, want it to name %s:2", err, p)
 	}
@@ -147,22 +146,21 @@ func TestLoadConfigUnreadable(t *testing.T) {
 	if err := os.Mkdir(user, 0755); err != nil { // a directory: open works, reading fails
 		t.Fatal(err)
 	}
-	_, err := loadConfig(lower)
+	_, err := Load(lower)
 	if err == nil || !strings.Contains(err.Error(), user) {
 		t.Errorf("error = %v, want one naming %s", err, user)
 	}
 }
 
-func TestActivityFlagErrors(t *testing.T) {
-	for _, f := range []activityFlags{{quietPeriod: "soon"}, {keep: "-1"}, {logSize: "2"}} {
-		_, err := f.resolve(defaultConfig(), false)
-		var ue usageError
-		if !errors.As(err, &ue) {
-			t.Errorf("flags %+v: error %v, want a usage error", f, err)
+func TestOverrideErrors(t *testing.T) {
+	for _, tc := range []struct {
+		o    Overrides
+		flag string
+	}{{Overrides{QuietPeriod: "soon"}, "--quiet-period soon"}, {Overrides{Keep: "-1"}, "--auto-snapshot-keep -1"}, {Overrides{LogSize: "2"}, "--log-size 2"}} {
+		_, err := Resolve(Default(), tc.o, false)
+		var fe *FlagError
+		if !errors.As(err, &fe) || !strings.HasPrefix(err.Error(), tc.flag+": ") {
+			t.Errorf("overrides %+v: error %v, want a FlagError starting %q", tc.o, err, tc.flag)
 		}
-	}
-	var b optBool
-	if err := b.Set("perhaps"); err == nil {
-		t.Errorf("optBool.Set(perhaps) succeeded")
 	}
 }

@@ -1,27 +1,14 @@
-package main
-
-import (
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
-
-	"github.com/agentfs/agentfs/ctl"
-)
-
-// Sessions: one agentfs run of a command on a project.
+// Package session holds agentfs run sessions: one run of a command on
+// a project, in a private mount namespace, with its store kept after
+// the command ends. It owns the session records (where they live,
+// their states, finding and listing them), reaching a session (its
+// daemon while it runs, its store in this process once it has ended),
+// and the processes of agentfs run (run.go).
 //
 // A session lives in SESSIONS/ID, SESSIONS being
 // ${XDG_STATE_HOME:-~/.local/state}/agentfs/sessions:
 //
-//	session.json  the record (sessionRecord), replaced atomically
+//	session.json  the record (Record), replaced atomically
 //	store/        the kept store of the session's mount (metadata,
 //	              changed files, agentfs.log)
 //
@@ -33,7 +20,7 @@ import (
 //	any but running → discarded   agentfs discard -s removed the store
 //
 // The record says what a session was last seen doing; whether it runs
-// now is what its processes say (sessionRecord.live): a session whose
+// now is what its processes say (Record.Live): a session whose
 // daemon died without recording its end counts as ended.
 //
 // # Reaching a session (the -s flag)
@@ -43,21 +30,41 @@ import (
 // /proc/DAEMON/root/PROJECT/.agentfs.ctl (the kernel resolves the path
 // in the daemon's mount namespace, for the daemon's owner and root).
 // An ended session has no daemon: the CLI opens its store itself and
-// serves the same operations in-process (openOffline). Either way the
-// commands get a ctl.Client and do not know the difference
-// (dialSession).
+// serves the same operations in-process (workspace.Open,
+// workspace.Local). Either way the commands get a workspace.Client and
+// do not know the difference (Dial).
+package session
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"strings"
+	"time"
+
+	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/daemon"
+	"github.com/agentfs/agentfs/hostpath"
+	"github.com/agentfs/agentfs/procfs"
+)
 
 // Session states.
 const (
-	stateStarting  = "starting"
-	stateRunning   = "running"
-	stateEnded     = "ended"
-	stateApplied   = "applied"
-	stateDiscarded = "discarded"
+	StateStarting  = "starting"
+	StateRunning   = "running"
+	StateEnded     = "ended"
+	StateApplied   = "applied"
+	StateDiscarded = "discarded"
 )
 
-// sessionRecord is session.json.
-type sessionRecord struct {
+// Record is session.json.
+type Record struct {
 	ID      string   `json:"id"`
 	Project string   `json:"project"`
 	Command []string `json:"command"`
@@ -87,15 +94,15 @@ type sessionRecord struct {
 	// PreRun is the id of the snapshot taken before the command ran.
 	PreRun string `json:"pre_run_snapshot,omitempty"`
 	// Summary is what the command changed, as computed when it ended.
-	Summary *changeSummary `json:"summary,omitempty"`
+	Summary *Summary `json:"summary,omitempty"`
 	// Error says why a session ended without its command ending
 	// normally (the setup failed, agentfs was killed).
 	Error string `json:"error,omitempty"`
 }
 
-// changeSummary counts what a session changed: paths created, modified
+// Summary counts what a session changed: paths created, modified
 // (contents, mode, owner, xattrs or type) and deleted, and bytes.
-type changeSummary struct {
+type Summary struct {
 	Created  int `json:"created"`
 	Modified int `json:"modified"`
 	Deleted  int `json:"deleted"`
@@ -108,9 +115,9 @@ type changeSummary struct {
 	Delta         int64 `json:"delta_bytes"`
 }
 
-// summarize counts changes (lower to the session's branch).
-func summarize(changes []ctl.Change) changeSummary {
-	var s changeSummary
+// Summarize counts changes (lower to the session's branch).
+func Summarize(changes []ctl.Change) Summary {
+	var s Summary
 	for _, c := range changes {
 		s.Delta += c.SizeDelta
 		switch c.Kind {
@@ -130,16 +137,16 @@ func summarize(changes []ctl.Change) changeSummary {
 	return s
 }
 
-// total is the number of paths changed.
-func (s changeSummary) total() int { return s.Created + s.Modified + s.Deleted }
+// Total is the number of paths changed.
+func (s Summary) Total() int { return s.Created + s.Modified + s.Deleted }
 
 const (
-	sessionRecordName = "session.json"
-	sessionStoreName  = "store"
+	RecordName       = "session.json"
+	sessionStoreName = "store"
 )
 
-// sessionsDir returns the directory of the sessions (not created).
-func sessionsDir() (string, error) {
+// BaseDir returns the directory of the sessions (not created).
+func BaseDir() (string, error) {
 	base := os.Getenv("XDG_STATE_HOME")
 	if base == "" || !filepath.IsAbs(base) {
 		home, err := os.UserHomeDir()
@@ -151,40 +158,40 @@ func sessionsDir() (string, error) {
 	return filepath.Join(base, "agentfs", "sessions"), nil
 }
 
-// newSessionID returns an id that sorts by time and is unique with
+// newID returns an id that sorts by time and is unique with
 // overwhelming odds: 20261121-140305-a3f9.
-func newSessionID(now time.Time) string {
+func newID(now time.Time) string {
 	var b [2]byte
 	rand.Read(b[:])
 	return now.Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
 }
 
-// createSession makes the directory and the record (state starting) of
+// Create makes the directory and the record (state starting) of
 // a new session of command on project.
-func createSession(project, dir string, command []string) (*sessionRecord, error) {
-	base, err := sessionsDir()
+func Create(project, dir string, command []string) (*Record, error) {
+	base, err := BaseDir()
 	if err != nil {
 		return nil, err
 	}
-	if insideAny(base, []string{project}) {
+	if hostpath.InsideAny(base, []string{project}) {
 		return nil, fmt.Errorf("the sessions directory %s is inside the project %s, which agentfs never writes to (and which the session's mount covers): set XDG_STATE_HOME to a directory outside the project", base, project)
 	}
-	if _, err := ownDir(base); err != nil {
+	if _, err := daemon.OwnDir(base); err != nil {
 		return nil, fmt.Errorf("the sessions directory: %w", err)
 	}
 	now := time.Now()
 	for range 10 {
-		id := newSessionID(now)
+		id := newID(now)
 		sdir := filepath.Join(base, id)
 		if err := os.Mkdir(sdir, 0o700); errors.Is(err, os.ErrExist) {
 			continue
 		} else if err != nil {
 			return nil, fmt.Errorf("creating the session directory: %w", err)
 		}
-		r := &sessionRecord{ID: id, Project: project, Dir: dir, Command: command, Started: now.Round(0),
-			Store: filepath.Join(sdir, sessionStoreName), Mountpoint: project, State: stateStarting,
-			RunPid: os.Getpid(), RunStart: processStart(os.Getpid())}
-		if err := r.save(); err != nil {
+		r := &Record{ID: id, Project: project, Dir: dir, Command: command, Started: now.Round(0),
+			Store: filepath.Join(sdir, sessionStoreName), Mountpoint: project, State: StateStarting,
+			RunPid: os.Getpid(), RunStart: procfs.StartTime(os.Getpid())}
+		if err := r.Save(); err != nil {
 			os.RemoveAll(sdir)
 			return nil, err
 		}
@@ -193,16 +200,16 @@ func createSession(project, dir string, command []string) (*sessionRecord, error
 	return nil, errors.New("creating the session directory: no free session id (10 tries)")
 }
 
-// dir is the session's directory.
-func (r *sessionRecord) dir() string { return filepath.Dir(r.Store) }
+// SessionDir is the session's directory.
+func (r *Record) SessionDir() string { return filepath.Dir(r.Store) }
 
-// save writes the record atomically.
-func (r *sessionRecord) save() error {
+// Save writes the record atomically.
+func (r *Record) Save() error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return fmt.Errorf("session %s: %w", r.ID, err)
 	}
-	p := filepath.Join(r.dir(), sessionRecordName)
+	p := filepath.Join(r.SessionDir(), RecordName)
 	tmp := p + ".tmp"
 	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("writing the record of session %s: %w", r.ID, err)
@@ -213,25 +220,25 @@ func (r *sessionRecord) save() error {
 	return nil
 }
 
-// loadSession reads the record in session directory dir.
-func loadSession(dir string) (*sessionRecord, error) {
-	b, err := os.ReadFile(filepath.Join(dir, sessionRecordName))
+// Load reads the record in session directory dir.
+func Load(dir string) (*Record, error) {
+	b, err := os.ReadFile(filepath.Join(dir, RecordName))
 	if err != nil {
 		return nil, err
 	}
-	var r sessionRecord
+	var r Record
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("the session record %s: %w", filepath.Join(dir, sessionRecordName), err)
+		return nil, fmt.Errorf("the session record %s: %w", filepath.Join(dir, RecordName), err)
 	}
 	// The record may have been moved with its directory.
 	r.Store = filepath.Join(dir, sessionStoreName)
 	return &r, nil
 }
 
-// listSessions returns every session, oldest first. Directories
+// List returns every session, oldest first. Directories
 // without a readable record are skipped.
-func listSessions() ([]*sessionRecord, error) {
-	base, err := sessionsDir()
+func List() ([]*Record, error) {
+	base, err := BaseDir()
 	if err != nil {
 		return nil, err
 	}
@@ -242,16 +249,16 @@ func listSessions() ([]*sessionRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing sessions: %w", err)
 	}
-	var out []*sessionRecord
+	var out []*Record
 	for _, n := range names {
 		if !n.IsDir() {
 			continue
 		}
-		if r, err := loadSession(filepath.Join(base, n.Name())); err == nil {
+		if r, err := Load(filepath.Join(base, n.Name())); err == nil {
 			out = append(out, r)
 		}
 	}
-	slices.SortFunc(out, func(a, b *sessionRecord) int {
+	slices.SortFunc(out, func(a, b *Record) int {
 		if c := a.Started.Compare(b.Started); c != 0 {
 			return c
 		}
@@ -260,17 +267,17 @@ func listSessions() ([]*sessionRecord, error) {
 	return out, nil
 }
 
-// findSession returns the session ref names: its id, or an unambiguous
+// Find returns the session ref names: its id, or an unambiguous
 // start or end of it (the random part: "a3f9").
-func findSession(ref string) (*sessionRecord, error) {
+func Find(ref string) (*Record, error) {
 	if ref == "" || strings.ContainsAny(ref, "/\x00") || ref == "." || ref == ".." {
 		return nil, fmt.Errorf("%q is not a session id: agentfs sessions lists them", ref)
 	}
-	all, err := listSessions()
+	all, err := List()
 	if err != nil {
 		return nil, err
 	}
-	var matches []*sessionRecord
+	var matches []*Record
 	for _, r := range all {
 		if r.ID == ref {
 			return r, nil
@@ -292,82 +299,45 @@ func findSession(ref string) (*sessionRecord, error) {
 	return nil, fmt.Errorf("the session id %q is ambiguous: it matches %s: give more of it", ref, strings.Join(ids, ", "))
 }
 
-// processStart returns the start time of process pid (clock ticks
-// after boot, field 22 of /proc/PID/stat), or 0 when it is gone.
-func processStart(pid int) uint64 {
-	f := procStatFields(pid)
-	if len(f) < 20 {
-		return 0
-	}
-	n, _ := strconv.ParseUint(f[19], 10, 64)
-	return n
-}
+// DaemonAlive reports whether the session's daemon still runs.
+func (r *Record) DaemonAlive() bool { return procfs.SameProcess(r.DaemonPid, r.DaemonStart) }
 
-// procStatFields returns the fields of /proc/PID/stat after the
-// command name: [0] is field 3 (the state), [1] the parent pid, ...;
-// nil when the process is gone.
-func procStatFields(pid int) []string {
-	if pid <= 0 {
-		return nil
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	// "pid (comm) state ppid ...": the name may hold anything; the
-	// fields follow the last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(b[i+1:]))
-}
+// RunAlive reports whether the agentfs run of the session still runs.
+func (r *Record) RunAlive() bool { return procfs.SameProcess(r.RunPid, r.RunStart) }
 
-// sameProcess reports whether pid is alive and is the process that
-// started at start.
-func sameProcess(pid int, start uint64) bool {
-	return pid > 0 && alive(pid) && (start == 0 || processStart(pid) == start)
-}
-
-// daemonAlive reports whether the session's daemon still runs.
-func (r *sessionRecord) daemonAlive() bool { return sameProcess(r.DaemonPid, r.DaemonStart) }
-
-// runAlive reports whether the agentfs run of the session still runs.
-func (r *sessionRecord) runAlive() bool { return sameProcess(r.RunPid, r.RunStart) }
-
-// live returns the session's state as its processes show it: a
+// Live returns the session's state as its processes show it: a
 // session recorded as starting or running whose processes are gone has
 // ended (without an exit code).
-func (r *sessionRecord) live() string {
+func (r *Record) Live() string {
 	switch r.State {
-	case stateStarting:
-		if r.daemonAlive() {
-			return stateRunning
+	case StateStarting:
+		if r.DaemonAlive() {
+			return StateRunning
 		}
-		if r.runAlive() {
-			return stateStarting
+		if r.RunAlive() {
+			return StateStarting
 		}
-		return stateEnded
-	case stateRunning:
-		if r.daemonAlive() || r.runAlive() {
-			return stateRunning
+		return StateEnded
+	case StateRunning:
+		if r.DaemonAlive() || r.RunAlive() {
+			return StateRunning
 		}
-		return stateEnded
+		return StateEnded
 	}
 	return r.State
 }
 
-// hasStore reports whether the session still has its store.
-func (r *sessionRecord) hasStore() bool {
+// HasStore reports whether the session still has its store.
+func (r *Record) HasStore() bool {
 	_, err := os.Stat(filepath.Join(r.Store, "meta"))
 	return err == nil
 }
 
-// commandString is the command as one line, for listings and labels.
-func (r *sessionRecord) commandString() string { return shellQuote(r.Command) }
+// CommandString is the command as one line, for listings and labels.
+func (r *Record) CommandString() string { return ShellQuote(r.Command) }
 
-// shellQuote joins args as a shell would need them typed.
-func shellQuote(args []string) string {
+// ShellQuote joins args as a shell would need them typed.
+func ShellQuote(args []string) string {
 	out := make([]string, len(args))
 	for i, a := range args {
 		if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
@@ -377,42 +347,4 @@ func shellQuote(args []string) string {
 		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 	}
 	return strings.Join(out, " ")
-}
-
-// dialSession connects to session ref: to its daemon while it runs,
-// else to its store opened in this process (openOffline). The client
-// serves the same operations either way.
-func dialSession(ref string) (*ctl.Client, *sessionRecord, error) {
-	r, err := findSession(ref)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := r.dial()
-	return c, r, err
-}
-
-// dial connects to the session (see dialSession).
-func (r *sessionRecord) dial() (*ctl.Client, error) {
-	switch st := r.live(); {
-	case st == stateDiscarded || !r.hasStore():
-		return nil, fmt.Errorf("session %s was discarded: its store is gone (agentfs sessions lists the sessions that have one)", r.ID)
-	case st == stateStarting:
-		return nil, fmt.Errorf("session %s is starting: try again in a moment", r.ID)
-	}
-	if r.daemonAlive() {
-		root := filepath.Join("/proc", strconv.Itoa(r.DaemonPid), "root", r.Mountpoint)
-		c, err := ctl.Dial(root)
-		if err == nil {
-			return c, nil
-		}
-		// The daemon may be unmounting (the command ended): its store
-		// is ours once it has exited.
-		proc := watchProcess(r.DaemonPid)
-		gone := proc.wait(busyWait + detachGrace + abortWait)
-		proc.close()
-		if !gone || r.daemonAlive() {
-			return nil, fmt.Errorf("session %s: reaching its daemon (pid %d) through %s: %w", r.ID, r.DaemonPid, root, err)
-		}
-	}
-	return openOffline(r)
 }

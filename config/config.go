@@ -1,24 +1,5 @@
-package main
-
-import (
-	"bufio"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/agentfs/agentfs/activity"
-	"github.com/agentfs/agentfs/autosnap"
-)
-
-// # Configuration
+// Package config reads agentfs's configuration files and resolves the
+// settings of a mount from them and the command's flags.
 //
 // Defaults for automatic snapshots, the activity log and the ignore
 // patterns come from two optional files, both in the same format:
@@ -49,12 +30,30 @@ import (
 //
 // A file that cannot be read or parsed is an error that names the file
 // and the line: nothing is mounted.
+package config
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentfs/agentfs/activity"
+	"github.com/agentfs/agentfs/autosnap"
+	"github.com/agentfs/agentfs/hostpath"
+)
 
 // Config is the configuration of a mount.
 type Config struct {
 	// AutoSnapshot is whether automatic snapshots are on; when
 	// AutoSnapshotSet is false no file said, and the command decides
-	// (autoSnapshotOr).
+	// (AutoSnapshotOr).
 	AutoSnapshot    bool
 	AutoSnapshotSet bool
 	QuietPeriod     time.Duration
@@ -67,8 +66,8 @@ type Config struct {
 	Files []string
 }
 
-// defaultConfig is the configuration without any file.
-func defaultConfig() Config {
+// Default is the configuration without any file.
+func Default() Config {
 	return Config{
 		QuietPeriod: autosnap.DefaultQuiet,
 		Keep:        autosnap.DefaultKeep,
@@ -77,21 +76,21 @@ func defaultConfig() Config {
 	}
 }
 
-// autoSnapshotOr is whether automatic snapshots are on, def when no
+// AutoSnapshotOr is whether automatic snapshots are on, def when no
 // file said.
-func (c Config) autoSnapshotOr(def bool) bool {
+func (c Config) AutoSnapshotOr(def bool) bool {
 	if c.AutoSnapshotSet {
 		return c.AutoSnapshot
 	}
 	return def
 }
 
-// projectConfigName is the project's configuration file, in the lower
+// ProjectFile is the project's configuration file, in the lower
 // directory.
-const projectConfigName = ".agentfs.conf"
+const ProjectFile = ".agentfs.conf"
 
-// userConfigPath returns the user's configuration file.
-func userConfigPath() string {
+// UserFile returns the user's configuration file.
+func UserFile() string {
 	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
 		return filepath.Join(d, "agentfs", "config")
 	}
@@ -102,15 +101,15 @@ func userConfigPath() string {
 	return filepath.Join(home, ".config", "agentfs", "config")
 }
 
-// loadConfig reads the user's and the project's configuration files
+// Load reads the user's and the project's configuration files
 // (those that exist) over the defaults. lowerDir is the project.
-func loadConfig(lowerDir string) (Config, error) {
-	c := defaultConfig()
-	for _, p := range []string{userConfigPath(), filepath.Join(lowerDir, projectConfigName)} {
+func Load(lowerDir string) (Config, error) {
+	c := Default()
+	for _, p := range []string{UserFile(), filepath.Join(lowerDir, ProjectFile)} {
 		if p == "" {
 			continue
 		}
-		f, err := openNoatime(p)
+		f, err := hostpath.OpenNoatime(p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -196,17 +195,17 @@ func (c *Config) set(section, key, value string) error {
 		c.AutoSnapshot, err = parseConfigBool(key, value)
 		c.AutoSnapshotSet = true
 	case "auto-snapshot.quiet-period":
-		c.QuietPeriod, err = parseQuietPeriod(value)
+		c.QuietPeriod, err = ParseQuietPeriod(value)
 		if err != nil {
 			err = fmt.Errorf("quiet-period = %s: %v", value, err)
 		}
 	case "auto-snapshot.keep":
-		c.Keep, err = parseKeep(value)
+		c.Keep, err = ParseKeep(value)
 		if err != nil {
 			err = fmt.Errorf("keep = %s: %v", value, err)
 		}
 	case "log.size":
-		c.LogSize, err = parseLogSize(value)
+		c.LogSize, err = ParseLogSize(value)
 		if err != nil {
 			err = fmt.Errorf("size = %s: %v", value, err)
 		}
@@ -246,8 +245,8 @@ const (
 	maxKeep        = 100000
 )
 
-// parseQuietPeriod parses a quiet period such as 500ms or 2s.
-func parseQuietPeriod(s string) (time.Duration, error) {
+// ParseQuietPeriod parses a quiet period such as 500ms or 2s.
+func ParseQuietPeriod(s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	switch {
 	case err != nil:
@@ -258,8 +257,8 @@ func parseQuietPeriod(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// parseKeep parses a retention count.
-func parseKeep(s string) (int, error) {
+// ParseKeep parses a retention count.
+func ParseKeep(s string) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > maxKeep {
 		return 0, fmt.Errorf("write a count from 1 to %d", maxKeep)
@@ -267,8 +266,8 @@ func parseKeep(s string) (int, error) {
 	return n, nil
 }
 
-// parseLogSize parses the activity log's bound: 16M, 512K, 1G.
-func parseLogSize(s string) (int64, error) {
+// ParseLogSize parses the activity log's bound: 16M, 512K, 1G.
+func ParseLogSize(s string) (int64, error) {
 	t := strings.ToUpper(strings.TrimSpace(s))
 	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
 	mult := int64(1)
@@ -286,16 +285,4 @@ func parseLogSize(s string) (int64, error) {
 		return 0, fmt.Errorf("too small: at least %dK", activity.MinMaxBytes>>10)
 	}
 	return v * mult, nil
-}
-
-// openNoatime opens p for reading without updating its atime (the
-// project's file is in the lower directory, which agentfs never
-// changes); O_NOATIME needs ownership or CAP_FOWNER, so without them it
-// opens p plainly.
-func openNoatime(p string) (*os.File, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOATIME, 0)
-	if errors.Is(err, unix.EPERM) {
-		f, err = os.Open(p)
-	}
-	return f, err
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"encoding/json"
@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 )
 
-// registryEntry records a running mount, so that unmount can clean up
+// RegistryEntry records a running mount, so that unmount can clean up
 // after a daemon that died: detach the dead mount, delete its private
 // store. The daemon writes it once the mount is ready and removes it when
 // it exits cleanly.
-type registryEntry struct {
+type RegistryEntry struct {
 	Mountpoint string `json:"mountpoint"`
 	Pid        int    `json:"pid"`
 	Store      string `json:"store"`
@@ -24,14 +24,14 @@ type registryEntry struct {
 // registryPath is the entry's file: the mountpoint, escaped, in the
 // runtime directory.
 func registryPath(mp string) (string, error) {
-	dir, err := runtimeDir()
+	dir, err := RuntimeDir()
 	if err != nil {
 		return "", fmt.Errorf("the agentfs runtime directory: %w", err)
 	}
 	return filepath.Join(dir, "mounts", url.PathEscape(mp)+".json"), nil
 }
 
-func writeRegistry(e registryEntry) error {
+func writeRegistry(e RegistryEntry) error {
 	p, err := registryPath(e.Mountpoint)
 	if err != nil {
 		return err
@@ -50,9 +50,9 @@ func writeRegistry(e registryEntry) error {
 	return os.Rename(tmp, p)
 }
 
-// readRegistry returns the entry of mp, if there is one.
-func readRegistry(mp string) (registryEntry, bool) {
-	var e registryEntry
+// ReadRegistry returns the entry of mp, if there is one.
+func ReadRegistry(mp string) (RegistryEntry, bool) {
+	var e RegistryEntry
 	p, err := registryPath(mp)
 	if err != nil {
 		return e, false
@@ -64,10 +64,10 @@ func readRegistry(mp string) (registryEntry, bool) {
 	return e, true
 }
 
-// removeRegistry removes the entry of mp; only the daemon that wrote it
+// RemoveRegistry removes the entry of mp; only the daemon that wrote it
 // (pid) may, so that a late exit does not remove a newer mount's entry.
-func removeRegistry(mp string, pid int) {
-	if e, ok := readRegistry(mp); ok && pid != 0 && e.Pid != pid {
+func RemoveRegistry(mp string, pid int) {
+	if e, ok := ReadRegistry(mp); ok && pid != 0 && e.Pid != pid {
 		return
 	}
 	if p, err := registryPath(mp); err == nil {

@@ -1,42 +1,43 @@
-package main
+package session
 
 import (
 	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/procfs"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // newTestSession makes an ended session of a new project in a state
 // directory of the test's own.
-func newTestSession(t *testing.T) *sessionRecord {
+func newTestSession(t *testing.T) *Record {
 	t.Helper()
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	project := t.TempDir()
 	if err := os.WriteFile(filepath.Join(project, "a.txt"), []byte("hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := createSession(project, project, []string{"agent", "--flag", "it's"})
+	r, err := Create(project, project, []string{"agent", "--flag", "it's"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.State = stateEnded
+	r.State = StateEnded
 	r.RunPid, r.RunStart = 0, 0
-	if err := r.save(); err != nil {
+	if err := r.Save(); err != nil {
 		t.Fatal(err)
 	}
 	// The store, as its daemon would have made it.
 	if err := os.MkdirAll(r.Store, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	c, err := openOffline(r)
+	c, err := r.openOffline("test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func newTestSession(t *testing.T) *sessionRecord {
 }
 
 func TestSessionIDs(t *testing.T) {
-	id := newSessionID(time.Date(2026, 11, 21, 14, 3, 5, 0, time.UTC))
+	id := newID(time.Date(2026, 11, 21, 14, 3, 5, 0, time.UTC))
 	if !regexp.MustCompile(`^20261121-140305-[0-9a-f]{4}$`).MatchString(id) {
 		t.Errorf("session id %q, want 20261121-140305-XXXX", id)
 	}
@@ -58,7 +59,7 @@ func TestFindSession(t *testing.T) {
 	project := t.TempDir()
 	var ids []string
 	for range 2 {
-		r, err := createSession(project, project, []string{"true"})
+		r, err := Create(project, project, []string{"true"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,17 +67,17 @@ func TestFindSession(t *testing.T) {
 	}
 	for _, id := range ids {
 		for _, ref := range []string{id, id[strings.LastIndexByte(id, '-')+1:]} {
-			if r, err := findSession(ref); err != nil || r.ID != id {
-				t.Errorf("findSession(%q) = %v, %v; want %s", ref, r, err, id)
+			if r, err := Find(ref); err != nil || r.ID != id {
+				t.Errorf("Find(%q) = %v, %v; want %s", ref, r, err, id)
 			}
 		}
 	}
-	if _, err := findSession(ids[0][:8]); err == nil || !strings.Contains(err.Error(), "ambiguous") {
+	if _, err := Find(ids[0][:8]); err == nil || !strings.Contains(err.Error(), "ambiguous") {
 		t.Errorf("findSession of a shared prefix: %v, want ambiguous", err)
 	}
 	for _, ref := range []string{"nosuch", "", "..", "a/b"} {
-		if _, err := findSession(ref); err == nil || !strings.Contains(err.Error(), "agentfs sessions") {
-			t.Errorf("findSession(%q): %v, want a refusal naming agentfs sessions", ref, err)
+		if _, err := Find(ref); err == nil || !strings.Contains(err.Error(), "agentfs sessions") {
+			t.Errorf("Find(%q): %v, want a refusal naming agentfs sessions", ref, err)
 		}
 	}
 }
@@ -86,7 +87,7 @@ func TestFindSession(t *testing.T) {
 func TestCreateSessionInsideProject(t *testing.T) {
 	project := t.TempDir()
 	t.Setenv("XDG_STATE_HOME", filepath.Join(project, ".state"))
-	if _, err := createSession(project, project, []string{"true"}); err == nil || !strings.Contains(err.Error(), "set XDG_STATE_HOME") {
+	if _, err := Create(project, project, []string{"true"}); err == nil || !strings.Contains(err.Error(), "set XDG_STATE_HOME") {
 		t.Errorf("createSession with the state inside the project: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(project, ".state")); !os.IsNotExist(err) {
@@ -99,40 +100,40 @@ func TestCreateSessionInsideProject(t *testing.T) {
 // is refused (nothing is mounted); the store is locked while open.
 func TestOfflineSession(t *testing.T) {
 	r := newTestSession(t)
-	c, err := r.dial()
+	c, err := r.Dial("test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var info ctl.SnapshotInfo
-	if err := c.Do(ctl.OpSnapshotCreate, ctl.SnapshotCreateArgs{Label: "pre", Kind: "pre-run"}, &info); err != nil || info.Kind != "pre-run" {
+	info, err := c.CreateSnapshot(ctl.SnapshotCreateArgs{Label: "pre", Kind: "pre-run"})
+	if err != nil || info.Kind != "pre-run" {
 		t.Fatalf("snapshot create (pre-run) offline: %+v, %v", info, err)
 	}
-	if err := c.Do(ctl.OpSnapshotCreate, ctl.SnapshotCreateArgs{Kind: "safety"}, nil); !errors.Is(err, syscall.EINVAL) {
-		t.Errorf("snapshot create of kind safety: %v, want EINVAL", err)
+	if _, err := c.CreateSnapshot(ctl.SnapshotCreateArgs{Kind: "safety"}); !errors.Is(err, syscall.EINVAL) || !errors.Is(err, workspace.ErrInvalid) {
+		t.Errorf("snapshot create of kind safety: %v, want EINVAL (ErrInvalid)", err)
 	}
-	var st ctl.Status
-	if err := c.Do(ctl.OpStatus, nil, &st); err != nil || !st.Offline || st.Pid != 0 || st.Lower != r.Project || !st.Session {
+	if st, err := c.Status(); err != nil || !st.Offline || st.Pid != 0 || st.Lower != r.Project || !st.Session || st.Version != "test" {
 		t.Errorf("status offline: %+v, %v", st, err)
 	}
-	var rep ctl.DiffReply
-	if err := c.Do(ctl.OpDiff, ctl.DiffArgs{}, &rep); err != nil || len(rep.Changes) != 0 {
+	if rep, err := c.Diff(ctl.DiffArgs{}); err != nil || len(rep.Changes) != 0 {
 		t.Errorf("diff of an unchanged session: %+v, %v", rep, err)
 	}
-	if err := c.Do(ctl.OpUnmount, nil, nil); !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "nothing is mounted") {
+	if _, err := c.Unmount(); !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "nothing is mounted") {
 		t.Errorf("unmount offline: %v, want EINVAL, nothing is mounted", err)
 	}
-	if _, err := r.dial(); err == nil || !strings.Contains(err.Error(), "in use") {
+	if _, err := c.Bind(ctl.BindArgs{Branch: "main"}); !errors.Is(err, workspace.ErrNotMounted) {
+		t.Errorf("bind offline: %v, want ErrNotMounted", err)
+	}
+	if _, err := r.Dial("test"); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("a second offline open while the first holds the store: %v, want in use", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c, err = r.dial()
+	c, err = r.Dial("test")
 	if err != nil {
 		t.Fatalf("opening again after close: %v", err)
 	}
-	var list ctl.SnapshotList
-	if err := c.Do(ctl.OpSnapshotList, nil, &list); err != nil || len(list.Snapshots) != 1 || list.Snapshots[0].ID != info.ID {
+	if list, err := c.Snapshots(); err != nil || len(list.Snapshots) != 1 || list.Snapshots[0].ID != info.ID {
 		t.Errorf("the snapshot taken offline, listed again: %+v, %v", list, err)
 	}
 	c.Close()
@@ -142,63 +143,36 @@ func TestOfflineSession(t *testing.T) {
 // are gone has ended.
 func TestSessionLiveState(t *testing.T) {
 	r := newTestSession(t)
-	r.State = stateRunning
-	r.DaemonPid, r.DaemonStart = os.Getpid(), processStart(os.Getpid())
-	if got := r.live(); got != stateRunning {
+	r.State = StateRunning
+	r.DaemonPid, r.DaemonStart = os.Getpid(), procfs.StartTime(os.Getpid())
+	if got := r.Live(); got != StateRunning {
 		t.Errorf("live() with the daemon alive = %s, want running", got)
 	}
 	r.DaemonStart++ // another process with the same pid
-	if got := r.live(); got != stateEnded {
+	if got := r.Live(); got != StateEnded {
 		t.Errorf("live() with the daemon gone = %s, want ended", got)
 	}
-	if processStart(os.Getpid()) == 0 {
+	if procfs.StartTime(os.Getpid()) == 0 {
 		t.Errorf("processStart of this process = 0")
 	}
 }
 
 func TestSummarize(t *testing.T) {
-	s := summarize([]ctl.Change{
+	s := Summarize([]ctl.Change{
 		{Path: "new", Kind: ctl.Created, New: &ctl.FileInfo{Type: "file", Size: 10}, SizeDelta: 10},
 		{Path: "dir", Kind: ctl.Created, New: &ctl.FileInfo{Type: "dir"}},
 		{Path: "gone", Kind: ctl.Deleted, Old: &ctl.FileInfo{Type: "file", Size: 7}, SizeDelta: -7},
 		{Path: "m", Kind: ctl.Modified, Old: &ctl.FileInfo{Size: 3}, New: &ctl.FileInfo{Size: 5}, SizeDelta: 2},
 		{Path: "p", Kind: ctl.ModeChanged, Old: &ctl.FileInfo{Size: 4}, New: &ctl.FileInfo{Size: 4}},
 	})
-	want := changeSummary{Created: 2, Modified: 2, Deleted: 1, CreatedBytes: 10, ModifiedBytes: 9, DeletedBytes: 7, Delta: 5}
+	want := Summary{Created: 2, Modified: 2, Deleted: 1, CreatedBytes: 10, ModifiedBytes: 9, DeletedBytes: 7, Delta: 5}
 	if s != want {
 		t.Errorf("summarize = %+v, want %+v", s, want)
 	}
 }
 
 func TestShellQuote(t *testing.T) {
-	if got, want := shellQuote([]string{"claude", "--resume", "it's", "a b", ""}), `claude --resume 'it'\''s' 'a b' ''`; got != want {
+	if got, want := ShellQuote([]string{"claude", "--resume", "it's", "a b", ""}), `claude --resume 'it'\''s' 'a b' ''`; got != want {
 		t.Errorf("shellQuote = %s, want %s", got, want)
-	}
-}
-
-// TestUsernsError: a failed user namespace names the sysctls that
-// forbid them on this system, and the fixes.
-func TestUsernsError(t *testing.T) {
-	dir := t.TempDir()
-	saved := usernsSysctls
-	t.Cleanup(func() { usernsSysctls = saved })
-	usernsSysctls = nil
-	for i, s := range saved {
-		p := filepath.Join(dir, strconv.Itoa(i))
-		if err := os.WriteFile(p, []byte(s.forbids+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		s.path = p
-		usernsSysctls = append(usernsSysctls, s)
-	}
-	err := usernsError(syscall.EPERM)
-	for _, want := range []string{"needs a user namespace", "operation not permitted", "kernel.unprivileged_userns_clone=0",
-		"user.max_user_namespaces=0", "kernel.apparmor_restrict_unprivileged_userns=1", "run agentfs run as root"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("usernsError does not say %q: %v", want, err)
-		}
-	}
-	if hint := usernsMountHint(); !strings.Contains(hint, "kernel.apparmor_restrict_unprivileged_userns=1") {
-		t.Errorf("usernsMountHint does not name the restriction: %s", hint)
 	}
 }

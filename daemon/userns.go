@@ -1,9 +1,8 @@
-package main
+package daemon
 
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 )
 
@@ -39,9 +38,9 @@ func usernsRestrictions() []string {
 	return found
 }
 
-// usernsError explains that no user namespace could be made (err is
+// UsernsError explains that no user namespace could be made (err is
 // what the kernel said), with the fix.
-func usernsError(err error) error {
+func UsernsError(err error) error {
 	why := "the kernel does not allow unprivileged user namespaces here"
 	if r := usernsRestrictions(); len(r) > 0 {
 		why += " (" + strings.Join(r, ", ") + ")"
@@ -49,52 +48,12 @@ func usernsError(err error) error {
 	return fmt.Errorf("agentfs run as a normal user needs a user namespace, and creating one failed: %v: %s: run agentfs run as root (sudo), or allow them (e.g. sysctl -w kernel.unprivileged_userns_clone=1, user.max_user_namespaces=15000, kernel.apparmor_restrict_unprivileged_userns=0, as applies)", err, why)
 }
 
-// usernsMountHint says what may forbid a FUSE mount in a user
+// UsernsMountHint says what may forbid a FUSE mount in a user
 // namespace, for the error of a failed mount there.
-func usernsMountHint() string {
+func UsernsMountHint() string {
 	hint := "mounting FUSE inside a user namespace needs Linux 4.18 or later and no security module forbidding it"
 	if r := usernsRestrictions(); len(r) > 0 {
 		hint += "; this system sets " + strings.Join(r, ", ")
 	}
 	return hint + ": run agentfs run as root (sudo), or lift the restriction"
-}
-
-// inUserNamespace reports whether this process runs in a user
-// namespace other than the initial one (whose uid_map maps every id to
-// itself).
-func inUserNamespace() bool {
-	b, err := os.ReadFile("/proc/self/uid_map")
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b))
-	return !(len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295")
-}
-
-// inOuterMountNamespace reports whether this process is known to
-// share its mount namespace with its grandparent. A session's daemon
-// runs in a namespace of its own, made by its parent (the session
-// process) under agentfs run (its grandparent); a mount started from a
-// shell shares the shell's. False when a namespace cannot be read.
-func inOuterMountNamespace() bool {
-	self, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		return false
-	}
-	grandparent := parentOf(os.Getppid())
-	if grandparent <= 0 {
-		return false
-	}
-	outer, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", grandparent))
-	return err == nil && outer == self
-}
-
-// parentOf returns the parent pid of pid, or 0.
-func parentOf(pid int) int {
-	f := procStatFields(pid)
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
 }

@@ -1,0 +1,152 @@
+package daemon
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/agentfs/agentfs/activity"
+	"github.com/agentfs/agentfs/autosnap"
+	"github.com/agentfs/agentfs/fs"
+	"github.com/agentfs/agentfs/overlay"
+)
+
+// The daemon's side of the activity log and of automatic snapshots.
+//
+// The fs server reports each operation (fs.Activity) to the daemon's
+// activityHook, on the FUSE path: it queues a log entry (activity) and,
+// with automatic snapshots on, the changed paths for the scheduler
+// (autosnap); neither waits. The scheduler's goroutine takes each
+// snapshot that falls due through the workspace (AutoSnapshot), which
+// serializes it with the control operations and applies the retention
+// policy.
+
+// activityHook is the activity log and automatic snapshots of a daemon.
+type activityHook struct {
+	d    *Daemon
+	log  *activity.Log
+	auto *autosnap.Runner // nil when automatic snapshots are off
+}
+
+var _ fs.Activity = (*activityHook)(nil)
+
+// viewFileMax bounds what automatic snapshots read of a file of the
+// view (git refs and commits, .gitignore).
+const viewFileMax = 1 << 20
+
+// startActivity opens the activity log in the store and, when they are
+// on, starts automatic snapshots. The workspace must be open.
+func (d *Daemon) startActivity() error {
+	s := d.plan.Activity
+	log, err := activity.Open(activity.Options{Dir: d.store, MaxBytes: s.LogSize, Logger: d.log})
+	if err != nil {
+		return fmt.Errorf("the store %s: %w", d.store, err)
+	}
+	a := &activityHook{d: d, log: log}
+	d.activity = a
+	if !s.AutoSnapshot {
+		return nil
+	}
+	ignore, err := d.ignorePatterns()
+	if err != nil {
+		return err
+	}
+	sched := &autosnap.Scheduler{Quiet: s.QuietPeriod, Ignore: ignore}
+	a.auto = autosnap.Start(sched, a.takeAuto)
+	d.log.Info("automatic snapshots on", "quiet_period", s.QuietPeriod, "keep", s.Keep, "ignore_patterns", ignore.Len())
+	return nil
+}
+
+// ignorePatterns returns the patterns of the configuration and, unless
+// turned off, of the project's .gitignore and .git/info/exclude, as
+// the view shows them at mount.
+func (d *Daemon) ignorePatterns() (*autosnap.Matcher, error) {
+	m := &autosnap.Matcher{}
+	for _, p := range d.plan.Activity.Ignore {
+		if err := m.Add(p); err != nil {
+			return nil, fmt.Errorf("ignore pattern %q: %w", p, err)
+		}
+	}
+	if !d.plan.Activity.Gitignore {
+		return m, nil
+	}
+	view := d.ws.View()
+	for _, name := range []string{".gitignore", ".git/info/exclude"} {
+		b, err := view.ReadFile(name, viewFileMax)
+		if err != nil {
+			continue // none, or not a file: nothing to honour
+		}
+		if err := m.AddFile(strings.NewReader(string(b))); err != nil {
+			d.log.Warn("reading ignore patterns", "file", name, "err", err)
+		}
+	}
+	return m, nil
+}
+
+// closeActivity stops automatic snapshots and closes the log (what is
+// queued is written).
+func (d *Daemon) closeActivity() {
+	a := d.activity
+	if a == nil {
+		return
+	}
+	if a.auto != nil {
+		a.auto.Stop()
+	}
+	if err := a.log.Close(); err != nil {
+		d.log.Warn("closing the activity log", "err", err)
+	}
+}
+
+// Record implements fs.Activity.
+func (a *activityHook) Record(ev fs.Event) {
+	if ev.Class != fs.CloseWrite {
+		a.log.Record(activity.Entry{Time: ev.Time, Tid: int(ev.Pid), Uid: ev.Uid, Branch: ev.Branch,
+			Op: ev.Op, Path: ev.Path, Path2: ev.Path2, Attrs: ev.Attrs})
+	}
+	if a.auto == nil || ev.Class == fs.Read {
+		return
+	}
+	c := autosnap.Change{Time: ev.Time, Branch: ev.Branch, Dir: ev.Op == fs.OpMkdir || ev.Op == fs.OpRmdir}
+	switch ev.Op {
+	case fs.OpCopyRange:
+		c.Paths = []string{ev.Path2} // the source did not change
+	case fs.OpRename, fs.OpLink:
+		c.Paths = []string{ev.Path, ev.Path2}
+	default:
+		c.Paths = []string{ev.Path}
+	}
+	// A file no longer in the tree is not in a snapshot either.
+	c.Paths = slices.DeleteFunc(c.Paths, func(p string) bool { return p == fs.DeletedPath })
+	a.auto.Add(c)
+}
+
+// takeAuto takes an automatic snapshot that fell due.
+func (a *activityHook) takeAuto(due autosnap.Due) {
+	a.d.writeBack()
+	a.d.ws.AutoSnapshot(due.Branch, func(v *overlay.FS) string {
+		return due.Label(func(p string) ([]byte, error) { return v.ReadFile(p, viewFileMax) })
+	})
+}
+
+// writeBack has the kernel send the writes it holds for the daemon's
+// mounts (with a writeback cache), the main one and every branch mount,
+// before a control request that reads the files
+// (fs.Options.WriteBackAll, whichever mount it came through) and before
+// a snapshot the daemon takes on its own, so that they include them. No
+// lock is held while the kernel writes: nothing that serves a WRITE may
+// wait for it.
+func (d *Daemon) writeBack() {
+	var srvs []*fs.Server
+	if srv := d.srv.Load(); srv != nil {
+		srvs = append(srvs, srv)
+	}
+	for _, bm := range d.branchMountList() {
+		srvs = append(srvs, bm.srv)
+	}
+	for _, srv := range srvs {
+		if err := srv.WriteBack(); err != nil {
+			d.log.Warn("writing back the kernel's cached writes", "err", err)
+		}
+	}
+}

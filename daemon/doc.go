@@ -1,0 +1,37 @@
+// Package daemon is one serving mount: it opens the store (a
+// workspace.Workspace), mounts its view with the FUSE server (fs),
+// serves the workspace's operations over the control file, keeps the
+// activity log and takes automatic snapshots, mounts branches for
+// namespaced processes, and ends cleanly: by umount from outside, by
+// the unmount control operation, or by SIGTERM/SIGINT/SIGHUP.
+//
+// It also holds what agentfs keeps about running mounts outside them:
+// private stores (mounts without --store) and the registry of mounts
+// that lets `agentfs unmount` clean up after a daemon that died
+// (paths.go, registry.go, unmount.go), and the start of a daemon
+// process from the CLI (start.go).
+//
+// # Life of a daemon
+//
+//	validate the request (Validate): nothing is created for a bad one
+//	open the store (workspace.Open), attach the daemon to it
+//	mount, write the registry entry, report "ready" to the parent
+//	serve until unmounted
+//	detach the branch mounts, close the workspace, delete a private
+//	  store, remove the registry entry
+//
+// Unmounting waits a little for the mount to become idle (the client of
+// the unmount operation still holds the control file open for a
+// moment), then detaches it lazily; if processes keep the detached
+// mount alive, the daemon ends their connection after DetachGrace
+// (through fusectl, or by exiting): the user asked for the mount to go
+// away.
+//
+// # Lock order
+//
+// The workspace's operation lock (workspace.Workspace serializes its
+// operations and calls the daemon, as its workspace.Mount, with it
+// held), then Daemon.mu (the branch mounts). The daemon never calls the
+// workspace with mu held. Neither is taken on the FUSE path: the FUSE
+// server resolves callers and serves requests on its own locks.
+package daemon

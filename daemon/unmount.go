@@ -1,0 +1,142 @@
+package daemon
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/procfs"
+)
+
+// Unmount ends the mount at mp, as agentfs unmount does: it asks the
+// daemon to unmount and waits up to timeout for it to exit, then sends
+// it SIGTERM. A mount whose daemon died ("transport endpoint is not
+// connected") is cleared, and what the daemon left (its private store,
+// its registry entry) removed. What it did beyond the plain case is
+// told on notes.
+func Unmount(mp string, timeout time.Duration, notes io.Writer) error {
+	reg, known := ReadRegistry(mp)
+	e, mounted, err := procfs.MountAt(mountinfoPath, mp)
+	if err != nil {
+		return err
+	}
+	if !mounted {
+		if known && !procfs.Alive(reg.Pid) {
+			cleanupAfter(notes, reg)
+			fmt.Fprintf(notes, "agentfs: %s was not mounted; removed what its dead daemon (pid %d) left behind\n", mp, reg.Pid)
+			return nil
+		}
+		return fmt.Errorf("%s is not mounted", mp)
+	}
+	if e.FsType != FsType {
+		return fmt.Errorf("%s is a %s mount, not an agentfs mount: use umount", mp, e.FsType)
+	}
+	c, err := ctl.Dial(mp)
+	if ctl.DaemonGone(err) {
+		return clearDeadMount(notes, mp, reg, known)
+	}
+	if err != nil {
+		return err
+	}
+	var st ctl.Status
+	err = c.Do(ctl.OpStatus, nil, &st)
+	if ctl.DaemonGone(err) {
+		c.Close()
+		return clearDeadMount(notes, mp, reg, known)
+	}
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("asking the daemon of %s: %w", mp, err)
+	}
+	// Hold the daemon's pidfd before asking it to exit, so that waiting
+	// cannot mistake a new process with a reused pid for it.
+	proc := procfs.Watch(st.Pid)
+	defer proc.Close()
+	var rep ctl.UnmountReply
+	err = c.Do(ctl.OpUnmount, nil, &rep)
+	c.Close()
+	if err != nil {
+		return fmt.Errorf("asking the daemon of %s to unmount: %w", mp, err)
+	}
+	if proc.Wait(timeout) {
+		return finishUnmount(notes, mp, reg, known)
+	}
+	fmt.Fprintf(notes, "agentfs: the daemon (pid %d) did not exit within %v; sending it SIGTERM\n", st.Pid, timeout)
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
+		fmt.Fprintf(notes, "agentfs: signalling the daemon (pid %d): %v\n", st.Pid, err)
+	}
+	if proc.Wait(ExitWait) {
+		return finishUnmount(notes, mp, reg, known)
+	}
+	return fmt.Errorf("the daemon (pid %d) of %s does not exit: kill -9 %d, then run agentfs unmount %s again", st.Pid, mp, st.Pid, mp)
+}
+
+// finishUnmount checks the mount is gone once its daemon has exited,
+// and removes what the daemon might have left.
+func finishUnmount(notes io.Writer, mp string, reg RegistryEntry, known bool) error {
+	if _, mounted, _ := procfs.MountAt(mountinfoPath, mp); mounted {
+		if err := UnmountOnce(mp, true); err != nil {
+			return fmt.Errorf("the daemon exited but %s is still mounted: %w", mp, err)
+		}
+	}
+	if known {
+		cleanupAfter(notes, reg)
+	}
+	return nil
+}
+
+// clearDeadMount detaches the mount of a daemon that died and deletes
+// its private store.
+func clearDeadMount(notes io.Writer, mp string, reg RegistryEntry, known bool) error {
+	if err := UnmountOnce(mp, true); err != nil {
+		return fmt.Errorf("clearing the dead mount %s: %w", mp, err)
+	}
+	fmt.Fprintf(notes, "agentfs: the daemon of %s had died; cleared the mount\n", mp)
+	if !known {
+		return nil
+	}
+	// The kernel reports the daemon gone before the last of its threads
+	// has left: one leaving io_uring still holds the store's lock.
+	p := procfs.Watch(reg.Pid)
+	defer p.Close()
+	if !p.Wait(deadDaemonWait) {
+		fmt.Fprintf(notes, "agentfs: the dead daemon (pid %d) is still exiting; run agentfs unmount %s again to remove what it left\n", reg.Pid, mp)
+		return nil
+	}
+	cleanupAfter(notes, reg)
+	return nil
+}
+
+// deadDaemonWait is how long unmount waits for the threads of a daemon
+// whose mount it cleared to exit.
+const deadDaemonWait = 10 * time.Second
+
+// cleanupAfter removes what a dead daemon left: its private store (with
+// a ramdisk still mounted in it) and its registry entry.
+func cleanupAfter(notes io.Writer, e RegistryEntry) {
+	if procfs.Alive(e.Pid) {
+		return
+	}
+	if e.Ephemeral && e.Store != "" {
+		if IsPrivateStore(e.Store) {
+			ramdisk := filepath.Join(e.Store, "ramdisk")
+			if _, mounted, _ := procfs.MountAt(mountinfoPath, ramdisk); mounted {
+				if err := unix.Unmount(ramdisk, unix.MNT_DETACH); err != nil {
+					fmt.Fprintf(notes, "agentfs: detaching the ramdisk %s: %v\n", ramdisk, err)
+				}
+			}
+			if err := os.RemoveAll(e.Store); err != nil {
+				fmt.Fprintf(notes, "agentfs: removing the private store %s: %v\n", e.Store, err)
+			}
+		} else if _, err := os.Stat(e.Store); err == nil {
+			fmt.Fprintf(notes, "agentfs: not removing %s: it is not in the private store directory\n", e.Store)
+		}
+	}
+	RemoveRegistry(e.Mountpoint, e.Pid)
+}

@@ -1,0 +1,247 @@
+package workspace
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/hostpath"
+	"github.com/agentfs/agentfs/overlay"
+)
+
+// LowerRef names the project itself in Diff and Export.
+const LowerRef = "lower"
+
+// refView is a view that diff or export reads: what a ref names.
+type refView struct {
+	fs    *overlay.FS
+	what  string // in words: "the project (lower)", "snapshot 1a2b3c4d", "branch main"
+	snap  *branch.Snapshot
+	close func()
+}
+
+// openRefLocked opens a view of what ref names: "lower" (the project as
+// it is), a branch, or a snapshot (an id, a prefix, or a tag). A branch
+// in use is read through its live view; another branch through a view
+// of its layer, which nothing writes while opMu is held (only branches
+// in use are written, and putting one in use needs opMu); a snapshot
+// through a read-only view. A name that is both a branch and a tag is
+// refused as ambiguous. opMu is held.
+func (w *Workspace) openRefLocked(ref string) (refView, error) {
+	if ref == LowerRef {
+		v, err := overlay.LowerView(w.opts.LowerDir, w.objs)
+		if err != nil {
+			return refView{}, ioErrorf(err, "opening the project %s: %v", w.opts.Lower, err)
+		}
+		return refView{fs: v, what: "the project (lower)", close: w.closer(v, "the project")}, nil
+	}
+	l, err := w.meta.Layer(ref)
+	if err == nil {
+		if _, tagged := w.tags()[ref]; tagged {
+			return refView{}, errorf(ErrInvalid, "%q names both a branch and a tag: name the tag's snapshot by its id (agentfs snapshot list), or delete the tag", ref)
+		}
+		what := fmt.Sprintf("branch %s", ref)
+		if v := w.views[l.Name()]; v != nil {
+			// Live: processes may be writing it.
+			return refView{fs: v, what: what, close: func() {}}, nil
+		}
+		v, err := overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l, Logger: w.log})
+		if err != nil {
+			return refView{}, storeError(err, fmt.Sprintf("opening branch %q", ref))
+		}
+		return refView{fs: v, what: what, close: w.closer(v, what)}, nil
+	}
+	if !errors.Is(err, branch.ErrNotFound) {
+		return refView{}, storeError(err, fmt.Sprintf("opening branch %q", ref))
+	}
+	snap, err := w.resolveSnapshot(ref)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return refView{}, errorf(ErrNotFound, "%q is neither \"lower\", a branch, a snapshot id nor a tag: agentfs branch list and agentfs snapshot list show them", ref)
+		}
+		return refView{}, err
+	}
+	v, err := overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Snapshot: w.meta.SnapshotView(snap), Logger: w.log})
+	if err != nil {
+		return refView{}, storeError(err, fmt.Sprintf("opening snapshot %s", snap.ID))
+	}
+	return refView{fs: v, what: "snapshot " + snap.ID, snap: &snap, close: w.closer(v, "snapshot "+snap.ID)}, nil
+}
+
+// closer closes a view opened for one operation, logging a failure
+// (the operation's outcome stands: the view was only read).
+func (w *Workspace) closer(v *overlay.FS, what string) func() {
+	return func() {
+		if err := v.Close(); err != nil {
+			w.log.Warn("closing a view", "of", what, "err", err)
+		}
+	}
+}
+
+// changes returns the changes from view a to view b, as overlay.Diff
+// reports them.
+func changes(a, b *overlay.FS) ([]overlay.Change, error) {
+	var out []overlay.Change
+	err := overlay.Diff(a, b, func(c overlay.Change) error {
+		out = append(out, c)
+		return nil
+	})
+	return out, err
+}
+
+// changeInfos turns changes into their protocol form.
+func changeInfos(cs []overlay.Change) []ctl.Change {
+	out := make([]ctl.Change, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, ctl.Change{Path: c.Path, Kind: string(c.Kind), Old: fileInfo(c.Old), New: fileInfo(c.New),
+			SizeDelta: c.SizeDelta, AttrsChanged: c.AttrsChanged})
+	}
+	return out
+}
+
+func fileInfo(fi *overlay.FileInfo) *ctl.FileInfo {
+	if fi == nil {
+		return nil
+	}
+	return &ctl.FileInfo{Type: fi.Type, Mode: fi.Mode, Uid: fi.Uid, Gid: fi.Gid, Size: fi.Size, Rdev: fi.Rdev, Target: fi.Target}
+}
+
+// MaxPatch bounds the unified diff a Diff with Patch carries.
+const MaxPatch = 64 << 20
+
+// patchOf returns the unified diff of the data of every changed file.
+func patchOf(a, b *overlay.FS, cs []overlay.Change) (string, error) {
+	var buf strings.Builder
+	for _, c := range cs {
+		if err := overlay.Patch(a, b, c, &buf); err != nil {
+			return "", fmt.Errorf("%s: %w", c.Path, err)
+		}
+		if buf.Len() > MaxPatch {
+			return "", fmt.Errorf("the patch is larger than %d MiB: compare exports instead (agentfs export, then diff -r)", MaxPatch>>20)
+		}
+	}
+	return buf.String(), nil
+}
+
+// Diff compares two of: the project, a snapshot, a branch (a.From,
+// the project by default, with a.To, the caller's branch by default).
+func (w *Workspace) Diff(c ctl.Caller, a ctl.DiffArgs) (ctl.DiffReply, error) {
+	return locked(w, func() (ctl.DiffReply, error) {
+		from, to := cmp.Or(a.From, LowerRef), cmp.Or(a.To, w.callerView(c).Layer().Name())
+		va, err := w.openRefLocked(from)
+		if err != nil {
+			return ctl.DiffReply{}, err
+		}
+		defer va.close()
+		vb, err := w.openRefLocked(to)
+		if err != nil {
+			return ctl.DiffReply{}, err
+		}
+		defer vb.close()
+		cs, err := changes(va.fs, vb.fs)
+		if err != nil {
+			return ctl.DiffReply{}, ioErrorf(err, "comparing %s with %s: %v", va.what, vb.what, err)
+		}
+		reply := ctl.DiffReply{From: va.what, To: vb.what, Changes: changeInfos(cs)}
+		if a.Patch {
+			if reply.Patch, err = patchOf(va.fs, vb.fs, cs); err != nil {
+				return ctl.DiffReply{}, ioErrorf(err, "diff --patch of %s and %s: %v", va.what, vb.what, err)
+			}
+		}
+		return reply, nil
+	})
+}
+
+// Restore makes the caller's branch the state of a snapshot, for every
+// process at once: first a safety snapshot of the current state (which
+// undoes the restore), then the branch's entries are reset to the
+// snapshot's and the kernel's caches of the old state dropped.
+// Processes that hold files open keep those files, as if they had been
+// deleted and replaced. With a.DryRun it lists the changes it would
+// make, and makes none.
+func (w *Workspace) Restore(c ctl.Caller, a ctl.RestoreArgs) (ctl.RestoreReply, error) {
+	return locked(w, func() (ctl.RestoreReply, error) {
+		snap, err := w.resolveSnapshot(a.Ref)
+		if err != nil {
+			return ctl.RestoreReply{}, err
+		}
+		view := w.callerView(c)
+		cur := view.Layer().Name()
+		reply := ctl.RestoreReply{Snapshot: snapshotInfo(snap, w.tags()), Branch: cur}
+		if a.DryRun {
+			v, err := w.openRefLocked(snap.ID)
+			if err != nil {
+				return ctl.RestoreReply{}, err
+			}
+			defer v.close()
+			cs, err := changes(view, v.fs)
+			if err != nil {
+				return ctl.RestoreReply{}, ioErrorf(err, "comparing branch %q with snapshot %s: %v", cur, snap.ID, err)
+			}
+			reply.Changes = changeInfos(cs)
+			return reply, nil
+		}
+		safety, err := view.Snapshot(fmt.Sprintf("before restoring %s", snap.ID), branch.KindSafety)
+		if err != nil {
+			w.dropSnapshotLocked(safety.ID, "restore of "+snap.ID)
+			return ctl.RestoreReply{}, storeError(err, fmt.Sprintf("restoring snapshot %s: taking the safety snapshot of branch %q (nothing was restored)", snap.ID, cur))
+		}
+		stale, err := view.Restore(snap)
+		if err != nil {
+			w.log.Error("restore failed", "snapshot", snap.ID, "safety", safety.ID, "err", err)
+			return ctl.RestoreReply{}, storeError(err, fmt.Sprintf("restoring snapshot %s into branch %q (the state before is in snapshot %s: agentfs restore %s)", snap.ID, cur, safety.ID, safety.ID))
+		}
+		w.invalidate(stale)
+		si := snapshotInfo(safety, nil)
+		reply.Safety = &si
+		w.log.Info("snapshot restored", "snapshot", snap.ID, "branch", cur, "safety", safety.ID, "stale nodes", len(stale), "pid", c.Pid)
+		return reply, nil
+	})
+}
+
+// Export writes what a.Ref names as a plain directory tree at a.To (an
+// absolute path outside the project and the mount). A branch in use is
+// read live.
+func (w *Workspace) Export(c ctl.Caller, a ctl.ExportArgs) (ctl.ExportReply, error) {
+	return locked(w, func() (ctl.ExportReply, error) {
+		if err := w.checkExportTargetLocked(a.To); err != nil {
+			return ctl.ExportReply{}, err
+		}
+		v, err := w.openRefLocked(a.Ref)
+		if err != nil {
+			return ctl.ExportReply{}, err
+		}
+		defer v.close()
+		reply := ctl.ExportReply{What: v.what, To: a.To}
+		err = overlay.ExportWith(v.fs, a.To, overlay.ExportOptions{Skipped: func(path, why string) {
+			reply.Skipped = append(reply.Skipped, path+": "+why)
+		}})
+		w.log.Info("export", "what", v.what, "to", a.To, "skipped", len(reply.Skipped), "err", err, "pid", c.Pid)
+		if err != nil {
+			return ctl.ExportReply{}, ioErrorf(err, "exporting %s to %s: %v", v.what, a.To, err)
+		}
+		return reply, nil
+	})
+}
+
+// checkExportTarget refuses an export target that is not absolute, or
+// that is in the project (agentfs never writes there) or in the mount
+// (the daemon would write to itself), also when reached through a
+// symlink or a bind mount. opMu is held.
+func (w *Workspace) checkExportTargetLocked(to string) error {
+	if !filepath.IsAbs(to) || filepath.Clean(to) != to {
+		return errorf(ErrInvalid, "export target %q is not a clean absolute path", to)
+	}
+	lower, mp := w.opts.Lower, w.opts.Mountpoint
+	switch {
+	case hostpath.Inside(to, lower, w.opts.LowerDir):
+		return errorf(ErrInvalid, "export target %s is inside the project %s, which agentfs never writes to: choose a directory outside it", to, lower)
+	case mp != "" && hostpath.Inside(to, mp, ""), w.mount != nil && w.mount.Contains(hostpath.Existing(hostpath.ResolveExisting(to))):
+		return errorf(ErrInvalid, "export target %s is inside the mount %s: choose a directory outside it", to, mp)
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+// Package workspace is the control plane of agentfs: the operations on
+// a store, as a typed Go API. A Workspace is one store (its branch
+// metadata, its backstore, the live view of every branch in use) over
+// one project; its methods are what `agentfs snapshot`, `branch`,
+// `diff`, `restore`, `export`, `apply`, `gc`, `fsck` and the binding
+// commands do: the CLI, the daemon's control server, and later an MCP
+// server or a remote-storage client all call these, and none of them
+// holds rules of its own.
+//
+// # Two ways to hold one
+//
+// Open opens a store in this process, with nothing mounted: the store
+// of an ended session, a tool, a test. A daemon opens its store the
+// same way, then Attaches its mount (the Mount interface): from then on
+// the operations also reach the kernel's caches, the processes bound to
+// branches and the branch mounts. Over the control file the daemon
+// serves the same object (Register); Client is the typed side a command
+// holds, which reaches a daemon or an in-process Workspace alike. An
+// operation behaves the same either way, but for what needs a mount
+// (binding a process is refused offline with ErrNotMounted).
+//
+// # Invariants
+//
+//   - The project (the lower directory) is written by Apply alone, and
+//     only through overlay.Apply; every other operation reads it.
+//   - An operation that fails changes nothing, except where its error
+//     says what it did (a restore's safety snapshot names the way back;
+//     an apply says how many paths it wrote before the error).
+//   - When an operation that changes the store returns, its change is
+//     durable: the control server settles the metadata (Settle) before
+//     it replies.
+//   - Every branch in use has one live view (Views), so that every
+//     process writing a branch writes through the same in-memory index.
+//
+// # Serialization and lock order
+//
+// Every operation that reads or changes snapshots and branches holds
+// opMu for its whole run, so that operations see each other's effects
+// whole: a restore never runs while a branch is being switched or
+// deleted, a listing never shows a branch half switched. File
+// operations through the mount never take opMu; each view's own lock
+// orders them with snapshots, restores and switches.
+//
+// Lock order: Workspace.opMu, then the Mount's own locks (the daemon's
+// branch-mount table), then a view's lock (overlay), then the branch
+// store's. The Mount never calls back into the Workspace with its locks
+// held. ApplyProgress and Status read without opMu (they are asked while
+// an apply holds it).
+//
+// # Errors
+//
+// Every error is an *Error: a Kind (ErrNotFound, ErrInvalid, ErrExists,
+// ErrBusy, ErrReadOnly, ...; test with errors.Is) and a message that
+// names the thing and the fix, as the user sees it. Each Kind carries
+// the errno the control protocol sends for it.
+package workspace

@@ -1,0 +1,111 @@
+package workspace
+
+import (
+	"fmt"
+
+	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/overlay"
+)
+
+// Mount is what a serving mount gives its workspace: which view a
+// process sees, the kernel's caches, the processes bound to branches
+// and the branch mounts. The daemon implements it; offline there is
+// none. The workspace calls it with opMu held; it never calls back.
+type Mount interface {
+	// Resolve returns the view process pid sees at the mount root and
+	// the pid whose binding decides it (0 when none does: the view the
+	// mount shows).
+	Resolve(pid uint32) (*overlay.FS, int)
+	// Show makes v the view unbound processes see at once.
+	Show(v *overlay.FS)
+	// Retire cuts off the processes bound to v, whose branch is being
+	// deleted: from then on they get ENOENT, never another branch's
+	// files.
+	Retire(v *overlay.FS)
+	// Invalidate drops what every connection of the mount (branch
+	// mounts too) cached of the stale nodes.
+	Invalidate(stale []overlay.Stale)
+	// Bindings lists the bound processes.
+	Bindings() []Binding
+	// Bind binds process pid and its descendants to v through the
+	// mount root. An error is of kind ErrNoProcess when the process
+	// has exited.
+	Bind(pid int, v *overlay.FS) error
+	// BindNamespaced binds pid to v through a branch mount of v (made
+	// on first use) and returns the branch mount's directory, which
+	// the process binds over the mountpoint in a mount namespace of
+	// its own (agentfs exec -b). Errors as Bind's.
+	BindNamespaced(pid int, v *overlay.FS) (string, error)
+	// Unbind ends pid's own binding; false when it has none.
+	Unbind(pid int) bool
+	// NamespacedUsers counts the processes that see branch name
+	// through its branch mount.
+	NamespacedUsers(name string) int
+	// CanNamespace reports whether the mount can make branch mounts
+	// (a daemon that is root, not in a user namespace).
+	CanNamespace() bool
+	// Describe fills in the mount's part of a status: the daemon's
+	// pid, the I/O mode and transport, the reads served.
+	Describe(st *ctl.Status)
+	// Contains reports whether path p is on the mount's file system
+	// (also through a bind mount of it).
+	Contains(p string) bool
+}
+
+// Binding is a process bound to a branch's view.
+type Binding struct {
+	Pid  int
+	View *overlay.FS
+	// Namespaced: it sees the view through a branch mount, in a mount
+	// namespace of its own.
+	Namespaced bool
+}
+
+// Attach attaches the serving mount: from then on the operations act
+// on it too. Called once, before the mount serves control requests.
+func (w *Workspace) Attach(m Mount) {
+	w.opMu.Lock()
+	defer w.opMu.Unlock()
+	w.mount = m
+}
+
+// callerView returns the view process c sees at the mount root: its
+// branch's. opMu is held (w.view).
+func (w *Workspace) callerView(c ctl.Caller) *overlay.FS {
+	if w.mount != nil {
+		v, _ := w.mount.Resolve(c.Pid)
+		return v
+	}
+	return w.view
+}
+
+// invalidate drops what the kernel cached of the nodes a restore, an
+// apply or a repair cut loose. opMu is held; no lock of a view may be.
+func (w *Workspace) invalidate(stale []overlay.Stale) {
+	if w.mount != nil && len(stale) > 0 {
+		w.mount.Invalidate(stale)
+	}
+}
+
+// viewOf returns the live view of branch l, opening it on first use.
+// opMu is held.
+func (w *Workspace) viewOf(l *branch.Layer) (*overlay.FS, error) {
+	if v := w.views[l.Name()]; v != nil {
+		return v, nil
+	}
+	v, err := w.newView(l)
+	if err != nil {
+		return nil, storeError(err, fmt.Sprintf("opening branch %q", l.Name()))
+	}
+	w.views[l.Name()] = v
+	return v, nil
+}
+
+// LiveView returns the live view of branch name, or nil when no
+// process sees it.
+func (w *Workspace) LiveView(name string) *overlay.FS {
+	w.opMu.Lock()
+	defer w.opMu.Unlock()
+	return w.views[name]
+}

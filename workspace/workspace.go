@@ -1,0 +1,248 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/agentfs/agentfs/autosnap"
+	"github.com/agentfs/agentfs/backstore"
+	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/overlay"
+)
+
+// Options say which store to open, over which project.
+type Options struct {
+	// Store is the store directory.
+	Store string
+	// Lower is the project, as users name it and as the store records
+	// it: a store made for one project refuses another.
+	Lower string
+	// LowerDir is the path by which the project is opened, when not
+	// Lower: under agentfs run the daemon's own mount covers the
+	// project's path, and a descriptor opened before mounting reaches
+	// it (/proc/self/fd/N). Every open of the project goes through it.
+	LowerDir string
+	// Mountpoint is where the store is (or was) mounted; export refuses
+	// targets inside it.
+	Mountpoint string
+	// Backstore is the kind of backstore (hostfs, ramdisk) and
+	// RamdiskSize the ramdisk's limit.
+	Backstore   string
+	RamdiskSize int64
+	// Ephemeral: a private store, deleted when its mount ends (status
+	// says so).
+	Ephemeral bool
+	// Session: the store is an agentfs run session's.
+	Session bool
+	// Keep bounds the automatic snapshots the retention policy keeps
+	// (0: autosnap.DefaultKeep).
+	Keep int
+	// ReadOnly opens the branch metadata read-only: every operation
+	// that would change the store fails with ErrReadOnly.
+	ReadOnly bool
+	// Version is the agentfs version, for Status.
+	Version string
+	Logger  *slog.Logger
+}
+
+// Workspace is one open store: see the package doc.
+type Workspace struct {
+	opts   Options
+	log    *slog.Logger
+	meta   *branch.Store
+	objs   *backstore.Store
+	policy autosnap.Policy
+
+	// opMu serializes the operations (see the package doc). current is
+	// the branch the mount shows to unbound processes (read without
+	// the lock), changed only with opMu held; views holds the live view
+	// of every branch in use, by name; view is the current branch's.
+	// retired are the views of deleted branches that processes may
+	// still hold files of (gc spares their objects).
+	opMu    sync.Mutex
+	current atomic.Pointer[branch.Layer]
+	view    *overlay.FS
+	views   map[string]*overlay.FS
+	retired []*overlay.FS
+
+	// mount is the serving mount (nil offline); set once by Attach.
+	mount Mount
+	// progress is the progress of the apply running, nil when none.
+	progress atomic.Pointer[ctl.ApplyProgress]
+}
+
+// Open opens the store of o: the branch metadata (under the store's
+// lock: one process at a time), which must have been made for o.Lower
+// (a new store records it), the backstore, and the view of the branch
+// the store showed last. A store whose last user died is collected of
+// what that one left uncommitted. Close releases it all.
+func Open(o Options) (*Workspace, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.LowerDir == "" {
+		o.LowerDir = o.Lower
+	}
+	if o.Backstore == "" {
+		o.Backstore = "hostfs"
+	}
+	w := &Workspace{opts: o, log: o.Logger, policy: autosnap.Policy{Keep: o.Keep}}
+	if err := w.open(); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *Workspace) open() error {
+	o := w.opts
+	var err error
+	w.meta, err = branch.Open(branch.Options{Dir: o.Store, ReadOnly: o.ReadOnly, Logger: w.log})
+	if err != nil {
+		return err
+	}
+	prev, err := w.meta.Info("lower")
+	switch {
+	case errors.Is(err, branch.ErrNotFound):
+		if err := w.meta.SetInfo("lower", []byte(o.Lower)); err != nil {
+			return fmt.Errorf("the store %s: recording its lower directory: %w", o.Store, err)
+		}
+	case err != nil:
+		return fmt.Errorf("the store %s: reading its lower directory: %w", o.Store, err)
+	case string(prev) != o.Lower:
+		return fmt.Errorf("the store %s was made for the lower directory %s, not %s: mount it with --lower %s, or use another --store", o.Store, prev, o.Lower, prev)
+	}
+	layer, err := w.resumeBranch()
+	if err != nil {
+		return fmt.Errorf("the store %s: %w", o.Store, err)
+	}
+	w.current.Store(layer)
+	w.objs, err = backstore.Open(backstore.Options{Kind: o.Backstore, Dir: o.Store, RamdiskSize: o.RamdiskSize})
+	if err != nil {
+		return fmt.Errorf("opening the %s backstore: %w", o.Backstore, err)
+	}
+	if w.objs.Crashed() && !o.ReadOnly {
+		// The process before this one died: what it made and did not
+		// commit, and its idle objects, are referred to by nothing,
+		// and nothing uses them yet.
+		r, err := w.objs.Collect(backstore.GCOptions{Referenced: w.meta.ReferencedObjects, Grace: -1})
+		if err != nil {
+			return fmt.Errorf("the store %s: collecting what the daemon before this one left: %w", o.Store, err)
+		}
+		w.objs.Recovered()
+		w.log.Info("collected what the daemon before this one left", "objects", r.Objects, "removed", r.Removed, "freed", r.Freed)
+	}
+	w.view, err = w.newView(layer)
+	if err != nil {
+		return err
+	}
+	w.views = map[string]*overlay.FS{layer.Name(): w.view}
+	return nil
+}
+
+// newView opens a writable view of branch l.
+func (w *Workspace) newView(l *branch.Layer) (*overlay.FS, error) {
+	return overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l,
+		AllocIno: w.meta.AllocIno, Sync: w.meta.Sync, Logger: w.log})
+}
+
+// currentBranchKey is the store info key that names the branch a kept
+// store shows, so that mounting it again resumes that branch.
+const currentBranchKey = "branch"
+
+// resumeBranch returns the branch the store showed when it was last
+// used (main for a new store, or when that branch is gone).
+func (w *Workspace) resumeBranch() (*branch.Layer, error) {
+	name := "main"
+	switch b, err := w.meta.Info(currentBranchKey); {
+	case err == nil:
+		name = string(b)
+	case !errors.Is(err, branch.ErrNotFound):
+		return nil, fmt.Errorf("reading the current branch: %w", err)
+	}
+	l, err := w.meta.Layer(name)
+	if errors.Is(err, branch.ErrNotFound) && name != "main" {
+		w.log.Warn("the branch the store showed last is gone: showing main", "branch", name)
+		l, err = w.meta.Layer("main")
+	}
+	return l, err
+}
+
+// Close closes the views, the backstore and the metadata. A mount
+// attached must have ended first.
+func (w *Workspace) Close() error {
+	var errs []error
+	for name, v := range w.views {
+		if err := v.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the view of branch %q: %w", name, err))
+		}
+	}
+	for _, v := range w.retired {
+		if err := v.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the view of deleted branch %q: %w", v.Layer().Name(), err))
+		}
+	}
+	if w.objs != nil {
+		if err := w.objs.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the backstore: %w", err))
+		}
+	}
+	if w.meta != nil {
+		w.meta.HandOffWith(nil)
+		if err := w.meta.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the metadata: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Store is the store directory.
+func (w *Workspace) Store() string { return w.opts.Store }
+
+// Lower is the project's path, as users name it.
+func (w *Workspace) Lower() string { return w.opts.Lower }
+
+// LowerDir is the path by which the project is opened (Options.LowerDir).
+func (w *Workspace) LowerDir() string { return w.opts.LowerDir }
+
+// View returns the view of the branch the mount shows to unbound
+// processes (the one a daemon mounts).
+func (w *Workspace) View() *overlay.FS {
+	w.opMu.Lock()
+	defer w.opMu.Unlock()
+	return w.view
+}
+
+// Meta is the branch store, for the daemon's hand-off of metadata
+// commits (branch.Store.HandOffWith) and its kill -9 path.
+func (w *Workspace) Meta() *branch.Store { return w.meta }
+
+// Objects is the backstore.
+func (w *Workspace) Objects() *backstore.Store { return w.objs }
+
+// Settle makes what the operations changed durable (the control server
+// runs it after each one, before the reply).
+func (w *Workspace) Settle() error {
+	if err := w.meta.Settle(); err != nil && !errors.Is(err, branch.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// Self is the caller of an operation run by this process for itself
+// (an ended session's store, a tool): it sees the mount's branch.
+func Self() ctl.Caller {
+	return ctl.Caller{Pid: uint32(os.Getpid()), Uid: uint32(os.Geteuid()), Gid: uint32(os.Getegid())}
+}
+
+// locked runs fn with opMu held.
+func locked[T any](w *Workspace, fn func() (T, error)) (T, error) {
+	w.opMu.Lock()
+	defer w.opMu.Unlock()
+	return fn()
+}

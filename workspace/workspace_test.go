@@ -1,0 +1,527 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/overlay"
+)
+
+// newWorkspace opens a new store over a project holding files.
+func newWorkspace(t *testing.T, files map[string]string) *Workspace {
+	t.Helper()
+	lower := t.TempDir()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(lower, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return w
+}
+
+// writeFile writes name in the root of view v, creating it if needed.
+func writeFile(t *testing.T, v *overlay.FS, name, content string) {
+	t.Helper()
+	var f *overlay.File
+	n, _, err := v.Lookup(v.Root(), name)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		_, f, _, err = v.Create(v.Root(), name, unix.O_WRONLY, 0o644, overlay.Caller{})
+	case err == nil:
+		f, err = v.Open(n, unix.O_WRONLY|unix.O_TRUNC)
+	}
+	if err != nil {
+		t.Fatalf("opening %s for writing: %v", name, err)
+	}
+	defer f.Release()
+	if _, err := f.WriteAt([]byte(content), 0); err != nil {
+		t.Fatalf("writing %s: %v", name, err)
+	}
+}
+
+// readFile reads name in the root of view v ("" with ok false when it
+// does not exist).
+func readFile(t *testing.T, v *overlay.FS, name string) (string, bool) {
+	t.Helper()
+	b, err := v.ReadFile(name, 1<<20)
+	if errors.Is(err, unix.ENOENT) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatalf("reading %s: %v", name, err)
+	}
+	return string(b), true
+}
+
+// isKind checks that err is of kind k, carries its errno, and says want.
+func isKind(t *testing.T, what string, err error, k *Kind, want string) {
+	t.Helper()
+	var e *Error
+	switch {
+	case !errors.As(err, &e):
+		t.Errorf("%s: error %v (%T), want an *Error", what, err, err)
+	case !errors.Is(err, k) || !errors.Is(err, k.Errno()):
+		t.Errorf("%s: error %q is not of kind %v (errno %v)", what, err, k, k.Errno())
+	case !strings.Contains(err.Error(), want):
+		t.Errorf("%s: error %q does not say %q", what, err, want)
+	}
+}
+
+var self = Self()
+
+// TestOpenErrors: a store is used by one process at a time and
+// remembers its project.
+func TestOpenErrors(t *testing.T) {
+	lower, other, store := t.TempDir(), t.TempDir(), t.TempDir()
+	w, err := Open(Options{Store: store, Lower: lower})
+	if err != nil {
+		t.Fatalf("opening a new store: %v", err)
+	}
+	_, err = Open(Options{Store: store, Lower: lower})
+	if !errors.Is(err, branch.ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Errorf("second open: %v, want ErrLocked naming pid %d", err, os.Getpid())
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(Options{Store: store, Lower: other})
+	if err == nil || !strings.Contains(err.Error(), "was made for the lower directory "+lower) {
+		t.Errorf("other lower: %v, want 'was made for the lower directory %s'", err, lower)
+	}
+	w, err = Open(Options{Store: store, Lower: lower})
+	if err != nil {
+		t.Fatalf("reopening with the right lower: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSnapshotsAndTags: create, list with the size each added, tags
+// keep their snapshot, and the errors of unknown and bad references.
+func TestSnapshotsAndTags(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a.txt": "lower a\n"})
+	s1, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "empty"})
+	if err != nil || s1.Kind != branch.KindManual || s1.Branch != "main" || s1.Label != "empty" {
+		t.Fatalf("CreateSnapshot = %+v, %v", s1, err)
+	}
+	writeFile(t, w.View(), "big", strings.Repeat("x", 64<<10))
+	s2, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "with big"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := w.Snapshots()
+	if err != nil || len(list.Snapshots) != 2 {
+		t.Fatalf("Snapshots = %+v, %v", list, err)
+	}
+	if got := list.Snapshots[1]; got.ID != s2.ID || got.SizeAdded < 64<<10 || list.Snapshots[0].SizeAdded != 0 {
+		t.Errorf("sizes added: %d then %d, want 0 then at least 64 KiB", list.Snapshots[0].SizeAdded, got.SizeAdded)
+	}
+	_, err = w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Kind: branch.KindSafety})
+	isKind(t, "a safety snapshot asked for", err, ErrInvalid, "cannot be asked for")
+	_, err = w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Branch: "nope"})
+	isKind(t, "a snapshot of an unknown branch", err, ErrNotFound, `no branch "nope"`)
+	info, err := w.SetTag(self, "good", s2.ID[:6])
+	if err != nil || info.ID != s2.ID || len(info.Tags) != 1 || info.Tags[0] != "good" {
+		t.Fatalf("SetTag by prefix = %+v, %v", info, err)
+	}
+	_, err = w.SetTag(self, "a/b", s2.ID)
+	isKind(t, "a bad tag name", err, ErrInvalid, "choose a tag name")
+	_, err = w.DeleteSnapshot(self, "good")
+	isKind(t, "deleting a tagged snapshot", err, ErrBusy, "tag --delete good")
+	if del, err := w.DeleteTag(self, "good"); err != nil || del.Ref != s2.ID {
+		t.Errorf("DeleteTag = %+v, %v", del, err)
+	}
+	_, err = w.DeleteTag(self, "good")
+	isKind(t, "deleting a deleted tag", err, ErrNotFound, `no tag "good"`)
+	if _, err := w.DeleteSnapshot(self, s2.ID); err != nil {
+		t.Errorf("deleting the untagged snapshot: %v", err)
+	}
+	_, err = w.DeleteSnapshot(self, s2.ID)
+	isKind(t, "deleting it again", err, ErrNotFound, "no snapshot or tag")
+	_, err = w.DeleteSnapshot(self, s1.ID[:3])
+	isKind(t, "a prefix of 3 digits", err, ErrNotFound, "at least 4 digits")
+	_, err = w.DeleteSnapshot(self, "")
+	isKind(t, "no reference", err, ErrInvalid, "no snapshot given")
+}
+
+// TestDiffRestoreExport: what changed from a snapshot, a dry run that
+// changes nothing, a restore with its safety snapshot, and an export.
+func TestDiffRestoreExport(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a.txt": "lower a\n"})
+	v := w.View()
+	writeFile(t, v, "a.txt", "changed a\n")
+	s1, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, v, "b.txt", "new b\n")
+	rep, err := w.Diff(self, ctl.DiffArgs{From: s1.ID, Patch: true})
+	if err != nil || len(rep.Changes) != 1 || rep.Changes[0].Path != "b.txt" || rep.Changes[0].Kind != ctl.Created {
+		t.Fatalf("Diff from the snapshot = %+v, %v; want b.txt created", rep, err)
+	}
+	if rep.From != "snapshot "+s1.ID || rep.To != "branch main" || !strings.Contains(rep.Patch, "+new b") {
+		t.Errorf("Diff: from %q to %q, patch %q", rep.From, rep.To, rep.Patch)
+	}
+	if rep, err := w.Diff(self, ctl.DiffArgs{}); err != nil || len(rep.Changes) != 2 || rep.From != "the project (lower)" {
+		t.Errorf("Diff from the project = %+v, %v; want a.txt and b.txt", rep, err)
+	}
+	_, err = w.Diff(self, ctl.DiffArgs{From: "nothing"})
+	isKind(t, "a diff from nothing", err, ErrNotFound, `"nothing" is neither "lower", a branch, a snapshot id nor a tag`)
+
+	dry, err := w.Restore(self, ctl.RestoreArgs{Ref: s1.ID, DryRun: true})
+	if err != nil || dry.Safety != nil || len(dry.Changes) != 1 || dry.Changes[0].Kind != ctl.Deleted {
+		t.Fatalf("Restore dry run = %+v, %v; want b.txt deleted, no safety snapshot", dry, err)
+	}
+	if _, ok := readFile(t, v, "b.txt"); !ok {
+		t.Fatal("the dry run removed b.txt")
+	}
+	res, err := w.Restore(self, ctl.RestoreArgs{Ref: s1.ID})
+	if err != nil || res.Safety == nil || res.Safety.Kind != branch.KindSafety || res.Branch != "main" {
+		t.Fatalf("Restore = %+v, %v", res, err)
+	}
+	if _, ok := readFile(t, v, "b.txt"); ok {
+		t.Error("b.txt is still there after the restore")
+	}
+	if got, _ := readFile(t, v, "a.txt"); got != "changed a\n" {
+		t.Errorf("a.txt after the restore = %q", got)
+	}
+	// The safety snapshot undoes it.
+	if _, err := w.Restore(self, ctl.RestoreArgs{Ref: res.Safety.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readFile(t, v, "b.txt"); got != "new b\n" {
+		t.Errorf("b.txt after restoring the safety snapshot = %q", got)
+	}
+
+	to := filepath.Join(t.TempDir(), "export")
+	ex, err := w.Export(self, ctl.ExportArgs{Ref: s1.ID, To: to})
+	if err != nil || ex.What != "snapshot "+s1.ID {
+		t.Fatalf("Export = %+v, %v", ex, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(to, "a.txt")); err != nil || string(b) != "changed a\n" {
+		t.Errorf("exported a.txt = %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(to, "b.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("b.txt, taken after the snapshot, was exported: %v", err)
+	}
+	_, err = w.Export(self, ctl.ExportArgs{Ref: "main", To: filepath.Join(w.Lower(), "out")})
+	isKind(t, "an export into the project", err, ErrInvalid, "which agentfs never writes to")
+	_, err = w.Export(self, ctl.ExportArgs{Ref: "main", To: "relative/dir"})
+	isKind(t, "an export to a relative path", err, ErrInvalid, "not a clean absolute path")
+}
+
+// TestApply: apply writes the branch's changes into the project, and
+// only what is asked; afterwards they are no differences any more.
+func TestApply(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a.txt": "lower a\n"})
+	v := w.View()
+	writeFile(t, v, "a.txt", "changed a\n")
+	writeFile(t, v, "c.txt", "new c\n")
+	lowerA := func() string {
+		b, err := os.ReadFile(filepath.Join(w.Lower(), "a.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	dry, err := w.Apply(self, ctl.ApplyArgs{DryRun: true})
+	if err != nil || len(dry.Applied) != 2 || !dry.DryRun || lowerA() != "lower a\n" {
+		t.Fatalf("Apply dry run = %+v, %v, project a.txt %q", dry, err, lowerA())
+	}
+	rep, err := w.Apply(self, ctl.ApplyArgs{Paths: []string{"c.txt"}})
+	if err != nil || len(rep.Applied) != 1 || rep.Applied[0].Path != "c.txt" || rep.Lower != w.Lower() {
+		t.Fatalf("Apply c.txt = %+v, %v", rep, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(w.Lower(), "c.txt")); err != nil || string(b) != "new c\n" {
+		t.Errorf("project c.txt = %q, %v", b, err)
+	}
+	if lowerA() != "lower a\n" {
+		t.Error("apply of c.txt wrote a.txt")
+	}
+	if d, err := w.Diff(self, ctl.DiffArgs{}); err != nil || len(d.Changes) != 1 || d.Changes[0].Path != "a.txt" {
+		t.Errorf("Diff after applying c.txt = %+v, %v; want only a.txt", d, err)
+	}
+	_, err = w.Apply(self, ctl.ApplyArgs{Paths: []string{"c.txt"}})
+	isKind(t, "applying c.txt again", err, ErrNotFound, "nothing was applied")
+	_, err = w.Apply(self, ctl.ApplyArgs{Paths: []string{"../etc"}})
+	isKind(t, "a path outside the mount", err, ErrInvalid, "is not a path inside the mount")
+	s, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.Apply(self, ctl.ApplyArgs{Branch: s.ID})
+	isKind(t, "applying a snapshot", err, ErrInvalid, "is not a branch")
+	if p := w.ApplyProgress(); p.Running {
+		t.Errorf("ApplyProgress after the applies = %+v, want none running", p)
+	}
+}
+
+// TestBranches: create, list, switch, and what cannot be deleted.
+func TestBranches(t *testing.T) {
+	w := newWorkspace(t, nil)
+	writeFile(t, w.View(), "on-main", "m\n")
+	b, err := w.CreateBranch(self, ctl.BranchCreateArgs{Name: "try"})
+	if err != nil || b.Name != "try" || b.Origin == "" || b.Current || b.Default {
+		t.Fatalf("CreateBranch = %+v, %v", b, err)
+	}
+	_, err = w.CreateBranch(self, ctl.BranchCreateArgs{Name: "try"})
+	isKind(t, "creating it again", err, ErrExists, "exists already")
+	_, err = w.CreateBranch(self, ctl.BranchCreateArgs{Name: "x", From: "nope"})
+	isKind(t, "a branch from nothing", err, ErrNotFound, "no snapshot or tag")
+	for _, name := range []string{"a/b", "..", "x\ty", "", "-x", "abcd"} {
+		_, err := w.CreateBranch(self, ctl.BranchCreateArgs{Name: name})
+		isKind(t, fmt.Sprintf("branch name %q", name), err, ErrInvalid, "choose a branch name")
+	}
+	list, err := w.Snapshots()
+	if err != nil || len(list.Snapshots) != 1 {
+		t.Errorf("snapshots after one branch and refused names: %+v, %v; want the branch's one", list, err)
+	}
+	if _, err := w.SwitchBranch(self, "try"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readFile(t, w.View(), "on-main"); got != "m\n" {
+		t.Errorf("branch try does not show what main had when it was made: %q", got)
+	}
+	writeFile(t, w.View(), "on-try", "t\n")
+	branches, err := w.Branches(self)
+	if err != nil || len(branches.Branches) != 2 {
+		t.Fatalf("Branches = %+v, %v", branches, err)
+	}
+	for _, b := range branches.Branches {
+		if (b.Name == "try") != (b.Current && b.Default) {
+			t.Errorf("branch %+v: want try current and default, main neither", b)
+		}
+	}
+	_, err = w.DeleteBranch(self, "try")
+	isKind(t, "deleting the branch shown", err, ErrBusy, "switch to another first")
+	_, err = w.DeleteBranch(self, "main")
+	isKind(t, "deleting main", err, ErrBusy, "branch main cannot be deleted")
+	_, err = w.SwitchBranch(self, "gone")
+	isKind(t, "switching to an unknown branch", err, ErrNotFound, "agentfs branch create gone makes it")
+	if _, err := w.SwitchBranch(self, "main"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := readFile(t, w.View(), "on-try"); ok {
+		t.Error("main shows a file of branch try")
+	}
+	if _, err := w.DeleteBranch(self, "try"); err != nil {
+		t.Errorf("deleting branch try: %v", err)
+	}
+}
+
+// fakeMount records what the workspace asks of a mount.
+type fakeMount struct {
+	shown    *overlay.FS
+	bound    map[int]*overlay.FS
+	retired  []string
+	invalids int
+}
+
+func (m *fakeMount) Resolve(pid uint32) (*overlay.FS, int) {
+	if v := m.bound[int(pid)]; v != nil {
+		return v, int(pid)
+	}
+	return m.shown, 0
+}
+func (m *fakeMount) Show(v *overlay.FS)               { m.shown = v }
+func (m *fakeMount) Retire(v *overlay.FS)             { m.retired = append(m.retired, v.Layer().Name()) }
+func (m *fakeMount) Invalidate(stale []overlay.Stale) { m.invalids += len(stale) }
+func (m *fakeMount) Unbind(pid int) bool              { _, ok := m.bound[pid]; delete(m.bound, pid); return ok }
+func (m *fakeMount) NamespacedUsers(name string) int  { return 0 }
+func (m *fakeMount) CanNamespace() bool               { return false }
+func (m *fakeMount) Describe(st *ctl.Status)          { st.Pid, st.IOMode, st.Transport = 42, "fake", "fake" }
+func (m *fakeMount) Contains(p string) bool           { return false }
+func (m *fakeMount) BindNamespaced(int, *overlay.FS) (string, error) {
+	return "", errors.New("not in a fake")
+}
+func (m *fakeMount) Bind(pid int, v *overlay.FS) error { m.bound[pid] = v; return nil }
+func (m *fakeMount) Bindings() []Binding {
+	var out []Binding
+	for pid, v := range m.bound {
+		out = append(out, Binding{Pid: pid, View: v})
+	}
+	return out
+}
+
+// TestBindings: binding needs a mount; with one, a bound process acts
+// on its branch, and deleting the branch cuts it off.
+func TestBindings(t *testing.T) {
+	w := newWorkspace(t, nil)
+	_, err := w.Bind(self, ctl.BindArgs{Branch: "main"})
+	isKind(t, "binding without a mount", err, ErrNotMounted, "binding needs a mounted store")
+	m := &fakeMount{shown: w.View(), bound: map[int]*overlay.FS{}}
+	w.Attach(m)
+	if _, err := w.CreateBranch(self, ctl.BranchCreateArgs{Name: "side"}); err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	pid := child.Process.Pid
+	_, err = w.Bind(self, ctl.BindArgs{Pid: -3, Branch: "side"})
+	isKind(t, "a negative pid", err, ErrInvalid, "bad process id")
+	_, err = w.Bind(self, ctl.BindArgs{Pid: os.Getpid(), Branch: "side"})
+	isKind(t, "binding the daemon", err, ErrInvalid, "is the agentfs daemon")
+	_, err = w.Bind(ctl.Caller{Pid: 1, Uid: 12345}, ctl.BindArgs{Pid: pid, Branch: "side"})
+	isKind(t, "binding another user's process", err, ErrPermission, "only root may bind another user's processes")
+	info, err := w.Bind(self, ctl.BindArgs{Pid: pid, Branch: "side"})
+	if err != nil || info.Branch != "side" || info.BoundBy != pid || !strings.Contains(info.Command, "sleep 60") {
+		t.Fatalf("Bind = %+v, %v", info, err)
+	}
+	bound := ctl.Caller{Pid: uint32(pid), Uid: self.Uid}
+	snap, err := w.CreateSnapshot(bound, ctl.SnapshotCreateArgs{})
+	if err != nil || snap.Branch != "side" {
+		t.Errorf("a snapshot asked by the bound process = %+v, %v; want one of branch side", snap, err)
+	}
+	if st := w.Status(); st.Pid != 42 || st.Offline || len(st.Bindings) != 1 || st.Bindings[0].Branch != "side" {
+		t.Errorf("Status with a mount = %+v", st)
+	}
+	if _, err := w.DeleteBranch(self, "side"); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.retired) != 1 || m.retired[0] != "side" {
+		t.Errorf("views retired = %q, want side's", m.retired)
+	}
+	if _, err := w.Unbind(self, ctl.BindArgs{Pid: pid}); err != nil {
+		t.Errorf("Unbind: %v", err)
+	}
+	_, err = w.Unbind(self, ctl.BindArgs{Pid: pid})
+	isKind(t, "unbinding again", err, ErrInvalid, "is not bound to a branch")
+}
+
+// TestPruneAndAutomatic: automatic snapshots thin out; tagged ones and
+// the others stay.
+func TestPruneAndAutomatic(t *testing.T) {
+	w := newWorkspace(t, nil)
+	for i := range 3 {
+		writeFile(t, w.View(), "f", fmt.Sprint(i))
+		w.AutoSnapshot("main", func(v *overlay.FS) string { return fmt.Sprintf("auto %d", i) })
+	}
+	manual, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := w.Snapshots()
+	if len(list.Snapshots) != 4 || list.Snapshots[0].Kind != branch.KindAuto || list.Snapshots[0].Label != "auto 0" {
+		t.Fatalf("snapshots = %+v, want 3 automatic ones and a manual one", list)
+	}
+	if _, err := w.SetTag(self, "keep", list.Snapshots[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	dry, err := w.Prune(self, ctl.PruneArgs{Keep: &zero, DryRun: true})
+	if err != nil || len(dry.Deleted) != 2 {
+		t.Fatalf("Prune dry run = %+v, %v; want the 2 untagged automatic ones", dry, err)
+	}
+	if _, err := w.Prune(self, ctl.PruneArgs{Keep: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	list, _ = w.Snapshots()
+	if len(list.Snapshots) != 2 || list.Snapshots[1].ID != manual.ID {
+		t.Errorf("after prune: %+v, want the tagged automatic one and the manual one", list)
+	}
+	bad := -1
+	_, err = w.Prune(self, ctl.PruneArgs{Keep: &bad})
+	isKind(t, "a negative keep", err, ErrInvalid, "keep a count of 0 or more")
+	// A branch no process sees is skipped.
+	w.AutoSnapshot("nobody", func(*overlay.FS) string { return "x" })
+	if l, _ := w.Snapshots(); len(l.Snapshots) != 2 {
+		t.Errorf("an automatic snapshot of an unseen branch was taken: %+v", l)
+	}
+}
+
+// TestMaintenance: gc and fsck on a sound store find nothing wrong.
+func TestMaintenance(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a": "a"})
+	writeFile(t, w.View(), "a", "new")
+	if _, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{}); err != nil {
+		t.Fatal(err)
+	}
+	gc, err := w.GC(self, ctl.GCArgs{})
+	if err != nil || gc.Removed != 0 || gc.Objects == 0 {
+		t.Errorf("GC = %+v, %v; want objects looked at and none removed", gc, err)
+	}
+	fsck, err := w.Fsck(self, ctl.FsckArgs{})
+	if err != nil || fsck.Failed() || fsck.Snapshots != 1 || fsck.Branches != 1 {
+		t.Errorf("Fsck = %+v, %v", fsck, err)
+	}
+	if st := w.Status(); !st.Offline || st.Lower != w.Lower() || st.Branch != "main" || st.Version != "test" || st.Objects == 0 {
+		t.Errorf("Status offline = %+v", st)
+	}
+}
+
+// TestRestoreReadOnlyStore: restore on a store that cannot be written
+// is EROFS, says so, and takes no safety snapshot.
+func TestRestoreReadOnlyStore(t *testing.T) {
+	lower, store := t.TempDir(), t.TempDir()
+	w, err := Open(Options{Store: store, Lower: lower})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w, err = Open(Options{Store: store, Lower: lower, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	_, err = w.Restore(self, ctl.RestoreArgs{Ref: s.ID})
+	isKind(t, "restore on a read-only store", err, ErrReadOnly, "nothing was restored")
+	if list, err := w.Snapshots(); err != nil || len(list.Snapshots) != 1 {
+		t.Errorf("snapshots after the refused restore: %+v, %v; want only %s", list, err, s.ID)
+	}
+}
+
+// TestLocalClient: the operations served to this process through a
+// control server give the same results and the same kinds of errors.
+func TestLocalClient(t *testing.T) {
+	w := newWorkspace(t, nil)
+	closed := false
+	c := Local(w, "test store", nil, func() error { closed = true; return nil })
+	info, err := c.CreateSnapshot(ctl.SnapshotCreateArgs{Label: "via client"})
+	if err != nil || info.Label != "via client" {
+		t.Fatalf("CreateSnapshot through the client = %+v, %v", info, err)
+	}
+	_, err = c.DeleteSnapshot("nope")
+	isKind(t, "an unknown snapshot through the client", err, ErrNotFound, `no snapshot or tag "nope"`)
+	if !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("the client's error %v does not carry ENOENT", err)
+	}
+	if st, err := c.Status(); err != nil || st.Lower != w.Lower() {
+		t.Errorf("Status through the client = %+v, %v", st, err)
+	}
+	_, err = c.Unmount()
+	if !errors.Is(err, syscall.ENOSYS) {
+		t.Errorf("Unmount of a local workspace without an unmount operation: %v, want ENOSYS", err)
+	}
+	if err := c.Close(); err != nil || !closed {
+		t.Errorf("Close = %v, closed %v", err, closed)
+	}
+}
