@@ -86,3 +86,36 @@ func (s *Server) dropInode(id uint64) {
 	}
 	s.srv.InodeNotify(id, 0, 0)
 }
+
+// dropRoot drops what the kernel cached at the root: the names in the
+// roots of the views, the negative entries there, and the root's
+// attributes.
+func (s *Server) dropRoot() {
+	s.views.mu.Lock()
+	views := make([]*overlay.FS, 0, len(s.views.views))
+	for v, vs := range s.views.views {
+		if !vs.retired.Load() {
+			views = append(views, v)
+		}
+	}
+	s.views.mu.Unlock()
+	names := map[string]bool{}
+	for _, v := range views {
+		if ents, err := v.ReadDir(v.Root()); err == nil {
+			for _, e := range ents {
+				if e.Name != "." && e.Name != ".." {
+					names[e.Name] = true
+				}
+			}
+		}
+	}
+	s.negMu.Lock()
+	for name := range s.negatives[fuse.FUSE_ROOT_ID] {
+		names[name] = true
+	}
+	s.negMu.Unlock()
+	for name := range names {
+		s.srv.EntryNotify(fuse.FUSE_ROOT_ID, name)
+	}
+	s.srv.InodeNotify(fuse.FUSE_ROOT_ID, 0, 0)
+}
