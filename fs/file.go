@@ -304,7 +304,7 @@ func (s *Server) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	}
 	h := s.handle(in.Fh)
 	if h == nil {
-		return errno(s.views.def.Load().fs.Sync())
+		return errno(s.views.def.Load().view.Sync())
 	}
 	return errno(h.f.Sync(in.FsyncFlags&1 != 0))
 }
@@ -453,7 +453,7 @@ func (s *Server) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.
 
 // FsyncDir implements fuse.RawFileSystem.
 func (s *Server) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	return errno(s.views.def.Load().fs.Sync())
+	return errno(s.views.def.Load().view.Sync())
 }
 
 // Ioctl implements fuse.RawFileSystem: only the control file answers.

@@ -393,7 +393,7 @@ func testInvalidateAfterReload(t *testing.T, mount func(string) *testMount) {
 	writeFile(t, filepath.Join(lower, "d/gone"), "x")
 	m := mount(lower)
 	at := func(p string) string { return filepath.Join(m.mnt, p) }
-	view := m.srv.views.def.Load().fs
+	view := m.srv.views.def.Load().view
 	layer := view.Layer()
 	// The state to come back to is the lower tree (no entries).
 	writeFile(t, at("d/f"), "upper, and longer")
@@ -456,7 +456,7 @@ func TestWritebackCache(t *testing.T) {
 	if !m.srv.WritebackCache() || m.srv.Passthrough() {
 		t.Fatalf("writeback cache %v, passthrough %v: want the writeback cache alone", m.srv.WritebackCache(), m.srv.Passthrough())
 	}
-	view = m.srv.views.def.Load().fs
+	view = m.srv.views.def.Load().view
 	at := func(p string) string { return filepath.Join(m.mnt, p) }
 	inView := func(p string) string {
 		t.Helper()

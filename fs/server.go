@@ -209,7 +209,7 @@ func (s *Server) known(id uint64) *inode {
 
 // StatFs implements fuse.RawFileSystem.
 func (s *Server) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
-	st, err := s.views.def.Load().fs.Statfs()
+	st, err := s.views.def.Load().view.Statfs()
 	if err != nil {
 		return errno(err)
 	}

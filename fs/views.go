@@ -38,7 +38,7 @@ import (
 
 // viewState is one view as the server serves it.
 type viewState struct {
-	fs   *overlay.FS
+	view *overlay.FS
 	root *inode // the view's root: what node id 1 is for its processes
 	// tag sets the view's listings of the root apart: the high half of
 	// their offsets (see Server.listing); nonzero, unique per server.
@@ -136,7 +136,7 @@ func (b *binder) addViewLocked(v *overlay.FS) *viewState {
 	vs := b.views[v]
 	if vs == nil {
 		b.tags++
-		vs = &viewState{fs: v, root: &inode{n: v.Root()}, tag: b.tags}
+		vs = &viewState{view: v, root: &inode{n: v.Root()}, tag: b.tags}
 		vs.root.vs = vs
 		b.views[v] = vs
 	}
@@ -313,7 +313,7 @@ func (b *binder) ended(bd *binding) {
 	f := b.unbound
 	b.mu.Unlock()
 	if f != nil {
-		go f(Binding{Pid: int(bd.pid), View: bd.vs.fs, Namespaced: bd.namespaced})
+		go f(Binding{Pid: int(bd.pid), View: bd.vs.view, Namespaced: bd.namespaced})
 	}
 }
 
@@ -479,9 +479,9 @@ func (s *Server) Unbind(pid int) bool { return s.views.unbind(uint32(pid)) }
 // no process of its ancestry is bound: the default view).
 func (s *Server) Resolve(pid uint32) (*overlay.FS, int) {
 	if vs, bound := s.views.resolve(pid); vs != nil {
-		return vs.fs, int(bound)
+		return vs.view, int(bound)
 	}
-	return s.views.def.Load().fs, 0
+	return s.views.def.Load().view, 0
 }
 
 // Bindings lists the bindings in force, by pid.
@@ -490,7 +490,7 @@ func (s *Server) Bindings() []Binding {
 	defer s.views.mu.Unlock()
 	out := make([]Binding, 0, len(s.views.bindings))
 	for _, bd := range s.views.bindings {
-		out = append(out, Binding{Pid: int(bd.pid), View: bd.vs.fs, Namespaced: bd.namespaced})
+		out = append(out, Binding{Pid: int(bd.pid), View: bd.vs.view, Namespaced: bd.namespaced})
 	}
 	slices.SortFunc(out, func(a, b Binding) int { return a.Pid - b.Pid })
 	return out

@@ -65,7 +65,7 @@ func TestBindResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	def := m.srv.views.def.Load().fs
+	def := m.srv.views.def.Load().view
 
 	child := exec.Command("sh", "-c", "sleep 30 & echo $!; wait")
 	out, err := child.StdoutPipe()

@@ -90,7 +90,7 @@ func (s *Server) WriteBack() error {
 // for others.
 func (s *Server) openByPath(mfd int, n *overlay.Node) (int, error) {
 	v := n.FS()
-	if s.views.def.Load().fs != v {
+	if s.views.def.Load().view != v {
 		return -1, unix.ENOENT
 	}
 	p, ok := v.Path(n)
