@@ -104,7 +104,7 @@ func (s *Server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 		}
 		if rule != nil {
 			if err := s.killPrivs(ino.n, &in.InHeader, rule); err != nil {
-				f.Release()
+				f.Release() // the open fails with killPrivs' error; the kernel never had the file
 				return errno(err)
 			}
 		}
@@ -375,7 +375,7 @@ func (s *Server) listing(in *fuse.ReadIn) (*inode, []overlay.DirEntry, uint64, f
 		return nil, nil, 0, errno(err)
 	}
 	if ents == nil && in.NodeId == fuse.FUSE_ROOT_ID {
-		s.srv.InodeNotify(fuse.FUSE_ROOT_ID, 0, 0)
+		s.notifyInode(fuse.FUSE_ROOT_ID, 0, 0)
 	}
 	return ino, ents, start, fuse.OK
 }

@@ -135,6 +135,6 @@ func (s *Server) killPrivs(n *overlay.Node, h *fuse.InHeader, rule func(mode, gi
 	if _, err = n.FS().Setattr(n, overlay.SetAttr{Mode: &perm}, nil); err != nil {
 		return err
 	}
-	s.srv.InodeNotify(n.ID, -1, 0) // attributes only
+	s.notifyInode(n.ID, -1, 0) // attributes only
 	return nil
 }

@@ -87,10 +87,9 @@ func (s *Server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out 
 		return fuse.Status(unix.EXDEV) // a file of another branch
 	}
 	attr, err := src.n.FS().Link(src.n, dir.n, name)
-	if err != nil {
+	if s.recordRename(err, &in.InHeader, OpLink, src.n, "", dir.n, name) != nil {
 		return errno(err)
 	}
-	s.recordRename(nil, &in.InHeader, OpLink, src.n, "", dir.n, name)
 	s.fillEntry(out, in.NodeId, src.n, &attr)
 	return fuse.OK
 }

@@ -342,6 +342,8 @@ func (b *binder) unbind(pid uint32) bool {
 func (b *binder) dropLocked(bd *binding) {
 	if bd.pidfd >= 0 {
 		if b.epfd >= 0 {
+			// Its error is of no account: closing the pidfd takes it
+			// out of the set all the same.
 			unix.EpollCtl(b.epfd, unix.EPOLL_CTL_DEL, bd.pidfd, nil)
 		}
 		unix.Close(bd.pidfd)

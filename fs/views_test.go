@@ -77,9 +77,12 @@ func TestBindResolve(t *testing.T) {
 	}
 	defer child.Process.Kill()
 	buf := make([]byte, 32)
-	n, _ := out.Read(buf)
-	grandchild, _ := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
-	if grandchild == 0 {
+	n, err := out.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grandchild, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	if err != nil || grandchild == 0 {
 		t.Fatalf("no grandchild pid: %q", buf[:n])
 	}
 	defer exec.Command("kill", strconv.Itoa(grandchild)).Run()
