@@ -97,8 +97,9 @@ func TestBindResolve(t *testing.T) {
 		t.Errorf("grandchild of a bound process: resolve = %p by %d, want the bound view by %d", v, by, child.Process.Pid)
 	}
 	// Resolution runs on the FUSE path: once the thread's answer is
-	// cached, it reads /proc/TID/stat allocating only for its path.
-	if n := testing.AllocsPerRun(100, func() { m.srv.Resolve(uint32(grandchild)) }); n > 2 {
+	// cached, it reads /proc/TID/stat allocating only for its path (the
+	// race detector's instrumentation allocates more).
+	if n := testing.AllocsPerRun(100, func() { m.srv.Resolve(uint32(grandchild)) }); n > 2 && !raceEnabled {
 		t.Errorf("a cached resolution allocates %v times, want at most 2 (the path of /proc/TID/stat)", n)
 	}
 	if v, _ := m.srv.Resolve(uint32(os.Getpid())); v != def {
