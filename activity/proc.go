@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
+	"github.com/agentfs/agentfs/procfs"
 )
 
 // # Who did it
@@ -34,22 +34,22 @@ type procInfo struct {
 	pid   int    // thread group id
 	cmd   string // command line, shell-quoted
 	raw   string // the command line as read (at most maxRawCmdline bytes)
-	start string // the thread's start time (field 22 of stat)
+	start uint64 // the thread's start time (field 22 of stat); 0 when unknown
 }
 
 // maxRawCmdline is how much of /proc/TID/cmdline is read.
 const maxRawCmdline = 4096
 
 type procCache struct {
-	root string // "/proc"; tests use a fake tree
-	buf  []byte // recheck's buffer (the writer's alone)
+	root procfs.Root // "/proc"; tests use a fake tree
+	buf  []byte      // recheck's buffer (the writer's alone)
 
 	mu sync.RWMutex
 	m  map[uint32]procInfo
 }
 
 func newProcCache(root string) *procCache {
-	return &procCache{root: root, m: map[uint32]procInfo{}, buf: make([]byte, maxRawCmdline)}
+	return &procCache{root: procfs.Root(root), m: map[uint32]procInfo{}, buf: make([]byte, maxRawCmdline)}
 }
 
 // lookup returns the process and command line of thread tid.
@@ -106,19 +106,16 @@ func (c *procCache) recheck(tid uint32, info procInfo) procInfo {
 func (c *procCache) resolve(tid uint32) procInfo {
 	info := procInfo{pid: int(tid)}
 	var buf [4096]byte
-	if b, ok := c.read(tid, "status", buf[:]); ok {
-		for line := range strings.Lines(string(b)) {
-			if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
-				if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-					info.pid = pid
-				}
-				break
-			}
+	if b, err := c.root.Read(int(tid), "status", buf[:]); err == nil {
+		if pid, err := strconv.Atoi(procfs.StatusValues(string(b), "Tgid")[0]); err == nil {
+			info.pid = pid
 		}
 	}
 	comm := ""
-	if b, ok := c.read(tid, "stat", buf[:]); ok {
-		comm, info.start = parseStat(b)
+	if b, err := c.root.Read(int(tid), "stat", buf[:]); err == nil {
+		if st, err := procfs.ParseStatComm(b); err == nil {
+			comm, info.start = st.Comm, st.Start
+		}
 	}
 	if raw, ok := c.readRaw(tid, make([]byte, maxRawCmdline)); ok && len(raw) > 0 {
 		info.raw, info.cmd = string(raw), formatCmdline(raw)
@@ -128,43 +125,13 @@ func (c *procCache) resolve(tid uint32) procInfo {
 	return info
 }
 
-// parseStat returns the command name and the start time of a
-// /proc/PID/stat line ("pid (comm) state ... starttime ...").
-func parseStat(b []byte) (comm, start string) {
-	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-	if open < 0 || end < open {
-		return "", ""
-	}
-	comm = string(b[open+1 : end])
-	fields := strings.Fields(string(b[end+1:]))
-	// fields[0] is the state (field 3): starttime (field 22) is fields[19].
-	if len(fields) > 19 {
-		start = fields[19]
-	}
-	return comm, start
-}
-
 // readRaw reads (the start of) tid's command line into buf, with as
-// few system calls as it takes (open, read, close).
+// few system calls as it takes (open, read, close): os.ReadFile's fcntls
+// and epoll registration would double the cost of a miss, which a new
+// process's first request waits for.
 func (c *procCache) readRaw(tid uint32, buf []byte) ([]byte, bool) {
-	return c.read(tid, "cmdline", buf)
-}
-
-// read reads file name of /proc/TID into buf, in one read: what /proc
-// says of a thread fits the buffers given. It reads with plain system
-// calls, as os.ReadFile's four fcntl and an epoll_ctl would double the
-// cost of a miss, which a new process's first request waits for.
-func (c *procCache) read(tid uint32, name string, buf []byte) ([]byte, bool) {
-	fd, err := unix.Open(c.root+"/"+strconv.FormatUint(uint64(tid), 10)+"/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, false
-	}
-	defer unix.Close(fd)
-	n, err := unix.Read(fd, buf)
-	if err != nil || n < 0 {
-		return nil, false
-	}
-	return buf[:n], true
+	b, err := c.root.Read(int(tid), "cmdline", buf)
+	return b, err == nil
 }
 
 // formatCmdline turns a NUL-separated argument list into one line, each

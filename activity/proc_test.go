@@ -71,10 +71,3 @@ func TestFormatCmdline(t *testing.T) {
 		t.Errorf("a 5000-byte command line is shown in %d bytes, want at most %d", len(got), maxCommand)
 	}
 }
-
-func TestParseStat(t *testing.T) {
-	comm, start := parseStat([]byte("42 (a (b) c) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 100 200"))
-	if comm != "a (b) c" || start != "987654" {
-		t.Errorf("parseStat = %q, %q; want %q, %q", comm, start, "a (b) c", "987654")
-	}
-}

@@ -104,7 +104,7 @@ func (s *Server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 		}
 		if rule != nil {
 			if err := s.killPrivs(ino.n, &in.InHeader, rule); err != nil {
-				f.Release()
+				f.Release() // the open fails with killPrivs' error; the kernel never had the file
 				return errno(err)
 			}
 		}
@@ -304,7 +304,7 @@ func (s *Server) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	}
 	h := s.handle(in.Fh)
 	if h == nil {
-		return errno(s.views.def.Load().fs.Sync())
+		return errno(s.views.def.Load().view.Sync())
 	}
 	return errno(h.f.Sync(in.FsyncFlags&1 != 0))
 }
@@ -375,7 +375,7 @@ func (s *Server) listing(in *fuse.ReadIn) (*inode, []overlay.DirEntry, uint64, f
 		return nil, nil, 0, errno(err)
 	}
 	if ents == nil && in.NodeId == fuse.FUSE_ROOT_ID {
-		s.srv.InodeNotify(fuse.FUSE_ROOT_ID, 0, 0)
+		s.notifyInode(fuse.FUSE_ROOT_ID, 0, 0)
 	}
 	return ino, ents, start, fuse.OK
 }
@@ -453,7 +453,7 @@ func (s *Server) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.
 
 // FsyncDir implements fuse.RawFileSystem.
 func (s *Server) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	return errno(s.views.def.Load().fs.Sync())
+	return errno(s.views.def.Load().view.Sync())
 }
 
 // Ioctl implements fuse.RawFileSystem: only the control file answers.

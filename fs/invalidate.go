@@ -54,7 +54,7 @@ func (s *Server) Invalidate(stale []overlay.Stale) {
 	}
 	for _, st := range stale {
 		if st.Parent != nil {
-			s.srv.EntryNotify(kernelID(st.Parent), st.Name)
+			s.notifyEntry(kernelID(st.Parent), st.Name)
 		}
 	}
 	s.negMu.Lock()
@@ -63,13 +63,13 @@ func (s *Server) Invalidate(stale []overlay.Stale) {
 	s.negMu.Unlock()
 	for dir, names := range negs {
 		for name := range names {
-			s.srv.EntryNotify(dir, name)
+			s.notifyEntry(dir, name)
 		}
 	}
 	for _, st := range stale {
 		s.dropInode(st.Node.ID)
 	}
-	s.srv.InodeNotify(fuse.FUSE_ROOT_ID, 0, 0)
+	s.notifyInode(fuse.FUSE_ROOT_ID, 0, 0)
 }
 
 // dropInode drops what the kernel cached of a node cut loose from the
@@ -81,8 +81,60 @@ func (s *Server) Invalidate(stale []overlay.Stale) {
 // (a new kernel inode), and an open file keeps the file it opened.
 func (s *Server) dropInode(id uint64) {
 	if s.writeback {
-		s.srv.InodeNotify(id, -1, 0)
+		s.notifyInode(id, -1, 0)
 		return
 	}
-	s.srv.InodeNotify(id, 0, 0)
+	s.notifyInode(id, 0, 0)
+}
+
+// dropRoot drops what the kernel cached at the root: the names in the
+// roots of the views, the negative entries there, and the root's
+// attributes.
+func (s *Server) dropRoot() {
+	s.views.mu.Lock()
+	views := make([]*overlay.FS, 0, len(s.views.views))
+	for v, vs := range s.views.views {
+		if !vs.retired.Load() {
+			views = append(views, v)
+		}
+	}
+	s.views.mu.Unlock()
+	names := map[string]bool{}
+	for _, v := range views {
+		if ents, err := v.ReadDir(v.Root()); err == nil {
+			for _, e := range ents {
+				if e.Name != "." && e.Name != ".." {
+					names[e.Name] = true
+				}
+			}
+		}
+	}
+	s.negMu.Lock()
+	for name := range s.negatives[fuse.FUSE_ROOT_ID] {
+		names[name] = true
+	}
+	s.negMu.Unlock()
+	for name := range names {
+		s.notifyEntry(fuse.FUSE_ROOT_ID, name)
+	}
+	s.notifyInode(fuse.FUSE_ROOT_ID, 0, 0)
+}
+
+// notifyInode has the kernel drop what it cached of kernel node id: its
+// attributes and, unless off is -1, its pages from off (length bytes, 0
+// to the end), as fuse.Server.InodeNotify. notifyEntry has it drop name
+// in directory parent. ENOENT says the kernel holds nothing of them:
+// nothing to drop. Another failure (the connection is going away) is
+// only logged: the kernel keeps what it cached for its lifetime, and
+// nothing better can be done here.
+func (s *Server) notifyInode(id uint64, off, length int64) {
+	if st := s.srv.InodeNotify(id, off, length); st != fuse.OK && st != fuse.ENOENT {
+		s.log.Debug("the kernel could not drop a node's cache", "node", id, "status", st)
+	}
+}
+
+func (s *Server) notifyEntry(parent uint64, name string) {
+	if st := s.srv.EntryNotify(parent, name); st != fuse.OK && st != fuse.ENOENT {
+		s.log.Debug("the kernel could not drop a name", "dir", parent, "name", name, "status", st)
+	}
 }

@@ -1,16 +1,11 @@
 package fs
 
 import (
-	"bufio"
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
-
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/overlay"
+	"github.com/agentfs/agentfs/procfs"
 )
 
 // A write or truncate by a process without CAP_FSETID clears the
@@ -91,7 +86,7 @@ func inGroup(h *fuse.InHeader, gid uint32) bool {
 	if h.Gid == gid {
 		return true
 	}
-	groups, err := procGroups(h.Pid)
+	groups, err := procfs.Groups(int(h.Pid))
 	if err != nil {
 		return false
 	}
@@ -111,49 +106,18 @@ func procCaller(h *fuse.InHeader) *fuse.InHeader {
 	if h.Uid != 0 || h.Pid == 0 {
 		return h
 	}
-	ids, err := procStatus(h.Pid, "Uid:", "Gid:")
-	if err != nil || len(ids[0]) < 4 || len(ids[1]) < 4 {
+	v, err := procfs.Status(int(h.Pid), "Uid", "Gid")
+	if err != nil {
+		return h
+	}
+	uids, err1 := procfs.ParseIDs(v[0])
+	gids, err2 := procfs.ParseIDs(v[1])
+	if err1 != nil || err2 != nil || len(uids) < 4 || len(gids) < 4 {
 		return h
 	}
 	c := *h
-	c.Uid, c.Gid = ids[0][3], ids[1][3] // real, effective, saved, fs
+	c.Uid, c.Gid = uids[3], gids[3] // real, effective, saved, fs
 	return &c
-}
-
-// procGroups reads the supplementary groups of process (or thread) pid.
-func procGroups(pid uint32) ([]uint32, error) {
-	ids, err := procStatus(pid, "Groups:")
-	if err != nil {
-		return nil, err
-	}
-	return ids[0], nil
-}
-
-// procStatus reads lines of numbers from /proc/PID/status, one per key.
-func procStatus(pid uint32, keys ...string) ([][]uint32, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := make([][]uint32, len(keys))
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		for i, k := range keys {
-			rest, ok := strings.CutPrefix(sc.Text(), k)
-			if !ok {
-				continue
-			}
-			for _, w := range strings.Fields(rest) {
-				v, err := strconv.ParseUint(w, 10, 32)
-				if err != nil {
-					return nil, fmt.Errorf("/proc/%d/status: %s %q", pid, k, rest)
-				}
-				out[i] = append(out[i], uint32(v))
-			}
-		}
-	}
-	return out, sc.Err()
 }
 
 // killPrivs clears the bits rule(mode, gid, h) clears from n (kernel
@@ -171,6 +135,6 @@ func (s *Server) killPrivs(n *overlay.Node, h *fuse.InHeader, rule func(mode, gi
 	if _, err = n.FS().Setattr(n, overlay.SetAttr{Mode: &perm}, nil); err != nil {
 		return err
 	}
-	s.srv.InodeNotify(n.ID, -1, 0) // attributes only
+	s.notifyInode(n.ID, -1, 0) // attributes only
 	return nil
 }

@@ -2,6 +2,8 @@ package fs
 
 import (
 	"os"
+	"os/exec"
+	"syscall"
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -79,5 +81,54 @@ func TestDropsOnlySetid(t *testing.T) {
 		if got := dropsOnlySetid(unix.S_IFREG|tc.old, tc.new); got != tc.want {
 			t.Errorf("dropsOnlySetid(%o, %o) = %v, want %v", tc.old, tc.new, got, tc.want)
 		}
+	}
+}
+
+// TestProcCallerAndGroups: a request that names root as its caller is
+// the calling process's filesystem ids, and group membership counts its
+// supplementary groups (both read from /proc/PID/status).
+func TestProcCallerAndGroups(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to start a process as another user")
+	}
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 4321, Gid: 4322, Groups: []uint32{4323, 4324}}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	h := &fuse.InHeader{}
+	h.Pid = uint32(cmd.Process.Pid)
+	c := procCaller(h)
+	if c.Uid != 4321 || c.Gid != 4322 {
+		t.Errorf("procCaller(root, pid %d) = %d:%d, want 4321:4322", h.Pid, c.Uid, c.Gid)
+	}
+	if h.Uid != 0 || h.Gid != 0 {
+		t.Errorf("procCaller changed the request's header to %d:%d", h.Uid, h.Gid)
+	}
+	for gid, want := range map[uint32]bool{4322: true, 4323: true, 4324: true, 4325: false} {
+		if got := inGroup(c, gid); got != want {
+			t.Errorf("inGroup(pid %d, %d) = %v, want %v", h.Pid, gid, got, want)
+		}
+	}
+	// A caller other than root, or a request without a pid, is left as
+	// it is.
+	other := testCaller(1000, 1000)
+	if c := procCaller(other); c != other {
+		t.Errorf("procCaller(1000:1000) = %d:%d, want the header itself", c.Uid, c.Gid)
+	}
+	if c := procCaller(&fuse.InHeader{}); c.Uid != 0 || c.Gid != 0 {
+		t.Errorf("procCaller(pid 0) = %d:%d, want 0:0", c.Uid, c.Gid)
+	}
+	gone := &fuse.InHeader{}
+	gone.Pid, gone.Gid = 999999999, 1
+	if c := procCaller(gone); c != gone {
+		t.Errorf("procCaller of a process that does not exist = %d:%d, want the header itself", c.Uid, c.Gid)
+	}
+	if inGroup(gone, 4323) {
+		t.Errorf("inGroup of a process that does not exist found a supplementary group")
 	}
 }

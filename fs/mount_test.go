@@ -260,8 +260,12 @@ func TestLowerHardLinksStayLinked(t *testing.T) {
 	}
 	m := mountForTest(t, lower, true)
 	var st1, st2 unix.Stat_t
-	unix.Stat(filepath.Join(m.mnt, "h1"), &st1)
-	unix.Stat(filepath.Join(m.mnt, "h2"), &st2)
+	if err := unix.Stat(filepath.Join(m.mnt, "h1"), &st1); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Join(m.mnt, "h2"), &st2); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Link(filepath.Join(m.mnt, "h1"), filepath.Join(m.mnt, "h3")); err != nil {
 		t.Fatal(err)
 	}
@@ -328,6 +332,8 @@ func testLowerEditsShow(t *testing.T, mount func(string) *testMount) {
 		t.Fatal(err)
 	}
 	defer held.Close()
+	// Only to fill the caches: d/new fails (the negative entry), and
+	// the checks below see what the others did.
 	os.Stat(at("d/gone"))
 	os.Stat(at("d/new"))
 	os.Stat(at("d/chmodded"))
@@ -335,10 +341,14 @@ func testLowerEditsShow(t *testing.T, mount func(string) *testMount) {
 	writeFile(t, at("d/mine"), "upper")
 
 	writeFile(t, filepath.Join(lower, "d/changed"), "new contents")
-	os.Remove(filepath.Join(lower, "d/gone"))
+	if err := os.Remove(filepath.Join(lower, "d/gone")); err != nil {
+		t.Fatal(err)
+	}
 	writeFile(t, filepath.Join(lower, "d/new"), "n")
 	writeFile(t, filepath.Join(lower, "d/mine"), "lower again")
-	os.Chmod(filepath.Join(lower, "d/chmodded"), 0600)
+	if err := os.Chmod(filepath.Join(lower, "d/chmodded"), 0600); err != nil {
+		t.Fatal(err)
+	}
 
 	// Waiting for an asynchronous event, not timing anything: give up
 	// after a generous deadline.
@@ -393,7 +403,7 @@ func testInvalidateAfterReload(t *testing.T, mount func(string) *testMount) {
 	writeFile(t, filepath.Join(lower, "d/gone"), "x")
 	m := mount(lower)
 	at := func(p string) string { return filepath.Join(m.mnt, p) }
-	view := m.srv.views.def.Load().fs
+	view := m.srv.views.def.Load().view
 	layer := view.Layer()
 	// The state to come back to is the lower tree (no entries).
 	writeFile(t, at("d/f"), "upper, and longer")
@@ -402,6 +412,7 @@ func testInvalidateAfterReload(t *testing.T, mount func(string) *testMount) {
 		t.Fatal(err)
 	}
 	readFile(t, at("d/f"))
+	// Only to fill the caches: d/gone fails (the negative entry).
 	os.ReadDir(at("d"))
 	os.Stat(at("d/gone"))
 
@@ -456,7 +467,7 @@ func TestWritebackCache(t *testing.T) {
 	if !m.srv.WritebackCache() || m.srv.Passthrough() {
 		t.Fatalf("writeback cache %v, passthrough %v: want the writeback cache alone", m.srv.WritebackCache(), m.srv.Passthrough())
 	}
-	view = m.srv.views.def.Load().fs
+	view = m.srv.views.def.Load().view
 	at := func(p string) string { return filepath.Join(m.mnt, p) }
 	inView := func(p string) string {
 		t.Helper()

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/overlay"
+	"github.com/agentfs/agentfs/procfs"
 )
 
 // Branch views and process bindings.
@@ -37,7 +38,7 @@ import (
 
 // viewState is one view as the server serves it.
 type viewState struct {
-	fs   *overlay.FS
+	view *overlay.FS
 	root *inode // the view's root: what node id 1 is for its processes
 	// tag sets the view's listings of the root apart: the high half of
 	// their offsets (see Server.listing); nonzero, unique per server.
@@ -135,7 +136,7 @@ func (b *binder) addViewLocked(v *overlay.FS) *viewState {
 	vs := b.views[v]
 	if vs == nil {
 		b.tags++
-		vs = &viewState{fs: v, root: &inode{n: v.Root()}, tag: b.tags}
+		vs = &viewState{view: v, root: &inode{n: v.Root()}, tag: b.tags}
 		vs.root.vs = vs
 		b.views[v] = vs
 	}
@@ -175,7 +176,7 @@ func (b *binder) resolve(tid uint32) (*viewState, uint32) {
 	if !b.any.Load() || tid == 0 {
 		return nil, 0
 	}
-	st, err := readProcStat(tid)
+	st, err := procfs.ReadStat(int(tid))
 	if err != nil {
 		return nil, 0
 	}
@@ -183,7 +184,7 @@ func (b *binder) resolve(tid uint32) (*viewState, uint32) {
 	b.cacheMu.Lock()
 	c, ok := b.cache[tid]
 	b.cacheMu.Unlock()
-	if ok && c.start == st.start && c.gen == gen {
+	if ok && c.start == st.Start && c.gen == gen {
 		return c.vs, c.pid
 	}
 	vs, pid := b.walk(tid, st)
@@ -191,24 +192,24 @@ func (b *binder) resolve(tid uint32) (*viewState, uint32) {
 	if len(b.cache) >= maxResolved {
 		clear(b.cache)
 	}
-	b.cache[tid] = resolved{start: st.start, gen: gen, vs: vs, pid: pid}
+	b.cache[tid] = resolved{start: st.Start, gen: gen, vs: vs, pid: pid}
 	b.cacheMu.Unlock()
 	return vs, pid
 }
 
 // walk finds the nearest bound ancestor of thread tid (whose stat is st),
 // starting with its own thread group.
-func (b *binder) walk(tid uint32, st procStatInfo) (*viewState, uint32) {
-	pid, start := tid, st.start
-	if ids, err := procStatus(tid, "Tgid:"); err == nil && len(ids[0]) == 1 && ids[0][0] != tid {
-		pid = ids[0][0]
-		lst, err := readProcStat(pid)
+func (b *binder) walk(tid uint32, st procfs.Stat) (*viewState, uint32) {
+	pid, start := tid, st.Start
+	if tgid, ok := threadGroup(tid); ok && tgid != tid {
+		pid = tgid
+		lst, err := procfs.ReadStat(int(pid))
 		if err != nil {
 			return nil, 0
 		}
-		start = lst.start
+		start = lst.Start
 	}
-	next := st.ppid
+	next := uint32(st.Ppid)
 	for range 4096 { // a bound on the depth of the process tree
 		b.mu.Lock()
 		bd := b.bindings[pid]
@@ -219,13 +220,27 @@ func (b *binder) walk(tid uint32, st procStatInfo) (*viewState, uint32) {
 		if next <= 1 {
 			return nil, 0
 		}
-		pst, err := readProcStat(next)
+		pst, err := procfs.ReadStat(int(next))
 		if err != nil {
 			return nil, 0
 		}
-		pid, start, next = next, pst.start, pst.ppid
+		pid, start, next = next, pst.Start, uint32(pst.Ppid)
 	}
 	return nil, 0
+}
+
+// threadGroup returns the thread group (process) of thread tid, from
+// /proc/TID/status.
+func threadGroup(tid uint32) (uint32, bool) {
+	v, err := procfs.Status(int(tid), "Tgid")
+	if err != nil {
+		return 0, false
+	}
+	ids, err := procfs.ParseIDs(v[0])
+	if err != nil || len(ids) != 1 {
+		return 0, false
+	}
+	return ids[0], true
 }
 
 // Errors of Bind.
@@ -235,7 +250,7 @@ var (
 
 // bind binds process pid to view v, replacing an earlier binding of it.
 func (b *binder) bind(pid uint32, v *overlay.FS, namespaced bool) error {
-	st, err := readProcStat(pid)
+	st, err := procfs.ReadStat(int(pid))
 	if err != nil {
 		return fmt.Errorf("process %d: %w", pid, ErrNoProcess)
 	}
@@ -249,7 +264,7 @@ func (b *binder) bind(pid uint32, v *overlay.FS, namespaced bool) error {
 		}
 	}
 	// The pid may have been reused between the two reads.
-	if st2, err := readProcStat(pid); err != nil || st2.start != st.start {
+	if st2, err := procfs.ReadStat(int(pid)); err != nil || st2.Start != st.Start {
 		if pidfd >= 0 {
 			unix.Close(pidfd)
 		}
@@ -258,7 +273,7 @@ func (b *binder) bind(pid uint32, v *overlay.FS, namespaced bool) error {
 	vs := b.view(v)
 	b.mu.Lock()
 	old := b.bindings[pid]
-	bd := &binding{pid: pid, start: st.start, vs: vs, pidfd: pidfd, namespaced: namespaced}
+	bd := &binding{pid: pid, start: st.Start, vs: vs, pidfd: pidfd, namespaced: namespaced}
 	b.bindings[pid] = bd
 	if pidfd >= 0 && b.epfd >= 0 {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(pid)}
@@ -298,7 +313,7 @@ func (b *binder) ended(bd *binding) {
 	f := b.unbound
 	b.mu.Unlock()
 	if f != nil {
-		go f(Binding{Pid: int(bd.pid), View: bd.vs.fs, Namespaced: bd.namespaced})
+		go f(Binding{Pid: int(bd.pid), View: bd.vs.view, Namespaced: bd.namespaced})
 	}
 }
 
@@ -327,6 +342,8 @@ func (b *binder) unbind(pid uint32) bool {
 func (b *binder) dropLocked(bd *binding) {
 	if bd.pidfd >= 0 {
 		if b.epfd >= 0 {
+			// Its error is of no account: closing the pidfd takes it
+			// out of the set all the same.
 			unix.EpollCtl(b.epfd, unix.EPOLL_CTL_DEL, bd.pidfd, nil)
 		}
 		unix.Close(bd.pidfd)
@@ -431,71 +448,6 @@ type Binding struct {
 	Namespaced bool
 }
 
-// procStatInfo is what resolution needs of /proc/PID/stat.
-type procStatInfo struct {
-	ppid  uint32
-	start uint64
-}
-
-// readProcStat reads the parent and start time of process (or thread)
-// pid from /proc/PID/stat.
-func readProcStat(pid uint32) (procStatInfo, error) {
-	var path [32]byte
-	p := fmt.Appendf(path[:0], "/proc/%d/stat", pid)
-	fd, err := unix.Open(string(p), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return procStatInfo{}, err
-	}
-	var buf [1024]byte
-	n, err := unix.Read(fd, buf[:])
-	unix.Close(fd)
-	if err != nil {
-		return procStatInfo{}, err
-	}
-	return parseProcStat(buf[:n])
-}
-
-// parseProcStat parses the fields after the command name (which may hold
-// spaces and parentheses): state ppid ... starttime (field 22).
-func parseProcStat(b []byte) (procStatInfo, error) {
-	i := len(b) - 1
-	for i >= 0 && b[i] != ')' {
-		i--
-	}
-	if i < 0 {
-		return procStatInfo{}, errors.New("malformed /proc stat")
-	}
-	var info procStatInfo
-	field := 2 // the command name was field 2
-	var cur uint64
-	inNum := false
-	for _, c := range b[i+1:] {
-		if c == ' ' || c == '\n' {
-			if inNum {
-				switch field {
-				case 4:
-					info.ppid = uint32(cur)
-				case 22:
-					info.start = cur
-					return info, nil
-				}
-			}
-			if c == ' ' {
-				field++
-			}
-			cur, inNum = 0, false
-			continue
-		}
-		if c >= '0' && c <= '9' {
-			cur = cur*10 + uint64(c-'0')
-			inNum = true
-		} else {
-			inNum = false
-		}
-	}
-	return procStatInfo{}, errors.New("malformed /proc stat: no start time")
-}
-
 // Bind binds process pid (a thread group) and its descendants to view
 // v: from now on they see v at the mount root. An earlier binding of pid
 // is replaced. It fails with ErrNoProcess when pid does not exist.
@@ -529,9 +481,9 @@ func (s *Server) Unbind(pid int) bool { return s.views.unbind(uint32(pid)) }
 // no process of its ancestry is bound: the default view).
 func (s *Server) Resolve(pid uint32) (*overlay.FS, int) {
 	if vs, bound := s.views.resolve(pid); vs != nil {
-		return vs.fs, int(bound)
+		return vs.view, int(bound)
 	}
-	return s.views.def.Load().fs, 0
+	return s.views.def.Load().view, 0
 }
 
 // Bindings lists the bindings in force, by pid.
@@ -540,7 +492,7 @@ func (s *Server) Bindings() []Binding {
 	defer s.views.mu.Unlock()
 	out := make([]Binding, 0, len(s.views.bindings))
 	for _, bd := range s.views.bindings {
-		out = append(out, Binding{Pid: int(bd.pid), View: bd.vs.fs, Namespaced: bd.namespaced})
+		out = append(out, Binding{Pid: int(bd.pid), View: bd.vs.view, Namespaced: bd.namespaced})
 	}
 	slices.SortFunc(out, func(a, b Binding) int { return a.Pid - b.Pid })
 	return out

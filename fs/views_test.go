@@ -13,19 +13,33 @@ import (
 	"github.com/agentfs/agentfs/overlay"
 )
 
-func TestParseProcStat(t *testing.T) {
-	// The command name may hold spaces and parentheses.
-	line := "4242 (a (weird) name) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615\n"
-	got, err := parseProcStat([]byte(line))
-	if err != nil || got.ppid != 17 || got.start != 987654 {
-		t.Errorf("parseProcStat = %+v, %v; want ppid 17, start 987654", got, err)
+// TestThreadGroup: a thread other than the main one resolves to its
+// process, which binding and resolution go by.
+func TestThreadGroup(t *testing.T) {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := parseProcStat([]byte("4242 (short) S 1 2")); err == nil {
-		t.Errorf("a truncated stat line parsed")
+	pid := os.Getpid()
+	others := 0
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err != nil || tid == pid {
+			continue
+		}
+		others++
+		if got, ok := threadGroup(uint32(tid)); ok && got != uint32(pid) {
+			t.Errorf("threadGroup(%d) = %d, want %d", tid, got, pid)
+		}
 	}
-	self, err := readProcStat(uint32(os.Getpid()))
-	if err != nil || self.ppid != uint32(os.Getppid()) || self.start == 0 {
-		t.Errorf("readProcStat(self) = %+v, %v; want ppid %d", self, err, os.Getppid())
+	if others == 0 {
+		t.Fatalf("no thread but the main one in /proc/self/task")
+	}
+	if got, ok := threadGroup(uint32(pid)); !ok || got != uint32(pid) {
+		t.Errorf("threadGroup(%d) = %d, %v; want %d, true", pid, got, ok, pid)
+	}
+	if _, ok := threadGroup(999999999); ok {
+		t.Errorf("threadGroup of a pid that does not exist succeeded")
 	}
 }
 
@@ -51,7 +65,7 @@ func TestBindResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	def := m.srv.views.def.Load().fs
+	def := m.srv.views.def.Load().view
 
 	child := exec.Command("sh", "-c", "sleep 30 & echo $!; wait")
 	out, err := child.StdoutPipe()
@@ -63,9 +77,12 @@ func TestBindResolve(t *testing.T) {
 	}
 	defer child.Process.Kill()
 	buf := make([]byte, 32)
-	n, _ := out.Read(buf)
-	grandchild, _ := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
-	if grandchild == 0 {
+	n, err := out.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grandchild, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	if err != nil || grandchild == 0 {
 		t.Fatalf("no grandchild pid: %q", buf[:n])
 	}
 	defer exec.Command("kill", strconv.Itoa(grandchild)).Run()
@@ -78,6 +95,12 @@ func TestBindResolve(t *testing.T) {
 	}
 	if v, by := m.srv.Resolve(uint32(grandchild)); v != other || by != child.Process.Pid {
 		t.Errorf("grandchild of a bound process: resolve = %p by %d, want the bound view by %d", v, by, child.Process.Pid)
+	}
+	// Resolution runs on the FUSE path: once the thread's answer is
+	// cached, it reads /proc/TID/stat allocating only for its path (the
+	// race detector's instrumentation allocates more).
+	if n := testing.AllocsPerRun(100, func() { m.srv.Resolve(uint32(grandchild)) }); n > 2 && !raceEnabled {
+		t.Errorf("a cached resolution allocates %v times, want at most 2 (the path of /proc/TID/stat)", n)
 	}
 	if v, _ := m.srv.Resolve(uint32(os.Getpid())); v != def {
 		t.Errorf("the test (an ancestor of the bound process) resolves to another view")

@@ -210,7 +210,7 @@ func (w *lowerWatch) flush() {
 	w.mu.Unlock()
 	for _, iv := range todo {
 		if iv.name == "" {
-			w.s.srv.InodeNotify(iv.dir, 0, 0)
+			w.s.notifyInode(iv.dir, 0, 0)
 			continue
 		}
 		v := iv.node.FS()
@@ -226,8 +226,8 @@ func (w *lowerWatch) flush() {
 			// knows: only a new node (inode) shows the new ones.
 			v.CutLooseLower(child)
 		}
-		w.s.srv.EntryNotify(iv.dir, iv.name)
-		w.s.srv.InodeNotify(iv.dir, -1, 0)
+		w.s.notifyEntry(iv.dir, iv.name)
+		w.s.notifyInode(iv.dir, -1, 0)
 		if child != nil {
 			if st := w.s.srv.InodeNotify(child.ID, 0, 0); st != fuse.OK && st != fuse.ENOENT {
 				w.s.log.Debug("invalidating a lower file", "name", iv.name, "status", st)

@@ -201,27 +201,27 @@ func (b *bench) runWorkload(ctx context.Context, w *workload, filesystems []stri
 			}
 		}
 	}()
-	for _, fs := range filesystems {
+	for _, filesystem := range filesystems {
 		r := &fsResult{}
-		res.Results[fs] = r
+		res.Results[filesystem] = r
 		if w.fresh {
 			continue
 		}
-		v, err := b.openView(ctx, fs, w)
+		v, err := b.openView(ctx, filesystem, w)
 		if v != nil {
-			shared[fs] = v
+			shared[filesystem] = v
 		}
 		if err != nil {
 			r.Error = err.Error()
 		}
 	}
 	for i := 0; i < b.cfg.warmup+b.cfg.runs; i++ {
-		for _, fs := range rotate(filesystems, i) {
-			r := res.Results[fs]
+		for _, filesystem := range rotate(filesystems, i) {
+			r := res.Results[filesystem]
 			if r.Error != "" {
 				continue
 			}
-			secs, check, err := b.measure(ctx, w, fs, shared[fs])
+			secs, check, err := b.measure(ctx, w, filesystem, shared[filesystem])
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -231,10 +231,10 @@ func (b *bench) runWorkload(ctx context.Context, w *workload, filesystems []stri
 			}
 			if err != nil {
 				r.Error = err.Error()
-				b.logf("  %-8s %-18s failed: %v", label, fs, err)
+				b.logf("  %-8s %-18s failed: %v", label, filesystem, err)
 				continue
 			}
-			b.logf("  %-8s %-18s %s", label, fs, formatSeconds(secs))
+			b.logf("  %-8s %-18s %s", label, filesystem, formatSeconds(secs))
 			if i < b.cfg.warmup {
 				r.Warmup = append(r.Warmup, secs)
 			} else {
@@ -248,7 +248,7 @@ func (b *bench) runWorkload(ctx context.Context, w *workload, filesystems []stri
 	return res, nil
 }
 
-// measure runs w once on fs, in v or (for a workload that changes the
+// measure runs w once on filesystem, in v or (for a workload that changes the
 // tree) in a view of its own, and returns the time of w.run in seconds.
 //
 // Before a run in a fresh view, as root, the page cache is dropped and
@@ -259,15 +259,15 @@ func (b *bench) runWorkload(ctx context.Context, w *workload, filesystems []stri
 // file scans past every recently deleted inode). Without the drop, the
 // time of an untar depended on how much had been deleted just before it
 // (0.3 s to 3.5 s natively).
-func (b *bench) measure(ctx context.Context, w *workload, fs string, v *view) (secs float64, check string, err error) {
+func (b *bench) measure(ctx context.Context, w *workload, filesystem string, v *view) (secs float64, check string, err error) {
 	if w.fresh {
-		if v, err = b.openView(ctx, fs, w); err != nil {
+		if v, err = b.openView(ctx, filesystem, w); err != nil {
 			return 0, "", errors.Join(err, b.closeView(v))
 		}
 		defer func() { err = errors.Join(err, b.closeView(v)) }()
 	}
 	b.seq++
-	r := &runEnv{b: b, fs: fs, root: v.root, seq: b.seq}
+	r := &runEnv{b: b, filesystem: filesystem, root: v.root, seq: b.seq}
 	if w.prepare != nil {
 		if err := w.prepare(ctx, r); err != nil {
 			return 0, "", fmt.Errorf("preparing: %w", err)

@@ -51,9 +51,9 @@ var chartTicks = []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50,
 // thousands) says nothing and would squash the other bars.
 func (r *report) chartPNG() ([]byte, error) {
 	var series []string
-	for _, fs := range r.order() {
-		if fs != fsNative && !boundVariant(fs) { // its own table
-			series = append(series, fs)
+	for _, filesystem := range r.order() {
+		if filesystem != fsNative && !boundVariant(filesystem) { // its own table
+			series = append(series, filesystem)
 		}
 	}
 	var workloads []*workloadResult
@@ -76,9 +76,9 @@ func (r *report) chartPNG() ([]byte, error) {
 
 	drawText(img, chartLeft, 20, chartInk, "agentfs-bench: time as a ratio to native (log scale; lower is faster)")
 	legendX := chartLeft
-	for _, fs := range series {
-		fill(img, image.Rect(legendX, 34, legendX+12, 46), seriesColor(fs))
-		legendX += 18 + drawText(img, legendX+18, 45, chartInk, fs) + 16
+	for _, filesystem := range series {
+		fill(img, image.Rect(legendX, 34, legendX+12, 46), seriesColor(filesystem))
+		legendX += 18 + drawText(img, legendX+18, 45, chartInk, filesystem) + 16
 	}
 	dashed(img, legendX, legendX+14, 40)
 	drawText(img, legendX+18, 45, chartBaseline, "native = 1")
@@ -98,9 +98,9 @@ func (r *report) chartPNG() ([]byte, error) {
 		gx := chartLeft + i*groupWidth + chartGroupPad/2
 		name := w.Name
 		drawText(img, gx+(groupWidth-chartGroupPad-textWidth(name))/2, plotBottom+20, chartInk, name)
-		for j, fs := range series {
+		for j, filesystem := range series {
 			bx := gx + j*(chartBarWidth+chartBarGap)
-			res := w.Results[fs]
+			res := w.Results[filesystem]
 			if res == nil || res.Ratio == nil {
 				label := "n/a"
 				if w.Skipped == "" && res != nil && res.Error != "" {
@@ -115,7 +115,7 @@ func (r *report) chartPNG() ([]byte, error) {
 			if bottom-top < 2 {
 				top, bottom = base-1, base+1
 			}
-			fill(img, image.Rect(bx, top, bx+chartBarWidth, bottom), seriesColor(fs))
+			fill(img, image.Rect(bx, top, bx+chartBarWidth, bottom), seriesColor(filesystem))
 			label := chartLabel(q)
 			lx := bx + (chartBarWidth-textWidth(label))/2
 			if q >= 1 {
@@ -145,8 +145,8 @@ func (r *report) chartPNG() ([]byte, error) {
 func chartRange(workloads []*workloadResult, series []string) (lo, hi float64) {
 	least, most := 0.5, 2.0
 	for _, w := range workloads {
-		for _, fs := range series {
-			if res := w.Results[fs]; res != nil && res.Ratio != nil && *res.Ratio > 0 {
+		for _, filesystem := range series {
+			if res := w.Results[filesystem]; res != nil && res.Ratio != nil && *res.Ratio > 0 {
 				// Room for the label below or above the bar.
 				least, most = math.Min(least, *res.Ratio/1.15), math.Max(most, *res.Ratio*1.15)
 			}
@@ -171,8 +171,8 @@ func chartLabel(q float64) string {
 	return fmt.Sprintf("%.1f", q)
 }
 
-func seriesColor(fs string) color.RGBA {
-	if c, ok := chartColors[fs]; ok {
+func seriesColor(filesystem string) color.RGBA {
+	if c, ok := chartColors[filesystem]; ok {
 		return c
 	}
 	return chartOther

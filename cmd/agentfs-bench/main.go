@@ -102,30 +102,30 @@ func main() {
 
 // newFlagSet makes the flag set of o, silent on errors (run reports them).
 func newFlagSet(o *options) *pflag.FlagSet {
-	fs := pflag.NewFlagSet("agentfs-bench", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	o.AddFlags(fs)
-	return fs
+	flags := pflag.NewFlagSet("agentfs-bench", pflag.ContinueOnError)
+	flags.SetOutput(io.Discard)
+	o.AddFlags(flags)
+	return flags
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	o := &options{}
-	fs := newFlagSet(o)
-	if err := fs.Parse(args); err != nil {
+	flags := newFlagSet(o)
+	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			fmt.Fprint(stdout, usageText)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
+			flags.SetOutput(stdout)
+			flags.PrintDefaults()
 			return exitOK
 		}
 		fmt.Fprintf(stderr, "agentfs-bench: %v (see agentfs-bench --help)\n", err)
 		return exitUsage
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "agentfs-bench: unexpected arguments %q: everything is set with flags (see agentfs-bench --help)\n", fs.Args())
+	if flags.NArg() > 0 {
+		fmt.Fprintf(stderr, "agentfs-bench: unexpected arguments %q: everything is set with flags (see agentfs-bench --help)\n", flags.Args())
 		return exitUsage
 	}
-	cfg, err := o.config(fs)
+	cfg, err := o.config(flags)
 	if err != nil {
 		fmt.Fprintf(stderr, "agentfs-bench: %v\n", err)
 		var u usageError

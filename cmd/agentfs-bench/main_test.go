@@ -82,11 +82,11 @@ func TestHelp(t *testing.T) {
 
 func TestQuickDefaults(t *testing.T) {
 	o := &options{}
-	fs := newFlagSet(o)
-	if err := fs.Parse([]string{"--quick", "--fs", "native", "--workdir", t.TempDir(), "--out", t.TempDir()}); err != nil {
+	flags := newFlagSet(o)
+	if err := flags.Parse([]string{"--quick", "--fs", "native", "--workdir", t.TempDir(), "--out", t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := o.config(fs)
+	c, err := o.config(flags)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +98,11 @@ func TestQuickDefaults(t *testing.T) {
 	}
 
 	o = &options{}
-	fs = newFlagSet(o)
-	if err := fs.Parse([]string{"--quick", "--runs", "4", "--only", "untar, find", "--fs", "native", "--workdir", t.TempDir(), "--out", t.TempDir()}); err != nil {
+	flags = newFlagSet(o)
+	if err := flags.Parse([]string{"--quick", "--runs", "4", "--only", "untar, find", "--fs", "native", "--workdir", t.TempDir(), "--out", t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
-	if c, err = o.config(fs); err != nil {
+	if c, err = o.config(flags); err != nil {
 		t.Fatal(err)
 	}
 	if c.runs != 4 {
@@ -134,12 +134,12 @@ func TestBaselineFilesystems(t *testing.T) {
 		{nil, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-bound,agentfs-bound-root"},
 	} {
 		o := &options{}
-		fs := newFlagSet(o)
+		flags := newFlagSet(o)
 		args := append([]string{"--agentfs", bin, "--workdir", t.TempDir(), "--out", t.TempDir()}, tc.args...)
-		if err := fs.Parse(args); err != nil {
+		if err := flags.Parse(args); err != nil {
 			t.Fatal(err)
 		}
-		c, err := o.config(fs)
+		c, err := o.config(flags)
 		if err != nil {
 			t.Fatalf("agentfs-bench %s: %v", strings.Join(tc.args, " "), err)
 		}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/agentfs/agentfs/procfs"
 )
 
 // The memory row: the agentfs daemon's resident memory after it served
@@ -174,40 +176,34 @@ func (b *bench) daemonPid(ctx context.Context, mnt string) (int, error) {
 
 // daemonMemory reads VmRSS and VmHWM of pid, in bytes.
 func daemonMemory(pid int) (rss, peak int64, err error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	v, err := procfs.Status(pid, "VmRSS", "VmHWM")
 	if err != nil {
 		return 0, 0, fmt.Errorf("the daemon's memory: %w", err)
 	}
-	return parseProcStatus(string(data))
-}
-
-// parseProcStatus takes VmRSS and VmHWM from the text of /proc/PID/status.
-func parseProcStatus(text string) (rss, peak int64, err error) {
-	found := 0
-	for _, line := range strings.Split(text, "\n") {
-		name, val, ok := strings.Cut(line, ":")
-		if !ok || name != "VmRSS" && name != "VmHWM" {
-			continue
-		}
-		f := strings.Fields(val)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, 0, fmt.Errorf("/proc status: unexpected %s line %q", name, line)
-		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("/proc status: %s: %w", name, err)
-		}
-		if name == "VmRSS" {
-			rss = kb << 10
-		} else {
-			peak = kb << 10
-		}
-		found++
+	if rss, err = statusKiB("VmRSS", v[0]); err != nil {
+		return 0, 0, err
 	}
-	if found != 2 {
-		return 0, 0, fmt.Errorf("/proc status: no VmRSS and VmHWM lines")
+	if peak, err = statusKiB("VmHWM", v[1]); err != nil {
+		return 0, 0, err
 	}
 	return rss, peak, nil
+}
+
+// statusKiB parses the value of a size in /proc/PID/status ("61440
+// kB"; "" where the file has no such line), in bytes.
+func statusKiB(name, val string) (int64, error) {
+	if val == "" {
+		return 0, fmt.Errorf("/proc status: no %s line", name)
+	}
+	f := strings.Fields(val)
+	if len(f) != 2 || f[1] != "kB" {
+		return 0, fmt.Errorf("/proc status: unexpected %s value %q", name, val)
+	}
+	kb, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc status: %s: %w", name, err)
+	}
+	return kb << 10, nil
 }
 
 // mebibytes prints n bytes in MiB, to a tenth.

@@ -1,20 +1,29 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/agentfs/agentfs/procfs"
 )
 
-func TestParseProcStatus(t *testing.T) {
+func TestStatusKiB(t *testing.T) {
 	text := "Name:\tagentfs\nVmPeak:\t 2284420 kB\nVmHWM:\t   70312 kB\nVmRSS:\t   61440 kB\nThreads:\t9\n"
-	rss, peak, err := parseProcStatus(text)
-	if err != nil || rss != 61440<<10 || peak != 70312<<10 {
-		t.Errorf("parseProcStatus: %d, %d, %v; want %d, %d, nil", rss, peak, err, 61440<<10, 70312<<10)
+	v := procfs.StatusValues(text, "VmRSS", "VmHWM")
+	rss, err1 := statusKiB("VmRSS", v[0])
+	peak, err2 := statusKiB("VmHWM", v[1])
+	if err1 != nil || err2 != nil || rss != 61440<<10 || peak != 70312<<10 {
+		t.Errorf("statusKiB: %d, %d, %v, %v; want %d, %d, nil, nil", rss, peak, err1, err2, 61440<<10, 70312<<10)
 	}
-	for _, bad := range []string{"Name:\tx\n", "VmRSS:\t12 MB\nVmHWM:\t1 kB\n", "VmRSS:\tx kB\nVmHWM:\t1 kB\n"} {
-		if _, _, err := parseProcStatus(bad); err == nil {
-			t.Errorf("parseProcStatus(%q): no error", bad)
+	for _, bad := range []string{"", "12 MB", "x kB", "12"} {
+		if _, err := statusKiB("VmRSS", bad); err == nil {
+			t.Errorf("statusKiB(%q): no error", bad)
 		}
+	}
+	rss, peak, err := daemonMemory(os.Getpid())
+	if err != nil || rss <= 0 || peak < rss {
+		t.Errorf("daemonMemory(self) = %d, %d, %v; want 0 < VmRSS <= VmHWM", rss, peak, err)
 	}
 }
 

@@ -35,14 +35,16 @@ var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs,
 
 // defaultFilesystems is --fs's default: all but the baseline, which
 // --baseline adds.
-var defaultFilesystems = slices.DeleteFunc(slices.Clone(allFilesystems), func(fs string) bool { return fs == fsAgentfsBaseline })
+var defaultFilesystems = slices.DeleteFunc(slices.Clone(allFilesystems), func(filesystem string) bool { return filesystem == fsAgentfsBaseline })
 
-// boundVariant reports whether fs is agentfs with another branch bound.
-func boundVariant(fs string) bool { return fs == fsAgentfsBound || fs == fsAgentfsBoundRoot }
+// boundVariant reports whether filesystem is agentfs with another branch bound.
+func boundVariant(filesystem string) bool {
+	return filesystem == fsAgentfsBound || filesystem == fsAgentfsBoundRoot
+}
 
-// agentfsMount reports whether fs is mounted by an agentfs binary.
-func agentfsMount(fs string) bool {
-	return fs == fsAgentfs || fs == fsAgentfsBaseline || boundVariant(fs)
+// agentfsMount reports whether filesystem is mounted by an agentfs binary.
+func agentfsMount(filesystem string) bool {
+	return filesystem == fsAgentfs || filesystem == fsAgentfsBaseline || boundVariant(filesystem)
 }
 
 // Sizes of the full benchmark and of --quick.
@@ -76,18 +78,18 @@ type options struct {
 	quick        bool
 }
 
-func (o *options) AddFlags(fs *pflag.FlagSet) {
-	fs.IntVar(&o.runs, "runs", 5, "timed runs per workload and filesystem, and of each side of a snapshot-table row (`N`; default 2 with --quick)")
-	fs.IntVar(&o.warmup, "warmup", 1, "untimed warm-up runs before the timed ones (`N`; snapshot-100k: none)")
-	fs.StringVar(&o.only, "only", "", "run only these `WORKLOADS` (comma-separated): "+strings.Join(workloadNames(), ",")+
+func (o *options) AddFlags(flags *pflag.FlagSet) {
+	flags.IntVar(&o.runs, "runs", 5, "timed runs per workload and filesystem, and of each side of a snapshot-table row (`N`; default 2 with --quick)")
+	flags.IntVar(&o.warmup, "warmup", 1, "untimed warm-up runs before the timed ones (`N`; snapshot-100k: none)")
+	flags.StringVar(&o.only, "only", "", "run only these `WORKLOADS` (comma-separated): "+strings.Join(workloadNames(), ",")+
 		"; or of the snapshot table (agentfs): "+strings.Join(snapOpNames(), ",")+" ("+snapshotGroup+": all of these)"+
 		"; or "+memoryOp+" (the agentfs daemon's memory over walks of a large tree)")
-	fs.StringVar(&o.filesystems, "fs", strings.Join(defaultFilesystems, ","), "the filesystems to compare (`LIST`, comma-separated; must include native; with --baseline the default adds "+fsAgentfsBaseline+")")
-	fs.StringVar(&o.workdir, "workdir", defaultWorkdir, "`DIR` for the trees, uppers and mounts (on a disk filesystem, not tmpfs)")
-	fs.StringVar(&o.agentfs, "agentfs", "", "the agentfs binary (`PATH`; default: agentfs beside this program, else on $PATH)")
-	fs.StringVar(&o.baseline, "baseline", "", "another agentfs binary to compare with --agentfs (`PATH`): mounted as agentfs is, as the filesystem "+fsAgentfsBaseline+" (the first table only)")
-	fs.StringVar(&o.out, "out", "bench", "`DIR` for results.md, results.json and results.png")
-	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: a 64 MiB file, 500 small files, 10,000 instead of 100,000 changed files and walked files, 2 runs")
+	flags.StringVar(&o.filesystems, "fs", strings.Join(defaultFilesystems, ","), "the filesystems to compare (`LIST`, comma-separated; must include native; with --baseline the default adds "+fsAgentfsBaseline+")")
+	flags.StringVar(&o.workdir, "workdir", defaultWorkdir, "`DIR` for the trees, uppers and mounts (on a disk filesystem, not tmpfs)")
+	flags.StringVar(&o.agentfs, "agentfs", "", "the agentfs binary (`PATH`; default: agentfs beside this program, else on $PATH)")
+	flags.StringVar(&o.baseline, "baseline", "", "another agentfs binary to compare with --agentfs (`PATH`): mounted as agentfs is, as the filesystem "+fsAgentfsBaseline+" (the first table only)")
+	flags.StringVar(&o.out, "out", "bench", "`DIR` for results.md, results.json and results.png")
+	flags.BoolVar(&o.quick, "quick", false, "small sizes for development: a 64 MiB file, 500 small files, 10,000 instead of 100,000 changed files and walked files, 2 runs")
 }
 
 // config is a validated benchmark request.
@@ -112,23 +114,23 @@ type config struct {
 	memFiles int
 }
 
-// agentfsBinary is the binary that mounts fs, an agentfs filesystem
+// agentfsBinary is the binary that mounts filesystem, an agentfs filesystem
 // (agentfsMount): --baseline's copy for the baseline, else --agentfs's.
-func (c *config) agentfsBinary(fs string) string {
-	if fs == fsAgentfsBaseline {
+func (c *config) agentfsBinary(filesystem string) string {
+	if filesystem == fsAgentfsBaseline {
 		return c.baselineBin
 	}
 	return c.agentfsBin
 }
 
-// config checks the flags and the tools they call for. fs tells which
+// config checks the flags and the tools they call for. flags tells which
 // flags were given.
-func (o *options) config(fs *pflag.FlagSet) (*config, error) {
+func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 	c := &config{runs: o.runs, warmup: o.warmup, quick: o.quick, bigSize: fullBigSize, smallFiles: fullSmallFiles,
 		snapFiles: fullSnapFiles, snapManyFiles: fullSnapManyFiles, memFiles: fullMemFiles}
 	if o.quick {
 		c.bigSize, c.smallFiles, c.snapManyFiles, c.memFiles = quickBigSize, quickSmallFiles, quickSnapManyFiles, quickMemFiles
-		if !fs.Changed("runs") {
+		if !flags.Changed("runs") {
 			c.runs = quickRuns
 		}
 	}
@@ -143,7 +145,7 @@ func (o *options) config(fs *pflag.FlagSet) (*config, error) {
 		return nil, err
 	}
 	list := o.filesystems
-	if o.baseline != "" && !fs.Changed("fs") {
+	if o.baseline != "" && !flags.Changed("fs") {
 		list += "," + fsAgentfsBaseline
 	}
 	if c.filesystems, err = selectFilesystems(list); err != nil {
@@ -158,7 +160,7 @@ func (o *options) config(fs *pflag.FlagSet) (*config, error) {
 	if len(c.workloads) == 0 {
 		// Only agentfs's tables: the other filesystems have no part in
 		// them (and need not be probed).
-		c.filesystems = slices.DeleteFunc(c.filesystems, func(fs string) bool { return fs != fsNative && fs != fsAgentfs })
+		c.filesystems = slices.DeleteFunc(c.filesystems, func(filesystem string) bool { return filesystem != fsNative && filesystem != fsAgentfs })
 	}
 	if slices.ContainsFunc(c.filesystems, boundVariant) && !slices.Contains(c.filesystems, fsAgentfs) {
 		return nil, usagef("--fs %s and %s need agentfs too: the binding overhead is against agentfs", fsAgentfsBound, fsAgentfsBoundRoot)

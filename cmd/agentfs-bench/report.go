@@ -119,13 +119,13 @@ func (r *report) finish() {
 			}
 		}
 		native := w.Results[fsNative]
-		for _, fs := range r.order() {
-			res := w.Results[fs]
+		for _, filesystem := range r.order() {
+			res := w.Results[filesystem]
 			if res == nil {
 				continue
 			}
 			if res.Error != "" {
-				r.Notes = append(r.Notes, fmt.Sprintf("%s on %s failed: %s", w.Name, fs, res.Error))
+				r.Notes = append(r.Notes, fmt.Sprintf("%s on %s failed: %s", w.Name, filesystem, res.Error))
 			}
 			if native == nil || native.Median == nil || res.Median == nil {
 				continue
@@ -134,14 +134,14 @@ func (r *report) finish() {
 				res.Ratio = &q
 			}
 			if res.Check != native.Check && res.Error == "" && native.Error == "" {
-				r.Notes = append(r.Notes, fmt.Sprintf("%s on %s saw %q, native %q", w.Name, fs, res.Check, native.Check))
+				r.Notes = append(r.Notes, fmt.Sprintf("%s on %s saw %q, native %q", w.Name, filesystem, res.Check, native.Check))
 			}
 		}
 		if w.Name == copyUpWorkload {
 			r.CopyUpSeconds = map[string]float64{}
-			for fs, res := range w.Results {
+			for filesystem, res := range w.Results {
 				if res.Median != nil {
-					r.CopyUpSeconds[fs] = *res.Median
+					r.CopyUpSeconds[filesystem] = *res.Median
 				}
 			}
 		}
@@ -196,9 +196,9 @@ func (op *snapResult) finish(r *report) {
 // "" when copy-up did not run on any overlay.
 func (r *report) copyUpSummary() string {
 	var parts []string
-	for _, fs := range r.order() {
-		if s, ok := r.CopyUpSeconds[fs]; ok && fs != fsNative {
-			parts = append(parts, fmt.Sprintf("%s %.2f s", fs, s))
+	for _, filesystem := range r.order() {
+		if s, ok := r.CopyUpSeconds[filesystem]; ok && filesystem != fsNative {
+			parts = append(parts, fmt.Sprintf("%s %.2f s", filesystem, s))
 		}
 	}
 	if len(parts) == 0 {
@@ -361,22 +361,22 @@ func (r *report) workloadMarkdown(b *strings.Builder) {
 	fss := slices.DeleteFunc(r.order(), boundVariant)
 	b.WriteString("| workload |")
 	sep := "|---|"
-	for _, fs := range fss {
-		if fs == fsNative {
+	for _, filesystem := range fss {
+		if filesystem == fsNative {
 			b.WriteString(" native |")
 			sep += "---:|"
 			continue
 		}
-		fmt.Fprintf(b, " %s | ratio |", fs)
+		fmt.Fprintf(b, " %s | ratio |", filesystem)
 		sep += "---:|---:|"
 	}
 	b.WriteString("\n" + sep + "\n")
 	for _, w := range r.Workloads {
 		fmt.Fprintf(b, "| %s |", w.Title)
-		for _, fs := range fss {
-			res := w.Results[fs]
+		for _, filesystem := range fss {
+			res := w.Results[filesystem]
 			cell := cellTime(w, res)
-			if fs == fsNative {
+			if filesystem == fsNative {
 				fmt.Fprintf(b, " %s |", cell)
 				continue
 			}

@@ -50,12 +50,12 @@ func TestSelectSnapshotOps(t *testing.T) {
 func configFor(t *testing.T, args ...string) (*config, error) {
 	t.Helper()
 	o := &options{}
-	fs := newFlagSet(o)
+	flags := newFlagSet(o)
 	args = append([]string{"--workdir", t.TempDir(), "--out", t.TempDir()}, args...)
-	if err := fs.Parse(args); err != nil {
+	if err := flags.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	return o.config(fs)
+	return o.config(flags)
 }
 
 // fakeAgentfs is an executable that --agentfs accepts.

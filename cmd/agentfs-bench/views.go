@@ -18,9 +18,9 @@ import (
 // lower tree with an empty upper. Everything a view creates lives in
 // WORKDIR/runs/FS and is removed when it closes.
 type view struct {
-	fs   string
-	root string // the tree's root as this filesystem shows it
-	dir  string // WORKDIR/runs/FS, or "" for the shared native tree
+	filesystem string // fsNative, fsAgentfs, ...
+	root       string // the tree's root as this filesystem shows it
+	dir        string // WORKDIR/runs/FS, or "" for the shared native tree
 	// unmount is set while a mount is up.
 	unmount func(context.Context) error
 }
@@ -74,13 +74,13 @@ func (b *bench) probeFilesystems(ctx context.Context) []fsStatus {
 	return out
 }
 
-func (b *bench) probeMount(ctx context.Context, fs string) error {
+func (b *bench) probeMount(ctx context.Context, filesystem string) error {
 	lower := filepath.Join(b.runsDir(), "probe-lower")
 	if err := os.MkdirAll(lower, 0o755); err != nil {
 		return err
 	}
 	defer os.RemoveAll(lower)
-	v, err := b.mountView(ctx, fs, lower)
+	v, err := b.mountView(ctx, filesystem, lower)
 	if err != nil {
 		return err
 	}
@@ -97,17 +97,17 @@ func kernelRelease() string {
 
 func (b *bench) runsDir() string { return filepath.Join(b.cfg.workdir, "runs") }
 
-// openView makes fs's view of the tree for workload w.
-func (b *bench) openView(ctx context.Context, fs string, w *workload) (*view, error) {
-	if fs != fsNative {
-		return b.mountView(ctx, fs, b.tree.lower())
+// openView makes filesystem's view of the tree for workload w.
+func (b *bench) openView(ctx context.Context, filesystem string, w *workload) (*view, error) {
+	if filesystem != fsNative {
+		return b.mountView(ctx, filesystem, b.tree.lower())
 	}
 	if !w.fresh {
-		return &view{fs: fs, root: b.tree.native()}, nil
+		return &view{filesystem: filesystem, root: b.tree.native()}, nil
 	}
 	// Native has no upper: a workload that changes the tree gets a
 	// fresh copy of the parts it touches.
-	v := &view{fs: fs, dir: filepath.Join(b.runsDir(), fs)}
+	v := &view{filesystem: filesystem, dir: filepath.Join(b.runsDir(), filesystem)}
 	v.root = filepath.Join(v.dir, "tree")
 	if err := b.resetDir(v.dir); err != nil {
 		return nil, err
@@ -128,9 +128,9 @@ func (b *bench) openView(ctx context.Context, fs string, w *workload) (*view, er
 	return v, nil
 }
 
-// mountView mounts fs over lower with a new, empty upper.
-func (b *bench) mountView(ctx context.Context, fs, lower string) (*view, error) {
-	v := &view{fs: fs, dir: filepath.Join(b.runsDir(), fs)}
+// mountView mounts filesystem over lower with a new, empty upper.
+func (b *bench) mountView(ctx context.Context, filesystem, lower string) (*view, error) {
+	v := &view{filesystem: filesystem, dir: filepath.Join(b.runsDir(), filesystem)}
 	upper, work, mnt := filepath.Join(v.dir, "upper"), filepath.Join(v.dir, "work"), filepath.Join(v.dir, "mnt")
 	v.root = mnt
 	if err := b.resetDir(v.dir); err != nil {
@@ -143,7 +143,7 @@ func (b *bench) mountView(ctx context.Context, fs, lower string) (*view, error) 
 		}
 	}
 	overlayOpts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
-	switch fs {
+	switch filesystem {
 	case fsOverlayfs:
 		if err := unix.Mount("overlay", mnt, "overlay", 0, overlayOpts); err != nil {
 			return v, fmt.Errorf("mount -t overlay %s: %w", mnt, err)
@@ -155,23 +155,23 @@ func (b *bench) mountView(ctx context.Context, fs, lower string) (*view, error) 
 	case fsAgentfs, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
 		// The default backstore (hostfs) in a private store, which
 		// AGENTFS_PRIVATE_DIR puts in the work directory.
-		if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBinary(fs), "mount", "--lower", lower, mnt); err != nil {
+		if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBinary(filesystem), "mount", "--lower", lower, mnt); err != nil {
 			return v, err
 		}
-		if boundVariant(fs) {
-			stop, err := b.bindOther(ctx, mnt, fs == fsAgentfsBoundRoot)
-			v.unmount = func(ctx context.Context) error { stop(); return b.unmount(ctx, fs, mnt) }
+		if boundVariant(filesystem) {
+			stop, err := b.bindOther(ctx, mnt, filesystem == fsAgentfsBoundRoot)
+			v.unmount = func(ctx context.Context) error { stop(); return b.unmount(ctx, filesystem, mnt) }
 			if err != nil {
 				return v, err
 			}
 			return v, nil
 		}
 	default:
-		return v, fmt.Errorf("%s is not a mountable filesystem", fs)
+		return v, fmt.Errorf("%s is not a mountable filesystem", filesystem)
 	}
-	v.unmount = func(ctx context.Context) error { return b.unmount(ctx, fs, mnt) }
+	v.unmount = func(ctx context.Context) error { return b.unmount(ctx, filesystem, mnt) }
 	if !isMountRoot(mnt) {
-		return v, fmt.Errorf("%s reported success but %s is not a mount", fs, mnt)
+		return v, fmt.Errorf("%s reported success but %s is not a mount", filesystem, mnt)
 	}
 	return v, nil
 }
@@ -239,13 +239,13 @@ func (b *bench) unmountLeftover(dir string) error {
 	return b.unmount(ctx, filepath.Base(dir), mnt)
 }
 
-// unmount unmounts mnt the way fs is unmounted, retrying while it is
+// unmount unmounts mnt the way filesystem is unmounted, retrying while it is
 // busy, and detaches it if that does not end.
-func (b *bench) unmount(ctx context.Context, fs, mnt string) error {
+func (b *bench) unmount(ctx context.Context, filesystem, mnt string) error {
 	try := func() error {
-		switch fs {
+		switch filesystem {
 		case fsAgentfs, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
-			if bin := b.cfg.agentfsBinary(fs); bin != "" {
+			if bin := b.cfg.agentfsBinary(filesystem); bin != "" {
 				return runQuiet(ctx, "", b.env, bin, "unmount", mnt)
 			}
 			return runQuiet(ctx, "", b.env, "fusermount3", "-u", mnt)
@@ -268,9 +268,9 @@ func (b *bench) unmount(ctx context.Context, fs, mnt string) error {
 		}
 		time.Sleep(delay)
 	}
-	b.logf("%s: unmounting %s failed (%v); detaching it", fs, mnt, err)
+	b.logf("%s: unmounting %s failed (%v); detaching it", filesystem, mnt, err)
 	if derr := unix.Unmount(mnt, unix.MNT_DETACH); derr != nil && isMountRoot(mnt) {
-		return fmt.Errorf("unmounting %s %s: %v; detaching: %w (unmount it by hand: umount -l %s)", fs, mnt, err, derr, mnt)
+		return fmt.Errorf("unmounting %s %s: %v; detaching: %w (unmount it by hand: umount -l %s)", filesystem, mnt, err, derr, mnt)
 	}
 	return nil
 }

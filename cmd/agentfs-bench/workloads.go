@@ -37,10 +37,10 @@ type workload struct {
 
 // runEnv is what one run of a workload works on.
 type runEnv struct {
-	b    *bench
-	fs   string
-	root string // the tree's root in this filesystem's view
-	seq  int    // counts the runs of the workload, over all filesystems
+	b          *bench
+	filesystem string // fsNative, fsAgentfs, ...
+	root       string // the tree's root in this filesystem's view
+	seq        int    // counts the runs of the workload, over all filesystems
 }
 
 func (r *runEnv) path(rel string) string { return filepath.Join(r.root, rel) }
@@ -48,7 +48,7 @@ func (r *runEnv) path(rel string) string { return filepath.Join(r.root, rel) }
 // source is where rel's bytes are stored: the lower tree for an overlay,
 // the view itself for native.
 func (r *runEnv) source(rel string) string {
-	if r.fs == fsNative {
+	if r.filesystem == fsNative {
 		return r.path(rel)
 	}
 	return filepath.Join(r.b.tree.lower(), rel)
