@@ -239,12 +239,12 @@ func Apply(v *FS, o ApplyOptions) (ApplyResult, error) {
 
 // lowerViewOfSameFd opens the plain lower tree through v's own lower
 // descriptor (the lower path itself may be covered by the mount).
-func (fs *FS) lowerViewOfSameFd() (*FS, error) {
-	fd, err := unix.Dup(fs.lowerFd)
+func (v *FS) lowerViewOfSameFd() (*FS, error) {
+	fd, err := unix.Dup(v.lowerFd)
 	if err != nil {
 		return nil, fmt.Errorf("apply: %w", err)
 	}
-	lv, err := newWithFd(Config{Lower: fs.cfg.Lower, Objects: fs.objs, Logger: fs.log}, fd)
+	lv, err := newWithFd(Config{Lower: v.cfg.Lower, Objects: v.objs, Logger: v.log}, fd)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
