@@ -17,7 +17,8 @@ import (
 // Config describes one view: a lower directory and a branch layer.
 type Config struct {
 	// Lower is the absolute path of the lower directory. It is only ever
-	// opened read-only.
+	// opened read-only (Apply alone writes below it: see "Who writes the
+	// lower directory" in doc.go).
 	Lower string
 	// Objects holds the upper inodes.
 	Objects *backstore.Store
