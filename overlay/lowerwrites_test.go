@@ -444,8 +444,9 @@ func findLowerWrites(fset *token.FileSet, files []*ast.File, exempt map[string]s
 			}
 		}
 	}
+	// What is learned only grows, so this ends.
 	var hits []lowerWrite
-	for pass := 0; ; pass++ {
+	for {
 		c.changed = false
 		hits = hits[:0]
 		for _, lf := range c.funcs {
@@ -457,7 +458,7 @@ func findLowerWrites(fset *token.FileSet, files []*ast.File, exempt map[string]s
 			}
 			c.run(f, lf, -1, exempt, func(h lowerWrite) { hits = append(hits, h) })
 		}
-		if !c.changed || pass > 50 {
+		if !c.changed {
 			break
 		}
 	}
@@ -575,15 +576,13 @@ func (c *lowerChecker) run(f *ast.File, lf *lowerFunc, param int, exempt map[str
 					}
 				}
 				if lower && param < 0 {
-					c.learn(&c.returnsLower, name, i)
+					learn(c, c.returnsLower, name, i)
 				}
 				if lower && param >= 0 {
 					if c.returnsArg[name] == nil {
 						c.returnsArg[name] = map[int]map[int]bool{}
 					}
-					m := c.returnsArg[name][param]
-					c.learn(&m, "", i)
-					c.returnsArg[name][param] = m
+					learn(c, c.returnsArg[name], param, i)
 				}
 			}
 		case *ast.CallExpr:
@@ -594,8 +593,8 @@ func (c *lowerChecker) run(f *ast.File, lf *lowerFunc, param int, exempt map[str
 }
 
 // callee names a call: "unix.Openat" for another package's function,
-// ".Name" for a method of a value of another package, the bare name
-// for a function or method of this package (by name only), and the
+// ".Name" for a method (of whatever type: without types it cannot
+// tell), the bare name for a function of this package; and returns the
 // receiver, if any.
 func (fl *flow) callee(call *ast.CallExpr) (key string, recv ast.Expr) {
 	switch fn := ast.Unparen(call.Fun).(type) {
@@ -622,24 +621,14 @@ func (fl *flow) isLower(e ast.Expr) bool {
 		return fl.param < 0 && (e.Sel.Name == "lowerFd" || e.Sel.Name == "Lower")
 	case *ast.CallExpr:
 		return fl.resultLower(e, 0)
-	case *ast.ParenExpr:
-		return fl.isLower(e.X)
-	case *ast.StarExpr:
-		return fl.isLower(e.X)
-	case *ast.UnaryExpr:
-		return fl.isLower(e.X)
+	case *ast.ParenExpr, *ast.StarExpr, *ast.UnaryExpr, *ast.IndexExpr, *ast.SliceExpr, *ast.TypeAssertExpr:
+		return fl.isLower(operand(e))
 	case *ast.BinaryExpr:
 		switch e.Op {
 		case token.EQL, token.NEQ, token.LSS, token.LEQ, token.GTR, token.GEQ, token.LAND, token.LOR:
 			return false
 		}
 		return fl.isLower(e.X) || fl.isLower(e.Y)
-	case *ast.IndexExpr:
-		return fl.isLower(e.X)
-	case *ast.SliceExpr:
-		return fl.isLower(e.X)
-	case *ast.TypeAssertExpr:
-		return fl.isLower(e.X)
 	case *ast.CompositeLit:
 		for _, el := range e.Elts {
 			if kv, ok := el.(*ast.KeyValueExpr); ok {
@@ -651,6 +640,25 @@ func (fl *flow) isLower(e ast.Expr) bool {
 		}
 	}
 	return false
+}
+
+// operand is the value an expression of one operand reads.
+func operand(e ast.Expr) ast.Expr {
+	switch e := e.(type) {
+	case *ast.ParenExpr:
+		return e.X
+	case *ast.StarExpr:
+		return e.X
+	case *ast.UnaryExpr:
+		return e.X
+	case *ast.IndexExpr:
+		return e.X
+	case *ast.SliceExpr:
+		return e.X
+	case *ast.TypeAssertExpr:
+		return e.X
+	}
+	return nil
 }
 
 // resultLower reports whether result i of call is a lower value.
@@ -680,26 +688,14 @@ func (fl *flow) resultLower(call *ast.CallExpr, i int) bool {
 	return false
 }
 
-// learn adds i to (*m)[name] (to *m itself when name is ""), noting a
-// change.
-func (c *lowerChecker) learn(m any, name string, i int) {
-	switch m := m.(type) {
-	case *map[string]map[int]bool:
-		if (*m)[name] == nil {
-			(*m)[name] = map[int]bool{}
-		}
-		if !(*m)[name][i] {
-			(*m)[name][i] = true
-			c.changed = true
-		}
-	case *map[int]bool:
-		if *m == nil {
-			*m = map[int]bool{}
-		}
-		if !(*m)[i] {
-			(*m)[i] = true
-			c.changed = true
-		}
+// learn adds i to m[k], noting a change.
+func learn[K comparable](c *lowerChecker, m map[K]map[int]bool, k K, i int) {
+	if m[k] == nil {
+		m[k] = map[int]bool{}
+	}
+	if !m[k][i] {
+		m[k][i] = true
+		c.changed = true
 	}
 }
 
