@@ -325,16 +325,16 @@ func (s *Store) Usage() (Usage, error) {
 	if err != nil {
 		return u, err
 	}
-	var fs unix.Statfs_t
-	if err := unix.Fstatfs(s.main.rootfd, &fs); err != nil {
+	var statfs unix.Statfs_t
+	if err := unix.Fstatfs(s.main.rootfd, &statfs); err != nil {
 		return u, fmt.Errorf("backstore %s: statfs: %w", s.main.root, err)
 	}
-	bsize := fs.Frsize
+	bsize := statfs.Frsize
 	if bsize == 0 {
-		bsize = fs.Bsize
+		bsize = statfs.Bsize
 	}
-	u.FsFree = int64(fs.Bavail) * bsize
-	u.FsSize = int64(fs.Blocks) * bsize
+	u.FsFree = int64(statfs.Bavail) * bsize
+	u.FsSize = int64(statfs.Blocks) * bsize
 	return u, nil
 }
 

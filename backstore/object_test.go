@@ -369,9 +369,9 @@ func TestUsage(t *testing.T) {
 	if u.Bytes < st.Blocks*512 || u.Bytes < 1<<20 {
 		t.Errorf("Usage.Bytes = %d, want >= %d (the 1 MiB file's blocks)", u.Bytes, st.Blocks*512)
 	}
-	var fs unix.Statfs_t
-	unix.Statfs(s.Info().Root, &fs)
-	if want := int64(fs.Blocks) * fs.Bsize; u.FsSize != want {
+	var statfs unix.Statfs_t
+	unix.Statfs(s.Info().Root, &statfs)
+	if want := int64(statfs.Blocks) * statfs.Bsize; u.FsSize != want {
 		t.Errorf("Usage.FsSize = %d, want %d", u.FsSize, want)
 	}
 	if u.FsFree <= 0 || u.FsFree > u.FsSize {

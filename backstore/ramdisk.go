@@ -64,9 +64,9 @@ func (s *Store) mountRamdisk(root string) (mode string, limit int64, err error) 
 		return "", 0, fmt.Errorf("backstore: no ramdisk: mounting a tmpfs at %s: %v; /dev/shm: %w", root, mountErr, err)
 	}
 	s.shmDir = shm
-	var fs unix.Statfs_t
-	if err := unix.Statfs(shm, &fs); err == nil {
-		limit = int64(fs.Blocks) * fs.Bsize
+	var statfs unix.Statfs_t
+	if err := unix.Statfs(shm, &statfs); err == nil {
+		limit = int64(statfs.Blocks) * statfs.Bsize
 	}
 	return "shm", limit, nil
 }
@@ -74,15 +74,15 @@ func (s *Store) mountRamdisk(root string) (mode string, limit int64, err error) 
 // tmpfsMountedAt reports whether a tmpfs is mounted at dir (dir is on
 // a tmpfs and on another device than its parent), and its size.
 func tmpfsMountedAt(dir string) (int64, bool) {
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
+	var statfs unix.Statfs_t
+	if err := unix.Statfs(dir, &statfs); err != nil || statfs.Type != unix.TMPFS_MAGIC {
 		return 0, false
 	}
 	var st, parent unix.Stat_t
 	if unix.Stat(dir, &st) != nil || unix.Stat(filepath.Dir(dir), &parent) != nil || st.Dev == parent.Dev {
 		return 0, false
 	}
-	return int64(fs.Blocks) * fs.Bsize, true
+	return int64(statfs.Blocks) * statfs.Bsize, true
 }
 
 // closeRamdisk unmounts the tmpfs (detaching it when busy: objects may

@@ -31,9 +31,9 @@ func TestRamdiskOpenClose(t *testing.T) {
 	if info.Kind != "ramdisk" || info.Mode != wantRamdiskMode() || info.Reflink {
 		t.Errorf("Info = %+v, want kind ramdisk, mode %s, no reflink", info, wantRamdiskMode())
 	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(info.Root, &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
-		t.Errorf("%s: fs type %x (%v), want tmpfs", info.Root, fs.Type, err)
+	var statfs unix.Statfs_t
+	if err := unix.Statfs(info.Root, &statfs); err != nil || statfs.Type != unix.TMPFS_MAGIC {
+		t.Errorf("%s: fs type %x (%v), want tmpfs", info.Root, statfs.Type, err)
 	}
 	if isRoot {
 		if want := filepath.Join(dir, "ramdisk"); info.Root != want || info.SizeLimit != 8<<20 {

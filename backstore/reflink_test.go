@@ -138,11 +138,11 @@ func sharedBytes(t *testing.T, s *Store, id string) (shared, total int64) {
 func freeBytes(t *testing.T, p string) int64 {
 	t.Helper()
 	unix.Sync()
-	var fs unix.Statfs_t
-	if err := unix.Statfs(p, &fs); err != nil {
+	var statfs unix.Statfs_t
+	if err := unix.Statfs(p, &statfs); err != nil {
 		t.Fatal(err)
 	}
-	return int64(fs.Bfree) * fs.Bsize
+	return int64(statfs.Bfree) * statfs.Bsize
 }
 
 func fileSum(t *testing.T, f *os.File) [32]byte {

@@ -14,12 +14,18 @@ import (
 
 // # Apply
 //
-// Apply is the only code path that writes to the lower directory: it
-// takes the differences of a branch view (Diff from the lower tree to
-// the view) into the lower tree, so that each applied path there is
-// what the view shows (type, data, mode, owner as root, xattrs, atime
-// and mtime), and the view then shows the lower path again: applied
-// paths stop being differences.
+// The apply*.go files (this one, apply_write.go, apply_commit.go,
+// apply_hold.go) are the one writer of the project: no other code of
+// agentfs writes the lower directory (see "Who writes the lower
+// directory" in doc.go; lowerwrites_test.go holds the rest of the
+// package to it), and Apply, their entry, is reached only by `agentfs
+// apply`.
+//
+// Apply takes the differences of a branch view (Diff from the lower
+// tree to the view) into the lower tree, so that each applied path
+// there is what the view shows (type, data, mode, owner as root,
+// xattrs, atime and mtime), and the view then shows the lower path
+// again: applied paths stop being differences.
 //
 // It writes only through the view's O_PATH descriptor of the lower
 // directory, with *at system calls, and resolves directories below it
@@ -239,12 +245,12 @@ func Apply(v *FS, o ApplyOptions) (ApplyResult, error) {
 
 // lowerViewOfSameFd opens the plain lower tree through v's own lower
 // descriptor (the lower path itself may be covered by the mount).
-func (fs *FS) lowerViewOfSameFd() (*FS, error) {
-	fd, err := unix.Dup(fs.lowerFd)
+func (v *FS) lowerViewOfSameFd() (*FS, error) {
+	fd, err := unix.Dup(v.lowerFd)
 	if err != nil {
 		return nil, fmt.Errorf("apply: %w", err)
 	}
-	lv, err := newWithFd(Config{Lower: fs.cfg.Lower, Objects: fs.objs, Logger: fs.log}, fd)
+	lv, err := newWithFd(Config{Lower: v.cfg.Lower, Objects: v.objs, Logger: v.log}, fd)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err

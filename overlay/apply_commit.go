@@ -38,12 +38,12 @@ func (a *applier) captureEntries() {
 }
 
 // eachEntryLocked calls fn with every entry of the index, internal ones
-// included, in no order. fs.mu is held.
-func (fs *FS) eachEntryLocked(fn func(p string, e *branch.Entry)) {
-	if fs.rootEntry != nil {
-		fn("", fs.rootEntry)
+// included, in no order. v.mu is held.
+func (v *FS) eachEntryLocked(fn func(p string, e *branch.Entry)) {
+	if v.rootEntry != nil {
+		fn("", v.rootEntry)
 	}
-	for dir, m := range fs.dirs {
+	for dir, m := range v.dirs {
 		for name, e := range m {
 			fn(joinPath(dir, name), e)
 		}
@@ -296,9 +296,9 @@ func (c *commitState) straightLocked(d string) bool {
 }
 
 // lowerStat stats lower path p.
-func (fs *FS) lowerStat(p string) (unix.Stat_t, error) {
+func (v *FS) lowerStat(p string) (unix.Stat_t, error) {
 	var st unix.Stat_t
-	err := fstatatLong(fs.lowerFd, lowerRel(p), &st)
+	err := fstatatLong(v.lowerFd, lowerRel(p), &st)
 	return st, err
 }
 
@@ -364,26 +364,26 @@ func (c *commitState) canDropDirLocked(p string, e *branch.Entry) bool {
 // when not open); any other node is cut loose, as unlink does. It
 // returns the nodes for the kernel (Stale: with a name for those cut
 // loose, without for those changed in place), and the entries of the
-// objects no node holds any more. fs.mu is held exclusively.
-func (fs *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
-	fs.nodesMu.Lock()
+// objects no node holds any more. v.mu is held exclusively.
+func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
+	v.nodesMu.Lock()
 	set := map[*Node]bool{}
-	for _, m := range []map[string]*Node{fs.byObject, fs.byLower} {
+	for _, m := range []map[string]*Node{v.byObject, v.byLower} {
 		for _, n := range m {
 			set[n] = true
 		}
 	}
-	for _, n := range fs.byLowerIno {
+	for _, n := range v.byLowerIno {
 		set[n] = true
 	}
-	fs.nodesMu.Unlock()
+	v.nodesMu.Unlock()
 	type byDepth struct {
 		n     *Node
 		depth int
 	}
 	var nodes []byDepth
 	for n := range set {
-		if n == fs.root || n.unlinked || n.stale {
+		if n == v.root || n.unlinked || n.stale {
 			continue
 		}
 		p, ok := n.pathLocked()
@@ -399,23 +399,23 @@ func (fs *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 	cut := func(n *Node) {
 		s := Stale{Node: n, Parent: n.parent, Name: n.name}
 		n.unlinked, n.parent = true, nil
-		fs.nodesMu.Lock()
-		fs.dropLowerLocked(n)
-		fs.nodesMu.Unlock()
+		v.nodesMu.Lock()
+		v.dropLowerLocked(n)
+		v.nodesMu.Unlock()
 		stale = append(stale, s)
 	}
-	root := fs.root
-	if e := fs.rootEntry; e == nil && root.entry != nil {
+	root := v.root
+	if e := v.rootEntry; e == nil && root.entry != nil {
 		orphans = append(orphans, root.entry)
-		fs.nodesMu.Lock()
-		if fs.byObject[root.object] == root {
-			delete(fs.byObject, root.object)
+		v.nodesMu.Lock()
+		if v.byObject[root.object] == root {
+			delete(v.byObject, root.object)
 		}
 		root.entry, root.object, root.lower, root.hasLower = nil, "", "", true
-		fs.nodesMu.Unlock()
+		v.nodesMu.Unlock()
 		stale = append(stale, Stale{Node: root})
 	} else if e != nil && e != root.entry {
-		fs.promoteLocked(root, e)
+		v.promoteLocked(root, e)
 		stale = append(stale, Stale{Node: root})
 	}
 	for _, it := range nodes {
@@ -425,11 +425,11 @@ func (fs *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 			cut(n) // its directory was cut loose just now
 			continue
 		}
-		if e := fs.indexGet(p); e != nil {
+		if e := v.indexGet(p); e != nil {
 			switch {
 			case !e.IsWhiteout() && n.entry != nil && n.object == e.Object:
 				if n.entry != e {
-					fs.promoteLocked(n, e)
+					v.promoteLocked(n, e)
 					stale = append(stale, Stale{Node: n})
 				}
 			default:
@@ -446,33 +446,33 @@ func (fs *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 		if n.entry == nil && n.hasLower && n.lower == lp {
 			continue // the same lower file as before
 		}
-		st, err := fs.lowerStat(lp)
-		if err != nil || st.Mode&unix.S_IFMT != n.mode || fs.mapIno(&st) != n.ino {
+		st, err := v.lowerStat(lp)
+		if err != nil || st.Mode&unix.S_IFMT != n.mode || v.mapIno(&st) != n.ino {
 			cut(n)
 			continue
 		}
-		fs.nodesMu.Lock()
+		v.nodesMu.Lock()
 		open := n.opens > 0
 		if n.mode != unix.S_IFDIR && open {
 			// Its open files go on with the object (passthrough may
 			// have it as the inode's backing file): a new node.
-			fs.nodesMu.Unlock()
+			v.nodesMu.Unlock()
 			cut(n)
 			continue
 		}
 		if n.entry != nil {
 			orphans = append(orphans, n.entry)
-			if fs.byObject[n.object] == n {
-				delete(fs.byObject, n.object)
+			if v.byObject[n.object] == n {
+				delete(v.byObject, n.object)
 			}
 		}
-		fs.dropLowerLocked(n)
+		v.dropLowerLocked(n)
 		n.entry, n.object, n.lower, n.hasLower = nil, "", lp, true
-		fs.byLower[lp] = n
-		if sharedLower(&st) && fs.byLowerIno[n.ino] == nil {
-			fs.byLowerIno[n.ino] = n
+		v.byLower[lp] = n
+		if sharedLower(&st) && v.byLowerIno[n.ino] == nil {
+			v.byLowerIno[n.ino] = n
 		}
-		fs.nodesMu.Unlock()
+		v.nodesMu.Unlock()
 		stale = append(stale, Stale{Node: n})
 	}
 	return stale, orphans

@@ -20,7 +20,7 @@ import (
 // apply runs Apply on e's view, failing the test on an error.
 func (e *env) apply(o ApplyOptions) ApplyResult {
 	e.t.Helper()
-	r, err := Apply(e.fs, o)
+	r, err := Apply(e.view, o)
 	if err != nil {
 		e.t.Fatalf("Apply(%+v): %v", o, err)
 	}
@@ -39,14 +39,14 @@ func itemPaths(items []ApplyItem) string {
 // lowerSigs walks the plain lower tree.
 func (e *env) lowerSigs() map[string]fileSig {
 	e.t.Helper()
-	return fullWalk(e.t, e.lowerView().fs)
+	return fullWalk(e.t, e.lowerView().view)
 }
 
 // entryPaths lists the paths the branch has entries for.
 func (e *env) entryPaths() []string {
 	e.t.Helper()
 	var out []string
-	if err := e.fs.Layer().Load(func(p string, _ *branch.Entry) error { out = append(out, p); return nil }); err != nil {
+	if err := e.view.Layer().Load(func(p string, _ *branch.Entry) error { out = append(out, p); return nil }); err != nil {
 		e.t.Fatal(err)
 	}
 	return out
@@ -54,46 +54,46 @@ func (e *env) entryPaths() []string {
 
 func checkNoDiff(t *testing.T, e *env, what string) {
 	t.Helper()
-	if cs := diffOf(t, e.lowerView().fs, e.fs); len(cs) > 0 {
+	if cs := diffOf(t, e.lowerView().view, e.view); len(cs) > 0 {
 		t.Errorf("%s: Diff(lower, branch) =\n%s want none", what, summary(cs))
 	}
 }
 
 func TestApplyEverything(t *testing.T) {
 	e := newEnv(t, map[string]string{"d/f": "lower f", "d/g": "gone", "keep": "keep", "mv/a": "moved data", "mode": "m", "empty/": ""})
-	r := e.fs.Root()
+	r := e.view.Root()
 	e.write("d/f", "upper f")
-	if err := e.fs.Unlink(e.must("d"), "g"); err != nil {
+	if err := e.view.Unlink(e.must("d"), "g"); err != nil {
 		t.Fatal(err)
 	}
-	nd, _, err := e.fs.Mkdir(r, "new", 0750, Caller{})
+	nd, _, err := e.view.Mkdir(r, "new", 0750, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, f, _, err := e.fs.Create(nd, "file", unix.O_RDWR, 0640, Caller{})
+	_, f, _, err := e.view.Create(nd, "file", unix.O_RDWR, 0640, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.WriteAt([]byte("new data"), 0)
 	f.Release()
-	if _, _, err := e.fs.Symlink(nd, "link", "../keep", Caller{}); err != nil {
+	if _, _, err := e.view.Symlink(nd, "link", "../keep", Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Rename(e.must("mv"), "a", r, "moved", 0); err != nil {
+	if err := e.view.Rename(e.must("mv"), "a", r, "moved", 0); err != nil {
 		t.Fatal(err)
 	}
 	mode := uint32(0700)
-	if _, err := e.fs.Setattr(e.must("mode"), SetAttr{Mode: &mode}, nil); err != nil {
+	if _, err := e.view.Setattr(e.must("mode"), SetAttr{Mode: &mode}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Setxattr(e.must("keep"), "user.note", []byte("v"), 0); err != nil {
+	if err := e.view.Setxattr(e.must("keep"), "user.note", []byte("v"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Rmdir(r, "empty"); err != nil {
+	if err := e.view.Rmdir(r, "empty"); err != nil {
 		t.Fatal(err)
 	}
 	movedIno := lowerIno(t, e, "mv/a")
-	want := fullWalk(t, e.fs)
+	want := fullWalk(t, e.view)
 
 	res := e.apply(ApplyOptions{})
 	if len(res.Conflicts) > 0 || len(res.Skipped) > 0 {
@@ -106,7 +106,7 @@ func TestApplyEverything(t *testing.T) {
 	if got := e.lowerSigs(); !maps.Equal(got, want) {
 		t.Errorf("lower after apply:\n%v\nwant (the view before):\n%v", got, want)
 	}
-	if got := fullWalk(t, e.fs); !maps.Equal(got, want) {
+	if got := fullWalk(t, e.view); !maps.Equal(got, want) {
 		t.Errorf("view after apply:\n%v\nwant as before:\n%v", got, want)
 	}
 	checkNoDiff(t, e, "after apply")
@@ -118,7 +118,7 @@ func TestApplyEverything(t *testing.T) {
 	eq(t, "entries after apply", e.entryPaths(), []string{"", "new"})
 	// A remount shows the same.
 	e.reopen()
-	if got := fullWalk(t, e.fs); !maps.Equal(got, want) {
+	if got := fullWalk(t, e.view); !maps.Equal(got, want) {
 		t.Errorf("view after remount:\n%v\nwant:\n%v", got, want)
 	}
 	checkNoDiff(t, e, "after remount")
@@ -143,10 +143,10 @@ func TestApplyKeepsTimes(t *testing.T) {
 	e.write("d/f", "new")
 	mt := unix.Timespec{Sec: 1_000_000_000, Nsec: 123456789}
 	at := unix.Timespec{Sec: 1_100_000_000, Nsec: 5}
-	if _, err := e.fs.Setattr(e.must("d/f"), SetAttr{Mtime: &mt, Atime: &at}, nil); err != nil {
+	if _, err := e.view.Setattr(e.must("d/f"), SetAttr{Mtime: &mt, Atime: &at}, nil); err != nil {
 		t.Fatal(err)
 	}
-	dst, _ := e.fs.Getattr(e.must("d"))
+	dst, _ := e.view.Getattr(e.must("d"))
 	e.apply(ApplyOptions{})
 	st := lstatLower(t, e, "d/f")
 	eq(t, "mtime", st.Mtim, mt)
@@ -181,7 +181,7 @@ func TestApplyConflict(t *testing.T) {
 
 func TestApplyConflictCreatedWhereLowerHadNothing(t *testing.T) {
 	e := newEnv(t, map[string]string{"d/": ""})
-	_, f, _, err := e.fs.Create(e.must("d"), "new", unix.O_RDWR, 0644, Caller{})
+	_, f, _, err := e.view.Create(e.must("d"), "new", unix.O_RDWR, 0644, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,16 +200,16 @@ func TestApplyConflictCreatedWhereLowerHadNothing(t *testing.T) {
 // appears at its path since is a conflict, and so is the directory.
 func TestApplyConflictInNewDir(t *testing.T) {
 	e := newEnv(t, map[string]string{"keep": "k"})
-	if _, _, err := e.fs.Mkdir(e.fs.Root(), "nd", 0o755, Caller{}); err != nil {
+	if _, _, err := e.view.Mkdir(e.view.Root(), "nd", 0o755, Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	_, f, _, err := e.fs.Create(e.must("nd"), "new", unix.O_RDWR, 0644, Caller{})
+	_, f, _, err := e.view.Create(e.must("nd"), "new", unix.O_RDWR, 0644, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.WriteAt([]byte("view"), 0)
 	f.Release()
-	if _, err := e.fs.layer.Base("nd/new"); err == nil {
+	if _, err := e.view.layer.Base("nd/new"); err == nil {
 		t.Errorf("nd/new has a base of its own: files in new directories need none")
 	}
 	if err := os.MkdirAll(filepath.Join(e.lower, "nd"), 0o755); err != nil {
@@ -230,7 +230,7 @@ func TestApplyConflictBelowRenamedDir(t *testing.T) {
 	// The lower files must be older than the base the rename records
 	// (its coarse clock): a ctime in the same tick counts as a change.
 	time.Sleep(20 * time.Millisecond)
-	if err := e.fs.Rename(e.fs.Root(), "a", e.fs.Root(), "b", 0); err != nil {
+	if err := e.view.Rename(e.view.Root(), "a", e.view.Root(), "b", 0); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -250,16 +250,16 @@ func TestApplyPaths(t *testing.T) {
 	e := newEnv(t, map[string]string{"a/f": "a", "b/f": "b", "c": "c"})
 	e.write("a/f", "A")
 	e.write("b/f", "B")
-	nd, _, err := e.fs.Mkdir(e.fs.Root(), "n", 0755, Caller{})
+	nd, _, err := e.view.Mkdir(e.view.Root(), "n", 0755, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"x", "y"} {
-		if _, _, _, err := e.fs.Create(nd, name, unix.O_RDWR, 0644, Caller{}); err != nil {
+		if _, _, _, err := e.view.Create(nd, name, unix.O_RDWR, 0644, Caller{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := Apply(e.fs, ApplyOptions{Paths: []string{"c"}}); !errors.Is(err, ErrNoChange) {
+	if _, err := Apply(e.view, ApplyOptions{Paths: []string{"c"}}); !errors.Is(err, ErrNoChange) {
 		t.Errorf("Apply of an unchanged path: %v, want ErrNoChange", err)
 	}
 	res := e.apply(ApplyOptions{Paths: []string{"a", "n/x"}})
@@ -272,7 +272,7 @@ func TestApplyPaths(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(e.lower, "n/y")); !os.IsNotExist(err) {
 		t.Errorf("n/y in the lower tree: %v", err)
 	}
-	eq(t, "still different", summary(diffOf(t, e.lowerView().fs, e.fs)), lines("modified b/f", "created n/y"))
+	eq(t, "still different", summary(diffOf(t, e.lowerView().view, e.view)), lines("modified b/f", "created n/y"))
 	eq(t, "view n", e.names("n"), []string{"x", "y"})
 	res = e.apply(ApplyOptions{})
 	eq(t, "the rest", itemPaths(res.Applied), lines("modified b/f", "created n/y"))
@@ -282,7 +282,7 @@ func TestApplyPaths(t *testing.T) {
 func TestApplyDryRun(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "lower", "g": "g"})
 	e.write("f", "upper")
-	if err := e.fs.Unlink(e.fs.Root(), "g"); err != nil {
+	if err := e.view.Unlink(e.view.Root(), "g"); err != nil {
 		t.Fatal(err)
 	}
 	before := e.lowerSigs()
@@ -298,24 +298,24 @@ func TestApplyDryRun(t *testing.T) {
 
 func TestApplyTypeChanges(t *testing.T) {
 	e := newEnv(t, map[string]string{"d/x": "x", "f": "file"})
-	r := e.fs.Root()
+	r := e.view.Root()
 	if err := removeAll(e, "d"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.fs.Symlink(r, "d", "f", Caller{}); err != nil {
+	if _, _, err := e.view.Symlink(r, "d", "f", Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Unlink(r, "f"); err != nil {
+	if err := e.view.Unlink(r, "f"); err != nil {
 		t.Fatal(err)
 	}
-	fd, _, err := e.fs.Mkdir(r, "f", 0755, Caller{})
+	fd, _, err := e.view.Mkdir(r, "f", 0755, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := e.fs.Create(fd, "in", unix.O_RDWR, 0600, Caller{}); err != nil {
+	if _, _, _, err := e.view.Create(fd, "in", unix.O_RDWR, 0600, Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	want := fullWalk(t, e.fs)
+	want := fullWalk(t, e.view)
 	res := e.apply(ApplyOptions{})
 	eq(t, "applied", itemPaths(res.Applied), lines("type-changed d", "deleted d/x", "type-changed f", "created f/in"))
 	if got := e.lowerSigs(); !maps.Equal(got, want) {
@@ -327,15 +327,15 @@ func TestApplyTypeChanges(t *testing.T) {
 func TestApplyKeepsSnapshots(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "lower"})
 	e.write("f", "snapshotted")
-	snap, err := e.fs.Snapshot("s", branch.KindManual)
+	snap, err := e.view.Snapshot("s", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sv := e.snapView(snap)
-	before := fullWalk(t, sv.fs)
+	before := fullWalk(t, sv.view)
 	e.apply(ApplyOptions{})
 	eq(t, "lower", e.lowerContent("f"), "snapshotted")
-	if got := fullWalk(t, sv.fs); !maps.Equal(got, before) {
+	if got := fullWalk(t, sv.view); !maps.Equal(got, before) {
 		t.Errorf("snapshot after apply:\n%v\nwant\n%v", got, before)
 	}
 	eq(t, "entries", e.entryPaths(), []string(nil))
@@ -343,7 +343,7 @@ func TestApplyKeepsSnapshots(t *testing.T) {
 
 func TestApplyKeepsFileOpenForWriting(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "lower"})
-	f, err := e.fs.Open(e.must("f"), unix.O_RDWR)
+	f, err := e.view.Open(e.must("f"), unix.O_RDWR)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,12 +353,12 @@ func TestApplyKeepsFileOpenForWriting(t *testing.T) {
 	f.WriteAt([]byte("later"), 0)
 	f.Release()
 	eq(t, "view", e.read("f"), "later")
-	eq(t, "diff", summary(diffOf(t, e.lowerView().fs, e.fs)), lines("modified f"))
+	eq(t, "diff", summary(diffOf(t, e.lowerView().view, e.view)), lines("modified f"))
 }
 
 func TestApplyHardLinks(t *testing.T) {
 	e := newEnv(t, map[string]string{"a": "a"})
-	if _, err := e.fs.Link(e.must("a"), e.fs.Root(), "b"); err != nil {
+	if _, err := e.view.Link(e.must("a"), e.view.Root(), "b"); err != nil {
 		t.Fatal(err)
 	}
 	e.write("a", "both")
@@ -397,7 +397,7 @@ func applyRandomly(t *testing.T, seed uint64) {
 	time.Sleep(20 * time.Millisecond)
 	var log []string
 	randomOps(e, rng, 12, &log)
-	if _, err := e.fs.Snapshot("half way", branch.KindManual); err != nil {
+	if _, err := e.view.Snapshot("half way", branch.KindManual); err != nil {
 		t.Fatal(err)
 	}
 	randomOps(e, rng, 12, &log)
@@ -405,9 +405,9 @@ func applyRandomly(t *testing.T, seed uint64) {
 		t.Helper()
 		t.Fatalf("seed %d: %s\noperations:\n%s", seed, fmt.Sprintf(format, a...), strings.Join(log, "\n"))
 	}
-	view := fullWalk(t, e.fs)
+	view := fullWalk(t, e.view)
 	export := filepath.Join(t.TempDir(), "export")
-	if err := Export(e.fs, export); err != nil {
+	if err := Export(e.view, export); err != nil {
 		t.Fatal(err)
 	}
 	ev, err := LowerView(export, e.bs)
@@ -418,17 +418,17 @@ func applyRandomly(t *testing.T, seed uint64) {
 	exported := fullWalk(t, ev)
 
 	// A partial apply of a random changed path first.
-	if cs := diffOf(t, e.lowerView().fs, e.fs); len(cs) > 0 && rng.IntN(2) == 0 {
+	if cs := diffOf(t, e.lowerView().view, e.view); len(cs) > 0 && rng.IntN(2) == 0 {
 		p := cs[rng.IntN(len(cs))].Path
-		if _, err := Apply(e.fs, ApplyOptions{Paths: []string{p}}); err != nil {
+		if _, err := Apply(e.view, ApplyOptions{Paths: []string{p}}); err != nil {
 			fail("Apply(%q): %v", p, err)
 		}
 		log = append(log, "apply "+p)
-		if got := fullWalk(t, e.fs); !maps.Equal(got, view) {
+		if got := fullWalk(t, e.view); !maps.Equal(got, view) {
 			fail("the view changed with a partial apply:\n%s", sigDiff(view, got))
 		}
 	}
-	res, err := Apply(e.fs, ApplyOptions{})
+	res, err := Apply(e.view, ApplyOptions{})
 	if err != nil {
 		fail("Apply: %v", err)
 	}
@@ -438,10 +438,10 @@ func applyRandomly(t *testing.T, seed uint64) {
 	if got := e.lowerSigs(); !maps.Equal(got, exported) {
 		fail("the lower tree is not the export:\n%s\napplied:\n%s", sigDiff(exported, got), itemPaths(res.Applied))
 	}
-	if got := fullWalk(t, e.fs); !maps.Equal(got, view) {
+	if got := fullWalk(t, e.view); !maps.Equal(got, view) {
 		fail("the view changed:\n%s", sigDiff(view, got))
 	}
-	if cs := diffOf(t, e.lowerView().fs, e.fs); len(cs) > 0 {
+	if cs := diffOf(t, e.lowerView().view, e.view); len(cs) > 0 {
 		var b strings.Builder
 		for _, c := range cs {
 			fmt.Fprintf(&b, "%s %q old %+v new %+v\n", c.Kind, c.Path, c.Old, c.New)
@@ -449,7 +449,7 @@ func applyRandomly(t *testing.T, seed uint64) {
 		fail("still different:\n%s", b.String())
 	}
 	e.reopen()
-	if got := fullWalk(t, e.fs); !maps.Equal(got, view) {
+	if got := fullWalk(t, e.view); !maps.Equal(got, view) {
 		fail("the view changed at a remount:\n%s", sigDiff(view, got))
 	}
 }

@@ -23,7 +23,7 @@ type SetAttr struct {
 // a metacopy entry (no data copied); a size change copies the data up
 // (none when truncating to zero). file, when not nil, is the handle the
 // change came through (ftruncate).
-func (fs *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
+func (v *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
 	changes := in.Size != nil || in.Mode != nil || in.Uid != nil || in.Gid != nil || in.Atime != nil || in.Mtime != nil || in.Ctime
 	viaFile := in.Size != nil && file != nil && file.writable
 	for {
@@ -34,7 +34,7 @@ func (fs *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
 			if n.mode != unix.S_IFREG {
 				return unix.Stat_t{}, unix.EINVAL
 			}
-			if err := fs.copyUpData(n, *in.Size != 0); err != nil {
+			if err := v.copyUpData(n, *in.Size != 0); err != nil {
 				return unix.Stat_t{}, err
 			}
 			if viaFile {
@@ -45,32 +45,32 @@ func (fs *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
 				}
 			}
 		} else if changes {
-			if err := fs.copyUpMeta(n); err != nil {
+			if err := v.copyUpMeta(n); err != nil {
 				return unix.Stat_t{}, err
 			}
 		}
-		// The object is changed under fs.mu, and only while it is not
+		// The object is changed under v.mu, and only while it is not
 		// frozen: a snapshot taken since the thaw above shares it again,
 		// and then it is thawed again.
-		fs.mu.RLock()
-		if changes && fs.frozenNodeLocked(n) && !(viaFile && in.Mode == nil && in.Uid == nil && in.Gid == nil && in.Atime == nil && in.Mtime == nil) {
-			fs.mu.RUnlock()
+		v.mu.RLock()
+		if changes && v.frozenNodeLocked(n) && !(viaFile && in.Mode == nil && in.Uid == nil && in.Gid == nil && in.Atime == nil && in.Mtime == nil) {
+			v.mu.RUnlock()
 			continue
 		}
-		st, err := fs.setattrLocked(n, in, viaFile)
-		fs.mu.RUnlock()
+		st, err := v.setattrLocked(n, in, viaFile)
+		v.mu.RUnlock()
 		return st, err
 	}
 }
 
 // setattrLocked applies in to n's object, which is not frozen (the size
-// only when not done already through a file: viaFile). fs.mu is held.
-func (fs *FS) setattrLocked(n *Node, in SetAttr, viaFile bool) (unix.Stat_t, error) {
+// only when not done already through a file: viaFile). v.mu is held.
+func (v *FS) setattrLocked(n *Node, in SetAttr, viaFile bool) (unix.Stat_t, error) {
 	if n.object == "" {
-		return fs.statLocked(n)
+		return v.statLocked(n)
 	}
 	if in.Size != nil && !viaFile {
-		f, err := fs.objs.Open(n.object, unix.O_WRONLY)
+		f, err := v.objs.Open(n.object, unix.O_WRONLY)
 		if err != nil {
 			return unix.Stat_t{}, err
 		}
@@ -80,7 +80,7 @@ func (fs *FS) setattrLocked(n *Node, in SetAttr, viaFile bool) (unix.Stat_t, err
 			return unix.Stat_t{}, err
 		}
 	}
-	loc := fs.objs.Loc(n.object)
+	loc := v.objs.Loc(n.object)
 	if in.Uid != nil || in.Gid != nil {
 		uid, gid := -1, -1
 		if in.Uid != nil {
@@ -111,48 +111,48 @@ func (fs *FS) setattrLocked(n *Node, in SetAttr, viaFile bool) (unix.Stat_t, err
 		}
 	}
 	if in.Ctime && in.Mode == nil && in.Uid == nil && in.Gid == nil && in.Atime == nil && in.Mtime == nil && in.Size == nil {
-		if err := fs.bumpCtime(n.object); err != nil {
+		if err := v.bumpCtime(n.object); err != nil {
 			return unix.Stat_t{}, err
 		}
 	}
-	return fs.statLocked(n)
+	return v.statLocked(n)
 }
 
 // Readlink returns a symlink's target.
-func (fs *FS) Readlink(n *Node) (string, error) {
+func (v *FS) Readlink(n *Node) (string, error) {
 	if n.mode != unix.S_IFLNK {
 		return "", unix.EINVAL
 	}
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	if n.object != "" {
-		loc := fs.objs.Loc(n.object)
+		loc := v.objs.Loc(n.object)
 		return readlinkat(loc.Dirfd, loc.Name)
 	}
-	return readlinkat(fs.lowerFd, lowerRel(n.lower))
+	return readlinkat(v.lowerFd, lowerRel(n.lower))
 }
 
 // xattrLocLocked returns the directory fd and name that name n's inode
 // (not following a final symlink) for the *xattrAt calls.
-func (fs *FS) xattrLocLocked(n *Node) (int, string) {
+func (v *FS) xattrLocLocked(n *Node) (int, string) {
 	if n.object != "" {
-		loc := fs.objs.Loc(n.object)
+		loc := v.objs.Loc(n.object)
 		return loc.Dirfd, loc.Name
 	}
-	return fs.lowerFd, lowerRel(n.lower)
+	return v.lowerFd, lowerRel(n.lower)
 }
 
 // Getxattr reads an extended attribute into dest (size only when dest
 // is empty).
-func (fs *FS) Getxattr(n *Node, name string, dest []byte) (int, error) {
+func (v *FS) Getxattr(n *Node, name string, dest []byte) (int, error) {
 	caps := name == capsXattr
 	seen := n.caps.Load()
 	if caps && seen&1 != 0 {
 		return 0, unix.ENODATA
 	}
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
-	dirfd, file := fs.xattrLocLocked(n)
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	dirfd, file := v.xattrLocLocked(n)
 	sz, err := getxattrAt(dirfd, file, name, dest)
 	if caps && err == unix.ENODATA {
 		n.knowNoCaps(seen)
@@ -166,66 +166,66 @@ func (fs *FS) Getxattr(n *Node, name string, dest []byte) (int, error) {
 const capsXattr = "security.capability"
 
 // Listxattr lists extended attribute names, NUL-separated.
-func (fs *FS) Listxattr(n *Node, dest []byte) (int, error) {
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
-	dirfd, file := fs.xattrLocLocked(n)
+func (v *FS) Listxattr(n *Node, dest []byte) (int, error) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	dirfd, file := v.xattrLocLocked(n)
 	return listxattrAt(dirfd, file, dest)
 }
 
 // Setxattr sets an extended attribute (copying the inode's metadata up).
-func (fs *FS) Setxattr(n *Node, name string, value []byte, flags int) error {
-	return fs.changeMeta(n, func() error {
+func (v *FS) Setxattr(n *Node, name string, value []byte, flags int) error {
+	return v.changeMeta(n, func() error {
 		n.capsUnknown()
 		defer n.capsUnknown() // a getxattr that raced with the change
-		dirfd, file := fs.xattrLocLocked(n)
+		dirfd, file := v.xattrLocLocked(n)
 		return setxattrAt(dirfd, file, name, value, flags)
 	})
 }
 
 // changeMeta copies n's metadata up (thawing a frozen object) and runs
-// change with fs.mu held shared, once n's object is not frozen: a
+// change with v.mu held shared, once n's object is not frozen: a
 // snapshot taken between the thaw and the change shares the object
 // again, and then it is thawed again.
-func (fs *FS) changeMeta(n *Node, change func() error) error {
+func (v *FS) changeMeta(n *Node, change func() error) error {
 	for {
-		if err := fs.copyUpMeta(n); err != nil {
+		if err := v.copyUpMeta(n); err != nil {
 			return err
 		}
-		fs.mu.RLock()
-		if fs.frozenNodeLocked(n) {
-			fs.mu.RUnlock()
+		v.mu.RLock()
+		if v.frozenNodeLocked(n) {
+			v.mu.RUnlock()
 			continue
 		}
 		err := change()
-		fs.mu.RUnlock()
+		v.mu.RUnlock()
 		return err
 	}
 }
 
 // Removexattr removes an extended attribute. A name the inode does not
 // have fails with ENODATA without copying anything up.
-func (fs *FS) Removexattr(n *Node, name string) error {
-	fs.mu.RLock()
+func (v *FS) Removexattr(n *Node, name string) error {
+	v.mu.RLock()
 	if n.object == "" {
-		dirfd, file := fs.xattrLocLocked(n)
+		dirfd, file := v.xattrLocLocked(n)
 		_, err := getxattrAt(dirfd, file, name, nil)
 		if err != nil {
-			fs.mu.RUnlock()
+			v.mu.RUnlock()
 			return err
 		}
 	}
-	fs.mu.RUnlock()
-	return fs.changeMeta(n, func() error {
-		dirfd, file := fs.xattrLocLocked(n)
+	v.mu.RUnlock()
+	return v.changeMeta(n, func() error {
+		dirfd, file := v.xattrLocLocked(n)
 		return removexattrAt(dirfd, file, name)
 	})
 }
 
 // Statfs reports the backstore's filesystem, where new data goes.
-func (fs *FS) Statfs() (unix.Statfs_t, error) {
+func (v *FS) Statfs() (unix.Statfs_t, error) {
 	var st unix.Statfs_t
-	err := unix.Statfs(fs.objs.Info().Root, &st)
+	err := unix.Statfs(v.objs.Info().Root, &st)
 	if st.Namelen == 0 || st.Namelen > 255 {
 		st.Namelen = 255
 	}
@@ -243,35 +243,35 @@ type copyTimes struct{ copy, lower unix.Timespec }
 // keepCtime records the ctime of object c.id, just made by a copy-up.
 // Reading it makes the next change of the object get a distinct
 // (fine-grained) timestamp, so a change right after the copy is seen.
-func (fs *FS) keepCtime(c copyRec) {
-	st, err := fs.objs.Lstat(c.id)
+func (v *FS) keepCtime(c copyRec) {
+	st, err := v.objs.Lstat(c.id)
 	if err != nil {
 		return
 	}
-	fs.ctimeMu.Lock()
-	fs.copyCtimes[c.id] = copyTimes{copy: st.Ctim, lower: c.lower}
-	fs.ctimeMu.Unlock()
+	v.ctimeMu.Lock()
+	v.copyCtimes[c.id] = copyTimes{copy: st.Ctim, lower: c.lower}
+	v.ctimeMu.Unlock()
 }
 
 // shownCtime puts the lower ctime in st, the stat of object id, while
 // the object is unchanged since its copy-up.
-func (fs *FS) shownCtime(id string, st *unix.Stat_t) {
-	fs.ctimeMu.Lock()
-	defer fs.ctimeMu.Unlock()
-	c, ok := fs.copyCtimes[id]
+func (v *FS) shownCtime(id string, st *unix.Stat_t) {
+	v.ctimeMu.Lock()
+	defer v.ctimeMu.Unlock()
+	c, ok := v.copyCtimes[id]
 	if !ok {
 		return
 	}
 	if c.copy != st.Ctim {
-		delete(fs.copyCtimes, id) // changed since: its own ctime shows
+		delete(v.copyCtimes, id) // changed since: its own ctime shows
 		return
 	}
 	st.Ctim = c.lower
 }
 
 // forgetCtime drops what keepCtime recorded for an object that goes.
-func (fs *FS) forgetCtime(id string) {
-	fs.ctimeMu.Lock()
-	delete(fs.copyCtimes, id)
-	fs.ctimeMu.Unlock()
+func (v *FS) forgetCtime(id string) {
+	v.ctimeMu.Lock()
+	delete(v.copyCtimes, id)
+	v.ctimeMu.Unlock()
 }

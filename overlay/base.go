@@ -37,10 +37,10 @@ func coarseNow() int64 {
 }
 
 // lowerBase describes lower path p as it is now.
-func (fs *FS) lowerBase(p string) (*branch.Base, error) {
+func (v *FS) lowerBase(p string) (*branch.Base, error) {
 	b := &branch.Base{Seen: coarseNow()}
 	var st unix.Stat_t
-	switch err := fstatatLong(fs.lowerFd, lowerRel(p), &st); err {
+	switch err := fstatatLong(v.lowerFd, lowerRel(p), &st); err {
 	case nil:
 		fillBase(b, &st)
 	case unix.ENOENT, unix.ENOTDIR:
@@ -58,22 +58,22 @@ func fillBase(b *branch.Base, st *unix.Stat_t) {
 
 // recordBase records the base of p, which is getting its first entry
 // in t (and of the lower name the entry hides through a renamed
-// parent). fs.mu is held exclusively.
+// parent). t.view.mu is held exclusively.
 func (t *tx) recordBase(p string) {
-	b, err := t.fs.lowerBase(p)
+	b, err := t.view.lowerBase(p)
 	if err != nil {
 		t.err = err
 		return
 	}
 	t.b.SetBase(p, b)
-	lp, ok := t.fs.lowerPositionLocked(p)
-	if !ok || lp == p || t.fs.indexGet(lp) != nil {
+	lp, ok := t.view.lowerPositionLocked(p)
+	if !ok || lp == p || t.view.indexGet(lp) != nil {
 		return
 	}
-	if _, err := t.fs.layer.Base(lp); err == nil {
+	if _, err := t.view.layer.Base(lp); err == nil {
 		return // seen before: the first look counts
 	}
-	if b, err = t.fs.lowerBase(lp); err != nil {
+	if b, err = t.view.lowerBase(lp); err != nil {
 		t.err = err
 		return
 	}
@@ -85,26 +85,26 @@ func (t *tx) recordBase(p string) {
 // has there): p needs no base of its own, its directory's base judges
 // it (see "Conflicts" in apply.go), which spares a stat of the lower
 // tree and a key per file created in new directories (an untar).
-// fs.mu is held.
-func (fs *FS) inOpaqueDirLocked(p string) bool {
+// v.mu is held.
+func (v *FS) inOpaqueDirLocked(p string) bool {
 	if p == "" {
 		return false
 	}
 	dir, _ := splitPath(p)
-	e := fs.indexGet(dir)
+	e := v.indexGet(dir)
 	return e != nil && e.Type == branch.TypeDir && e.Opaque && e.Redirect == ""
 }
 
 // lowerPositionLocked returns the lower path that view path p resolves
 // to when it has no entry of its own: its parent's merged lower
 // directory plus its name; false when the parent merges none (opaque).
-// fs.mu is held.
-func (fs *FS) lowerPositionLocked(p string) (string, bool) {
+// v.mu is held.
+func (v *FS) lowerPositionLocked(p string) (string, bool) {
 	if p == "" {
 		return "", true
 	}
 	dir, name := splitPath(p)
-	if e := fs.indexGet(dir); e != nil {
+	if e := v.indexGet(dir); e != nil {
 		if e.Type != branch.TypeDir {
 			return "", false
 		}
@@ -114,7 +114,7 @@ func (fs *FS) lowerPositionLocked(p string) (string, bool) {
 		}
 		return joinPath(lp, name), true
 	}
-	lp, ok := fs.lowerPositionLocked(dir)
+	lp, ok := v.lowerPositionLocked(dir)
 	if !ok {
 		return "", false
 	}

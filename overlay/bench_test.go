@@ -68,23 +68,23 @@ func BenchmarkDiff(b *testing.B) {
 	b.Run("lower-to-branch/1%-modified", func(b *testing.B) {
 		e := benchEnv(b)
 		e.writeEvery(100)
-		benchDiff(b, e.lowerView().fs, e.fs, benchDirs)
+		benchDiff(b, e.lowerView().view, e.view, benchDirs)
 	})
 	b.Run("lower-to-branch/all-modified", func(b *testing.B) {
 		e := benchEnv(b)
 		e.writeEvery(1)
-		benchDiff(b, e.lowerView().fs, e.fs, benchDirs*benchFiles)
+		benchDiff(b, e.lowerView().view, e.view, benchDirs*benchFiles)
 	})
 	b.Run("lower-to-branch/all-created", func(b *testing.B) {
 		e := benchEnv(b)
-		r := e.fs.Root()
+		r := e.view.Root()
 		for i := range benchDirs {
-			d, _, err := e.fs.Mkdir(r, fmt.Sprintf("n%02d", i), 0755, Caller{})
+			d, _, err := e.view.Mkdir(r, fmt.Sprintf("n%02d", i), 0755, Caller{})
 			if err != nil {
 				b.Fatal(err)
 			}
 			for j := range benchFiles {
-				_, f, _, err := e.fs.Create(d, fmt.Sprintf("f%02d", j), unix.O_RDWR, 0644, Caller{})
+				_, f, _, err := e.view.Create(d, fmt.Sprintf("f%02d", j), unix.O_RDWR, 0644, Caller{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -92,32 +92,32 @@ func BenchmarkDiff(b *testing.B) {
 				f.Release()
 			}
 		}
-		benchDiff(b, e.lowerView().fs, e.fs, benchDirs*(benchFiles+1))
+		benchDiff(b, e.lowerView().view, e.view, benchDirs*(benchFiles+1))
 	})
 	b.Run("lower-to-branch/all-dirs-renamed", func(b *testing.B) {
 		e := benchEnv(b)
-		r := e.fs.Root()
+		r := e.view.Root()
 		for i := range benchDirs {
-			if err := e.fs.Rename(r, fmt.Sprintf("d%02d", i), r, fmt.Sprintf("m%02d", i), 0); err != nil {
+			if err := e.view.Rename(r, fmt.Sprintf("d%02d", i), r, fmt.Sprintf("m%02d", i), 0); err != nil {
 				b.Fatal(err)
 			}
 		}
-		benchDiff(b, e.lowerView().fs, e.fs, 2*benchDirs*(benchFiles+1))
+		benchDiff(b, e.lowerView().view, e.view, 2*benchDirs*(benchFiles+1))
 	})
 	b.Run("snapshot-to-branch/none-since", func(b *testing.B) {
 		e := benchEnv(b)
 		e.writeEvery(1)
-		snap, err := e.fs.Snapshot("", branch.KindManual)
+		snap, err := e.view.Snapshot("", branch.KindManual)
 		if err != nil {
 			b.Fatal(err)
 		}
-		benchDiff(b, e.snapView(snap).fs, e.fs, 0)
+		benchDiff(b, e.snapView(snap).view, e.view, 0)
 	})
 	b.Run("native-diff-rq/1%-modified", func(b *testing.B) {
 		e := benchEnv(b)
 		e.writeEvery(100)
 		to := filepath.Join(b.TempDir(), "branch")
-		if err := Export(e.fs, to); err != nil {
+		if err := Export(e.view, to); err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
@@ -144,12 +144,12 @@ func benchExport(b *testing.B, v *FS) {
 
 func BenchmarkExport(b *testing.B) {
 	b.Run("branch/unchanged", func(b *testing.B) {
-		benchExport(b, benchEnv(b).fs)
+		benchExport(b, benchEnv(b).view)
 	})
 	b.Run("branch/all-modified", func(b *testing.B) {
 		e := benchEnv(b)
 		e.writeEvery(1)
-		benchExport(b, e.fs)
+		benchExport(b, e.view)
 	})
 	b.Run("native-cp-a", func(b *testing.B) {
 		e := benchEnv(b)
@@ -170,7 +170,7 @@ func BenchmarkExport(b *testing.B) {
 func BenchmarkStoreChecks(b *testing.B) {
 	e := benchEnv(b)
 	e.writeEvery(1)
-	if _, err := e.fs.Snapshot("", branch.KindManual); err != nil {
+	if _, err := e.view.Snapshot("", branch.KindManual); err != nil {
 		b.Fatal(err)
 	}
 	b.Run("fsck", func(b *testing.B) {

@@ -35,12 +35,12 @@ func BenchmarkSmallFileChurn(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fs, err := New(Config{Lower: lower, Objects: bs, Layer: layer, AllocIno: meta.AllocIno})
+	v, err := New(Config{Lower: lower, Objects: bs, Layer: layer, AllocIno: meta.AllocIno})
 	if err != nil {
 		b.Fatal(err)
 	}
 	c := Caller{}
-	dir, _, err := fs.Mkdir(fs.Root(), "d", 0o755, c)
+	dir, _, err := v.Mkdir(v.Root(), "d", 0o755, c)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func BenchmarkSmallFileChurn(b *testing.B) {
 		name := "f" + strconv.Itoa(i)
 		i++
 		t0 := time.Now()
-		n, f, _, err := fs.Create(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, 0o644, c)
+		n, f, _, err := v.Create(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, 0o644, c)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -70,11 +70,11 @@ func BenchmarkSmallFileChurn(b *testing.B) {
 		t2 := time.Now()
 		f.Release()
 		t3 := time.Now()
-		if err := fs.Unlink(dir, name); err != nil {
+		if err := v.Unlink(dir, name); err != nil {
 			b.Fatal(err)
 		}
 		t4 := time.Now()
-		fs.Forget(n, 1)
+		v.Forget(n, 1)
 		t5 := time.Now()
 		tc += t1.Sub(t0)
 		tw += t2.Sub(t1)

@@ -11,12 +11,12 @@ import (
 
 // openLower opens a lower path read-only without updating its atime
 // (O_NOATIME needs ownership or CAP_FOWNER; without it, plain O_RDONLY).
-func (fs *FS) openLower(p string, flags int) (*os.File, error) {
+func (v *FS) openLower(p string, flags int) (*os.File, error) {
 	rel := lowerRel(p)
 	flags |= unix.O_CLOEXEC | unix.O_NOFOLLOW
-	fd, err := unix.Openat(fs.lowerFd, rel, flags|unix.O_NOATIME, 0)
+	fd, err := unix.Openat(v.lowerFd, rel, flags|unix.O_NOATIME, 0)
 	if err == unix.EPERM {
-		fd, err = unix.Openat(fs.lowerFd, rel, flags, 0)
+		fd, err = unix.Openat(v.lowerFd, rel, flags, 0)
 	}
 	if err != nil {
 		return nil, err
@@ -25,34 +25,34 @@ func (fs *FS) openLower(p string, flags int) (*os.File, error) {
 }
 
 // copyUpDirLocked gives directory n (and its ancestors) an upper entry.
-// fs.mu is held exclusively.
-func (fs *FS) copyUpDirLocked(t *tx, n *Node) error {
+// v.mu is held exclusively.
+func (v *FS) copyUpDirLocked(t *tx, n *Node) error {
 	if t.entryOf(n) != nil {
 		return nil
 	}
 	if n.parent != nil {
-		if err := fs.copyUpDirLocked(t, n.parent); err != nil {
+		if err := v.copyUpDirLocked(t, n.parent); err != nil {
 			return err
 		}
 	}
-	_, err := fs.copyUpMetaLocked(t, n)
+	_, err := v.copyUpMetaLocked(t, n)
 	return err
 }
 
 // copyUpMetaLocked gives the lower-only node n an upper entry without
 // copying file data: directories, symlinks and special files get an
 // object of their own kind, regular files a metacopy object. Its parent
-// must be upper already. fs.mu is held exclusively.
-func (fs *FS) copyUpMetaLocked(t *tx, n *Node) (*branch.Entry, error) {
+// must be upper already. v.mu is held exclusively.
+func (v *FS) copyUpMetaLocked(t *tx, n *Node) (*branch.Entry, error) {
 	if e := t.entryOf(n); e != nil {
 		return e, nil
 	}
 	if n.parent != nil {
-		if err := fs.copyUpDirLocked(t, n.parent); err != nil {
+		if err := v.copyUpDirLocked(t, n.parent); err != nil {
 			return nil, err
 		}
 	}
-	e, err := fs.metaCopyLocked(t, n.lower, n.ino)
+	e, err := v.metaCopyLocked(t, n.lower, n.ino)
 	if err != nil {
 		return nil, err
 	}
@@ -65,10 +65,10 @@ func (fs *FS) copyUpMetaLocked(t *tx, n *Node) (*branch.Entry, error) {
 
 // metaCopyLocked makes the upper object of the lower inode at lower
 // (shown as st_ino ino) and returns its entry, not yet put anywhere.
-func (fs *FS) metaCopyLocked(t *tx, lower string, ino uint64) (*branch.Entry, error) {
+func (v *FS) metaCopyLocked(t *tx, lower string, ino uint64) (*branch.Entry, error) {
 	var st unix.Stat_t
 	rel := lowerRel(lower)
-	if err := unix.Fstatat(fs.lowerFd, rel, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.Fstatat(v.lowerFd, rel, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, fmt.Errorf("copy-up %s: %w", rel, err)
 	}
 	e := &branch.Entry{Type: modeType(st.Mode), Ino: ino}
@@ -77,36 +77,36 @@ func (fs *FS) metaCopyLocked(t *tx, lower string, ino uint64) (*branch.Entry, er
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		var f *os.File
-		if f, err = fs.openLower(lower, unix.O_RDONLY); err != nil {
+		if f, err = v.openLower(lower, unix.O_RDONLY); err != nil {
 			return nil, fmt.Errorf("copy-up %s: %w", rel, err)
 		}
-		id, err = fs.objs.CopyUp(f, &st, false)
+		id, err = v.objs.CopyUp(f, &st, false)
 		f.Close()
 		e.Metacopy, e.Origin = true, lower
 	case unix.S_IFDIR:
 		var f *os.File
-		if f, err = fs.openLower(lower, unix.O_RDONLY|unix.O_DIRECTORY); err != nil {
+		if f, err = v.openLower(lower, unix.O_RDONLY|unix.O_DIRECTORY); err != nil {
 			return nil, fmt.Errorf("copy-up %s: %w", rel, err)
 		}
-		if id, err = fs.objs.Mkdir(st.Mode&07777, int(st.Uid), int(st.Gid)); err == nil {
+		if id, err = v.objs.Mkdir(st.Mode&07777, int(st.Uid), int(st.Gid)); err == nil {
 			t.made(id)
-			err = fs.objs.CopyAttrs(id, &st, f)
+			err = v.objs.CopyAttrs(id, &st, f)
 		}
 		f.Close()
 		e.Redirect = redirectFor(lower)
 	case unix.S_IFLNK:
 		var target string
-		if target, err = readlinkat(fs.lowerFd, rel); err != nil {
+		if target, err = readlinkat(v.lowerFd, rel); err != nil {
 			return nil, fmt.Errorf("copy-up %s: %w", rel, err)
 		}
-		if id, err = fs.objs.Symlink(target, int(st.Uid), int(st.Gid)); err == nil {
+		if id, err = v.objs.Symlink(target, int(st.Uid), int(st.Gid)); err == nil {
 			t.made(id)
-			err = fs.copyAttrsFromPath(id, &st, rel)
+			err = v.copyAttrsFromPath(id, &st, rel)
 		}
 	default:
-		if id, err = fs.objs.Mknod(st.Mode, st.Rdev, int(st.Uid), int(st.Gid)); err == nil {
+		if id, err = v.objs.Mknod(st.Mode, st.Rdev, int(st.Uid), int(st.Gid)); err == nil {
 			t.made(id)
-			err = fs.copyAttrsFromPath(id, &st, rel)
+			err = v.copyAttrsFromPath(id, &st, rel)
 		}
 	}
 	if err != nil {
@@ -122,39 +122,39 @@ func (fs *FS) metaCopyLocked(t *tx, lower string, ino uint64) (*branch.Entry, er
 
 // copyAttrsFromPath copies attributes and xattrs from a lower inode that
 // cannot be opened for reading (symlinks, devices, fifos).
-func (fs *FS) copyAttrsFromPath(id string, st *unix.Stat_t, rel string) error {
-	fd, err := unix.Openat(fs.lowerFd, rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+func (v *FS) copyAttrsFromPath(id string, st *unix.Stat_t, rel string) error {
+	fd, err := unix.Openat(v.lowerFd, rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
-	return fs.objs.CopyAttrs(id, st, f)
+	return v.objs.CopyAttrs(id, st, f)
 }
 
 // copyUpData makes n's data upper: a lower-only or metacopy regular file
 // gets an object holding its data (none when withData is false: the
-// O_TRUNC case). The data copy runs without fs.mu, under n.copyMu, so a
+// O_TRUNC case). The data copy runs without v.mu, under n.copyMu, so a
 // large copy-up stalls only the callers that need this node.
-func (fs *FS) copyUpData(n *Node, withData bool) error {
+func (v *FS) copyUpData(n *Node, withData bool) error {
 	if n.mode != unix.S_IFREG {
-		return fs.copyUpMeta(n)
+		return v.copyUpMeta(n)
 	}
 	n.copyMu.Lock()
 	defer n.copyMu.Unlock()
 
-	fs.mu.RLock()
-	if stale, err := fs.changeStaleLocked(n); stale {
-		fs.mu.RUnlock()
+	v.mu.RLock()
+	if stale, err := v.changeStaleLocked(n); stale {
+		v.mu.RUnlock()
 		return err
 	}
 	done := n.object != "" && (n.entry == nil || !n.entry.Metacopy)
 	lower := n.lower
-	fs.mu.RUnlock()
+	v.mu.RUnlock()
 	if done {
-		return fs.thaw(n)
+		return v.thaw(n)
 	}
-	f, err := fs.openLower(lower, unix.O_RDONLY)
+	f, err := v.openLower(lower, unix.O_RDONLY)
 	if err != nil {
 		return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
 	}
@@ -163,7 +163,7 @@ func (fs *FS) copyUpData(n *Node, withData bool) error {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
 	}
-	id, err := fs.objs.CopyUp(f, &st, withData)
+	id, err := v.objs.CopyUp(f, &st, withData)
 	if err != nil {
 		return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
 	}
@@ -171,27 +171,27 @@ func (fs *FS) copyUpData(n *Node, withData bool) error {
 		// The copy's data reaches the disk before the entry that names
 		// it can: after a crash the file is the copy or the lower file,
 		// never an empty copy (overlayfs does the same).
-		if err := fs.objs.SyncData(id); err != nil {
-			fs.objs.Remove(id)
+		if err := v.objs.SyncData(id); err != nil {
+			v.objs.Remove(id)
 			return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
 		}
 	}
 
-	return fs.publishCopyUp(n, id, lower, &st)
+	return v.publishCopyUp(n, id, lower, &st)
 }
 
 // publishCopyUp makes the new data object id the upper inode of n and
 // of every name that shares it.
-func (fs *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t) error {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	t := fs.newTx()
+func (v *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	t := v.newTx()
 	t.made(id)
 	old := n.object
 	if old != "" {
 		// A metacopy object carries attributes changed since (chmod,
 		// utimens, xattrs): they win over the lower file's.
-		if err := fs.copyAttrsFromObject(id, old); err != nil {
+		if err := v.copyAttrsFromObject(id, old); err != nil {
 			return t.fail(err)
 		}
 	}
@@ -201,15 +201,15 @@ func (fs *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t) error {
 	}
 	if old != "" {
 		// Every name of the metacopy object now names the data copy.
-		for _, p := range fs.pathsOfLocked(old) {
+		for _, p := range v.pathsOfLocked(old) {
 			t.put(p, e)
 		}
-		if fs.links[old] == 0 && !n.unlinked && !fs.frozenLocked(n.entry) {
+		if v.links[old] == 0 && !n.unlinked && !v.frozenLocked(n.entry) {
 			t.doomed = append(t.doomed, old)
 		}
 	} else if p, ok := n.pathLocked(); ok {
 		if n.parent != nil {
-			if err := fs.copyUpDirLocked(t, n.parent); err != nil {
+			if err := v.copyUpDirLocked(t, n.parent); err != nil {
 				return t.fail(err)
 			}
 		}
@@ -225,12 +225,12 @@ func (fs *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t) error {
 }
 
 // pathsOfLocked returns every path whose entry names object obj.
-func (fs *FS) pathsOfLocked(obj string) []string {
+func (v *FS) pathsOfLocked(obj string) []string {
 	var out []string
-	if fs.rootEntry != nil && fs.rootEntry.Object == obj {
+	if v.rootEntry != nil && v.rootEntry.Object == obj {
 		out = append(out, "")
 	}
-	for dir, m := range fs.dirs {
+	for dir, m := range v.dirs {
 		for name, e := range m {
 			if e.Object == obj {
 				out = append(out, joinPath(dir, name))
@@ -241,25 +241,25 @@ func (fs *FS) pathsOfLocked(obj string) []string {
 }
 
 // copyUpMeta gives n an upper entry without copying data.
-func (fs *FS) copyUpMeta(n *Node) error {
+func (v *FS) copyUpMeta(n *Node) error {
 	n.copyMu.Lock()
 	defer n.copyMu.Unlock()
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if stale, err := fs.changeStaleLocked(n); stale {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if stale, err := v.changeStaleLocked(n); stale {
 		return err
 	}
-	t := fs.newTx()
+	t := v.newTx()
 	if n.object != "" {
-		if !fs.frozenLocked(n.entry) {
+		if !v.frozenLocked(n.entry) {
 			return nil
 		}
-		if _, err := fs.thawLocked(t, n); err != nil {
+		if _, err := v.thawLocked(t, n); err != nil {
 			return t.fail(err)
 		}
 		return t.commit()
 	}
-	if _, err := fs.copyUpMetaLocked(t, n); err != nil {
+	if _, err := v.copyUpMetaLocked(t, n); err != nil {
 		return t.fail(err)
 	}
 	return t.commit()
@@ -267,17 +267,17 @@ func (fs *FS) copyUpMeta(n *Node) error {
 
 // copyAttrsFromObject gives object dst the mode, owner, times and
 // exactly the xattrs of object src.
-func (fs *FS) copyAttrsFromObject(dst, src string) error {
-	st, err := fs.objs.Lstat(src)
+func (v *FS) copyAttrsFromObject(dst, src string) error {
+	st, err := v.objs.Lstat(src)
 	if err != nil {
 		return err
 	}
-	f, err := fs.objs.Open(src, unix.O_RDONLY)
+	f, err := v.objs.Open(src, unix.O_RDONLY)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	return fs.objs.ReplaceAttrs(dst, &st, f)
+	return v.objs.ReplaceAttrs(dst, &st, f)
 }
 
 func readlinkat(dirfd int, p string) (string, error) {

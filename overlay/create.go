@@ -10,23 +10,23 @@ import (
 
 // newInodeLocked creates a new upper inode named name in dir, made by
 // mk with the owner the caller gets (setgid directories pass on their
-// group, and their setgid bit to subdirectories). fs.mu is held
+// group, and their setgid bit to subdirectories). v.mu is held
 // exclusively. It returns the node with one kernel reference.
-func (fs *FS) newInodeLocked(dir *Node, name string, c Caller, typ branch.Type,
+func (v *FS) newInodeLocked(dir *Node, name string, c Caller, typ branch.Type,
 	mk func(uid, gid int) (string, error)) (*Node, unix.Stat_t, error) {
-	r, err := fs.resolveLocked(dir, name)
+	r, err := v.resolveLocked(dir, name)
 	if err != nil {
 		return nil, unix.Stat_t{}, err
 	}
 	if r.exists() {
 		return nil, unix.Stat_t{}, unix.EEXIST
 	}
-	t := fs.newTx()
-	if err := fs.copyUpDirLocked(t, dir); err != nil {
+	t := v.newTx()
+	if err := v.copyUpDirLocked(t, dir); err != nil {
 		return nil, unix.Stat_t{}, t.fail(err)
 	}
 	uid, gid := int(c.Uid), int(c.Gid)
-	dst, err := fs.objs.Lstat(t.objectOf(dir))
+	dst, err := v.objs.Lstat(t.objectOf(dir))
 	if err != nil {
 		return nil, unix.Stat_t{}, t.fail(err)
 	}
@@ -39,16 +39,16 @@ func (fs *FS) newInodeLocked(dir *Node, name string, c Caller, typ branch.Type,
 	}
 	t.made(id)
 	if typ == branch.TypeDir && dst.Mode&unix.S_ISGID != 0 {
-		st, err := fs.objs.Lstat(id)
+		st, err := v.objs.Lstat(id)
 		if err == nil {
-			loc := fs.objs.Loc(id)
+			loc := v.objs.Loc(id)
 			err = unix.Fchmodat(loc.Dirfd, loc.Name, st.Mode&07777|unix.S_ISGID, 0)
 		}
 		if err != nil {
 			return nil, unix.Stat_t{}, t.fail(err)
 		}
 	}
-	ino, err := fs.cfg.AllocIno()
+	ino, err := v.cfg.AllocIno()
 	if err != nil {
 		return nil, unix.Stat_t{}, t.fail(err)
 	}
@@ -58,95 +58,95 @@ func (fs *FS) newInodeLocked(dir *Node, name string, c Caller, typ branch.Type,
 	if err := t.commit(); err != nil {
 		return nil, unix.Stat_t{}, err
 	}
-	n := fs.nodeForEntryLocked(dir, name, e, true)
+	n := v.nodeForEntryLocked(dir, name, e, true)
 	if typ == branch.TypeFile {
 		n.caps.Store(1) // a new object has no extended attributes
 	}
-	st, err := fs.statLocked(n)
+	st, err := v.statLocked(n)
 	if err != nil {
-		fs.forgetLocked(n, 1)
+		v.forgetLocked(n, 1)
 		return nil, st, err
 	}
 	return n, st, nil
 }
 
 // Mkdir creates a directory (opaque: nothing from lower shows through).
-func (fs *FS) Mkdir(dir *Node, name string, mode uint32, c Caller) (*Node, unix.Stat_t, error) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	return fs.newInodeLocked(dir, name, c, branch.TypeDir, func(uid, gid int) (string, error) {
-		return fs.objs.Mkdir(mode&07777, uid, gid)
+func (v *FS) Mkdir(dir *Node, name string, mode uint32, c Caller) (*Node, unix.Stat_t, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.newInodeLocked(dir, name, c, branch.TypeDir, func(uid, gid int) (string, error) {
+		return v.objs.Mkdir(mode&07777, uid, gid)
 	})
 }
 
 // Mknod creates a fifo, socket or device node (or a regular file).
-func (fs *FS) Mknod(dir *Node, name string, mode uint32, rdev uint64, c Caller) (*Node, unix.Stat_t, error) {
+func (v *FS) Mknod(dir *Node, name string, mode uint32, rdev uint64, c Caller) (*Node, unix.Stat_t, error) {
 	typ := modeType(mode)
 	if typ == branch.TypeDir || typ == branch.TypeSymlink || typ == branch.TypeWhiteout {
 		return nil, unix.Stat_t{}, unix.EINVAL
 	}
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	return fs.newInodeLocked(dir, name, c, typ, func(uid, gid int) (string, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.newInodeLocked(dir, name, c, typ, func(uid, gid int) (string, error) {
 		if typ == branch.TypeFile {
-			id, f, err := fs.objs.CreateFile(mode&07777, uid, gid)
+			id, f, err := v.objs.CreateFile(mode&07777, uid, gid)
 			if err == nil {
 				f.Close()
 			}
 			return id, err
 		}
-		return fs.objs.Mknod(mode, rdev, uid, gid)
+		return v.objs.Mknod(mode, rdev, uid, gid)
 	})
 }
 
 // Symlink creates a symbolic link to target.
-func (fs *FS) Symlink(dir *Node, name, target string, c Caller) (*Node, unix.Stat_t, error) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	return fs.newInodeLocked(dir, name, c, branch.TypeSymlink, func(uid, gid int) (string, error) {
-		return fs.objs.Symlink(target, uid, gid)
+func (v *FS) Symlink(dir *Node, name, target string, c Caller) (*Node, unix.Stat_t, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.newInodeLocked(dir, name, c, branch.TypeSymlink, func(uid, gid int) (string, error) {
+		return v.objs.Symlink(target, uid, gid)
 	})
 }
 
 // Create creates and opens a regular file. When the name exists and
 // O_EXCL is not set, it opens the existing file instead.
-func (fs *FS) Create(dir *Node, name string, flags int, mode uint32, c Caller) (*Node, *File, unix.Stat_t, error) {
-	fs.mu.Lock()
+func (v *FS) Create(dir *Node, name string, flags int, mode uint32, c Caller) (*Node, *File, unix.Stat_t, error) {
+	v.mu.Lock()
 	var f *os.File
-	n, st, err := fs.newInodeLocked(dir, name, c, branch.TypeFile, func(uid, gid int) (string, error) {
-		id, file, err := fs.objs.CreateFile(mode&07777, uid, gid)
+	n, st, err := v.newInodeLocked(dir, name, c, branch.TypeFile, func(uid, gid int) (string, error) {
+		id, file, err := v.objs.CreateFile(mode&07777, uid, gid)
 		f = file
 		return id, err
 	})
 	if err == nil {
-		// Still under fs.mu: a snapshot must see this file as open for
+		// Still under v.mu: a snapshot must see this file as open for
 		// writing (and give itself a clone), or not see it at all.
 		if flags&unix.O_ACCMODE == unix.O_RDONLY {
 			// The object was created read-write; a read-only handle
 			// must not be able to write through passthrough.
 			f.Close()
-			if f, err = fs.objs.Open(n.object, unix.O_RDONLY); err != nil {
-				fs.mu.Unlock()
-				fs.Forget(n, 1)
+			if f, err = v.objs.Open(n.object, unix.O_RDONLY); err != nil {
+				v.mu.Unlock()
+				v.Forget(n, 1)
 				return nil, nil, st, err
 			}
 		}
-		file := fs.newFile(n, f, true, flags)
-		fs.mu.Unlock()
+		file := v.newFile(n, f, true, flags)
+		v.mu.Unlock()
 		return n, file, st, nil
 	}
-	fs.mu.Unlock()
+	v.mu.Unlock()
 	if err == unix.EEXIST && flags&unix.O_EXCL == 0 {
 		var n *Node
-		if n, _, err = fs.Lookup(dir, name); err != nil {
+		if n, _, err = v.Lookup(dir, name); err != nil {
 			return nil, nil, unix.Stat_t{}, err
 		}
-		file, err := fs.Open(n, flags&^(unix.O_CREAT|unix.O_EXCL))
+		file, err := v.Open(n, flags&^(unix.O_CREAT|unix.O_EXCL))
 		if err != nil {
-			fs.Forget(n, 1)
+			v.Forget(n, 1)
 			return nil, nil, unix.Stat_t{}, err
 		}
-		st, err := fs.Getattr(n)
+		st, err := v.Getattr(n)
 		return n, file, st, err
 	}
 	if f != nil {
@@ -157,27 +157,27 @@ func (fs *FS) Create(dir *Node, name string, flags int, mode uint32, c Caller) (
 
 // Link makes a new name for n in dir. The file's data is copied up
 // first: a hard link always joins two upper names.
-func (fs *FS) Link(n, dir *Node, name string) (unix.Stat_t, error) {
+func (v *FS) Link(n, dir *Node, name string) (unix.Stat_t, error) {
 	if n.mode == unix.S_IFDIR {
 		return unix.Stat_t{}, unix.EPERM
 	}
-	if err := fs.copyUpData(n, true); err != nil {
+	if err := v.copyUpData(n, true); err != nil {
 		return unix.Stat_t{}, err
 	}
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if n.unlinked && fs.links[n.object] == 0 && !n.tmpfile {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if n.unlinked && v.links[n.object] == 0 && !n.tmpfile {
 		return unix.Stat_t{}, unix.ENOENT
 	}
-	r, err := fs.resolveLocked(dir, name)
+	r, err := v.resolveLocked(dir, name)
 	if err != nil {
 		return unix.Stat_t{}, err
 	}
 	if r.exists() {
 		return unix.Stat_t{}, unix.EEXIST
 	}
-	t := fs.newTx()
-	if err := fs.copyUpDirLocked(t, dir); err != nil {
+	t := v.newTx()
+	if err := v.copyUpDirLocked(t, dir); err != nil {
 		return unix.Stat_t{}, t.fail(err)
 	}
 	e := *n.entry
@@ -190,24 +190,24 @@ func (fs *FS) Link(n, dir *Node, name string) (unix.Stat_t, error) {
 	if n.unlinked {
 		n.unlinked, n.tmpfile, n.parent, n.name = false, false, dir, name
 	}
-	st, err := fs.statLocked(n)
+	st, err := v.statLocked(n)
 	if err == nil {
-		fs.Ref(n)
+		v.Ref(n)
 	}
 	return st, err
 }
 
 // Tmpfile creates an unnamed regular file in dir (O_TMPFILE): it has no
 // name until Link gives it one, and goes away when closed without one.
-func (fs *FS) Tmpfile(dir *Node, flags int, mode uint32, c Caller) (*Node, *File, unix.Stat_t, error) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
+func (v *FS) Tmpfile(dir *Node, flags int, mode uint32, c Caller) (*Node, *File, unix.Stat_t, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	if dir.mode != unix.S_IFDIR {
 		return nil, nil, unix.Stat_t{}, unix.ENOTDIR
 	}
-	dp, err := fs.objs.Lstat(dir.object)
+	dp, err := v.objs.Lstat(dir.object)
 	if dir.object == "" {
-		err = unix.Fstatat(fs.lowerFd, lowerRel(dir.lower), &dp, unix.AT_SYMLINK_NOFOLLOW)
+		err = unix.Fstatat(v.lowerFd, lowerRel(dir.lower), &dp, unix.AT_SYMLINK_NOFOLLOW)
 	}
 	if _, ok := dir.pathLocked(); !ok || err != nil {
 		return nil, nil, unix.Stat_t{}, unix.ENOENT
@@ -216,27 +216,27 @@ func (fs *FS) Tmpfile(dir *Node, flags int, mode uint32, c Caller) (*Node, *File
 	if dp.Mode&unix.S_ISGID != 0 {
 		gid = int(dp.Gid)
 	}
-	id, f, err := fs.objs.CreateFile(mode&07777, int(c.Uid), gid)
+	id, f, err := v.objs.CreateFile(mode&07777, int(c.Uid), gid)
 	if err != nil {
 		return nil, nil, unix.Stat_t{}, err
 	}
-	ino, err := fs.cfg.AllocIno()
+	ino, err := v.cfg.AllocIno()
 	if err != nil {
 		f.Close()
-		fs.objs.Remove(id)
+		v.objs.Remove(id)
 		return nil, nil, unix.Stat_t{}, err
 	}
 	e := &branch.Entry{Type: branch.TypeFile, Ino: ino, Object: id}
-	if fs.layer != nil {
-		e.Epoch = fs.layer.Epoch()
+	if v.layer != nil {
+		e.Epoch = v.layer.Epoch()
 	}
-	n := &Node{ID: nextNodeID.Add(1), fs: fs, mode: unix.S_IFREG, ino: ino,
+	n := &Node{ID: nextNodeID.Add(1), view: v, mode: unix.S_IFREG, ino: ino,
 		entry: e, object: id, unlinked: true, tmpfile: true}
 	n.caps.Store(1)
-	fs.nodesMu.Lock()
-	fs.byObject[id] = n
+	v.nodesMu.Lock()
+	v.byObject[id] = n
 	n.lookups++
-	fs.nodesMu.Unlock()
-	st, err := fs.statLocked(n)
-	return n, fs.newFile(n, f, true, flags), st, err
+	v.nodesMu.Unlock()
+	st, err := v.statLocked(n)
+	return n, v.newFile(n, f, true, flags), st, err
 }

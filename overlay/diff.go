@@ -147,7 +147,7 @@ func diffRoots(a, b *FS) ([]string, error) {
 	origins := map[uint64]string{} // lower st_ino → a lower name of it
 	err := branch.Diff(a.Source(), b.Source(), func(p string, ea, eb *branch.Entry) error {
 		for _, e := range []*branch.Entry{ea, eb} {
-			// As indexPut fills fs.hardlinks.
+			// As indexPut fills FS.hardlinks.
 			if e != nil && e.Type != branch.TypeDir && e.Object != "" && e.Origin != "" {
 				origins[e.Ino] = e.Origin
 			}
@@ -271,12 +271,12 @@ func (d *differ) child(p string, na, nb *Node, name string, aDir, bDir bool) err
 // views) merge the same lower directory, or none: then only their
 // upper entries can make their contents differ.
 func sameContents(na, nb *Node) bool {
-	na.fs.mu.RLock()
+	na.view.mu.RLock()
 	la, ha := na.lower, na.hasLower
-	na.fs.mu.RUnlock()
-	nb.fs.mu.RLock()
+	na.view.mu.RUnlock()
+	nb.view.mu.RLock()
 	lb, hb := nb.lower, nb.hasLower
-	nb.fs.mu.RUnlock()
+	nb.view.mu.RUnlock()
 	return ha == hb && (!ha || la == lb)
 }
 
@@ -363,7 +363,7 @@ func fileInfo(n *Node, st *unix.Stat_t) (*FileInfo, error) {
 	case unix.S_IFCHR, unix.S_IFBLK:
 		fi.Rdev = st.Rdev
 	case unix.S_IFLNK:
-		t, err := n.fs.Readlink(n)
+		t, err := n.view.Readlink(n)
 		if err != nil {
 			return nil, err
 		}
@@ -444,19 +444,19 @@ func (d *differ) sameBytes(na, nb *Node) (bool, error) {
 
 // sameAttrs compares the mode, owner and xattrs of two nodes.
 func sameAttrs(na *Node, sa *unix.Stat_t, nb *Node, sb *unix.Stat_t) (bool, error) {
-	ao, al := na.fs.attrsOf(na)
-	bo, bl := nb.fs.attrsOf(nb)
-	if ao != "" && ao == bo && na.fs.objs == nb.fs.objs || ao == "" && bo == "" && al == bl {
+	ao, al := na.view.attrsOf(na)
+	bo, bl := nb.view.attrsOf(nb)
+	if ao != "" && ao == bo && na.view.objs == nb.view.objs || ao == "" && bo == "" && al == bl {
 		return true, nil
 	}
 	if sa.Mode != sb.Mode || sa.Uid != sb.Uid || sa.Gid != sb.Gid {
 		return false, nil
 	}
-	xa, err := na.fs.xattrs(na)
+	xa, err := na.view.xattrs(na)
 	if err != nil {
 		return false, err
 	}
-	xb, err := nb.fs.xattrs(nb)
+	xb, err := nb.view.xattrs(nb)
 	if err != nil {
 		return false, err
 	}

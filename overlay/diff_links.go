@@ -13,7 +13,7 @@ import (
 // # Hard-linked lower files in a Diff
 //
 // When one name of a hard-linked lower file is copied up, the other
-// lower names of that inode show the upper copy too (fs.hardlinks), so
+// lower names of that inode show the upper copy too (FS.hardlinks), so
 // they change without an entry of their own. For every entry that
 // differs and carries an Origin, linkedRoots finds the other lower
 // names of its inode with one walk of the lower tree (which stops once
@@ -57,7 +57,7 @@ func linkedRoots(a, b *FS, origins map[uint64]string) ([]string, error) {
 // lowerNamesOf walks the lower tree for the regular files whose st_ino
 // (as the view shows it) is in want, counting want's names down, and
 // returns their lower paths. It stops when every count is 0.
-func (fs *FS) lowerNamesOf(want map[uint64]int) ([]string, error) {
+func (v *FS) lowerNamesOf(want map[uint64]int) ([]string, error) {
 	left := 0       // inodes with names still to find (-1: never done)
 	nested := false // an inode of a filesystem mounted inside the lower
 	for ino, n := range want {
@@ -69,7 +69,7 @@ func (fs *FS) lowerNamesOf(want map[uint64]int) ([]string, error) {
 	var out []string
 	var walk func(dir string) error
 	walk = func(dir string) error {
-		ents, err := fs.lowerNames(dir)
+		ents, err := v.lowerNames(dir)
 		if err != nil {
 			return err
 		}
@@ -88,10 +88,10 @@ func (fs *FS) lowerNamesOf(want map[uint64]int) ([]string, error) {
 					continue
 				}
 				var st unix.Stat_t
-				if unix.Fstatat(fs.lowerFd, p, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+				if unix.Fstatat(v.lowerFd, p, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 					continue
 				}
-				ino := fs.mapIno(&st)
+				ino := v.mapIno(&st)
 				n, ok := want[ino]
 				if !ok {
 					continue
@@ -114,11 +114,11 @@ func (fs *FS) lowerNamesOf(want map[uint64]int) ([]string, error) {
 type redirect struct{ path, lower string }
 
 // redirects lists the view's renamed directories.
-func (fs *FS) redirects() []redirect {
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
+func (v *FS) redirects() []redirect {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	var out []redirect
-	for dir, m := range fs.dirs {
+	for dir, m := range v.dirs {
 		for name, e := range m {
 			if e.Type != branch.TypeDir {
 				continue

@@ -30,25 +30,25 @@ func TestDiffWhileChanging(t *testing.T) {
 			default:
 			}
 			name := fmt.Sprintf("f%d", i%20)
-			if f, err := e.fs.Open(e.must("d/"+name), unix.O_WRONLY|unix.O_TRUNC); err == nil {
+			if f, err := e.view.Open(e.must("d/"+name), unix.O_WRONLY|unix.O_TRUNC); err == nil {
 				f.WriteAt([]byte(fmt.Sprint(i)), 0)
 				f.Release()
 			}
-			e.fs.Unlink(d, fmt.Sprintf("n%d", (i+10)%20))
-			if _, f, _, err := e.fs.Create(d, fmt.Sprintf("n%d", i%20), unix.O_RDWR, 0644, Caller{}); err == nil {
+			e.view.Unlink(d, fmt.Sprintf("n%d", (i+10)%20))
+			if _, f, _, err := e.view.Create(d, fmt.Sprintf("n%d", i%20), unix.O_RDWR, 0644, Caller{}); err == nil {
 				f.Release()
 			}
 		}
 	}()
-	refs := kernelRefs(e.fs)
+	refs := kernelRefs(e.view)
 	for range 50 {
-		if err := Diff(l.fs, e.fs, func(Change) error { return nil }); err != nil {
+		if err := Diff(l.view, e.view, func(Change) error { return nil }); err != nil {
 			t.Error(err)
 		}
 	}
 	close(stop)
 	wg.Wait()
-	if got := kernelRefs(e.fs); got < refs {
+	if got := kernelRefs(e.view); got < refs {
 		t.Errorf("kernel references %d after the diffs, %d before", got, refs)
 	}
 }

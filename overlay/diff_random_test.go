@@ -22,22 +22,22 @@ type fileSig struct {
 	xattrs, data   string
 }
 
-// fullWalk reads every path of view fs through its public API.
-func fullWalk(t testing.TB, fs *FS) map[string]fileSig {
+// fullWalk reads every path of view v through its public API.
+func fullWalk(t testing.TB, v *FS) map[string]fileSig {
 	t.Helper()
 	out := map[string]fileSig{}
 	var walk func(n *Node, p string)
 	walk = func(n *Node, p string) {
-		st, err := fs.Getattr(n)
+		st, err := v.Getattr(n)
 		if err != nil {
 			t.Fatalf("getattr %q: %v", p, err)
 		}
 		s := fileSig{typ: st.Mode & unix.S_IFMT, mode: st.Mode & 07777, uid: st.Uid, gid: st.Gid}
-		s.xattrs = xattrString(func(b []byte) (int, error) { return fs.Listxattr(n, b) },
-			func(name string, b []byte) (int, error) { return fs.Getxattr(n, name, b) })
+		s.xattrs = xattrString(func(b []byte) (int, error) { return v.Listxattr(n, b) },
+			func(name string, b []byte) (int, error) { return v.Getxattr(n, name, b) })
 		switch s.typ {
 		case unix.S_IFREG:
-			f, err := fs.Open(n, unix.O_RDONLY)
+			f, err := v.Open(n, unix.O_RDONLY)
 			if err != nil {
 				t.Fatalf("open %q: %v", p, err)
 			}
@@ -46,11 +46,11 @@ func fullWalk(t testing.TB, fs *FS) map[string]fileSig {
 			f.Release()
 			s.data = string(data[:k])
 		case unix.S_IFLNK:
-			s.data, _ = fs.Readlink(n)
+			s.data, _ = v.Readlink(n)
 		case unix.S_IFCHR, unix.S_IFBLK:
 			s.data = fmt.Sprint(st.Rdev)
 		case unix.S_IFDIR:
-			ents, err := fs.ReadDir(n)
+			ents, err := v.ReadDir(n)
 			if err != nil {
 				t.Fatalf("readdir %q: %v", p, err)
 			}
@@ -58,17 +58,17 @@ func fullWalk(t testing.TB, fs *FS) map[string]fileSig {
 				if de.Name == "." || de.Name == ".." || p == "" && de.Name == internalDir {
 					continue
 				}
-				c, _, err := fs.Lookup(n, de.Name)
+				c, _, err := v.Lookup(n, de.Name)
 				if err != nil {
 					t.Fatalf("lookup %q in %q: %v", de.Name, p, err)
 				}
 				walk(c, joinPath(p, de.Name))
-				fs.Forget(c, 1)
+				v.Forget(c, 1)
 			}
 		}
 		out[p] = s
 	}
-	walk(fs.Root(), "")
+	walk(v.Root(), "")
 	return out
 }
 
@@ -145,7 +145,7 @@ func randomOps(e *env, rng *rand.Rand, n int, log *[]string) {
 	names := []string{"a", "b", "f0", "f1", "s", "t", "new"}
 	contents := []string{"", "a", "hello", "bytes\x00", "longer content"}
 	for range n {
-		tree := fullWalk(e.t, e.fs)
+		tree := fullWalk(e.t, e.view)
 		var all, dirs, files []string
 		for p, s := range tree {
 			all = append(all, p)
@@ -182,10 +182,10 @@ func randomOps(e *env, rng *rand.Rand, n int, log *[]string) {
 			e.write(f, c)
 		case k == 1:
 			op = "create " + joinPath(dir, name)
-			_, _, _, err = e.fs.Create(node(dir), name, unix.O_RDWR|unix.O_EXCL, 0644, Caller{})
+			_, _, _, err = e.view.Create(node(dir), name, unix.O_RDWR|unix.O_EXCL, 0644, Caller{})
 		case k == 2:
 			op = "mkdir " + joinPath(dir, name)
-			_, _, err = e.fs.Mkdir(node(dir), name, 0755, Caller{})
+			_, _, err = e.view.Mkdir(node(dir), name, 0755, Caller{})
 		case k == 3:
 			p := pick(all)
 			if p == "" {
@@ -194,9 +194,9 @@ func randomOps(e *env, rng *rand.Rand, n int, log *[]string) {
 			d, nm := splitPath(p)
 			op = "remove " + p
 			if tree[p].typ == unix.S_IFDIR {
-				err = e.fs.Rmdir(node(d), nm)
+				err = e.view.Rmdir(node(d), nm)
 			} else {
-				err = e.fs.Unlink(node(d), nm)
+				err = e.view.Unlink(node(d), nm)
 			}
 		case k == 4:
 			p := pick(all)
@@ -205,24 +205,24 @@ func randomOps(e *env, rng *rand.Rand, n int, log *[]string) {
 			}
 			d, nm := splitPath(p)
 			op = fmt.Sprintf("rename %s %s", p, joinPath(dir, name))
-			err = e.fs.Rename(node(d), nm, node(dir), name, 0)
+			err = e.view.Rename(node(d), nm, node(dir), name, 0)
 		case k == 5:
 			p := pick(all)
 			mode := []uint32{0600, 0644, 0755}[rng.IntN(3)]
 			op = fmt.Sprintf("chmod %o %s", mode, p)
-			_, err = e.fs.Setattr(node(p), SetAttr{Mode: &mode}, nil)
+			_, err = e.view.Setattr(node(p), SetAttr{Mode: &mode}, nil)
 		case k == 6 && len(files) > 0:
 			f := pick(files)
 			op = fmt.Sprintf("link %s %s", f, joinPath(dir, name))
-			_, err = e.fs.Link(node(f), node(dir), name)
+			_, err = e.view.Link(node(f), node(dir), name)
 		case k == 7:
 			op = "symlink " + joinPath(dir, name)
-			_, _, err = e.fs.Symlink(node(dir), name, contents[rng.IntN(len(contents))], Caller{})
+			_, _, err = e.view.Symlink(node(dir), name, contents[rng.IntN(len(contents))], Caller{})
 		case k == 8:
 			p := pick(all)
 			v := contents[rng.IntN(len(contents))]
 			op = fmt.Sprintf("setxattr %s %q", p, v)
-			err = e.fs.Setxattr(node(p), "user.k", []byte(v), 0)
+			err = e.view.Setxattr(node(p), "user.k", []byte(v), 0)
 		case k == 9:
 			p := pick(dirs)
 			if p == "" {
@@ -234,7 +234,7 @@ func randomOps(e *env, rng *rand.Rand, n int, log *[]string) {
 			f := pick(files)
 			uid := uint32(rng.IntN(2))
 			op = fmt.Sprintf("chown %d %s", uid, f)
-			_, err = e.fs.Setattr(node(f), SetAttr{Uid: &uid}, nil)
+			_, err = e.view.Setattr(node(f), SetAttr{Uid: &uid}, nil)
 		default:
 			continue
 		}
@@ -264,9 +264,9 @@ func removeAll(e *env, p string) error {
 		return err
 	}
 	if n.IsDir() {
-		return e.fs.Rmdir(dn, name)
+		return e.view.Rmdir(dn, name)
 	}
-	return e.fs.Unlink(dn, name)
+	return e.view.Unlink(dn, name)
 }
 
 // TestDiffRandom compares Diff with a brute-force comparison of full
@@ -291,13 +291,13 @@ func diffRandomly(t *testing.T, seed uint64) {
 	}
 	var log []string
 	randomOps(e, rng, 15, &log)
-	snap, err := e.fs.Snapshot("half way", branch.KindManual)
+	snap, err := e.view.Snapshot("half way", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
 	log = append(log, "snapshot")
 	randomOps(e, rng, 15, &log)
-	views := map[string]*FS{"lower": e.lowerView().fs, "snapshot": e.snapView(snap).fs, "branch": e.fs}
+	views := map[string]*FS{"lower": e.lowerView().view, "snapshot": e.snapView(snap).view, "branch": e.view}
 	walks := map[string]map[string]fileSig{}
 	for name, v := range views {
 		walks[name] = fullWalk(t, v)

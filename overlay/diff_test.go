@@ -53,17 +53,17 @@ func checkDiff(t *testing.T, what string, a, b *FS, want string) []Change {
 
 // kernelRefs sums the kernel references of a view's nodes (a walk must
 // give back every one it takes).
-func kernelRefs(fs *FS) uint64 {
-	fs.nodesMu.Lock()
-	defer fs.nodesMu.Unlock()
+func kernelRefs(v *FS) uint64 {
+	v.nodesMu.Lock()
+	defer v.nodesMu.Unlock()
 	seen := map[*Node]bool{}
 	var refs uint64
-	for _, m := range []map[string]*Node{fs.byObject, fs.byLower} {
+	for _, m := range []map[string]*Node{v.byObject, v.byLower} {
 		for _, n := range m {
 			seen[n] = true
 		}
 	}
-	for _, n := range fs.byLowerIno {
+	for _, n := range v.byLowerIno {
 		seen[n] = true
 	}
 	for n := range seen {
@@ -86,40 +86,40 @@ func TestDiffKinds(t *testing.T) {
 		"keep": "k", "mod": "old", "del": "gone", "chmod": "c", "xattr": "x",
 		"d/a": "a", "d/b": "b", "typ": "t", "owner": "o",
 	})
-	r := e.fs.Root()
+	r := e.view.Root()
 	e.write("mod", "new content")
-	if err := e.fs.Unlink(r, "del"); err != nil {
+	if err := e.view.Unlink(r, "del"); err != nil {
 		t.Fatal(err)
 	}
 	mode := uint32(0600)
-	if _, err := e.fs.Setattr(e.must("chmod"), SetAttr{Mode: &mode}, nil); err != nil {
+	if _, err := e.view.Setattr(e.must("chmod"), SetAttr{Mode: &mode}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Setxattr(e.must("xattr"), "user.k", []byte("v"), 0); err != nil {
+	if err := e.view.Setxattr(e.must("xattr"), "user.k", []byte("v"), 0); err != nil {
 		t.Skipf("no user xattrs here: %v", err)
 	}
 	uid := uint32(1234)
-	if _, err := e.fs.Setattr(e.must("owner"), SetAttr{Uid: &uid}, nil); err != nil {
+	if _, err := e.view.Setattr(e.must("owner"), SetAttr{Uid: &uid}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := e.fs.Create(e.must("d"), "new", unix.O_RDWR, 0644, Caller{}); err != nil {
+	if _, _, _, err := e.view.Create(e.must("d"), "new", unix.O_RDWR, 0644, Caller{}); err != nil {
 		t.Fatal(err)
 	}
 	e.write("d/new", "12345")
-	if err := e.fs.Unlink(r, "typ"); err != nil {
+	if err := e.view.Unlink(r, "typ"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.fs.Mkdir(r, "typ", 0755, Caller{}); err != nil {
+	if _, _, err := e.view.Mkdir(r, "typ", 0755, Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.fs.Symlink(e.must("typ"), "link", "../keep", Caller{}); err != nil {
+	if _, _, err := e.view.Symlink(e.must("typ"), "link", "../keep", Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.fs.Mknod(r, "fifo", unix.S_IFIFO|0644, 0, Caller{}); err != nil {
+	if _, _, err := e.view.Mknod(r, "fifo", unix.S_IFIFO|0644, 0, Caller{}); err != nil {
 		t.Fatal(err)
 	}
 	l := e.lowerView()
-	cs := checkDiff(t, "lower → branch", l.fs, e.fs, lines(
+	cs := checkDiff(t, "lower → branch", l.view, e.view, lines(
 		"mode-changed chmod",
 		"created d/new",
 		"deleted del",
@@ -150,7 +150,7 @@ func TestDiffKinds(t *testing.T) {
 	if c := find(cs, "del"); c != nil && (c.New != nil || c.SizeDelta != -4) {
 		t.Errorf("del: %+v", *c)
 	}
-	checkDiff(t, "branch → lower", e.fs, l.fs, lines(
+	checkDiff(t, "branch → lower", e.view, l.view, lines(
 		"mode-changed chmod",
 		"deleted d/new",
 		"created del",
@@ -161,17 +161,17 @@ func TestDiffKinds(t *testing.T) {
 		"deleted typ/link",
 		"mode-changed xattr",
 	))
-	checkDiff(t, "branch → branch", e.fs, e.fs, "")
-	checkDiff(t, "lower → lower", l.fs, l.fs, "")
+	checkDiff(t, "branch → branch", e.view, e.view, "")
+	checkDiff(t, "lower → lower", l.view, l.view, "")
 }
 
 func TestDiffRenamedLowerDir(t *testing.T) {
 	e := newEnv(t, map[string]string{"src/x": "x", "src/deep/y": "y", "other": "o"})
-	r := e.fs.Root()
-	if err := e.fs.Rename(r, "src", r, "dst", 0); err != nil {
+	r := e.view.Root()
+	if err := e.view.Rename(r, "src", r, "dst", 0); err != nil {
 		t.Fatal(err)
 	}
-	checkDiff(t, "rename of a lower directory", e.lowerView().fs, e.fs, lines(
+	checkDiff(t, "rename of a lower directory", e.lowerView().view, e.view, lines(
 		"created dst",
 		"created dst/deep",
 		"created dst/deep/y",
@@ -188,7 +188,7 @@ func TestDiffWhiteoutOfLowerDir(t *testing.T) {
 	if err := removeAll(e, "w"); err != nil {
 		t.Fatal(err)
 	}
-	checkDiff(t, "rm -r of a lower directory", e.lowerView().fs, e.fs, lines(
+	checkDiff(t, "rm -r of a lower directory", e.lowerView().view, e.view, lines(
 		"deleted w",
 		"deleted w/a",
 		"deleted w/sub",
@@ -201,18 +201,18 @@ func TestDiffOpaqueRecreatedDir(t *testing.T) {
 	if err := removeAll(e, "o"); err != nil {
 		t.Fatal(err)
 	}
-	r := e.fs.Root()
-	o, _, err := e.fs.Mkdir(r, "o", 0755, Caller{})
+	r := e.view.Root()
+	o, _, err := e.view.Mkdir(r, "o", 0755, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.fs.Mkdir(o, "s", 0755, Caller{}); err != nil {
+	if _, _, err := e.view.Mkdir(o, "s", 0755, Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := e.fs.Create(o, "a", unix.O_RDWR, 0644, Caller{}); err != nil {
+	if _, _, _, err := e.view.Create(o, "a", unix.O_RDWR, 0644, Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	checkDiff(t, "a lower directory removed and made again", e.lowerView().fs, e.fs, lines(
+	checkDiff(t, "a lower directory removed and made again", e.lowerView().view, e.view, lines(
 		"modified o/a",
 		"deleted o/b",
 		"deleted o/s/c",
@@ -225,20 +225,20 @@ func TestDiffChangedBack(t *testing.T) {
 	e.write("f", "same")
 	mode := uint32(0600)
 	g := e.must("g")
-	if _, err := e.fs.Setattr(g, SetAttr{Mode: &mode}, nil); err != nil {
+	if _, err := e.view.Setattr(g, SetAttr{Mode: &mode}, nil); err != nil {
 		t.Fatal(err)
 	}
 	mode = 0644
-	if _, err := e.fs.Setattr(g, SetAttr{Mode: &mode}, nil); err != nil {
+	if _, err := e.view.Setattr(g, SetAttr{Mode: &mode}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := e.fs.Create(e.fs.Root(), "tmp", unix.O_RDWR, 0644, Caller{}); err != nil {
+	if _, _, _, err := e.view.Create(e.view.Root(), "tmp", unix.O_RDWR, 0644, Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Unlink(e.fs.Root(), "tmp"); err != nil {
+	if err := e.view.Unlink(e.view.Root(), "tmp"); err != nil {
 		t.Fatal(err)
 	}
-	checkDiff(t, "changed and changed back", e.lowerView().fs, e.fs, "")
+	checkDiff(t, "changed and changed back", e.lowerView().view, e.view, "")
 }
 
 func TestDiffHardLinks(t *testing.T) {
@@ -248,19 +248,19 @@ func TestDiffHardLinks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := e.fs.Root()
-	if _, err := e.fs.Link(e.must("f"), r, "g"); err != nil {
+	r := e.view.Root()
+	if _, err := e.view.Link(e.must("f"), r, "g"); err != nil {
 		t.Fatal(err)
 	}
 	e.write("h1", "SHARED")
-	if err := e.fs.Rename(r, "L", r, "M", 0); err != nil {
+	if err := e.view.Rename(r, "L", r, "M", 0); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := e.fs.Snapshot("renamed", branch.KindManual)
+	snap, err := e.view.Snapshot("renamed", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := checkDiff(t, "lower → branch", e.lowerView().fs, e.fs, lines(
+	cs := checkDiff(t, "lower → branch", e.lowerView().view, e.view, lines(
 		"deleted L",
 		"deleted L/p1",
 		"deleted L/p2",
@@ -272,14 +272,14 @@ func TestDiffHardLinks(t *testing.T) {
 		"modified h2",
 	))
 	if c := find(cs, "g"); c != nil {
-		st, _ := e.fs.Getattr(e.must("f"))
+		st, _ := e.view.Getattr(e.must("f"))
 		if c.New.Ino != st.Ino {
 			t.Errorf("g: st_ino %d, want f's %d", c.New.Ino, st.Ino)
 		}
 	}
 	e.write("M/p1", "P")
 	s := e.snapView(snap)
-	checkDiff(t, "snapshot → branch, one name of a lower hard link written below a renamed directory", s.fs, e.fs, lines(
+	checkDiff(t, "snapshot → branch, one name of a lower hard link written below a renamed directory", s.view, e.view, lines(
 		"modified M/p1",
 		"modified M/p2",
 	))
@@ -299,30 +299,30 @@ func TestDiffSymlinkAndDevice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := e.fs.Root()
-	if err := e.fs.Unlink(r, "s"); err != nil {
+	r := e.view.Root()
+	if err := e.view.Unlink(r, "s"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.fs.Symlink(r, "s", "t2", Caller{}); err != nil {
+	if _, _, err := e.view.Symlink(r, "s", "t2", Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Unlink(r, "s2"); err != nil {
+	if err := e.view.Unlink(r, "s2"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.fs.Symlink(r, "s2", "same", Caller{}); err != nil {
+	if _, _, err := e.view.Symlink(r, "s2", "same", Caller{}); err != nil {
 		t.Fatal(err)
 	}
 	want := lines("modified s")
 	if dev {
-		if err := e.fs.Unlink(r, "null"); err != nil {
+		if err := e.view.Unlink(r, "null"); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := e.fs.Mknod(r, "null", unix.S_IFCHR|0666, unix.Mkdev(1, 5), Caller{}); err != nil {
+		if _, _, err := e.view.Mknod(r, "null", unix.S_IFCHR|0666, unix.Mkdev(1, 5), Caller{}); err != nil {
 			t.Fatal(err)
 		}
 		want = lines("modified null", "modified s")
 	}
-	cs := checkDiff(t, "symlink and device", e.lowerView().fs, e.fs, want)
+	cs := checkDiff(t, "symlink and device", e.lowerView().view, e.view, want)
 	if c := find(cs, "s"); c != nil && (c.Old.Target != "t1" || c.New.Target != "t2") {
 		t.Errorf("s: target %q → %q", c.Old.Target, c.New.Target)
 	}
@@ -331,11 +331,11 @@ func TestDiffSymlinkAndDevice(t *testing.T) {
 func TestDiffSnapshotSharesObjects(t *testing.T) {
 	e := newEnv(t, map[string]string{"a/f": "x"})
 	e.write("a/f", "y")
-	snap, err := e.fs.Snapshot("", branch.KindManual)
+	snap, err := e.view.Snapshot("", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := e.snapView(snap)
-	checkDiff(t, "snapshot → branch right after it", s.fs, e.fs, "")
-	checkDiff(t, "lower → snapshot", e.lowerView().fs, s.fs, lines("modified a/f"))
+	checkDiff(t, "snapshot → branch right after it", s.view, e.view, "")
+	checkDiff(t, "lower → snapshot", e.lowerView().view, s.view, lines("modified a/f"))
 }

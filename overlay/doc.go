@@ -1,6 +1,6 @@
 // Package overlay implements the union semantics of agentfs over a
-// lower directory (read-only, the user's project) and one branch layer
-// (entries in branch, inodes in backstore), without FUSE.
+// lower directory (the user's project, which a view only reads) and one
+// branch layer (entries in branch, inodes in backstore), without FUSE.
 //
 // # Model
 //
@@ -35,6 +35,22 @@
 // They read views through Lookup, ReadDir and Getattr, as the kernel
 // does (walk.go). LiveObjects lists the objects open nodes hold, which
 // garbage collection (backstore.Store.Collect) must spare.
+//
+// # Who writes the lower directory
+//
+// The files apply*.go (apply.go, apply_write.go, apply_commit.go,
+// apply_hold.go) are the one writer of the project: Apply takes a
+// branch's changes into the lower directory, and only `agentfs apply`
+// reaches it (the daemon calls it for ctl.OpApply). Every other file of
+// this package opens the lower directory read-only and only reads it:
+// through the view's O_PATH descriptor (FS.lowerFd) with fstatat,
+// readlinkat and openat O_RDONLY (lookups, reads, readdir, copy-up,
+// Diff, Export, Fsck); a change to a lower file's data, mode, owner,
+// times or xattrs goes to the object that copy-up makes for it.
+// Neither backstore nor branch is given the lower directory. The test
+// in lowerwrites_test.go checks this package's source for writes
+// through the lower directory outside the apply group (what it checks,
+// and what it cannot see, is written there).
 //
 // # Locking
 //

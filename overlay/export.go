@@ -139,21 +139,21 @@ func existingAncestor(p string) string {
 
 // refuseInsideLowerPath is refuseInsideLower for an existing path p
 // (symlinks followed); a path that is no directory passes.
-func (fs *FS) refuseInsideLowerPath(p, to string) error {
+func (v *FS) refuseInsideLowerPath(p, to string) error {
 	fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil // not a directory: making the target fails and says so
 	}
 	defer unix.Close(fd)
-	return fs.refuseInsideLower(fd, to)
+	return v.refuseInsideLower(fd, to)
 }
 
 // refuseInsideLower fails when directory fd (the export target to) is
 // the view's lower directory or inside it: nothing may write there.
-func (fs *FS) refuseInsideLower(fd int, to string) error {
+func (v *FS) refuseInsideLower(fd int, to string) error {
 	var lower unix.Stat_t
-	if err := unix.Fstat(fs.lowerFd, &lower); err != nil {
-		return fmt.Errorf("export: lower directory %s: %w", fs.cfg.Lower, err)
+	if err := unix.Fstat(v.lowerFd, &lower); err != nil {
+		return fmt.Errorf("export: lower directory %s: %w", v.cfg.Lower, err)
 	}
 	cur, err := unix.Dup(fd)
 	if err != nil {
@@ -164,7 +164,7 @@ func (fs *FS) refuseInsideLower(fd int, to string) error {
 		err := unix.Fstat(cur, &st)
 		if err == nil && st.Dev == lower.Dev && st.Ino == lower.Ino {
 			unix.Close(cur)
-			return fmt.Errorf("export: %s is inside the lower directory %s, which agentfs never writes to: choose a path outside it", to, fs.cfg.Lower)
+			return fmt.Errorf("export: %s is inside the lower directory %s, which agentfs never writes to: choose a path outside it", to, v.cfg.Lower)
 		}
 		parent, perr := unix.Openat(cur, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		unix.Close(cur)

@@ -75,44 +75,44 @@ func exportEnv(t *testing.T) *env {
 	old := unix.Timespec{Sec: 1_000_000_000, Nsec: 123456789}
 	unix.UtimesNanoAt(unix.AT_FDCWD, filepath.Join(e.lower, "d/lower"), []unix.Timespec{old, old}, 0)
 
-	r := e.fs.Root()
+	r := e.view.Root()
 	e.write("d/sub/deep", "changed deep")
 	mode := uint32(0640)
-	if _, err := e.fs.Setattr(e.must("d/meta"), SetAttr{Mode: &mode, Mtime: &old}, nil); err != nil {
+	if _, err := e.view.Setattr(e.must("d/meta"), SetAttr{Mode: &mode, Mtime: &old}, nil); err != nil {
 		t.Fatal(err)
 	}
-	n, file, _, err := e.fs.Create(r, "sparse", unix.O_RDWR, 0600, Caller{Uid: 1000, Gid: 100})
+	n, file, _, err := e.view.Create(r, "sparse", unix.O_RDWR, 0600, Caller{Uid: 1000, Gid: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	file.WriteAt([]byte("end"), 48<<20)
 	file.Release()
-	if err := e.fs.Setxattr(n, "user.color", []byte("blue"), 0); err != nil {
+	if err := e.view.Setxattr(n, "user.color", []byte("blue"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.fs.Link(n, e.must("d"), "sparse-link"); err != nil {
+	if _, err := e.view.Link(n, e.must("d"), "sparse-link"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.fs.Symlink(r, "link", "d/lower", Caller{}); err != nil {
+	if _, _, err := e.view.Symlink(r, "link", "d/lower", Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.fs.Mknod(r, "fifo", unix.S_IFIFO|0640, 0, Caller{}); err != nil {
+	if _, _, err := e.view.Mknod(r, "fifo", unix.S_IFIFO|0640, 0, Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.fs.Mknod(r, "sock", unix.S_IFSOCK|0600, 0, Caller{}); err != nil {
+	if _, _, err := e.view.Mknod(r, "sock", unix.S_IFSOCK|0600, 0, Caller{}); err != nil {
 		t.Fatal(err)
 	}
 	if os.Geteuid() == 0 {
-		if _, _, err := e.fs.Mknod(r, "null", unix.S_IFCHR|0666, unix.Mkdev(1, 3), Caller{}); err != nil {
+		if _, _, err := e.view.Mknod(r, "null", unix.S_IFCHR|0666, unix.Mkdev(1, 3), Caller{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	setuid := uint32(04755)
-	if _, err := e.fs.Setattr(e.must("h1"), SetAttr{Mode: &setuid}, nil); err != nil {
+	if _, err := e.view.Setattr(e.must("h1"), SetAttr{Mode: &setuid}, nil); err != nil {
 		t.Fatal(err)
 	}
 	ro := uint32(0555)
-	if _, err := e.fs.Setattr(e.must("ro"), SetAttr{Mode: &ro}, nil); err != nil {
+	if _, err := e.view.Setattr(e.must("ro"), SetAttr{Mode: &ro}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -122,7 +122,7 @@ func TestExportRoundTrip(t *testing.T) {
 	e := exportEnv(t)
 	to := filepath.Join(t.TempDir(), "parent", "out")
 	var skipped []string
-	if err := ExportWith(e.fs, to, ExportOptions{Skipped: func(p, why string) { skipped = append(skipped, p+": "+why) }}); err != nil {
+	if err := ExportWith(e.view, to, ExportOptions{Skipped: func(p, why string) { skipped = append(skipped, p+": "+why) }}); err != nil {
 		t.Fatal(err)
 	}
 	if len(skipped) > 0 {
@@ -142,7 +142,7 @@ func TestExportRoundTrip(t *testing.T) {
 	// Times and hard links, from lstat only (reading would move atimes).
 	inos := map[uint64]uint64{} // view st_ino → exported st_ino
 	for _, p := range paths {
-		vst, err := e.fs.Getattr(e.must(p))
+		vst, err := e.view.Getattr(e.must(p))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +161,7 @@ func TestExportRoundTrip(t *testing.T) {
 	if len(inos) != len(paths)-2 {
 		t.Errorf("%d inodes for %d paths, want 2 hard links (h1=h2, sparse=d/sparse-link)", len(inos), len(paths))
 	}
-	want := fullWalk(t, e.fs)
+	want := fullWalk(t, e.view)
 	got := walkDir(t, to)
 	for p, w := range want {
 		if g, ok := got[p]; !ok {
@@ -189,7 +189,7 @@ func TestExportTargets(t *testing.T) {
 	dir := t.TempDir()
 	empty := filepath.Join(dir, "empty")
 	os.Mkdir(empty, 0755)
-	if err := Export(e.fs, empty); err != nil {
+	if err := Export(e.view, empty); err != nil {
 		t.Errorf("export to an empty directory: %v", err)
 	}
 	full := filepath.Join(dir, "full")
@@ -204,7 +204,7 @@ func TestExportTargets(t *testing.T) {
 		{filepath.Join(e.lower, "new", "out"), "is inside the lower directory"},
 		{e.lower, "is inside the lower directory"},
 	} {
-		if err := Export(e.fs, c.to); err == nil || !strings.Contains(err.Error(), c.want) {
+		if err := Export(e.view, c.to); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("export to %s: %v, want an error saying %q", c.to, err, c.want)
 		}
 	}
@@ -222,12 +222,12 @@ func TestExportTargets(t *testing.T) {
 func TestExportSnapshotAndLower(t *testing.T) {
 	e := newEnv(t, map[string]string{"a": "1", "d/b": "2"})
 	e.write("a", "changed")
-	snap, err := e.fs.Snapshot("", branch.KindManual)
+	snap, err := e.view.Snapshot("", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.write("a", "again")
-	for name, v := range map[string]*FS{"snapshot": e.snapView(snap).fs, "lower": e.lowerView().fs} {
+	for name, v := range map[string]*FS{"snapshot": e.snapView(snap).view, "lower": e.lowerView().view} {
 		to := filepath.Join(t.TempDir(), name)
 		if err := Export(v, to); err != nil {
 			t.Fatal(err)

@@ -47,7 +47,7 @@ type File struct {
 
 // Open opens regular file n. flags are the open(2) flags; O_CREAT and
 // O_EXCL are ignored. Write access or O_TRUNC copy the file up first.
-func (fs *FS) Open(n *Node, flags int) (*File, error) {
+func (v *FS) Open(n *Node, flags int) (*File, error) {
 	if n.mode == unix.S_IFDIR {
 		return nil, unix.EISDIR
 	}
@@ -56,27 +56,27 @@ func (fs *FS) Open(n *Node, flags int) (*File, error) {
 	trunc := flags&unix.O_TRUNC != 0
 	for {
 		if writable || trunc {
-			if err := fs.copyUpData(n, !trunc); err != nil {
+			if err := v.copyUpData(n, !trunc); err != nil {
 				return nil, err
 			}
 		}
-		// The object is opened and the writer counted under fs.mu, and
+		// The object is opened and the writer counted under v.mu, and
 		// only while it is not frozen: a snapshot taken since the thaw
 		// (which left the object shared with it) thaws it again, and a
 		// snapshot taken later sees the writer (and clones for itself).
-		fs.mu.RLock()
-		if (writable || trunc) && fs.frozenNodeLocked(n) {
-			fs.mu.RUnlock()
+		v.mu.RLock()
+		if (writable || trunc) && v.frozenNodeLocked(n) {
+			v.mu.RUnlock()
 			continue
 		}
-		file, err := fs.openLocked(n, flags, writable, trunc)
-		fs.mu.RUnlock()
+		file, err := v.openLocked(n, flags, writable, trunc)
+		v.mu.RUnlock()
 		return file, err
 	}
 }
 
-// openLocked opens n's data for Open. fs.mu is held.
-func (fs *FS) openLocked(n *Node, flags int, writable, trunc bool) (*File, error) {
+// openLocked opens n's data for Open. v.mu is held.
+func (v *FS) openLocked(n *Node, flags int, writable, trunc bool) (*File, error) {
 	obj, lower, gen := n.object, n.lower, n.dataGen.Load()
 	meta := n.entry != nil && n.entry.Metacopy
 
@@ -88,11 +88,11 @@ func (fs *FS) openLocked(n *Node, flags int, writable, trunc bool) (*File, error
 		oflags = unix.O_RDWR
 	}
 	if !up {
-		file := fs.newFile(n, nil, false, flags)
+		file := v.newFile(n, nil, false, flags)
 		file.gen, file.lower, file.lazy = gen, lower, true
 		return file, nil
 	}
-	f, err = fs.objs.Open(obj, oflags)
+	f, err = v.objs.Open(obj, oflags)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func (fs *FS) openLocked(n *Node, flags int, writable, trunc bool) (*File, error
 		err := unix.Ftruncate(int(f.Fd()), 0)
 		if err == unix.EINVAL || err == unix.EBADF {
 			var w *os.File
-			if w, err = fs.objs.Open(obj, unix.O_WRONLY); err == nil {
+			if w, err = v.objs.Open(obj, unix.O_WRONLY); err == nil {
 				err = unix.Ftruncate(int(w.Fd()), 0)
 				w.Close()
 			}
@@ -112,19 +112,19 @@ func (fs *FS) openLocked(n *Node, flags int, writable, trunc bool) (*File, error
 			return nil, err
 		}
 	}
-	file := fs.newFile(n, f, up, flags)
+	file := v.newFile(n, f, up, flags)
 	file.gen = gen
 	return file, nil
 }
 
-func (fs *FS) newFile(n *Node, f *os.File, up bool, flags int) *File {
+func (v *FS) newFile(n *Node, f *os.File, up bool, flags int) *File {
 	acc := flags & unix.O_ACCMODE
-	fs.nodesMu.Lock()
+	v.nodesMu.Lock()
 	n.opens++
 	if acc != unix.O_RDONLY {
 		n.writers++
 	}
-	fs.nodesMu.Unlock()
+	v.nodesMu.Unlock()
 	return &File{n: n, f: f, up: up, flags: flags, writable: acc != unix.O_RDONLY, gen: n.dataGen.Load()}
 }
 
@@ -181,18 +181,18 @@ func (f *File) openLazyLocked() error {
 	if !f.lazy {
 		return nil
 	}
-	fs := f.n.fs
-	fs.mu.RLock()
+	v := f.n.view
+	v.mu.RLock()
 	obj, gen := f.n.object, f.n.dataGen.Load()
 	meta := f.n.entry != nil && f.n.entry.Metacopy
-	fs.mu.RUnlock()
+	v.mu.RUnlock()
 	var nf *os.File
 	var err error
 	up := gen != f.gen && obj != "" && !meta
 	if up {
-		nf, err = fs.objs.Open(obj, unix.O_RDONLY)
+		nf, err = v.objs.Open(obj, unix.O_RDONLY)
 	} else {
-		nf, err = fs.openLower(f.lower, unix.O_RDONLY)
+		nf, err = v.openLower(f.lower, unix.O_RDONLY)
 	}
 	if err != nil {
 		return err
@@ -207,11 +207,11 @@ func (f *File) followLocked() error {
 	if f.writable || f.f == nil || f.n.dataGen.Load() == f.gen {
 		return nil
 	}
-	fs := f.n.fs
-	fs.mu.RLock()
+	v := f.n.view
+	v.mu.RLock()
 	obj, gen := f.n.object, f.n.dataGen.Load()
-	fs.mu.RUnlock()
-	nf, err := fs.objs.Open(obj, unix.O_RDONLY)
+	v.mu.RUnlock()
+	nf, err := v.objs.Open(obj, unix.O_RDONLY)
 	if err != nil {
 		return err
 	}
@@ -319,7 +319,7 @@ func (f *File) directFd(fd int) int {
 		return -1
 	}
 	if f.direct == nil {
-		d, err := f.n.fs.openLower(f.lower, unix.O_RDONLY|unix.O_DIRECT)
+		d, err := f.n.view.openLower(f.lower, unix.O_RDONLY|unix.O_DIRECT)
 		if err != nil {
 			f.noDirect = true
 			return -1
@@ -403,7 +403,7 @@ func (f *File) Sync(datasync bool) error {
 	if err != nil {
 		return err
 	}
-	return f.n.fs.cfg.Sync()
+	return f.n.view.cfg.Sync()
 }
 
 // Pin marks f as used by the kernel directly (FUSE passthrough), and
@@ -414,9 +414,9 @@ func (f *File) Sync(datasync bool) error {
 // from the object the kernel uses. A file that cannot be pinned is
 // served by the daemon, and follows its node.
 func (f *File) Pin() bool {
-	fs := f.n.fs
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
+	v := f.n.view
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.pinned {
@@ -425,14 +425,14 @@ func (f *File) Pin() bool {
 	if !f.up || f.lazy || f.f == nil || f.n.dataGen.Load() != f.gen {
 		return false
 	}
-	fs.nodesMu.Lock()
-	defer fs.nodesMu.Unlock()
+	v.nodesMu.Lock()
+	defer v.nodesMu.Unlock()
 	// A node a Reload cut loose is pinned only while it already is: the
 	// kernel passes every open of its inode through to the backing file
 	// it has, and refuses any other open (a reopen through /proc/PID/fd/N).
 	// The object stays as much the node's own as it was: a Reload never
 	// hands it to anyone, and the safety snapshot of a restore cloned it.
-	if f.n.stale && f.n.pins == 0 || !f.n.stale && f.n.entry != nil && fs.frozenLocked(f.n.entry) {
+	if f.n.stale && f.n.pins == 0 || !f.n.stale && f.n.entry != nil && v.frozenLocked(f.n.entry) {
 		return false
 	}
 	f.n.pins++
@@ -459,8 +459,8 @@ func (f *File) Release() error {
 	pinned := f.pinned
 	f.pinned = false
 	f.mu.Unlock()
-	fs := f.n.fs
-	fs.nodesMu.Lock()
+	v := f.n.view
+	v.nodesMu.Lock()
 	f.n.opens--
 	if f.writable {
 		f.n.writers--
@@ -468,9 +468,9 @@ func (f *File) Release() error {
 	if pinned {
 		f.n.pins--
 	}
-	fs.nodesMu.Unlock()
+	v.nodesMu.Unlock()
 	return err
 }
 
 // Sync makes the view's committed metadata durable.
-func (fs *FS) Sync() error { return fs.cfg.Sync() }
+func (v *FS) Sync() error { return v.cfg.Sync() }

@@ -68,7 +68,7 @@ func TestReadFromDisk(t *testing.T) {
 	if !e.dropLowerCache("f") {
 		t.Skipf("the file system of %s keeps its files cached (tmpfs?): no disk to read from", e.lower)
 	}
-	f, err := e.fs.Open(e.must("f"), unix.O_RDONLY)
+	f, err := e.view.Open(e.must("f"), unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestReadFromDiskReplacedLower(t *testing.T) {
 	const size = 1 << 20
 	old := bytes.Repeat([]byte("o"), size)
 	e := newEnv(t, map[string]string{"f": string(old)})
-	f, err := e.fs.Open(e.must("f"), unix.O_RDONLY)
+	f, err := e.view.Open(e.must("f"), unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,9 +38,9 @@ func problems(r FsckReport) []string {
 
 func TestFsck(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "lower f", "m": "meta", "keep": "k"})
-	r := e.fs.Root()
+	r := e.view.Root()
 	e.write("f", "upper f")
-	nd, _, err := e.fs.Mkdir(r, "nd", 0750, Caller{})
+	nd, _, err := e.view.Mkdir(r, "nd", 0750, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestFsck(t *testing.T) {
 		dir  *Node
 		name string
 	}{{r, "new"}, {nd, "c"}} {
-		_, f, _, err := e.fs.Create(c.dir, c.name, unix.O_RDWR, 0644, Caller{})
+		_, f, _, err := e.view.Create(c.dir, c.name, unix.O_RDWR, 0644, Caller{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,10 +56,10 @@ func TestFsck(t *testing.T) {
 	}
 	e.write("nd/c", "kept")
 	mode := uint32(0600)
-	if _, err := e.fs.Setattr(e.must("m"), SetAttr{Mode: &mode}, nil); err != nil {
+	if _, err := e.view.Setattr(e.must("m"), SetAttr{Mode: &mode}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.fs.Snapshot("before the damage", branch.KindManual); err != nil {
+	if _, err := e.view.Snapshot("before the damage", branch.KindManual); err != nil {
 		t.Fatal(err)
 	}
 	if clean := e.fsck(false); !clean.Clean() {
@@ -78,7 +78,7 @@ func TestFsck(t *testing.T) {
 	}
 	var b branch.Batch
 	b.Put("wt", &branch.Entry{Type: branch.TypeFile, Ino: 1<<63 | 99, Object: dirObj})
-	if err := e.fs.Layer().Commit(&b); err != nil {
+	if err := e.view.Layer().Commit(&b); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(e.lower, "m")); err != nil {
@@ -144,7 +144,7 @@ func TestFsck(t *testing.T) {
 	e.reopen()
 	eq(t, "names after the repair (m's lost data is not repaired)", e.names(""), []string{"keep", "m", "nd"})
 	eq(t, "nd/c", e.read("nd/c"), "kept")
-	st, err := e.fs.Getattr(e.must("nd"))
+	st, err := e.view.Getattr(e.must("nd"))
 	if err != nil || st.Mode&07777 != 0755 {
 		t.Errorf("nd after the repair: mode %o, %v; want 0755", st.Mode&07777, err)
 	}

@@ -8,22 +8,22 @@ package overlay
 // them (backstore.GCOptions.InUse). An object may be named more than
 // once. fn runs without the view's locks; its error stops LiveObjects
 // and is returned as is.
-func (fs *FS) LiveObjects(fn func(id string) error) error {
-	fs.mu.RLock()
-	fs.nodesMu.Lock()
-	ids := make([]string, 0, len(fs.byObject)+len(fs.staleNodes))
-	for _, n := range fs.byObject {
+func (v *FS) LiveObjects(fn func(id string) error) error {
+	v.mu.RLock()
+	v.nodesMu.Lock()
+	ids := make([]string, 0, len(v.byObject)+len(v.staleNodes))
+	for _, n := range v.byObject {
 		if n.object != "" {
 			ids = append(ids, n.object)
 		}
 	}
-	for n := range fs.staleNodes {
+	for n := range v.staleNodes {
 		if n.object != "" {
 			ids = append(ids, n.object)
 		}
 	}
-	fs.nodesMu.Unlock()
-	fs.mu.RUnlock()
+	v.nodesMu.Unlock()
+	v.mu.RUnlock()
 	for _, id := range ids {
 		if err := fn(id); err != nil {
 			return err

@@ -12,7 +12,7 @@ import (
 func (e *env) liveObjects() []string {
 	e.t.Helper()
 	var ids []string
-	if err := e.fs.LiveObjects(func(id string) error { ids = append(ids, id); return nil }); err != nil {
+	if err := e.view.LiveObjects(func(id string) error { ids = append(ids, id); return nil }); err != nil {
 		e.t.Fatal(err)
 	}
 	return ids
@@ -22,20 +22,20 @@ func (e *env) liveObjects() []string {
 // Reload hold their objects until they are released and forgotten.
 func TestLiveObjects(t *testing.T) {
 	e := newEnv(t, map[string]string{"d/f": "lower"})
-	r := e.fs.Root()
-	n, f, _, err := e.fs.Create(r, "tmp", unix.O_RDWR, 0644, Caller{})
+	r := e.view.Root()
+	n, f, _, err := e.view.Create(r, "tmp", unix.O_RDWR, 0644, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpObj := n.object
-	if err := e.fs.Unlink(r, "tmp"); err != nil {
+	if err := e.view.Unlink(r, "tmp"); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(e.liveObjects(), tmpObj) {
 		t.Error("the object of an unlinked open file is not live")
 	}
 	f.Release()
-	e.fs.Forget(n, 1)
+	e.view.Forget(n, 1)
 	if slices.Contains(e.liveObjects(), tmpObj) {
 		t.Error("the object of a released, forgotten unlinked file is still live")
 	}
@@ -43,16 +43,16 @@ func TestLiveObjects(t *testing.T) {
 	e.write("d/f", "upper")
 	old := e.must("d/f")
 	obj := old.object
-	rf, err := e.fs.Open(old, unix.O_RDONLY)
+	rf, err := e.view.Open(old, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b branch.Batch
-	e.fs.layer.Load(func(p string, _ *branch.Entry) error { b.Delete(p); return nil })
-	if err := e.fs.layer.Commit(&b); err != nil {
+	e.view.layer.Load(func(p string, _ *branch.Entry) error { b.Delete(p); return nil })
+	if err := e.view.layer.Commit(&b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.fs.Reload(); err != nil {
+	if _, err := e.view.Reload(); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(e.liveObjects(), obj) {
@@ -62,7 +62,7 @@ func TestLiveObjects(t *testing.T) {
 	if !slices.Contains(e.liveObjects(), obj) {
 		t.Error("a stale node the kernel still holds lost its object")
 	}
-	e.fs.Forget(old, 1<<30)
+	e.view.Forget(old, 1<<30)
 	if slices.Contains(e.liveObjects(), obj) {
 		t.Error("a forgotten stale node's object is still live")
 	}

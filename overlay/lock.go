@@ -6,7 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rlockAside takes fs.mu for reading without queueing on it, for a
+// rlockAside takes v.mu for reading without queueing on it, for a
 // reader off the requests' path: the releaser (activity events of a
 // close), a FORGET (reaping an unlinked node's object).
 //
@@ -18,19 +18,19 @@ import (
 // queue thread serving the next CREATE or UNLINK, which then sleeps and
 // has to be woken across CPUs in turn. Creating and removing small
 // files, each such convoy cost 50 µs or more; one in ten UNLINKs waited
-// that long for fs.mu. A reader that tries instead (yielding the CPU in
+// that long for v.mu. A reader that tries instead (yielding the CPU in
 // between) holds the lock only while it runs.
 //
 // After rlockAsideSpin of trying (a writer that holds the lock for long:
 // a snapshot, a large rename) it queues as RLock does.
-func (fs *FS) rlockAside() {
-	if fs.mu.TryRLock() {
+func (v *FS) rlockAside() {
+	if v.mu.TryRLock() {
 		return
 	}
 	deadline := time.Now().Add(rlockAsideSpin)
-	for !fs.mu.TryRLock() {
+	for !v.mu.TryRLock() {
 		if time.Now().After(deadline) {
-			fs.mu.RLock()
+			v.mu.RLock()
 			return
 		}
 		// A raw system call: the caller may be a locked thread, whose

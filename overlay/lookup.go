@@ -25,8 +25,8 @@ func (r *resolved) mode() uint32 {
 	return r.lowerSt.Mode & unix.S_IFMT
 }
 
-// resolveLocked looks name up in dir. fs.mu is held.
-func (fs *FS) resolveLocked(dir *Node, name string) (resolved, error) {
+// resolveLocked looks name up in dir. v.mu is held.
+func (v *FS) resolveLocked(dir *Node, name string) (resolved, error) {
 	if dir.mode != unix.S_IFDIR {
 		return resolved{}, unix.ENOTDIR
 	}
@@ -38,7 +38,7 @@ func (fs *FS) resolveLocked(dir *Node, name string) (resolved, error) {
 		return resolved{}, unix.ENOENT
 	}
 	r := resolved{path: joinPath(dp, name)}
-	if e := fs.indexGet(r.path); e != nil {
+	if e := v.indexGet(r.path); e != nil {
 		if e.IsWhiteout() {
 			r.whiteout = true
 		} else {
@@ -50,7 +50,7 @@ func (fs *FS) resolveLocked(dir *Node, name string) (resolved, error) {
 		return r, nil
 	}
 	lp := joinPath(dir.lower, name)
-	if err := unix.Fstatat(fs.lowerFd, lp, &r.lowerSt, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.Fstatat(v.lowerFd, lp, &r.lowerSt, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if err == unix.ENOENT || err == unix.ENOTDIR {
 			return r, nil
 		}
@@ -60,7 +60,7 @@ func (fs *FS) resolveLocked(dir *Node, name string) (resolved, error) {
 	if r.lowerSt.Nlink > 1 && r.lowerSt.Mode&unix.S_IFMT == unix.S_IFREG {
 		// Another name of this lower inode was copied up: this name is
 		// the same (upper) file.
-		if e := fs.hardlinks[fs.mapIno(&r.lowerSt)]; e != nil {
+		if e := v.hardlinks[v.mapIno(&r.lowerSt)]; e != nil {
 			r.entry, r.isLower = e, false
 		}
 	}
@@ -70,36 +70,36 @@ func (fs *FS) resolveLocked(dir *Node, name string) (resolved, error) {
 // lowerExistsLocked reports whether the lower layer has an inode at the
 // position of name in dir (which decides whether removing the name needs
 // a whiteout).
-func (fs *FS) lowerExistsLocked(dir *Node, name string) bool {
+func (v *FS) lowerExistsLocked(dir *Node, name string) bool {
 	if !dir.hasLower {
 		return false
 	}
 	var st unix.Stat_t
-	return unix.Fstatat(fs.lowerFd, joinPath(dir.lower, name), &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+	return unix.Fstatat(v.lowerFd, joinPath(dir.lower, name), &st, unix.AT_SYMLINK_NOFOLLOW) == nil
 }
 
 // nodeForLocked returns the node for a resolved name, creating it if
 // the kernel does not know it yet.
-func (fs *FS) nodeForLocked(dir *Node, name string, r *resolved, ref bool) *Node {
+func (v *FS) nodeForLocked(dir *Node, name string, r *resolved, ref bool) *Node {
 	if r.entry != nil {
-		return fs.nodeForEntryLocked(dir, name, r.entry, ref)
+		return v.nodeForEntryLocked(dir, name, r.entry, ref)
 	}
-	return fs.nodeForLowerLocked(dir, name, r.lower, &r.lowerSt, ref)
+	return v.nodeForLowerLocked(dir, name, r.lower, &r.lowerSt, ref)
 }
 
 // existingNodeLocked returns the node the kernel may hold for a resolved
 // name, or nil.
-func (fs *FS) existingNodeLocked(r *resolved) *Node {
-	fs.nodesMu.Lock()
-	defer fs.nodesMu.Unlock()
+func (v *FS) existingNodeLocked(r *resolved) *Node {
+	v.nodesMu.Lock()
+	defer v.nodesMu.Unlock()
 	if r.entry != nil {
-		return fs.byObject[r.entry.Object]
+		return v.byObject[r.entry.Object]
 	}
 	if r.isLower {
-		if n := fs.byLower[r.lower]; n != nil || !sharedLower(&r.lowerSt) {
+		if n := v.byLower[r.lower]; n != nil || !sharedLower(&r.lowerSt) {
 			return n
 		}
-		if n := fs.byLowerIno[fs.mapIno(&r.lowerSt)]; n != nil && n.entry == nil && !n.unlinked {
+		if n := v.byLowerIno[v.mapIno(&r.lowerSt)]; n != nil && n.entry == nil && !n.unlinked {
 			return n
 		}
 	}
@@ -108,74 +108,74 @@ func (fs *FS) existingNodeLocked(r *resolved) *Node {
 
 // Lookup finds name in dir and returns its node (with one more kernel
 // reference) and attributes.
-func (fs *FS) Lookup(dir *Node, name string) (*Node, unix.Stat_t, error) {
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
-	r, err := fs.resolveLocked(dir, name)
+func (v *FS) Lookup(dir *Node, name string) (*Node, unix.Stat_t, error) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	r, err := v.resolveLocked(dir, name)
 	if err != nil {
 		return nil, unix.Stat_t{}, err
 	}
 	if !r.exists() {
 		return nil, unix.Stat_t{}, unix.ENOENT
 	}
-	n := fs.nodeForLocked(dir, name, &r, true)
-	st, err := fs.statLocked(n)
+	n := v.nodeForLocked(dir, name, &r, true)
+	st, err := v.statLocked(n)
 	if err != nil {
-		fs.forgetLocked(n, 1)
+		v.forgetLocked(n, 1)
 		return nil, st, err
 	}
 	return n, st, nil
 }
 
 // Getattr returns the attributes of n.
-func (fs *FS) Getattr(n *Node) (unix.Stat_t, error) {
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
-	return fs.statLocked(n)
+func (v *FS) Getattr(n *Node) (unix.Stat_t, error) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.statLocked(n)
 }
 
 // statLocked stats n: the object for upper nodes (with the lower size
 // for metacopy files), the lower inode otherwise.
-func (fs *FS) statLocked(n *Node) (unix.Stat_t, error) {
+func (v *FS) statLocked(n *Node) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	var err error
 	if n.object != "" {
-		st, err = fs.objs.Lstat(n.object)
+		st, err = v.objs.Lstat(n.object)
 		if err != nil {
 			return st, err
 		}
-		fs.shownCtime(n.object, &st)
+		v.shownCtime(n.object, &st)
 		var lst unix.Stat_t
 		lowerOK := false
 		if e := n.entry; e != nil && e.Origin != "" {
-			lowerOK = unix.Fstatat(fs.lowerFd, lowerRel(e.Origin), &lst, unix.AT_SYMLINK_NOFOLLOW) == nil
+			lowerOK = unix.Fstatat(v.lowerFd, lowerRel(e.Origin), &lst, unix.AT_SYMLINK_NOFOLLOW) == nil
 		}
 		if lowerOK && n.entry.Metacopy {
 			st.Size, st.Blocks = lst.Size, lst.Blocks
 		}
 		switch n.mode {
 		case unix.S_IFDIR:
-			st.Nlink = fs.dirNlinkLocked(n, &st)
+			st.Nlink = v.dirNlinkLocked(n, &st)
 		case unix.S_IFREG:
-			links := int64(fs.links[n.object]) - int64(fs.anchors[n.ino])
+			links := int64(v.links[n.object]) - int64(v.anchors[n.ino])
 			nl := links
-			if lowerOK && lst.Nlink > 1 && links+int64(fs.anchors[n.ino]) > 0 {
+			if lowerOK && lst.Nlink > 1 && links+int64(v.anchors[n.ino]) > 0 {
 				// The lower names of a hard-linked file that still show
 				// count too (all but the one copied up and the hidden).
-				nl += int64(lst.Nlink) - 1 - int64(fs.hiddenLinks[n.ino])
+				nl += int64(lst.Nlink) - 1 - int64(v.hiddenLinks[n.ino])
 			}
 			st.Nlink = uint64(max(nl, links, 0))
 		default:
-			st.Nlink = uint64(fs.links[n.object])
+			st.Nlink = uint64(v.links[n.object])
 		}
 	} else {
-		if err := unix.Fstatat(fs.lowerFd, lowerRel(n.lower), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := unix.Fstatat(v.lowerFd, lowerRel(n.lower), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return st, err
 		}
 		if n.unlinked {
 			st.Nlink = 0
 		} else if st.Nlink > 1 && n.mode == unix.S_IFREG {
-			st.Nlink = uint64(max(int64(st.Nlink)-int64(fs.hiddenLinks[n.ino]), 1))
+			st.Nlink = uint64(max(int64(st.Nlink)-int64(v.hiddenLinks[n.ino]), 1))
 		}
 	}
 	st.Ino = n.ino
@@ -191,23 +191,23 @@ func (fs *FS) statLocked(n *Node) (unix.Stat_t, error) {
 // directories without lower ones; a merged one costs an fstatat of its
 // lower directory and a walk of the smaller of its (cached) lower
 // subdirectories and its upper entries.
-func (fs *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
+func (v *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
 	p, ok := n.pathLocked()
 	if !ok {
 		return 0
 	}
-	nl := int64(2) + int64(fs.ndirs[p])
+	nl := int64(2) + int64(v.ndirs[p])
 	if n.hasLower {
 		var lst unix.Stat_t
-		if err := unix.Fstatat(fs.lowerFd, lowerRel(n.lower), &lst, unix.AT_SYMLINK_NOFOLLOW); err != nil || lst.Nlink < 2 {
+		if err := unix.Fstatat(v.lowerFd, lowerRel(n.lower), &lst, unix.AT_SYMLINK_NOFOLLOW); err != nil || lst.Nlink < 2 {
 			return 1
 		}
-		nl = int64(lst.Nlink) + int64(fs.ndirs[p])
-		if upper := fs.dirs[p]; len(upper) > 0 {
+		nl = int64(lst.Nlink) + int64(v.ndirs[p])
+		if upper := v.dirs[p]; len(upper) > 0 {
 			// Walk the smaller of the two: the kernel asks after each
 			// change, and rm -rf of a big merged directory would
 			// otherwise walk all its whiteouts at every unlink.
-			subdirs := fs.lowerSubdirsOf(n.lower)
+			subdirs := v.lowerSubdirsOf(n.lower)
 			if len(subdirs) < len(upper) {
 				for name := range subdirs {
 					if _, ok := upper[name]; ok {
@@ -228,14 +228,14 @@ func (fs *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
 
 // lowerSubdirsOf returns the names of the subdirectories of lower
 // directory lp (cached).
-func (fs *FS) lowerSubdirsOf(lp string) map[string]bool {
-	fs.lowerSubdirsMu.Lock()
-	defer fs.lowerSubdirsMu.Unlock()
-	if m, ok := fs.lowerSubdirs[lp]; ok {
+func (v *FS) lowerSubdirsOf(lp string) map[string]bool {
+	v.lowerSubdirsMu.Lock()
+	defer v.lowerSubdirsMu.Unlock()
+	if m, ok := v.lowerSubdirs[lp]; ok {
 		return m
 	}
 	m := map[string]bool{}
-	if f, err := fs.openLower(lp, unix.O_RDONLY|unix.O_DIRECTORY); err == nil {
+	if f, err := v.openLower(lp, unix.O_RDONLY|unix.O_DIRECTORY); err == nil {
 		ents, _ := f.ReadDir(-1)
 		f.Close()
 		for _, e := range ents {
@@ -244,26 +244,26 @@ func (fs *FS) lowerSubdirsOf(lp string) map[string]bool {
 			}
 		}
 	}
-	fs.lowerSubdirs[lp] = m
+	v.lowerSubdirs[lp] = m
 	return m
 }
 
 // LowerDirChanged tells the view that lower directory lp (relative to
 // the lower root, "." for the root) changed from outside.
-func (fs *FS) LowerDirChanged(lp string) {
+func (v *FS) LowerDirChanged(lp string) {
 	if lp == "." {
 		lp = ""
 	}
-	fs.lowerSubdirsMu.Lock()
-	delete(fs.lowerSubdirs, lp)
-	fs.lowerSubdirsMu.Unlock()
+	v.lowerSubdirsMu.Lock()
+	delete(v.lowerSubdirs, lp)
+	v.lowerSubdirsMu.Unlock()
 }
 
 // LowerDir returns the lower directory (relative to the lower root, "."
 // for the root) whose entries show in directory n, if any.
-func (fs *FS) LowerDir(n *Node) (string, bool) {
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
+func (v *FS) LowerDir(n *Node) (string, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	if n.mode != unix.S_IFDIR || !n.hasLower {
 		return "", false
 	}
@@ -275,28 +275,28 @@ func (fs *FS) LowerDir(n *Node) (string, bool) {
 // false when an upper entry decides the name (the mount changed it, so
 // the lower change does not show); child is the node the kernel holds
 // for the name, or nil.
-func (fs *FS) LowerChild(dir *Node, name string) (child *Node, shown bool) {
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
+func (v *FS) LowerChild(dir *Node, name string) (child *Node, shown bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	p, ok := dir.pathLocked()
 	if !ok {
 		return nil, false
 	}
-	if fs.indexGet(joinPath(p, name)) != nil {
+	if v.indexGet(joinPath(p, name)) != nil {
 		return nil, false
 	}
 	if dir.hasLower {
-		fs.nodesMu.Lock()
-		n := fs.byLower[joinPath(dir.lower, name)]
-		fs.nodesMu.Unlock()
+		v.nodesMu.Lock()
+		n := v.byLower[joinPath(dir.lower, name)]
+		v.nodesMu.Unlock()
 		if n != nil {
 			n.capsUnknown() // its xattrs may have changed too
 			return n, true
 		}
 	}
-	r, err := fs.resolveLocked(dir, name)
+	r, err := v.resolveLocked(dir, name)
 	if err != nil || !r.exists() {
 		return nil, true
 	}
-	return fs.existingNodeLocked(&r), true
+	return v.existingNodeLocked(&r), true
 }

@@ -14,11 +14,11 @@ type Node struct {
 	// ID is the FUSE node id: unique across all views for the life of
 	// the process.
 	ID   uint64
-	fs   *FS
+	view *FS
 	mode uint32 // S_IFMT bits; fixed for the node's life
 	ino  uint64 // st_ino
 
-	// Guarded by fs.mu.
+	// Guarded by view.mu.
 	parent   *Node
 	name     string
 	entry    *branch.Entry // upper entry, nil for a lower-only node
@@ -38,7 +38,7 @@ type Node struct {
 	// bit 0 after it (see knowNoCaps).
 	caps atomic.Uint64
 
-	// Guarded by fs.nodesMu.
+	// Guarded by view.nodesMu.
 	lookups uint64
 	opens   int
 	writers int  // open files that may write (a snapshot clones their object)
@@ -49,7 +49,7 @@ type Node struct {
 }
 
 // FS returns the view the node belongs to.
-func (n *Node) FS() *FS { return n.fs }
+func (n *Node) FS() *FS { return n.view }
 
 // Mode returns the node's file type bits (S_IFMT).
 func (n *Node) Mode() uint32 { return n.mode }
@@ -64,7 +64,7 @@ func (n *Node) Ino() uint64 { return n.ino }
 // ok is false for a node that is no longer linked into the tree.
 func (n *Node) pathLocked() (p string, ok bool) {
 	if n.parent == nil {
-		return "", n == n.fs.root
+		return "", n == n.view.root
 	}
 	pp, ok := n.parent.pathLocked()
 	if !ok || n.unlinked {
@@ -74,97 +74,97 @@ func (n *Node) pathLocked() (p string, ok bool) {
 }
 
 // Ref records one more kernel reference (a successful lookup-like reply).
-func (fs *FS) Ref(n *Node) {
-	fs.nodesMu.Lock()
+func (v *FS) Ref(n *Node) {
+	v.nodesMu.Lock()
 	n.lookups++
-	fs.nodesMu.Unlock()
+	v.nodesMu.Unlock()
 }
 
 // Forget drops nlookup kernel references. It reports whether the node is
 // gone: the caller must not use it again.
-func (fs *FS) Forget(n *Node, nlookup uint64) bool {
-	gone := fs.forgetLocked(n, nlookup)
+func (v *FS) Forget(n *Node, nlookup uint64) bool {
+	gone := v.forgetLocked(n, nlookup)
 	if gone {
-		fs.reapNode(n)
+		v.reapNode(n)
 	}
 	return gone
 }
 
 // forgetLocked is Forget without reaping n's object: for a caller that
-// holds fs.mu (which reapNode takes) and forgets a node it has just
+// holds v.mu (which reapNode takes) and forgets a node it has just
 // made or looked up, which is not unlinked.
-func (fs *FS) forgetLocked(n *Node, nlookup uint64) bool {
-	fs.nodesMu.Lock()
+func (v *FS) forgetLocked(n *Node, nlookup uint64) bool {
+	v.nodesMu.Lock()
 	if nlookup > n.lookups {
 		nlookup = n.lookups
 	}
 	n.lookups -= nlookup
-	gone := n.lookups == 0 && n.opens == 0 && n != fs.root
+	gone := n.lookups == 0 && n.opens == 0 && n != v.root
 	if gone {
-		fs.dropLocked(n)
+		v.dropLocked(n)
 	}
-	fs.nodesMu.Unlock()
+	v.nodesMu.Unlock()
 	return gone
 }
 
-// dropLocked removes n from the identity tables. fs.nodesMu is held.
-func (fs *FS) dropLocked(n *Node) {
-	if n.object != "" && fs.byObject[n.object] == n {
-		delete(fs.byObject, n.object)
+// dropLocked removes n from the identity tables. v.nodesMu is held.
+func (v *FS) dropLocked(n *Node) {
+	if n.object != "" && v.byObject[n.object] == n {
+		delete(v.byObject, n.object)
 	}
-	delete(fs.staleNodes, n)
-	fs.dropLowerLocked(n)
+	delete(v.staleNodes, n)
+	v.dropLowerLocked(n)
 }
 
-// dropLowerLocked takes n out of the lower-only tables. fs.nodesMu is
+// dropLowerLocked takes n out of the lower-only tables. v.nodesMu is
 // held.
-func (fs *FS) dropLowerLocked(n *Node) {
-	if n.hasLower && fs.byLower[n.lower] == n {
-		delete(fs.byLower, n.lower)
+func (v *FS) dropLowerLocked(n *Node) {
+	if n.hasLower && v.byLower[n.lower] == n {
+		delete(v.byLower, n.lower)
 	}
-	if fs.byLowerIno[n.ino] == n {
-		delete(fs.byLowerIno, n.ino)
+	if v.byLowerIno[n.ino] == n {
+		delete(v.byLowerIno, n.ino)
 	}
 }
 
 // reapNode deletes the object of a node that is unlinked and no longer
 // referenced by the kernel or an open file.
-func (fs *FS) reapNode(n *Node) {
-	fs.rlockAside()
+func (v *FS) reapNode(n *Node) {
+	v.rlockAside()
 	obj := ""
-	if n.unlinked && !n.stale && n.object != "" && !fs.frozenLocked(n.entry) && fs.links[n.object] == 0 && !fs.objectInUseLocked(n.object) {
+	if n.unlinked && !n.stale && n.object != "" && !v.frozenLocked(n.entry) && v.links[n.object] == 0 && !v.objectInUseLocked(n.object) {
 		// The kernel's FORGET and the last RELEASE may both find the
 		// node gone: the object is recycled once, or the second
 		// recycling would empty the new file that took it as a spare.
-		fs.nodesMu.Lock()
+		v.nodesMu.Lock()
 		if !n.reaped {
 			n.reaped, obj = true, n.object
 		}
-		fs.nodesMu.Unlock()
+		v.nodesMu.Unlock()
 	}
-	layer := fs.layer
-	fs.mu.RUnlock()
+	layer := v.layer
+	v.mu.RUnlock()
 	if obj != "" {
 		if err := settleLayer(layer); err != nil {
-			fs.log.Warn("unlinked object left for gc: the commit that freed it is not written", "object", obj, "err", err)
+			v.log.Warn("unlinked object left for gc: the commit that freed it is not written", "object", obj, "err", err)
 			return
 		}
-		fs.forgetCtime(obj)
-		if err := fs.objs.Recycle(obj); err != nil {
-			fs.log.Warn("removing unlinked object", "object", obj, "err", err)
+		v.forgetCtime(obj)
+		if err := v.objs.Recycle(obj); err != nil {
+			v.log.Warn("removing unlinked object", "object", obj, "err", err)
 		}
 	}
 }
 
 // objectInUseLocked reports whether any entry still names obj (the
 // links table only counts regular files).
-func (fs *FS) objectInUseLocked(obj string) bool {
-	if fs.links[obj] > 0 {
+func (v *FS) objectInUseLocked(obj string) bool {
+	if v.links[obj] > 0 {
 		return true
 	}
-	fs.nodesMu.Lock()
-	_, live := fs.byObject[obj]
-	fs.nodesMu.Unlock()
+	v.nodesMu.Lock()
+	_, live := v.byObject[obj]
+	v.nodesMu.Unlock()
 	return live
 }
 
@@ -173,12 +173,12 @@ func (fs *FS) objectInUseLocked(obj string) bool {
 // concurrent Forget cannot drop a node a lookup is about to return.
 //
 // nodeForEntryLocked returns the node of an upper entry found at
-// parent/name, creating it when the kernel has none. fs.mu is held
+// parent/name, creating it when the kernel has none. v.mu is held
 // (shared is enough).
-func (fs *FS) nodeForEntryLocked(parent *Node, name string, e *branch.Entry, ref bool) *Node {
-	fs.nodesMu.Lock()
-	defer fs.nodesMu.Unlock()
-	if n := fs.byObject[e.Object]; n != nil {
+func (v *FS) nodeForEntryLocked(parent *Node, name string, e *branch.Entry, ref bool) *Node {
+	v.nodesMu.Lock()
+	defer v.nodesMu.Unlock()
+	if n := v.byObject[e.Object]; n != nil {
 		if ref {
 			n.lookups++
 		}
@@ -186,7 +186,7 @@ func (fs *FS) nodeForEntryLocked(parent *Node, name string, e *branch.Entry, ref
 	}
 	n := &Node{
 		ID:     nextNodeID.Add(1),
-		fs:     fs,
+		view:   v,
 		mode:   typeMode(e.Type),
 		ino:    e.Ino,
 		parent: parent,
@@ -203,19 +203,19 @@ func (fs *FS) nodeForEntryLocked(parent *Node, name string, e *branch.Entry, ref
 	if ref {
 		n.lookups++
 	}
-	fs.byObject[e.Object] = n
+	v.byObject[e.Object] = n
 	return n
 }
 
 // nodeForLowerLocked returns the node of a lower-only file.
-func (fs *FS) nodeForLowerLocked(parent *Node, name, lp string, st *unix.Stat_t, ref bool) *Node {
-	fs.nodesMu.Lock()
-	defer fs.nodesMu.Unlock()
-	n := fs.byLower[lp]
+func (v *FS) nodeForLowerLocked(parent *Node, name, lp string, st *unix.Stat_t, ref bool) *Node {
+	v.nodesMu.Lock()
+	defer v.nodesMu.Unlock()
+	n := v.byLower[lp]
 	if n == nil || n.entry != nil || n.unlinked || n.mode != st.Mode&unix.S_IFMT {
 		n = nil
 		if shared := sharedLower(st); shared {
-			if m := fs.byLowerIno[fs.mapIno(st)]; m != nil && m.entry == nil && !m.unlinked {
+			if m := v.byLowerIno[v.mapIno(st)]; m != nil && m.entry == nil && !m.unlinked {
 				n = m // another name of a hard-linked lower file
 			}
 		}
@@ -229,9 +229,9 @@ func (fs *FS) nodeForLowerLocked(parent *Node, name, lp string, st *unix.Stat_t,
 	shared := sharedLower(st)
 	n = &Node{
 		ID:       nextNodeID.Add(1),
-		fs:       fs,
+		view:     v,
 		mode:     st.Mode & unix.S_IFMT,
-		ino:      fs.mapIno(st),
+		ino:      v.mapIno(st),
 		parent:   parent,
 		name:     name,
 		lower:    lp,
@@ -240,9 +240,9 @@ func (fs *FS) nodeForLowerLocked(parent *Node, name, lp string, st *unix.Stat_t,
 	if ref {
 		n.lookups++
 	}
-	fs.byLower[lp] = n
+	v.byLower[lp] = n
 	if shared {
-		fs.byLowerIno[n.ino] = n
+		v.byLowerIno[n.ino] = n
 	}
 	return n
 }
@@ -254,13 +254,13 @@ func sharedLower(st *unix.Stat_t) bool {
 }
 
 // promoteLocked moves a node that just got an upper entry from the lower
-// table to the object table. fs.mu is held exclusively.
-func (fs *FS) promoteLocked(n *Node, e *branch.Entry) {
-	fs.nodesMu.Lock()
-	defer fs.nodesMu.Unlock()
-	fs.dropLowerLocked(n)
-	if n.object != "" && n.object != e.Object && fs.byObject[n.object] == n {
-		delete(fs.byObject, n.object)
+// table to the object table. v.mu is held exclusively.
+func (v *FS) promoteLocked(n *Node, e *branch.Entry) {
+	v.nodesMu.Lock()
+	defer v.nodesMu.Unlock()
+	v.dropLowerLocked(n)
+	if n.object != "" && n.object != e.Object && v.byObject[n.object] == n {
+		delete(v.byObject, n.object)
 	}
 	n.entry = e
 	n.object = e.Object
@@ -273,15 +273,15 @@ func (fs *FS) promoteLocked(n *Node, e *branch.Entry) {
 		n.lower, n.hasLower = "", false
 	}
 	if e.Object != "" {
-		fs.byObject[e.Object] = n
+		v.byObject[e.Object] = n
 	}
 }
 
 // mapIno returns the st_ino shown for a lower inode: its own number on
 // the lower root's filesystem, a number in a separate range for files on
 // filesystems mounted inside the lower tree.
-func (fs *FS) mapIno(st *unix.Stat_t) uint64 {
-	if st.Dev == fs.lowerDev {
+func (v *FS) mapIno(st *unix.Stat_t) uint64 {
+	if st.Dev == v.lowerDev {
 		return st.Ino
 	}
 	h := (st.Dev * 0x9E3779B97F4A7C15) >> 52 // 12 bits of the device
@@ -332,8 +332,8 @@ func modeType(m uint32) branch.Type {
 // timestamps" in package branch): an object whose last entry a commit
 // deleted is removed only then, so that no crash finds an entry whose
 // object is gone.
-// fs.mu is held.
-func (fs *FS) settle() error { return settleLayer(fs.layer) }
+// v.mu is held.
+func (v *FS) settle() error { return settleLayer(v.layer) }
 
 func settleLayer(l *branch.Layer) error {
 	if l == nil {

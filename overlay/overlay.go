@@ -17,7 +17,8 @@ import (
 // Config describes one view: a lower directory and a branch layer.
 type Config struct {
 	// Lower is the absolute path of the lower directory. It is only ever
-	// opened read-only.
+	// opened read-only (Apply alone writes below it: see "Who writes the
+	// lower directory" in doc.go).
 	Lower string
 	// Objects holds the upper inodes.
 	Objects *backstore.Store
@@ -107,12 +108,12 @@ func New(cfg Config) (*FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lower directory %s: %w", cfg.Lower, err)
 	}
-	fs, err := newWithFd(cfg, fd)
+	v, err := newWithFd(cfg, fd)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
-	return fs, nil
+	return v, nil
 }
 
 // newWithFd is New with the lower directory already open (fd, O_PATH),
@@ -131,7 +132,7 @@ func newWithFd(cfg Config, fd int) (*FS, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("lower directory %s: %w", cfg.Lower, err)
 	}
-	fs := &FS{
+	v := &FS{
 		cfg:          cfg,
 		objs:         cfg.Objects,
 		layer:        cfg.Layer,
@@ -151,43 +152,43 @@ func newWithFd(cfg Config, fd int) (*FS, error) {
 		byLowerIno:   map[uint64]*Node{},
 		staleNodes:   map[*Node]struct{}{},
 	}
-	if err := fs.loadLocked(); err != nil {
+	if err := v.loadLocked(); err != nil {
 		return nil, err
 	}
-	fs.root = &Node{ID: nextNodeID.Add(1), fs: fs, mode: unix.S_IFDIR, ino: st.Ino, hasLower: true}
-	if e := fs.rootEntry; e != nil {
-		fs.root.ino = e.Ino
-		fs.promoteLocked(fs.root, e)
+	v.root = &Node{ID: nextNodeID.Add(1), view: v, mode: unix.S_IFDIR, ino: st.Ino, hasLower: true}
+	if e := v.rootEntry; e != nil {
+		v.root.ino = e.Ino
+		v.promoteLocked(v.root, e)
 	}
-	fs.root.lookups = 1 // the kernel never forgets the root
-	return fs, nil
+	v.root.lookups = 1 // the kernel never forgets the root
+	return v, nil
 }
 
 // loadLocked (re)builds the in-memory index from the layer.
-func (fs *FS) loadLocked() error {
-	fs.rootEntry = nil
-	fs.dirs = map[string]map[string]*branch.Entry{}
-	fs.links = map[string]int{}
-	fs.hardlinks = map[uint64]*branch.Entry{}
-	fs.hiddenLinks = map[uint64]int{}
-	fs.anchors = map[uint64]int{}
-	fs.ndirs = map[string]int{}
-	return fs.sourceLocked().Load(func(p string, e *branch.Entry) error {
-		fs.indexPut(p, e)
+func (v *FS) loadLocked() error {
+	v.rootEntry = nil
+	v.dirs = map[string]map[string]*branch.Entry{}
+	v.links = map[string]int{}
+	v.hardlinks = map[uint64]*branch.Entry{}
+	v.hiddenLinks = map[uint64]int{}
+	v.anchors = map[uint64]int{}
+	v.ndirs = map[string]int{}
+	return v.sourceLocked().Load(func(p string, e *branch.Entry) error {
+		v.indexPut(p, e)
 		return nil
 	})
 }
 
 // Close releases the lower directory.
-func (fs *FS) Close() error {
-	return unix.Close(fs.lowerFd)
+func (v *FS) Close() error {
+	return unix.Close(v.lowerFd)
 }
 
 // Root returns the view's root directory node.
-func (fs *FS) Root() *Node { return fs.root }
+func (v *FS) Root() *Node { return v.root }
 
 // Lower returns the lower directory of the view.
-func (fs *FS) Lower() string { return fs.cfg.Lower }
+func (v *FS) Lower() string { return v.cfg.Lower }
 
 // LowerPath returns a path that reaches the lower directory rel
 // ("" for the root) through the view's own descriptor of the lower
@@ -197,78 +198,78 @@ func (fs *FS) Lower() string { return fs.cfg.Lower }
 // renamed. For path-only interfaces such as inotify; the last
 // component is rel's own (not followed through a symlink when the
 // caller asks so).
-func (fs *FS) LowerPath(rel string) string {
+func (v *FS) LowerPath(rel string) string {
 	if rel == "" {
 		rel = "."
 	}
-	return fmt.Sprintf("/proc/self/fd/%d/%s", fs.lowerFd, rel)
+	return fmt.Sprintf("/proc/self/fd/%d/%s", v.lowerFd, rel)
 }
 
 // Objects returns the view's backstore.
-func (fs *FS) Objects() *backstore.Store { return fs.objs }
+func (v *FS) Objects() *backstore.Store { return v.objs }
 
 // indexGet returns the upper entry at p, or nil.
-func (fs *FS) indexGet(p string) *branch.Entry {
+func (v *FS) indexGet(p string) *branch.Entry {
 	if p == "" {
-		return fs.rootEntry
+		return v.rootEntry
 	}
 	dir, name := splitPath(p)
-	return fs.dirs[dir][name]
+	return v.dirs[dir][name]
 }
 
 // indexPut records e at p in the in-memory index.
-func (fs *FS) indexPut(p string, e *branch.Entry) {
-	fs.indexDel(p)
+func (v *FS) indexPut(p string, e *branch.Entry) {
+	v.indexDel(p)
 	if p == "" {
-		fs.rootEntry = e
+		v.rootEntry = e
 		return
 	}
 	dir, name := splitPath(p)
-	m := fs.dirs[dir]
+	m := v.dirs[dir]
 	if m == nil {
 		m = map[string]*branch.Entry{}
-		fs.dirs[dir] = m
+		v.dirs[dir] = m
 	}
 	m[name] = e
 	if e.Type == branch.TypeDir {
-		fs.ndirs[dir]++
+		v.ndirs[dir]++
 	}
-	fs.countLinks(p, e, 1)
+	v.countLinks(p, e, 1)
 	if e.Type != branch.TypeDir && e.Object != "" {
-		fs.links[e.Object]++
+		v.links[e.Object]++
 		if e.Origin != "" {
-			fs.hardlinks[e.Ino] = e
+			v.hardlinks[e.Ino] = e
 		}
 	}
 }
 
 // indexDel forgets the entry at p (not its children).
-func (fs *FS) indexDel(p string) {
+func (v *FS) indexDel(p string) {
 	if p == "" {
-		fs.rootEntry = nil
+		v.rootEntry = nil
 		return
 	}
 	dir, name := splitPath(p)
-	m := fs.dirs[dir]
+	m := v.dirs[dir]
 	old := m[name]
 	if old == nil {
 		return
 	}
 	delete(m, name)
 	if len(m) == 0 {
-		delete(fs.dirs, dir)
+		delete(v.dirs, dir)
 	}
 	if old.Type == branch.TypeDir {
-		if fs.ndirs[dir]--; fs.ndirs[dir] <= 0 {
-			delete(fs.ndirs, dir)
+		if v.ndirs[dir]--; v.ndirs[dir] <= 0 {
+			delete(v.ndirs, dir)
 		}
 	}
-	fs.countLinks(p, old, -1)
+	v.countLinks(p, old, -1)
 	if old.Type != branch.TypeDir && old.Object != "" {
-		if fs.links[old.Object]--; fs.links[old.Object] <= 0 {
-			delete(fs.links, old.Object)
-			if h := fs.hardlinks[old.Ino]; h != nil && h.Object == old.Object {
-				delete(fs.hardlinks, old.Ino)
+		if v.links[old.Object]--; v.links[old.Object] <= 0 {
+			delete(v.links, old.Object)
+			if h := v.hardlinks[old.Ino]; h != nil && h.Object == old.Object {
+				delete(v.hardlinks, old.Ino)
 			}
 		}
 	}
@@ -276,22 +277,22 @@ func (fs *FS) indexDel(p string) {
 
 // countLinks keeps hiddenLinks in step with the entry e at p being
 // added (d = 1) or removed (d = -1).
-func (fs *FS) countLinks(p string, e *branch.Entry, d int) {
+func (v *FS) countLinks(p string, e *branch.Entry, d int) {
 	if e.IsWhiteout() && e.Ino != 0 {
-		fs.hiddenLinks[e.Ino] += d
+		v.hiddenLinks[e.Ino] += d
 	}
 	if e.Type == branch.TypeFile && strings.HasPrefix(p, internalDir+"/links/") {
-		fs.anchors[e.Ino] += d
+		v.anchors[e.Ino] += d
 	}
 }
 
 // subtree returns the paths of every upper entry strictly below p, in
 // an order where parents come before children.
-func (fs *FS) subtree(p string) []string {
+func (v *FS) subtree(p string) []string {
 	var out []string
 	var walk func(dir string)
 	walk = func(dir string) {
-		for name := range fs.dirs[dir] {
+		for name := range v.dirs[dir] {
 			c := joinPath(dir, name)
 			out = append(out, c)
 			walk(c)
@@ -337,4 +338,4 @@ func redirectOf(e *branch.Entry) (string, bool) {
 func redirectFor(lower string) string { return "/" + lower }
 
 // Layer returns the branch layer the view shows.
-func (fs *FS) Layer() *branch.Layer { return fs.layer }
+func (v *FS) Layer() *branch.Layer { return v.layer }

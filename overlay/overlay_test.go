@@ -19,7 +19,7 @@ type env struct {
 	lower string
 	bs    *backstore.Store
 	meta  *branch.Store
-	fs    *FS
+	view  *FS
 }
 
 // newEnv builds a view over a fresh lower tree made by files (path →
@@ -65,21 +65,21 @@ func (e *env) reopen() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	fs, err := New(Config{Lower: e.lower, Objects: e.bs, Layer: layer, AllocIno: e.meta.AllocIno})
+	v, err := New(Config{Lower: e.lower, Objects: e.bs, Layer: layer, AllocIno: e.meta.AllocIno})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.fs = fs
+	e.view = v
 }
 
 // walk resolves a slash-separated path from the root.
 func (e *env) walk(p string) (*Node, error) {
-	n := e.fs.Root()
+	n := e.view.Root()
 	if p == "" {
 		return n, nil
 	}
 	for _, name := range splitAll(p) {
-		c, _, err := e.fs.Lookup(n, name)
+		c, _, err := e.view.Lookup(n, name)
 		if err != nil {
 			return nil, err
 		}
@@ -115,7 +115,7 @@ func (e *env) must(p string) *Node {
 
 func (e *env) read(p string) string {
 	e.t.Helper()
-	f, err := e.fs.Open(e.must(p), unix.O_RDONLY)
+	f, err := e.view.Open(e.must(p), unix.O_RDONLY)
 	if err != nil {
 		e.t.Fatalf("open %q: %v", p, err)
 	}
@@ -130,7 +130,7 @@ func (e *env) read(p string) string {
 
 func (e *env) write(p, s string) {
 	e.t.Helper()
-	f, err := e.fs.Open(e.must(p), unix.O_WRONLY|unix.O_TRUNC)
+	f, err := e.view.Open(e.must(p), unix.O_WRONLY|unix.O_TRUNC)
 	if err != nil {
 		e.t.Fatalf("open %q for writing: %v", p, err)
 	}
@@ -142,7 +142,7 @@ func (e *env) write(p, s string) {
 
 func (e *env) names(p string) []string {
 	e.t.Helper()
-	ents, err := e.fs.ReadDir(e.must(p))
+	ents, err := e.view.ReadDir(e.must(p))
 	if err != nil {
 		e.t.Fatalf("readdir %q: %v", p, err)
 	}
@@ -193,15 +193,15 @@ func TestReadThroughAndCopyUp(t *testing.T) {
 	e := newEnv(t, map[string]string{"a/f": "lower"})
 	eq(t, "read", e.read("a/f"), "lower")
 	n := e.must("a/f")
-	st0, _ := e.fs.Getattr(n)
+	st0, _ := e.view.Getattr(n)
 	e.write("a/f", "upper")
 	eq(t, "read after write", e.read("a/f"), "upper")
 	eq(t, "lower after write", e.lowerContent("a/f"), "lower")
-	st1, _ := e.fs.Getattr(n)
+	st1, _ := e.view.Getattr(n)
 	eq(t, "st_ino across copy-up", st1.Ino, st0.Ino)
 	e.reopen()
 	eq(t, "read after reopen", e.read("a/f"), "upper")
-	st2, _ := e.fs.Getattr(e.must("a/f"))
+	st2, _ := e.view.Getattr(e.must("a/f"))
 	eq(t, "st_ino across reopen", st2.Ino, st0.Ino)
 }
 
@@ -215,7 +215,7 @@ func TestReadOnlyOpenDoesNotCopyUp(t *testing.T) {
 
 func TestReaderFollowsCopyUp(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "lower"})
-	r, err := e.fs.Open(e.must("f"), unix.O_RDONLY)
+	r, err := e.view.Open(e.must("f"), unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,22 +229,22 @@ func TestReaderFollowsCopyUp(t *testing.T) {
 func TestWhiteoutOpaqueRmdir(t *testing.T) {
 	e := newEnv(t, map[string]string{"d/a": "a", "d/b": "b", "d/sub/": ""})
 	d := e.must("d")
-	if err := e.fs.Unlink(d, "a"); err != nil {
+	if err := e.view.Unlink(d, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.walk("d/a"); err != unix.ENOENT {
 		t.Errorf("lookup of removed name: %v, want ENOENT", err)
 	}
 	eq(t, "listing", e.names("d"), []string{"b", "sub"})
-	if err := e.fs.Rmdir(e.fs.Root(), "d"); err != unix.ENOTEMPTY {
+	if err := e.view.Rmdir(e.view.Root(), "d"); err != unix.ENOTEMPTY {
 		t.Errorf("rmdir of non-empty merged dir: %v, want ENOTEMPTY", err)
 	}
-	e.fs.Unlink(d, "b")
-	e.fs.Rmdir(d, "sub")
-	if err := e.fs.Rmdir(e.fs.Root(), "d"); err != nil {
+	e.view.Unlink(d, "b")
+	e.view.Rmdir(d, "sub")
+	if err := e.view.Rmdir(e.view.Root(), "d"); err != nil {
 		t.Fatalf("rmdir of emptied merged dir: %v", err)
 	}
-	if _, _, err := e.fs.Mkdir(e.fs.Root(), "d", 0755, Caller{}); err != nil {
+	if _, _, err := e.view.Mkdir(e.view.Root(), "d", 0755, Caller{}); err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "new dir over whiteout", len(e.names("d")), 0)
@@ -256,7 +256,7 @@ func TestWhiteoutOpaqueRmdir(t *testing.T) {
 func TestRenameLowerDir(t *testing.T) {
 	e := newEnv(t, map[string]string{"src/x": "x", "src/deep/y": "y"})
 	e.write("src/x", "changed")
-	if err := e.fs.Rename(e.fs.Root(), "src", e.fs.Root(), "dst", 0); err != nil {
+	if err := e.view.Rename(e.view.Root(), "src", e.view.Root(), "dst", 0); err != nil {
 		t.Fatalf("rename lower dir: %v", err)
 	}
 	if _, err := e.walk("src"); err != unix.ENOENT {
@@ -272,16 +272,16 @@ func TestRenameLowerDir(t *testing.T) {
 
 func TestRenameFlags(t *testing.T) {
 	e := newEnv(t, map[string]string{"a": "A", "b": "B"})
-	r := e.fs.Root()
-	if err := e.fs.Rename(r, "a", r, "b", RenameNoReplace); err != unix.EEXIST {
+	r := e.view.Root()
+	if err := e.view.Rename(r, "a", r, "b", RenameNoReplace); err != unix.EEXIST {
 		t.Errorf("NOREPLACE onto existing: %v, want EEXIST", err)
 	}
-	if err := e.fs.Rename(r, "a", r, "b", RenameExchange); err != nil {
+	if err := e.view.Rename(r, "a", r, "b", RenameExchange); err != nil {
 		t.Fatalf("EXCHANGE: %v", err)
 	}
 	eq(t, "a after exchange", e.read("a"), "B")
 	eq(t, "b after exchange", e.read("b"), "A")
-	if err := e.fs.Rename(r, "a", r, "b", 0); err != nil {
+	if err := e.view.Rename(r, "a", r, "b", 0); err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "b after replace", e.read("b"), "B")
@@ -290,39 +290,39 @@ func TestRenameFlags(t *testing.T) {
 
 func TestLinkAndMetacopy(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "data"})
-	r := e.fs.Root()
+	r := e.view.Root()
 	n := e.must("f")
 	mode := uint32(0600)
-	if _, err := e.fs.Setattr(n, SetAttr{Mode: &mode}, nil); err != nil {
+	if _, err := e.view.Setattr(n, SetAttr{Mode: &mode}, nil); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := e.fs.Getattr(n)
+	st, _ := e.view.Getattr(n)
 	eq(t, "mode after chmod", st.Mode&07777, uint32(0600))
 	eq(t, "size of metacopy", st.Size, int64(4))
 	eq(t, "read metacopy", e.read("f"), "data")
-	if _, err := e.fs.Link(n, r, "g"); err != nil {
+	if _, err := e.view.Link(n, r, "g"); err != nil {
 		t.Fatal(err)
 	}
-	st, _ = e.fs.Getattr(n)
+	st, _ = e.view.Getattr(n)
 	eq(t, "nlink", st.Nlink, uint64(2))
 	eq(t, "mode kept by data copy-up", st.Mode&07777, uint32(0600))
 	e.write("g", "new!")
 	eq(t, "read through other link", e.read("f"), "new!")
-	if err := e.fs.Unlink(r, "f"); err != nil {
+	if err := e.view.Unlink(r, "f"); err != nil {
 		t.Fatal(err)
 	}
-	st, _ = e.fs.Getattr(e.must("g"))
+	st, _ = e.view.Getattr(e.must("g"))
 	eq(t, "nlink after unlink", st.Nlink, uint64(1))
 }
 
 func TestUnlinkedOpenFile(t *testing.T) {
 	e := newEnv(t, map[string]string{})
-	r := e.fs.Root()
-	n, f, _, err := e.fs.Create(r, "tmp", unix.O_RDWR, 0644, Caller{})
+	r := e.view.Root()
+	n, f, _, err := e.view.Create(r, "tmp", unix.O_RDWR, 0644, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Unlink(r, "tmp"); err != nil {
+	if err := e.view.Unlink(r, "tmp"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.WriteAt([]byte("still here"), 0); err != nil {
@@ -333,7 +333,7 @@ func TestUnlinkedOpenFile(t *testing.T) {
 	eq(t, "unlinked read", string(buf[:k]), "still here")
 	obj := n.object
 	f.Release()
-	e.fs.Forget(n, 1)
+	e.view.Forget(n, 1)
 	objectGone(t, e.bs, obj, "object of unlinked closed file")
 }
 
@@ -341,10 +341,10 @@ func TestReaddirDedupAndInodes(t *testing.T) {
 	e := newEnv(t, map[string]string{"d/a": "1", "d/b": "2"})
 	d := e.must("d")
 	e.write("d/a", "x")
-	if _, _, err := e.fs.Mknod(d, "c", unix.S_IFREG|0644, 0, Caller{}); err != nil {
+	if _, _, err := e.view.Mknod(d, "c", unix.S_IFREG|0644, 0, Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	ents, _ := e.fs.ReadDir(d)
+	ents, _ := e.view.ReadDir(d)
 	seen := map[string]uint64{}
 	for _, de := range ents {
 		if _, dup := seen[de.Name]; dup {
@@ -353,7 +353,7 @@ func TestReaddirDedupAndInodes(t *testing.T) {
 		seen[de.Name] = de.Ino
 	}
 	for _, name := range []string{"a", "b", "c"} {
-		st, err := e.fs.Getattr(e.must("d/" + name))
+		st, err := e.view.Getattr(e.must("d/" + name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,33 +365,33 @@ func TestMergedDirNlink(t *testing.T) {
 	e := newEnv(t, map[string]string{"d/s1/": "", "d/s2/": "", "d/f": "f"})
 	d := e.must("d")
 	nlink := func() uint64 {
-		st, err := e.fs.Getattr(d)
+		st, err := e.view.Getattr(d)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return st.Nlink
 	}
 	eq(t, "lower-only dir", nlink(), uint64(4))
-	e.fs.Unlink(d, "f")
+	e.view.Unlink(d, "f")
 	eq(t, "merged dir after unlink of a file", nlink(), uint64(4))
-	e.fs.Mkdir(d, "s3", 0755, Caller{})
+	e.view.Mkdir(d, "s3", 0755, Caller{})
 	eq(t, "after mkdir", nlink(), uint64(5))
-	e.fs.Rmdir(d, "s1")
+	e.view.Rmdir(d, "s1")
 	eq(t, "after rmdir of a lower subdir", nlink(), uint64(4))
-	e.fs.Rename(d, "s2", e.fs.Root(), "moved", 0)
+	e.view.Rename(d, "s2", e.view.Root(), "moved", 0)
 	eq(t, "after moving a subdir out", nlink(), uint64(3))
-	st, _ := e.fs.Getattr(e.fs.Root())
+	st, _ := e.view.Getattr(e.view.Root())
 	eq(t, "root after the move in", st.Nlink, uint64(4))
 }
 
 func TestExchangeDirectories(t *testing.T) {
 	e := newEnv(t, map[string]string{"a/x": "ax", "b/y": "by"})
 	e.write("a/x", "AX")
-	if _, _, err := e.fs.Mkdir(e.must("b"), "new", 0755, Caller{}); err != nil {
+	if _, _, err := e.view.Mkdir(e.must("b"), "new", 0755, Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	r := e.fs.Root()
-	if err := e.fs.Rename(r, "a", r, "b", RenameExchange); err != nil {
+	r := e.view.Root()
+	if err := e.view.Rename(r, "a", r, "b", RenameExchange); err != nil {
 		t.Fatalf("exchange of two directories: %v", err)
 	}
 	eq(t, "a", e.names("a"), []string{"new", "y"})
@@ -412,20 +412,20 @@ func TestRemovedXattrStaysRemovedAfterDataCopyUp(t *testing.T) {
 			t.Skipf("no user xattrs on the test filesystem: %v", err)
 		}
 	}
-	if err := e.fs.Removexattr(e.must("f"), "user.a"); err != nil {
+	if err := e.view.Removexattr(e.must("f"), "user.a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Setxattr(e.must("g"), "user.b", []byte("2"), 0); err != nil {
+	if err := e.view.Setxattr(e.must("g"), "user.b", []byte("2"), 0); err != nil {
 		t.Fatal(err)
 	}
 	e.write("f", "new")
 	e.write("g", "new")
 	buf := make([]byte, 16)
-	if _, err := e.fs.Getxattr(e.must("f"), "user.a", buf); err != unix.ENODATA {
+	if _, err := e.view.Getxattr(e.must("f"), "user.a", buf); err != unix.ENODATA {
 		t.Errorf("f: getxattr user.a after copy-up: %v, want ENODATA", err)
 	}
 	for _, name := range []string{"user.a", "user.b"} {
-		if _, err := e.fs.Getxattr(e.must("g"), name, buf); err != nil {
+		if _, err := e.view.Getxattr(e.must("g"), name, buf); err != nil {
 			t.Errorf("g: getxattr %s after copy-up: %v", name, err)
 		}
 	}
@@ -445,13 +445,13 @@ func TestLowerHardLinkNamesShareNode(t *testing.T) {
 		t.Fatal("two names of a lower hard link are two nodes")
 	}
 	// Moving a name that is not the node's own keeps both linked.
-	if err := e.fs.Rename(e.must("d5"), "h0", e.must("d0"), "n3", 0); err != nil {
+	if err := e.view.Rename(e.must("d5"), "h0", e.must("d0"), "n3", 0); err != nil {
 		t.Fatal(err)
 	}
 	if e.must("d0/n3") != n || e.must("a/f4") != n {
 		t.Fatal("a renamed name of a lower hard link is another node")
 	}
-	f, err := e.fs.Open(n, unix.O_RDWR)
+	f, err := e.view.Open(n, unix.O_RDWR)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,23 +459,23 @@ func TestLowerHardLinkNamesShareNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	eq(t, "read through the other name", e.read("d0/n3"), "DATA")
-	st, _ := e.fs.Getattr(n)
+	st, _ := e.view.Getattr(n)
 	eq(t, "nlink", st.Nlink, uint64(2))
-	if err := e.fs.Unlink(e.must("a"), "f4"); err != nil {
+	if err := e.view.Unlink(e.must("a"), "f4"); err != nil {
 		t.Fatal(err)
 	}
-	st, _ = e.fs.Getattr(n)
+	st, _ = e.view.Getattr(n)
 	eq(t, "nlink after unlinking one name", st.Nlink, uint64(1))
-	if err := e.fs.Unlink(e.must("d0"), "n3"); err != nil {
+	if err := e.view.Unlink(e.must("d0"), "n3"); err != nil {
 		t.Fatal(err)
 	}
 	var size uint64 = 1
-	if _, err := e.fs.Setattr(n, SetAttr{Size: &size}, f); err != nil {
+	if _, err := e.view.Setattr(n, SetAttr{Size: &size}, f); err != nil {
 		t.Fatalf("ftruncate of the unlinked open file: %v", err)
 	}
 	obj := n.object
 	f.Release()
-	e.fs.Forget(n, 1<<30)
+	e.view.Forget(n, 1<<30)
 	objectGone(t, e.bs, obj, "object after the last name and file went")
 }
 
@@ -487,14 +487,14 @@ func TestUnlinkOwnNameOfSharedNode(t *testing.T) {
 	if err := os.Link(filepath.Join(e.lower, "a"), filepath.Join(e.lower, "b")); err != nil {
 		t.Fatal(err)
 	}
-	r := e.fs.Root()
+	r := e.view.Root()
 	n := e.must("a")
-	f, err := e.fs.Open(n, unix.O_RDWR)
+	f, err := e.view.Open(n, unix.O_RDWR)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Release()
-	if err := e.fs.Unlink(r, "a"); err != nil {
+	if err := e.view.Unlink(r, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.walk("a"); err != unix.ENOENT {
@@ -507,7 +507,7 @@ func TestUnlinkOwnNameOfSharedNode(t *testing.T) {
 	if e.must("b") != n {
 		t.Error("the remaining name is another node")
 	}
-	st, _ := e.fs.Getattr(n)
+	st, _ := e.view.Getattr(n)
 	eq(t, "nlink", st.Nlink, uint64(1))
 	e.reopen()
 	eq(t, "other name after remount", e.read("b"), "DATA")
@@ -521,25 +521,25 @@ func TestUnlinkOwnNameOfSharedNode(t *testing.T) {
 // file is closed.
 func TestRenameOverUpperFile(t *testing.T) {
 	e := newEnv(t, map[string]string{})
-	r := e.fs.Root()
-	n, f, _, err := e.fs.Create(r, "old", unix.O_RDWR, 0644, Caller{})
+	r := e.view.Root()
+	n, f, _, err := e.view.Create(r, "old", unix.O_RDWR, 0644, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := e.fs.Create(r, "new", unix.O_RDWR, 0644, Caller{}); err != nil {
+	if _, _, _, err := e.view.Create(r, "new", unix.O_RDWR, 0644, Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Rename(r, "new", r, "old", 0); err != nil {
+	if err := e.view.Rename(r, "new", r, "old", 0); err != nil {
 		t.Fatal(err)
 	}
-	st, err := e.fs.Getattr(n)
+	st, err := e.view.Getattr(n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "nlink of the replaced file", st.Nlink, uint64(0))
 	obj := n.object
 	f.Release()
-	e.fs.Forget(n, 1<<30)
+	e.view.Forget(n, 1<<30)
 	objectGone(t, e.bs, obj, "object of the replaced file")
 }
 
@@ -551,18 +551,18 @@ func TestCopyUpKeepsCtime(t *testing.T) {
 	if err := unix.Lstat(filepath.Join(e.lower, "d/f"), &lst); err != nil {
 		t.Fatal(err)
 	}
-	f, err := e.fs.Open(e.must("d/f"), unix.O_WRONLY)
+	f, err := e.view.Open(e.must("d/f"), unix.O_WRONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Release()
-	st, _ := e.fs.Getattr(e.must("d/f"))
+	st, _ := e.view.Getattr(e.must("d/f"))
 	eq(t, "ctime after copy-up", st.Ctim, lst.Ctim)
 	mode := uint32(0600)
-	if _, err := e.fs.Setattr(e.must("d/f"), SetAttr{Mode: &mode}, nil); err != nil {
+	if _, err := e.view.Setattr(e.must("d/f"), SetAttr{Mode: &mode}, nil); err != nil {
 		t.Fatal(err)
 	}
-	st, _ = e.fs.Getattr(e.must("d/f"))
+	st, _ = e.view.Getattr(e.must("d/f"))
 	if st.Ctim == lst.Ctim {
 		t.Error("ctime unchanged by a chmod after the copy-up")
 	}
@@ -575,19 +575,19 @@ func TestReload(t *testing.T) {
 	e := newEnv(t, map[string]string{"d/f": "lower"})
 	e.write("d/f", "upper")
 	old := e.must("d/f")
-	f, err := e.fs.Open(old, unix.O_RDONLY)
+	f, err := e.view.Open(old, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Release()
 	var b branch.Batch
-	if err := e.fs.layer.Load(func(p string, _ *branch.Entry) error { b.Delete(p); return nil }); err != nil {
+	if err := e.view.layer.Load(func(p string, _ *branch.Entry) error { b.Delete(p); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.layer.Commit(&b); err != nil {
+	if err := e.view.layer.Commit(&b); err != nil {
 		t.Fatal(err)
 	}
-	stale, err := e.fs.Reload()
+	stale, err := e.view.Reload()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,7 +615,7 @@ func TestReload(t *testing.T) {
 func TestCutLooseLower(t *testing.T) {
 	e := newEnv(t, map[string]string{"d/f": "old", "d/mine": "lower"})
 	old := e.must("d/f")
-	f, err := e.fs.Open(old, unix.O_RDONLY)
+	f, err := e.view.Open(old, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -623,10 +623,10 @@ func TestCutLooseLower(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(e.lower, "d/f"), []byte("new contents"), 0644); err != nil {
 		t.Fatal(err)
 	}
-	if !e.fs.CutLooseLower(old) {
+	if !e.view.CutLooseLower(old) {
 		t.Fatal("CutLooseLower of a project file = false")
 	}
-	if e.fs.CutLooseLower(old) {
+	if e.view.CutLooseLower(old) {
 		t.Error("CutLooseLower of a node already cut loose = true")
 	}
 	n := e.must("d/f")
@@ -638,10 +638,10 @@ func TestCutLooseLower(t *testing.T) {
 	k, _ := f.ReadAt(buf, 0)
 	eq(t, "the open file reads the project file", string(buf[:k]), "new contents")
 	e.write("d/mine", "upper")
-	if e.fs.CutLooseLower(e.must("d/mine")) {
+	if e.view.CutLooseLower(e.must("d/mine")) {
 		t.Error("CutLooseLower of a file the mount changed = true")
 	}
-	if e.fs.CutLooseLower(e.fs.Root()) {
+	if e.view.CutLooseLower(e.view.Root()) {
 		t.Error("CutLooseLower of the root = true")
 	}
 }
@@ -658,22 +658,22 @@ func TestRmdirKeepsHiddenLinkCount(t *testing.T) {
 	}
 	e.must("d0/d2/h0")
 	e.must("d3/f2")
-	if err := e.fs.Rename(e.must("d0"), "f3", e.must("d0/d2"), "h0", 0); err != nil {
+	if err := e.view.Rename(e.must("d0"), "f3", e.must("d0/d2"), "h0", 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Rename(e.must("d3"), "f2", e.must("d1"), "n1", 0); err != nil {
+	if err := e.view.Rename(e.must("d3"), "f2", e.must("d1"), "n1", 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Rmdir(e.fs.Root(), "d3"); err != nil {
+	if err := e.view.Rmdir(e.view.Root(), "d3"); err != nil {
 		t.Fatal(err)
 	}
-	st, err := e.fs.Getattr(e.must("d1/n1"))
+	st, err := e.view.Getattr(e.must("d1/n1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "nlink after rmdir", st.Nlink, uint64(1))
 	e.reopen()
-	st, _ = e.fs.Getattr(e.must("d1/n1"))
+	st, _ = e.view.Getattr(e.must("d1/n1"))
 	eq(t, "nlink after remount", st.Nlink, uint64(1))
 }
 
@@ -685,21 +685,21 @@ func TestNewNameOverHiddenLinkKeepsCount(t *testing.T) {
 	if err := os.Link(filepath.Join(e.lower, "f1"), filepath.Join(e.lower, "d/h1")); err != nil {
 		t.Fatal(err)
 	}
-	r := e.fs.Root()
+	r := e.view.Root()
 	e.must("d/h1") // the node is found by d/h1: the rename copies up there
-	if err := e.fs.Rename(r, "f1", e.must("n"), "f4", 0); err != nil {
+	if err := e.view.Rename(r, "f1", e.must("n"), "f4", 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.fs.Symlink(r, "f1", "/nowhere", Caller{}); err != nil {
+	if _, _, err := e.view.Symlink(r, "f1", "/nowhere", Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := e.fs.Getattr(e.must("n/f4"))
+	st, err := e.view.Getattr(e.must("n/f4"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "nlink", st.Nlink, uint64(2))
 	e.reopen()
-	st, _ = e.fs.Getattr(e.must("n/f4"))
+	st, _ = e.view.Getattr(e.must("n/f4"))
 	eq(t, "nlink after remount", st.Nlink, uint64(2))
 }
 
@@ -739,17 +739,17 @@ func TestForgetAndReleaseReapOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := e.fs.Root()
-	n, f, _, err := e.fs.Create(r, "old", unix.O_RDWR, 0644, Caller{})
+	r := e.view.Root()
+	n, f, _, err := e.view.Create(r, "old", unix.O_RDWR, 0644, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Unlink(r, "old"); err != nil {
+	if err := e.view.Unlink(r, "old"); err != nil {
 		t.Fatal(err)
 	}
 	obj := n.object
-	f.Release()           // the last RELEASE: opens drop to 0 ...
-	e.fs.Forget(n, 1<<30) // ... the kernel's FORGET reaps the node ...
+	f.Release()             // the last RELEASE: opens drop to 0 ...
+	e.view.Forget(n, 1<<30) // ... the kernel's FORGET reaps the node ...
 	m, g, _, err := ofs.Create(ofs.Root(), "new", unix.O_RDWR, 0644, Caller{})
 	if err != nil {
 		t.Fatal(err)
@@ -761,7 +761,7 @@ func TestForgetAndReleaseReapOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Release()
-	e.fs.Forget(n, 0) // ... and then the release's own Forget
+	e.view.Forget(n, 0) // ... and then the release's own Forget
 	h, err := ofs.Open(m, unix.O_RDONLY)
 	if err != nil {
 		t.Fatalf("open the other view's new file: %v", err)

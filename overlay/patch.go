@@ -57,7 +57,7 @@ func Patch(a, b *FS, c Change, w io.Writer) error {
 	la, lb := "/dev/null", "/dev/null"
 	var files [2]*os.File
 	for i, s := range []struct {
-		fs    *FS
+		view  *FS
 		n     *Node
 		reg   bool
 		label *string
@@ -66,7 +66,7 @@ func Patch(a, b *FS, c Change, w io.Writer) error {
 		if !s.reg {
 			continue
 		}
-		f, err := s.fs.openData(s.n)
+		f, err := s.view.openData(s.n)
 		if err != nil {
 			return fmt.Errorf("patch: %s: %w", c.Path, err)
 		}

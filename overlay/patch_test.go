@@ -27,10 +27,10 @@ func TestPatch(t *testing.T) {
 	e.write("same", "other\n")
 	e.write("same", "same\n")
 	e.write("long", strings.Repeat("é", 5000)+"!\n")
-	if err := e.fs.Unlink(e.fs.Root(), "gone"); err != nil {
+	if err := e.view.Unlink(e.view.Root(), "gone"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := e.fs.Create(e.fs.Root(), "new", unix.O_RDWR, 0644, Caller{}); err != nil {
+	if _, _, _, err := e.view.Create(e.view.Root(), "new", unix.O_RDWR, 0644, Caller{}); err != nil {
 		t.Fatal(err)
 	}
 	e.write("new", "hi\n")
@@ -45,7 +45,7 @@ func TestPatch(t *testing.T) {
 		{"d", ""},
 		{"long", "--- a/long\n+++ b/long\n@@ -1 +1 @@\n-" + strings.Repeat("é", 5000) + "\n+" + strings.Repeat("é", 5000) + "!\n"},
 	} {
-		if got := patchOf(t, l.fs, e.fs, c.path); got != c.want {
+		if got := patchOf(t, l.view, e.view, c.path); got != c.want {
 			t.Errorf("patch of %s:\n%s\nwant:\n%s", c.path, got, c.want)
 		}
 	}
@@ -59,7 +59,7 @@ func TestIsTextAcrossChunks(t *testing.T) {
 		"nul9": strings.Repeat("a", 9<<10) + "\x00",
 	})
 	for name, want := range map[string]bool{"cut": true, "bad": false, "nul9": true} {
-		f, err := e.fs.openData(e.must(name))
+		f, err := e.view.openData(e.must(name))
 		if err != nil {
 			t.Fatal(err)
 		}

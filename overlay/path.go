@@ -16,17 +16,17 @@ import (
 
 // Path returns n's path in its view ("" for the root). ok is false for
 // a node that is no longer linked into the tree.
-func (fs *FS) Path(n *Node) (p string, ok bool) {
-	fs.rlockAside()
-	defer fs.mu.RUnlock()
+func (v *FS) Path(n *Node) (p string, ok bool) {
+	v.rlockAside()
+	defer v.mu.RUnlock()
 	return n.pathLocked()
 }
 
 // ChildPath returns the path of name inside directory dir; ok is false
 // when dir is no longer linked into the tree.
-func (fs *FS) ChildPath(dir *Node, name string) (p string, ok bool) {
-	fs.rlockAside()
-	defer fs.mu.RUnlock()
+func (v *FS) ChildPath(dir *Node, name string) (p string, ok bool) {
+	v.rlockAside()
+	defer v.mu.RUnlock()
 	dp, ok := dir.pathLocked()
 	if !ok {
 		return "", false
@@ -36,28 +36,28 @@ func (fs *FS) ChildPath(dir *Node, name string) (p string, ok bool) {
 
 // BranchName returns the name of the branch the view shows now, or ""
 // for a read-only view (a snapshot or the plain lower tree).
-func (fs *FS) BranchName() string {
-	fs.rlockAside()
-	defer fs.mu.RUnlock()
-	if fs.layer == nil {
+func (v *FS) BranchName() string {
+	v.rlockAside()
+	defer v.mu.RUnlock()
+	if v.layer == nil {
 		return ""
 	}
-	return fs.layer.Name()
+	return v.layer.Name()
 }
 
 // ReadFile returns up to max bytes of the regular file at path p in the
 // view (as a walk reads it: the lookups it takes are dropped again, the
 // data is read without changing atimes). An error wraps ENOENT when
 // there is no such file, EISDIR or EINVAL when p is not a regular file.
-func (fs *FS) ReadFile(p string, max int) ([]byte, error) {
-	n, st, err := fs.lookupPath(p)
+func (v *FS) ReadFile(p string, max int) ([]byte, error) {
+	n, st, err := v.lookupPath(p)
 	if err != nil {
 		return nil, err
 	}
 	if n == nil {
 		return nil, unix.ENOENT
 	}
-	defer fs.release(n)
+	defer v.release(n)
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 	case unix.S_IFDIR:
@@ -65,7 +65,7 @@ func (fs *FS) ReadFile(p string, max int) ([]byte, error) {
 	default:
 		return nil, unix.EINVAL
 	}
-	f, err := fs.openData(n)
+	f, err := v.openData(n)
 	if err != nil {
 		return nil, err
 	}

@@ -20,12 +20,12 @@ type DirEntry struct {
 // upper names (whiteouts hidden), then the lower names that no upper
 // entry hides. The fs package serves one listing per open handle, so
 // offsets stay stable for the handle's life (seekdir/telldir).
-func (fs *FS) ReadDir(n *Node) ([]DirEntry, error) {
+func (v *FS) ReadDir(n *Node) ([]DirEntry, error) {
 	if n.mode != unix.S_IFDIR {
 		return nil, unix.ENOTDIR
 	}
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	p, ok := n.pathLocked()
 	parentIno := n.ino
 	if n.parent != nil {
@@ -35,7 +35,7 @@ func (fs *FS) ReadDir(n *Node) ([]DirEntry, error) {
 	if !ok {
 		return out, nil // removed directory: empty
 	}
-	upper := fs.dirs[p]
+	upper := v.dirs[p]
 	for name, e := range upper {
 		if !e.IsWhiteout() {
 			out = append(out, DirEntry{Name: name, Ino: e.Ino, Mode: typeMode(e.Type)})
@@ -44,7 +44,7 @@ func (fs *FS) ReadDir(n *Node) ([]DirEntry, error) {
 	if !n.hasLower {
 		return out, nil
 	}
-	names, err := fs.lowerNames(n.lower)
+	names, err := v.lowerNames(n.lower)
 	if err != nil {
 		return nil, err
 	}
@@ -57,8 +57,8 @@ func (fs *FS) ReadDir(n *Node) ([]DirEntry, error) {
 }
 
 // lowerNames lists a lower directory (without "." and "..").
-func (fs *FS) lowerNames(lp string) ([]DirEntry, error) {
-	f, err := fs.openLower(lp, unix.O_RDONLY|unix.O_DIRECTORY)
+func (v *FS) lowerNames(lp string) ([]DirEntry, error) {
+	f, err := v.openLower(lp, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		if err == unix.ENOENT || err == unix.ENOTDIR {
 			return nil, nil
@@ -76,7 +76,7 @@ func (fs *FS) lowerNames(lp string) ([]DirEntry, error) {
 		if nb <= 0 {
 			return out, nil
 		}
-		out = parseDirents(buf[:nb], out, fs.lowerDev)
+		out = parseDirents(buf[:nb], out, v.lowerDev)
 	}
 }
 

@@ -16,19 +16,19 @@ type Stale struct {
 // The root stays the root. An open file keeps the file it had opened,
 // as if that file had been deleted and replaced; its object is left to
 // garbage collection, never removed here.
-func (fs *FS) Reload() ([]Stale, error) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	return fs.reloadLocked()
+func (v *FS) Reload() ([]Stale, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.reloadLocked()
 }
 
-// reloadLocked is Reload with fs.mu held exclusively.
-func (fs *FS) reloadLocked() ([]Stale, error) {
-	if err := fs.loadLocked(); err != nil {
+// reloadLocked is Reload with v.mu held exclusively.
+func (v *FS) reloadLocked() ([]Stale, error) {
+	if err := v.loadLocked(); err != nil {
 		return nil, err
 	}
-	fs.nodesMu.Lock()
-	seen := map[*Node]bool{fs.root: true}
+	v.nodesMu.Lock()
+	seen := map[*Node]bool{v.root: true}
 	var stale []Stale
 	add := func(n *Node) {
 		if seen[n] {
@@ -41,42 +41,42 @@ func (fs *FS) reloadLocked() ([]Stale, error) {
 		}
 		stale = append(stale, s)
 	}
-	for _, n := range fs.byObject {
+	for _, n := range v.byObject {
 		add(n)
 	}
-	for _, n := range fs.byLower {
+	for _, n := range v.byLower {
 		add(n)
 	}
-	for _, n := range fs.byLowerIno {
+	for _, n := range v.byLowerIno {
 		add(n)
 	}
-	fs.byObject = map[string]*Node{}
-	fs.byLower = map[string]*Node{}
-	fs.byLowerIno = map[uint64]*Node{}
+	v.byObject = map[string]*Node{}
+	v.byLower = map[string]*Node{}
+	v.byLowerIno = map[uint64]*Node{}
 	for _, s := range stale {
-		fs.cutLooseLocked(s.Node)
+		v.cutLooseLocked(s.Node)
 	}
-	root := fs.root
+	root := v.root
 	root.entry, root.object, root.lower, root.hasLower = nil, "", "", true
-	fs.nodesMu.Unlock()
-	if e := fs.rootEntry; e != nil {
-		fs.promoteLocked(root, e)
+	v.nodesMu.Unlock()
+	if e := v.rootEntry; e != nil {
+		v.promoteLocked(root, e)
 	}
-	fs.ctimeMu.Lock()
-	clear(fs.copyCtimes)
-	fs.ctimeMu.Unlock()
-	fs.lowerSubdirsMu.Lock()
-	clear(fs.lowerSubdirs)
-	fs.lowerSubdirsMu.Unlock()
+	v.ctimeMu.Lock()
+	clear(v.copyCtimes)
+	v.ctimeMu.Unlock()
+	v.lowerSubdirsMu.Lock()
+	clear(v.lowerSubdirs)
+	v.lowerSubdirsMu.Unlock()
 	return stale, nil
 }
 
 // cutLooseLocked marks n cut loose from the view, as Reload leaves the
-// nodes it returns. fs.mu is held exclusively, and fs.nodesMu.
-func (fs *FS) cutLooseLocked(n *Node) {
+// nodes it returns. v.mu is held exclusively, and v.nodesMu.
+func (v *FS) cutLooseLocked(n *Node) {
 	n.stale = true
 	n.unlinked, n.parent = true, nil
-	fs.staleNodes[n] = struct{}{}
+	v.staleNodes[n] = struct{}{}
 }
 
 // CutLooseLower cuts loose the node of a project file that changed
@@ -86,15 +86,15 @@ func (fs *FS) cutLooseLocked(n *Node) {
 // from a new inode. Only a node that still shows the project file
 // (no upper entry) is cut loose; it reports whether n was. An open
 // file keeps the file it had opened.
-func (fs *FS) CutLooseLower(n *Node) bool {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	fs.nodesMu.Lock()
-	defer fs.nodesMu.Unlock()
-	if n == fs.root || n.entry != nil || n.unlinked || n.stale || !n.hasLower {
+func (v *FS) CutLooseLower(n *Node) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.nodesMu.Lock()
+	defer v.nodesMu.Unlock()
+	if n == v.root || n.entry != nil || n.unlinked || n.stale || !n.hasLower {
 		return false
 	}
-	fs.dropLowerLocked(n)
-	fs.cutLooseLocked(n)
+	v.dropLowerLocked(n)
+	v.cutLooseLocked(n)
 	return true
 }

@@ -12,18 +12,18 @@ var whiteout = &branch.Entry{Type: branch.TypeWhiteout}
 
 // hideLocked removes the name at r.path: a whiteout when the lower
 // layer has an inode there, no entry otherwise.
-func (fs *FS) hideLocked(t *tx, dir *Node, name string, r *resolved) {
+func (v *FS) hideLocked(t *tx, dir *Node, name string, r *resolved) {
 	var st unix.Stat_t
-	if !dir.hasLower || unix.Fstatat(fs.lowerFd, joinPath(dir.lower, name), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
-		if fs.indexGet(r.path) != nil {
+	if !dir.hasLower || unix.Fstatat(v.lowerFd, joinPath(dir.lower, name), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		if v.indexGet(r.path) != nil {
 			t.del(r.path)
 		}
 		return
 	}
 	w := whiteout
-	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 && fs.indexGet(r.path) == nil {
+	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 && v.indexGet(r.path) == nil {
 		// Remember which hard-linked lower inode lost a name (st_nlink).
-		w = &branch.Entry{Type: branch.TypeWhiteout, Ino: fs.mapIno(&st)}
+		w = &branch.Entry{Type: branch.TypeWhiteout, Ino: v.mapIno(&st)}
 	}
 	t.put(r.path, w)
 }
@@ -31,14 +31,14 @@ func (fs *FS) hideLocked(t *tx, dir *Node, name string, r *resolved) {
 // detachLocked handles the inode that lost the name r: its node becomes
 // unlinked and its object is removed once nothing references it.
 // Directories lose their upper subtree (whiteouts) with it.
-func (fs *FS) detachLocked(t *tx, r *resolved, n *Node) error {
+func (v *FS) detachLocked(t *tx, r *resolved, n *Node) error {
 	if r.entry != nil && r.entry.Type == branch.TypeDir {
-		for _, p := range fs.subtree(r.path) {
-			if e := fs.indexGet(p); e != nil && e.IsWhiteout() && e.Ino != 0 {
+		for _, p := range v.subtree(r.path) {
+			if e := v.indexGet(p); e != nil && e.IsWhiteout() && e.Ino != 0 {
 				// A hidden name of a hard-linked lower file stays
 				// hidden (and counted in st_nlink) under the removed
 				// directory's whiteout.
-				id, err := fs.cfg.AllocIno()
+				id, err := v.cfg.AllocIno()
 				if err != nil {
 					return err
 				}
@@ -54,21 +54,21 @@ func (fs *FS) detachLocked(t *tx, r *resolved, n *Node) error {
 		return nil
 	}
 	obj := r.entry.Object
-	if r.entry.Type == branch.TypeFile && r.entry.Origin != "" && fs.links[obj] == 0 {
+	if r.entry.Type == branch.TypeFile && r.entry.Origin != "" && v.links[obj] == 0 {
 		// The last upper name of a hard-linked lower file: its other
 		// lower names still show this file, so an internal anchor keeps
 		// it (and the lower names joined to it).
 		var lst unix.Stat_t
-		if unix.Fstatat(fs.lowerFd, lowerRel(r.entry.Origin), &lst, unix.AT_SYMLINK_NOFOLLOW) == nil &&
-			int64(lst.Nlink)-1-int64(fs.hiddenLinks[r.entry.Ino]) > 0 {
+		if unix.Fstatat(v.lowerFd, lowerRel(r.entry.Origin), &lst, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+			int64(lst.Nlink)-1-int64(v.hiddenLinks[r.entry.Ino]) > 0 {
 			t.put(anchorPath(r.entry.Ino), r.entry)
 		}
 	}
-	if r.entry.Type != branch.TypeDir && fs.links[obj] > 0 {
+	if r.entry.Type != branch.TypeDir && v.links[obj] > 0 {
 		// Other names still link the file: only its ctime changes.
 		if n != nil {
 			t.bump(n)
-		} else if !fs.frozenLocked(r.entry) {
+		} else if !v.frozenLocked(r.entry) {
 			t.bumped = append(t.bumped, obj)
 		}
 		return nil
@@ -77,7 +77,7 @@ func (fs *FS) detachLocked(t *tx, r *resolved, n *Node) error {
 		t.unlink = append(t.unlink, n)
 		return nil
 	}
-	if !fs.frozenLocked(r.entry) {
+	if !v.frozenLocked(r.entry) {
 		t.doomed = append(t.doomed, obj)
 	}
 	return nil
@@ -90,15 +90,15 @@ func (fs *FS) detachLocked(t *tx, r *resolved, n *Node) error {
 // then leaves the anchor that keeps the copy for the other names, and
 // n (the node the kernel holds for the file, or nil) stands for the
 // copy. It returns the node to detach.
-func (fs *FS) sharedNameGoesLocked(t *tx, r *resolved, n *Node) (*Node, error) {
+func (v *FS) sharedNameGoesLocked(t *tx, r *resolved, n *Node) (*Node, error) {
 	if r.entry != nil || !r.isLower || !sharedLower(&r.lowerSt) {
 		return n, nil
 	}
-	ino := fs.mapIno(&r.lowerSt)
-	if int64(r.lowerSt.Nlink)-1-int64(fs.hiddenLinks[ino]) <= 0 {
+	ino := v.mapIno(&r.lowerSt)
+	if int64(r.lowerSt.Nlink)-1-int64(v.hiddenLinks[ino]) <= 0 {
 		return n, nil
 	}
-	e, err := fs.metaCopyLocked(t, r.lower, ino)
+	e, err := v.metaCopyLocked(t, r.lower, ino)
 	if err != nil {
 		return nil, err
 	}
@@ -111,10 +111,10 @@ func (fs *FS) sharedNameGoesLocked(t *tx, r *resolved, n *Node) (*Node, error) {
 }
 
 // Unlink removes a non-directory name.
-func (fs *FS) Unlink(dir *Node, name string) error {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	r, err := fs.resolveLocked(dir, name)
+func (v *FS) Unlink(dir *Node, name string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	r, err := v.resolveLocked(dir, name)
 	if err != nil {
 		return err
 	}
@@ -124,14 +124,14 @@ func (fs *FS) Unlink(dir *Node, name string) error {
 	if r.mode() == unix.S_IFDIR {
 		return unix.EISDIR
 	}
-	return fs.removeLocked(dir, name, &r)
+	return v.removeLocked(dir, name, &r)
 }
 
 // Rmdir removes an empty directory (empty in the merged view).
-func (fs *FS) Rmdir(dir *Node, name string) error {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	r, err := fs.resolveLocked(dir, name)
+func (v *FS) Rmdir(dir *Node, name string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	r, err := v.resolveLocked(dir, name)
 	if err != nil {
 		return err
 	}
@@ -141,28 +141,28 @@ func (fs *FS) Rmdir(dir *Node, name string) error {
 	if r.mode() != unix.S_IFDIR {
 		return unix.ENOTDIR
 	}
-	if empty, err := fs.emptyDirLocked(&r); err != nil {
+	if empty, err := v.emptyDirLocked(&r); err != nil {
 		return err
 	} else if !empty {
 		return unix.ENOTEMPTY
 	}
-	return fs.removeLocked(dir, name, &r)
+	return v.removeLocked(dir, name, &r)
 }
 
 // removeLocked removes the name r (checked by Unlink or Rmdir) from
-// dir. fs.mu is held exclusively.
-func (fs *FS) removeLocked(dir *Node, name string, r *resolved) error {
-	n := fs.existingNodeLocked(r)
-	t := fs.newTx()
-	if err := fs.copyUpDirLocked(t, dir); err != nil {
+// dir. v.mu is held exclusively.
+func (v *FS) removeLocked(dir *Node, name string, r *resolved) error {
+	n := v.existingNodeLocked(r)
+	t := v.newTx()
+	if err := v.copyUpDirLocked(t, dir); err != nil {
 		return t.fail(err)
 	}
-	n, err := fs.sharedNameGoesLocked(t, r, n)
+	n, err := v.sharedNameGoesLocked(t, r, n)
 	if err != nil {
 		return t.fail(err)
 	}
-	fs.hideLocked(t, dir, name, r)
-	if err := fs.detachLocked(t, r, n); err != nil {
+	v.hideLocked(t, dir, name, r)
+	if err := v.detachLocked(t, r, n); err != nil {
 		return t.fail(err)
 	}
 	t.touch(dir)
@@ -170,8 +170,8 @@ func (fs *FS) removeLocked(dir *Node, name string, r *resolved) error {
 }
 
 // emptyDirLocked reports whether the directory r has no visible names.
-func (fs *FS) emptyDirLocked(r *resolved) (bool, error) {
-	upper := fs.dirs[r.path]
+func (v *FS) emptyDirLocked(r *resolved) (bool, error) {
+	upper := v.dirs[r.path]
 	for _, e := range upper {
 		if !e.IsWhiteout() {
 			return false, nil
@@ -184,7 +184,7 @@ func (fs *FS) emptyDirLocked(r *resolved) (bool, error) {
 	if !has {
 		return true, nil
 	}
-	names, err := fs.lowerNames(lp)
+	names, err := v.lowerNames(lp)
 	if err != nil {
 		return false, err
 	}

@@ -19,20 +19,20 @@ const (
 // and merged directories can be renamed: the moved directory keeps its
 // lower contents through its Redirect, and its upper entries move with
 // it in the same batch.
-func (fs *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags uint32) error {
+func (v *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags uint32) error {
 	if flags&^(RenameNoReplace|RenameExchange) != 0 {
 		return unix.EINVAL
 	}
 	if flags&RenameNoReplace != 0 && flags&RenameExchange != 0 {
 		return unix.EINVAL
 	}
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	src, err := fs.resolveLocked(odir, oname)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	src, err := v.resolveLocked(odir, oname)
 	if err != nil {
 		return err
 	}
-	dst, err := fs.resolveLocked(ndir, nname)
+	dst, err := v.resolveLocked(ndir, nname)
 	if err != nil {
 		return err
 	}
@@ -57,9 +57,9 @@ func (fs *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags u
 	if exchange && dst.mode() == unix.S_IFDIR && isBelow(src.path, dst.path) {
 		return unix.EINVAL
 	}
-	sn := fs.existingNodeLocked(&src)
+	sn := v.existingNodeLocked(&src)
 	if sn == nil {
-		sn = fs.nodeForLocked(odir, oname, &src, false)
+		sn = v.nodeForLocked(odir, oname, &src, false)
 	}
 	var dn *Node
 	if dst.exists() {
@@ -71,64 +71,64 @@ func (fs *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags u
 			case !srcDir && dstDir:
 				return unix.EISDIR
 			case dstDir:
-				if empty, err := fs.emptyDirLocked(&dst); err != nil {
+				if empty, err := v.emptyDirLocked(&dst); err != nil {
 					return err
 				} else if !empty {
 					return unix.ENOTEMPTY
 				}
 			}
 		}
-		dn = fs.existingNodeLocked(&dst)
+		dn = v.existingNodeLocked(&dst)
 		if exchange && dn == nil {
-			dn = fs.nodeForLocked(ndir, nname, &dst, false)
+			dn = v.nodeForLocked(ndir, nname, &dst, false)
 		}
 	}
 
-	t := fs.newTx()
-	if err := fs.copyUpDirLocked(t, odir); err != nil {
+	t := v.newTx()
+	if err := v.copyUpDirLocked(t, odir); err != nil {
 		return t.fail(err)
 	}
-	if err := fs.copyUpDirLocked(t, ndir); err != nil {
+	if err := v.copyUpDirLocked(t, ndir); err != nil {
 		return t.fail(err)
 	}
-	se, err := fs.copyUpMetaLocked(t, sn)
+	se, err := v.copyUpMetaLocked(t, sn)
 	if err != nil {
 		return t.fail(err)
 	}
 	if exchange {
-		de, err := fs.copyUpMetaLocked(t, dn)
+		de, err := v.copyUpMetaLocked(t, dn)
 		if err != nil {
 			return t.fail(err)
 		}
 		for _, r := range []*resolved{&src, &dst} {
-			if err := fs.recordHiddenLocked(t, r); err != nil {
+			if err := v.recordHiddenLocked(t, r); err != nil {
 				return t.fail(err)
 			}
 		}
-		fs.swapLocked(t, src.path, dst.path)
+		v.swapLocked(t, src.path, dst.path)
 		t.put(src.path, de)
 		t.put(dst.path, se)
 		t.bump(dn)
 	} else {
 		if dst.exists() {
-			if dn, err = fs.sharedNameGoesLocked(t, &dst, dn); err != nil {
+			if dn, err = v.sharedNameGoesLocked(t, &dst, dn); err != nil {
 				return t.fail(err)
 			}
-			if err := fs.recordHiddenLocked(t, &dst); err != nil {
+			if err := v.recordHiddenLocked(t, &dst); err != nil {
 				return t.fail(err)
 			}
-			if fs.indexGet(dst.path) != nil {
+			if v.indexGet(dst.path) != nil {
 				// The replaced file loses this name before it is
 				// detached (its last name, maybe).
 				t.del(dst.path)
 			}
-			if err := fs.detachLocked(t, &dst, dn); err != nil {
+			if err := v.detachLocked(t, &dst, dn); err != nil {
 				return t.fail(err)
 			}
 		}
-		fs.moveLocked(t, src.path, dst.path)
+		v.moveLocked(t, src.path, dst.path)
 		t.put(dst.path, se)
-		fs.hideLocked(t, odir, oname, &src)
+		v.hideLocked(t, odir, oname, &src)
 	}
 	t.bump(sn)
 	t.touch(odir)
@@ -148,28 +148,28 @@ func (fs *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags u
 // recordHiddenLocked records, for st_nlink, that the lower name r of a
 // hard-linked file disappears under another file (rename over it, or
 // exchange) without a whiteout of its own.
-func (fs *FS) recordHiddenLocked(t *tx, r *resolved) error {
-	if !sharedLower(&r.lowerSt) || fs.indexGet(r.path) != nil {
+func (v *FS) recordHiddenLocked(t *tx, r *resolved) error {
+	if !sharedLower(&r.lowerSt) || v.indexGet(r.path) != nil {
 		return nil
 	}
-	id, err := fs.cfg.AllocIno()
+	id, err := v.cfg.AllocIno()
 	if err != nil {
 		return err
 	}
-	t.put(hiddenPath(id), &branch.Entry{Type: branch.TypeWhiteout, Ino: fs.mapIno(&r.lowerSt)})
+	t.put(hiddenPath(id), &branch.Entry{Type: branch.TypeWhiteout, Ino: v.mapIno(&r.lowerSt)})
 	return nil
 }
 
 // moveLocked moves the upper entries strictly below from to below to.
-func (fs *FS) moveLocked(t *tx, from, to string) {
-	sub := fs.subtree(from)
+func (v *FS) moveLocked(t *tx, from, to string) {
+	sub := v.subtree(from)
 	type moved struct {
 		p string
 		e *branch.Entry
 	}
 	ms := make([]moved, 0, len(sub))
 	for _, p := range sub {
-		ms = append(ms, moved{p, fs.indexGet(p)})
+		ms = append(ms, moved{p, v.indexGet(p)})
 	}
 	for i := len(ms) - 1; i >= 0; i-- {
 		t.del(ms[i].p)
@@ -180,15 +180,15 @@ func (fs *FS) moveLocked(t *tx, from, to string) {
 }
 
 // swapLocked exchanges the upper entries strictly below a and b.
-func (fs *FS) swapLocked(t *tx, a, b string) {
+func (v *FS) swapLocked(t *tx, a, b string) {
 	type moved struct {
 		p string
 		e *branch.Entry
 	}
 	collect := func(root string) []moved {
 		var ms []moved
-		for _, p := range fs.subtree(root) {
-			ms = append(ms, moved{p, fs.indexGet(p)})
+		for _, p := range v.subtree(root) {
+			ms = append(ms, moved{p, v.indexGet(p)})
 		}
 		return ms
 	}

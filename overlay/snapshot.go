@@ -20,12 +20,12 @@ import (
 // the same. Left behind, it would look shared, and its next change
 // (an fchmod before the linkat that names it) would thaw the node onto
 // a clone while the descriptor kept writing to the object it left.
-func (fs *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
-	if fs.layer == nil {
+func (v *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
+	if v.layer == nil {
 		return branch.Snapshot{}, fmt.Errorf("a snapshot's view has no branch to snapshot")
 	}
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
 
 	type swap struct {
 		n     *Node
@@ -33,30 +33,30 @@ func (fs *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 		live  *branch.Entry
 	}
 	var swaps []swap
-	fs.nodesMu.Lock()
+	v.nodesMu.Lock()
 	var writing, nameless []*Node
-	for _, n := range fs.byObject {
+	for _, n := range v.byObject {
 		if (n.writers > 0 || n.pins > 0) && n.entry != nil && n.entry.Type == branch.TypeFile {
 			if !n.unlinked {
 				writing = append(writing, n)
-			} else if fs.links[n.object] == 0 {
+			} else if v.links[n.object] == 0 {
 				nameless = append(nameless, n)
 			}
 		}
 	}
-	fs.nodesMu.Unlock()
+	v.nodesMu.Unlock()
 
 	// The snapshot's entries name clones of the objects being written...
-	before := fs.newTx()
+	before := v.newTx()
 	for _, n := range writing {
-		id, err := fs.objs.Clone(n.object)
+		id, err := v.objs.Clone(n.object)
 		if err != nil {
 			return branch.Snapshot{}, before.fail(fmt.Errorf("snapshot: cloning a file open for writing: %w", err))
 		}
 		before.made(id)
 		ce := *n.entry
 		ce.Object = id
-		paths := fs.pathsOfLocked(n.object)
+		paths := v.pathsOfLocked(n.object)
 		for _, p := range paths {
 			before.put(p, &ce)
 		}
@@ -65,14 +65,14 @@ func (fs *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 	if err := before.commit(); err != nil {
 		return branch.Snapshot{}, err
 	}
-	snap, snapErr := fs.layer.Snapshot(label, kind)
+	snap, snapErr := v.layer.Snapshot(label, kind)
 
 	// ...and the branch goes on with the objects being written, which
 	// no snapshot shares (a new epoch).
-	after := fs.newTx()
+	after := v.newTx()
 	for _, s := range swaps {
 		le := *s.live
-		le.Epoch = fs.layer.Epoch()
+		le.Epoch = v.layer.Epoch()
 		for _, p := range s.paths {
 			after.put(p, &le)
 		}
@@ -80,7 +80,7 @@ func (fs *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 	}
 	for _, n := range nameless {
 		le := *n.entry
-		le.Epoch = fs.layer.Epoch()
+		le.Epoch = v.layer.Epoch()
 		after.promote(n, &le)
 	}
 	if err := after.commit(); err != nil {
@@ -92,14 +92,14 @@ func (fs *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 // Restore makes the branch's entries those of snap (the caller takes a
 // safety snapshot first) and rebuilds the view. The returned stale
 // nodes must be dropped from the kernel's caches (fs.Server.Invalidate).
-func (fs *FS) Restore(snap branch.Snapshot) ([]Stale, error) {
-	if fs.layer == nil {
+func (v *FS) Restore(snap branch.Snapshot) ([]Stale, error) {
+	if v.layer == nil {
 		return nil, fmt.Errorf("a snapshot's view cannot be restored into")
 	}
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if err := fs.layer.ResetTo(snap); err != nil {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.layer.ResetTo(snap); err != nil {
 		return nil, err
 	}
-	return fs.reloadLocked()
+	return v.reloadLocked()
 }

@@ -26,20 +26,20 @@ func (e *env) otherView(c Config) *env {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { v.Close() })
-	return &env{t: e.t, lower: e.lower, bs: e.bs, meta: e.meta, fs: v}
+	return &env{t: e.t, lower: e.lower, bs: e.bs, meta: e.meta, view: v}
 }
 
 func TestSnapshotIsImmutable(t *testing.T) {
 	e := newEnv(t, map[string]string{"d/lower": "lower", "gone": "x"})
 	e.write("d/lower", "v1")
-	r := e.fs.Root()
-	_, f, _, err := e.fs.Create(e.must("d"), "open", unix.O_RDWR, 0644, Caller{})
+	r := e.view.Root()
+	_, f, _, err := e.view.Create(e.must("d"), "open", unix.O_RDWR, 0644, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.WriteAt([]byte("before"), 0) // open for writing across the snapshot
 
-	snap, err := e.fs.Snapshot("one", branch.KindManual)
+	snap, err := e.view.Snapshot("one", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,16 +47,16 @@ func TestSnapshotIsImmutable(t *testing.T) {
 	f.Release()
 	e.write("d/lower", "v2")
 	mode := uint32(0600)
-	if _, err := e.fs.Setattr(e.must("d/lower"), SetAttr{Mode: &mode}, nil); err != nil {
+	if _, err := e.view.Setattr(e.must("d/lower"), SetAttr{Mode: &mode}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Unlink(r, "gone"); err != nil {
+	if err := e.view.Unlink(r, "gone"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := e.fs.Create(r, "new", unix.O_RDWR, 0644, Caller{}); err != nil {
+	if _, _, _, err := e.view.Create(r, "new", unix.O_RDWR, 0644, Caller{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Rename(e.must("d"), "lower", r, "moved", 0); err != nil {
+	if err := e.view.Rename(e.must("d"), "lower", r, "moved", 0); err != nil {
 		t.Fatal(err)
 	}
 
@@ -67,15 +67,15 @@ func TestSnapshotIsImmutable(t *testing.T) {
 	if _, err := s.walk("new"); err != unix.ENOENT {
 		t.Errorf("snapshot shows a file made after it: %v", err)
 	}
-	st, _ := s.fs.Getattr(s.must("d/lower"))
+	st, _ := s.view.Getattr(s.must("d/lower"))
 	eq(t, "snapshot mode", st.Mode&07777, uint32(0644))
-	if _, _, _, err := s.fs.Create(s.fs.Root(), "x", unix.O_RDWR, 0644, Caller{}); err != unix.EROFS {
+	if _, _, _, err := s.view.Create(s.view.Root(), "x", unix.O_RDWR, 0644, Caller{}); err != unix.EROFS {
 		t.Errorf("create in a snapshot's view: %v, want EROFS", err)
 	}
 	eq(t, "branch moved", e.read("moved"), "v2")
 	eq(t, "branch open", e.read("d/open"), "AFTER!")
 
-	stale, err := e.fs.Restore(snap)
+	stale, err := e.view.Restore(snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func (e *env) branchView(l *branch.Layer) *env {
 func TestBranchViewsAreIndependent(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "lower", "g": "lower"})
 	e.write("f", "main")
-	snap, err := e.fs.Snapshot("", branch.KindManual)
+	snap, err := e.view.Snapshot("", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,21 +130,21 @@ func TestBranchViewsAreIndependent(t *testing.T) {
 // must thaw the file at that name, not bring the unlinked one back.
 func TestThawHardLinkAfterUnlink(t *testing.T) {
 	e := newEnv(t, map[string]string{})
-	r := e.fs.Root()
-	n, f, _, err := e.fs.Create(r, "x", unix.O_RDWR, 0644, Caller{})
+	r := e.view.Root()
+	n, f, _, err := e.view.Create(r, "x", unix.O_RDWR, 0644, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.WriteAt([]byte("v1"), 0)
 	f.Release()
-	if _, err := e.fs.Link(n, r, "y"); err != nil {
+	if _, err := e.view.Link(n, r, "y"); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := e.fs.Snapshot("", branch.KindManual)
+	snap, err := e.view.Snapshot("", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Unlink(r, "x"); err != nil {
+	if err := e.view.Unlink(r, "x"); err != nil {
 		t.Fatal(err)
 	}
 	e.write("y", "v2")
@@ -164,7 +164,7 @@ func TestThawHardLinkAfterUnlink(t *testing.T) {
 // follows the node to the clone a write makes.
 func TestPinnedFileAcrossSnapshot(t *testing.T) {
 	e := newEnv(t, map[string]string{})
-	_, f, _, err := e.fs.Create(e.fs.Root(), "p", unix.O_RDWR, 0644, Caller{})
+	_, f, _, err := e.view.Create(e.view.Root(), "p", unix.O_RDWR, 0644, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestPinnedFileAcrossSnapshot(t *testing.T) {
 	f.Release()
 	n := e.must("p")
 
-	r, err := e.fs.Open(n, unix.O_RDONLY)
+	r, err := e.view.Open(n, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,13 +180,13 @@ func TestPinnedFileAcrossSnapshot(t *testing.T) {
 		t.Fatal("a read-only file on an upper object of its own cannot be pinned")
 	}
 	obj := n.object
-	snap, err := e.fs.Snapshot("pinned", branch.KindManual)
+	snap, err := e.view.Snapshot("pinned", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.object != obj || e.fs.frozenLocked(n.entry) {
+	if n.object != obj || e.view.frozenLocked(n.entry) {
 		t.Fatalf("after the snapshot the pinned file's node has object %s (frozen: %v), want %s, not frozen",
-			n.object, e.fs.frozenLocked(n.entry), obj)
+			n.object, e.view.frozenLocked(n.entry), obj)
 	}
 	// The kernel writes to the pinned object directly.
 	if err := os.WriteFile(objPath(e, obj), []byte("two"), 0); err != nil {
@@ -197,13 +197,13 @@ func TestPinnedFileAcrossSnapshot(t *testing.T) {
 	eq(t, "p in the snapshot", e.snapView(snap).read("p"), "one")
 
 	// Unpinned, the object is shared with the next snapshot.
-	if _, err := e.fs.Snapshot("shared", branch.KindManual); err != nil {
+	if _, err := e.view.Snapshot("shared", branch.KindManual); err != nil {
 		t.Fatal(err)
 	}
-	if !e.fs.frozenLocked(n.entry) {
+	if !e.view.frozenLocked(n.entry) {
 		t.Fatal("with no file open, the snapshot does not share the object")
 	}
-	r, err = e.fs.Open(n, unix.O_RDONLY)
+	r, err = e.view.Open(n, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,28 +233,28 @@ func objPath(e *env, id string) string {
 // Before, a writable open of such a node cloned its object forever.
 func TestChangeStaleNode(t *testing.T) {
 	e := newEnv(t, map[string]string{"w": "snap", "r": "snap"})
-	snap, err := e.fs.Snapshot("before", branch.KindManual)
+	snap, err := e.view.Snapshot("before", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.write("w", "mine")
 	e.write("r", "mine")
 	wn, rn := e.must("w"), e.must("r")
-	wf, err := e.fs.Open(wn, unix.O_RDWR)
+	wf, err := e.view.Open(wn, unix.O_RDWR)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer wf.Release()
-	rf, err := e.fs.Open(rn, unix.O_RDONLY)
+	rf, err := e.view.Open(rn, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rf.Release()
-	safety, err := e.fs.Snapshot("safety", branch.KindSafety)
+	safety, err := e.view.Snapshot("safety", branch.KindSafety)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.fs.Restore(snap); err != nil {
+	if _, err := e.view.Restore(snap); err != nil {
 		t.Fatal(err)
 	}
 	objects := e.objectCount()
@@ -262,7 +262,7 @@ func TestChangeStaleNode(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		again, err := e.fs.Open(wn, unix.O_RDWR)
+		again, err := e.view.Open(wn, unix.O_RDWR)
 		if err != nil {
 			t.Errorf("writable open of a stale node held open for writing: %v", err)
 			return
@@ -270,16 +270,16 @@ func TestChangeStaleNode(t *testing.T) {
 		again.WriteAt([]byte("late"), 0)
 		again.Release()
 		mode := uint32(0600)
-		if _, err := e.fs.Setattr(wn, SetAttr{Mode: &mode}, nil); err != nil {
+		if _, err := e.view.Setattr(wn, SetAttr{Mode: &mode}, nil); err != nil {
 			t.Errorf("chmod of a stale node held open for writing: %v", err)
 		}
-		if _, err := e.fs.Open(rn, unix.O_RDWR); err != unix.ESTALE {
+		if _, err := e.view.Open(rn, unix.O_RDWR); err != unix.ESTALE {
 			t.Errorf("writable open of a stale node held open for reading: %v, want ESTALE", err)
 		}
-		if _, err := e.fs.Setattr(rn, SetAttr{Mode: &mode}, nil); err != unix.ESTALE {
+		if _, err := e.view.Setattr(rn, SetAttr{Mode: &mode}, nil); err != unix.ESTALE {
 			t.Errorf("chmod of a stale node held open for reading: %v, want ESTALE", err)
 		}
-		if err := e.fs.Setxattr(rn, "user.x", []byte("1"), 0); err != unix.ESTALE {
+		if err := e.view.Setxattr(rn, "user.x", []byte("1"), 0); err != unix.ESTALE {
 			t.Errorf("setxattr of a stale node held open for reading: %v, want ESTALE", err)
 		}
 	}()
@@ -299,7 +299,7 @@ func TestChangeStaleNode(t *testing.T) {
 	sv := e.snapView(safety)
 	eq(t, "w in the safety snapshot", sv.read("w"), "mine")
 	eq(t, "r in the safety snapshot", sv.read("r"), "mine")
-	st, _ := sv.fs.Getattr(sv.must("w"))
+	st, _ := sv.view.Getattr(sv.must("w"))
 	eq(t, "w's mode in the safety snapshot", st.Mode&07777, uint32(0644))
 }
 
@@ -320,17 +320,17 @@ func TestSetattrUnlinkedFrozen(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "lower"})
 	e.write("f", "data")
 	n := e.must("f")
-	if _, err := e.fs.Snapshot("", branch.KindManual); err != nil {
+	if _, err := e.view.Snapshot("", branch.KindManual); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Unlink(e.fs.Root(), "f"); err != nil {
+	if err := e.view.Unlink(e.view.Root(), "f"); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
 		mode := uint32(0600)
 		ts := unix.Timespec{Sec: 1}
-		_, err := e.fs.Setattr(n, SetAttr{Mode: &mode, Mtime: &ts, Ctime: true}, nil)
+		_, err := e.view.Setattr(n, SetAttr{Mode: &mode, Mtime: &ts, Ctime: true}, nil)
 		done <- err
 	}()
 	select {
@@ -341,7 +341,7 @@ func TestSetattrUnlinkedFrozen(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Setattr of an unlinked file a snapshot shares did not return")
 	}
-	st, err := e.fs.Getattr(n)
+	st, err := e.view.Getattr(n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestSetattrUnlinkedFrozen(t *testing.T) {
 func TestSnapshotKeepsNamelessWriter(t *testing.T) {
 	e := newEnv(t, map[string]string{"d/": ""})
 	d := e.must("d")
-	n, w, _, err := e.fs.Tmpfile(d, unix.O_RDWR, 0o600, Caller{})
+	n, w, _, err := e.view.Tmpfile(d, unix.O_RDWR, 0o600, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,20 +365,20 @@ func TestSnapshotKeepsNamelessWriter(t *testing.T) {
 	if _, err := w.WriteAt([]byte("first "), 0); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := e.fs.Snapshot("", branch.KindAuto)
+	snap, err := e.view.Snapshot("", branch.KindAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
 	obj := n.object
 	mode := uint32(0o644)
-	if _, err := e.fs.Setattr(n, SetAttr{Mode: &mode}, w); err != nil {
+	if _, err := e.view.Setattr(n, SetAttr{Mode: &mode}, w); err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "object after fchmod (no snapshot shares it)", n.object, obj)
 	if _, err := w.WriteAt([]byte("second"), 6); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.fs.Link(n, d, "out"); err != nil {
+	if _, err := e.view.Link(n, d, "out"); err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "d/out", e.read("d/out"), "first second")
@@ -394,32 +394,32 @@ func TestSnapshotUnlinkedWriter(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "lower"})
 	e.write("f", "data")
 	n := e.must("f")
-	w, err := e.fs.Open(n, unix.O_RDWR)
+	w, err := e.view.Open(n, unix.O_RDWR)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Release()
-	if err := e.fs.Unlink(e.fs.Root(), "f"); err != nil {
+	if err := e.view.Unlink(e.view.Root(), "f"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.fs.Snapshot("", branch.KindManual); err != nil {
+	if _, err := e.view.Snapshot("", branch.KindManual); err != nil {
 		t.Fatal(err)
 	}
 	obj := n.object
 	mode := uint32(0o600)
-	if _, err := e.fs.Setattr(n, SetAttr{Mode: &mode}, w); err != nil {
+	if _, err := e.view.Setattr(n, SetAttr{Mode: &mode}, w); err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "object after fchmod (no snapshot shares it)", n.object, obj)
 	if _, err := w.WriteAt([]byte("longer data"), 0); err != nil {
 		t.Fatal(err)
 	}
-	st, err := e.fs.Getattr(n)
+	st, err := e.view.Getattr(n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "size", st.Size, int64(11))
-	r, err := e.fs.Open(n, unix.O_RDONLY)
+	r, err := e.view.Open(n, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}

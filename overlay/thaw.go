@@ -23,20 +23,20 @@ import (
 // copies no data.
 
 // frozenLocked reports whether entry e names an object that a snapshot
-// shares. fs.mu is held.
-func (fs *FS) frozenLocked(e *branch.Entry) bool {
+// shares. v.mu is held.
+func (v *FS) frozenLocked(e *branch.Entry) bool {
 	if e == nil || e.Object == "" {
 		return false
 	}
-	return fs.layer != nil && e.Epoch < fs.layer.Epoch()
+	return v.layer != nil && e.Epoch < v.layer.Epoch()
 }
 
 // frozenNodeLocked reports whether n's object is shared with a snapshot
 // and must be thawed before it changes. A node a Reload cut loose never
 // is: its entry is no longer the view's, and changeStaleLocked decides what
 // may change it.
-func (fs *FS) frozenNodeLocked(n *Node) bool {
-	return !n.stale && n.object != "" && n.entry != nil && fs.frozenLocked(n.entry)
+func (v *FS) frozenNodeLocked(n *Node) bool {
+	return !n.stale && n.object != "" && n.entry != nil && v.frozenLocked(n.entry)
 }
 
 // changeStaleLocked decides a change to n when a Reload cut it loose: a
@@ -48,15 +48,15 @@ func (fs *FS) frozenNodeLocked(n *Node) bool {
 // after the Reload only this and Pin add writers and pins, and only to
 // a node that has some. Otherwise the object may be the safety
 // snapshot's, and there is no name left to copy it up to: ESTALE, as
-// for a file that is gone. fs.mu is held (Reload sets n.stale with it
+// for a file that is gone. v.mu is held (Reload sets n.stale with it
 // held exclusively).
-func (fs *FS) changeStaleLocked(n *Node) (bool, error) {
+func (v *FS) changeStaleLocked(n *Node) (bool, error) {
 	if !n.stale {
 		return false, nil
 	}
-	fs.nodesMu.Lock()
+	v.nodesMu.Lock()
 	own := n.object != "" && (n.entry == nil || !n.entry.Metacopy) && (n.writers > 0 || n.pins > 0)
-	fs.nodesMu.Unlock()
+	v.nodesMu.Unlock()
 	if !own {
 		return true, unix.ESTALE
 	}
@@ -64,14 +64,14 @@ func (fs *FS) changeStaleLocked(n *Node) (bool, error) {
 }
 
 // thawLocked gives upper node n an object of its own when its object is
-// frozen, and returns n's entry (possibly new). fs.mu is held
+// frozen, and returns n's entry (possibly new). v.mu is held
 // exclusively.
-func (fs *FS) thawLocked(t *tx, n *Node) (*branch.Entry, error) {
+func (v *FS) thawLocked(t *tx, n *Node) (*branch.Entry, error) {
 	e := t.entryOf(n)
-	if !fs.frozenLocked(e) {
+	if !v.frozenLocked(e) {
 		return e, nil
 	}
-	id, err := fs.objs.Clone(e.Object)
+	id, err := v.objs.Clone(e.Object)
 	if err != nil {
 		return nil, fmt.Errorf("thawing %s: %w", e.Object, err)
 	}
@@ -81,18 +81,18 @@ func (fs *FS) thawLocked(t *tx, n *Node) (*branch.Entry, error) {
 	// The clone belongs to no snapshot, named or not: a node without a
 	// name (unlinked while held) has no put to say so, and a frozen
 	// entry would have its change thaw it again, for ever.
-	if fs.layer != nil {
-		ne.Epoch = fs.layer.Epoch()
+	if v.layer != nil {
+		ne.Epoch = v.layer.Epoch()
 	}
 	// The node's own name is the only one when it still names this
 	// object and nothing else links it; a hard-linked node may still
 	// carry a name that was unlinked since: then look every name up.
 	var paths []string
-	if p, ok := n.pathLocked(); ok && fs.namesObjectLocked(p, e.Object) &&
-		(e.Type != branch.TypeFile || fs.links[e.Object] <= 1) {
+	if p, ok := n.pathLocked(); ok && v.namesObjectLocked(p, e.Object) &&
+		(e.Type != branch.TypeFile || v.links[e.Object] <= 1) {
 		paths = []string{p}
 	} else {
-		paths = fs.pathsOfLocked(e.Object)
+		paths = v.pathsOfLocked(e.Object)
 	}
 	for _, p := range paths {
 		t.put(p, &ne)
@@ -104,23 +104,23 @@ func (fs *FS) thawLocked(t *tx, n *Node) (*branch.Entry, error) {
 }
 
 // namesObjectLocked reports whether the entry at p names object obj.
-func (fs *FS) namesObjectLocked(p, obj string) bool {
+func (v *FS) namesObjectLocked(p, obj string) bool {
 	if p == "" {
-		return fs.rootEntry != nil && fs.rootEntry.Object == obj
+		return v.rootEntry != nil && v.rootEntry.Object == obj
 	}
-	ie := fs.indexGet(p)
+	ie := v.indexGet(p)
 	return ie != nil && ie.Object == obj
 }
 
 // thaw is thawLocked in a transaction of its own.
-func (fs *FS) thaw(n *Node) error {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if !fs.frozenLocked(n.entry) {
+func (v *FS) thaw(n *Node) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.frozenLocked(n.entry) {
 		return nil
 	}
-	t := fs.newTx()
-	if _, err := fs.thawLocked(t, n); err != nil {
+	t := v.newTx()
+	if _, err := v.thawLocked(t, n); err != nil {
 		return t.fail(err)
 	}
 	return t.commit()

@@ -50,28 +50,28 @@ func (e *env) objState(id string) objState {
 // shows the changes.
 func TestFrozenObjectsThaw(t *testing.T) {
 	e := newEnv(t, map[string]string{"d/": "", "lowerfile": "lower"})
-	r := e.fs.Root()
+	r := e.view.Root()
 	for _, name := range []string{"f", "g", "h"} {
-		_, f, _, err := e.fs.Create(e.must("d"), name, unix.O_RDWR, 0644, Caller{})
+		_, f, _, err := e.view.Create(e.must("d"), name, unix.O_RDWR, 0644, Caller{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		f.WriteAt([]byte("v1 "+name), 0)
 		f.Release()
 	}
-	if _, err := e.fs.Link(e.must("d/g"), r, "g2"); err != nil {
+	if _, err := e.view.Link(e.must("d/g"), r, "g2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Setxattr(e.must("d/h"), "user.a", []byte("1"), 0); err != nil {
+	if err := e.view.Setxattr(e.must("d/h"), "user.a", []byte("1"), 0); err != nil {
 		t.Fatal(err)
 	}
 	mode := uint32(0600)
-	if _, err := e.fs.Setattr(e.must("lowerfile"), SetAttr{Mode: &mode}, nil); err != nil {
+	if _, err := e.view.Setattr(e.must("lowerfile"), SetAttr{Mode: &mode}, nil); err != nil {
 		t.Fatal(err) // a metacopy
 	}
 
 	// Every object is now shared with the snapshot.
-	if _, err := e.fs.Snapshot("", branch.KindManual); err != nil {
+	if _, err := e.view.Snapshot("", branch.KindManual); err != nil {
 		t.Fatal(err)
 	}
 	before := map[string]objState{}
@@ -83,23 +83,23 @@ func TestFrozenObjectsThaw(t *testing.T) {
 		before[id] = e.objState(id)
 	}
 
-	e.write("d/f", "v2 f")                                                         // data
-	e.write("g2", "v2 g")                                                          // data through a second link
-	if err := e.fs.Setxattr(e.must("d/h"), "user.a", []byte("2"), 0); err != nil { // xattr
+	e.write("d/f", "v2 f")                                                           // data
+	e.write("g2", "v2 g")                                                            // data through a second link
+	if err := e.view.Setxattr(e.must("d/h"), "user.a", []byte("2"), 0); err != nil { // xattr
 		t.Fatal(err)
 	}
 	mode = 0640
-	if _, err := e.fs.Setattr(e.must("d/h"), SetAttr{Mode: &mode}, nil); err != nil { // attrs
+	if _, err := e.view.Setattr(e.must("d/h"), SetAttr{Mode: &mode}, nil); err != nil { // attrs
 		t.Fatal(err)
 	}
-	e.write("lowerfile", "new data")                                                              // metacopy -> data
-	if _, _, _, err := e.fs.Create(e.must("d"), "new", unix.O_RDWR, 0644, Caller{}); err != nil { // dir times
+	e.write("lowerfile", "new data")                                                                // metacopy -> data
+	if _, _, _, err := e.view.Create(e.must("d"), "new", unix.O_RDWR, 0644, Caller{}); err != nil { // dir times
 		t.Fatal(err)
 	}
-	if err := e.fs.Rename(e.must("d"), "h", r, "h", 0); err != nil { // ctime of a shared file
+	if err := e.view.Rename(e.must("d"), "h", r, "h", 0); err != nil { // ctime of a shared file
 		t.Fatal(err)
 	}
-	if err := e.fs.Unlink(r, "h"); err != nil { // last link of a shared file
+	if err := e.view.Unlink(r, "h"); err != nil { // last link of a shared file
 		t.Fatal(err)
 	}
 

@@ -18,7 +18,7 @@ import (
 // The in-memory index is updated as the operation goes; if the commit
 // fails, it is reloaded from the layer.
 type tx struct {
-	fs      *FS
+	view    *FS
 	b       branch.Batch
 	created []string  // objects made by this operation
 	doomed  []string  // objects to remove once the commit is durable
@@ -46,28 +46,28 @@ type promo struct {
 	data bool // the node's data moves to e's object: its files follow
 }
 
-func (fs *FS) newTx() *tx { return &tx{fs: fs} }
+func (v *FS) newTx() *tx { return &tx{view: v} }
 
 func (t *tx) put(p string, e *branch.Entry) {
-	if e.Object != "" && t.fs.layer != nil && slices.Contains(t.created, e.Object) {
-		e.Epoch = t.fs.layer.Epoch() // a new object belongs to no snapshot
+	if e.Object != "" && t.view.layer != nil && slices.Contains(t.created, e.Object) {
+		e.Epoch = t.view.layer.Epoch() // a new object belongs to no snapshot
 	}
-	old := t.fs.indexGet(p)
-	if old == nil && !t.deleted[p] && t.fs.layer != nil && !isBelow(p, internalDir) && !t.fs.inOpaqueDirLocked(p) {
+	old := t.view.indexGet(p)
+	if old == nil && !t.deleted[p] && t.view.layer != nil && !isBelow(p, internalDir) && !t.view.inOpaqueDirLocked(p) {
 		t.recordBase(p)
 	}
 	if old != nil && old.IsWhiteout() && old.Ino != 0 &&
 		!(e.IsWhiteout() && e.Ino == old.Ino) {
 		// The lower name this whiteout hid (and counted for the
 		// st_nlink of its hard-linked file) stays hidden under e.
-		if id, err := t.fs.cfg.AllocIno(); err != nil {
+		if id, err := t.view.cfg.AllocIno(); err != nil {
 			t.err = err
 		} else {
-			t.fs.indexPut(hiddenPath(id), old)
+			t.view.indexPut(hiddenPath(id), old)
 			t.b.Put(hiddenPath(id), old)
 		}
 	}
-	t.fs.indexPut(p, e)
+	t.view.indexPut(p, e)
 	t.b.Put(p, e)
 }
 
@@ -76,7 +76,7 @@ func (t *tx) del(p string) {
 		t.deleted = map[string]bool{}
 	}
 	t.deleted[p] = true
-	t.fs.indexDel(p)
+	t.view.indexDel(p)
 	t.b.Delete(p)
 }
 
@@ -89,23 +89,23 @@ func (t *tx) commit() error {
 	if t.err != nil {
 		return t.fail(t.err)
 	}
-	if t.fs.layer == nil {
+	if t.view.layer == nil {
 		// A read-only view (a snapshot, the lower tree): forget what
 		// the operation put in the index.
 		return t.fail(unix.EROFS)
 	}
 	if t.b.Len() > 0 {
-		if err := t.fs.layer.Commit(&t.b); err != nil {
-			t.fs.log.Error("committing metadata", "err", err)
-			if lerr := t.fs.loadLocked(); lerr != nil {
-				t.fs.log.Error("reloading index", "err", lerr)
+		if err := t.view.layer.Commit(&t.b); err != nil {
+			t.view.log.Error("committing metadata", "err", err)
+			if lerr := t.view.loadLocked(); lerr != nil {
+				t.view.log.Error("reloading index", "err", lerr)
 			}
 			t.abort()
 			return fmt.Errorf("commit: %w", unix.EIO)
 		}
 	}
 	for _, p := range t.promos {
-		t.fs.promoteLocked(p.n, p.e)
+		t.view.promoteLocked(p.n, p.e)
 		if p.data {
 			p.n.dataGen.Add(1)
 		}
@@ -114,31 +114,31 @@ func (t *tx) commit() error {
 		n.unlinked, n.parent = true, nil
 	}
 	for _, c := range t.copies {
-		t.fs.keepCtime(c)
+		t.view.keepCtime(c)
 	}
 	now := unix.NsecToTimespec(time.Now().UnixNano())
 	for _, id := range t.touched {
-		loc := t.fs.objs.Loc(id)
+		loc := t.view.objs.Loc(id)
 		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, now}
 		if err := unix.UtimesNanoAt(loc.Dirfd, loc.Name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			t.fs.log.Warn("touching directory", "object", id, "err", err)
+			t.view.log.Warn("touching directory", "object", id, "err", err)
 		}
 	}
 	for _, id := range t.bumped {
-		if err := t.fs.bumpCtime(id); err != nil {
-			t.fs.log.Warn("updating ctime", "object", id, "err", err)
+		if err := t.view.bumpCtime(id); err != nil {
+			t.view.log.Warn("updating ctime", "object", id, "err", err)
 		}
 	}
 	if len(t.doomed) > 0 {
-		if err := t.fs.settle(); err != nil {
-			t.fs.log.Warn("objects left for gc: the commit that freed them is not written", "err", err)
+		if err := t.view.settle(); err != nil {
+			t.view.log.Warn("objects left for gc: the commit that freed them is not written", "err", err)
 			t.doomed = nil
 		}
 	}
 	for _, id := range t.doomed {
-		t.fs.forgetCtime(id)
-		if err := t.fs.objs.Recycle(id); err != nil {
-			t.fs.log.Warn("removing object", "object", id, "err", err)
+		t.view.forgetCtime(id)
+		if err := t.view.objs.Recycle(id); err != nil {
+			t.view.log.Warn("removing object", "object", id, "err", err)
 		}
 	}
 	return nil
@@ -148,8 +148,8 @@ func (t *tx) commit() error {
 // be consistent with the layer.
 func (t *tx) abort() {
 	for _, id := range t.created {
-		if err := t.fs.objs.Remove(id); err != nil {
-			t.fs.log.Warn("removing object", "object", id, "err", err)
+		if err := t.view.objs.Remove(id); err != nil {
+			t.view.log.Warn("removing object", "object", id, "err", err)
 		}
 	}
 }
@@ -158,8 +158,8 @@ func (t *tx) abort() {
 // reloaded (it may hold changes that were never committed).
 func (t *tx) fail(err error) error {
 	if t.b.Len() > 0 {
-		if lerr := t.fs.loadLocked(); lerr != nil {
-			t.fs.log.Error("reloading index", "err", lerr)
+		if lerr := t.view.loadLocked(); lerr != nil {
+			t.view.log.Error("reloading index", "err", lerr)
 		}
 	}
 	t.abort()
@@ -201,9 +201,9 @@ func (t *tx) entryOf(n *Node) *branch.Entry {
 // thawing it first if a snapshot shares it (on failure the times are
 // left alone: the snapshot matters more).
 func (t *tx) touch(dir *Node) {
-	e, err := t.fs.thawLocked(t, dir)
+	e, err := t.view.thawLocked(t, dir)
 	if err != nil {
-		t.fs.log.Warn("directory times not updated", "err", err)
+		t.view.log.Warn("directory times not updated", "err", err)
 		return
 	}
 	if e != nil && e.Object != "" {
@@ -215,7 +215,7 @@ func (t *tx) touch(dir *Node) {
 
 // bump marks n's object for a ctime update at commit.
 func (t *tx) bump(n *Node) {
-	if n == nil || t.fs.frozenLocked(t.entryOf(n)) {
+	if n == nil || t.view.frozenLocked(t.entryOf(n)) {
 		return // no data copy for a ctime (see thaw.go)
 	}
 	if id := t.objectOf(n); id != "" {
@@ -226,9 +226,9 @@ func (t *tx) bump(n *Node) {
 // bumpCtime sets an object's ctime to now and changes nothing else:
 // chmod to its own mode (chown(-1, -1) would also clear setuid and
 // setgid bits); symlinks, which have no mode to set, get chown(-1, -1).
-func (fs *FS) bumpCtime(id string) error {
-	loc := fs.objs.Loc(id)
-	st, err := fs.objs.Lstat(id)
+func (v *FS) bumpCtime(id string) error {
+	loc := v.objs.Loc(id)
+	st, err := v.objs.Lstat(id)
 	if err != nil {
 		return err
 	}

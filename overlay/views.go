@@ -22,27 +22,27 @@ func LowerView(lower string, objs *backstore.Store) (*FS, error) {
 
 // ReadOnly reports whether the view shows a snapshot or the plain
 // lower tree (changes fail with EROFS).
-func (fs *FS) ReadOnly() bool {
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
-	return fs.layer == nil
+func (v *FS) ReadOnly() bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.layer == nil
 }
 
 // Source returns the entries the view shows: its branch's layer, its
 // snapshot, or an empty source for a lower view.
-func (fs *FS) Source() branch.Source {
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
-	return fs.sourceLocked()
+func (v *FS) Source() branch.Source {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.sourceLocked()
 }
 
-// sourceLocked is Source with fs.mu held.
-func (fs *FS) sourceLocked() branch.Source {
+// sourceLocked is Source with v.mu held.
+func (v *FS) sourceLocked() branch.Source {
 	switch {
-	case fs.layer != nil:
-		return fs.layer
-	case fs.cfg.Snapshot != nil:
-		return fs.cfg.Snapshot
+	case v.layer != nil:
+		return v.layer
+	case v.cfg.Snapshot != nil:
+		return v.cfg.Snapshot
 	}
 	return noEntries{}
 }

@@ -14,7 +14,7 @@ func (e *env) lowerView() *env {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { v.Close() })
-	return &env{t: e.t, lower: e.lower, bs: e.bs, meta: e.meta, fs: v}
+	return &env{t: e.t, lower: e.lower, bs: e.bs, meta: e.meta, view: v}
 }
 
 func TestLowerViewIsLowerAndReadOnly(t *testing.T) {
@@ -22,16 +22,16 @@ func TestLowerViewIsLowerAndReadOnly(t *testing.T) {
 	e.write("d/f", "upper")
 	l := e.lowerView()
 	eq(t, "lower view d/f", l.read("d/f"), "lower")
-	eq(t, "read-only", l.fs.ReadOnly(), true)
-	eq(t, "branch view read-only", e.fs.ReadOnly(), false)
-	f, err := l.fs.Open(l.must("d/f"), unix.O_WRONLY)
+	eq(t, "read-only", l.view.ReadOnly(), true)
+	eq(t, "branch view read-only", e.view.ReadOnly(), false)
+	f, err := l.view.Open(l.must("d/f"), unix.O_WRONLY)
 	if err != unix.EROFS {
 		t.Errorf("write open in a lower view: %v, want EROFS", err)
 	}
 	if f != nil {
 		f.Release()
 	}
-	if _, _, err := l.fs.Mkdir(l.must("d"), "x", 0755, Caller{}); err != unix.EROFS {
+	if _, _, err := l.view.Mkdir(l.must("d"), "x", 0755, Caller{}); err != unix.EROFS {
 		t.Errorf("mkdir in a lower view: %v, want EROFS", err)
 	}
 	n := 0

@@ -18,16 +18,16 @@ import (
 // snapshot shares does not change it.
 
 // release drops the lookup reference a walk took on n.
-func (fs *FS) release(n *Node) {
-	if n != nil && n != fs.root {
-		fs.Forget(n, 1)
+func (v *FS) release(n *Node) {
+	if n != nil && n != v.root {
+		v.Forget(n, 1)
 	}
 }
 
 // lookupChild looks name up in dir for a walk: a nil node (and no
 // error) when the name does not exist.
-func (fs *FS) lookupChild(dir *Node, name string) (*Node, unix.Stat_t, error) {
-	n, st, err := fs.Lookup(dir, name)
+func (v *FS) lookupChild(dir *Node, name string) (*Node, unix.Stat_t, error) {
+	n, st, err := v.Lookup(dir, name)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 		return nil, st, nil
 	}
@@ -36,15 +36,15 @@ func (fs *FS) lookupChild(dir *Node, name string) (*Node, unix.Stat_t, error) {
 
 // lookupPath resolves path p ("" is the root) for a walk: a nil node
 // (and no error) when it does not exist.
-func (fs *FS) lookupPath(p string) (*Node, unix.Stat_t, error) {
-	n := fs.root
-	st, err := fs.Getattr(n)
+func (v *FS) lookupPath(p string) (*Node, unix.Stat_t, error) {
+	n := v.root
+	st, err := v.Getattr(n)
 	if err != nil || p == "" {
 		return n, st, err
 	}
 	for _, name := range pathNames(p) {
-		c, cst, err := fs.lookupChild(n, name)
-		fs.release(n)
+		c, cst, err := v.lookupChild(n, name)
+		v.release(n)
 		if c == nil || err != nil {
 			return nil, cst, err
 		}
@@ -58,18 +58,18 @@ func (fs *FS) lookupPath(p string) (*Node, unix.Stat_t, error) {
 // looked up (each with a lookup reference) and starts the next lookup
 // from the deepest one they share.
 type pathCursor struct {
-	fs    *FS
+	view  *FS
 	names []string // the directories held, from the root down
 	dirs  []*Node  // dirs[i] is names[:i]; dirs[0] is the root
 }
 
-func (fs *FS) newCursor() *pathCursor { return &pathCursor{fs: fs, dirs: []*Node{fs.root}} }
+func (v *FS) newCursor() *pathCursor { return &pathCursor{view: v, dirs: []*Node{v.root}} }
 
 // lookup is lookupPath(p) through the directories held.
 func (c *pathCursor) lookup(p string) (*Node, unix.Stat_t, error) {
 	if p == "" {
-		st, err := c.fs.Getattr(c.fs.root)
-		return c.fs.root, st, err
+		st, err := c.view.Getattr(c.view.root)
+		return c.view.root, st, err
 	}
 	names := pathNames(p)
 	parent := names[:len(names)-1]
@@ -79,19 +79,19 @@ func (c *pathCursor) lookup(p string) (*Node, unix.Stat_t, error) {
 	}
 	c.drop(keep)
 	for _, name := range parent[keep:] {
-		n, _, err := c.fs.lookupChild(c.dirs[len(c.dirs)-1], name)
+		n, _, err := c.view.lookupChild(c.dirs[len(c.dirs)-1], name)
 		if n == nil || err != nil {
 			return nil, unix.Stat_t{}, err
 		}
 		c.names, c.dirs = append(c.names, name), append(c.dirs, n)
 	}
-	return c.fs.lookupChild(c.dirs[len(c.dirs)-1], names[len(names)-1])
+	return c.view.lookupChild(c.dirs[len(c.dirs)-1], names[len(names)-1])
 }
 
 // drop releases the directories held below the first keep names.
 func (c *pathCursor) drop(keep int) {
 	for _, n := range c.dirs[keep+1:] {
-		c.fs.release(n)
+		c.view.release(n)
 	}
 	c.names, c.dirs = c.names[:keep], c.dirs[:keep+1]
 }
@@ -113,14 +113,14 @@ func pathNames(p string) []string {
 
 // childNames lists directory n, sorted, without ".", ".." and the
 // control file's name (which is also the internal directory's).
-func (fs *FS) childNames(n *Node) ([]string, error) {
-	ents, err := fs.ReadDir(n)
+func (v *FS) childNames(n *Node) ([]string, error) {
+	ents, err := v.ReadDir(n)
 	if err != nil {
 		return nil, err
 	}
 	names := make([]string, 0, len(ents))
 	for _, de := range ents {
-		if de.Name == "." || de.Name == ".." || n == fs.root && de.Name == internalDir {
+		if de.Name == "." || de.Name == ".." || n == v.root && de.Name == internalDir {
 			continue
 		}
 		names = append(names, de.Name)
@@ -131,9 +131,9 @@ func (fs *FS) childNames(n *Node) ([]string, error) {
 
 // dataOf says where regular file n's data lives: an object, or a lower
 // file (lower-only and metacopy files).
-func (fs *FS) dataOf(n *Node) (object, lower string) {
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
+func (v *FS) dataOf(n *Node) (object, lower string) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	if n.object != "" && (n.entry == nil || !n.entry.Metacopy) {
 		return n.object, ""
 	}
@@ -142,9 +142,9 @@ func (fs *FS) dataOf(n *Node) (object, lower string) {
 
 // attrsOf says where n's mode, owner, times and xattrs live: its
 // object, or the lower inode.
-func (fs *FS) attrsOf(n *Node) (object, lower string) {
-	fs.mu.RLock()
-	defer fs.mu.RUnlock()
+func (v *FS) attrsOf(n *Node) (object, lower string) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	if n.object != "" {
 		return n.object, ""
 	}
@@ -153,18 +153,18 @@ func (fs *FS) attrsOf(n *Node) (object, lower string) {
 
 // openData opens regular file n's data read-only, without changing
 // atimes.
-func (fs *FS) openData(n *Node) (*os.File, error) {
-	obj, lower := fs.dataOf(n)
+func (v *FS) openData(n *Node) (*os.File, error) {
+	obj, lower := v.dataOf(n)
 	if obj != "" {
-		return fs.objs.OpenRead(obj)
+		return v.objs.OpenRead(obj)
 	}
-	return fs.openLower(lower, unix.O_RDONLY)
+	return v.openLower(lower, unix.O_RDONLY)
 }
 
 // xattrs returns n's extended attributes, security.selinux left out
 // (a label of the backstore's, not of the file).
-func (fs *FS) xattrs(n *Node) (map[string]string, error) {
-	names, err := readSized(func(b []byte) (int, error) { return fs.Listxattr(n, b) })
+func (v *FS) xattrs(n *Node) (map[string]string, error) {
+	names, err := readSized(func(b []byte) (int, error) { return v.Listxattr(n, b) })
 	if err != nil {
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			return nil, nil
@@ -182,7 +182,7 @@ func (fs *FS) xattrs(n *Node) (map[string]string, error) {
 		if name == "" || name == "security.selinux" {
 			continue
 		}
-		v, err := readSized(func(b []byte) (int, error) { return fs.Getxattr(n, name, b) })
+		v, err := readSized(func(b []byte) (int, error) { return v.Getxattr(n, name, b) })
 		if errors.Is(err, unix.ENODATA) {
 			continue // removed meanwhile
 		}

@@ -43,12 +43,12 @@ func testXattrs(t *testing.T) {
 	get := func(p, name string) (string, error) {
 		t.Helper()
 		n := e.must(p)
-		size, err := e.fs.Getxattr(n, name, nil)
+		size, err := e.view.Getxattr(n, name, nil)
 		if err != nil {
 			return "", err
 		}
 		buf := make([]byte, size)
-		got, err := e.fs.Getxattr(n, name, buf)
+		got, err := e.view.Getxattr(n, name, buf)
 		if err != nil {
 			return "", err
 		}
@@ -59,19 +59,19 @@ func testXattrs(t *testing.T) {
 			t.Errorf("getxattr %q user.a = %q, %v; want %q", p, v, err, "v-"+p)
 		}
 	}
-	if _, err := e.fs.Getxattr(e.must("f"), "user.a", make([]byte, 1)); err != unix.ERANGE {
+	if _, err := e.view.Getxattr(e.must("f"), "user.a", make([]byte, 1)); err != unix.ERANGE {
 		t.Errorf("getxattr into a buffer too small: %v, want ERANGE", err)
 	}
 	if _, err := get("l", "user.a"); err != unix.ENODATA {
 		t.Errorf("getxattr of a symlink followed it: %v, want ENODATA", err)
 	}
 
-	size, err := e.fs.Listxattr(e.must("f"), nil)
+	size, err := e.view.Listxattr(e.must("f"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, size)
-	if size, err = e.fs.Listxattr(e.must("f"), buf); err != nil {
+	if size, err = e.view.Listxattr(e.must("f"), buf); err != nil {
 		t.Fatal(err)
 	}
 	if names := strings.Split(string(buf[:size]), "\x00"); !slices.Contains(names, "user.a") {
@@ -79,10 +79,10 @@ func testXattrs(t *testing.T) {
 	}
 
 	// Changes copy the file up and leave the lower one alone.
-	if err := e.fs.Setxattr(e.must("f"), "user.b", []byte("B"), 0); err != nil {
+	if err := e.view.Setxattr(e.must("f"), "user.b", []byte("B"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Setxattr(e.must("f"), "user.b", []byte("C"), unix.XATTR_CREATE); err != unix.EEXIST {
+	if err := e.view.Setxattr(e.must("f"), "user.b", []byte("C"), unix.XATTR_CREATE); err != unix.EEXIST {
 		t.Errorf("setxattr XATTR_CREATE of an existing name: %v, want EEXIST", err)
 	}
 	if v, err := get("f", "user.b"); err != nil || v != "B" {
@@ -94,13 +94,13 @@ func testXattrs(t *testing.T) {
 	if _, err := unix.Lgetxattr(filepath.Join(e.lower, "f"), "user.b", nil); err != unix.ENODATA {
 		t.Errorf("the lower file got user.b: %v", err)
 	}
-	if err := e.fs.Removexattr(e.must("f"), "user.a"); err != nil {
+	if err := e.view.Removexattr(e.must("f"), "user.a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fs.Removexattr(e.must("f"), "user.a"); err != unix.ENODATA {
+	if err := e.view.Removexattr(e.must("f"), "user.a"); err != unix.ENODATA {
 		t.Errorf("removing a removed xattr: %v, want ENODATA", err)
 	}
-	if err := e.fs.Removexattr(e.must("d/g"), "user.none"); err != unix.ENODATA {
+	if err := e.view.Removexattr(e.must("d/g"), "user.none"); err != unix.ENODATA {
 		t.Errorf("removing a missing xattr of a lower file: %v, want ENODATA", err)
 	}
 	if _, err := unix.Lgetxattr(filepath.Join(e.lower, "f"), "user.a", nil); err != nil {
@@ -109,7 +109,7 @@ func testXattrs(t *testing.T) {
 
 	// A new file has no security.capability, and says so without asking
 	// the backstore; setting an xattr makes it ask again.
-	_, file, _, err := e.fs.Create(e.must("d"), "new", unix.O_RDWR, 0o644, Caller{})
+	_, file, _, err := e.view.Create(e.must("d"), "new", unix.O_RDWR, 0o644, Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,10 +118,10 @@ func testXattrs(t *testing.T) {
 	if !n.noCaps() {
 		t.Error("a new file is not known to have no security.capability")
 	}
-	if _, err := e.fs.Getxattr(n, capsXattr, nil); err != unix.ENODATA {
+	if _, err := e.view.Getxattr(n, capsXattr, nil); err != unix.ENODATA {
 		t.Errorf("getxattr %s of a new file: %v, want ENODATA", capsXattr, err)
 	}
-	if err := e.fs.Setxattr(n, "user.c", []byte("c"), 0); err != nil {
+	if err := e.view.Setxattr(n, "user.c", []byte("c"), 0); err != nil {
 		t.Fatal(err)
 	}
 	if n.noCaps() {
