@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -99,7 +101,7 @@ func TestCrashUnderLoad(t *testing.T) {
 	t.Logf("seed %d (AGENTFS_CRASH_SEED=%d repeats it), %d rounds, hard links: %v", seed, seed, rounds, !noLinks)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	store := filepath.Join(t.TempDir(), "store")
-	m := newMount(t, withStore(store), withLower(crashLowerTree(rng, !noLinks)...))
+	m := harness.NewMount(t, harness.WithStore(store), harness.WithLower(crashLowerTree(rng, !noLinks)...))
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("FAILED with AGENTFS_CRASH_SEED=%d", seed)
@@ -112,7 +114,7 @@ func TestCrashUnderLoad(t *testing.T) {
 		c.workers = append(c.workers, w)
 		c.byRoot[w.root] = w
 	}
-	obs := c.observe(m.dir, "the mount")
+	obs := c.observe(m.Dir, "the mount")
 	for _, o := range obs {
 		if o.kind == 'f' {
 			c.pristine[o.ino] = true
@@ -136,16 +138,16 @@ func TestCrashUnderLoad(t *testing.T) {
 // has the data: in the mount, in a snapshot taken then, and after kill
 // -9 and remount (TestCrashUnderLoad found this case).
 func TestCrashHardLinkAfterSnapshot(t *testing.T) {
-	m := newMount(t, withStore(filepath.Join(t.TempDir(), "store")))
-	writeFile(t, m.path("x"), "v1\n")
-	if err := os.Link(m.path("x"), m.path("y")); err != nil {
+	m := harness.NewMount(t, harness.WithStore(filepath.Join(t.TempDir(), "store")))
+	harness.WriteFile(t, m.Path("x"), "v1\n")
+	if err := os.Link(m.Path("x"), m.Path("y")); err != nil {
 		t.Fatal(err)
 	}
-	takeSnapshot(t, m.dir, "two names")
-	if err := os.Remove(m.path("x")); err != nil {
+	takeSnapshot(t, m.Dir, "two names")
+	if err := os.Remove(m.Path("x")); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(m.path("y"), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(m.Path("y"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,22 +160,22 @@ func TestCrashHardLinkAfterSnapshot(t *testing.T) {
 	f.Close()
 	check := func(dir, when string) {
 		t.Helper()
-		if got := listDir(t, dir); len(got) != 1 || got[0] != "y" {
+		if got := harness.ListDir(t, dir); len(got) != 1 || got[0] != "y" {
 			t.Errorf("%s: the names are %v, want [y] (x was unlinked)", when, got)
 		}
 		if b, err := os.ReadFile(filepath.Join(dir, "y")); err != nil || string(b) != "v1\nv2\n" {
 			t.Errorf("%s: y = %q (%v), want the fsync'ed %q", when, b, err, "v1\nv2\n")
 		}
 	}
-	check(m.dir, "in the mount")
-	id := takeSnapshot(t, m.dir, "after the append")
+	check(m.Dir, "in the mount")
+	id := takeSnapshot(t, m.Dir, "after the append")
 	export := filepath.Join(t.TempDir(), "export")
-	mustC(t, m.dir, "export", id, "--to", export)
+	mustC(t, m.Dir, "export", id, "--to", export)
 	check(export, "in a snapshot taken after the append")
 	killDaemon(t, m)
 	remountDead(t, m)
-	check(m.dir, "after kill -9 and remount")
-	checkFsckClean(t, m.dir)
+	check(m.Dir, "after kill -9 and remount")
+	checkFsckClean(t, m.Dir)
 }
 
 // crashDelay is the time from the start of the load to the kill in round
@@ -190,12 +192,12 @@ func crashDelay(rng *rand.Rand, scale int) time.Duration {
 
 // crashLowerTree is the project: per worker small files, a few large
 // ones (long copy-ups), a hard-linked pair and an empty directory.
-func crashLowerTree(rng *rand.Rand, links bool) []lowerEntry {
-	es := []lowerEntry{lowerFile("README", "crash test project\n")}
+func crashLowerTree(rng *rand.Rand, links bool) []harness.Entry {
+	es := []harness.Entry{harness.LowerFile("README", "crash test project\n")}
 	for i := 0; i < crashWorkers; i++ {
 		w := fmt.Sprintf("w%d", i)
 		file := func(p string, size int) {
-			es = append(es, lowerFile(p, string(crashData(rng, "<lower "+p+">", size))))
+			es = append(es, harness.LowerFile(p, string(crashData(rng, "<lower "+p+">", size))))
 		}
 		for j := 0; j < 10; j++ {
 			file(fmt.Sprintf("%s/a%d", w, j), rng.IntN(6000))
@@ -210,9 +212,9 @@ func crashLowerTree(rng *rand.Rand, links bool) []lowerEntry {
 		file(w+"/src/big2", 1500<<10)
 		file(w+"/hl1", 5000)
 		if links {
-			es = append(es, lowerHardlink(w+"/src/hl2", w+"/hl1"))
+			es = append(es, harness.LowerHardlink(w+"/src/hl2", w+"/hl1"))
 		}
-		es = append(es, lowerDir(w+"/empty"))
+		es = append(es, harness.LowerDir(w+"/empty"))
 	}
 	return es
 }
@@ -362,7 +364,7 @@ type crashSnap struct {
 // crashTest is the state of the whole test.
 type crashTest struct {
 	t        *testing.T
-	m        *mount
+	m        *harness.Mount
 	seed     uint64
 	workers  []*crashWorker
 	byRoot   map[string]*crashWorker
@@ -536,7 +538,7 @@ func (c *crashTest) checkInodes(obs map[string]crashObs) []string {
 			common = files
 		}
 		if len(common) == 0 {
-			problems = append(problems, fmt.Sprintf("%s show the same inode number %d but are not names of one file", joinNames(paths), ino))
+			problems = append(problems, fmt.Sprintf("%s show the same inode number %d but are not names of one file", harness.JoinNames(paths), ino))
 		}
 	}
 	durable := map[int64][]string{}
@@ -619,8 +621,8 @@ func (l *crashLoad) end(who string, err error) {
 		l.c.t.Errorf("round %d: %s failed before the kill: %v", l.round, who, err)
 	}
 	why := "failed"
-	if e := errnoOf(err); e != 0 && e != unix.Errno(^uintptr(0)) {
-		why = errName(err)
+	if e := harness.ErrnoOf(err); e != 0 && e != unix.Errno(^uintptr(0)) {
+		why = harness.ErrName(err)
 	}
 	l.mu.Lock()
 	l.ends = append(l.ends, who+" "+why)
@@ -630,8 +632,8 @@ func (l *crashLoad) end(who string, err error) {
 func (c *crashTest) round(r int, delay time.Duration) {
 	t := c.t
 	t.Helper()
-	pid := c.m.status.Pid
-	if pid <= 0 || !processAlive(pid) {
+	pid := c.m.Status.Pid
+	if pid <= 0 || !procfs.Alive(pid) {
 		t.Fatalf("round %d: no running daemon (status gave pid %d)", r, pid)
 	}
 	l := &crashLoad{c: c, round: r, stopCh: make(chan struct{})}
@@ -667,7 +669,7 @@ func (c *crashTest) round(r int, delay time.Duration) {
 
 	remountDead(t, c.m)
 	garbage := c.fsck(r, "after kill -9 and remount", false)
-	obs := c.observe(c.m.dir, "the mount after kill -9 and remount")
+	obs := c.observe(c.m.Dir, "the mount after kill -9 and remount")
 	problems, lost := c.check(obs)
 	for _, p := range problems {
 		t.Errorf("round %d (kill after %v): after kill -9 and remount: %s", r, delay, p)
@@ -680,11 +682,11 @@ func (c *crashTest) round(r int, delay time.Duration) {
 
 	// gc's shortest grace is 1s: wait until what the crash left is older.
 	time.Sleep(time.Until(killed.Add(1500 * time.Millisecond)))
-	if res := agentfsC(t, c.m.dir, "gc", "--grace", "1s"); res.code != 0 {
+	if res := agentfsC(t, c.m.Dir, "gc", "--grace", "1s"); res.Code != 0 {
 		t.Errorf("round %d: agentfs gc after the crash:\n%s", r, res)
 	}
 	c.fsck(r, "after gc", true)
-	after := c.observe(c.m.dir, "the mount after gc")
+	after := c.observe(c.m.Dir, "the mount after gc")
 	for _, d := range crashDiff(obs, after) {
 		t.Errorf("round %d: gc changed the mount: %s", r, d)
 	}
@@ -713,26 +715,26 @@ func (c *crashTest) keepLogs(l *crashLoad) {
 
 // killDaemon kills the daemon of m with SIGKILL and waits until it is
 // gone.
-func killDaemon(t *testing.T, m *mount) {
+func killDaemon(t *testing.T, m *harness.Mount) {
 	t.Helper()
-	pid := m.status.Pid
+	pid := m.Status.Pid
 	syscall.Kill(pid, syscall.SIGKILL)
-	if !waitFor(func() bool { return !processAlive(pid) }) {
+	if !harness.WaitFor(func() bool { return !procfs.Alive(pid) }) {
 		t.Fatalf("the daemon (pid %d) survived SIGKILL", pid)
 	}
 }
 
 // remountDead clears the dead mount m with agentfs unmount and mounts
 // its store again.
-func remountDead(t *testing.T, m *mount) {
+func remountDead(t *testing.T, m *harness.Mount) {
 	t.Helper()
-	if res := runAgentfs(t, "unmount", m.dir); res.code != 0 {
+	if res := harness.Run(t, "unmount", m.Dir); res.Code != 0 {
 		t.Fatalf("agentfs unmount of the dead mount:\n%s", res)
 	}
-	if isMounted(m.dir) {
-		t.Fatalf("%s is still mounted after agentfs unmount of the dead mount", m.dir)
+	if harness.IsMounted(m.Dir) {
+		t.Fatalf("%s is still mounted after agentfs unmount of the dead mount", m.Dir)
 	}
-	m.mount()
+	m.Mount()
 }
 
 // saveLogs writes what the load did to a file kept after the test, and
@@ -751,18 +753,18 @@ func (c *crashTest) saveLogs() {
 func (c *crashTest) fsck(r int, when string, noGarbage bool) int {
 	t := c.t
 	t.Helper()
-	res := agentfsC(t, c.m.dir, "fsck", "--json")
+	res := agentfsC(t, c.m.Dir, "fsck", "--json")
 	var rep struct {
 		Problems []json.RawMessage `json:"problems"`
 		Garbage  []json.RawMessage `json:"garbage"`
 		Report   string            `json:"report"`
 	}
-	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
+	if err := json.Unmarshal([]byte(res.Stdout), &rep); err != nil {
 		t.Errorf("round %d: fsck %s: %v\n%s", r, when, err, res)
 		return 0
 	}
-	if res.code != 0 || len(rep.Problems) > 0 {
-		t.Errorf("round %d: fsck %s: exit %d, want 0 and no problems:\n%s%s", r, when, res.code, rep.Report, res.stderr)
+	if res.Code != 0 || len(rep.Problems) > 0 {
+		t.Errorf("round %d: fsck %s: exit %d, want 0 and no problems:\n%s%s", r, when, res.Code, rep.Report, res.Stderr)
 	} else if noGarbage && len(rep.Garbage) > 0 {
 		t.Errorf("round %d: fsck %s still finds garbage:\n%s", r, when, rep.Report)
 	}
@@ -775,7 +777,7 @@ func (c *crashTest) fsck(r int, when string, noGarbage bool) int {
 func (c *crashTest) checkSnapshots(l *crashLoad) []*crashSnap {
 	t := c.t
 	t.Helper()
-	list := listSnapshots(t, c.m.dir)
+	list := listSnapshots(t, c.m.Dir)
 	var fresh []*crashSnap
 	for _, s := range l.acked {
 		c.snaps = append(c.snaps, s)
@@ -831,7 +833,7 @@ func (c *crashTest) exportDiffs(s *crashSnap) ([]string, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	cmd := exec.Command(agentfsBin, "export", s.id, "--to", dir, "-C", c.m.dir)
+	cmd := exec.Command(harness.Bin(), "export", s.id, "--to", dir, "-C", c.m.Dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("agentfs export %s --to %s: %v: %s", s.id, dir, err, out)
 	}
@@ -848,7 +850,7 @@ func (c *crashTest) exportDiffs(s *crashSnap) ([]string, error) {
 // recheckSnapshots exports every acknowledged snapshot again at the end,
 // after every round's gc, and checks that fsck finds nothing.
 func (c *crashTest) recheckSnapshots() {
-	list := listSnapshots(c.t, c.m.dir)
+	list := listSnapshots(c.t, c.m.Dir)
 	for _, s := range c.snaps {
 		if findSnapshot(list, s.id) == nil {
 			c.t.Errorf("snapshot %s (%q, round %d) is not listed at the end", s.id, s.label, s.round)
@@ -941,7 +943,7 @@ func (l *crashLoad) snapshots(rng *rand.Rand) {
 			l.checkLive(want, label)
 		}
 		l.note("snapshot create %q (paused: %v)", label, paused)
-		id, err := crashSnapshotCreate(l.c.m.dir, label)
+		id, err := crashSnapshotCreate(l.c.m.Dir, label)
 		l.note("snapshot create %q: %s %v", label, id, err)
 		if paused {
 			l.world.Unlock()
@@ -975,7 +977,7 @@ func (l *crashLoad) snapshots(rng *rand.Rand) {
 // (no crash involved): a difference is a bug of the model or of the
 // live filesystem, not of crash recovery.
 func (l *crashLoad) checkLive(want map[string]crashWant, label string) {
-	got, err := crashWalk(l.c.m.dir)
+	got, err := crashWalk(l.c.m.Dir)
 	if err != nil {
 		return // the kill came
 	}
@@ -988,12 +990,12 @@ func (l *crashLoad) checkLive(want map[string]crashWant, label string) {
 }
 
 // crashSnapshotCreate runs agentfs snapshot create; the id is the last
-// line of its output. (Not runAgentfs: it runs outside the test's
+// line of its output. (Not harness.Run: it runs outside the test's
 // goroutine.)
 func crashSnapshotCreate(dir, label string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, agentfsBin, "snapshot", "create", "-m", label, "-C", dir)
+	cmd := exec.CommandContext(ctx, harness.Bin(), "snapshot", "create", "-m", label, "-C", dir)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -1082,7 +1084,7 @@ func (w *crashWorker) step() error {
 	return nil
 }
 
-func (w *crashWorker) abs(p string) string { return filepath.Join(w.c.m.dir, p) }
+func (w *crashWorker) abs(p string) string { return filepath.Join(w.c.m.Dir, p) }
 
 func (w *crashWorker) tag(p, op string) string {
 	return fmt.Sprintf("<%s r%d #%d %s>", p, w.l.round, w.opNo, op)
