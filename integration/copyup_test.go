@@ -1,7 +1,7 @@
 package integration
 
-// Checklist items 5–9 (DESIGN.md): when copy-up happens, how much it
-// copies, what it preserves, and what open files see across it.
+// Checklist items 5–9 (docs/semantics.md): when copy-up happens, how
+// much it copies, what it preserves, and what open files see across it.
 
 import (
 	"bytes"
@@ -444,8 +444,8 @@ func TestCopyUpPreserves(t *testing.T) {
 }
 
 // Checklist 9 (★ with passthrough): a descriptor opened before copy-up
-// sees the data written after it; the write never reaches the lower
-// file (DESIGN.md: with passthrough an inode has one backing file).
+// sees the data written after it; the write never reaches the lower file
+// (docs/semantics.md: with passthrough an inode has one backing file).
 func TestOpenBeforeCopyUpSeesLaterWrites(t *testing.T) {
 	m := harness.NewMount(t, harness.WithLower(
 		harness.LowerFile("read-then-write", "lower data, lower data"),

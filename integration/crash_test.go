@@ -1,12 +1,12 @@
 package integration
 
-// Crash safety under load (DESIGN.md, "Crash safety"): kill -9 of the
-// daemon at random points while programs write the mount and take
-// snapshots, then clear the dead mount, mount the same store again and
-// check what the design promises. Here are the tests and the round
-// driver; the model of what the load did is in crash_model_test.go, the
-// load in crash_load_test.go, the checks after recovery in
-// crash_check_test.go.
+// Crash safety under load (docs/semantics.md, "Guarantees": crash
+// safety): kill -9 of the daemon at random points while programs write
+// the mount and take snapshots, then clear the dead mount, mount the
+// same store again and check what the design promises. Here are the
+// tests and the round driver; the model of what the load did is in
+// crash_model_test.go, the load in crash_load_test.go, the checks after
+// recovery in crash_check_test.go.
 
 import (
 	"fmt"

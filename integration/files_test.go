@@ -1,7 +1,8 @@
 package integration
 
-// Checklist items 14 and 15 (DESIGN.md): open files after unlink, mmap,
-// locks, fallocate, SEEK_HOLE/SEEK_DATA, copy_file_range and syncs.
+// Checklist items 14 and 15 (docs/semantics.md): open files after
+// unlink, mmap, locks, fallocate, SEEK_HOLE/SEEK_DATA, copy_file_range
+// and syncs.
 
 import (
 	"bytes"

@@ -1,6 +1,6 @@
 package integration
 
-// Checklist items 10 and 11 (DESIGN.md): inode numbers, st_dev,
+// Checklist items 10 and 11 (docs/semantics.md): inode numbers, st_dev,
 // st_nlink and hard links.
 
 import (

@@ -1,9 +1,10 @@
 package integration
 
 // The kernel's overlayfs is the reference for the overlay semantics
-// (DESIGN.md: where it is right, match it; where it falls short, marked
-// ★, do better). These helpers mount it next to agentfs over the same
-// lower spec, so that a test can run one scenario on both and compare.
+// (docs/semantics.md: where it is right, match it; where it falls short,
+// marked ★, do better). These helpers mount it next to agentfs over the
+// same lower spec, so that a test can run one scenario on both and
+// compare.
 
 import (
 	"fmt"

@@ -188,7 +188,8 @@ func TestDaemonKilledWithRequestPending(t *testing.T) {
 }
 
 // TestKeptStoreSurvivesKill: with --store, what a program fsync'ed
-// survives kill -9 of the daemon (DESIGN.md, crash safety).
+// survives kill -9 of the daemon (docs/semantics.md, "Guarantees": crash
+// safety).
 func TestKeptStoreSurvivesKill(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
 	m := harness.NewMount(t, harness.WithStore(store), harness.WithLower(harness.LowerFile("f", "lower"), harness.LowerFile("gone", "g")))

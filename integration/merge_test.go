@@ -1,7 +1,7 @@
 package integration
 
-// Checklist items 1–4 (DESIGN.md): what the merged view shows — upper
-// beats lower, whiteouts, opaque directories, rmdir, readdir.
+// Checklist items 1–4 (docs/semantics.md): what the merged view shows —
+// upper beats lower, whiteouts, opaque directories, rmdir, readdir.
 
 import (
 	"encoding/binary"

@@ -1,7 +1,7 @@
 package integration
 
-// Checklist items 8, 16 and 17 (DESIGN.md): other users. The same
-// operations run as another user on a plain directory (the kernel's
+// Checklist items 8, 16 and 17 (docs/semantics.md): other users. The
+// same operations run as another user on a plain directory (the kernel's
 // answer) and on agentfs over the same tree, and must give the same
 // errnos, contents, owners and modes.
 

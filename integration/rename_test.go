@@ -1,6 +1,6 @@
 package integration
 
-// Checklist items 12 and 13 (DESIGN.md): renames.
+// Checklist items 12 and 13 (docs/semantics.md): renames.
 
 import (
 	"os"

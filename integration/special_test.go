@@ -1,7 +1,7 @@
 package integration
 
-// Checklist items 18 and 19 (DESIGN.md): the control file and internal
-// names; symlinks, fifos, sockets and device nodes.
+// Checklist items 18 and 19 (docs/semantics.md): the control file and
+// internal names; symlinks, fifos, sockets and device nodes.
 
 import (
 	"io"
