@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,7 +40,7 @@ func readLog(t testing.TB, dir string, args ...string) []logEntry {
 	t.Helper()
 	r := mustC(t, dir, append([]string{"log", "--json"}, args...)...)
 	var out []logEntry
-	for line := range strings.Lines(r.stdout) {
+	for line := range strings.Lines(r.Stdout) {
 		var e logEntry
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			t.Fatalf("agentfs log --json: line %q: %v", line, err)
@@ -73,7 +74,7 @@ func findEntry(entries []logEntry, op, path, path2 string) *logEntry {
 }
 
 func TestActivityLog(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("old.txt", "old\n"), lowerFile("gone.txt", "x"), lowerDir("dir")))
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("old.txt", "old\n"), harness.LowerFile("gone.txt", "x"), harness.LowerDir("dir")))
 	type step struct {
 		op, path, path2 string
 		cmd             []string
@@ -92,12 +93,12 @@ func TestActivityLog(t *testing.T) {
 	}
 	pids := make([]int, len(steps))
 	for i, s := range steps {
-		pids[i] = runIn(t, m.dir, s.cmd[0], s.cmd[1:]...)
+		pids[i] = runIn(t, m.Dir, s.cmd[0], s.cmd[1:]...)
 	}
 	var entries []logEntry
 	// The writer appends moments after each operation.
-	if !waitFor(func() bool {
-		entries = readLog(t, m.dir)
+	if !harness.WaitFor(func() bool {
+		entries = readLog(t, m.Dir)
 		return findEntry(entries, "truncate", "old.txt", "") != nil
 	}) {
 		t.Fatalf("the last operation never showed in agentfs log --json: %+v", entries)
@@ -124,41 +125,41 @@ func TestActivityLog(t *testing.T) {
 		t.Errorf("chmod logged attrs %q, want mode", e.Attrs)
 	}
 	// Reads are not logged without --log-reads.
-	runIn(t, m.dir, "cat", "old.txt")
-	runIn(t, m.dir, "ls", "dir")
-	for _, e := range readLog(t, m.dir) {
+	runIn(t, m.Dir, "cat", "old.txt")
+	runIn(t, m.Dir, "ls", "dir")
+	for _, e := range readLog(t, m.Dir) {
 		if e.Op == "open" || e.Op == "lookup" || e.Op == "readdir" {
 			t.Errorf("a read was logged without --log-reads: %+v", e)
 		}
 	}
 	// The text form shows the same, one line each, with the command.
-	r := mustC(t, m.dir, "log")
+	r := mustC(t, m.Dir, "log")
 	for _, want := range []string{"mv new.txt renamed.txt", "new.txt -> renamed.txt", "mkdir dir/sub"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("agentfs log does not show %q:\n%s", want, r.stdout)
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("agentfs log does not show %q:\n%s", want, r.Stdout)
 		}
 	}
-	if n := len(strings.Split(strings.TrimSpace(mustC(t, m.dir, "log", "-n", "2").stdout), "\n")); n != 2 {
+	if n := len(strings.Split(strings.TrimSpace(mustC(t, m.Dir, "log", "-n", "2").Stdout), "\n")); n != 2 {
 		t.Errorf("agentfs log -n 2 printed %d lines, want 2", n)
 	}
-	if r := mustC(t, m.dir, "log", "--since", "2000-01-01"); !strings.Contains(r.stdout, "renamed.txt") {
-		t.Errorf("agentfs log --since 2000-01-01 misses entries:\n%s", r.stdout)
+	if r := mustC(t, m.Dir, "log", "--since", "2000-01-01"); !strings.Contains(r.Stdout, "renamed.txt") {
+		t.Errorf("agentfs log --since 2000-01-01 misses entries:\n%s", r.Stdout)
 	}
-	if r := mustC(t, m.dir, "log", "--since", "2999-01-01"); r.stdout != "" {
-		t.Errorf("agentfs log --since 2999-01-01 printed entries:\n%s", r.stdout)
+	if r := mustC(t, m.Dir, "log", "--since", "2999-01-01"); r.Stdout != "" {
+		t.Errorf("agentfs log --since 2999-01-01 printed entries:\n%s", r.Stdout)
 	}
-	if r := agentfsC(t, m.dir, "log", "--since", "yesterday-ish"); r.code != 2 || !strings.Contains(r.stderr, "duration") {
+	if r := agentfsC(t, m.Dir, "log", "--since", "yesterday-ish"); r.Code != 2 || !strings.Contains(r.Stderr, "duration") {
 		t.Errorf("a bad --since: want exit 2 and how to write it:\n%s", r)
 	}
 }
 
 func TestActivityLogReads(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("a.txt", "a"), lowerDir("d")), withArgs("--log-reads"))
-	pid := runIn(t, m.dir, "cat", "a.txt")
-	runIn(t, m.dir, "ls", "d")
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("a.txt", "a"), harness.LowerDir("d")), harness.WithArgs("--log-reads"))
+	pid := runIn(t, m.Dir, "cat", "a.txt")
+	runIn(t, m.Dir, "ls", "d")
 	var entries []logEntry
-	if !waitFor(func() bool {
-		entries = readLog(t, m.dir)
+	if !harness.WaitFor(func() bool {
+		entries = readLog(t, m.Dir)
 		return findEntry(entries, "readdir", "d", "") != nil
 	}) {
 		t.Fatalf("no readdir of d in the log with --log-reads: %+v", entries)
@@ -172,9 +173,9 @@ func TestActivityLogReads(t *testing.T) {
 }
 
 func TestActivityLogFollow(t *testing.T) {
-	m := newMount(t)
-	runIn(t, m.dir, "mkdir", "before")
-	cmd := exec.Command(agentfsBin, "log", "--follow", "--json", "-C", m.dir)
+	m := harness.NewMount(t)
+	runIn(t, m.Dir, "mkdir", "before")
+	cmd := exec.Command(harness.Bin(), "log", "--follow", "--json", "-C", m.Dir)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -212,10 +213,10 @@ func TestActivityLogFollow(t *testing.T) {
 		}
 	}
 	wait("before")
-	runIn(t, m.dir, "mkdir", "after")
+	runIn(t, m.Dir, "mkdir", "after")
 	wait("after")
 	// A private store goes away at unmount: --follow ends by itself.
-	m.unmount()
+	m.Unmount()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -229,25 +230,25 @@ func TestActivityLogFollow(t *testing.T) {
 }
 
 func TestActivityLogBounded(t *testing.T) {
-	m := newMount(t, withArgs("--log-size", "16K"))
+	m := harness.NewMount(t, harness.WithArgs("--log-size", "16K"))
 	const files = 600
 	for i := range files {
-		p := m.path(fmt.Sprintf("file-with-a-longish-name-%04d", i))
+		p := m.Path(fmt.Sprintf("file-with-a-longish-name-%04d", i))
 		if err := os.WriteFile(p, nil, 0644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	last := fmt.Sprintf("file-with-a-longish-name-%04d", files-1)
 	var entries []logEntry
-	if !waitFor(func() bool {
-		entries = readLog(t, m.dir)
+	if !harness.WaitFor(func() bool {
+		entries = readLog(t, m.Dir)
 		return findEntry(entries, "create", last, "") != nil
 	}) {
 		t.Fatalf("the last create never showed in the log")
 	}
 	var total int64
 	for _, name := range []string{"activity.log", "activity.log.1"} {
-		st, err := os.Stat(filepath.Join(m.status.Store, name))
+		st, err := os.Stat(filepath.Join(m.Status.Store, name))
 		if err != nil {
 			t.Fatalf("the log's segment %s: %v", name, err)
 		}
@@ -266,7 +267,7 @@ func waitSnapshot(t testing.TB, dir string, what string, ok func(snapshotJSON) b
 	t.Helper()
 	var found snapshotJSON
 	var snaps []snapshotJSON
-	if !waitFor(func() bool {
+	if !harness.WaitFor(func() bool {
 		snaps = listSnapshots(t, dir)
 		for _, s := range snaps {
 			if ok(s) {
@@ -292,30 +293,30 @@ func autoSnapshots(snaps []snapshotJSON) []snapshotJSON {
 }
 
 func TestAutoSnapshotAfterQuietPeriod(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("a.go", "package a\n")), withArgs("--auto-snapshot", "--quiet-period", "200ms"))
-	writeFile(t, m.path("a.go"), "package a // changed\n")
-	writeFile(t, m.path("b.go"), "package a\n")
-	s := waitSnapshot(t, m.dir, "automatic snapshot", func(s snapshotJSON) bool { return s.Kind == "auto" })
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("a.go", "package a\n")), harness.WithArgs("--auto-snapshot", "--quiet-period", "200ms"))
+	harness.WriteFile(t, m.Path("a.go"), "package a // changed\n")
+	harness.WriteFile(t, m.Path("b.go"), "package a\n")
+	s := waitSnapshot(t, m.Dir, "automatic snapshot", func(s snapshotJSON) bool { return s.Kind == "auto" })
 	if s.Label != "edited a.go and b.go" || s.Branch != "main" {
 		t.Errorf("automatic snapshot %+v, want label %q on main", s, "edited a.go and b.go")
 	}
 	// It holds the files as they were.
-	writeFile(t, m.path("a.go"), "package a // later\n")
-	mustC(t, m.dir, "restore", s.ID)
-	if got := readFile(t, m.path("a.go")); got != "package a // changed\n" {
+	harness.WriteFile(t, m.Path("a.go"), "package a // later\n")
+	mustC(t, m.Dir, "restore", s.ID)
+	if got := harness.ReadFile(t, m.Path("a.go")); got != "package a // changed\n" {
 		t.Errorf("a.go restored from the automatic snapshot = %q", got)
 	}
 }
 
 func TestAutoSnapshotOffByDefault(t *testing.T) {
-	m := newMount(t, withArgs("--quiet-period", "10ms"))
-	writeFile(t, m.path("a"), "a")
+	m := harness.NewMount(t, harness.WithArgs("--quiet-period", "10ms"))
+	harness.WriteFile(t, m.Path("a"), "a")
 	// A manual snapshot marks a point after which an automatic one would
 	// long have been due (10ms): none must come before or after it.
-	takeSnapshot(t, m.dir, "marker")
-	writeFile(t, m.path("b"), "b")
-	mustC(t, m.dir, "snapshot", "create", "-m", "marker 2")
-	if auto := autoSnapshots(listSnapshots(t, m.dir)); len(auto) != 0 {
+	takeSnapshot(t, m.Dir, "marker")
+	harness.WriteFile(t, m.Path("b"), "b")
+	mustC(t, m.Dir, "snapshot", "create", "-m", "marker 2")
+	if auto := autoSnapshots(listSnapshots(t, m.Dir)); len(auto) != 0 {
 		t.Errorf("automatic snapshots without --auto-snapshot: %+v", auto)
 	}
 }
@@ -324,7 +325,7 @@ func TestAutoSnapshotGitCommit(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git is not installed")
 	}
-	lower := newLowerDir(t, lowerFile("main.go", "package main\n"))
+	lower := harness.NewLowerDir(t, harness.LowerFile("main.go", "package main\n"))
 	git := func(dir string, args ...string) {
 		t.Helper()
 		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "safe.directory=*", "-c", "maintenance.auto=false"}, args...)...)
@@ -338,82 +339,82 @@ func TestAutoSnapshotGitCommit(t *testing.T) {
 	git(lower, "commit", "-q", "-m", "first")
 	// A quiet period far longer than the test: only the commit can
 	// make a snapshot.
-	m := newMount(t, withExistingLower(lower), withArgs("--auto-snapshot", "--quiet-period", "1h"))
-	writeFile(t, m.path("main.go"), "package main // fixed\n")
-	git(m.dir, "commit", "-q", "-am", "fix the parser")
-	out, err := exec.Command("git", "-c", "safe.directory=*", "-C", m.dir, "rev-parse", "--short=7", "HEAD").Output()
+	m := harness.NewMount(t, harness.WithExistingLower(lower), harness.WithArgs("--auto-snapshot", "--quiet-period", "1h"))
+	harness.WriteFile(t, m.Path("main.go"), "package main // fixed\n")
+	git(m.Dir, "commit", "-q", "-am", "fix the parser")
+	out, err := exec.Command("git", "-c", "safe.directory=*", "-C", m.Dir, "rev-parse", "--short=7", "HEAD").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := "git commit " + strings.TrimSpace(string(out)) + " on main: fix the parser"
-	s := waitSnapshot(t, m.dir, "snapshot of the commit", func(s snapshotJSON) bool { return s.Kind == "auto" })
+	s := waitSnapshot(t, m.Dir, "snapshot of the commit", func(s snapshotJSON) bool { return s.Kind == "auto" })
 	if s.Label != want {
 		t.Errorf("snapshot after the commit is labelled %q, want %q", s.Label, want)
 	}
 }
 
 func TestAutoSnapshotIgnoredPaths(t *testing.T) {
-	m := newMount(t, withLower(
-		lowerFile(".gitignore", "build/\n"),
-		lowerFile(".agentfs.conf", "[auto-snapshot]\nenabled = true\nquiet-period = 100ms\n\n[ignore]\npattern = *.tmp\n"),
+	m := harness.NewMount(t, harness.WithLower(
+		harness.LowerFile(".gitignore", "build/\n"),
+		harness.LowerFile(".agentfs.conf", "[auto-snapshot]\nenabled = true\nquiet-period = 100ms\n\n[ignore]\npattern = *.tmp\n"),
 	))
 	// Changes only to ignored paths: from .gitignore and from the
 	// project's configuration (which also turned automatic snapshots on).
-	if err := os.MkdirAll(m.path("build/obj"), 0755); err != nil {
+	if err := os.MkdirAll(m.Path("build/obj"), 0755); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, m.path("build/obj/x.o"), "obj")
-	writeFile(t, m.path("scratch.tmp"), "tmp")
+	harness.WriteFile(t, m.Path("build/obj/x.o"), "obj")
+	harness.WriteFile(t, m.Path("scratch.tmp"), "tmp")
 	// Then one that counts. Had the ignored ones started a snapshot, it
 	// would have come first, or this one would name them.
-	writeFile(t, m.path("marker.txt"), "m")
-	s := waitSnapshot(t, m.dir, "automatic snapshot", func(s snapshotJSON) bool { return s.Kind == "auto" })
+	harness.WriteFile(t, m.Path("marker.txt"), "m")
+	s := waitSnapshot(t, m.Dir, "automatic snapshot", func(s snapshotJSON) bool { return s.Kind == "auto" })
 	if s.Label != "edited marker.txt" {
 		t.Errorf("automatic snapshot labelled %q, want %q (ignored paths neither start nor show)", s.Label, "edited marker.txt")
 	}
-	if auto := autoSnapshots(listSnapshots(t, m.dir)); len(auto) != 1 {
+	if auto := autoSnapshots(listSnapshots(t, m.Dir)); len(auto) != 1 {
 		t.Errorf("%d automatic snapshots, want 1: %+v", len(auto), auto)
 	}
 }
 
 func TestBadConfigMountsNothing(t *testing.T) {
-	requireFUSE(t)
-	lower := newLowerDir(t, lowerFile(".agentfs.conf", "[auto-snapshot]\nquiet-period = soon\n"))
-	mp := newMountpoint(t)
-	r := runAgentfs(t, "mount", "--lower", lower, mp)
-	if r.code != 1 {
-		t.Errorf("mount with a bad configuration: exit %d, want 1:\n%s", r.code, r)
+	harness.RequireFUSE(t)
+	lower := harness.NewLowerDir(t, harness.LowerFile(".agentfs.conf", "[auto-snapshot]\nquiet-period = soon\n"))
+	mp := harness.NewMountpoint(t)
+	r := harness.Run(t, "mount", "--lower", lower, mp)
+	if r.Code != 1 {
+		t.Errorf("mount with a bad configuration: exit %d, want 1:\n%s", r.Code, r)
 	}
 	for _, want := range []string{filepath.Join(lower, ".agentfs.conf") + ":2:", "quiet-period = soon", "500ms"} {
-		if !strings.Contains(r.stderr, want) {
+		if !strings.Contains(r.Stderr, want) {
 			t.Errorf("the error does not say %q:\n%s", want, r)
 		}
 	}
-	if isMounted(mp) {
+	if harness.IsMounted(mp) {
 		t.Errorf("%s was mounted despite the bad configuration", mp)
-		runAgentfs(t, "unmount", mp)
+		harness.Run(t, "unmount", mp)
 	}
 }
 
 func TestSnapshotPrune(t *testing.T) {
-	m := newMount(t, withArgs("--auto-snapshot", "--quiet-period", "50ms", "--auto-snapshot-keep", "3"))
+	m := harness.NewMount(t, harness.WithArgs("--auto-snapshot", "--quiet-period", "50ms", "--auto-snapshot-keep", "3"))
 	// makeAuto changes a file and waits for its automatic snapshot.
 	makeAuto := func(name string) string {
 		t.Helper()
-		writeFile(t, m.path(name), name)
-		return waitSnapshot(t, m.dir, "automatic snapshot of "+name, func(s snapshotJSON) bool {
+		harness.WriteFile(t, m.Path(name), name)
+		return waitSnapshot(t, m.Dir, "automatic snapshot of "+name, func(s snapshotJSON) bool {
 			return s.Kind == "auto" && s.Label == "edited "+name
 		}).ID
 	}
 	first := makeAuto("f1")
-	mustC(t, m.dir, "tag", "keepme", first)
-	manual := takeSnapshot(t, m.dir, "by hand")
+	mustC(t, m.Dir, "tag", "keepme", first)
+	manual := takeSnapshot(t, m.Dir, "by hand")
 	var autos []string
 	for _, name := range []string{"f2", "f3", "f4", "f5"} {
 		autos = append(autos, makeAuto(name))
 	}
 	// The count limit (3) thinned the untagged ones after each.
-	got := listSnapshots(t, m.dir)
+	got := listSnapshots(t, m.Dir)
 	ids := func(snaps []snapshotJSON) []string {
 		var out []string
 		for _, s := range snaps {
@@ -424,47 +425,47 @@ func TestSnapshotPrune(t *testing.T) {
 	if want := []string{first, manual, autos[1], autos[2], autos[3]}; !slices.Equal(ids(got), want) {
 		t.Errorf("snapshots after 5 automatic ones with --auto-snapshot-keep 3 = %v, want %v (tagged and manual kept, the oldest untagged automatic one gone)", ids(got), want)
 	}
-	r := mustC(t, m.dir, "snapshot", "prune", "--keep", "1", "--dry-run")
+	r := mustC(t, m.Dir, "snapshot", "prune", "--keep", "1", "--dry-run")
 	for _, id := range autos[1:3] {
-		if !strings.Contains(r.stdout, "would delete "+id) {
-			t.Errorf("prune --dry-run does not name %s:\n%s", id, r.stdout)
+		if !strings.Contains(r.Stdout, "would delete "+id) {
+			t.Errorf("prune --dry-run does not name %s:\n%s", id, r.Stdout)
 		}
 	}
-	if after := listSnapshots(t, m.dir); len(after) != len(got) {
+	if after := listSnapshots(t, m.Dir); len(after) != len(got) {
 		t.Errorf("prune --dry-run deleted snapshots: %v", ids(after))
 	}
-	mustC(t, m.dir, "snapshot", "prune", "--keep", "1")
-	if want := []string{first, manual, autos[3]}; !slices.Equal(ids(listSnapshots(t, m.dir)), want) {
-		t.Errorf("snapshots after prune --keep 1 = %v, want %v", ids(listSnapshots(t, m.dir)), want)
+	mustC(t, m.Dir, "snapshot", "prune", "--keep", "1")
+	if want := []string{first, manual, autos[3]}; !slices.Equal(ids(listSnapshots(t, m.Dir)), want) {
+		t.Errorf("snapshots after prune --keep 1 = %v, want %v", ids(listSnapshots(t, m.Dir)), want)
 	}
 	// --keep 0 deletes every untagged automatic one; tagged, manual stay.
 	var reply struct {
 		Deleted []snapshotJSON `json:"deleted"`
 		Kept    int            `json:"kept"`
 	}
-	r = mustC(t, m.dir, "snapshot", "prune", "--keep", "0", "--json")
-	if err := json.Unmarshal([]byte(r.stdout), &reply); err != nil {
-		t.Fatalf("prune --json: %v\n%s", err, r.stdout)
+	r = mustC(t, m.Dir, "snapshot", "prune", "--keep", "0", "--json")
+	if err := json.Unmarshal([]byte(r.Stdout), &reply); err != nil {
+		t.Fatalf("prune --json: %v\n%s", err, r.Stdout)
 	}
 	if len(reply.Deleted) != 1 || reply.Deleted[0].ID != autos[3] || reply.Kept != 0 {
 		t.Errorf("prune --keep 0 --json = %+v, want %s deleted and 0 kept", reply, autos[3])
 	}
-	if want := []string{first, manual}; !slices.Equal(ids(listSnapshots(t, m.dir)), want) {
-		t.Errorf("snapshots after prune --keep 0 = %v, want %v", ids(listSnapshots(t, m.dir)), want)
+	if want := []string{first, manual}; !slices.Equal(ids(listSnapshots(t, m.Dir)), want) {
+		t.Errorf("snapshots after prune --keep 0 = %v, want %v", ids(listSnapshots(t, m.Dir)), want)
 	}
 	// The snapshot a branch was made from stays too.
-	mustC(t, m.dir, "branch", "create", "other")
+	mustC(t, m.Dir, "branch", "create", "other")
 	var origin string
-	for _, b := range listBranches(t, m.dir) {
+	for _, b := range listBranches(t, m.Dir) {
 		if b.Name == "other" {
 			origin = b.Origin
 		}
 	}
-	mustC(t, m.dir, "snapshot", "prune", "--keep", "0")
-	if s := findSnapshot(listSnapshots(t, m.dir), origin); origin == "" || s == nil {
+	mustC(t, m.Dir, "snapshot", "prune", "--keep", "0")
+	if s := findSnapshot(listSnapshots(t, m.Dir), origin); origin == "" || s == nil {
 		t.Errorf("prune --keep 0 deleted %q, the snapshot branch other was made from", origin)
 	}
-	if r := agentfsC(t, m.dir, "snapshot", "prune", "--keep", "-1"); r.code != 2 {
+	if r := agentfsC(t, m.Dir, "snapshot", "prune", "--keep", "-1"); r.Code != 2 {
 		t.Errorf("prune --keep -1: want a usage error:\n%s", r)
 	}
 }
@@ -488,20 +489,20 @@ func BenchmarkActivityCreateUnlink(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			dir, daemon := b.TempDir(), 0
 			if c.args != nil {
-				requireFUSE(b)
-				lower, mp := b.TempDir(), newMountpoint(b)
-				args := append(append([]string{"mount", "--lower", lower}, modeFlags()...), c.args...)
-				r := runAgentfs(b, append(args, mp)...)
-				if r.code == 2 {
+				harness.RequireFUSE(b)
+				lower, mp := b.TempDir(), harness.NewMountpoint(b)
+				args := append(append([]string{"mount", "--lower", lower}, harness.ModeFlags()...), c.args...)
+				r := harness.Run(b, append(args, mp)...)
+				if r.Code == 2 {
 					b.Skipf("this agentfs has no %v:\n%s", c.args, r)
 				}
-				if r.code != 0 {
+				if r.Code != 0 {
 					b.Fatalf("mount:\n%s", r)
 				}
-				b.Cleanup(func() { runAgentfs(b, "unmount", mp) })
+				b.Cleanup(func() { harness.Run(b, "unmount", mp) })
 				dir = mp
-				var st mountStatus
-				if r := runAgentfs(b, "status", "-C", mp, "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil {
+				var st harness.MountStatus
+				if r := harness.Run(b, "status", "-C", mp, "--json"); r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &st) != nil {
 					b.Fatalf("status:\n%s", r)
 				}
 				daemon = st.Pid

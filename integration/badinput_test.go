@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,22 +29,22 @@ type refusal struct {
 
 // assertRefused checks that r was refused as want, and that nothing is
 // mounted on mp and no daemon serves it.
-func assertRefused(t *testing.T, r cliResult, want refusal, mp string) {
+func assertRefused(t *testing.T, r harness.Result, want refusal, mp string) {
 	t.Helper()
 	switch {
-	case r.code == 0:
+	case r.Code == 0:
 		t.Errorf("exit 0, want a refusal:\n%s", r)
-	case want.code != 0 && r.code != want.code:
-		t.Errorf("exit %d, want %d:\n%s", r.code, want.code, r)
+	case want.code != 0 && r.Code != want.code:
+		t.Errorf("exit %d, want %d:\n%s", r.Code, want.code, r)
 	}
-	if !strings.Contains(strings.ToLower(r.output()), strings.ToLower(want.phrase)) {
+	if !strings.Contains(strings.ToLower(r.Output()), strings.ToLower(want.phrase)) {
 		t.Errorf("the message does not say %q:\n%s", want.phrase, r)
 	}
-	if strings.TrimSpace(r.output()) == "" {
+	if strings.TrimSpace(r.Output()) == "" {
 		t.Errorf("no message at all")
 	}
 	if mp != "" {
-		if got := mountsUnder(mp); len(got) > 0 {
+		if got := harness.MountsUnder(mp); len(got) > 0 {
 			t.Errorf("mounted after a refusal: %v", got)
 			for _, e := range got {
 				unix.Unmount(strings.Fields(e)[0], unix.MNT_DETACH)
@@ -68,7 +70,7 @@ func daemonsFor(dir string) []int {
 			continue
 		}
 		args := strings.Split(string(b), "\x00")
-		if len(args) > 0 && filepath.Base(args[0]) == filepath.Base(agentfsBin) && processAlive(pid) {
+		if len(args) > 0 && filepath.Base(args[0]) == filepath.Base(harness.Bin()) && procfs.Alive(pid) {
 			for _, a := range args[1:] {
 				if a == dir {
 					out = append(out, pid)
@@ -82,7 +84,7 @@ func daemonsFor(dir string) []int {
 
 // TestBadInput covers the refusals that need no running mount.
 func TestBadInput(t *testing.T) {
-	requireFUSE(t)
+	harness.RequireFUSE(t)
 	cases := []struct {
 		name string
 		make func(t *testing.T) (args []string, mp string)
@@ -93,55 +95,55 @@ func TestBadInput(t *testing.T) {
 			return []string{"mount", "--lower", filepath.Join(t.TempDir(), "missing"), mp}, mp
 		}, refusal{phrase: "does not exist"}},
 		{"lower is a file", func(t *testing.T) ([]string, string) {
-			lower := newLowerDir(t, lowerFile("f", "f"))
+			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"))
 			mp := t.TempDir()
 			return []string{"mount", "--lower", filepath.Join(lower, "f"), mp}, mp
 		}, refusal{phrase: "not a directory"}},
 		{"missing mountpoint", func(t *testing.T) ([]string, string) {
-			lower := newLowerDir(t, lowerFile("f", "f"))
+			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"))
 			mp := filepath.Join(t.TempDir(), "missing")
 			return []string{"mount", "--lower", lower, mp}, mp
 		}, refusal{phrase: "does not exist"}},
 		{"mountpoint is a file", func(t *testing.T) ([]string, string) {
-			lower := newLowerDir(t, lowerFile("f", "f"))
+			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"))
 			mp := filepath.Join(t.TempDir(), "file")
 			os.WriteFile(mp, nil, 0o644)
 			return []string{"mount", "--lower", lower, mp}, mp
 		}, refusal{phrase: "not a directory"}},
 		// Checklist 20.
 		{"mountpoint inside the lower", func(t *testing.T) ([]string, string) {
-			lower := newLowerDir(t, lowerFile("f", "f"), lowerDir("sub/mnt"))
+			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"), harness.LowerDir("sub/mnt"))
 			return []string{"mount", "--lower", lower, filepath.Join(lower, "sub/mnt")}, filepath.Join(lower, "sub/mnt")
 		}, refusal{phrase: "inside"}},
 		{"mountpoint inside the lower through a symlink", func(t *testing.T) ([]string, string) {
-			lower := newLowerDir(t, lowerFile("f", "f"), lowerDir("sub/mnt"))
+			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"), harness.LowerDir("sub/mnt"))
 			link := filepath.Join(t.TempDir(), "link")
 			os.Symlink(filepath.Join(lower, "sub/mnt"), link)
 			return []string{"mount", "--lower", lower, link}, filepath.Join(lower, "sub/mnt")
 		}, refusal{phrase: "inside"}},
 		{"lower inside the mountpoint", func(t *testing.T) ([]string, string) {
 			mp := t.TempDir()
-			buildLower(t, mp, []lowerEntry{lowerFile("proj/f", "f")})
+			harness.BuildLower(t, mp, []harness.Entry{harness.LowerFile("proj/f", "f")})
 			return []string{"mount", "--lower", filepath.Join(mp, "proj"), mp}, mp
 		}, refusal{phrase: "inside"}},
 		{"mountpoint is the lower", func(t *testing.T) ([]string, string) {
-			lower := newLowerDir(t, lowerFile("f", "f"))
+			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"))
 			return []string{"mount", "--lower", lower, lower}, lower
 		}, refusal{phrase: "lower"}},
 		{"store inside the lower", func(t *testing.T) ([]string, string) {
-			lower := newLowerDir(t, lowerFile("f", "f"))
+			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"))
 			mp := t.TempDir()
 			return []string{"mount", "--lower", lower, "--store", filepath.Join(lower, "store"), mp}, mp
 		}, refusal{phrase: "inside"}},
 		{"store is a file", func(t *testing.T) ([]string, string) {
-			lower := newLowerDir(t, lowerFile("f", "f"))
+			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"))
 			store := filepath.Join(t.TempDir(), "store")
 			os.WriteFile(store, nil, 0o644)
 			mp := t.TempDir()
 			return []string{"mount", "--lower", lower, "--store", store, mp}, mp
 		}, refusal{phrase: "not a directory"}},
 		{"unknown flag", func(t *testing.T) ([]string, string) {
-			lower := newLowerDir(t, lowerFile("f", "f"))
+			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"))
 			mp := t.TempDir()
 			return []string{"mount", "--lower", lower, "--no-such-flag", mp}, mp
 		}, refusal{code: 2, phrase: "unknown flag"}},
@@ -156,15 +158,15 @@ func TestBadInput(t *testing.T) {
 			return []string{"mount", mp}, mp
 		}, refusal{code: 2, phrase: "--lower"}},
 		{"missing mountpoint argument", func(t *testing.T) ([]string, string) {
-			return []string{"mount", "--lower", newLowerDir(t)}, ""
+			return []string{"mount", "--lower", harness.NewLowerDir(t)}, ""
 		}, refusal{code: 2, phrase: "mountpoint"}},
 		{"bad --backstore", func(t *testing.T) ([]string, string) {
 			mp := t.TempDir()
-			return []string{"mount", "--lower", newLowerDir(t), "--backstore", "floppy", mp}, mp
+			return []string{"mount", "--lower", harness.NewLowerDir(t), "--backstore", "floppy", mp}, mp
 		}, refusal{code: 2, phrase: "backstore"}},
 		{"bad --ramdisk-size", func(t *testing.T) ([]string, string) {
 			mp := t.TempDir()
-			return []string{"mount", "--lower", newLowerDir(t), "--backstore", "ramdisk", "--ramdisk-size", "lots", mp}, mp
+			return []string{"mount", "--lower", harness.NewLowerDir(t), "--backstore", "ramdisk", "--ramdisk-size", "lots", mp}, mp
 		}, refusal{code: 2, phrase: "ramdisk-size"}},
 		{"unmount of a directory that is not mounted", func(t *testing.T) ([]string, string) {
 			return []string{"unmount", t.TempDir()}, ""
@@ -182,14 +184,14 @@ func TestBadInput(t *testing.T) {
 					lower = args[i+1]
 				}
 			}
-			var before tree
+			var before harness.Tree
 			if lower != "" {
-				before = snapshotTree(lower)
+				before = harness.SnapshotTree(lower)
 			}
-			r := runAgentfs(t, args...)
+			r := harness.Run(t, args...)
 			assertRefused(t, r, c.want, mp)
-			if lower != "" && before.err == nil {
-				assertUnchanged(t, before, snapshotTree(lower))
+			if lower != "" && before.Err == nil {
+				harness.AssertUnchanged(t, before, harness.SnapshotTree(lower))
 			}
 		})
 	}
@@ -198,32 +200,33 @@ func TestBadInput(t *testing.T) {
 // TestBadInputAlreadyMounted: mounting on a mountpoint in use is
 // refused and the first mount keeps working.
 func TestBadInputAlreadyMounted(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("f", "first")))
-	other := newLowerDir(t, lowerFile("f", "second"))
-	before := snapshotTree(other)
-	r := runAgentfs(t, "mount", "--lower", other, m.dir)
-	if r.code == 0 {
-		t.Errorf("a second mount on %s succeeded:\n%s", m.dir, r)
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "first")))
+	other := harness.NewLowerDir(t, harness.LowerFile("f", "second"))
+	before := harness.SnapshotTree(other)
+	r := harness.Run(t, "mount", "--lower", other, m.Dir)
+	if r.Code == 0 {
+		t.Errorf("a second mount on %s succeeded:\n%s", m.Dir, r)
 	}
-	if !strings.Contains(strings.ToLower(r.output()), "already") {
+	if !strings.Contains(strings.ToLower(r.Output()), "already") {
 		t.Errorf("the message does not say the mountpoint is already mounted:\n%s", r)
 	}
-	if n := countMounts(m.dir); n != 1 {
-		t.Errorf("%d mounts on %s, want 1", n, m.dir)
+	if n := countMounts(m.Dir); n != 1 {
+		t.Errorf("%d mounts on %s, want 1", n, m.Dir)
 		for ; n > 1; n-- {
-			unix.Unmount(m.dir, 0)
+			unix.Unmount(m.Dir, 0)
 		}
 	}
-	if got := readFile(t, m.path("f")); got != "first" {
+	if got := harness.ReadFile(t, m.Path("f")); got != "first" {
 		t.Errorf("the first mount shows f = %q, want %q", got, "first")
 	}
-	assertUnchanged(t, before, snapshotTree(other))
+	harness.AssertUnchanged(t, before, harness.SnapshotTree(other))
 }
 
 func countMounts(dir string) int {
+	mounts, _ := procfs.Mounts(procfs.MountinfoPath)
 	n := 0
-	for _, e := range readMountinfo() {
-		if e.mountpoint == dir {
+	for _, e := range mounts {
+		if e.Mountpoint == dir {
 			n++
 		}
 	}
@@ -233,41 +236,41 @@ func countMounts(dir string) int {
 // TestBadInputStoreInUse: a store is used by one mount at a time.
 func TestBadInputStoreInUse(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
-	m := newMount(t, withStore(store), withLower(lowerFile("f", "f")))
-	writeFile(t, m.path("g"), "in the store")
-	other := newLowerDir(t, lowerFile("f", "other"))
-	before := snapshotTree(other)
-	mp := newMountpoint(t)
-	r := runAgentfs(t, "mount", "--lower", other, "--store", store, mp)
+	m := harness.NewMount(t, harness.WithStore(store), harness.WithLower(harness.LowerFile("f", "f")))
+	harness.WriteFile(t, m.Path("g"), "in the store")
+	other := harness.NewLowerDir(t, harness.LowerFile("f", "other"))
+	before := harness.SnapshotTree(other)
+	mp := harness.NewMountpoint(t)
+	r := harness.Run(t, "mount", "--lower", other, "--store", store, mp)
 	assertRefused(t, r, refusal{phrase: "in use"}, mp)
-	if got := readFile(t, m.path("g")); got != "in the store" {
+	if got := harness.ReadFile(t, m.Path("g")); got != "in the store" {
 		t.Errorf("the first mount shows g = %q, want %q", got, "in the store")
 	}
-	assertUnchanged(t, before, snapshotTree(other))
+	harness.AssertUnchanged(t, before, harness.SnapshotTree(other))
 }
 
 // TestBadInputIncompatibleStore: a store written by another format
 // version is refused and left as it is.
 func TestBadInputIncompatibleStore(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
-	m := newMount(t, withStore(store), withLower(lowerFile("f", "f")))
-	writeFile(t, m.path("g"), "kept")
-	m.unmount()
+	m := harness.NewMount(t, harness.WithStore(store), harness.WithLower(harness.LowerFile("f", "f")))
+	harness.WriteFile(t, m.Path("g"), "kept")
+	m.Unmount()
 	setStoreFormatVersion(t, store, 99)
-	before := snapshotTree(m.lower)
-	r := runAgentfs(t, "mount", "--lower", m.lower, "--store", store, m.dir)
-	assertRefused(t, r, refusal{phrase: "version"}, m.dir)
+	before := harness.SnapshotTree(m.Lower)
+	r := harness.Run(t, "mount", "--lower", m.Lower, "--store", store, m.Dir)
+	assertRefused(t, r, refusal{phrase: "version"}, m.Dir)
 	if v := storeFormatVersion(t, store); v != 99 {
 		t.Errorf("the refused store's format version is now %d, want 99 (left alone)", v)
 	}
-	assertUnchanged(t, before, snapshotTree(m.lower))
+	harness.AssertUnchanged(t, before, harness.SnapshotTree(m.Lower))
 }
 
 // TestBadInputNoFuseDevice: /dev/fuse missing or not accessible (as in
 // a container without --device /dev/fuse). agentfs runs in a private
 // mount namespace with its own /dev.
 func TestBadInputNoFuseDevice(t *testing.T) {
-	requireFUSE(t)
+	harness.RequireFUSE(t)
 	if _, err := os.Stat("/usr/bin/unshare"); err != nil {
 		t.Fatalf("unshare(1) is needed: %v", err)
 	}
@@ -278,17 +281,17 @@ func TestBadInputNoFuseDevice(t *testing.T) {
 		{"not permitted", "mount -t tmpfs -o nodev tmpfs /dev && mknod -m 666 /dev/fuse c 10 229 && ln -s /proc/self/fd /dev/fd"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			lower := newLowerDir(t, lowerFile("f", "f"))
-			before := snapshotTree(lower)
+			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"))
+			before := harness.SnapshotTree(lower)
 			mp := t.TempDir()
 			script := c.dev + ` && exec "$0" "$@"`
-			cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, agentfsBin, "mount", "--lower", lower, mp)
-			r := runCommand(t, cmd, cmd.Args[1:])
+			cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, harness.Bin(), "mount", "--lower", lower, mp)
+			r := harness.RunCmd(t, cmd, cmd.Args[1:])
 			assertRefused(t, r, refusal{phrase: "/dev/fuse"}, mp)
-			if !strings.Contains(r.output(), "--device") && !strings.Contains(r.output(), "modprobe") {
+			if !strings.Contains(r.Output(), "--device") && !strings.Contains(r.Output(), "modprobe") {
 				t.Errorf("the message does not say how to fix it (e.g. --device /dev/fuse or modprobe fuse):\n%s", r)
 			}
-			assertUnchanged(t, before, snapshotTree(lower))
+			harness.AssertUnchanged(t, before, harness.SnapshotTree(lower))
 		})
 	}
 }
@@ -297,18 +300,18 @@ func TestBadInputNoFuseDevice(t *testing.T) {
 // what was written before stays intact, a copy-up that does not fit
 // leaves the lower view, and the mount keeps working and unmounts.
 func TestBadInputFullBackstore(t *testing.T) {
-	m := newMount(t, withRamdisk("8M"), withLower(
-		lowerFile("big-lower", strings.Repeat("L", 16<<20)),
-		lowerFile("small", "small"),
+	m := harness.NewMount(t, harness.WithRamdisk("8M"), harness.WithLower(
+		harness.LowerFile("big-lower", strings.Repeat("L", 16<<20)),
+		harness.LowerFile("small", "small"),
 	))
-	if m.status.Backstore != "ramdisk" {
-		t.Errorf("status says backstore %q, want ramdisk", m.status.Backstore)
+	if m.Status.Backstore != "ramdisk" {
+		t.Errorf("status says backstore %q, want ramdisk", m.Status.Backstore)
 	}
 	before := strings.Repeat("b", 1<<20)
-	writeFile(t, m.path("before"), before)
+	harness.WriteFile(t, m.Path("before"), before)
 
 	t.Run("writer gets ENOSPC", func(t *testing.T) {
-		f, err := os.Create(m.path("huge"))
+		f, err := os.Create(m.Path("huge"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,15 +331,15 @@ func TestBadInputFullBackstore(t *testing.T) {
 		}
 	})
 	t.Run("earlier files intact", func(t *testing.T) {
-		if got := readFile(t, m.path("before")); got != before {
+		if got := harness.ReadFile(t, m.Path("before")); got != before {
 			t.Errorf("a file written before the disk filled: %d bytes, want %d of 'b'", len(got), len(before))
 		}
-		if got := readFile(t, m.path("small")); got != "small" {
+		if got := harness.ReadFile(t, m.Path("small")); got != "small" {
 			t.Errorf("small = %q", got)
 		}
 	})
 	t.Run("copy-up that does not fit", func(t *testing.T) {
-		f, err := os.OpenFile(m.path("big-lower"), os.O_WRONLY, 0)
+		f, err := os.OpenFile(m.Path("big-lower"), os.O_WRONLY, 0)
 		if err == nil {
 			_, err = f.WriteAt([]byte("X"), 0)
 			if cerr := f.Close(); err == nil {
@@ -346,13 +349,13 @@ func TestBadInputFullBackstore(t *testing.T) {
 		if !errors.Is(err, syscall.ENOSPC) {
 			t.Errorf("copy-up of a 16 MiB file into a full 8 MiB ramdisk: %v, want ENOSPC", err)
 		}
-		got := readFile(t, m.path("big-lower"))
+		got := harness.ReadFile(t, m.Path("big-lower"))
 		if len(got) != 16<<20 || strings.Trim(got, "L") != "" {
 			t.Errorf("after the failed copy-up big-lower has %d bytes (%q...), want the lower's 16 MiB of 'L'", len(got), got[:min(8, len(got))])
 		}
 	})
 	t.Run("mount keeps working", func(t *testing.T) {
-		if err := os.Remove(m.path("huge")); err != nil {
+		if err := os.Remove(m.Path("huge")); err != nil {
 			t.Errorf("remove huge: %v", err)
 		}
 		// FUSE delivers the release of a closed file asynchronously, so
@@ -360,17 +363,17 @@ func TestBadInputFullBackstore(t *testing.T) {
 		// after unlink returns (the README says so): allow a second.
 		var werr error
 		for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if werr = os.WriteFile(m.path("after"), []byte("after"), 0644); werr == nil || time.Now().After(deadline) {
+			if werr = os.WriteFile(m.Path("after"), []byte("after"), 0644); werr == nil || time.Now().After(deadline) {
 				break
 			}
 		}
 		if werr != nil {
 			t.Fatalf("writing after the full backstore was freed: %v", werr)
 		}
-		if got := readFile(t, m.path("after")); got != "after" {
+		if got := harness.ReadFile(t, m.Path("after")); got != "after" {
 			t.Errorf("after = %q", got)
 		}
-		if got, want := listDir(t, m.dir), []string{"after", "before", "big-lower", "small"}; !equalStrings(got, want) {
+		if got, want := harness.ListDir(t, m.Dir), []string{"after", "before", "big-lower", "small"}; !equalStrings(got, want) {
 			t.Errorf("root lists %v, want %v", got, want)
 		}
 	})

@@ -17,31 +17,33 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentfs/agentfs/integration/harness"
 )
 
 // branchesFrom makes branches names from a snapshot of the mount's
 // current state and returns the snapshot id.
-func branchesFrom(t *testing.T, m *mount, names ...string) string {
+func branchesFrom(t *testing.T, m *harness.Mount, names ...string) string {
 	t.Helper()
-	id := takeSnapshot(t, m.dir, "base")
+	id := takeSnapshot(t, m.Dir, "base")
 	for _, n := range names {
-		mustC(t, m.dir, "branch", "create", "--from", id, n)
+		mustC(t, m.Dir, "branch", "create", "--from", id, n)
 	}
 	return id
 }
 
 // execIn returns a command that runs args bound to branch, in dir
 // (as root: through a branch mount in a mount namespace of its own).
-func execIn(m *mount, branch, dir string, args ...string) *exec.Cmd {
-	cmd := exec.Command(agentfsBin, append([]string{"exec", "-b", branch, "-C", m.dir, "--"}, args...)...)
+func execIn(m *harness.Mount, branch, dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command(harness.Bin(), append([]string{"exec", "-b", branch, "-C", m.Dir, "--"}, args...)...)
 	cmd.Dir = dir
 	return cmd
 }
 
 // execRootIn is execIn bound through the mount root (--no-namespace),
 // as agentfs branch bind binds a shell.
-func execRootIn(m *mount, branch, dir string, args ...string) *exec.Cmd {
-	cmd := exec.Command(agentfsBin, append([]string{"exec", "--no-namespace", "-b", branch, "-C", m.dir, "--"}, args...)...)
+func execRootIn(m *harness.Mount, branch, dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command(harness.Bin(), append([]string{"exec", "--no-namespace", "-b", branch, "-C", m.Dir, "--"}, args...)...)
 	cmd.Dir = dir
 	return cmd
 }
@@ -57,46 +59,46 @@ func TestBindIsolation(t *testing.T) {
 	t.Run("namespace", func(t *testing.T) { testBindIsolation(t, execIn) })
 }
 
-func testBindIsolation(t *testing.T, execIn func(m *mount, branch, dir string, args ...string) *exec.Cmd) {
-	m := newMount(t, withLower(lowerFile("shared.txt", "lower\n"), lowerFile("dir/a", "lower a\n")))
+func testBindIsolation(t *testing.T, execIn func(m *harness.Mount, branch, dir string, args ...string) *exec.Cmd) {
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("shared.txt", "lower\n"), harness.LowerFile("dir/a", "lower a\n")))
 	branchesFrom(t, m, "b1", "b2", "b3")
 	iters := 1500
 	if testing.Short() {
 		iters = 300
 	}
-	helper := helperPath(t)
+	helper := harness.HelperPath(t)
 	workers := []string{"b1", "b2", "b3", "main"}
-	results := make([]cliResult, len(workers))
+	results := make([]harness.Result, len(workers))
 	var wg sync.WaitGroup
 	for i, b := range workers {
 		var cmd *exec.Cmd
 		if b == "main" {
 			cmd = exec.Command(helper) // unbound: the mount's branch
-			cmd.Dir = m.dir
+			cmd.Dir = m.Dir
 		} else {
-			cmd = execIn(m, b, m.dir, helper)
+			cmd = execIn(m, b, m.Dir, helper)
 		}
-		cmd.Env = append(os.Environ(), isolationEnv+"="+b, isolationRootEnv+"="+m.dir, fmt.Sprintf("%s=%d", isolationItersEnv, iters))
+		cmd.Env = append(os.Environ(), isolationEnv+"="+b, isolationRootEnv+"="+m.Dir, fmt.Sprintf("%s=%d", isolationItersEnv, iters))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = runCommand(t, cmd, []string{"isolation worker", b})
+			results[i] = harness.RunCmd(t, cmd, []string{"isolation worker", b})
 		}()
 	}
 	wg.Wait()
 	for i, r := range results {
-		if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("ok %d", iters)) {
+		if r.Code != 0 || !strings.Contains(r.Stdout, fmt.Sprintf("ok %d", iters)) {
 			t.Errorf("worker in %s:\n%s", workers[i], r)
 		}
 	}
 	for _, b := range workers {
 		want := fmt.Sprintf("%s %d\n", b, iters-1)
-		r := runCommand(t, execIn(m, b, m.dir, "cat", "shared.txt", "dir/a"), nil)
+		r := harness.RunCmd(t, execIn(m, b, m.Dir, "cat", "shared.txt", "dir/a"), nil)
 		if b == "main" {
-			r = runCommand(t, exec.Command("cat", m.path("shared.txt"), m.path("dir/a")), nil)
+			r = harness.RunCmd(t, exec.Command("cat", m.Path("shared.txt"), m.Path("dir/a")), nil)
 		}
-		if r.code != 0 || r.stdout != want+want {
-			t.Errorf("branch %s after the run: shared.txt and dir/a = %q, want %q twice:\n%s", b, r.stdout, want, r)
+		if r.Code != 0 || r.Stdout != want+want {
+			t.Errorf("branch %s after the run: shared.txt and dir/a = %q, want %q twice:\n%s", b, r.Stdout, want, r)
 		}
 	}
 }
@@ -105,11 +107,11 @@ func testBindIsolation(t *testing.T, execIn func(m *mount, branch, dir string, a
 // in agentfs branch current, status and branch list; unbind brings it
 // back to the mount's branch; other processes never see its branch.
 func TestBindShell(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("f", "lower\n")))
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "lower\n")))
 	branchesFrom(t, m, "try2")
-	mustC(t, m.dir, "branch", "create", "try3")
-	writeFile(t, m.path("f"), "main\n")
-	if r := runCommand(t, execIn(m, "try2", m.dir, "sh", "-c", "echo try2 > f"), nil); r.code != 0 {
+	mustC(t, m.Dir, "branch", "create", "try3")
+	harness.WriteFile(t, m.Path("f"), "main\n")
+	if r := harness.RunCmd(t, execIn(m, "try2", m.Dir, "sh", "-c", "echo try2 > f"), nil); r.Code != 0 {
 		t.Fatalf("writing f in try2:\n%s", r)
 	}
 	script := `set -e
@@ -119,15 +121,15 @@ echo "current: $(agentfs branch current)"
 agentfs status --json | grep -c '"branch": "try2"' | sed 's/^/status bindings: /'
 agentfs branch list | grep '^\*' | sed 's/^/list: /'
 cat f > /dev/null
-echo "other: $(cat ` + m.path("f") + `)"
+echo "other: $(cat ` + m.Path("f") + `)"
 agentfs branch unbind
 echo "after: $(cat f) $(agentfs branch current)"
 `
 	cmd := exec.Command("sh", "-c", script)
-	cmd.Dir = m.dir
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(agentfsBin)+":"+os.Getenv("PATH"))
-	r := runCommand(t, cmd, []string{"bound shell"})
-	if r.code != 0 {
+	cmd.Dir = m.Dir
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(harness.Bin())+":"+os.Getenv("PATH"))
+	r := harness.RunCmd(t, cmd, []string{"bound shell"})
+	if r.Code != 0 {
 		t.Fatalf("the bound shell:\n%s", r)
 	}
 	for _, want := range []string{
@@ -139,20 +141,20 @@ echo "after: $(cat f) $(agentfs branch current)"
 		"other: try2\n",
 		"after: main main (the mount's branch: not bound)\n",
 	} {
-		if !strings.Contains(r.stdout, want) {
+		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("the bound shell's output lacks %q:\n%s", want, r)
 		}
 	}
-	if got := readFile(t, m.path("f")); got != "main\n" {
+	if got := harness.ReadFile(t, m.Path("f")); got != "main\n" {
 		t.Errorf("an unbound process reads f = %q, want main", got)
 	}
-	if st := mountStatusOf(t, m.dir); len(st.Bindings) != 0 {
+	if st := mountStatusOf(t, m.Dir); len(st.Bindings) != 0 {
 		t.Errorf("bindings after unbind: %+v", st.Bindings)
 	}
 	// The nearest bound ancestor wins.
-	nested := execIn(m, "try2", m.dir, "sh", "-c", agentfsBin+" exec -b try3 -- cat f; cat f")
-	if r := runCommand(t, nested, nil); r.code != 0 || r.stdout != "lower\ntry2\n" {
-		t.Errorf("try3 inside try2 then try2: %q, want lower then try2:\n%s", r.stdout, r)
+	nested := execIn(m, "try2", m.Dir, "sh", "-c", harness.Bin()+" exec -b try3 -- cat f; cat f")
+	if r := harness.RunCmd(t, nested, nil); r.Code != 0 || r.Stdout != "lower\ntry2\n" {
+		t.Errorf("try3 inside try2 then try2: %q, want lower then try2:\n%s", r.Stdout, r)
 	}
 }
 
@@ -160,8 +162,8 @@ echo "after: $(cat f) $(agentfs branch current)"
 func statusJSON(t testing.TB, dir string, v any) {
 	t.Helper()
 	r := mustC(t, dir, "status", "--json")
-	if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), v); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.Stdout)
 	}
 }
 
@@ -180,24 +182,24 @@ func mountStatusOf(t testing.TB, dir string) (st struct {
 
 // TestBindEndsWithProcess: a binding ends when its process exits.
 func TestBindEndsWithProcess(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("f", "lower\n")))
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "lower\n")))
 	branchesFrom(t, m, "b1")
 	sleeper := exec.Command("sleep", "60")
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
 	}
 	pid := sleeper.Process.Pid
-	mustC(t, m.dir, "branch", "bind", "--pid", fmt.Sprint(pid), "b1")
-	if r := mustC(t, m.dir, "branch", "current", "--pid", fmt.Sprint(pid)); !strings.HasPrefix(r.stdout, "b1 (bound: process "+fmt.Sprint(pid)) {
+	mustC(t, m.Dir, "branch", "bind", "--pid", fmt.Sprint(pid), "b1")
+	if r := mustC(t, m.Dir, "branch", "current", "--pid", fmt.Sprint(pid)); !strings.HasPrefix(r.Stdout, "b1 (bound: process "+fmt.Sprint(pid)) {
 		t.Errorf("current of the bound sleeper:\n%s", r)
 	}
 	sleeper.Process.Kill()
 	sleeper.Wait()
-	if !waitFor(func() bool { return len(mountStatusOf(t, m.dir).Bindings) == 0 }) {
-		t.Errorf("the binding of pid %d outlived its process: %+v", pid, mountStatusOf(t, m.dir).Bindings)
+	if !harness.WaitFor(func() bool { return len(mountStatusOf(t, m.Dir).Bindings) == 0 }) {
+		t.Errorf("the binding of pid %d outlived its process: %+v", pid, mountStatusOf(t, m.Dir).Bindings)
 	}
 	// A new process never inherits it, whatever its pid.
-	if got := readFile(t, m.path("f")); got != "lower\n" {
+	if got := harness.ReadFile(t, m.Path("f")); got != "lower\n" {
 		t.Errorf("f after the bound process exited = %q", got)
 	}
 }
@@ -216,7 +218,7 @@ func startUntil(t *testing.T, cmd *exec.Cmd, want string) (io.WriteCloser, *sync
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(func() bool { return strings.Contains(out.String(), want) }) {
+	if !harness.WaitFor(func() bool { return strings.Contains(out.String(), want) }) {
 		cmd.Process.Kill()
 		cmd.Wait()
 		t.Fatalf("%v did not get going (no %q in its output):\n%s", cmd.Args, want, out.String())
@@ -250,12 +252,12 @@ func TestBindDeletedBranch(t *testing.T) {
 	t.Run("namespace", func(t *testing.T) { testBindDeletedBranch(t, execIn) })
 }
 
-func testBindDeletedBranch(t *testing.T, execIn func(m *mount, branch, dir string, args ...string) *exec.Cmd) {
-	m := newMount(t, withLower(lowerFile("f", "lower\n")))
+func testBindDeletedBranch(t *testing.T, execIn func(m *harness.Mount, branch, dir string, args ...string) *exec.Cmd) {
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "lower\n")))
 	branchesFrom(t, m, "doomed")
-	cmd := execIn(m, "doomed", m.dir, "sh", "-c", `echo mine > f; cat f; read x; cat f; cat `+m.path("f")+`; ls; echo done`)
+	cmd := execIn(m, "doomed", m.Dir, "sh", "-c", `echo mine > f; cat f; read x; cat f; cat `+m.Path("f")+`; ls; echo done`)
 	stdin, out := startUntil(t, cmd, "mine")
-	mustC(t, m.dir, "branch", "delete", "doomed")
+	mustC(t, m.Dir, "branch", "delete", "doomed")
 	stdin.Close()
 	cmd.Wait()
 	got := out.String()
@@ -269,21 +271,21 @@ func testBindDeletedBranch(t *testing.T, execIn func(m *mount, branch, dir strin
 
 // TestBindBadInput: unknown branch, missing pid, nothing to unbind.
 func TestBindBadInput(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("f", "f")))
-	failC(t, m.dir, []string{`no branch "nope"`, "agentfs branch list"}, "branch", "bind", "nope")
-	failC(t, m.dir, []string{"no process 2147483", "running process"}, "branch", "bind", "--pid", "2147483", "main")
-	failC(t, m.dir, []string{"not bound"}, "branch", "unbind", "--pid", fmt.Sprint(os.Getpid()))
-	failC(t, m.dir, []string{"daemon"}, "branch", "bind", "--pid", fmt.Sprint(m.status.Pid), "main")
-	if r := runAgentfs(t, "exec", "-C", m.dir, "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "needs a branch") {
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "f")))
+	failC(t, m.Dir, []string{`no branch "nope"`, "agentfs branch list"}, "branch", "bind", "nope")
+	failC(t, m.Dir, []string{"no process 2147483", "running process"}, "branch", "bind", "--pid", "2147483", "main")
+	failC(t, m.Dir, []string{"not bound"}, "branch", "unbind", "--pid", fmt.Sprint(os.Getpid()))
+	failC(t, m.Dir, []string{"daemon"}, "branch", "bind", "--pid", fmt.Sprint(m.Status.Pid), "main")
+	if r := harness.Run(t, "exec", "-C", m.Dir, "--", "true"); r.Code != 2 || !strings.Contains(r.Stderr, "needs a branch") {
 		t.Errorf("exec without -b:\n%s", r)
 	}
-	if r := runAgentfs(t, "exec", "-b", "nope", "-C", m.dir, "--", "true"); r.code != 1 || !strings.Contains(r.stderr, `no branch "nope"`) {
+	if r := harness.Run(t, "exec", "-b", "nope", "-C", m.Dir, "--", "true"); r.Code != 1 || !strings.Contains(r.Stderr, `no branch "nope"`) {
 		t.Errorf("exec -b nope:\n%s", r)
 	}
 	// exec passes the exit code through.
-	mustC(t, m.dir, "branch", "create", "b")
-	if r := runCommand(t, execIn(m, "b", m.dir, "sh", "-c", "exit 7"), nil); r.code != 7 {
-		t.Errorf("exec -b b -- sh -c 'exit 7': exit %d", r.code)
+	mustC(t, m.Dir, "branch", "create", "b")
+	if r := harness.RunCmd(t, execIn(m, "b", m.Dir, "sh", "-c", "exit 7"), nil); r.Code != 7 {
+		t.Errorf("exec -b b -- sh -c 'exit 7': exit %d", r.Code)
 	}
 }
 
@@ -291,12 +293,12 @@ func TestBindBadInput(t *testing.T) {
 // mount keeps that directory of its old branch after a rebind, until it
 // changes directory through the mount (documented, like chroot).
 func TestBindCwdAfterRebind(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("d/f", "lower\n")))
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("d/f", "lower\n")))
 	branchesFrom(t, m, "b1")
 	script := `cd d
 agentfs branch bind b1
 echo "stay: $(cat f)"
-echo b1 > ` + m.path("d/f") + `
+echo b1 > ` + m.Path("d/f") + `
 echo "still: $(cat f)"
 python3 -c 'import os
 try:
@@ -308,11 +310,11 @@ cd "$PWD"
 echo "re-entered: $(cat f)"
 `
 	cmd := exec.Command("sh", "-c", script)
-	cmd.Dir = m.dir
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(agentfsBin)+":"+os.Getenv("PATH"))
-	r := runCommand(t, cmd, []string{"rebind with cwd inside"})
+	cmd.Dir = m.Dir
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(harness.Bin())+":"+os.Getenv("PATH"))
+	r := harness.RunCmd(t, cmd, []string{"rebind with cwd inside"})
 	for _, want := range []string{"stay: lower\n", "still: lower\n", "rename across branches: Invalid cross-device link\n", "re-entered: b1\n"} {
-		if !strings.Contains(r.stdout, want) {
+		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r)
 		}
 	}
@@ -322,26 +324,26 @@ echo "re-entered: $(cat f)"
 // the test passes for two; the first of those in order wins and is
 // tagged; --prune deletes the others.
 func TestTournament(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("answer", "0\n")))
-	id := takeSnapshot(t, m.dir, "before")
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("answer", "0\n")))
+	id := takeSnapshot(t, m.Dir, "before")
 	cands := []string{
 		"sleep 0.3; echo 1 > answer",
 		"echo 42 > answer; echo extra > new",
 		"echo 42 > answer; rm -f answer2",
 	}
-	args := append([]string{"tournament", "--from", id, "--test", `test "$(cat answer)" = 42`, "--name", "t", "--prune", "-C", m.dir, "--"}, cands...)
+	args := append([]string{"tournament", "--from", id, "--test", `test "$(cat answer)" = 42`, "--name", "t", "--prune", "-C", m.Dir, "--"}, cands...)
 	t.Setenv("TMPDIR", t.TempDir()) // the candidates' logs
-	r := runAgentfs(t, args...)
-	if r.code != 0 {
+	r := harness.Run(t, args...)
+	if r.Code != 0 {
 		t.Fatalf("tournament:\n%s", r)
 	}
 	for _, want := range []string{"winner: candidate 2, branch t-2", "t-1 ", "t-3 "} {
-		if !strings.Contains(r.stdout, want) {
+		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("tournament report lacks %q:\n%s", want, r)
 		}
 	}
 	var win *snapshotJSON
-	for _, s := range listSnapshots(t, m.dir) {
+	for _, s := range listSnapshots(t, m.Dir) {
 		for _, tag := range s.Tags {
 			if tag == "winner" {
 				win = &s
@@ -351,36 +353,36 @@ func TestTournament(t *testing.T) {
 	if win == nil || win.Branch != "t-2" {
 		t.Errorf("the winner tag: %+v, want a snapshot of branch t-2", win)
 	}
-	if bs := listBranches(t, m.dir); len(bs) != 2 || bs[1].Name != "t-2" {
+	if bs := listBranches(t, m.Dir); len(bs) != 2 || bs[1].Name != "t-2" {
 		t.Errorf("branches after --prune: %+v, want main and t-2", bs)
 	}
-	if got := readFile(t, m.path("answer")); got != "0\n" {
+	if got := harness.ReadFile(t, m.Path("answer")); got != "0\n" {
 		t.Errorf("main's answer = %q: the candidates leaked into the mount's branch", got)
 	}
 	// No candidate passes: exit 1, branches kept.
-	r = runAgentfs(t, "tournament", "--from", id, "--test", "false", "--name", "u", "-C", m.dir, "--", "true", "true")
-	if r.code != 1 || !strings.Contains(r.stdout, "no winner") {
+	r = harness.Run(t, "tournament", "--from", id, "--test", "false", "--name", "u", "-C", m.Dir, "--", "true", "true")
+	if r.Code != 1 || !strings.Contains(r.Stdout, "no winner") {
 		t.Errorf("a tournament nobody wins:\n%s", r)
 	}
-	if bs := listBranches(t, m.dir); len(bs) != 4 {
+	if bs := listBranches(t, m.Dir); len(bs) != 4 {
 		t.Errorf("branches after a tournament without winner: %+v", bs)
 	}
 }
 
 // TestTournamentInterrupt: SIGINT stops every candidate.
 func TestTournamentInterrupt(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("f", "f")))
-	id := takeSnapshot(t, m.dir, "before")
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "f")))
+	id := takeSnapshot(t, m.Dir, "before")
 	marker := filepath.Join(t.TempDir(), "started")
 	t.Setenv("TMPDIR", t.TempDir()) // the candidates' logs
-	cmd := exec.Command(agentfsBin, "tournament", "--from", id, "--test", "true", "-C", m.dir, "--",
+	cmd := exec.Command(harness.Bin(), "tournament", "--from", id, "--test", "true", "-C", m.Dir, "--",
 		"touch "+marker+"1; sleep 60", "touch "+marker+"2; sleep 60")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(func() bool { return fileExists(marker+"1") && fileExists(marker+"2") }) {
+	if !harness.WaitFor(func() bool { return fileExists(marker+"1") && fileExists(marker+"2") }) {
 		cmd.Process.Kill()
 		t.Fatalf("the candidates did not start:\n%s", out.String())
 	}
@@ -401,7 +403,7 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // binds its own processes, and binding another user's process is EPERM
 // with a message that says why.
 func TestBindUnprivileged(t *testing.T) {
-	lower, mp, home, before := unprivilegedDirs(t, lowerFile("f", "lower\n", withOwner(userUID, userGID)))
+	lower, mp, home, before := unprivilegedDirs(t, harness.LowerFile("f", "lower\n", harness.WithOwner(userUID, userGID)))
 	script := unprivilegedPrelude + `as_user "$BIN" mount --lower "$LOWER" "$MP"
 as_user "$BIN" branch create b1 -C "$MP" >/dev/null
 echo "== own"
@@ -417,16 +419,16 @@ as_user "$BIN" unmount "$MP"
 `
 	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
 	cmd.Env = append(os.Environ(), "BIN="+userExecutable(t), "LOWER="+lower, "MP="+mp, "HOME_DIR="+home)
-	r := runCommand(t, cmd, []string{"(as uid 1000 in a private mount namespace)"})
-	if r.code != 0 {
+	r := harness.RunCmd(t, cmd, []string{"(as uid 1000 in a private mount namespace)"})
+	if r.Code != 0 {
 		t.Fatalf("binding on an unprivileged mount:\n%s", r)
 	}
 	for _, want := range []string{"== own\nb1\nlower\n", "belongs to uid 65534, not to you", "only root may bind another user's processes", "exit 1"} {
-		if !strings.Contains(r.stdout, want) {
+		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r)
 		}
 	}
-	assertUnchanged(t, before, snapshotTree(lower))
+	harness.AssertUnchanged(t, before, harness.SnapshotTree(lower))
 }
 
 // TestBindNamespaceRules: as root, agentfs exec -b runs its command in
@@ -435,15 +437,15 @@ as_user "$BIN" unmount "$MP"
 // to), a process inside cannot be bound through the root, nested exec
 // works, and the branch mount goes when the command ends.
 func TestBindNamespaceRules(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("f", "lower\n")))
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "lower\n")))
 	branchesFrom(t, m, "b1", "b2")
-	bin := filepath.Dir(agentfsBin)
-	cmd := execIn(m, "b1", m.dir, "sh", "-c", `echo b1 > f; agentfs branch current; agentfs exec -b b2 -- cat f; agentfs branch bind b2 2>&1; echo "bind: $?"; read x; cat f`)
+	bin := filepath.Dir(harness.Bin())
+	cmd := execIn(m, "b1", m.Dir, "sh", "-c", `echo b1 > f; agentfs branch current; agentfs exec -b b2 -- cat f; agentfs branch bind b2 2>&1; echo "bind: $?"; read x; cat f`)
 	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
 	stdin, out := startUntil(t, cmd, "bind: ")
-	failC(t, m.dir, []string{"in use by 1 process", "agentfs exec -b b1"}, "branch", "bind", "--pid", fmt.Sprint(os.Getpid()), "b1")
-	failC(t, m.dir, []string{"in use by 1 process"}, "branch", "switch", "b1")
-	st := mountStatusOf(t, m.dir)
+	failC(t, m.Dir, []string{"in use by 1 process", "agentfs exec -b b1"}, "branch", "bind", "--pid", fmt.Sprint(os.Getpid()), "b1")
+	failC(t, m.Dir, []string{"in use by 1 process"}, "branch", "switch", "b1")
+	st := mountStatusOf(t, m.Dir)
 	stdin.Close()
 	cmd.Wait()
 	got := out.String()
@@ -455,21 +457,21 @@ func TestBindNamespaceRules(t *testing.T) {
 	if len(st.Bindings) != 1 || st.Bindings[0].Branch != "b1" {
 		t.Errorf("status while it ran: bindings %+v, want one to b1", st.Bindings)
 	}
-	if got := readFile(t, m.path("f")); got != "lower\n" {
+	if got := harness.ReadFile(t, m.Path("f")); got != "lower\n" {
 		t.Errorf("f through the mount = %q: the namespaced write leaked", got)
 	}
-	if !waitFor(func() bool {
-		for _, mp := range mountsUnder(m.status.Store) {
+	if !harness.WaitFor(func() bool {
+		for _, mp := range harness.MountsUnder(m.Status.Store) {
 			if strings.Contains(mp, "branch-") {
 				return false
 			}
 		}
 		return true
 	}) {
-		t.Errorf("branch mounts are left after the command ended: %v", mountsUnder(m.status.Store))
+		t.Errorf("branch mounts are left after the command ended: %v", harness.MountsUnder(m.Status.Store))
 	}
-	mustC(t, m.dir, "branch", "switch", "b1") // free again
-	if got := readFile(t, m.path("f")); got != "b1\n" {
+	mustC(t, m.Dir, "branch", "switch", "b1") // free again
+	if got := harness.ReadFile(t, m.Path("f")); got != "b1\n" {
 		t.Errorf("f after switching to b1 = %q", got)
 	}
 }

@@ -3,6 +3,8 @@ package integration
 import (
 	"strings"
 	"testing"
+
+	"github.com/agentfs/agentfs/integration/harness"
 )
 
 // TestHelp: agentfs --help and agentfs help CMD explain each command
@@ -18,12 +20,12 @@ func TestHelp(t *testing.T) {
 		{[]string{"help", "status"}, []string{"-C", "--json", "xample", "xit code"}},
 		{[]string{"mount", "--help"}, []string{"--lower", "xample"}},
 	} {
-		r := runAgentfs(t, c.args...)
-		if r.code != 0 {
-			t.Errorf("agentfs %s: exit %d, want 0", strings.Join(c.args, " "), r.code)
+		r := harness.Run(t, c.args...)
+		if r.Code != 0 {
+			t.Errorf("agentfs %s: exit %d, want 0", strings.Join(c.args, " "), r.Code)
 		}
 		for _, w := range c.want {
-			if !strings.Contains(r.stdout, w) {
+			if !strings.Contains(r.Stdout, w) {
 				t.Errorf("agentfs %s does not mention %q on stdout:\n%s", strings.Join(c.args, " "), w, r)
 			}
 		}

@@ -9,7 +9,7 @@ package integration
 //
 // Every call, root's too, runs in a helper: this test binary
 // re-executed with conformanceHelperEnv set (see init below) and, for
-// other users, with their uid, gid and groups (execAs), so that the
+// other users, with their uid, gid and groups (harness.ExecAs), so that the
 // kernel sees a real unprivileged process, as pjdfstest's fstest is.
 // A helper serves one request a line: it sets the umask, changes into
 // the case's directory (paths are relative, so that a path of PATH_MAX
@@ -43,13 +43,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
 const conformanceHelperEnv = "AGENTFS_IT_CONFORMANCE_HELPER"
 
 // init turns this test binary into a conformance helper when it is
-// started as one; TestMain (harness_test.go) knows nothing of it.
+// started as one; TestMain (main_test.go) knows nothing of it.
 func init() {
 	if os.Getenv(conformanceHelperEnv) == "1" {
 		os.Exit(serveFsCalls(os.Stdin, os.Stdout))
@@ -182,14 +183,14 @@ func writeFileCalls(p string, mode uint32, data string) []fsCall {
 
 // fsStep is what one process does between two observations.
 type fsStep struct {
-	as    cred // the zero cred is root
+	as    harness.Cred // the zero cred is root
 	umask uint32
 	calls []fsCall
 }
 
-func asRoot(calls ...fsCall) fsStep           { return fsStep{calls: calls} }
-func asUser(c cred, calls ...fsCall) fsStep   { return fsStep{as: c, calls: calls} }
-func (s fsStep) withUmask(mask uint32) fsStep { s.umask = mask; return s }
+func asRoot(calls ...fsCall) fsStep                 { return fsStep{calls: calls} }
+func asUser(c harness.Cred, calls ...fsCall) fsStep { return fsStep{as: c, calls: calls} }
+func (s fsStep) withUmask(mask uint32) fsStep       { s.umask = mask; return s }
 
 // fsCase is one scenario: a setup (as root, umask 0) and steps, each
 // followed by an observation of every path the case names.
@@ -329,12 +330,12 @@ func (c fsCall) String() string {
 
 func (s fsStep) String() string {
 	var who string
-	if s.as.uid == 0 && s.as.gid == 0 && s.as.groups == nil {
+	if s.as.Uid == 0 && s.as.Gid == 0 && s.as.Groups == nil {
 		who = "root"
 	} else {
-		who = fmt.Sprintf("uid %d gid %d", s.as.uid, s.as.gid)
-		if len(s.as.groups) > 0 {
-			who += fmt.Sprintf(" groups %v", s.as.groups)
+		who = fmt.Sprintf("uid %d gid %d", s.as.Uid, s.as.Gid)
+		if len(s.as.Groups) > 0 {
+			who += fmt.Sprintf(" groups %v", s.as.Groups)
 		}
 	}
 	if s.umask != 0 {
@@ -376,7 +377,7 @@ func serveFsCalls(in io.Reader, out io.Writer) int {
 		unix.Umask(int(req.Umask))
 		var results []string
 		if err := unix.Chdir(req.Dir); err != nil {
-			results = []string{"chdir " + errName(err)}
+			results = []string{"chdir " + harness.ErrName(err)}
 		} else {
 			results = doFsCalls(req.Calls)
 		}
@@ -401,7 +402,7 @@ func doFsCalls(calls []fsCall) []string {
 	var results []string
 	for _, c := range calls {
 		out, err := doFsCall(c, &fd)
-		r := errName(err)
+		r := harness.ErrName(err)
 		if out != "" {
 			r += " " + out
 		}
@@ -499,19 +500,19 @@ func newFsHelpers(t *testing.T) *fsHelpers {
 	return h
 }
 
-func credKey(c cred) string { return fmt.Sprintf("%d:%d:%v", c.uid, c.gid, c.groups) }
+func credKey(c harness.Cred) string { return fmt.Sprintf("%d:%d:%v", c.Uid, c.Gid, c.Groups) }
 
-func (h *fsHelpers) helper(t testing.TB, c cred) *fsHelper {
+func (h *fsHelpers) helper(t testing.TB, c harness.Cred) *fsHelper {
 	t.Helper()
 	if hp := h.byCred[credKey(c)]; hp != nil {
 		return hp
 	}
 	var cmd *exec.Cmd
-	if c.uid == 0 && c.gid == 0 && c.groups == nil {
-		cmd = exec.Command(helperPath(t))
+	if c.Uid == 0 && c.Gid == 0 && c.Groups == nil {
+		cmd = exec.Command(harness.HelperPath(t))
 		cmd.Dir = "/"
 	} else {
-		cmd = execAs(c, helperPath(t))
+		cmd = harness.ExecAs(c, harness.HelperPath(t))
 	}
 	cmd.Env = append(os.Environ(), conformanceHelperEnv+"=1")
 	cmd.Stderr = os.Stderr
@@ -520,7 +521,7 @@ func (h *fsHelpers) helper(t testing.TB, c cred) *fsHelper {
 	if err := errors.Join(inErr, outErr); err != nil {
 		t.Fatal(err)
 	} else if err := cmd.Start(); err != nil {
-		t.Fatalf("starting a helper as uid %d gid %d: %v", c.uid, c.gid, err)
+		t.Fatalf("starting a helper as uid %d gid %d: %v", c.Uid, c.Gid, err)
 	}
 	hp := &fsHelper{cmd: cmd, stdin: stdin, replies: make(chan []string)}
 	go func() {
@@ -542,23 +543,23 @@ func (h *fsHelpers) helper(t testing.TB, c cred) *fsHelper {
 // run performs calls as c in dir and returns one result per call
 // performed. A helper that does not answer within a generous deadline
 // (agentfs hung) is killed and fails the test.
-func (h *fsHelpers) run(t testing.TB, c cred, dir string, umask uint32, calls []fsCall) []string {
+func (h *fsHelpers) run(t testing.TB, c harness.Cred, dir string, umask uint32, calls []fsCall) []string {
 	t.Helper()
 	hp := h.helper(t, c)
 	b, _ := json.Marshal(fsRequest{Dir: dir, Umask: umask, Calls: calls})
 	if _, err := hp.stdin.Write(append(b, '\n')); err != nil {
-		t.Fatalf("helper as uid %d: %v", c.uid, err)
+		t.Fatalf("helper as uid %d: %v", c.Uid, err)
 	}
 	select {
 	case r, ok := <-hp.replies:
 		if !ok {
-			t.Fatalf("helper as uid %d exited during %s in %s", c.uid, callsString(calls), dir)
+			t.Fatalf("helper as uid %d exited during %s in %s", c.Uid, callsString(calls), dir)
 		}
 		return r
 	case <-time.After(30 * time.Second):
 		hp.cmd.Process.Kill()
 		delete(h.byCred, credKey(c))
-		t.Fatalf("no answer within 30s to %s in %s (uid %d): hung", callsString(calls), dir, c.uid)
+		t.Fatalf("no answer within 30s to %s in %s (uid %d): hung", callsString(calls), dir, c.Uid)
 	}
 	return nil
 }
@@ -610,7 +611,7 @@ func (o *fsObserver) observe() []string {
 	for _, p := range o.paths {
 		var st unix.Stat_t
 		if err := unix.Lstat(filepath.Join(o.root, p), &st); err != nil {
-			lines = append(lines, p+": "+errName(err))
+			lines = append(lines, p+": "+harness.ErrName(err))
 			continue
 		}
 		k := [2]uint64{st.Dev, st.Ino}
@@ -694,7 +695,7 @@ func runCaseOn(t *testing.T, h *fsHelpers, c fsCase, trees []*fsTreeRun) {
 		tr.observer = newFsObserver(tr.dir, watched)
 		result := []string{"setup ok"}
 		if !tr.setUp {
-			if r := h.run(t, cred{}, tr.dir, 0, c.setup); !allOK(r, len(c.setup)) {
+			if r := h.run(t, harness.Cred{}, tr.dir, 0, c.setup); !allOK(r, len(c.setup)) {
 				result = []string{"setup failed: " + strings.Join(r, " ")}
 			}
 		}

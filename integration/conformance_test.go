@@ -33,21 +33,22 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
 // Identities the steps run as, as pjdfstest's -u and -g.
 var (
-	credNobody = cred{uid: 65534, gid: 65534, groups: []uint32{65534}}
+	credNobody = harness.Cred{Uid: 65534, Gid: 65534, Groups: []uint32{65534}}
 	// Not a member of group 65534.
-	credNobodyG65533 = cred{uid: 65534, gid: 65533, groups: []uint32{65533}}
+	credNobodyG65533 = harness.Cred{Uid: 65534, Gid: 65533, Groups: []uint32{65533}}
 	// pjdfstest's "-u 65534 -g 65532,65531".
-	credNobodyG65532 = cred{uid: 65534, gid: 65532, groups: []uint32{65532, 65531}}
+	credNobodyG65532 = harness.Cred{Uid: 65534, Gid: 65532, Groups: []uint32{65532, 65531}}
 	// pjdfstest's "-u 65534 -g 65533,65532".
-	credNobodyG65533x = cred{uid: 65534, gid: 65533, groups: []uint32{65533, 65532}}
+	credNobodyG65533x = harness.Cred{Uid: 65534, Gid: 65533, Groups: []uint32{65533, 65532}}
 	// A member of group 65533 besides its own.
-	credNobodyIn65533 = cred{uid: 65534, gid: 65534, groups: []uint32{65534, 65533}}
-	credOther         = cred{uid: 65533, gid: 65533, groups: []uint32{65533}}
+	credNobodyIn65533 = harness.Cred{Uid: 65534, Gid: 65534, Groups: []uint32{65534, 65533}}
+	credOther         = harness.Cred{Uid: 65533, Gid: 65533, Groups: []uint32{65533}}
 )
 
 var (
@@ -438,7 +439,7 @@ func openCases() []fsCase {
 // a member of the file's group and others (open/06.t, mkdir/05.t and
 // friends).
 func permissionBitsCases() []fsCase {
-	credGroup := cred{uid: 65533, gid: 65534, groups: []uint32{65534}} // in the files' group
+	credGroup := harness.Cred{Uid: 65533, Gid: 65534, Groups: []uint32{65534}} // in the files' group
 	modes := []uint32{0o600, 0o060, 0o006, 0o477, 0o747, 0o774, 0o000}
 	var fileSetup, dirSetup []fsCall
 	var fileSteps, dirSteps []fsStep
@@ -446,7 +447,7 @@ func permissionBitsCases() []fsCase {
 		f, d := fmt.Sprintf("f%03o", mode), fmt.Sprintf("d%03o", mode)
 		fileSetup = append(fileSetup, sys.create(f, 0o644), sys.chown(f, 65534, 65534), sys.chmod(f, mode))
 		dirSetup = append(dirSetup, sys.mkdir(d, 0o755), sys.chown(d, 65534, 65534), sys.chmod(d, mode))
-		for _, c := range []cred{credNobody, credGroup, credOther} {
+		for _, c := range []harness.Cred{credNobody, credGroup, credOther} {
 			for _, flags := range []int{unix.O_RDONLY, unix.O_WRONLY, unix.O_RDWR} {
 				fileSteps = append(fileSteps, asUser(c, sys.open(f, flags, 0)))
 			}
@@ -772,7 +773,7 @@ func pathErrorCases() []fsCase {
 // directory, the kernel's overlayfs and agentfs (see the top of this
 // file).
 func TestConformance(t *testing.T) {
-	requireFUSE(t)
+	harness.RequireFUSE(t)
 	cases := conformanceCases()
 	helpers := newFsHelpers(t)
 
@@ -783,18 +784,18 @@ func TestConformance(t *testing.T) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if r := helpers.run(t, cred{}, dir, 0, c.setup); !allOK(r, len(c.setup)) {
+		if r := helpers.run(t, harness.Cred{}, dir, 0, c.setup); !allOK(r, len(c.setup)) {
 			t.Fatalf("%s: the setup fails on the native filesystem: %v\n%s", c.name, r, callsString(c.setup))
 		}
 	}
-	native := newMountpoint(t)
+	native := harness.NewMountpoint(t)
 	ovl := mountOverlayOver(t, lower)
-	afs := newMount(t, withExistingLower(lower))
+	afs := harness.NewMount(t, harness.WithExistingLower(lower))
 	// Mounts of an empty directory (mode 0755, as a case's directory),
 	// whose roots each case starts by emptying.
-	emptyLower := newMountpoint(t)
+	emptyLower := harness.NewMountpoint(t)
 	rootOvl := mountOverlayOver(t, emptyLower)
-	rootAfs := newMount(t, withExistingLower(emptyLower))
+	rootAfs := harness.NewMount(t, harness.WithExistingLower(emptyLower))
 
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -811,17 +812,17 @@ func TestConformance(t *testing.T) {
 			}{{
 				"names created in the mount",
 				&fsTreeRun{dir: mkdir(filepath.Join(ovl, fmt.Sprintf("n-%03d", i)))},
-				&fsTreeRun{dir: mkdir(afs.path(fmt.Sprintf("n-%03d", i)))},
+				&fsTreeRun{dir: mkdir(afs.Path(fmt.Sprintf("n-%03d", i)))},
 			}, {
 				"names in the lower directory",
 				&fsTreeRun{dir: filepath.Join(ovl, fmt.Sprintf("l-%03d", i)), setUp: true},
-				&fsTreeRun{dir: afs.path(fmt.Sprintf("l-%03d", i)), setUp: true},
+				&fsTreeRun{dir: afs.Path(fmt.Sprintf("l-%03d", i)), setUp: true},
 			}, {
 				// pjdfstest makes its first names in its working
 				// directory, often the mount's root.
 				"names created at the mount's root",
 				&fsTreeRun{dir: emptyDir(t, rootOvl)},
-				&fsTreeRun{dir: emptyDir(t, rootAfs.dir)},
+				&fsTreeRun{dir: emptyDir(t, rootAfs.Dir)},
 			}}
 			trees := []*fsTreeRun{nativeRun}
 			for _, v := range variants {
@@ -873,7 +874,7 @@ func compareConformance(t *testing.T, c fsCase, what string, native, ovl, afs fs
 // (as a case's directory starts) and returns it.
 func emptyDir(t *testing.T, dir string) string {
 	t.Helper()
-	names, err := readDirNoatime(dir)
+	names, err := harness.ReadDirNoatime(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -899,7 +900,7 @@ func mountOverlayOver(t *testing.T, lower string) string {
 			t.Fatal(err)
 		}
 	}
-	dir := newMountpoint(t)
+	dir := harness.NewMountpoint(t)
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
 	if err := unix.Mount("overlay", dir, "overlay", 0, opts); err != nil {
 		t.Fatalf("mounting the kernel's overlayfs (-o %s): %v", opts, err)

@@ -1,7 +1,7 @@
 package integration
 
-// Checklist items 5–9 (DESIGN.md): when copy-up happens, how much it
-// copies, what it preserves, and what open files see across it.
+// Checklist items 5–9 (docs/semantics.md): when copy-up happens, how
+// much it copies, what it preserves, and what open files see across it.
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,22 +27,22 @@ const copyLimit = 256 << 10
 
 // Checklist 5: read-only opens never copy up.
 func TestReadOnlyAccessDoesNotCopyUp(t *testing.T) {
-	m := newMount(t, withStore(filepath.Join(t.TempDir(), "store")), withLower(
-		lowerFile("big", fourMiB, withXattr("user.a", "b")),
-		lowerSymlink("link", "big"),
-		lowerFile("d/x", "x"),
-		lowerSparse("sparse", 64<<20, map[int64]string{0: "a", 32 << 20: "b"}),
+	m := harness.NewMount(t, harness.WithStore(filepath.Join(t.TempDir(), "store")), harness.WithLower(
+		harness.LowerFile("big", fourMiB, harness.WithXattr("user.a", "b")),
+		harness.LowerSymlink("link", "big"),
+		harness.LowerFile("d/x", "x"),
+		harness.LowerSparse("sparse", 64<<20, map[int64]string{0: "a", 32 << 20: "b"}),
 	))
-	objects0, bytes0 := m.backstoreUsage()
-	st0, _ := m.fetchStatus()
+	objects0, bytes0 := m.BackstoreUsage()
+	st0, _ := m.FetchStatus()
 
-	if got := readFile(t, m.path("big")); got != fourMiB {
+	if got := harness.ReadFile(t, m.Path("big")); got != fourMiB {
 		t.Errorf("big read back differs from the lower file")
 	}
-	if got := readFile(t, m.path("link")); got != fourMiB {
+	if got := harness.ReadFile(t, m.Path("link")); got != fourMiB {
 		t.Errorf("read through a symlink differs")
 	}
-	f, err := os.Open(m.path("big"))
+	f, err := os.Open(m.Path("big"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,27 +61,27 @@ func TestReadOnlyAccessDoesNotCopyUp(t *testing.T) {
 	var st unix.Stat_t
 	unix.Fstat(int(f.Fd()), &st)
 	f.Close()
-	os.Readlink(m.path("link"))
-	getXattr(m.path("big"), "user.a")
-	listXattrs(m.path("big"))
-	listDir(t, m.path("d"))
-	unix.Access(m.path("big"), unix.R_OK|unix.W_OK)
-	if fd, err := unix.Open(m.path("sparse"), unix.O_RDONLY, 0); err == nil {
+	os.Readlink(m.Path("link"))
+	harness.GetXattr(m.Path("big"), "user.a")
+	harness.ListXattrs(m.Path("big"))
+	harness.ListDir(t, m.Path("d"))
+	unix.Access(m.Path("big"), unix.R_OK|unix.W_OK)
+	if fd, err := unix.Open(m.Path("sparse"), unix.O_RDONLY, 0); err == nil {
 		if off, err := unix.Seek(fd, 0, unix.SEEK_HOLE); err != nil || off >= 32<<20 {
-			t.Errorf("SEEK_HOLE on a lower sparse file = %d, %s; want a hole before 32 MiB", off, errName(err))
+			t.Errorf("SEEK_HOLE on a lower sparse file = %d, %s; want a hole before 32 MiB", off, harness.ErrName(err))
 		}
 		unix.Close(fd)
 	}
-	if fd, err := unix.Open(m.path("d/x"), unix.O_PATH, 0); err == nil {
+	if fd, err := unix.Open(m.Path("d/x"), unix.O_PATH, 0); err == nil {
 		unix.Close(fd)
 	}
 
-	objects, bytes := m.backstoreUsage()
+	objects, bytes := m.BackstoreUsage()
 	if objects != objects0 || bytes != bytes0 {
 		t.Errorf("read-only access changed the backstore: %d objects, %d bytes -> %d objects, %d bytes; want no copy-up",
 			objects0, bytes0, objects, bytes)
 	}
-	if st, err := m.fetchStatus(); err == nil && st.Objects != st0.Objects {
+	if st, err := m.FetchStatus(); err == nil && st.Objects != st0.Objects {
 		t.Errorf("status: objects %d -> %d after read-only access, want unchanged", st0.Objects, st.Objects)
 	}
 }
@@ -90,11 +91,11 @@ func TestReadOnlyAccessDoesNotCopyUp(t *testing.T) {
 // copy no data; every change survives a remount.
 func TestWhatCopiesUp(t *testing.T) {
 	names := []string{"wronly", "rdwr", "truncate", "otrunc", "truncate0", "chmod", "chown", "utimens", "setxattr", "removexattr", "link", "rename"}
-	var entries []lowerEntry
+	var entries []harness.Entry
 	for _, n := range names {
-		entries = append(entries, lowerFile(n, fourMiB, withXattr("user.keep", "k"), withXattr("user.gone", "g")))
+		entries = append(entries, harness.LowerFile(n, fourMiB, harness.WithXattr("user.keep", "k"), harness.WithXattr("user.gone", "g")))
 	}
-	m := newMount(t, withStore(filepath.Join(t.TempDir(), "store")), withLower(entries...))
+	m := harness.NewMount(t, harness.WithStore(filepath.Join(t.TempDir(), "store")), harness.WithLower(entries...))
 
 	type change struct {
 		name   string
@@ -102,75 +103,75 @@ func TestWhatCopiesUp(t *testing.T) {
 		do     func(p string) error
 		check  func(t *testing.T, p string)
 	}
-	when := ts(1400000000, 123456789)
+	when := harness.Timespec(1400000000, 123456789)
 	changes := []change{
 		{"wronly", false, func(p string) error { return openClose(p, unix.O_WRONLY) }, nil},
 		{"rdwr", false, func(p string) error { return openClose(p, unix.O_RDWR) }, nil},
 		{"truncate", false, func(p string) error { return unix.Truncate(p, 100) }, func(t *testing.T, p string) {
-			if got := readFile(t, p); got != fourMiB[:100] {
+			if got := harness.ReadFile(t, p); got != fourMiB[:100] {
 				t.Errorf("after truncate to 100: %d bytes, want the first 100 of the lower file", len(got))
 			}
 		}},
 		{"otrunc", true, func(p string) error { return openClose(p, unix.O_WRONLY|unix.O_TRUNC) }, func(t *testing.T, p string) {
-			if st := lstat(t, p); st.Size != 0 {
+			if st := harness.Lstat(t, p); st.Size != 0 {
 				t.Errorf("after O_TRUNC: size %d, want 0", st.Size)
 			}
 		}},
 		{"truncate0", true, func(p string) error { return unix.Truncate(p, 0) }, func(t *testing.T, p string) {
-			if st := lstat(t, p); st.Size != 0 {
+			if st := harness.Lstat(t, p); st.Size != 0 {
 				t.Errorf("after truncate(0): size %d, want 0", st.Size)
 			}
 		}},
 		{"chmod", true, func(p string) error { return unix.Chmod(p, 0o604) }, func(t *testing.T, p string) {
-			if st := lstat(t, p); st.Mode&0o7777 != 0o604 {
+			if st := harness.Lstat(t, p); st.Mode&0o7777 != 0o604 {
 				t.Errorf("after chmod 604: mode %o", st.Mode&0o7777)
 			}
 		}},
 		{"chown", true, func(p string) error { return unix.Chown(p, 4321, 8765) }, func(t *testing.T, p string) {
-			if st := lstat(t, p); st.Uid != 4321 || st.Gid != 8765 {
+			if st := harness.Lstat(t, p); st.Uid != 4321 || st.Gid != 8765 {
 				t.Errorf("after chown 4321:8765: %d:%d", st.Uid, st.Gid)
 			}
 		}},
 		{"utimens", true, func(p string) error {
 			return unix.UtimesNano(p, []unix.Timespec{when, when})
 		}, func(t *testing.T, p string) {
-			if st := lstat(t, p); st.Mtim != when || st.Atim != when {
+			if st := harness.Lstat(t, p); st.Mtim != when || st.Atim != when {
 				t.Errorf("after utimens: atime %v mtime %v, want %v", st.Atim, st.Mtim, when)
 			}
 		}},
 		{"setxattr", true, func(p string) error { return unix.Setxattr(p, "user.new", []byte("v"), 0) }, func(t *testing.T, p string) {
-			if v, err := getXattr(p, "user.new"); v != "v" {
-				t.Errorf("user.new = %q (%s), want %q", v, errName(err), "v")
+			if v, err := harness.GetXattr(p, "user.new"); v != "v" {
+				t.Errorf("user.new = %q (%s), want %q", v, harness.ErrName(err), "v")
 			}
 		}},
 		{"removexattr", true, func(p string) error { return unix.Removexattr(p, "user.gone") }, func(t *testing.T, p string) {
-			if _, err := getXattr(p, "user.gone"); err != unix.ENODATA {
-				t.Errorf("user.gone after removexattr: %s, want ENODATA", errName(err))
+			if _, err := harness.GetXattr(p, "user.gone"); err != unix.ENODATA {
+				t.Errorf("user.gone after removexattr: %s, want ENODATA", harness.ErrName(err))
 			}
 		}},
 		{"link", false, func(p string) error { return unix.Link(p, p+".2") }, func(t *testing.T, p string) {
-			if a, b := lstat(t, p), lstat(t, p+".2"); a.Ino != b.Ino || a.Nlink != 2 {
+			if a, b := harness.Lstat(t, p), harness.Lstat(t, p+".2"); a.Ino != b.Ino || a.Nlink != 2 {
 				t.Errorf("after link: inos %d, %d nlink %d; want one inode with nlink 2", a.Ino, b.Ino, a.Nlink)
 			}
 		}},
 		{"rename", false, func(p string) error { return unix.Rename(p, p+".moved") }, func(t *testing.T, p string) {
-			if got := readFile(t, p+".moved"); got != fourMiB {
+			if got := harness.ReadFile(t, p+".moved"); got != fourMiB {
 				t.Errorf("renamed file's content differs")
 			}
 			var st unix.Stat_t
 			if err := unix.Lstat(p, &st); err != unix.ENOENT {
-				t.Errorf("rename source: lstat = %s, want ENOENT", errName(err))
+				t.Errorf("rename source: lstat = %s, want ENOENT", harness.ErrName(err))
 			}
 		}},
 	}
 	for _, c := range changes {
 		t.Run(c.name, func(t *testing.T) {
-			p := m.path(c.name)
-			_, before := m.backstoreUsage()
+			p := m.Path(c.name)
+			_, before := m.BackstoreUsage()
 			if err := c.do(p); err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
-			_, after := m.backstoreUsage()
+			_, after := m.BackstoreUsage()
 			if c.noData && after-before > copyLimit {
 				t.Errorf("%s grew the backstore by %d bytes: it copied the data (want no data copied)", c.name, after-before)
 			}
@@ -178,17 +179,17 @@ func TestWhatCopiesUp(t *testing.T) {
 				c.check(t, p)
 			}
 			if c.name != "removexattr" && c.name != "rename" && c.name != "truncate0" && c.name != "otrunc" {
-				if v, err := getXattr(pathAfter(c.name, p), "user.keep"); v != "k" {
-					t.Errorf("user.keep after %s = %q (%s), want %q", c.name, v, errName(err), "k")
+				if v, err := harness.GetXattr(pathAfter(c.name, p), "user.keep"); v != "k" {
+					t.Errorf("user.keep after %s = %q (%s), want %q", c.name, v, harness.ErrName(err), "k")
 				}
 			}
 		})
 	}
 	t.Run("after remount", func(t *testing.T) {
-		m.remount()
+		m.Remount()
 		for _, c := range changes {
 			if c.check != nil {
-				c.check(t, m.path(c.name))
+				c.check(t, m.Path(c.name))
 			}
 		}
 	})
@@ -211,9 +212,9 @@ func openClose(p string, flags int) error {
 
 // Checklist 6: copy-up is atomic and happens once under concurrency.
 func TestConcurrentCopyUp(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("append", fourMiB), lowerFile("pwrite", fourMiB),
-		lowerFile("atomic", strings.Repeat(fourMiB, 8))))
-	objects0, _ := m.backstoreUsage()
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("append", fourMiB), harness.LowerFile("pwrite", fourMiB),
+		harness.LowerFile("atomic", strings.Repeat(fourMiB, 8))))
+	objects0, _ := m.BackstoreUsage()
 	const n = 32
 	t.Run("appends", func(t *testing.T) {
 		var wg sync.WaitGroup
@@ -221,7 +222,7 @@ func TestConcurrentCopyUp(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				f, err := os.OpenFile(m.path("append"), os.O_WRONLY|os.O_APPEND, 0)
+				f, err := os.OpenFile(m.Path("append"), os.O_WRONLY|os.O_APPEND, 0)
 				if err != nil {
 					t.Errorf("open %d: %v", i, err)
 					return
@@ -233,7 +234,7 @@ func TestConcurrentCopyUp(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		got := readFile(t, m.path("append"))
+		got := harness.ReadFile(t, m.Path("append"))
 		if !strings.HasPrefix(got, fourMiB) {
 			t.Fatalf("after %d concurrent appends: the lower content is not intact at the start (%d bytes)", n, len(got))
 		}
@@ -253,7 +254,7 @@ func TestConcurrentCopyUp(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				f, err := os.OpenFile(m.path("pwrite"), os.O_RDWR, 0)
+				f, err := os.OpenFile(m.Path("pwrite"), os.O_RDWR, 0)
 				if err != nil {
 					t.Errorf("open %d: %v", i, err)
 					return
@@ -265,7 +266,7 @@ func TestConcurrentCopyUp(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		got := readFile(t, m.path("pwrite"))
+		got := harness.ReadFile(t, m.Path("pwrite"))
 		want := []byte(fourMiB)
 		for i := range n {
 			copy(want[i*100000:], bytes.Repeat([]byte{byte('A' + i)}, 100))
@@ -276,7 +277,7 @@ func TestConcurrentCopyUp(t *testing.T) {
 	})
 	// Two file objects, and one for the mount's root directory, which
 	// the first copy-up brings up as the files' parent.
-	if objects, _ := m.backstoreUsage(); objects != objects0+3 {
+	if objects, _ := m.BackstoreUsage(); objects != objects0+3 {
 		t.Errorf("backstore objects %d -> %d, want +3 (each file copied up once, and the root directory)", objects0, objects)
 	}
 	t.Run("readers during copy-up see the whole file", func(t *testing.T) {
@@ -299,7 +300,7 @@ func TestConcurrentCopyUp(t *testing.T) {
 						}
 					default:
 					}
-					f, err := os.Open(m.path("atomic"))
+					f, err := os.Open(m.Path("atomic"))
 					if err != nil {
 						mu.Lock()
 						bad = append(bad, err.Error())
@@ -319,7 +320,7 @@ func TestConcurrentCopyUp(t *testing.T) {
 				}
 			}()
 		}
-		w, err := os.OpenFile(m.path("atomic"), os.O_RDWR, 0)
+		w, err := os.OpenFile(m.Path("atomic"), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -346,19 +347,19 @@ func firstDiff(a, b string) int {
 // nanosecond times, xattrs (user.* and trusted.*) and holes; the
 // parent's mtime does not change.
 func TestCopyUpPreserves(t *testing.T) {
-	atime, mtime := ts(1500000000, 123456789), ts(1600000000, 987654321)
-	m := newMount(t, withLower(
-		lowerDir("d", withTimes(ts(1400000000, 111), ts(1400000001, 222))),
-		lowerSparse("d/sparse", 1<<30, map[int64]string{0: "head", 512 << 20: "middle"},
-			withOwner(1234, 5678), withMode(0o6755), withTimes(atime, mtime),
-			withXattr("user.color", "blue"), withXattr("trusted.t", "tv")),
-		lowerFile("d/meta", "meta", withOwner(1234, 5678), withMode(0o2750), withTimes(atime, mtime),
-			withXattr("user.color", "red"), withXattr("trusted.t", "tm")),
+	atime, mtime := harness.Timespec(1500000000, 123456789), harness.Timespec(1600000000, 987654321)
+	m := harness.NewMount(t, harness.WithLower(
+		harness.LowerDir("d", harness.WithTimes(harness.Timespec(1400000000, 111), harness.Timespec(1400000001, 222))),
+		harness.LowerSparse("d/sparse", 1<<30, map[int64]string{0: "head", 512 << 20: "middle"},
+			harness.WithOwner(1234, 5678), harness.WithMode(0o6755), harness.WithTimes(atime, mtime),
+			harness.WithXattr("user.color", "blue"), harness.WithXattr("trusted.t", "tv")),
+		harness.LowerFile("d/meta", "meta", harness.WithOwner(1234, 5678), harness.WithMode(0o2750), harness.WithTimes(atime, mtime),
+			harness.WithXattr("user.color", "red"), harness.WithXattr("trusted.t", "tm")),
 	))
-	dir0 := lstat(t, m.path("d"))
+	dir0 := harness.Lstat(t, m.Path("d"))
 	wantAttrs := func(t *testing.T, p string, mode uint32, checkMtime bool) {
 		t.Helper()
-		st := lstat(t, p)
+		st := harness.Lstat(t, p)
 		if st.Mode&0o7777 != mode || st.Uid != 1234 || st.Gid != 5678 {
 			t.Errorf("%s: mode %o owner %d:%d, want %o 1234:5678", filepath.Base(p), st.Mode&0o7777, st.Uid, st.Gid, mode)
 		}
@@ -370,22 +371,22 @@ func TestCopyUpPreserves(t *testing.T) {
 		}
 	}
 	t.Run("metadata copy-up", func(t *testing.T) {
-		if err := unix.Setxattr(m.path("d/meta"), "user.added", []byte("x"), 0); err != nil {
+		if err := unix.Setxattr(m.Path("d/meta"), "user.added", []byte("x"), 0); err != nil {
 			t.Fatal(err)
 		}
-		wantAttrs(t, m.path("d/meta"), 0o2750, true)
+		wantAttrs(t, m.Path("d/meta"), 0o2750, true)
 		for name, want := range map[string]string{"user.color": "red", "trusted.t": "tm", "user.added": "x"} {
-			if v, err := getXattr(m.path("d/meta"), name); v != want {
-				t.Errorf("%s = %q (%s), want %q", name, v, errName(err), want)
+			if v, err := harness.GetXattr(m.Path("d/meta"), name); v != want {
+				t.Errorf("%s = %q (%s), want %q", name, v, harness.ErrName(err), want)
 			}
 		}
 	})
 	t.Run("data copy-up", func(t *testing.T) {
-		if err := openClose(m.path("d/sparse"), unix.O_RDWR); err != nil {
+		if err := openClose(m.Path("d/sparse"), unix.O_RDWR); err != nil {
 			t.Fatal(err)
 		}
-		wantAttrs(t, m.path("d/sparse"), 0o6755, true) // opening for writing changes no time
-		f, err := os.OpenFile(m.path("d/sparse"), os.O_WRONLY, 0)
+		wantAttrs(t, m.Path("d/sparse"), 0o6755, true) // opening for writing changes no time
+		f, err := os.OpenFile(m.Path("d/sparse"), os.O_WRONLY, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -393,33 +394,33 @@ func TestCopyUpPreserves(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.Close()
-		wantAttrs(t, m.path("d/sparse"), 0o6755, false) // root (CAP_FSETID) keeps setuid/setgid on write
+		wantAttrs(t, m.Path("d/sparse"), 0o6755, false) // root (CAP_FSETID) keeps setuid/setgid on write
 		for name, want := range map[string]string{"user.color": "blue", "trusted.t": "tv"} {
-			if v, err := getXattr(m.path("d/sparse"), name); v != want {
-				t.Errorf("%s = %q (%s), want %q", name, v, errName(err), want)
+			if v, err := harness.GetXattr(m.Path("d/sparse"), name); v != want {
+				t.Errorf("%s = %q (%s), want %q", name, v, harness.ErrName(err), want)
 			}
 		}
-		st := lstat(t, m.path("d/sparse"))
+		st := harness.Lstat(t, m.Path("d/sparse"))
 		if st.Size != 1<<30 {
 			t.Errorf("size %d, want %d", st.Size, 1<<30)
 		}
 		if st.Blocks > 2048 {
 			t.Errorf("st_blocks %d after copy-up of a 1 GiB file with two data blocks: the holes were filled (want <= 2048)", st.Blocks)
 		}
-		if _, bytes := m.backstoreUsage(); bytes > 1<<20 {
+		if _, bytes := m.BackstoreUsage(); bytes > 1<<20 {
 			t.Errorf("backstore holds %d bytes after copy-up of a sparse file with two data blocks: the holes were filled", bytes)
 		}
-		fd, err := unix.Open(m.path("d/sparse"), unix.O_RDONLY, 0)
+		fd, err := unix.Open(m.Path("d/sparse"), unix.O_RDONLY, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer unix.Close(fd)
 		hole, err := unix.Seek(fd, 0, unix.SEEK_HOLE)
 		if err != nil || hole == 0 || hole >= 512<<20 {
-			t.Errorf("SEEK_HOLE from 0 = %d, %s; want a hole after the first block", hole, errName(err))
+			t.Errorf("SEEK_HOLE from 0 = %d, %s; want a hole after the first block", hole, harness.ErrName(err))
 		}
 		if data, err := unix.Seek(fd, hole, unix.SEEK_DATA); err != nil || data != 512<<20 {
-			t.Errorf("SEEK_DATA from %d = %d, %s; want %d", hole, data, errName(err), 512<<20)
+			t.Errorf("SEEK_DATA from %d = %d, %s; want %d", hole, data, harness.ErrName(err), 512<<20)
 		}
 		buf := make([]byte, 6)
 		unix.Pread(fd, buf, 512<<20)
@@ -436,23 +437,23 @@ func TestCopyUpPreserves(t *testing.T) {
 		}
 	})
 	t.Run("parent mtime unchanged", func(t *testing.T) {
-		if dir := lstat(t, m.path("d")); dir.Mtim != dir0.Mtim {
+		if dir := harness.Lstat(t, m.Path("d")); dir.Mtim != dir0.Mtim {
 			t.Errorf("d's mtime %d.%09d -> %d.%09d after copy-ups inside it, want unchanged", dir0.Mtim.Sec, dir0.Mtim.Nsec, dir.Mtim.Sec, dir.Mtim.Nsec)
 		}
 	})
 }
 
 // Checklist 9 (★ with passthrough): a descriptor opened before copy-up
-// sees the data written after it; the write never reaches the lower
-// file (DESIGN.md: with passthrough an inode has one backing file).
+// sees the data written after it; the write never reaches the lower file
+// (docs/semantics.md: with passthrough an inode has one backing file).
 func TestOpenBeforeCopyUpSeesLaterWrites(t *testing.T) {
-	m := newMount(t, withLower(
-		lowerFile("read-then-write", "lower data, lower data"),
-		lowerFile("mapped", strings.Repeat("m", 8192)),
-		lowerFile("truncated", "lower"),
+	m := harness.NewMount(t, harness.WithLower(
+		harness.LowerFile("read-then-write", "lower data, lower data"),
+		harness.LowerFile("mapped", strings.Repeat("m", 8192)),
+		harness.LowerFile("truncated", "lower"),
 	))
 	t.Run("read fd", func(t *testing.T) {
-		r, err := os.Open(m.path("read-then-write"))
+		r, err := os.Open(m.Path("read-then-write"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -461,7 +462,7 @@ func TestOpenBeforeCopyUpSeesLaterWrites(t *testing.T) {
 		if _, err := r.ReadAt(buf, 0); err != nil || string(buf) != "lower data, lower data" {
 			t.Fatalf("first read %q, %v", buf, err)
 		}
-		w, err := os.OpenFile(m.path("read-then-write"), os.O_RDWR, 0)
+		w, err := os.OpenFile(m.Path("read-then-write"), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -472,12 +473,12 @@ func TestOpenBeforeCopyUpSeesLaterWrites(t *testing.T) {
 		if _, err := r.ReadAt(buf, 0); err != nil || string(buf) != "UPPER data, lower data" {
 			t.Errorf("fd opened before copy-up reads %q (%v), want %q", buf, err, "UPPER data, lower data")
 		}
-		if got := readFile(t, m.path("read-then-write")); got != "UPPER data, lower data" {
+		if got := harness.ReadFile(t, m.Path("read-then-write")); got != "UPPER data, lower data" {
 			t.Errorf("a new open reads %q, want %q", got, "UPPER data, lower data")
 		}
 	})
 	t.Run("read-only shared mapping", func(t *testing.T) {
-		r, err := os.Open(m.path("mapped"))
+		r, err := os.Open(m.Path("mapped"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -488,7 +489,7 @@ func TestOpenBeforeCopyUpSeesLaterWrites(t *testing.T) {
 		}
 		defer unix.Munmap(mm)
 		_ = mm[0]
-		w, err := os.OpenFile(m.path("mapped"), os.O_RDWR, 0)
+		w, err := os.OpenFile(m.Path("mapped"), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -499,12 +500,12 @@ func TestOpenBeforeCopyUpSeesLaterWrites(t *testing.T) {
 		}
 	})
 	t.Run("truncate by path", func(t *testing.T) {
-		r, err := os.Open(m.path("truncated"))
+		r, err := os.Open(m.Path("truncated"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		if err := os.Truncate(m.path("truncated"), 2); err != nil {
+		if err := os.Truncate(m.Path("truncated"), 2); err != nil {
 			t.Fatal(err)
 		}
 		var st unix.Stat_t

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentfs/agentfs/integration/difftest"
+	"github.com/agentfs/agentfs/integration/harness"
 )
 
 // The randomized differential test (package difftest): the same seeded
@@ -82,7 +83,7 @@ func dtRun(t *testing.T, c *difftest.Config, defaultOps int64) {
 // TestDifferentialAgentfs compares agentfs with a plain directory, with
 // overlayfs as the errno witness.
 func TestDifferentialAgentfs(t *testing.T) {
-	requireFUSE(t)
+	harness.RequireFUSE(t)
 	c := dtConfig(t, dtAgentfsSpec(), difftest.OverlaySpec(true))
 	dtRun(t, c, 3000)
 }
@@ -91,7 +92,7 @@ func TestDifferentialAgentfs(t *testing.T) {
 // differences: the kernel's overlayfs against a plain directory must
 // show only the differences the overlayfs profile lists.
 func TestDifferentialOverlayfs(t *testing.T) {
-	requireFUSE(t) // root, to mount overlayfs
+	harness.RequireFUSE(t) // root, to mount overlayfs
 	c := dtConfig(t, difftest.OverlaySpec(false))
 	dtRun(t, c, 1000)
 }
@@ -131,12 +132,12 @@ func dtAgentfsSpec() difftest.RootSpec {
 			if err != nil {
 				return nil, err
 			}
-			if out, err := dtCommand(agentfsBin, append(append([]string{"mount", "--lower", lower}, modeFlags()...), mnt)...); err != nil {
+			if out, err := dtCommand(harness.Bin(), append(append([]string{"mount", "--lower", lower}, harness.ModeFlags()...), mnt)...); err != nil {
 				return nil, fmt.Errorf("agentfs mount: %v: %s", err, out)
 			}
 			return &difftest.Root{Dir: mnt, Abort: func() string { return dtAbort(mnt) }, Close: func() error {
 				var errs []string
-				if out, err := dtCommand(agentfsBin, "unmount", mnt); err != nil {
+				if out, err := dtCommand(harness.Bin(), "unmount", mnt); err != nil {
 					errs = append(errs, fmt.Sprintf("agentfs unmount: %v: %s", err, out))
 				}
 				if len(difftest.MountsBelow(mnt)) > 0 {
@@ -207,7 +208,7 @@ func dtFindDaemon(mnt string) (int, string) {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) < 2 || filepath.Base(args[0]) != filepath.Base(agentfsBin) || args[len(args)-1] != mnt {
+		if len(args) < 2 || filepath.Base(args[0]) != filepath.Base(harness.Bin()) || args[len(args)-1] != mnt {
 			continue
 		}
 		store := ""

@@ -1,7 +1,8 @@
 package integration
 
-// Checklist items 14 and 15 (DESIGN.md): open files after unlink, mmap,
-// locks, fallocate, SEEK_HOLE/SEEK_DATA, copy_file_range and syncs.
+// Checklist items 14 and 15 (docs/semantics.md): open files after
+// unlink, mmap, locks, fallocate, SEEK_HOLE/SEEK_DATA, copy_file_range
+// and syncs.
 
 import (
 	"bytes"
@@ -10,24 +11,25 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
 // Checklist 14: unlinked-but-open files keep working.
 func TestUnlinkedButOpen(t *testing.T) {
-	m := newMount(t, withLower(
-		lowerFile("lower-ro", "lower read-only"),
-		lowerFile("lower-rw", "lower read-write"),
-		lowerFile("d/f", "f"),
+	m := harness.NewMount(t, harness.WithLower(
+		harness.LowerFile("lower-ro", "lower read-only"),
+		harness.LowerFile("lower-rw", "lower read-write"),
+		harness.LowerFile("d/f", "f"),
 	))
 	t.Run("upper file", func(t *testing.T) {
-		f, err := os.OpenFile(m.path("tmp"), os.O_CREATE|os.O_RDWR, 0o600)
+		f, err := os.OpenFile(m.Path("tmp"), os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer f.Close()
 		f.WriteString("before")
-		if err := os.Remove(m.path("tmp")); err != nil {
+		if err := os.Remove(m.Path("tmp")); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.WriteAt([]byte(" and after unlink"), 6); err != nil {
@@ -52,17 +54,17 @@ func TestUnlinkedButOpen(t *testing.T) {
 		if err := f.Sync(); err != nil {
 			t.Errorf("fsync after unlink: %v", err)
 		}
-		if countName(listDir(t, m.dir), "tmp") != 0 {
+		if countName(harness.ListDir(t, m.Dir), "tmp") != 0 {
 			t.Errorf("the unlinked file is still listed")
 		}
 	})
 	t.Run("lower file opened read-only", func(t *testing.T) {
-		f, err := os.Open(m.path("lower-ro"))
+		f, err := os.Open(m.Path("lower-ro"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		if err := os.Remove(m.path("lower-ro")); err != nil {
+		if err := os.Remove(m.Path("lower-ro")); err != nil {
 			t.Fatal(err)
 		}
 		buf := make([]byte, 64)
@@ -79,12 +81,12 @@ func TestUnlinkedButOpen(t *testing.T) {
 		}
 	})
 	t.Run("lower file opened read-write", func(t *testing.T) {
-		f, err := os.OpenFile(m.path("lower-rw"), os.O_RDWR, 0)
+		f, err := os.OpenFile(m.Path("lower-rw"), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		if err := os.Remove(m.path("lower-rw")); err != nil {
+		if err := os.Remove(m.Path("lower-rw")); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.WriteAt([]byte("LOWER"), 0); err != nil {
@@ -102,18 +104,18 @@ func TestUnlinkedButOpen(t *testing.T) {
 		}
 	})
 	t.Run("directory removed while open", func(t *testing.T) {
-		fd, err := unix.Open(m.path("d"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		fd, err := unix.Open(m.Path("d"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer unix.Close(fd)
-		os.Remove(m.path("d/f"))
-		if err := unix.Rmdir(m.path("d")); err != nil {
+		os.Remove(m.Path("d/f"))
+		if err := unix.Rmdir(m.Path("d")); err != nil {
 			t.Fatal(err)
 		}
 		buf := make([]byte, 4096)
 		if n, err := unix.Getdents(fd, buf); err != nil && err != unix.ENOENT || n > 0 && hasNamesBesidesDots(buf[:n]) {
-			t.Errorf("getdents on a removed directory: %d bytes, %s; want nothing", n, errName(err))
+			t.Errorf("getdents on a removed directory: %d bytes, %s; want nothing", n, harness.ErrName(err))
 		}
 	})
 }
@@ -132,13 +134,13 @@ func hasNamesBesidesDots(b []byte) bool {
 
 // Checklist 14: mmap, shared and private, also across copy-up.
 func TestMmap(t *testing.T) {
-	m := newMount(t, withLower(
-		lowerFile("shared", strings.Repeat("s", 8192)),
-		lowerFile("private", strings.Repeat("p", 8192)),
-		lowerFile("ro", strings.Repeat("r", 8192)),
+	m := harness.NewMount(t, harness.WithLower(
+		harness.LowerFile("shared", strings.Repeat("s", 8192)),
+		harness.LowerFile("private", strings.Repeat("p", 8192)),
+		harness.LowerFile("ro", strings.Repeat("r", 8192)),
 	))
 	t.Run("shared writable mapping of a lower file", func(t *testing.T) {
-		f, err := os.OpenFile(m.path("shared"), os.O_RDWR, 0)
+		f, err := os.OpenFile(m.Path("shared"), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,19 +154,19 @@ func TestMmap(t *testing.T) {
 			t.Errorf("msync: %v", err)
 		}
 		buf := make([]byte, 6)
-		r, _ := os.Open(m.path("shared"))
+		r, _ := os.Open(m.Path("shared"))
 		r.ReadAt(buf, 100)
 		r.Close()
 		if string(buf) != "MAPPED" {
 			t.Errorf("read through another fd while mapped = %q, want %q", buf, "MAPPED")
 		}
 		unix.Munmap(mm)
-		if got := readFile(t, m.path("shared"))[100:106]; got != "MAPPED" {
+		if got := harness.ReadFile(t, m.Path("shared"))[100:106]; got != "MAPPED" {
 			t.Errorf("after munmap = %q, want %q", got, "MAPPED")
 		}
 	})
 	t.Run("private mapping does not write through", func(t *testing.T) {
-		f, err := os.OpenFile(m.path("private"), os.O_RDWR, 0)
+		f, err := os.OpenFile(m.Path("private"), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,26 +178,26 @@ func TestMmap(t *testing.T) {
 		copy(mm, "PRIVATE")
 		f.WriteAt([]byte("written"), 4096)
 		unix.Munmap(mm)
-		got := readFile(t, m.path("private"))
+		got := harness.ReadFile(t, m.Path("private"))
 		if got[:7] != "ppppppp" || got[4096:4103] != "written" {
 			t.Errorf("after a private mapping: %q...%q, want %q...%q", got[:7], got[4096:4103], "ppppppp", "written")
 		}
 	})
 	t.Run("writable shared mapping of a read-only fd", func(t *testing.T) {
-		f, err := os.Open(m.path("ro"))
+		f, err := os.Open(m.Path("ro"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer f.Close()
 		if mm, err := unix.Mmap(int(f.Fd()), 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != unix.EACCES {
-			t.Errorf("PROT_WRITE|MAP_SHARED on an O_RDONLY fd = %s, want EACCES", errName(err))
+			t.Errorf("PROT_WRITE|MAP_SHARED on an O_RDONLY fd = %s, want EACCES", harness.ErrName(err))
 			if err == nil {
 				unix.Munmap(mm)
 			}
 		}
 	})
 	t.Run("new file grown with ftruncate", func(t *testing.T) {
-		f, err := os.OpenFile(m.path("new"), os.O_CREATE|os.O_RDWR, 0o644)
+		f, err := os.OpenFile(m.Path("new"), os.O_CREATE|os.O_RDWR, 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +210,7 @@ func TestMmap(t *testing.T) {
 		copy(mm[1<<19:], "middle")
 		unix.Munmap(mm)
 		f.Close()
-		if got := readFile(t, m.path("new")); len(got) != 1<<20 || got[1<<19:1<<19+6] != "middle" {
+		if got := harness.ReadFile(t, m.Path("new")); len(got) != 1<<20 || got[1<<19:1<<19+6] != "middle" {
 			t.Errorf("mapped write into a new file: size %d", len(got))
 		}
 	})
@@ -216,12 +218,12 @@ func TestMmap(t *testing.T) {
 
 // Checklist 15: flock, POSIX and OFD locks.
 func TestLocks(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("lower", "l")))
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("lower", "l")))
 	for _, name := range []string{"lower", "upper"} {
 		t.Run(name, func(t *testing.T) {
-			p := m.path(name)
+			p := m.Path(name)
 			if name == "upper" {
-				writeFile(t, p, "u")
+				harness.WriteFile(t, p, "u")
 			}
 			f, err := os.OpenFile(p, os.O_RDWR, 0)
 			if err != nil {
@@ -238,11 +240,11 @@ func TestLocks(t *testing.T) {
 				t.Errorf("flock LOCK_EX: %v", err)
 			}
 			if err := unix.Flock(int(g.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != unix.EWOULDBLOCK {
-				t.Errorf("a second LOCK_EX = %s, want EWOULDBLOCK", errName(err))
+				t.Errorf("a second LOCK_EX = %s, want EWOULDBLOCK", harness.ErrName(err))
 			}
 			unix.Flock(int(f.Fd()), unix.LOCK_UN)
 			if err := unix.Flock(int(g.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-				t.Errorf("LOCK_EX after LOCK_UN = %s, want success", errName(err))
+				t.Errorf("LOCK_EX after LOCK_UN = %s, want success", harness.ErrName(err))
 			}
 			unix.Flock(int(g.Fd()), unix.LOCK_UN)
 
@@ -252,33 +254,33 @@ func TestLocks(t *testing.T) {
 			}
 			other := unix.Flock_t{Type: unix.F_WRLCK, Start: 5, Len: 1}
 			if err := unix.FcntlFlock(g.Fd(), unix.F_OFD_SETLK, &other); err != unix.EAGAIN {
-				t.Errorf("a conflicting F_OFD_SETLK = %s, want EAGAIN", errName(err))
+				t.Errorf("a conflicting F_OFD_SETLK = %s, want EAGAIN", harness.ErrName(err))
 			}
 			q := unix.Flock_t{Type: unix.F_WRLCK, Start: 5, Len: 1}
 			if err := unix.FcntlFlock(g.Fd(), unix.F_OFD_GETLK, &q); err != nil || q.Type != unix.F_WRLCK || q.Pid != -1 {
-				t.Errorf("F_OFD_GETLK = type %d pid %d (%s), want F_WRLCK and pid -1", q.Type, q.Pid, errName(err))
+				t.Errorf("F_OFD_GETLK = type %d pid %d (%s), want F_WRLCK and pid -1", q.Type, q.Pid, harness.ErrName(err))
 			}
 			lk.Type = unix.F_UNLCK
 			unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
 
-			h := startHelper(t, cred{uid: 0, gid: 0}, opPosixLock(p, 0, 100), opHold())
-			if len(h.result) < 1 || h.result[0].Errno != "ok" {
-				h.release()
-				t.Fatalf("the helper's POSIX lock: %v", h.result)
+			h := harness.StartHelper(t, harness.Cred{Uid: 0, Gid: 0}, harness.OpPosixLock(p, 0, 100), harness.OpHold())
+			if len(h.Results) < 1 || h.Results[0].Errno != "ok" {
+				h.Release()
+				t.Fatalf("the helper's POSIX lock: %v", h.Results)
 			}
-			pid := h.result[0].Out
+			pid := h.Results[0].Out
 			q = unix.Flock_t{Type: unix.F_WRLCK, Start: 50, Len: 10}
 			err = unix.FcntlFlock(f.Fd(), unix.F_GETLK, &q)
 			if err != nil || q.Type != unix.F_WRLCK || q.Start != 0 || q.Len != 100 || strconv.Itoa(int(q.Pid)) != pid {
-				t.Errorf("F_GETLK = type %d start %d len %d pid %d (%s), want F_WRLCK 0 100 pid %s", q.Type, q.Start, q.Len, q.Pid, errName(err), pid)
+				t.Errorf("F_GETLK = type %d start %d len %d pid %d (%s), want F_WRLCK 0 100 pid %s", q.Type, q.Start, q.Len, q.Pid, harness.ErrName(err), pid)
 			}
 			set := unix.Flock_t{Type: unix.F_RDLCK, Start: 50, Len: 10}
 			if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &set); err != unix.EAGAIN && err != unix.EACCES {
-				t.Errorf("F_SETLK against another process's lock = %s, want EAGAIN", errName(err))
+				t.Errorf("F_SETLK against another process's lock = %s, want EAGAIN", harness.ErrName(err))
 			}
-			h.release()
+			h.Release()
 			if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &set); err != nil {
-				t.Errorf("F_SETLK after the other process exited = %s, want success", errName(err))
+				t.Errorf("F_SETLK after the other process exited = %s, want success", harness.ErrName(err))
 			}
 		})
 	}
@@ -287,13 +289,13 @@ func TestLocks(t *testing.T) {
 // Checklist 15: fallocate, SEEK_HOLE/SEEK_DATA, copy_file_range, fsync,
 // fdatasync, syncfs.
 func TestFileOperations(t *testing.T) {
-	m := newMount(t, withLower(
-		lowerFile("src", fourMiB),
-		lowerFile("falloc-lower", "lower content"),
-		lowerSparse("sparse", 8<<20, map[int64]string{4 << 20: "data"}),
+	m := harness.NewMount(t, harness.WithLower(
+		harness.LowerFile("src", fourMiB),
+		harness.LowerFile("falloc-lower", "lower content"),
+		harness.LowerSparse("sparse", 8<<20, map[int64]string{4 << 20: "data"}),
 	))
 	t.Run("fallocate", func(t *testing.T) {
-		f, err := os.OpenFile(m.path("falloc"), os.O_CREATE|os.O_RDWR, 0o644)
+		f, err := os.OpenFile(m.Path("falloc"), os.O_CREATE|os.O_RDWR, 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,13 +304,13 @@ func TestFileOperations(t *testing.T) {
 		if err := unix.Fallocate(fd, 0, 0, 1<<20); err != nil {
 			t.Fatalf("fallocate: %v", err)
 		}
-		if st := lstat(t, m.path("falloc")); st.Size != 1<<20 || st.Blocks < 2048 {
+		if st := harness.Lstat(t, m.Path("falloc")); st.Size != 1<<20 || st.Blocks < 2048 {
 			t.Errorf("after fallocate 1 MiB: size %d blocks %d, want %d and >= 2048", st.Size, st.Blocks, 1<<20)
 		}
 		if err := unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 1<<20, 1<<20); err != nil {
 			t.Errorf("fallocate KEEP_SIZE: %v", err)
 		}
-		if st := lstat(t, m.path("falloc")); st.Size != 1<<20 || st.Blocks < 4096 {
+		if st := harness.Lstat(t, m.Path("falloc")); st.Size != 1<<20 || st.Blocks < 4096 {
 			t.Errorf("after fallocate KEEP_SIZE: size %d blocks %d, want %d and >= 4096", st.Size, st.Blocks, 1<<20)
 		}
 		f.WriteAt(bytes.Repeat([]byte("d"), 1<<20), 0)
@@ -321,14 +323,14 @@ func TestFileOperations(t *testing.T) {
 			t.Errorf("read in a punched hole = %q, want zeros", buf)
 		}
 		if off, err := unix.Seek(fd, 0, unix.SEEK_HOLE); err != nil || off != 4096 {
-			t.Errorf("SEEK_HOLE after punching [4096, 12288) = %d, %s; want 4096", off, errName(err))
+			t.Errorf("SEEK_HOLE after punching [4096, 12288) = %d, %s; want 4096", off, harness.ErrName(err))
 		}
 		if err := unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE, 0, 10); err != nil && err != unix.EOPNOTSUPP {
 			t.Errorf("fallocate ZERO_RANGE: %v", err)
 		}
 	})
 	t.Run("fallocate copies a lower file up", func(t *testing.T) {
-		f, err := os.OpenFile(m.path("falloc-lower"), os.O_RDWR, 0)
+		f, err := os.OpenFile(m.Path("falloc-lower"), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,7 +338,7 @@ func TestFileOperations(t *testing.T) {
 		if err := unix.Fallocate(int(f.Fd()), 0, 0, 1<<20); err != nil {
 			t.Fatalf("fallocate: %v", err)
 		}
-		got := readFile(t, m.path("falloc-lower"))
+		got := harness.ReadFile(t, m.Path("falloc-lower"))
 		if len(got) != 1<<20 || got[:13] != "lower content" || strings.Trim(got[13:], "\x00") != "" {
 			t.Errorf("after fallocate of a lower file: size %d, starts %q; want 1 MiB starting %q then zeros", len(got), got[:min(13, len(got))], "lower content")
 		}
@@ -344,40 +346,40 @@ func TestFileOperations(t *testing.T) {
 	t.Run("SEEK_HOLE and SEEK_DATA", func(t *testing.T) {
 		for _, name := range []string{"sparse", "sparse-upper"} {
 			if name == "sparse-upper" {
-				f, _ := os.Create(m.path(name))
+				f, _ := os.Create(m.Path(name))
 				f.WriteAt([]byte("data"), 4<<20)
 				f.Truncate(8 << 20)
 				f.Close()
 			}
-			fd, err := unix.Open(m.path(name), unix.O_RDONLY, 0)
+			fd, err := unix.Open(m.Path(name), unix.O_RDONLY, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if off, err := unix.Seek(fd, 0, unix.SEEK_DATA); err != nil || off != 4<<20 {
-				t.Errorf("%s: SEEK_DATA from 0 = %d, %s; want %d", name, off, errName(err), 4<<20)
+				t.Errorf("%s: SEEK_DATA from 0 = %d, %s; want %d", name, off, harness.ErrName(err), 4<<20)
 			}
 			if off, err := unix.Seek(fd, 0, unix.SEEK_HOLE); err != nil || off != 0 {
-				t.Errorf("%s: SEEK_HOLE from 0 = %d, %s; want 0", name, off, errName(err))
+				t.Errorf("%s: SEEK_HOLE from 0 = %d, %s; want 0", name, off, harness.ErrName(err))
 			}
 			if off, err := unix.Seek(fd, 4<<20, unix.SEEK_HOLE); err != nil || off <= 4<<20 || off > 8<<20 {
-				t.Errorf("%s: SEEK_HOLE from the data = %d, %s; want after %d", name, off, errName(err), 4<<20)
+				t.Errorf("%s: SEEK_HOLE from the data = %d, %s; want after %d", name, off, harness.ErrName(err), 4<<20)
 			}
 			if off, err := unix.Seek(fd, 5<<20, unix.SEEK_DATA); err != unix.ENXIO {
-				t.Errorf("%s: SEEK_DATA after the last data = %d, %s; want ENXIO", name, off, errName(err))
+				t.Errorf("%s: SEEK_DATA after the last data = %d, %s; want ENXIO", name, off, harness.ErrName(err))
 			}
 			if off, err := unix.Seek(fd, 9<<20, unix.SEEK_HOLE); err != unix.ENXIO {
-				t.Errorf("%s: SEEK_HOLE beyond EOF = %d, %s; want ENXIO", name, off, errName(err))
+				t.Errorf("%s: SEEK_HOLE beyond EOF = %d, %s; want ENXIO", name, off, harness.ErrName(err))
 			}
 			unix.Close(fd)
 		}
 	})
 	t.Run("copy_file_range", func(t *testing.T) {
-		src, err := os.Open(m.path("src"))
+		src, err := os.Open(m.Path("src"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer src.Close()
-		dst, err := os.Create(m.path("dst"))
+		dst, err := os.Create(m.Path("dst"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -390,20 +392,20 @@ func TestFileOperations(t *testing.T) {
 			}
 			total += n
 		}
-		if readFile(t, m.path("dst")) != fourMiB {
+		if harness.ReadFile(t, m.Path("dst")) != fourMiB {
 			t.Errorf("copy_file_range from a lower file: the copy differs")
 		}
 		roff, woff := int64(100), int64(10)
 		if n, err := unix.CopyFileRange(int(src.Fd()), &roff, int(dst.Fd()), &woff, 5, 0); err != nil || n != 5 {
 			t.Errorf("copy_file_range with offsets = %d, %v", n, err)
 		}
-		if got := readFile(t, m.path("dst"))[10:15]; got != fourMiB[100:105] {
+		if got := harness.ReadFile(t, m.Path("dst"))[10:15]; got != fourMiB[100:105] {
 			t.Errorf("copy_file_range with offsets wrote %q, want %q", got, fourMiB[100:105])
 		}
 	})
 	t.Run("fsync, fdatasync, syncfs", func(t *testing.T) {
-		objects0, _ := m.backstoreUsage()
-		r, err := os.Open(m.path("src"))
+		objects0, _ := m.BackstoreUsage()
+		r, err := os.Open(m.Path("src"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,10 +416,10 @@ func TestFileOperations(t *testing.T) {
 		if err := unix.Syncfs(int(r.Fd())); err != nil {
 			t.Errorf("syncfs: %v", err)
 		}
-		if objects, _ := m.backstoreUsage(); objects != objects0 {
+		if objects, _ := m.BackstoreUsage(); objects != objects0 {
 			t.Errorf("fsync of a read-only fd copied the file up: objects %d -> %d", objects0, objects)
 		}
-		w, err := os.OpenFile(m.path("dst"), os.O_RDWR, 0)
+		w, err := os.OpenFile(m.Path("dst"), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -429,7 +431,7 @@ func TestFileOperations(t *testing.T) {
 		if err := unix.Fdatasync(int(w.Fd())); err != nil {
 			t.Errorf("fdatasync: %v", err)
 		}
-		dfd, err := unix.Open(m.dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		dfd, err := unix.Open(m.Dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,9 +1,10 @@
 package integration
 
 // The kernel's overlayfs is the reference for the overlay semantics
-// (DESIGN.md: where it is right, match it; where it falls short, marked
-// ★, do better). These helpers mount it next to agentfs over the same
-// lower spec, so that a test can run one scenario on both and compare.
+// (docs/semantics.md: where it is right, match it; where it falls short,
+// marked ★, do better). These helpers mount it next to agentfs over the
+// same lower spec, so that a test can run one scenario on both and
+// compare.
 
 import (
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,10 +27,10 @@ func (o *kernelOverlay) path(rel string) string { return filepath.Join(o.dir, re
 // newKernelOverlay builds the lower tree from entries and mounts the
 // kernel's overlayfs on it (root only). Its cleanup unmounts it and
 // checks the lower is unchanged.
-func newKernelOverlay(t *testing.T, entries ...lowerEntry) *kernelOverlay {
+func newKernelOverlay(t *testing.T, entries ...harness.Entry) *kernelOverlay {
 	t.Helper()
-	requireFUSE(t) // root; overlayfs needs the same
-	o := &kernelOverlay{lower: newLowerDir(t, entries...), dir: newMountpoint(t)}
+	harness.RequireFUSE(t) // root; overlayfs needs the same
+	o := &kernelOverlay{lower: harness.NewLowerDir(t, entries...), dir: harness.NewMountpoint(t)}
 	state := t.TempDir()
 	o.upper, o.work = filepath.Join(state, "upper"), filepath.Join(state, "work")
 	for _, d := range []string{o.upper, o.work} {
@@ -36,7 +38,7 @@ func newKernelOverlay(t *testing.T, entries ...lowerEntry) *kernelOverlay {
 			t.Fatal(err)
 		}
 	}
-	before := snapshotTree(o.lower)
+	before := harness.SnapshotTree(o.lower)
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", o.lower, o.upper, o.work)
 	if err := unix.Mount("overlay", o.dir, "overlay", 0, opts); err != nil {
 		t.Fatalf("mounting the kernel's overlayfs (-o %s): %v", opts, err)
@@ -46,7 +48,7 @@ func newKernelOverlay(t *testing.T, entries ...lowerEntry) *kernelOverlay {
 			t.Errorf("unmounting overlayfs %s: %v", o.dir, err)
 			unix.Unmount(o.dir, unix.MNT_DETACH)
 		}
-		assertUnchanged(t, before, snapshotTree(o.lower))
+		harness.AssertUnchanged(t, before, harness.SnapshotTree(o.lower))
 	})
 	return o
 }
@@ -59,13 +61,13 @@ type scenario func(t *testing.T, root string) string
 // compareWithOverlayfs runs s on the kernel's overlayfs and on agentfs,
 // each over a fresh lower built from entries, and fails when agentfs
 // observes something else.
-func compareWithOverlayfs(t *testing.T, entries []lowerEntry, s scenario) {
+func compareWithOverlayfs(t *testing.T, entries []harness.Entry, s scenario) {
 	t.Helper()
 	ovl := newKernelOverlay(t, entries...)
 	want := s(t, ovl.dir)
 	t.Logf("the kernel's overlayfs:\n%s", want)
-	m := newMount(t, withLower(entries...))
-	got := s(t, m.dir)
+	m := harness.NewMount(t, harness.WithLower(entries...))
+	got := s(t, m.Dir)
 	if got != want {
 		t.Errorf("agentfs and the kernel's overlayfs differ:\nagentfs:   %s\noverlayfs: %s", got, want)
 	}

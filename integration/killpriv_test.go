@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,9 +19,9 @@ import (
 // set after the kernel stopped asking, and setid bits set after it, on
 // a native filesystem and on agentfs alike.
 func TestWritesAskNoCapability(t *testing.T) {
-	m := newMount(t, withArgs("--debug"), withLower(lowerFile("lower", "lower file\n")))
+	m := harness.NewMount(t, harness.WithArgs("--debug"), harness.WithLower(harness.LowerFile("lower", "lower file\n")))
 	countAsks := func() int {
-		b, err := os.ReadFile(m.logPath())
+		b, err := os.ReadFile(m.LogPath())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -30,7 +31,7 @@ func TestWritesAskNoCapability(t *testing.T) {
 	const writes = 64
 	for _, name := range []string{"new", "lower"} {
 		before := countAsks()
-		f, err := os.OpenFile(m.path(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := os.OpenFile(m.Path(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,8 +51,8 @@ func TestWritesAskNoCapability(t *testing.T) {
 	// The same sequence on a plain directory and on agentfs: write (the
 	// kernel then stops asking), set a capability or setid bits, write
 	// again as a user without CAP_FSETID.
-	native := newMountpoint(t)
-	for _, root := range []string{native, m.dir} {
+	native := harness.NewMountpoint(t)
+	for _, root := range []string{native, m.Dir} {
 		for _, name := range []string{"cap", "setid"} {
 			p := root + "/" + name
 			if err := os.WriteFile(p, []byte("x"), 0o664); err != nil {
@@ -69,20 +70,20 @@ func TestWritesAskNoCapability(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := cred{uid: userUID, gid: userGID}
-	ops := func(root string) []helperOp {
-		return []helperOp{
-			opWrite(root+"/setid", unix.O_APPEND, "+"),
-			opStat(root + "/setid"),
+	c := harness.Cred{Uid: userUID, Gid: userGID}
+	ops := func(root string) []harness.Op {
+		return []harness.Op{
+			harness.OpWrite(root+"/setid", unix.O_APPEND, "+"),
+			harness.OpStat(root + "/setid"),
 		}
 	}
-	want, got := runAs(t, c, ops(native)...), runAs(t, c, ops(m.dir)...)
+	want, got := harness.RunAs(t, c, ops(native)...), harness.RunAs(t, c, ops(m.Dir)...)
 	for i, op := range ops("") {
 		if got[i] != want[i] {
 			t.Errorf("as uid %d: %s %s: agentfs %s, the kernel (plain dir) %s", userUID, op.Op, op.Path, got[i], want[i])
 		}
 	}
-	for _, root := range []string{native, m.dir} {
+	for _, root := range []string{native, m.Dir} {
 		appendTo(t, root+"/cap", "z") // root: CAP_FSETID does not keep a capability
 		_, err := unix.Getxattr(root+"/cap", "security.capability", make([]byte, 64))
 		if !errors.Is(err, unix.ENODATA) {

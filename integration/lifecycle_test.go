@@ -13,20 +13,22 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/procfs"
 	"golang.org/x/sys/unix"
 )
 
 // TestStatus: agentfs status from inside the mount (as git finds its
 // repository) and with -C, as text and JSON.
 func TestStatus(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("d/f", "f")))
-	writeFile(t, m.path("d/g"), "g")
-	st, err := m.fetchStatus()
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("d/f", "f")))
+	harness.WriteFile(t, m.Path("d/g"), "g")
+	st, err := m.FetchStatus()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Lower != m.lower || st.Mountpoint != m.dir || !st.Ephemeral || st.Pid <= 0 || st.Backstore != "hostfs" || st.Store == "" {
-		t.Errorf("status --json = %+v, want lower %s, mountpoint %s, an ephemeral store, a pid, backstore hostfs", st, m.lower, m.dir)
+	if st.Lower != m.Lower || st.Mountpoint != m.Dir || !st.Ephemeral || st.Pid <= 0 || st.Backstore != "hostfs" || st.Store == "" {
+		t.Errorf("status --json = %+v, want lower %s, mountpoint %s, an ephemeral store, a pid, backstore hostfs", st, m.Lower, m.Dir)
 	}
 	if st.Objects < 1 {
 		t.Errorf("status --json: objects %d after writing a file, want >= 1", st.Objects)
@@ -35,28 +37,28 @@ func TestStatus(t *testing.T) {
 		t.Errorf("status --json: passthrough %v, writeback cache %v; want passthrough %v and no writeback cache (not asked for)",
 			st.Passthrough, st.Writeback, !noPT)
 	}
-	cmd := exec.Command(agentfsBin, "status")
-	cmd.Dir = m.path("d")
-	r := runCommand(t, cmd, []string{"status"})
-	if r.code != 0 {
+	cmd := exec.Command(harness.Bin(), "status")
+	cmd.Dir = m.Path("d")
+	r := harness.RunCmd(t, cmd, []string{"status"})
+	if r.Code != 0 {
 		t.Fatalf("status from inside the mount:\n%s", r)
 	}
-	for _, want := range []string{m.lower, "passthrough", "hostfs"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("status does not mention %q:\n%s", want, r.stdout)
+	for _, want := range []string{m.Lower, "passthrough", "hostfs"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("status does not mention %q:\n%s", want, r.Stdout)
 		}
 	}
 }
 
 // waitDaemonGone waits until the daemon has exited and its mount is
 // gone.
-func waitDaemonGone(t *testing.T, m *mount, pid int) {
+func waitDaemonGone(t *testing.T, m *harness.Mount, pid int) {
 	t.Helper()
-	if !waitFor(func() bool { return !processAlive(pid) }) {
+	if !harness.WaitFor(func() bool { return !procfs.Alive(pid) }) {
 		t.Fatalf("the daemon (pid %d) did not exit", pid)
 	}
-	if !waitFor(func() bool { return !isMounted(m.dir) }) {
-		t.Errorf("%s is still mounted after the daemon exited", m.dir)
+	if !harness.WaitFor(func() bool { return !harness.IsMounted(m.Dir) }) {
+		t.Errorf("%s is still mounted after the daemon exited", m.Dir)
 	}
 }
 
@@ -66,7 +68,7 @@ func assertStoreDeleted(t *testing.T, store string) {
 	if store == "" {
 		t.Fatalf("status gave no store")
 	}
-	if !waitFor(func() bool { _, err := os.Stat(store); return os.IsNotExist(err) }) {
+	if !harness.WaitFor(func() bool { _, err := os.Stat(store); return os.IsNotExist(err) }) {
 		t.Errorf("the private store %s still exists", store)
 	}
 }
@@ -77,31 +79,31 @@ func assertStoreDeleted(t *testing.T, store string) {
 func TestEndingTheDaemon(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		end  func(t *testing.T, m *mount)
+		end  func(t *testing.T, m *harness.Mount)
 	}{
-		{"agentfs unmount", func(t *testing.T, m *mount) {
-			if r := runAgentfs(t, "unmount", m.dir); r.code != 0 {
+		{"agentfs unmount", func(t *testing.T, m *harness.Mount) {
+			if r := harness.Run(t, "unmount", m.Dir); r.Code != 0 {
 				t.Errorf("agentfs unmount:\n%s", r)
 			}
 		}},
-		{"umount", func(t *testing.T, m *mount) {
-			if err := unix.Unmount(m.dir, 0); err != nil {
-				t.Fatalf("umount %s: %v", m.dir, err)
+		{"umount", func(t *testing.T, m *harness.Mount) {
+			if err := unix.Unmount(m.Dir, 0); err != nil {
+				t.Fatalf("umount %s: %v", m.Dir, err)
 			}
 		}},
-		{"fusermount3 -u", func(t *testing.T, m *mount) {
-			if out, err := exec.Command("fusermount3", "-u", m.dir).CombinedOutput(); err != nil {
+		{"fusermount3 -u", func(t *testing.T, m *harness.Mount) {
+			if out, err := exec.Command("fusermount3", "-u", m.Dir).CombinedOutput(); err != nil {
 				t.Fatalf("fusermount3 -u: %v\n%s", err, out)
 			}
 		}},
-		{"SIGTERM", func(t *testing.T, m *mount) { syscall.Kill(m.status.Pid, syscall.SIGTERM) }},
-		{"SIGINT", func(t *testing.T, m *mount) { syscall.Kill(m.status.Pid, syscall.SIGINT) }},
+		{"SIGTERM", func(t *testing.T, m *harness.Mount) { syscall.Kill(m.Status.Pid, syscall.SIGTERM) }},
+		{"SIGINT", func(t *testing.T, m *harness.Mount) { syscall.Kill(m.Status.Pid, syscall.SIGINT) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := newMount(t, withLower(lowerFile("f", "f")))
-			writeFile(t, m.path("g"), "g")
-			pid, store := m.status.Pid, m.status.Store
-			if pid <= 0 || !processAlive(pid) {
+			m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "f")))
+			harness.WriteFile(t, m.Path("g"), "g")
+			pid, store := m.Status.Pid, m.Status.Store
+			if pid <= 0 || !procfs.Alive(pid) {
 				t.Fatalf("status gave daemon pid %d, which is not running", pid)
 			}
 			c.end(t, m)
@@ -117,24 +119,24 @@ func TestEndingTheDaemon(t *testing.T) {
 // TestDaemonKilled: kill -9 of the daemon leaves a dead mount that
 // agentfs unmount still clears (with the private store).
 func TestDaemonKilled(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("f", "f")))
-	writeFile(t, m.path("g"), "g")
-	pid, store := m.status.Pid, m.status.Store
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "f")))
+	harness.WriteFile(t, m.Path("g"), "g")
+	pid, store := m.Status.Pid, m.Status.Store
 	syscall.Kill(pid, syscall.SIGKILL)
-	if !waitFor(func() bool { return !processAlive(pid) }) {
+	if !harness.WaitFor(func() bool { return !procfs.Alive(pid) }) {
 		t.Fatalf("the daemon (pid %d) survived SIGKILL", pid)
 	}
 	var st unix.Stat_t
-	if err := unix.Stat(m.dir, &st); err != unix.ENOTCONN {
-		t.Logf("stat of the dead mount: %s (ENOTCONN expected)", errName(err))
+	if err := unix.Stat(m.Dir, &st); err != unix.ENOTCONN {
+		t.Logf("stat of the dead mount: %s (ENOTCONN expected)", harness.ErrName(err))
 	}
-	r := runAgentfs(t, "unmount", m.dir)
-	if r.code != 0 {
+	r := harness.Run(t, "unmount", m.Dir)
+	if r.Code != 0 {
 		t.Errorf("agentfs unmount of a dead mount:\n%s", r)
 	}
-	if isMounted(m.dir) {
-		t.Errorf("%s is still mounted after agentfs unmount of the dead mount", m.dir)
-		unix.Unmount(m.dir, unix.MNT_DETACH)
+	if harness.IsMounted(m.Dir) {
+		t.Errorf("%s is still mounted after agentfs unmount of the dead mount", m.Dir)
+		unix.Unmount(m.Dir, unix.MNT_DETACH)
 	}
 	assertStoreDeleted(t, store)
 }
@@ -144,31 +146,31 @@ func TestDaemonKilled(t *testing.T) {
 // unmount, waiting on the control file at that moment, must still see
 // a dead mount and clear it.
 func TestDaemonKilledWithRequestPending(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("f", "f")))
-	pid, store := m.status.Pid, m.status.Store
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "f")))
+	pid, store := m.Status.Pid, m.Status.Store
 	// Warm the root's attributes and the control file's dentry, so that
 	// the unmount's first request to the daemon is the control file's
 	// open.
 	var st unix.Stat_t
-	unix.Stat(m.dir, &st)
-	unix.Stat(filepath.Join(m.dir, ".agentfs.ctl"), &st)
+	unix.Stat(m.Dir, &st)
+	unix.Stat(filepath.Join(m.Dir, ".agentfs.ctl"), &st)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(agentfsBin, "unmount", m.dir)
+	cmd := exec.Command(harness.Bin(), "unmount", m.Dir)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		syscall.Kill(pid, syscall.SIGKILL)
 		t.Fatal(err)
 	}
 	// Wait until the unmount sleeps in a FUSE request.
-	waiting := waitFor(func() bool {
+	waiting := harness.WaitFor(func() bool {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", cmd.Process.Pid))
 		return strings.Contains(string(b), "fuse") || strings.Contains(string(b), "request_wait_answer")
 	})
 	syscall.Kill(pid, syscall.SIGKILL)
-	if !waitFor(func() bool { return !processAlive(pid) }) {
+	if !harness.WaitFor(func() bool { return !procfs.Alive(pid) }) {
 		t.Fatalf("the daemon (pid %d) survived SIGKILL", pid)
 	}
 	err := cmd.Wait()
@@ -178,19 +180,20 @@ func TestDaemonKilledWithRequestPending(t *testing.T) {
 	if err != nil {
 		t.Errorf("agentfs unmount with a request pending when the daemon died: %v\nstdout: %s\nstderr: %s", err, &stdout, &stderr)
 	}
-	if isMounted(m.dir) {
-		t.Errorf("%s is still mounted after agentfs unmount of the dead mount", m.dir)
-		unix.Unmount(m.dir, unix.MNT_DETACH)
+	if harness.IsMounted(m.Dir) {
+		t.Errorf("%s is still mounted after agentfs unmount of the dead mount", m.Dir)
+		unix.Unmount(m.Dir, unix.MNT_DETACH)
 	}
 	assertStoreDeleted(t, store)
 }
 
 // TestKeptStoreSurvivesKill: with --store, what a program fsync'ed
-// survives kill -9 of the daemon (DESIGN.md, crash safety).
+// survives kill -9 of the daemon (docs/semantics.md, "Guarantees": crash
+// safety).
 func TestKeptStoreSurvivesKill(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
-	m := newMount(t, withStore(store), withLower(lowerFile("f", "lower"), lowerFile("gone", "g")))
-	f, err := os.OpenFile(m.path("durable"), os.O_CREATE|os.O_WRONLY, 0o644)
+	m := harness.NewMount(t, harness.WithStore(store), harness.WithLower(harness.LowerFile("f", "lower"), harness.LowerFile("gone", "g")))
+	f, err := os.OpenFile(m.Path("durable"), os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,29 +202,29 @@ func TestKeptStoreSurvivesKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	w, err := os.OpenFile(m.path("f"), os.O_WRONLY|os.O_TRUNC, 0)
+	w, err := os.OpenFile(m.Path("f"), os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.WriteString("copied up and fsynced")
 	w.Sync()
 	w.Close()
-	pid := m.status.Pid
+	pid := m.Status.Pid
 	syscall.Kill(pid, syscall.SIGKILL)
-	if !waitFor(func() bool { return !processAlive(pid) }) {
+	if !harness.WaitFor(func() bool { return !procfs.Alive(pid) }) {
 		t.Fatalf("the daemon (pid %d) survived SIGKILL", pid)
 	}
-	if r := runAgentfs(t, "unmount", m.dir); r.code != 0 {
+	if r := harness.Run(t, "unmount", m.Dir); r.Code != 0 {
 		t.Errorf("agentfs unmount of the dead mount:\n%s", r)
 	}
 	if _, err := os.Stat(store); err != nil {
 		t.Fatalf("the kept store is gone after clearing a dead mount: %v", err)
 	}
-	m.mount()
-	if got := readFile(t, m.path("durable")); got != "fsynced" {
+	m.Mount()
+	if got := harness.ReadFile(t, m.Path("durable")); got != "fsynced" {
 		t.Errorf("after kill -9 and remount: durable = %q, want %q", got, "fsynced")
 	}
-	if got := readFile(t, m.path("f")); got != "copied up and fsynced" {
+	if got := harness.ReadFile(t, m.Path("f")); got != "copied up and fsynced" {
 		t.Errorf("after kill -9 and remount: f = %q, want %q", got, "copied up and fsynced")
 	}
 }
@@ -230,58 +233,58 @@ func TestKeptStoreSurvivesKill(t *testing.T) {
 // unmount and mount, stat for stat, also on another mountpoint.
 func TestKeptStorePersists(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
-	m := newMount(t, withStore(store), withLower(
-		lowerFile("edit", "lower edit"),
-		lowerFile("gone", "gone"),
-		lowerFile("meta", "meta", withXattr("user.a", "1")),
-		lowerFile("d/x", "x"),
-		lowerFile("rmdir/x", "x"),
-		lowerFile("moved/y", "y"),
-		lowerSymlink("link", "edit"),
-		lowerFile("h1", "h"),
-		lowerSparse("sparse", 64<<20, map[int64]string{0: "s"}),
-		lowerDir("keep"),
+	m := harness.NewMount(t, harness.WithStore(store), harness.WithLower(
+		harness.LowerFile("edit", "lower edit"),
+		harness.LowerFile("gone", "gone"),
+		harness.LowerFile("meta", "meta", harness.WithXattr("user.a", "1")),
+		harness.LowerFile("d/x", "x"),
+		harness.LowerFile("rmdir/x", "x"),
+		harness.LowerFile("moved/y", "y"),
+		harness.LowerSymlink("link", "edit"),
+		harness.LowerFile("h1", "h"),
+		harness.LowerSparse("sparse", 64<<20, map[int64]string{0: "s"}),
+		harness.LowerDir("keep"),
 	))
-	writeFile(t, m.path("edit"), "upper edit")
-	os.Remove(m.path("gone"))
-	unix.Chmod(m.path("meta"), 0o600)
-	unix.Chown(m.path("meta"), 12, 34)
-	unix.Setxattr(m.path("meta"), "user.b", []byte("2"), 0)
-	unix.Removexattr(m.path("meta"), "user.a")
-	unix.UtimesNano(m.path("meta"), []unix.Timespec{ts(1234, 5), ts(5678, 9)})
-	os.RemoveAll(m.path("rmdir"))
-	os.RemoveAll(m.path("d"))
-	os.Mkdir(m.path("d"), 0o700) // opaque
-	writeFile(t, m.path("d/new"), "new")
-	os.Rename(m.path("moved"), m.path("keep/moved"))
-	os.Symlink("d/new", m.path("newlink"))
-	unix.Lchown(m.path("link"), 5, 5)
-	os.Link(m.path("h1"), m.path("h2"))
-	unix.Mkfifo(m.path("fifo"), 0o640)
-	if f, err := os.OpenFile(m.path("sparse"), os.O_WRONLY, 0); err == nil {
+	harness.WriteFile(t, m.Path("edit"), "upper edit")
+	os.Remove(m.Path("gone"))
+	unix.Chmod(m.Path("meta"), 0o600)
+	unix.Chown(m.Path("meta"), 12, 34)
+	unix.Setxattr(m.Path("meta"), "user.b", []byte("2"), 0)
+	unix.Removexattr(m.Path("meta"), "user.a")
+	unix.UtimesNano(m.Path("meta"), []unix.Timespec{harness.Timespec(1234, 5), harness.Timespec(5678, 9)})
+	os.RemoveAll(m.Path("rmdir"))
+	os.RemoveAll(m.Path("d"))
+	os.Mkdir(m.Path("d"), 0o700) // opaque
+	harness.WriteFile(t, m.Path("d/new"), "new")
+	os.Rename(m.Path("moved"), m.Path("keep/moved"))
+	os.Symlink("d/new", m.Path("newlink"))
+	unix.Lchown(m.Path("link"), 5, 5)
+	os.Link(m.Path("h1"), m.Path("h2"))
+	unix.Mkfifo(m.Path("fifo"), 0o640)
+	if f, err := os.OpenFile(m.Path("sparse"), os.O_WRONLY, 0); err == nil {
 		f.WriteAt([]byte("t"), 32<<20)
 		f.Close()
 	}
-	os.Truncate(m.path("h1"), 0)
+	os.Truncate(m.Path("h1"), 0)
 
-	before := snapshotTree(m.dir)
-	if before.err != nil {
-		t.Fatal(before.err)
+	before := harness.SnapshotTree(m.Dir)
+	if before.Err != nil {
+		t.Fatal(before.Err)
 	}
-	otherMountpoint := newMountpoint(t) // removed after the mount's cleanup
+	otherMountpoint := harness.NewMountpoint(t) // removed after the mount's cleanup
 	t.Run("same mountpoint", func(t *testing.T) {
-		m.remount()
-		for _, d := range diffMountTrees(before, snapshotTree(m.dir)) {
+		m.Remount()
+		for _, d := range harness.DiffMountTrees(before, harness.SnapshotTree(m.Dir)) {
 			t.Errorf("after unmount and mount: %s", d)
 		}
 	})
 	t.Run("another mountpoint", func(t *testing.T) {
-		m.unmount()
-		m.dir = otherMountpoint
-		m.mount()
-		after := snapshotTree(m.dir)
-		after.root = before.root
-		for _, d := range diffMountTrees(before, after) {
+		m.Unmount()
+		m.Dir = otherMountpoint
+		m.Mount()
+		after := harness.SnapshotTree(m.Dir)
+		after.Root = before.Root
+		for _, d := range harness.DiffMountTrees(before, after) {
 			t.Errorf("after mounting the store on another mountpoint: %s", d)
 		}
 	})
@@ -306,19 +309,19 @@ as_user() { setpriv --reuid ` + fmt.Sprint(userUID) + ` --regid ` + fmt.Sprint(u
 // unprivilegedDirs prepares a test that mounts as uid userUID: the tools
 // it needs, a lower directory with entries, a mountpoint and a home,
 // all the user's, and the lower tree as it was.
-func unprivilegedDirs(t *testing.T, entries ...lowerEntry) (lower, mp, home string, before tree) {
+func unprivilegedDirs(t *testing.T, entries ...harness.Entry) (lower, mp, home string, before harness.Tree) {
 	t.Helper()
-	requireFUSE(t)
+	harness.RequireFUSE(t)
 	for _, tool := range []string{"fusermount3", "unshare", "setpriv"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is needed: %v", tool, err)
 		}
 	}
-	lower = newMountpoint(t)
-	buildLower(t, lower, entries)
+	lower = harness.NewMountpoint(t)
+	harness.BuildLower(t, lower, entries)
 	os.Chown(lower, userUID, userGID)
-	before = snapshotTree(lower)
-	mp, home = newMountpoint(t), newMountpoint(t)
+	before = harness.SnapshotTree(lower)
+	mp, home = harness.NewMountpoint(t), harness.NewMountpoint(t)
 	os.Chown(mp, userUID, userGID)
 	os.Chown(home, userUID, userGID)
 	return lower, mp, home, before
@@ -326,8 +329,8 @@ func unprivilegedDirs(t *testing.T, entries ...lowerEntry) (lower, mp, home stri
 
 func TestUnprivilegedMount(t *testing.T) {
 	lower, mp, home, before := unprivilegedDirs(t,
-		lowerFile("f", "lower", withOwner(userUID, userGID)),
-		lowerDir("d", withOwner(userUID, userGID)))
+		harness.LowerFile("f", "lower", harness.WithOwner(userUID, userGID)),
+		harness.LowerDir("d", harness.WithOwner(userUID, userGID)))
 	script := unprivilegedPrelude + `as_user "$BIN" mount --lower "$LOWER" "$MP"
 echo "== ops"
 as_user sh -c 'echo upper > "$1/f"; cat "$1/f"; touch "$1/d/new"; stat -c "%u:%g %a" "$1/d/new"; rm "$1/f"; ls "$1"' sh "$MP"
@@ -339,17 +342,17 @@ echo "== mounted after unmount: $(grep -c " $MP " /proc/self/mountinfo || true)"
 `
 	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
 	cmd.Env = append(os.Environ(), "BIN="+userExecutable(t), "LOWER="+lower, "MP="+mp, "HOME_DIR="+home)
-	r := runCommand(t, cmd, []string{"(as uid 1000 in a private mount namespace)"})
-	if r.code != 0 {
+	r := harness.RunCmd(t, cmd, []string{"(as uid 1000 in a private mount namespace)"})
+	if r.Code != 0 {
 		t.Fatalf("an unprivileged mount:\n%s", r)
 	}
 	for _, want := range []string{"== ops\nupper\n1000:1000 644\nd\n", "== mounted after unmount: 0"} {
-		if !strings.Contains(r.stdout, want) {
+		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r)
 		}
 	}
-	t.Logf("status of an unprivileged mount:\n%s", r.stdout[strings.Index(r.stdout, "== status"):])
-	assertUnchanged(t, before, snapshotTree(lower))
+	t.Logf("status of an unprivileged mount:\n%s", r.Stdout[strings.Index(r.Stdout, "== status"):])
+	harness.AssertUnchanged(t, before, harness.SnapshotTree(lower))
 	leftovers := func() []string {
 		var out []string
 		filepath.WalkDir(home, func(p string, d os.DirEntry, err error) error {
@@ -360,7 +363,7 @@ echo "== mounted after unmount: $(grep -c " $MP " /proc/self/mountinfo || true)"
 		})
 		return out
 	}
-	if !waitFor(func() bool { return len(leftovers()) == 0 }) {
+	if !harness.WaitFor(func() bool { return len(leftovers()) == 0 }) {
 		t.Errorf("the private store is left after unmount: %v", leftovers())
 	}
 }
@@ -369,14 +372,14 @@ echo "== mounted after unmount: $(grep -c " $MP " /proc/self/mountinfo || true)"
 // execute.
 func userExecutable(t *testing.T) string {
 	t.Helper()
-	if st, err := os.Stat(agentfsBin); err == nil && st.Mode()&0o001 != 0 && worldSearchable(agentfsBin) {
-		return agentfsBin
+	if st, err := os.Stat(harness.Bin()); err == nil && st.Mode()&0o001 != 0 && harness.WorldSearchable(harness.Bin()) {
+		return harness.Bin()
 	}
-	dst := filepath.Join(harnessDir, "agentfs-for-users")
+	dst := filepath.Join(harness.SharedDir(), "agentfs-for-users")
 	if _, err := os.Stat(dst); err == nil {
 		return dst
 	}
-	b, err := os.ReadFile(agentfsBin)
+	b, err := os.ReadFile(harness.Bin())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,18 +391,18 @@ func userExecutable(t *testing.T) string {
 
 // TestTwoMountsOfOneLower: two mounts of one lower are independent.
 func TestTwoMountsOfOneLower(t *testing.T) {
-	a := newMount(t, withLower(lowerFile("f", "lower")))
-	b := newMount(t, withExistingLower(a.lower))
-	writeFile(t, a.path("f"), "from a")
-	os.Remove(b.path("f"))
-	if got := readFile(t, a.path("f")); got != "from a" {
+	a := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "lower")))
+	b := harness.NewMount(t, harness.WithExistingLower(a.Lower))
+	harness.WriteFile(t, a.Path("f"), "from a")
+	os.Remove(b.Path("f"))
+	if got := harness.ReadFile(t, a.Path("f")); got != "from a" {
 		t.Errorf("a/f = %q, want %q", got, "from a")
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(b.path("f"), &st); err != unix.ENOENT {
-		t.Errorf("b/f: %s, want ENOENT", errName(err))
+	if err := unix.Lstat(b.Path("f"), &st); err != unix.ENOENT {
+		t.Errorf("b/f: %s, want ENOENT", harness.ErrName(err))
 	}
-	if a.status.Store == b.status.Store {
-		t.Errorf("two mounts share the private store %s", a.status.Store)
+	if a.Status.Store == b.Status.Store {
+		t.Errorf("two mounts share the private store %s", a.Status.Store)
 	}
 }

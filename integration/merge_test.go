@@ -1,7 +1,7 @@
 package integration
 
-// Checklist items 1–4 (DESIGN.md): what the merged view shows — upper
-// beats lower, whiteouts, opaque directories, rmdir, readdir.
+// Checklist items 1–4 (docs/semantics.md): what the merged view shows —
+// upper beats lower, whiteouts, opaque directories, rmdir, readdir.
 
 import (
 	"encoding/binary"
@@ -12,74 +12,75 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
 // Checklist 1: upper beats lower; a non-directory hides everything below
 // it; directories merge.
 func TestUpperBeatsLower(t *testing.T) {
-	m := newMount(t, withLower(
-		lowerFile("d/a", "lower a"),
-		lowerFile("d/b", "lower b"),
-		lowerFile("d/deep/x", "lower x"),
-		lowerFile("x/child", "c"),
-		lowerDir("x/sub"),
-		lowerFile("f", "lower f"),
+	m := harness.NewMount(t, harness.WithLower(
+		harness.LowerFile("d/a", "lower a"),
+		harness.LowerFile("d/b", "lower b"),
+		harness.LowerFile("d/deep/x", "lower x"),
+		harness.LowerFile("x/child", "c"),
+		harness.LowerDir("x/sub"),
+		harness.LowerFile("f", "lower f"),
 	))
 	t.Run("upper content wins", func(t *testing.T) {
-		writeFile(t, m.path("d/a"), "upper")
-		if got := readFile(t, m.path("d/a")); got != "upper" {
+		harness.WriteFile(t, m.Path("d/a"), "upper")
+		if got := harness.ReadFile(t, m.Path("d/a")); got != "upper" {
 			t.Errorf("d/a = %q, want %q", got, "upper")
 		}
-		if st := lstat(t, m.path("d/a")); st.Size != 5 {
+		if st := harness.Lstat(t, m.Path("d/a")); st.Size != 5 {
 			t.Errorf("d/a size = %d, want 5", st.Size)
 		}
-		if got := readFile(t, m.path("d/b")); got != "lower b" {
+		if got := harness.ReadFile(t, m.Path("d/b")); got != "lower b" {
 			t.Errorf("d/b = %q, want %q", got, "lower b")
 		}
 	})
 	t.Run("directories merge", func(t *testing.T) {
-		writeFile(t, m.path("d/c"), "upper c")
-		if err := os.Mkdir(m.path("d/deep/new"), 0o755); err != nil {
+		harness.WriteFile(t, m.Path("d/c"), "upper c")
+		if err := os.Mkdir(m.Path("d/deep/new"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := listDir(t, m.path("d")), []string{"a", "b", "c", "deep"}; !equalStrings(got, want) {
+		if got, want := harness.ListDir(t, m.Path("d")), []string{"a", "b", "c", "deep"}; !equalStrings(got, want) {
 			t.Errorf("d lists %v, want %v", got, want)
 		}
-		if got, want := listDir(t, m.path("d/deep")), []string{"new", "x"}; !equalStrings(got, want) {
+		if got, want := harness.ListDir(t, m.Path("d/deep")), []string{"new", "x"}; !equalStrings(got, want) {
 			t.Errorf("d/deep lists %v, want %v", got, want)
 		}
-		if got := readFile(t, m.path("d/deep/x")); got != "lower x" {
+		if got := harness.ReadFile(t, m.Path("d/deep/x")); got != "lower x" {
 			t.Errorf("d/deep/x = %q, want %q", got, "lower x")
 		}
 	})
 	t.Run("a file hides a directory", func(t *testing.T) {
-		if err := os.RemoveAll(m.path("x")); err != nil {
+		if err := os.RemoveAll(m.Path("x")); err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, m.path("x"), "now a file")
-		if st := lstat(t, m.path("x")); st.Mode&unix.S_IFMT != unix.S_IFREG {
+		harness.WriteFile(t, m.Path("x"), "now a file")
+		if st := harness.Lstat(t, m.Path("x")); st.Mode&unix.S_IFMT != unix.S_IFREG {
 			t.Errorf("x: mode %o, want a regular file", st.Mode)
 		}
 		var st unix.Stat_t
-		if err := unix.Lstat(m.path("x/child"), &st); err != unix.ENOTDIR {
-			t.Errorf("lstat x/child = %s, want ENOTDIR (nothing below a file)", errName(err))
+		if err := unix.Lstat(m.Path("x/child"), &st); err != unix.ENOTDIR {
+			t.Errorf("lstat x/child = %s, want ENOTDIR (nothing below a file)", harness.ErrName(err))
 		}
-		if got := countName(listDir(t, m.dir), "x"); got != 1 {
+		if got := countName(harness.ListDir(t, m.Dir), "x"); got != 1 {
 			t.Errorf("x listed %d times in the root, want once", got)
 		}
 	})
 	t.Run("a directory hides a file", func(t *testing.T) {
-		if err := os.Remove(m.path("f")); err != nil {
+		if err := os.Remove(m.Path("f")); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Mkdir(m.path("f"), 0o755); err != nil {
+		if err := os.Mkdir(m.Path("f"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if st := lstat(t, m.path("f")); st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if st := harness.Lstat(t, m.Path("f")); st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			t.Errorf("f: mode %o, want a directory", st.Mode)
 		}
-		if got := listDir(t, m.path("f")); len(got) != 0 {
+		if got := harness.ListDir(t, m.Path("f")); len(got) != 0 {
 			t.Errorf("f lists %v, want nothing", got)
 		}
 	})
@@ -88,77 +89,77 @@ func TestUpperBeatsLower(t *testing.T) {
 // Checklist 2: whiteouts are invisible, hide the lower name, and are
 // replaced atomically by a create.
 func TestWhiteouts(t *testing.T) {
-	m := newMount(t, withLower(
-		lowerFile("f", "lower content", withMode(0o600), withXattr("user.lower", "1")),
-		lowerFile("d/g", "g"),
-		lowerFile("d/keep", "k"),
-		lowerSymlink("s", "f"),
-		lowerFile("race", "r"),
-		lowerFile("r/e/n", "old"),
+	m := harness.NewMount(t, harness.WithLower(
+		harness.LowerFile("f", "lower content", harness.WithMode(0o600), harness.WithXattr("user.lower", "1")),
+		harness.LowerFile("d/g", "g"),
+		harness.LowerFile("d/keep", "k"),
+		harness.LowerSymlink("s", "f"),
+		harness.LowerFile("race", "r"),
+		harness.LowerFile("r/e/n", "old"),
 	))
 	for _, p := range []string{"f", "d/g", "s", "race", "r/e/n"} {
-		if err := os.Remove(m.path(p)); err != nil {
+		if err := os.Remove(m.Path(p)); err != nil {
 			t.Fatalf("remove %s: %v", p, err)
 		}
 	}
 	t.Run("invisible", func(t *testing.T) {
 		for _, p := range []string{"f", "d/g", "s"} {
 			var st unix.Stat_t
-			if err := unix.Lstat(m.path(p), &st); err != unix.ENOENT {
-				t.Errorf("lstat %s = %s, want ENOENT", p, errName(err))
+			if err := unix.Lstat(m.Path(p), &st); err != unix.ENOENT {
+				t.Errorf("lstat %s = %s, want ENOENT", p, harness.ErrName(err))
 			}
-			if _, err := os.Open(m.path(p)); errnoOf(err) != unix.ENOENT {
-				t.Errorf("open %s = %s, want ENOENT", p, errName(err))
+			if _, err := os.Open(m.Path(p)); harness.ErrnoOf(err) != unix.ENOENT {
+				t.Errorf("open %s = %s, want ENOENT", p, harness.ErrName(err))
 			}
-			if err := unix.Unlink(m.path(p)); err != unix.ENOENT {
-				t.Errorf("unlink %s again = %s, want ENOENT", p, errName(err))
+			if err := unix.Unlink(m.Path(p)); err != unix.ENOENT {
+				t.Errorf("unlink %s again = %s, want ENOENT", p, harness.ErrName(err))
 			}
 		}
-		if got, want := listDir(t, m.dir), []string{"d", "r"}; !equalStrings(got, want) {
+		if got, want := harness.ListDir(t, m.Dir), []string{"d", "r"}; !equalStrings(got, want) {
 			t.Errorf("root lists %v, want %v", got, want)
 		}
-		for _, e := range readAllDirents(t, m.path("d")) {
+		for _, e := range readAllDirents(t, m.Path("d")) {
 			if e.name != "." && e.name != ".." && e.name != "keep" {
 				t.Errorf("getdents of d returns %q (type %d), want only keep", e.name, e.typ)
 			}
 		}
 	})
 	t.Run("replaced by create", func(t *testing.T) {
-		fd, err := unix.Open(m.path("f"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o640)
+		fd, err := unix.Open(m.Path("f"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o640)
 		if err != nil {
-			t.Fatalf("O_CREAT|O_EXCL over a whiteout: %s, want success", errName(err))
+			t.Fatalf("O_CREAT|O_EXCL over a whiteout: %s, want success", harness.ErrName(err))
 		}
 		unix.Close(fd)
-		st := lstat(t, m.path("f"))
+		st := harness.Lstat(t, m.Path("f"))
 		if st.Size != 0 || st.Mode&0o7777 != 0o640&^currentUmask() {
 			t.Errorf("new f: size %d mode %o, want 0 and %o (nothing of the lower file)", st.Size, st.Mode&0o7777, 0o640&^currentUmask())
 		}
-		if v, err := getXattr(m.path("f"), "user.lower"); err != unix.ENODATA {
-			t.Errorf("new f has the lower file's xattr user.lower = %q (%s), want ENODATA", v, errName(err))
+		if v, err := harness.GetXattr(m.Path("f"), "user.lower"); err != unix.ENODATA {
+			t.Errorf("new f has the lower file's xattr user.lower = %q (%s), want ENODATA", v, harness.ErrName(err))
 		}
-		writeFile(t, m.path("f"), "new")
-		if got := readFile(t, m.path("f")); got != "new" {
+		harness.WriteFile(t, m.Path("f"), "new")
+		if got := harness.ReadFile(t, m.Path("f")); got != "new" {
 			t.Errorf("f = %q, want %q", got, "new")
 		}
 	})
 	t.Run("replaced by rename, symlink, mkdir, mkfifo", func(t *testing.T) {
-		writeFile(t, m.path("tmp"), "renamed")
-		if err := os.Rename(m.path("tmp"), m.path("d/g")); err != nil {
+		harness.WriteFile(t, m.Path("tmp"), "renamed")
+		if err := os.Rename(m.Path("tmp"), m.Path("d/g")); err != nil {
 			t.Fatalf("rename onto a whiteout: %v", err)
 		}
-		if got := readFile(t, m.path("d/g")); got != "renamed" {
+		if got := harness.ReadFile(t, m.Path("d/g")); got != "renamed" {
 			t.Errorf("d/g = %q, want %q", got, "renamed")
 		}
-		if err := os.Symlink("elsewhere", m.path("s")); err != nil {
+		if err := os.Symlink("elsewhere", m.Path("s")); err != nil {
 			t.Fatalf("symlink over a whiteout: %v", err)
 		}
-		if got, _ := os.Readlink(m.path("s")); got != "elsewhere" {
+		if got, _ := os.Readlink(m.Path("s")); got != "elsewhere" {
 			t.Errorf("readlink s = %q, want %q", got, "elsewhere")
 		}
-		if err := unix.Mkfifo(m.path("r/e/n"), 0o644); err != nil {
+		if err := unix.Mkfifo(m.Path("r/e/n"), 0o644); err != nil {
 			t.Fatalf("mkfifo over a whiteout: %v", err)
 		}
-		if st := lstat(t, m.path("r/e/n")); st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		if st := harness.Lstat(t, m.Path("r/e/n")); st.Mode&unix.S_IFMT != unix.S_IFIFO {
 			t.Errorf("r/e/n: mode %o, want a fifo", st.Mode)
 		}
 	})
@@ -170,7 +171,7 @@ func TestWhiteouts(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				fd, err := unix.Open(m.path("race"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644)
+				fd, err := unix.Open(m.Path("race"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644)
 				if err == nil {
 					unix.Write(fd, []byte(fmt.Sprint(i)))
 					unix.Close(fd)
@@ -186,7 +187,7 @@ func TestWhiteouts(t *testing.T) {
 				won++
 			case unix.EEXIST:
 			default:
-				t.Errorf("create %d: %s, want success or EEXIST", i, errName(err))
+				t.Errorf("create %d: %s, want success or EEXIST", i, harness.ErrName(err))
 			}
 		}
 		if won != 1 {
@@ -198,74 +199,74 @@ func TestWhiteouts(t *testing.T) {
 // Checklist 3: mkdir over a whiteout makes an opaque directory; rmdir's
 // ENOTEMPTY is judged on the merged view.
 func TestOpaqueDirsAndRmdir(t *testing.T) {
-	m := newMount(t, withLower(
-		lowerFile("d/a", "a"),
-		lowerFile("d/sub/b", "b"),
-		lowerDir("e/only"),
-		lowerFile("g/x", "x"),
-		lowerFile("g/y", "y"),
-		lowerDir("h"),
+	m := harness.NewMount(t, harness.WithLower(
+		harness.LowerFile("d/a", "a"),
+		harness.LowerFile("d/sub/b", "b"),
+		harness.LowerDir("e/only"),
+		harness.LowerFile("g/x", "x"),
+		harness.LowerFile("g/y", "y"),
+		harness.LowerDir("h"),
 	))
 	t.Run("mkdir over a whiteout is opaque", func(t *testing.T) {
-		if err := os.RemoveAll(m.path("d")); err != nil {
+		if err := os.RemoveAll(m.Path("d")); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Mkdir(m.path("d"), 0o755); err != nil {
+		if err := os.Mkdir(m.Path("d"), 0o755); err != nil {
 			t.Fatalf("mkdir over a whiteout: %v", err)
 		}
-		if got := listDir(t, m.path("d")); len(got) != 0 {
+		if got := harness.ListDir(t, m.Path("d")); len(got) != 0 {
 			t.Errorf("d lists %v, want nothing (opaque)", got)
 		}
 		for _, p := range []string{"d/a", "d/sub", "d/sub/b"} {
 			var st unix.Stat_t
-			if err := unix.Lstat(m.path(p), &st); err == nil || (err != unix.ENOENT && err != unix.ENOTDIR) {
-				t.Errorf("lstat %s = %s, want ENOENT (hidden by the opaque dir)", p, errName(err))
+			if err := unix.Lstat(m.Path(p), &st); err == nil || (err != unix.ENOENT && err != unix.ENOTDIR) {
+				t.Errorf("lstat %s = %s, want ENOENT (hidden by the opaque dir)", p, harness.ErrName(err))
 			}
 		}
-		writeFile(t, m.path("d/new"), "n")
-		if got, want := listDir(t, m.path("d")), []string{"new"}; !equalStrings(got, want) {
+		harness.WriteFile(t, m.Path("d/new"), "n")
+		if got, want := harness.ListDir(t, m.Path("d")), []string{"new"}; !equalStrings(got, want) {
 			t.Errorf("d lists %v, want %v", got, want)
 		}
-		if st := lstat(t, m.path("d")); st.Nlink != 2 && st.Nlink != 1 {
+		if st := harness.Lstat(t, m.Path("d")); st.Nlink != 2 && st.Nlink != 1 {
 			t.Errorf("opaque d: nlink %d, want 2 (no subdirectories) or 1", st.Nlink)
 		}
 	})
 	t.Run("rmdir judges the merged view", func(t *testing.T) {
-		if err := unix.Rmdir(m.path("e")); err != unix.ENOTEMPTY {
-			t.Errorf("rmdir e (a lower subdirectory left) = %s, want ENOTEMPTY", errName(err))
+		if err := unix.Rmdir(m.Path("e")); err != unix.ENOTEMPTY {
+			t.Errorf("rmdir e (a lower subdirectory left) = %s, want ENOTEMPTY", harness.ErrName(err))
 		}
-		if err := unix.Rmdir(m.path("g")); err != unix.ENOTEMPTY {
-			t.Errorf("rmdir g (lower files) = %s, want ENOTEMPTY", errName(err))
+		if err := unix.Rmdir(m.Path("g")); err != unix.ENOTEMPTY {
+			t.Errorf("rmdir g (lower files) = %s, want ENOTEMPTY", harness.ErrName(err))
 		}
-		os.Remove(m.path("g/x"))
-		if err := unix.Rmdir(m.path("g")); err != unix.ENOTEMPTY {
-			t.Errorf("rmdir g (one lower file left) = %s, want ENOTEMPTY", errName(err))
+		os.Remove(m.Path("g/x"))
+		if err := unix.Rmdir(m.Path("g")); err != unix.ENOTEMPTY {
+			t.Errorf("rmdir g (one lower file left) = %s, want ENOTEMPTY", harness.ErrName(err))
 		}
-		os.Remove(m.path("g/y"))
-		if err := unix.Rmdir(m.path("g")); err != nil {
-			t.Errorf("rmdir g (every lower file removed) = %s, want success", errName(err))
+		os.Remove(m.Path("g/y"))
+		if err := unix.Rmdir(m.Path("g")); err != nil {
+			t.Errorf("rmdir g (every lower file removed) = %s, want success", harness.ErrName(err))
 		}
-		if err := unix.Rmdir(m.path("e/only")); err != nil {
-			t.Errorf("rmdir e/only = %s", errName(err))
+		if err := unix.Rmdir(m.Path("e/only")); err != nil {
+			t.Errorf("rmdir e/only = %s", harness.ErrName(err))
 		}
-		if err := unix.Rmdir(m.path("e")); err != nil {
-			t.Errorf("rmdir e once empty = %s, want success", errName(err))
+		if err := unix.Rmdir(m.Path("e")); err != nil {
+			t.Errorf("rmdir e once empty = %s, want success", harness.ErrName(err))
 		}
-		if err := unix.Rmdir(m.path("h")); err != nil {
-			t.Errorf("rmdir h (an empty lower dir) = %s, want success", errName(err))
+		if err := unix.Rmdir(m.Path("h")); err != nil {
+			t.Errorf("rmdir h (an empty lower dir) = %s, want success", harness.ErrName(err))
 		}
-		os.Mkdir(m.path("u"), 0o755)
-		writeFile(t, m.path("u/f"), "f")
-		if err := unix.Rmdir(m.path("u")); err != unix.ENOTEMPTY {
-			t.Errorf("rmdir u (an upper file) = %s, want ENOTEMPTY", errName(err))
+		os.Mkdir(m.Path("u"), 0o755)
+		harness.WriteFile(t, m.Path("u/f"), "f")
+		if err := unix.Rmdir(m.Path("u")); err != unix.ENOTEMPTY {
+			t.Errorf("rmdir u (an upper file) = %s, want ENOTEMPTY", harness.ErrName(err))
 		}
-		if got, want := listDir(t, m.dir), []string{"d", "u"}; !equalStrings(got, want) {
+		if got, want := harness.ListDir(t, m.Dir), []string{"d", "u"}; !equalStrings(got, want) {
 			t.Errorf("root lists %v, want %v", got, want)
 		}
-		if err := os.Mkdir(m.path("g"), 0o755); err != nil {
+		if err := os.Mkdir(m.Path("g"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if got := listDir(t, m.path("g")); len(got) != 0 {
+		if got := harness.ListDir(t, m.Path("g")); len(got) != 0 {
 			t.Errorf("g made again lists %v, want nothing", got)
 		}
 	})
@@ -274,10 +275,10 @@ func TestOpaqueDirsAndRmdir(t *testing.T) {
 // Checklist 3, against the kernel: the same rmdir/mkdir sequence gives
 // the same errnos and listings on overlayfs and agentfs.
 func TestOpaqueDirsLikeOverlayfs(t *testing.T) {
-	entries := []lowerEntry{lowerFile("d/a", "a"), lowerFile("d/sub/b", "b"), lowerDir("e/only"), lowerFile("g/x", "x")}
+	entries := []harness.Entry{harness.LowerFile("d/a", "a"), harness.LowerFile("d/sub/b", "b"), harness.LowerDir("e/only"), harness.LowerFile("g/x", "x")}
 	compareWithOverlayfs(t, entries, func(t *testing.T, root string) string {
 		var log []string
-		step := func(what string, err error) { log = append(log, what+"="+errName(err)) }
+		step := func(what string, err error) { log = append(log, what+"="+harness.ErrName(err)) }
 		p := func(rel string) string { return root + "/" + rel }
 		step("rmdir d", unix.Rmdir(p("d")))
 		step("unlink d/a", unix.Unlink(p("d/a")))
@@ -286,7 +287,7 @@ func TestOpaqueDirsLikeOverlayfs(t *testing.T) {
 		step("rmdir d/sub", unix.Rmdir(p("d/sub")))
 		step("rmdir d", unix.Rmdir(p("d")))
 		step("mkdir d", unix.Mkdir(p("d"), 0o755))
-		log = append(log, "d:"+joinNames(listDir(t, p("d"))))
+		log = append(log, "d:"+harness.JoinNames(harness.ListDir(t, p("d"))))
 		step("rmdir e", unix.Rmdir(p("e")))
 		step("unlink g", unix.Unlink(p("g")))
 		step("rmdir g/x", unix.Rmdir(p("g/x")))
@@ -294,7 +295,7 @@ func TestOpaqueDirsLikeOverlayfs(t *testing.T) {
 		step("rmdir g", unix.Rmdir(p("g")))
 		step("mkdir g", unix.Mkdir(p("g"), 0o700))
 		step("rmdir g", unix.Rmdir(p("g")))
-		log = append(log, "root:"+joinNames(listDir(t, root)))
+		log = append(log, "root:"+harness.JoinNames(harness.ListDir(t, root)))
 		return strings.Join(log, " ")
 	})
 }
@@ -302,39 +303,39 @@ func TestOpaqueDirsLikeOverlayfs(t *testing.T) {
 // Checklist 4: readdir is de-duplicated, hides internal names, gives the
 // right d_type and d_ino, and its offsets are stable per handle.
 func TestReaddir(t *testing.T) {
-	entries := []lowerEntry{
-		lowerDir("d/subdir"),
-		lowerSymlink("d/link", "nowhere"),
-		lowerFifo("d/fifo"),
-		lowerCharDevice("d/null", 1, 3),
-		lowerFile("d/hard", "h"),
-		lowerHardlink("d/hard2", "d/hard"),
+	entries := []harness.Entry{
+		harness.LowerDir("d/subdir"),
+		harness.LowerSymlink("d/link", "nowhere"),
+		harness.LowerFifo("d/fifo"),
+		harness.LowerCharDevice("d/null", 1, 3),
+		harness.LowerFile("d/hard", "h"),
+		harness.LowerHardlink("d/hard2", "d/hard"),
 	}
 	for i := range 300 {
-		entries = append(entries, lowerFile(fmt.Sprintf("d/file%03d", i), "x"))
+		entries = append(entries, harness.LowerFile(fmt.Sprintf("d/file%03d", i), "x"))
 	}
-	m := newMount(t, withLower(entries...))
+	m := harness.NewMount(t, harness.WithLower(entries...))
 	for i := 0; i < 300; i += 7 {
-		writeFile(t, m.path(fmt.Sprintf("d/file%03d", i)), "changed") // in both layers now
+		harness.WriteFile(t, m.Path(fmt.Sprintf("d/file%03d", i)), "changed") // in both layers now
 	}
-	os.Remove(m.path("d/file001"))
-	os.Remove(m.path("d/file002"))
-	writeFile(t, m.path("d/file002"), "recreated over a whiteout")
-	writeFile(t, m.path("d/new"), "n")
-	os.Mkdir(m.path("d/newdir"), 0o755)
+	os.Remove(m.Path("d/file001"))
+	os.Remove(m.Path("d/file002"))
+	harness.WriteFile(t, m.Path("d/file002"), "recreated over a whiteout")
+	harness.WriteFile(t, m.Path("d/new"), "n")
+	os.Mkdir(m.Path("d/newdir"), 0o755)
 	sock, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(sock)
 	want := 300 - 1 + 6 + 3 // files, lower specials, new names
-	if err := unix.Bind(sock, &unix.SockaddrUnix{Name: m.path("d/sock")}); err != nil {
+	if err := unix.Bind(sock, &unix.SockaddrUnix{Name: m.Path("d/sock")}); err != nil {
 		t.Errorf("bind a unix socket in the mount: %v", err)
 		want--
 	}
 
 	t.Run("de-duplicated, d_type and d_ino", func(t *testing.T) {
-		all := readAllDirents(t, m.path("d"))
+		all := readAllDirents(t, m.Path("d"))
 		seen := map[string]int{}
 		for _, e := range all {
 			seen[e.name]++
@@ -344,7 +345,7 @@ func TestReaddir(t *testing.T) {
 			if e.name == ".." {
 				continue
 			}
-			st := lstat(t, m.path("d/"+e.name))
+			st := harness.Lstat(t, m.Path("d/"+e.name))
 			if e.ino != st.Ino {
 				t.Errorf("%s: d_ino %d, st_ino %d: want equal", e.name, e.ino, st.Ino)
 			}
@@ -363,14 +364,14 @@ func TestReaddir(t *testing.T) {
 		}
 	})
 	t.Run("internal names hidden", func(t *testing.T) {
-		for _, e := range readAllDirents(t, m.dir) {
+		for _, e := range readAllDirents(t, m.Dir) {
 			if e.name != "." && e.name != ".." && e.name != "d" {
 				t.Errorf("the root lists %q, want only d", e.name)
 			}
 		}
 	})
 	t.Run("seekdir and telldir", func(t *testing.T) {
-		fd, err := unix.Open(m.path("d"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		fd, err := unix.Open(m.Path("d"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -394,7 +395,7 @@ func TestReaddir(t *testing.T) {
 		}
 	})
 	t.Run("offsets survive changes during the listing", func(t *testing.T) {
-		fd, err := unix.Open(m.path("d"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		fd, err := unix.Open(m.Path("d"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -404,17 +405,17 @@ func TestReaddir(t *testing.T) {
 		// was there all along must still come exactly once (POSIX leaves
 		// only the added and removed names unspecified).
 		before := map[string]bool{}
-		for _, n := range listDir(t, m.path("d")) {
+		for _, n := range harness.ListDir(t, m.Path("d")) {
 			before[n] = true
 		}
 		removed := map[string]bool{}
 		for _, e := range first[2:40] {
-			if err := os.Remove(m.path("d/" + e.name)); err == nil {
+			if err := os.Remove(m.Path("d/" + e.name)); err == nil {
 				removed[e.name] = true
 			}
 		}
 		for i := range 50 {
-			writeFile(t, m.path(fmt.Sprintf("d/added%02d", i)), "a")
+			harness.WriteFile(t, m.Path(fmt.Sprintf("d/added%02d", i)), "a")
 		}
 		rest := readDirents(t, fd, 1024)
 		count := map[string]int{}

@@ -10,26 +10,27 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
 // TestErrnosLikeOverlayfs: errnos of calls on lower, upper and
 // whited-out names.
 func TestErrnosLikeOverlayfs(t *testing.T) {
-	entries := []lowerEntry{
-		lowerFile("f", "f", withXattr("user.a", "1")),
-		lowerFile("ro", "ro", withMode(0o444)),
-		lowerDir("d/sub"),
-		lowerFile("d/x", "x"),
-		lowerSymlink("l", "f"),
-		lowerSymlink("dl", "d"),
-		lowerFile("gone", "g"),
-		lowerFifo("p"),
+	entries := []harness.Entry{
+		harness.LowerFile("f", "f", harness.WithXattr("user.a", "1")),
+		harness.LowerFile("ro", "ro", harness.WithMode(0o444)),
+		harness.LowerDir("d/sub"),
+		harness.LowerFile("d/x", "x"),
+		harness.LowerSymlink("l", "f"),
+		harness.LowerSymlink("dl", "d"),
+		harness.LowerFile("gone", "g"),
+		harness.LowerFifo("p"),
 	}
 	compareWithOverlayfs(t, entries, func(t *testing.T, root string) string {
 		var log []string
 		p := func(rel string) string { return root + "/" + rel }
-		step := func(what string, err error) { log = append(log, what+"="+errName(err)) }
+		step := func(what string, err error) { log = append(log, what+"="+harness.ErrName(err)) }
 		open := func(rel string, flags int) error { return openClose(p(rel), flags|unix.O_NONBLOCK) }
 		var st unix.Stat_t
 		step("unlink gone", unix.Unlink(p("gone")))
@@ -96,38 +97,38 @@ func TestLongNamesAndPaths(t *testing.T) {
 		deep = append(deep, strings.Repeat(string(rune('a'+i%26)), 250))
 	}
 	rel := strings.Join(deep, "/")
-	m := newMount(t, withLower(lowerFile(long, "long lower"), lowerFile(rel+"/f", "deep lower")))
-	if got := readFile(t, m.path(long)); got != "long lower" {
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile(long, "long lower"), harness.LowerFile(rel+"/f", "deep lower")))
+	if got := harness.ReadFile(t, m.Path(long)); got != "long lower" {
 		t.Errorf("a 255-byte lower name reads %q", got)
 	}
-	writeFile(t, m.path(long), "long upper") // copy-up of a 255-byte name
-	if got := readFile(t, m.path(long)); got != "long upper" {
+	harness.WriteFile(t, m.Path(long), "long upper") // copy-up of a 255-byte name
+	if got := harness.ReadFile(t, m.Path(long)); got != "long upper" {
 		t.Errorf("after copy-up: %q", got)
 	}
-	if err := os.WriteFile(m.path(long+"x"), nil, 0o644); !errors.Is(err, unix.ENAMETOOLONG) {
+	if err := os.WriteFile(m.Path(long+"x"), nil, 0o644); !errors.Is(err, unix.ENAMETOOLONG) {
 		t.Errorf("a 256-byte name: %v, want ENAMETOOLONG", err)
 	}
-	if err := os.Mkdir(m.path(strings.Repeat("m", 255)), 0o755); err != nil {
+	if err := os.Mkdir(m.Path(strings.Repeat("m", 255)), 0o755); err != nil {
 		t.Errorf("mkdir with a 255-byte name: %v", err)
 	}
-	p := m.path(rel + "/f")
+	p := m.Path(rel + "/f")
 	if len(p) < 3800 {
 		t.Fatalf("the deep path is only %d bytes", len(p))
 	}
-	if got := readFile(t, p); got != "deep lower" {
+	if got := harness.ReadFile(t, p); got != "deep lower" {
 		t.Errorf("a lower file at %d bytes of path reads %q", len(p), got)
 	}
-	writeFile(t, p, "deep upper") // copy-up of every directory on the way
-	if got := readFile(t, p); got != "deep upper" {
+	harness.WriteFile(t, p, "deep upper") // copy-up of every directory on the way
+	if got := harness.ReadFile(t, p); got != "deep upper" {
 		t.Errorf("after copy-up at %d bytes of path: %q", len(p), got)
 	}
-	if err := os.Rename(p, m.path(rel+"/g")); err != nil {
+	if err := os.Rename(p, m.Path(rel+"/g")); err != nil {
 		t.Errorf("rename at %d bytes of path: %v", len(p), err)
 	}
-	if err := os.Mkdir(m.path(rel+"/"+strings.Repeat("z", 200)), 0o755); err != nil {
+	if err := os.Mkdir(m.Path(rel+"/"+strings.Repeat("z", 200)), 0o755); err != nil {
 		t.Errorf("mkdir at %d bytes of path: %v", len(p)+200, err)
 	}
-	if err := os.RemoveAll(m.path(deep[0])); err != nil {
+	if err := os.RemoveAll(m.Path(deep[0])); err != nil {
 		t.Errorf("rm -rf of the deep tree: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"github.com/hanwen/go-fuse/v2/posixtest"
 	"golang.org/x/sys/unix"
 )
@@ -35,18 +36,18 @@ var posixSkip = map[string]string{
 // posixSelfSkipOK decides whether a test that skipped itself had a
 // reason outside agentfs. A test that skips itself otherwise fails:
 // a self-skip is how posixtest says "this filesystem lacks a feature".
-var posixSelfSkipOK = map[string]func(m *mount) (string, bool){
+var posixSelfSkipOK = map[string]func(m *harness.Mount) (string, bool){
 	// XAttrLarge skips when setting an 8 KiB xattr fails with ENOSPC:
 	// agentfs keeps xattrs on its backstore files, so it can store
 	// them only where the backstore's filesystem can (ext4 without
 	// the ea_inode feature cannot).
-	"XAttrLarge": func(m *mount) (string, bool) {
-		if m.status.BackingRoot == "" {
+	"XAttrLarge": func(m *harness.Mount) (string, bool) {
+		if m.Status.BackingRoot == "" {
 			return "agentfs status did not name the backstore", false
 		}
 		// The directory that holds the stores, on the backstore's
 		// filesystem but inside no store.
-		return posixProbeLargeXattr(filepath.Dir(filepath.Dir(m.status.BackingRoot)))
+		return posixProbeLargeXattr(filepath.Dir(filepath.Dir(m.Status.BackingRoot)))
 	},
 }
 
@@ -68,7 +69,7 @@ func posixProbeLargeXattr(dir string) (string, bool) {
 
 // posixRun runs one posixtest in dir of m, failing the test if it
 // skips itself without a reason posixSelfSkipOK accepts.
-func posixRun(t *testing.T, name string, m *mount, dir string) {
+func posixRun(t *testing.T, name string, m *harness.Mount, dir string) {
 	t.Cleanup(func() {
 		if !t.Skipped() || t.Failed() {
 			return
@@ -128,16 +129,16 @@ func posixTestNames() []string {
 
 // TestPosix runs every posixtest on a fresh mount of an empty lower.
 func TestPosix(t *testing.T) {
-	posixSuite(t, func(name string) ([]lowerEntry, string) { return nil, "" })
+	posixSuite(t, func(name string) ([]harness.Entry, string) { return nil, "" })
 }
 
 // TestPosixOverLower runs every posixtest in a lower directory of a
 // fresh mount, over the lower files of posixLowerFiles.
 func TestPosixOverLower(t *testing.T) {
-	posixSuite(t, func(name string) ([]lowerEntry, string) {
-		entries := []lowerEntry{lowerDir("work")}
+	posixSuite(t, func(name string) ([]harness.Entry, string) {
+		entries := []harness.Entry{harness.LowerDir("work")}
 		for _, f := range posixLowerFiles[name] {
-			entries = append(entries, lowerFile("work/"+f, "lower content of "+f+"\n", withMode(0o640)))
+			entries = append(entries, harness.LowerFile("work/"+f, "lower content of "+f+"\n", harness.WithMode(0o640)))
 		}
 		return entries, "work"
 	})
@@ -145,16 +146,16 @@ func TestPosixOverLower(t *testing.T) {
 
 // posixSuite runs every posixtest on its own mount; setup gives each
 // test's lower tree and the directory (in the mount) it runs in.
-func posixSuite(t *testing.T, setup func(name string) (lower []lowerEntry, dir string)) {
-	requireFUSE(t)
+func posixSuite(t *testing.T, setup func(name string) (lower []harness.Entry, dir string)) {
+	harness.RequireFUSE(t)
 	for _, name := range posixTestNames() {
 		t.Run(name, func(t *testing.T) {
 			if reason, ok := posixSkip[name]; ok {
 				t.Skip(reason)
 			}
 			lower, dir := setup(name)
-			m := newMount(t, withLower(lower...))
-			posixRun(t, name, m, m.path(dir))
+			m := harness.NewMount(t, harness.WithLower(lower...))
+			posixRun(t, name, m, m.Path(dir))
 		})
 	}
 }

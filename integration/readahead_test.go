@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
@@ -14,9 +15,9 @@ import (
 // project file asks for up to 8 MiB ahead, in 512 KiB READs
 // (fs.readahead).
 func TestReadahead(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("f", "f")))
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "f")))
 	var st unix.Stat_t
-	if err := unix.Stat(m.dir, &st); err != nil {
+	if err := unix.Stat(m.Dir, &st); err != nil {
 		t.Fatal(err)
 	}
 	knob := func(dev uint64) string {

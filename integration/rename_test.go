@@ -1,6 +1,6 @@
 package integration
 
-// Checklist items 12 and 13 (DESIGN.md): renames.
+// Checklist items 12 and 13 (docs/semantics.md): renames.
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,92 +16,92 @@ import (
 // kernel's overlayfs returns EXDEV without redirect_dir) and everything
 // below follows, with its inode numbers, also after a remount.
 func TestRenameDirectories(t *testing.T) {
-	m := newMount(t, withStore(filepath.Join(t.TempDir(), "store")), withLower(
-		lowerFile("ld/x", "x"),
-		lowerFile("ld/sub/y", "y"),
-		lowerFile("ld/sub/deeper/z", "z"),
-		lowerSymlink("ld/sub/link", "y"),
-		lowerFile("md/l", "l"),
-		lowerFile("md/gone", "gone"),
-		lowerFile("md/sub/q", "q"),
-		lowerDir("other"),
-		lowerFile("a/in-a", "a"),
-		lowerFile("b/in-b", "b"),
+	m := harness.NewMount(t, harness.WithStore(filepath.Join(t.TempDir(), "store")), harness.WithLower(
+		harness.LowerFile("ld/x", "x"),
+		harness.LowerFile("ld/sub/y", "y"),
+		harness.LowerFile("ld/sub/deeper/z", "z"),
+		harness.LowerSymlink("ld/sub/link", "y"),
+		harness.LowerFile("md/l", "l"),
+		harness.LowerFile("md/gone", "gone"),
+		harness.LowerFile("md/sub/q", "q"),
+		harness.LowerDir("other"),
+		harness.LowerFile("a/in-a", "a"),
+		harness.LowerFile("b/in-b", "b"),
 	))
 	// Make md merged: an upper file, a copied-up file, a whiteout.
-	writeFile(t, m.path("md/u"), "u")
-	writeFile(t, m.path("md/l"), "l changed")
-	os.Remove(m.path("md/gone"))
+	harness.WriteFile(t, m.Path("md/u"), "u")
+	harness.WriteFile(t, m.Path("md/l"), "l changed")
+	os.Remove(m.Path("md/gone"))
 
-	ld := snapshotTree(m.path("ld"))
-	md := snapshotTree(m.path("md"))
+	ld := harness.SnapshotTree(m.Path("ld"))
+	md := harness.SnapshotTree(m.Path("md"))
 	t.Run("lower dir", func(t *testing.T) {
-		if err := os.Rename(m.path("ld"), m.path("ld2")); err != nil {
+		if err := os.Rename(m.Path("ld"), m.Path("ld2")); err != nil {
 			t.Fatalf("rename ld ld2: %v (overlayfs says EXDEV; agentfs must not)", err)
 		}
 		var st unix.Stat_t
-		if err := unix.Lstat(m.path("ld"), &st); err != unix.ENOENT {
-			t.Errorf("lstat ld after rename = %s, want ENOENT", errName(err))
+		if err := unix.Lstat(m.Path("ld"), &st); err != unix.ENOENT {
+			t.Errorf("lstat ld after rename = %s, want ENOENT", harness.ErrName(err))
 		}
-		for _, d := range diffTreesIgnoringCtime(ld, snapshotTree(m.path("ld2"))) {
+		for _, d := range diffTreesIgnoringCtime(ld, harness.SnapshotTree(m.Path("ld2"))) {
 			t.Errorf("after rename ld ld2: %s", d)
 		}
 	})
 	t.Run("merged dir into another dir", func(t *testing.T) {
-		if err := os.Rename(m.path("md"), m.path("other/md2")); err != nil {
+		if err := os.Rename(m.Path("md"), m.Path("other/md2")); err != nil {
 			t.Fatalf("rename md other/md2: %v (overlayfs says EXDEV; agentfs must not)", err)
 		}
-		for _, d := range diffTreesIgnoringCtime(md, snapshotTree(m.path("other/md2"))) {
+		for _, d := range diffTreesIgnoringCtime(md, harness.SnapshotTree(m.Path("other/md2"))) {
 			t.Errorf("after rename md other/md2: %s", d)
 		}
-		if got, want := listDir(t, m.path("other/md2")), []string{"l", "sub", "u"}; !equalStrings(got, want) {
+		if got, want := harness.ListDir(t, m.Path("other/md2")), []string{"l", "sub", "u"}; !equalStrings(got, want) {
 			t.Errorf("other/md2 lists %v, want %v", got, want)
 		}
 	})
 	t.Run("the old name is a new, empty directory", func(t *testing.T) {
-		if err := os.Mkdir(m.path("ld"), 0o755); err != nil {
+		if err := os.Mkdir(m.Path("ld"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if got := listDir(t, m.path("ld")); len(got) != 0 {
+		if got := harness.ListDir(t, m.Path("ld")); len(got) != 0 {
 			t.Errorf("ld made after renaming the lower ld away lists %v, want nothing", got)
 		}
-		writeFile(t, m.path("ld/x"), "new x")
-		if got := readFile(t, m.path("ld2/x")); got != "x" {
+		harness.WriteFile(t, m.Path("ld/x"), "new x")
+		if got := harness.ReadFile(t, m.Path("ld2/x")); got != "x" {
 			t.Errorf("ld2/x = %q after creating ld/x, want %q", got, "x")
 		}
-		if err := os.Mkdir(m.path("md"), 0o755); err != nil {
+		if err := os.Mkdir(m.Path("md"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if got := listDir(t, m.path("md")); len(got) != 0 {
+		if got := harness.ListDir(t, m.Path("md")); len(got) != 0 {
 			t.Errorf("md made after renaming the merged md away lists %v, want nothing", got)
 		}
 	})
 	t.Run("subdir out and back", func(t *testing.T) {
-		if err := os.Rename(m.path("ld2/sub"), m.path("ld/sub")); err != nil {
+		if err := os.Rename(m.Path("ld2/sub"), m.Path("ld/sub")); err != nil {
 			t.Fatalf("rename ld2/sub ld/sub: %v", err)
 		}
-		if got := readFile(t, m.path("ld/sub/deeper/z")); got != "z" {
+		if got := harness.ReadFile(t, m.Path("ld/sub/deeper/z")); got != "z" {
 			t.Errorf("ld/sub/deeper/z = %q, want %q", got, "z")
 		}
-		if err := os.Rename(m.path("ld/sub"), m.path("ld2/sub")); err != nil {
+		if err := os.Rename(m.Path("ld/sub"), m.Path("ld2/sub")); err != nil {
 			t.Fatalf("rename ld/sub ld2/sub: %v", err)
 		}
-		if got := readFile(t, m.path("ld2/sub/y")); got != "y" {
+		if got := harness.ReadFile(t, m.Path("ld2/sub/y")); got != "y" {
 			t.Errorf("ld2/sub/y = %q, want %q", got, "y")
 		}
 	})
 	t.Run("exchange two lower dirs", func(t *testing.T) {
-		if err := unix.Renameat2(unix.AT_FDCWD, m.path("a"), unix.AT_FDCWD, m.path("b"), unix.RENAME_EXCHANGE); err != nil {
+		if err := unix.Renameat2(unix.AT_FDCWD, m.Path("a"), unix.AT_FDCWD, m.Path("b"), unix.RENAME_EXCHANGE); err != nil {
 			t.Fatalf("RENAME_EXCHANGE a b: %v", err)
 		}
-		if got, want := strings.Join(listDir(t, m.path("a")), ",")+"/"+strings.Join(listDir(t, m.path("b")), ","), "in-b/in-a"; got != want {
+		if got, want := strings.Join(harness.ListDir(t, m.Path("a")), ",")+"/"+strings.Join(harness.ListDir(t, m.Path("b")), ","), "in-b/in-a"; got != want {
 			t.Errorf("after exchange: a/b list %s, want %s", got, want)
 		}
 	})
-	state := snapshotTree(m.dir)
+	state := harness.SnapshotTree(m.Dir)
 	t.Run("after remount", func(t *testing.T) {
-		m.remount()
-		for _, d := range diffMountTrees(state, snapshotTree(m.dir)) {
+		m.Remount()
+		for _, d := range harness.DiffMountTrees(state, harness.SnapshotTree(m.Dir)) {
 			t.Errorf("after remount: %s", d)
 		}
 	})
@@ -109,46 +110,46 @@ func TestRenameDirectories(t *testing.T) {
 // diffTreesIgnoringCtime compares two recordings of one directory
 // before and after a rename (which may change the ctime of the moved
 // directory itself).
-func diffTreesIgnoringCtime(before, after tree) []string {
-	for _, tr := range []tree{before, after} {
-		for p, n := range tr.nodes {
-			n.ctime = unix.Timespec{}
-			tr.nodes[p] = n
+func diffTreesIgnoringCtime(before, after harness.Tree) []string {
+	for _, tr := range []harness.Tree{before, after} {
+		for p, n := range tr.Nodes {
+			n.Ctime = unix.Timespec{}
+			tr.Nodes[p] = n
 		}
 	}
-	after.root = before.root
-	return diffMountTrees(before, after)
+	after.Root = before.Root
+	return harness.DiffMountTrees(before, after)
 }
 
 // Checklist 13: renaming a lower file leaves the source gone; the
 // source directory lists without it, also after remount.
 func TestRenameLowerFile(t *testing.T) {
-	m := newMount(t, withStore(filepath.Join(t.TempDir(), "store")), withLower(
-		lowerFile("d/f", "f"),
-		lowerFile("d/g", "g"),
-		lowerDir("e"),
+	m := harness.NewMount(t, harness.WithStore(filepath.Join(t.TempDir(), "store")), harness.WithLower(
+		harness.LowerFile("d/f", "f"),
+		harness.LowerFile("d/g", "g"),
+		harness.LowerDir("e"),
 	))
-	ino := lstat(t, m.path("d/f")).Ino
-	if err := os.Rename(m.path("d/f"), m.path("e/f")); err != nil {
+	ino := harness.Lstat(t, m.Path("d/f")).Ino
+	if err := os.Rename(m.Path("d/f"), m.Path("e/f")); err != nil {
 		t.Fatal(err)
 	}
 	check := func(t *testing.T) {
 		var st unix.Stat_t
-		if err := unix.Lstat(m.path("d/f"), &st); err != unix.ENOENT {
-			t.Errorf("lstat d/f = %s, want ENOENT", errName(err))
+		if err := unix.Lstat(m.Path("d/f"), &st); err != unix.ENOENT {
+			t.Errorf("lstat d/f = %s, want ENOENT", harness.ErrName(err))
 		}
-		if got, want := listDir(t, m.path("d")), []string{"g"}; !equalStrings(got, want) {
+		if got, want := harness.ListDir(t, m.Path("d")), []string{"g"}; !equalStrings(got, want) {
 			t.Errorf("d lists %v, want %v", got, want)
 		}
-		if got := readFile(t, m.path("e/f")); got != "f" {
+		if got := harness.ReadFile(t, m.Path("e/f")); got != "f" {
 			t.Errorf("e/f = %q, want %q", got, "f")
 		}
-		if st := lstat(t, m.path("e/f")); st.Ino != ino {
+		if st := harness.Lstat(t, m.Path("e/f")); st.Ino != ino {
 			t.Errorf("e/f: st_ino %d, want %d (rename keeps the inode)", st.Ino, ino)
 		}
 	}
 	check(t)
-	m.remount()
+	m.Remount()
 	check(t)
 }
 
@@ -157,21 +158,21 @@ func TestRenameLowerFile(t *testing.T) {
 // are made through the mount, so that overlayfs' EXDEV for lower
 // directories (checklist 12) does not get in the way.
 func TestRenameLikeOverlayfs(t *testing.T) {
-	entries := []lowerEntry{
-		lowerFile("f", "f"),
-		lowerFile("g", "g"),
-		lowerFile("h1", "h"),
-		lowerHardlink("h2", "h1"),
-		lowerDir("ld/sub"),
-		lowerFile("ld/x", "x"),
-		lowerDir("empty"),
-		lowerFile("full/z", "z"),
-		lowerFile("exf", "exf"),
+	entries := []harness.Entry{
+		harness.LowerFile("f", "f"),
+		harness.LowerFile("g", "g"),
+		harness.LowerFile("h1", "h"),
+		harness.LowerHardlink("h2", "h1"),
+		harness.LowerDir("ld/sub"),
+		harness.LowerFile("ld/x", "x"),
+		harness.LowerDir("empty"),
+		harness.LowerFile("full/z", "z"),
+		harness.LowerFile("exf", "exf"),
 	}
 	compareWithOverlayfs(t, entries, func(t *testing.T, root string) string {
 		var log []string
 		p := func(rel string) string { return root + "/" + rel }
-		step := func(what string, err error) { log = append(log, what+"="+errName(err)) }
+		step := func(what string, err error) { log = append(log, what+"="+harness.ErrName(err)) }
 		rename := func(from, to string) { step("rename "+from+" "+to, unix.Rename(p(from), p(to))) }
 		rename2 := func(from, to string, flags uint, name string) {
 			step(name+" "+from+" "+to, unix.Renameat2(unix.AT_FDCWD, p(from), unix.AT_FDCWD, p(to), flags))
@@ -219,11 +220,11 @@ func describeNames(t *testing.T, root string, names ...string) string {
 		var st unix.Stat_t
 		switch err := unix.Lstat(p, &st); {
 		case err != nil:
-			out = append(out, n+":"+errName(err))
+			out = append(out, n+":"+harness.ErrName(err))
 		case st.Mode&unix.S_IFMT == unix.S_IFDIR:
-			out = append(out, n+":dir"+joinNames(listDir(t, p)))
+			out = append(out, n+":dir"+harness.JoinNames(harness.ListDir(t, p)))
 		default:
-			out = append(out, n+":"+readFile(t, p))
+			out = append(out, n+":"+harness.ReadFile(t, p))
 		}
 	}
 	return strings.Join(out, " ")

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,74 +24,74 @@ import (
 // names) and for others; it prints the undo line, and the undo brings
 // the changes back.
 func TestRestore(t *testing.T) {
-	m := newMount(t, withLower(
-		lowerFile("a", "lower a"),
-		lowerFile("keep", "keep"),
-		lowerFile("d/x", "x"),
-		lowerFile("e/y", "y"),
-		lowerFile("meta", "meta"),
+	m := harness.NewMount(t, harness.WithLower(
+		harness.LowerFile("a", "lower a"),
+		harness.LowerFile("keep", "keep"),
+		harness.LowerFile("d/x", "x"),
+		harness.LowerFile("e/y", "y"),
+		harness.LowerFile("meta", "meta"),
 	))
-	writeFile(t, m.path("a"), "snapshot a, longer than the lower one")
-	writeFile(t, m.path("new1"), "new1")
-	if err := os.Mkdir(m.path("dir1"), 0o750); err != nil {
+	harness.WriteFile(t, m.Path("a"), "snapshot a, longer than the lower one")
+	harness.WriteFile(t, m.Path("new1"), "new1")
+	if err := os.Mkdir(m.Path("dir1"), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	snapState := snapshotTree(m.dir)
-	id := takeSnapshot(t, m.dir, "before the changes")
+	snapState := harness.SnapshotTree(m.Dir)
+	id := takeSnapshot(t, m.Dir, "before the changes")
 
-	writeFile(t, m.path("a"), "v2")
-	os.Remove(m.path("new1"))
-	writeFile(t, m.path("new2"), "new2")
-	os.RemoveAll(m.path("d"))
-	os.Rename(m.path("e"), m.path("e2"))
-	os.Chmod(m.path("meta"), 0o600)
-	os.Remove(m.path("dir1"))
-	os.Truncate(m.path("keep"), 2)
-	changedState := snapshotTree(m.dir)
+	harness.WriteFile(t, m.Path("a"), "v2")
+	os.Remove(m.Path("new1"))
+	harness.WriteFile(t, m.Path("new2"), "new2")
+	os.RemoveAll(m.Path("d"))
+	os.Rename(m.Path("e"), m.Path("e2"))
+	os.Chmod(m.Path("meta"), 0o600)
+	os.Remove(m.Path("dir1"))
+	os.Truncate(m.Path("keep"), 2)
+	changedState := harness.SnapshotTree(m.Dir)
 
 	// Fill this process's kernel caches with the changed state.
-	readFile(t, m.path("a"))
-	lstat(t, m.path("a"))
-	listDir(t, m.dir)
-	listDir(t, m.path("e2"))
-	if errnoOfStat(m.path("new1")) != unix.ENOENT || errnoOfStat(m.path("d/x")) != unix.ENOENT {
+	harness.ReadFile(t, m.Path("a"))
+	harness.Lstat(t, m.Path("a"))
+	harness.ListDir(t, m.Dir)
+	harness.ListDir(t, m.Path("e2"))
+	if errnoOfStat(m.Path("new1")) != unix.ENOENT || errnoOfStat(m.Path("d/x")) != unix.ENOENT {
 		t.Fatalf("new1 and d/x should be gone before the restore")
 	}
 	// Files held open across the restore.
-	rfd, err := os.Open(m.path("a"))
+	rfd, err := os.Open(m.Path("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rfd.Close()
-	wfd, err := os.OpenFile(m.path("new2"), os.O_WRONLY, 0)
+	wfd, err := os.OpenFile(m.Path("new2"), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer wfd.Close()
 
-	r := mustC(t, m.dir, "restore", id)
+	r := mustC(t, m.Dir, "restore", id)
 	undo := undoID(t, r)
-	if !strings.Contains(r.stdout, "restored snapshot "+id) {
+	if !strings.Contains(r.Stdout, "restored snapshot "+id) {
 		t.Errorf("restore does not say what it restored:\n%s", r)
 	}
 
-	for _, d := range diffStates(snapState, snapshotTree(m.dir)) {
+	for _, d := range diffStates(snapState, harness.SnapshotTree(m.Dir)) {
 		t.Errorf("after restore: %s", d)
 	}
-	if got := readFile(t, m.path("a")); got != "snapshot a, longer than the lower one" {
+	if got := harness.ReadFile(t, m.Path("a")); got != "snapshot a, longer than the lower one" {
 		t.Errorf("a after restore = %q", got)
 	}
-	if st := lstat(t, m.path("meta")); st.Mode&0o777 != 0o644 {
+	if st := harness.Lstat(t, m.Path("meta")); st.Mode&0o777 != 0o644 {
 		t.Errorf("meta mode after restore = %o, want 644", st.Mode&0o777)
 	}
 	for _, p := range []string{"new2", "e2"} {
-		if e := errnoOfStat(m.path(p)); e != unix.ENOENT {
-			t.Errorf("%s after restore: %s, want ENOENT", p, errName(e))
+		if e := errnoOfStat(m.Path(p)); e != unix.ENOENT {
+			t.Errorf("%s after restore: %s, want ENOENT", p, harness.ErrName(e))
 		}
 	}
 	// Another process sees the same.
 	cmd := exec.Command("sh", "-c", "cat a new1 d/x e/y && ls")
-	cmd.Dir, cmd.Env = m.dir, append(os.Environ(), "LC_ALL=C")
+	cmd.Dir, cmd.Env = m.Dir, append(os.Environ(), "LC_ALL=C")
 	out, err := cmd.CombinedOutput()
 	if want := "snapshot a, longer than the lower onenew1xya\nd\ndir1\ne\nkeep\nmeta\nnew1\n"; err != nil || string(out) != want {
 		t.Errorf("another process after restore: cat and ls = %q, %v; want %q", out, err, want)
@@ -105,18 +106,18 @@ func TestRestore(t *testing.T) {
 		t.Errorf("writing a file opened before the restore: %v", err)
 	}
 	wfd.Sync()
-	if e := errnoOfStat(m.path("new2")); e != unix.ENOENT {
-		t.Errorf("new2 after a write through a descriptor opened before the restore: %s, want ENOENT", errName(e))
+	if e := errnoOfStat(m.Path("new2")); e != unix.ENOENT {
+		t.Errorf("new2 after a write through a descriptor opened before the restore: %s, want ENOENT", harness.ErrName(e))
 	}
 
-	r = mustC(t, m.dir, "restore", undo)
-	for _, d := range diffStates(changedState, snapshotTree(m.dir)) {
+	r = mustC(t, m.Dir, "restore", undo)
+	for _, d := range diffStates(changedState, harness.SnapshotTree(m.Dir)) {
 		t.Errorf("after undoing the restore (restore %s): %s", undo, d)
 	}
-	if got := readFile(t, m.path("new2")); got != "new2" {
+	if got := harness.ReadFile(t, m.Path("new2")); got != "new2" {
 		t.Errorf("new2 after the undo = %q, want %q (the late write reaches no snapshot)", got, "new2")
 	}
-	if snaps := listSnapshots(t, m.dir); findSnapshot(snaps, undo) == nil || findSnapshot(snaps, undo).Kind != "safety" {
+	if snaps := listSnapshots(t, m.Dir); findSnapshot(snaps, undo) == nil || findSnapshot(snaps, undo).Kind != "safety" {
 		t.Errorf("the undo snapshot %s is not listed as a safety snapshot: %+v", undo, snaps)
 	}
 }
@@ -125,29 +126,29 @@ func TestRestore(t *testing.T) {
 // the mount comes back on the branch it showed; snapshots restore.
 func TestRestoreKeptStore(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
-	m := newMount(t, withStore(store), withLower(lowerFile("a", "lower")))
-	writeFile(t, m.path("a"), "v1")
-	id := takeSnapshot(t, m.dir, "v1")
-	writeFile(t, m.path("a"), "v2")
-	mustC(t, m.dir, "branch", "create", "b2")
-	mustC(t, m.dir, "branch", "switch", "b2")
-	writeFile(t, m.path("a"), "b2")
-	m.remount()
-	if b := currentBranch(t, m.dir); b != "b2" {
+	m := harness.NewMount(t, harness.WithStore(store), harness.WithLower(harness.LowerFile("a", "lower")))
+	harness.WriteFile(t, m.Path("a"), "v1")
+	id := takeSnapshot(t, m.Dir, "v1")
+	harness.WriteFile(t, m.Path("a"), "v2")
+	mustC(t, m.Dir, "branch", "create", "b2")
+	mustC(t, m.Dir, "branch", "switch", "b2")
+	harness.WriteFile(t, m.Path("a"), "b2")
+	m.Remount()
+	if b := currentBranch(t, m.Dir); b != "b2" {
 		t.Errorf("after remount the mount shows branch %q, want b2 (the one it showed)", b)
 	}
-	if got := readFile(t, m.path("a")); got != "b2" {
+	if got := harness.ReadFile(t, m.Path("a")); got != "b2" {
 		t.Errorf("a after remount = %q, want b2", got)
 	}
-	if s := findSnapshot(listSnapshots(t, m.dir), id); s == nil || s.Label != "v1" {
+	if s := findSnapshot(listSnapshots(t, m.Dir), id); s == nil || s.Label != "v1" {
 		t.Fatalf("snapshot %s after remount: %+v", id, s)
 	}
-	mustC(t, m.dir, "restore", id)
-	if got := readFile(t, m.path("a")); got != "v1" {
+	mustC(t, m.Dir, "restore", id)
+	if got := harness.ReadFile(t, m.Path("a")); got != "v1" {
 		t.Errorf("a after restoring %s (of main) into b2 = %q, want v1", id, got)
 	}
-	mustC(t, m.dir, "branch", "switch", "main")
-	if got := readFile(t, m.path("a")); got != "v2" {
+	mustC(t, m.Dir, "branch", "switch", "main")
+	if got := harness.ReadFile(t, m.Path("a")); got != "v2" {
 		t.Errorf("a on main = %q, want v2", got)
 	}
 }
@@ -156,12 +157,12 @@ func TestRestoreKeptStore(t *testing.T) {
 // the mount root is left, after a restore, in a directory that was in
 // effect deleted (it lists empty); cd "$PWD" enters the restored one.
 func TestRestoreCurrentDirectory(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("d/f", "f")))
-	id := takeSnapshot(t, m.dir, "")
-	writeFile(t, m.path("d/later"), "later")
-	script := agentfsBin + " restore " + id + ` >/dev/null && echo "old: $(ls)" && cd "$PWD" && echo "new: $(ls)"`
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("d/f", "f")))
+	id := takeSnapshot(t, m.Dir, "")
+	harness.WriteFile(t, m.Path("d/later"), "later")
+	script := harness.Bin() + " restore " + id + ` >/dev/null && echo "old: $(ls)" && cd "$PWD" && echo "new: $(ls)"`
 	cmd := exec.Command("sh", "-c", script)
-	cmd.Dir = m.path("d")
+	cmd.Dir = m.Path("d")
 	out, err := cmd.CombinedOutput()
 	if want := "old: \nnew: f\n"; err != nil || string(out) != want {
 		t.Errorf("a shell in d across a restore printed %q, %v; want %q", out, err, want)
@@ -178,23 +179,23 @@ func TestRestoreCurrentDirectory(t *testing.T) {
 // clone the file in a loop until the disk was full, and with
 // passthrough a read-only reopen failed with EIO.
 func TestRestoreReopenThroughProc(t *testing.T) {
-	m := newMount(t)
-	writeFile(t, m.path("w"), "snapshot")
-	writeFile(t, m.path("r"), "snapshot")
-	id := takeSnapshot(t, m.dir, "w and r as snapshot")
-	writeFile(t, m.path("w"), "changed")
-	writeFile(t, m.path("r"), "changed")
-	wfd, err := os.OpenFile(m.path("w"), os.O_RDWR, 0)
+	m := harness.NewMount(t)
+	harness.WriteFile(t, m.Path("w"), "snapshot")
+	harness.WriteFile(t, m.Path("r"), "snapshot")
+	id := takeSnapshot(t, m.Dir, "w and r as snapshot")
+	harness.WriteFile(t, m.Path("w"), "changed")
+	harness.WriteFile(t, m.Path("r"), "changed")
+	wfd, err := os.OpenFile(m.Path("w"), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer wfd.Close()
-	rfd, err := os.Open(m.path("r"))
+	rfd, err := os.Open(m.Path("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rfd.Close()
-	undo := undoID(t, mustC(t, m.dir, "restore", id))
+	undo := undoID(t, mustC(t, m.Dir, "restore", id))
 
 	// Each step in a goroutine: a daemon that loops must fail the test,
 	// not hang it (nor fill the disk).
@@ -207,7 +208,7 @@ func TestRestoreReopenThroughProc(t *testing.T) {
 			return err
 		case <-time.After(20 * time.Second):
 			// Stop the daemon before it fills the disk with clones.
-			unix.Kill(m.status.Pid, unix.SIGKILL)
+			unix.Kill(m.Status.Pid, unix.SIGKILL)
 			t.Fatalf("%s did not return within 20 s (the daemon was killed)", what)
 			return nil
 		}
@@ -265,19 +266,19 @@ func TestRestoreReopenThroughProc(t *testing.T) {
 	rfd.Close()
 
 	for _, name := range []string{"w", "r"} {
-		if got := readFile(t, m.path(name)); got != "snapshot" {
+		if got := harness.ReadFile(t, m.Path(name)); got != "snapshot" {
 			t.Errorf("%s after the restore = %q, want %q", name, got, "snapshot")
 		}
-		if st := lstat(t, m.path(name)); st.Mode&0o777 != 0o644 {
+		if st := harness.Lstat(t, m.Path(name)); st.Mode&0o777 != 0o644 {
 			t.Errorf("%s mode after the restore = %o, want 644", name, st.Mode&0o777)
 		}
 	}
-	mustC(t, m.dir, "restore", undo)
+	mustC(t, m.Dir, "restore", undo)
 	for _, name := range []string{"w", "r"} {
-		if got := readFile(t, m.path(name)); got != "changed" {
+		if got := harness.ReadFile(t, m.Path(name)); got != "changed" {
 			t.Errorf("%s after undoing the restore = %q, want %q (changes through old descriptors reach no snapshot)", name, got, "changed")
 		}
-		if st := lstat(t, m.path(name)); st.Mode&0o777 != 0o644 {
+		if st := harness.Lstat(t, m.Path(name)); st.Mode&0o777 != 0o644 {
 			t.Errorf("%s mode after undoing the restore = %o, want 644", name, st.Mode&0o777)
 		}
 	}

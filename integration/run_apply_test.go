@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentfs/agentfs/integration/harness"
 )
 
 // TestRunApply: after a scripted agent's run, apply --dry-run changes
@@ -23,8 +25,8 @@ func TestRunApply(t *testing.T) {
 	// snapshot after a git commit falls due while it runs.
 	agent := e.script("agent.sh", strings.Replace(agentScript, "exit 3", "sleep 1\nexit 3", 1))
 	r := e.agentfs("run", "--quiet-period", "200ms", "--", agent)
-	if r.code != 3 {
-		t.Fatalf("agentfs run exit %d, want 3:\n%s", r.code, r)
+	if r.Code != 3 {
+		t.Fatalf("agentfs run exit %d, want 3:\n%s", r.Code, r)
 	}
 	id := sessionIDOf(t, r)
 
@@ -40,11 +42,11 @@ func TestRunApply(t *testing.T) {
 	}
 	// The log: what the agent did, with its pid and command.
 	lg := e.agentfs("log", "-s", id, "--json")
-	if lg.code != 0 {
+	if lg.Code != 0 {
 		t.Fatalf("log -s:\n%s", lg)
 	}
 	seen := map[string]bool{}
-	for _, line := range strings.Split(strings.TrimSpace(lg.stdout), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(lg.Stdout), "\n") {
 		var ent struct {
 			Pid     int    `json:"pid"`
 			Command string `json:"command"`
@@ -66,53 +68,53 @@ func TestRunApply(t *testing.T) {
 		}
 	}
 	want := filepath.Join(t.TempDir(), "want")
-	if x := e.agentfs("export", "-s", id, "main", "--to", want); x.code != 0 {
+	if x := e.agentfs("export", "-s", id, "main", "--to", want); x.Code != 0 {
 		t.Fatalf("export -s:\n%s", x)
 	}
 
 	dry := e.agentfs("apply", "-s", id, "--dry-run")
-	if dry.code != 0 || !strings.Contains(dry.stdout, "would apply") {
+	if dry.Code != 0 || !strings.Contains(dry.Stdout, "would apply") {
 		t.Fatalf("apply --dry-run:\n%s", dry)
 	}
-	wantLines(t, "apply --dry-run", dry.stdout, "A  new.txt", "M  a.txt", "D  b.txt")
+	wantLines(t, "apply --dry-run", dry.Stdout, "A  new.txt", "M  a.txt", "D  b.txt")
 	e.checkProject()
 
 	part := e.agentfs("apply", "-s", id, "new.txt")
-	if part.code != 0 {
+	if part.Code != 0 {
 		t.Fatalf("apply -s %s new.txt:\n%s", id, part)
 	}
-	if got := readFile(t, filepath.Join(e.project, "new.txt")); got != "new file\n" {
+	if got := harness.ReadFile(t, filepath.Join(e.project, "new.txt")); got != "new file\n" {
 		t.Errorf("new.txt in the project after a partial apply = %q", got)
 	}
 	if _, err := os.Stat(filepath.Join(e.project, "b.txt")); err != nil {
 		t.Errorf("b.txt went from the project with an apply of new.txt only: %v", err)
 	}
 	d := e.agentfs("diff", "-s", id)
-	if strings.Contains(d.stdout, "new.txt") || !strings.Contains(d.stdout, "a.txt") {
+	if strings.Contains(d.Stdout, "new.txt") || !strings.Contains(d.Stdout, "a.txt") {
 		t.Errorf("diff -s after applying new.txt (gone from it) :\n%s", d)
 	}
 
 	// The user edits a.txt in the project meanwhile: a conflict.
-	writeFile(t, filepath.Join(e.project, "a.txt"), "edited by the user\n")
+	harness.WriteFile(t, filepath.Join(e.project, "a.txt"), "edited by the user\n")
 	c := e.agentfs("apply", "-s", id)
-	if c.code != 1 || !strings.Contains(c.stdout, "conflicts") || !strings.Contains(c.stdout, "a.txt") || !strings.Contains(c.stderr, "--force") {
+	if c.Code != 1 || !strings.Contains(c.Stdout, "conflicts") || !strings.Contains(c.Stdout, "a.txt") || !strings.Contains(c.Stderr, "--force") {
 		t.Errorf("apply with a conflict: want exit 1 listing a.txt and the --force hint:\n%s", c)
 	}
-	if got := readFile(t, filepath.Join(e.project, "a.txt")); got != "edited by the user\n" {
+	if got := harness.ReadFile(t, filepath.Join(e.project, "a.txt")); got != "edited by the user\n" {
 		t.Errorf("a.txt was overwritten despite the conflict: %q", got)
 	}
 	if _, err := os.Stat(filepath.Join(e.project, "b.txt")); !os.IsNotExist(err) {
 		t.Errorf("b.txt (no conflict) was not deleted by the apply: %v", err)
 	}
 	f := e.agentfs("apply", "-s", id, "--force")
-	if f.code != 0 {
+	if f.Code != 0 {
 		t.Fatalf("apply --force:\n%s", f)
 	}
-	if got := readFile(t, filepath.Join(e.project, "a.txt")); got != "hello\nmore\n" {
+	if got := harness.ReadFile(t, filepath.Join(e.project, "a.txt")); got != "hello\nmore\n" {
 		t.Errorf("a.txt after --force = %q, want the agent's", got)
 	}
 	for _, p := range []string{"gen/out.txt", "abs-path", "src/main.go"} {
-		if a, b := readFile(t, filepath.Join(e.project, p)), readFile(t, filepath.Join(want, p)); a != b {
+		if a, b := harness.ReadFile(t, filepath.Join(e.project, p)), harness.ReadFile(t, filepath.Join(want, p)); a != b {
 			t.Errorf("%s in the project = %q, in the session %q", p, a, b)
 		}
 	}
@@ -126,5 +128,5 @@ func TestRunApply(t *testing.T) {
 		t.Errorf("session state after a full apply = %q, want applied", s.State)
 	}
 	// The project changed through apply only: that is the new baseline.
-	e.before = snapshotTree(e.project)
+	e.before = harness.SnapshotTree(e.project)
 }

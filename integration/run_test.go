@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,7 +34,7 @@ type runEnv struct {
 	project string
 	state   string
 	scripts string // where agent scripts live (outside the project)
-	before  tree
+	before  harness.Tree
 }
 
 // newRunEnv makes a project with a git history of one commit. Its tree
@@ -40,21 +42,21 @@ type runEnv struct {
 // agentfs run does may change it.
 func newRunEnv(t *testing.T) *runEnv {
 	t.Helper()
-	requireFUSE(t)
+	harness.RequireFUSE(t)
 	requireTool(t, "git")
-	e := &runEnv{t: t, project: newMountpoint(t), state: t.TempDir(), scripts: newMountpoint(t)}
+	e := &runEnv{t: t, project: harness.NewMountpoint(t), state: t.TempDir(), scripts: harness.NewMountpoint(t)}
 	for p, content := range map[string]string{"a.txt": "hello\n", "b.txt": "to be deleted\n", "src/main.go": "package main\n"} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(e.project, p)), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, filepath.Join(e.project, p), content)
+		harness.WriteFile(t, filepath.Join(e.project, p), content)
 	}
 	e.git("init", "-q", ".")
 	e.git("add", "-A")
 	e.git("commit", "-qm", "first")
-	e.before = snapshotTree(e.project)
-	if e.before.err != nil {
-		t.Fatalf("recording the project: %v", e.before.err)
+	e.before = harness.SnapshotTree(e.project)
+	if e.before.Err != nil {
+		t.Fatalf("recording the project: %v", e.before.Err)
 	}
 	t.Cleanup(func() { e.checkProject() })
 	return e
@@ -87,7 +89,7 @@ func (e *runEnv) git(args ...string) string {
 // checkProject fails the test if the project changed in any way.
 func (e *runEnv) checkProject() {
 	e.t.Helper()
-	assertUnchanged(e.t, e.before, snapshotTree(e.project))
+	harness.AssertUnchanged(e.t, e.before, harness.SnapshotTree(e.project))
 }
 
 // env is the environment agentfs gets: the test's, with the sessions
@@ -97,11 +99,11 @@ func (e *runEnv) env() []string {
 }
 
 // agentfs runs agentfs in the project directory.
-func (e *runEnv) agentfs(args ...string) cliResult {
+func (e *runEnv) agentfs(args ...string) harness.Result {
 	e.t.Helper()
-	cmd := exec.Command(agentfsBin, args...)
+	cmd := exec.Command(harness.Bin(), args...)
 	cmd.Dir, cmd.Env = e.project, e.env()
-	return runCommand(e.t, cmd, args)
+	return harness.RunCmd(e.t, cmd, args)
 }
 
 // script writes an agent script (sh) outside the project.
@@ -141,14 +143,14 @@ type runSessionInfo struct {
 func (e *runEnv) sessions(args ...string) []runSessionInfo {
 	e.t.Helper()
 	r := e.agentfs(append([]string{"sessions", "--json"}, args...)...)
-	if r.code != 0 {
+	if r.Code != 0 {
 		e.t.Fatalf("agentfs sessions:\n%s", r)
 	}
 	var out struct {
 		Sessions []runSessionInfo `json:"sessions"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
-		e.t.Fatalf("parsing sessions --json: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
+		e.t.Fatalf("parsing sessions --json: %v\n%s", err, r.Stdout)
 	}
 	return out.Sessions
 }
@@ -167,9 +169,9 @@ func (e *runEnv) session(id string) runSessionInfo {
 }
 
 // sessionIDOf finds the session id in agentfs run's summary.
-func sessionIDOf(t *testing.T, r cliResult) string {
+func sessionIDOf(t *testing.T, r harness.Result) string {
 	t.Helper()
-	_, rest, ok := strings.Cut(r.stderr, "agentfs run: session ")
+	_, rest, ok := strings.Cut(r.Stderr, "agentfs run: session ")
 	if !ok {
 		t.Fatalf("no session in agentfs run's output:\n%s", r)
 	}
@@ -185,7 +187,7 @@ func (e *runEnv) snapshotsOf(id string) []struct {
 } {
 	e.t.Helper()
 	r := e.agentfs("snapshot", "list", "-s", id, "--json")
-	if r.code != 0 {
+	if r.Code != 0 {
 		e.t.Fatalf("snapshot list -s:\n%s", r)
 	}
 	var list struct {
@@ -195,8 +197,8 @@ func (e *runEnv) snapshotsOf(id string) []struct {
 			Label string `json:"label"`
 		} `json:"snapshots"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
-		e.t.Fatalf("parsing snapshot list --json: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &list); err != nil {
+		e.t.Fatalf("parsing snapshot list --json: %v\n%s", err, r.Stdout)
 	}
 	return list.Snapshots
 }
@@ -235,14 +237,14 @@ func TestRunSession(t *testing.T) {
 	e := newRunEnv(t)
 	agent := e.script("agent.sh", agentScript)
 	r := e.agentfs("run", "--", agent)
-	if r.code != 3 {
-		t.Fatalf("agentfs run exit %d, want the command's 3:\n%s", r.code, r)
+	if r.Code != 3 {
+		t.Fatalf("agentfs run exit %d, want the command's 3:\n%s", r.Code, r)
 	}
 	e.checkProject()
 	id := sessionIDOf(t, r)
 	// The agent saw the project at its own path, its writes through
 	// absolute paths, and git worked.
-	wantLines(t, "the agent's output", r.stdout,
+	wantLines(t, "the agent's output", r.Stdout,
 		"AGENT pwd="+e.project+" session="+id,
 		"AGENT abs=absolute new=new file",
 		"AGENT commits=2")
@@ -253,8 +255,8 @@ func TestRunSession(t *testing.T) {
 		"apply:    agentfs apply -s " + id,
 		"discard:  agentfs discard -s " + id,
 	} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("the summary does not say %q:\n%s", want, r.stderr)
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("the summary does not say %q:\n%s", want, r.Stderr)
 		}
 	}
 
@@ -276,27 +278,27 @@ func TestRunSession(t *testing.T) {
 		t.Errorf("changes = %+v, want at least 4 created (new.txt, gen, gen/out.txt, abs-path, git objects), 2 modified (a.txt, the git index), 1 deleted (b.txt)", s.Changes)
 	case !strings.HasPrefix(s.Store, filepath.Join(e.state, "agentfs", "sessions", id)):
 		t.Errorf("store %s is not in the state directory %s", s.Store, e.state)
-	case s.DaemonPid == 0 || processAlive(s.DaemonPid):
+	case s.DaemonPid == 0 || procfs.Alive(s.DaemonPid):
 		t.Errorf("daemon pid %d: recorded and gone expected", s.DaemonPid)
 	}
-	if r := e.agentfs("sessions"); r.code != 0 || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "ended") {
+	if r := e.agentfs("sessions"); r.Code != 0 || !strings.Contains(r.Stdout, id) || !strings.Contains(r.Stdout, "ended") {
 		t.Errorf("agentfs sessions does not list %s as ended:\n%s", id, r)
 	}
 
 	// diff -s, by the id's last part.
 	short := id[strings.LastIndexByte(id, '-')+1:]
 	d := e.agentfs("diff", "-s", short)
-	if d.code != 0 {
+	if d.Code != 0 {
 		t.Fatalf("diff -s:\n%s", d)
 	}
-	wantLines(t, "diff -s", d.stdout, "M  a.txt", "D  b.txt", "A  new.txt", "A  gen/", "A  gen/out.txt", "A  abs-path", "M  .git/index")
+	wantLines(t, "diff -s", d.Stdout, "M  a.txt", "D  b.txt", "A  new.txt", "A  gen/", "A  gen/out.txt", "A  abs-path", "M  .git/index")
 	snaps := e.snapshotsOf(id)
 	if len(snaps) != 1 || snaps[0].Kind != "pre-run" || snaps[0].Label != agent || snaps[0].ID != s.PreRun {
 		t.Errorf("snapshots = %+v, want the one pre-run snapshot %s labelled %s", snaps, s.PreRun, agent)
 	}
 	// Since the pre-run snapshot: the same changes.
-	if d2 := e.agentfs("diff", "-s", id, s.PreRun); d2.stdout != d.stdout {
-		t.Errorf("diff -s %s %s differs from diff -s %s:\n%s\nvs\n%s", id, s.PreRun, id, d2, d.stdout)
+	if d2 := e.agentfs("diff", "-s", id, s.PreRun); d2.Stdout != d.Stdout {
+		t.Errorf("diff -s %s %s differs from diff -s %s:\n%s\nvs\n%s", id, s.PreRun, id, d2, d.Stdout)
 	}
 	st := e.agentfs("status", "-s", id, "--json")
 	var status struct {
@@ -304,15 +306,15 @@ func TestRunSession(t *testing.T) {
 		Offline bool   `json:"offline"`
 		Pid     int    `json:"pid"`
 	}
-	if st.code != 0 || json.Unmarshal([]byte(st.stdout), &status) != nil || !status.Offline || status.Lower != e.project || status.Pid != 0 {
+	if st.Code != 0 || json.Unmarshal([]byte(st.Stdout), &status) != nil || !status.Offline || status.Lower != e.project || status.Pid != 0 {
 		t.Errorf("status -s of an ended session: %+v\n%s", status, st)
 	}
 	// The session's view, exported: the agent's commit is in it.
 	out := filepath.Join(t.TempDir(), "export")
-	if x := e.agentfs("export", "-s", id, "main", "--to", out); x.code != 0 {
+	if x := e.agentfs("export", "-s", id, "main", "--to", out); x.Code != 0 {
 		t.Fatalf("export -s:\n%s", x)
 	}
-	if got := readFile(t, filepath.Join(out, "a.txt")); got != "hello\nmore\n" {
+	if got := harness.ReadFile(t, filepath.Join(out, "a.txt")); got != "hello\nmore\n" {
 		t.Errorf("exported a.txt = %q", got)
 	}
 	if c, err := exec.Command("git", "-C", out, "log", "--format=%s").Output(); err != nil || string(c) != "agent's work\nfirst\n" {
@@ -320,7 +322,7 @@ func TestRunSession(t *testing.T) {
 	}
 
 	// discard -s: the store goes, the record stays as discarded.
-	if x := e.agentfs("discard", "-s", id); x.code != 0 || !strings.Contains(x.stdout, "discarded session "+id) {
+	if x := e.agentfs("discard", "-s", id); x.Code != 0 || !strings.Contains(x.Stdout, "discarded session "+id) {
 		t.Fatalf("discard -s:\n%s", x)
 	}
 	if _, err := os.Stat(s.Store); !os.IsNotExist(err) {
@@ -347,7 +349,7 @@ touch %s
 while [ ! -e %s ]; do sleep 0.05; done
 cat inside.txt
 `, ready, goOn))
-	first := exec.Command(agentfsBin, "run", "--", agent)
+	first := exec.Command(harness.Bin(), "run", "--", agent)
 	first.Dir, first.Env = e.project, e.env()
 	var stdout, stderr strings.Builder
 	first.Stdout, first.Stderr = &stdout, &stderr
@@ -365,31 +367,31 @@ cat inside.txt
 			first.Process.Kill()
 		}
 	})
-	if !waitFor(func() bool { _, err := os.Stat(ready); return err == nil }) {
+	if !harness.WaitFor(func() bool { _, err := os.Stat(ready); return err == nil }) {
 		t.Fatalf("the first session's command did not start:\n%s", stderr.String())
 	}
 	if _, err := os.Stat(filepath.Join(e.project, "inside.txt")); !os.IsNotExist(err) {
 		t.Errorf("inside.txt, written in the session, shows in the project: %v", err)
 	}
 	list := e.sessions()
-	if len(list) != 1 || list[0].State != "running" || !processAlive(list[0].DaemonPid) {
+	if len(list) != 1 || list[0].State != "running" || !procfs.Alive(list[0].DaemonPid) {
 		t.Fatalf("sessions while running: %+v", list)
 	}
 	s := list[0]
 	if s.Changes == nil || s.Changes.Created != 1 || s.Snapshots == nil || *s.Snapshots != 1 {
 		t.Errorf("a running session's numbers (from its daemon): changes %+v, snapshots %s; want 1 created, 1 snapshot", s.Changes, intp(s.Snapshots))
 	}
-	if d := e.agentfs("diff", "-s", s.ID); d.code != 0 || d.stdout != "A  inside.txt\n" {
+	if d := e.agentfs("diff", "-s", s.ID); d.Code != 0 || d.Stdout != "A  inside.txt\n" {
 		t.Errorf("diff -s of a running session:\n%s", d)
 	}
 	var status struct {
 		Pid     int  `json:"pid"`
 		Offline bool `json:"offline"`
 	}
-	if st := e.agentfs("status", "-s", s.ID, "--json"); st.code != 0 || json.Unmarshal([]byte(st.stdout), &status) != nil || status.Offline || status.Pid != s.DaemonPid {
+	if st := e.agentfs("status", "-s", s.ID, "--json"); st.Code != 0 || json.Unmarshal([]byte(st.Stdout), &status) != nil || status.Offline || status.Pid != s.DaemonPid {
 		t.Errorf("status -s of a running session: %+v, want the daemon's pid %d\n%s", status, s.DaemonPid, st)
 	}
-	if c := e.agentfs("snapshot", "create", "-s", s.ID, "-m", "while running"); c.code != 0 {
+	if c := e.agentfs("snapshot", "create", "-s", s.ID, "-m", "while running"); c.Code != 0 {
 		t.Errorf("snapshot create -s of a running session:\n%s", c)
 	}
 	assertRefused(t, e.agentfs("discard", "-s", s.ID), refusal{code: 1, phrase: "end the command first"}, "")
@@ -397,11 +399,11 @@ cat inside.txt
 	// A second session of the same project, meanwhile: it sees the
 	// project, not the first session's changes.
 	second := e.agentfs("run", "--", "sh", "-c", "test ! -e inside.txt && echo second > second.txt && cat second.txt")
-	if second.code != 0 || second.stdout != "second\n" {
+	if second.Code != 0 || second.Stdout != "second\n" {
 		t.Fatalf("a second run of the same project while the first runs:\n%s", second)
 	}
 	id2 := sessionIDOf(t, second)
-	if d := e.agentfs("diff", "-s", id2); d.stdout != "A  second.txt\n" {
+	if d := e.agentfs("diff", "-s", id2); d.Stdout != "A  second.txt\n" {
 		t.Errorf("the second session's diff:\n%s", d)
 	}
 	e.checkProject()
@@ -419,10 +421,10 @@ cat inside.txt
 		t.Errorf("the first session's command read %q from inside.txt, want its own first\\n", stdout.String())
 	}
 	s = e.session(s.ID)
-	if s.State != "ended" || s.Snapshots == nil || *s.Snapshots != 2 || processAlive(s.DaemonPid) {
-		t.Errorf("the first session after its end: state %s, snapshots %s (want 2), daemon %d alive %v", s.State, intp(s.Snapshots), s.DaemonPid, processAlive(s.DaemonPid))
+	if s.State != "ended" || s.Snapshots == nil || *s.Snapshots != 2 || procfs.Alive(s.DaemonPid) {
+		t.Errorf("the first session after its end: state %s, snapshots %s (want 2), daemon %d alive %v", s.State, intp(s.Snapshots), s.DaemonPid, procfs.Alive(s.DaemonPid))
 	}
-	if d := e.agentfs("diff", "-s", s.ID); d.stdout != "A  inside.txt\n" {
+	if d := e.agentfs("diff", "-s", s.ID); d.Stdout != "A  inside.txt\n" {
 		t.Errorf("diff -s of the ended session:\n%s", d)
 	}
 }
@@ -439,7 +441,7 @@ while :; do sleep 0.05; done
 `, ready))
 	// A terminal sends Ctrl-C to its foreground process group: agentfs
 	// run, its session process and the command.
-	cmd := exec.Command(agentfsBin, "run", "--", agent)
+	cmd := exec.Command(harness.Bin(), "run", "--", agent)
 	cmd.Dir, cmd.Env = e.project, e.env()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stderr strings.Builder
@@ -447,7 +449,7 @@ while :; do sleep 0.05; done
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(func() bool { _, err := os.Stat(ready); return err == nil }) {
+	if !harness.WaitFor(func() bool { _, err := os.Stat(ready); return err == nil }) {
 		cmd.Process.Kill()
 		t.Fatalf("the command did not start:\n%s", stderr.String())
 	}
@@ -459,14 +461,14 @@ while :; do sleep 0.05; done
 	if !strings.Contains(stderr.String(), "exited with code 42") {
 		t.Errorf("agentfs did not summarize after Ctrl-C:\n%s", stderr.String())
 	}
-	id := sessionIDOf(t, cliResult{stderr: stderr.String()})
-	if d := e.agentfs("diff", "-s", id); d.stdout != "A  int.txt\n" {
+	id := sessionIDOf(t, harness.Result{Stderr: stderr.String()})
+	if d := e.agentfs("diff", "-s", id); d.Stdout != "A  int.txt\n" {
 		t.Errorf("diff -s after Ctrl-C:\n%s", d)
 	}
 
 	r := e.agentfs("run", "--", "sh", "-c", "kill -TERM $$")
-	if r.code != 128+int(syscall.SIGTERM) {
-		t.Errorf("exit code of a command killed by SIGTERM = %d, want %d:\n%s", r.code, 128+int(syscall.SIGTERM), r)
+	if r.Code != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit code of a command killed by SIGTERM = %d, want %d:\n%s", r.Code, 128+int(syscall.SIGTERM), r)
 	}
 	id = sessionIDOf(t, r)
 	if s := e.session(id); s.ExitCode == nil || *s.ExitCode != 143 {
@@ -513,23 +515,23 @@ func TestRunBadInput(t *testing.T) {
 // a run in a private mount namespace where /dev/fuse is usable by all
 // then either works (user namespaces allowed) or names the restriction.
 func TestRunNonRoot(t *testing.T) {
-	requireFUSE(t)
+	harness.RequireFUSE(t)
 	for _, tool := range []string{"setpriv", "unshare", "mknod"} {
 		requireTool(t, tool)
 	}
 	const nobody = 65534
-	e := &runEnv{t: t, project: newMountpoint(t), state: newMountpoint(t), scripts: newMountpoint(t)}
-	writeFile(t, filepath.Join(e.project, "a.txt"), "hello\n")
+	e := &runEnv{t: t, project: harness.NewMountpoint(t), state: harness.NewMountpoint(t), scripts: harness.NewMountpoint(t)}
+	harness.WriteFile(t, filepath.Join(e.project, "a.txt"), "hello\n")
 	for _, d := range []string{e.project, filepath.Join(e.project, "a.txt"), e.state} {
 		if err := os.Lchown(d, nobody, nobody); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e.before = snapshotTree(e.project)
+	e.before = harness.SnapshotTree(e.project)
 	t.Cleanup(func() { e.checkProject() })
 	// The binary where nobody may run it.
 	bin := filepath.Join(e.scripts, "agentfs")
-	copyExecutable(t, agentfsBin, bin)
+	copyExecutable(t, harness.Bin(), bin)
 	agent := e.script("agent.sh", `echo "AGENT uid=$(id -u)"
 echo more >> a.txt
 echo new > new.txt
@@ -537,10 +539,10 @@ echo "AGENT owner=$(stat -c %u new.txt)"
 exit 5
 `)
 	asNobody := fmt.Sprintf("setpriv --reuid %d --regid %d --clear-groups env HOME=%s XDG_STATE_HOME=%s", nobody, nobody, e.state, e.state)
-	runAs := func(prefix, script string) cliResult {
+	runAs := func(prefix, script string) harness.Result {
 		cmd := exec.Command("sh", "-c", script)
 		cmd.Dir = e.project
-		return runCommand(t, cmd, []string{prefix})
+		return harness.RunCmd(t, cmd, []string{prefix})
 	}
 
 	fuseOpen := canOpenAs(t, nobody, "/dev/fuse")
@@ -562,7 +564,7 @@ exit 5
 
 	// 2. With /dev/fuse usable by all (in a private mount namespace of
 	// this test only).
-	fdev := newMountpoint(t)
+	fdev := harness.NewMountpoint(t)
 	r = runAs("run as nobody with /dev/fuse 0666", fmt.Sprintf(`set -e
 unshare --mount --propagation private sh -c 'mount -t tmpfs -o mode=755 agentfs-test %s && mknod -m 666 %s/fuse c 10 229 && mount --bind %s/fuse /dev/fuse && exec %s %s run -- %s'`,
 		fdev, fdev, fdev, asNobody, bin, agent))
@@ -577,29 +579,29 @@ unshare --mount --propagation private sh -c 'mount -t tmpfs -o mode=755 agentfs-
 // checkNobodyRun checks a run of the nobody agent that worked, then
 // looks at its session as nobody (agentfs is the command line that
 // runs agentfs as nobody: root must not write into nobody's store).
-func checkNobodyRun(t *testing.T, e *runEnv, r cliResult, agentfs string) {
+func checkNobodyRun(t *testing.T, e *runEnv, r harness.Result, agentfs string) {
 	t.Helper()
-	if r.code != 5 {
-		t.Fatalf("agentfs run as nobody: exit %d, want the command's 5:\n%s", r.code, r)
+	if r.Code != 5 {
+		t.Fatalf("agentfs run as nobody: exit %d, want the command's 5:\n%s", r.Code, r)
 	}
-	wantLines(t, "the agent's output", r.stdout, "AGENT uid=65534", "AGENT owner=65534")
+	wantLines(t, "the agent's output", r.Stdout, "AGENT uid=65534", "AGENT owner=65534")
 	id := sessionIDOf(t, r)
-	as := func(args string) cliResult {
+	as := func(args string) harness.Result {
 		cmd := exec.Command("sh", "-c", agentfs+" "+args)
-		return runCommand(t, cmd, []string{args})
+		return harness.RunCmd(t, cmd, []string{args})
 	}
 	l := as("sessions --json")
 	var list struct {
 		Sessions []runSessionInfo `json:"sessions"`
 	}
-	if err := json.Unmarshal([]byte(l.stdout), &list); err != nil || len(list.Sessions) == 0 {
+	if err := json.Unmarshal([]byte(l.Stdout), &list); err != nil || len(list.Sessions) == 0 {
 		t.Fatalf("sessions --json as nobody: %v\n%s", err, l)
 	}
 	s := list.Sessions[len(list.Sessions)-1]
 	if s.ID != id || !s.UserNamespace || s.State != "ended" || s.Changes == nil || s.Changes.Created != 1 || s.Changes.Modified != 1 {
 		t.Errorf("the session of nobody's run: %+v", s)
 	}
-	if d := as("diff -s " + id); d.stdout != "M  a.txt\nA  new.txt\n" {
+	if d := as("diff -s " + id); d.Stdout != "M  a.txt\nA  new.txt\n" {
 		t.Errorf("diff -s of nobody's session, as nobody:\n%s", d)
 	}
 }
@@ -661,22 +663,22 @@ while [ "$(stat -c %%s a.txt)" != 15 ] || [ "$(cat src/main.go)" != "package edi
 done
 echo SEEN
 `, ready, goOn))
-	cmd := exec.Command(agentfsBin, "run", "--", agent)
+	cmd := exec.Command(harness.Bin(), "run", "--", agent)
 	cmd.Dir, cmd.Env = e.project, e.env()
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(func() bool { _, err := os.Stat(ready); return err == nil }) {
+	if !harness.WaitFor(func() bool { _, err := os.Stat(ready); return err == nil }) {
 		cmd.Process.Kill()
 		t.Fatalf("the command did not start:\n%s", stderr.String())
 	}
 	// The test, not agentfs, edits the project.
-	writeFile(t, filepath.Join(e.project, "a.txt"), "edited outside\n")
-	writeFile(t, filepath.Join(e.project, "src", "main.go"), "package edited\n")
-	writeFile(t, filepath.Join(e.project, "src", "added.go"), "package main\n")
-	e.before = snapshotTree(e.project)
+	harness.WriteFile(t, filepath.Join(e.project, "a.txt"), "edited outside\n")
+	harness.WriteFile(t, filepath.Join(e.project, "src", "main.go"), "package edited\n")
+	harness.WriteFile(t, filepath.Join(e.project, "src", "added.go"), "package main\n")
+	e.before = harness.SnapshotTree(e.project)
 	os.WriteFile(goOn, nil, 0o644)
 	cmd.Wait()
 	if code := cmd.ProcessState.ExitCode(); code != 0 || stdout.String() != "SEEN\n" {

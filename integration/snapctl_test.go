@@ -12,30 +12,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
 // agentfsC runs agentfs with -C dir after args (the command words come
 // first: agentfs snapshot create ... -C dir).
-func agentfsC(t testing.TB, dir string, args ...string) cliResult {
+func agentfsC(t testing.TB, dir string, args ...string) harness.Result {
 	t.Helper()
-	return runAgentfs(t, append(args, "-C", dir)...)
+	return harness.Run(t, append(args, "-C", dir)...)
 }
 
 // agentfsIn runs agentfs with its current directory in dir, as a user
 // inside the mount does.
-func agentfsIn(t testing.TB, dir string, args ...string) cliResult {
+func agentfsIn(t testing.TB, dir string, args ...string) harness.Result {
 	t.Helper()
-	cmd := exec.Command(agentfsBin, args...)
+	cmd := exec.Command(harness.Bin(), args...)
 	cmd.Dir = dir
-	return runCommand(t, cmd, args)
+	return harness.RunCmd(t, cmd, args)
 }
 
 // mustC is agentfsC that fails the test unless the command succeeds.
-func mustC(t testing.TB, dir string, args ...string) cliResult {
+func mustC(t testing.TB, dir string, args ...string) harness.Result {
 	t.Helper()
 	r := agentfsC(t, dir, args...)
-	if r.code != 0 {
+	if r.Code != 0 {
 		t.Fatalf("want success:\n%s", r)
 	}
 	return r
@@ -43,14 +44,14 @@ func mustC(t testing.TB, dir string, args ...string) cliResult {
 
 // failC is agentfsC that fails the test unless the command exits 1 and
 // its stderr contains every want.
-func failC(t testing.TB, dir string, want []string, args ...string) cliResult {
+func failC(t testing.TB, dir string, want []string, args ...string) harness.Result {
 	t.Helper()
 	r := agentfsC(t, dir, args...)
-	if r.code != 1 {
-		t.Errorf("exit %d, want 1:\n%s", r.code, r)
+	if r.Code != 1 {
+		t.Errorf("exit %d, want 1:\n%s", r.Code, r)
 	}
 	for _, w := range want {
-		if !strings.Contains(r.stderr, w) {
+		if !strings.Contains(r.Stderr, w) {
 			t.Errorf("stderr does not say %q:\n%s", w, r)
 		}
 	}
@@ -62,16 +63,16 @@ func failC(t testing.TB, dir string, want []string, args ...string) cliResult {
 // the time of its copy as the ctime of a file copied up but never
 // changed (README, known differences), where the mount showed the
 // project file's until then.
-func diffStates(before, after tree) []string {
-	return diffMountTrees(withoutCtimes(before), withoutCtimes(after))
+func diffStates(before, after harness.Tree) []string {
+	return harness.DiffMountTrees(withoutCtimes(before), withoutCtimes(after))
 }
 
-func withoutCtimes(tr tree) tree {
+func withoutCtimes(tr harness.Tree) harness.Tree {
 	out := tr
-	out.nodes = map[string]nodeState{}
-	for p, n := range tr.nodes {
-		n.ctime = unix.Timespec{}
-		out.nodes[p] = n
+	out.Nodes = map[string]harness.Node{}
+	for p, n := range tr.Nodes {
+		n.Ctime = unix.Timespec{}
+		out.Nodes[p] = n
 	}
 	return out
 }
@@ -83,7 +84,7 @@ var snapshotIDRe = regexp.MustCompile(`^[0-9a-f]{8}$`)
 func takeSnapshot(t testing.TB, dir, label string) string {
 	t.Helper()
 	r := mustC(t, dir, "snapshot", "create", "-m", label)
-	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	lines := strings.Split(strings.TrimRight(r.Stdout, "\n"), "\n")
 	id := lines[len(lines)-1]
 	if !snapshotIDRe.MatchString(id) {
 		t.Fatalf("the last line of snapshot create's stdout is %q, want a snapshot id (8 hex digits):\n%s", id, r)
@@ -109,8 +110,8 @@ func listSnapshots(t testing.TB, dir string) []snapshotJSON {
 		Snapshots []snapshotJSON `json:"snapshots"`
 	}
 	r := mustC(t, dir, "snapshot", "list", "--json")
-	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
-		t.Fatalf("snapshot list --json: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &list); err != nil {
+		t.Fatalf("snapshot list --json: %v\n%s", err, r.Stdout)
 	}
 	return list.Snapshots
 }
@@ -140,8 +141,8 @@ func listBranches(t testing.TB, dir string) []branchJSON {
 		Branches []branchJSON `json:"branches"`
 	}
 	r := mustC(t, dir, "branch", "list", "--json")
-	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
-		t.Fatalf("branch list --json: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &list); err != nil {
+		t.Fatalf("branch list --json: %v\n%s", err, r.Stdout)
 	}
 	return list.Branches
 }
@@ -157,9 +158,9 @@ func currentBranch(t testing.TB, dir string) string {
 }
 
 // undoID returns the id in restore's "to undo: agentfs restore ID" line.
-func undoID(t testing.TB, r cliResult) string {
+func undoID(t testing.TB, r harness.Result) string {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^to undo: agentfs restore ([0-9a-f]{8})$`).FindStringSubmatch(r.stdout)
+	m := regexp.MustCompile(`(?m)^to undo: agentfs restore ([0-9a-f]{8})$`).FindStringSubmatch(r.Stdout)
 	if m == nil {
 		t.Fatalf("restore did not print \"to undo: agentfs restore ID\":\n%s", r)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,23 +23,23 @@ import (
 // size added, kind and tags, tags name and pin snapshots, delete takes
 // an id or a prefix.
 func TestSnapshotCommands(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("a", "lower a"), lowerFile("d/f", "f")))
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("a", "lower a"), harness.LowerFile("d/f", "f")))
 	start := time.Now().Add(-time.Second)
-	writeFile(t, m.path("big"), strings.Repeat("b", 256<<10))
-	r := agentfsIn(t, m.path("d"), "snapshot", "create", "-m", "first")
-	if r.code != 0 {
+	harness.WriteFile(t, m.Path("big"), strings.Repeat("b", 256<<10))
+	r := agentfsIn(t, m.Path("d"), "snapshot", "create", "-m", "first")
+	if r.Code != 0 {
 		t.Fatalf("snapshot create inside the mount:\n%s", r)
 	}
-	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	lines := strings.Split(strings.TrimRight(r.Stdout, "\n"), "\n")
 	id1 := lines[len(lines)-1]
 	if !snapshotIDRe.MatchString(id1) {
 		t.Fatalf("last line of stdout %q is not a snapshot id:\n%s", id1, r)
 	}
-	id2 := takeSnapshot(t, m.dir, "nothing new")
-	writeFile(t, m.path("small"), strings.Repeat("s", 64<<10))
-	id3 := takeSnapshot(t, m.dir, "")
+	id2 := takeSnapshot(t, m.Dir, "nothing new")
+	harness.WriteFile(t, m.Path("small"), strings.Repeat("s", 64<<10))
+	id3 := takeSnapshot(t, m.Dir, "")
 
-	snaps := listSnapshots(t, m.dir)
+	snaps := listSnapshots(t, m.Dir)
 	if len(snaps) != 3 || snaps[0].ID != id1 || snaps[1].ID != id2 || snaps[2].ID != id3 {
 		t.Fatalf("snapshot list = %+v, want %s, %s, %s in that order", snaps, id1, id2, id3)
 	}
@@ -60,29 +61,29 @@ func TestSnapshotCommands(t *testing.T) {
 	if a := snaps[2].SizeAdded; a < 64<<10 || a >= 256<<10 {
 		t.Errorf("size added by %s = %d, want the 64 KiB file only", id3, a)
 	}
-	text := mustC(t, m.dir, "snapshot", "list").stdout
+	text := mustC(t, m.Dir, "snapshot", "list").Stdout
 	for _, want := range []string{"ID", "CREATED", "KIND", "BRANCH", "ADDED", "TAGS", "LABEL", id1, id2, id3, "first", "nothing new", "manual", "main"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("snapshot list does not show %q:\n%s", want, text)
 		}
 	}
 
-	mustC(t, m.dir, "tag", "good", id1)
-	if s := findSnapshot(listSnapshots(t, m.dir), id1); s == nil || strings.Join(s.Tags, ",") != "good" {
+	mustC(t, m.Dir, "tag", "good", id1)
+	if s := findSnapshot(listSnapshots(t, m.Dir), id1); s == nil || strings.Join(s.Tags, ",") != "good" {
 		t.Errorf("after tag good %s: %+v, want tags [good]", id1, s)
 	}
-	if out := mustC(t, m.dir, "tag").stdout; !strings.Contains(out, "good") || !strings.Contains(out, id1) {
+	if out := mustC(t, m.Dir, "tag").Stdout; !strings.Contains(out, "good") || !strings.Contains(out, id1) {
 		t.Errorf("tag without arguments lists %q, want good and %s", out, id1)
 	}
-	mustC(t, m.dir, "tag", "good", id3) // moves
-	snaps = listSnapshots(t, m.dir)
+	mustC(t, m.Dir, "tag", "good", id3) // moves
+	snaps = listSnapshots(t, m.Dir)
 	if s1, s3 := findSnapshot(snaps, id1), findSnapshot(snaps, id3); len(s1.Tags) != 0 || strings.Join(s3.Tags, ",") != "good" {
 		t.Errorf("after moving tag good to %s: %s tags %v, %s tags %v", id3, id1, s1.Tags, id3, s3.Tags)
 	}
-	mustC(t, m.dir, "snapshot", "delete", id2[:5])
-	mustC(t, m.dir, "tag", "--delete", "good")
-	mustC(t, m.dir, "snapshot", "delete", id3)
-	snaps = listSnapshots(t, m.dir)
+	mustC(t, m.Dir, "snapshot", "delete", id2[:5])
+	mustC(t, m.Dir, "tag", "--delete", "good")
+	mustC(t, m.Dir, "snapshot", "delete", id3)
+	snaps = listSnapshots(t, m.Dir)
 	if len(snaps) != 1 || snaps[0].ID != id1 {
 		t.Errorf("after deleting %s (by prefix) and %s: list = %+v, want only %s", id2, id3, snaps, id1)
 	}
@@ -91,13 +92,13 @@ func TestSnapshotCommands(t *testing.T) {
 // TestSnapshotErrors: every refusal exits 1 with a message that names
 // the problem and the fix, and changes nothing.
 func TestSnapshotErrors(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("a", "lower a")))
-	writeFile(t, m.path("a"), "upper a")
-	id := takeSnapshot(t, m.dir, "kept")
-	mustC(t, m.dir, "tag", "keep", id)
-	mustC(t, m.dir, "branch", "create", "other")
-	snapsBefore, branchesBefore := listSnapshots(t, m.dir), listBranches(t, m.dir)
-	treeBefore := snapshotTree(m.dir)
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("a", "lower a")))
+	harness.WriteFile(t, m.Path("a"), "upper a")
+	id := takeSnapshot(t, m.Dir, "kept")
+	mustC(t, m.Dir, "tag", "keep", id)
+	mustC(t, m.Dir, "branch", "create", "other")
+	snapsBefore, branchesBefore := listSnapshots(t, m.Dir), listBranches(t, m.Dir)
+	treeBefore := harness.SnapshotTree(m.Dir)
 
 	for _, c := range []struct {
 		args []string
@@ -119,29 +120,29 @@ func TestSnapshotErrors(t *testing.T) {
 		{[]string{"tag", "new", "ffffffff"}, []string{`no snapshot or tag "ffffffff"`}},
 		{[]string{"tag", "--delete", "nosuch"}, []string{`no tag "nosuch"`}},
 	} {
-		t.Run(strings.Join(c.args, " "), func(t *testing.T) { failC(t, m.dir, c.want, c.args...) })
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) { failC(t, m.Dir, c.want, c.args...) })
 	}
 	t.Run("outside a mount", func(t *testing.T) {
 		for _, args := range [][]string{{"snapshot", "create"}, {"snapshot", "list"}, {"restore", id}, {"branch", "list"}, {"tag"}} {
 			r := agentfsIn(t, t.TempDir(), args...)
-			if r.code != 1 || !strings.Contains(r.stderr, "not inside an agentfs mount (use -C DIR)") {
+			if r.Code != 1 || !strings.Contains(r.Stderr, "not inside an agentfs mount (use -C DIR)") {
 				t.Errorf("want exit 1 and 'not inside an agentfs mount (use -C DIR)':\n%s", r)
 			}
 		}
 	})
 	t.Run("current branch", func(t *testing.T) {
-		mustC(t, m.dir, "branch", "switch", "other")
-		failC(t, m.dir, []string{`branch "other" is the one the mount shows`, "agentfs branch switch main"}, "branch", "delete", "other")
-		mustC(t, m.dir, "branch", "switch", "main")
+		mustC(t, m.Dir, "branch", "switch", "other")
+		failC(t, m.Dir, []string{`branch "other" is the one the mount shows`, "agentfs branch switch main"}, "branch", "delete", "other")
+		mustC(t, m.Dir, "branch", "switch", "main")
 	})
 
-	if got := listSnapshots(t, m.dir); fmt.Sprint(got) != fmt.Sprint(snapsBefore) {
+	if got := listSnapshots(t, m.Dir); fmt.Sprint(got) != fmt.Sprint(snapsBefore) {
 		t.Errorf("the refused commands changed the snapshots:\nbefore %+v\nafter  %+v", snapsBefore, got)
 	}
-	if got := listBranches(t, m.dir); fmt.Sprint(got) != fmt.Sprint(branchesBefore) {
+	if got := listBranches(t, m.Dir); fmt.Sprint(got) != fmt.Sprint(branchesBefore) {
 		t.Errorf("the refused commands changed the branches:\nbefore %+v\nafter  %+v", branchesBefore, got)
 	}
-	for _, d := range diffStates(treeBefore, snapshotTree(m.dir)) {
+	for _, d := range diffStates(treeBefore, harness.SnapshotTree(m.Dir)) {
 		t.Errorf("the refused commands changed the mount: %s", d)
 	}
 }
@@ -150,11 +151,11 @@ func TestSnapshotErrors(t *testing.T) {
 // refused, naming both. Ids are random, so the test takes snapshots
 // until two share their first 4 digits (about 300 on average).
 func TestAmbiguousSnapshotPrefix(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("a", "a")))
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("a", "a")))
 	seen := map[string]string{}
 	var a, b string
 	for i := 0; i < 5000 && a == ""; i++ {
-		id := takeSnapshot(t, m.dir, "")
+		id := takeSnapshot(t, m.Dir, "")
 		if other, ok := seen[id[:4]]; ok {
 			a, b = other, id
 		}
@@ -163,21 +164,21 @@ func TestAmbiguousSnapshotPrefix(t *testing.T) {
 	if a == "" {
 		t.Fatalf("5000 snapshots and no two share 4 digits: are ids random?")
 	}
-	r := failC(t, m.dir, []string{fmt.Sprintf("the snapshot id prefix %q is ambiguous", a[:4]), a, b, "type more digits"}, "restore", a[:4])
-	if r.code == 1 {
-		if s := listSnapshots(t, m.dir); len(s) != len(seen)+1 {
+	r := failC(t, m.Dir, []string{fmt.Sprintf("the snapshot id prefix %q is ambiguous", a[:4]), a, b, "type more digits"}, "restore", a[:4])
+	if r.Code == 1 {
+		if s := listSnapshots(t, m.Dir); len(s) != len(seen)+1 {
 			t.Errorf("%d snapshots after a refused restore, want %d (no safety snapshot)", len(s), len(seen)+1)
 		}
 	}
-	mustC(t, m.dir, "snapshot", "delete", a) // the full id works
+	mustC(t, m.Dir, "snapshot", "delete", a) // the full id works
 }
 
 // TestSnapshotOfFileOpenForWriting: a file held open for writing when
 // the snapshot is taken goes into it as it was then; writes through the
 // same descriptor afterwards do not reach the snapshot.
 func TestSnapshotOfFileOpenForWriting(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("f", "lower content")))
-	w, err := os.OpenFile(m.path("f"), os.O_WRONLY, 0)
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "lower content")))
+	w, err := os.OpenFile(m.Path("f"), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,8 +186,8 @@ func TestSnapshotOfFileOpenForWriting(t *testing.T) {
 	if _, err := w.WriteAt([]byte("BEFORE"), 0); err != nil {
 		t.Fatal(err)
 	}
-	want := readFile(t, m.path("f"))
-	id := takeSnapshot(t, m.dir, "f open")
+	want := harness.ReadFile(t, m.Path("f"))
+	id := takeSnapshot(t, m.Dir, "f open")
 	if _, err := w.WriteAt([]byte("AFTER!"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -196,12 +197,12 @@ func TestSnapshotOfFileOpenForWriting(t *testing.T) {
 	if err := w.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	if got := readFile(t, m.path("f")); got != "AFTER!"+want[6:]+" and more" {
+	if got := harness.ReadFile(t, m.Path("f")); got != "AFTER!"+want[6:]+" and more" {
 		t.Errorf("f in the mount = %q, want the writes made after the snapshot", got)
 	}
 	checkSnapshotContent(t, m, id, map[string]string{"f": want})
-	mustC(t, m.dir, "restore", id)
-	if got := readFile(t, m.path("f")); got != want {
+	mustC(t, m.Dir, "restore", id)
+	if got := harness.ReadFile(t, m.Path("f")); got != want {
 		t.Errorf("f after restoring the snapshot = %q, want %q (as when the snapshot was taken)", got, want)
 	}
 }
@@ -215,13 +216,13 @@ func TestSnapshotOfFileOpenForWriting(t *testing.T) {
 // backing file it keeps until the file is closed: the snapshot must not
 // share that object, or the writes would go to the snapshot's copy.
 func TestSnapshotOfFileOpenForReading(t *testing.T) {
-	m := newMount(t)
+	m := harness.NewMount(t)
 	for _, name := range []string{"before", "after", "append"} {
-		writeFile(t, m.path(name), name+": snapshot")
+		harness.WriteFile(t, m.Path(name), name+": snapshot")
 	}
 	open := func(name string) *os.File {
 		t.Helper()
-		f, err := os.Open(m.path(name))
+		f, err := os.Open(m.Path(name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,12 +232,12 @@ func TestSnapshotOfFileOpenForReading(t *testing.T) {
 		return f
 	}
 	before, appended := open("before"), open("append")
-	id := takeSnapshot(t, m.dir, "files open for reading")
+	id := takeSnapshot(t, m.Dir, "files open for reading")
 	after := open("after")
 
-	writeFile(t, m.path("before"), "before: written")
-	writeFile(t, m.path("after"), "after: written")
-	w, err := os.OpenFile(m.path("append"), os.O_WRONLY|os.O_APPEND, 0)
+	harness.WriteFile(t, m.Path("before"), "before: written")
+	harness.WriteFile(t, m.Path("after"), "after: written")
+	w, err := os.OpenFile(m.Path("append"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func TestSnapshotOfFileOpenForReading(t *testing.T) {
 		f.Close()
 	}
 	for name, w := range want {
-		if got := readFile(t, m.path(name)); got != w {
+		if got := harness.ReadFile(t, m.Path(name)); got != w {
 			t.Errorf("%s after every descriptor was closed = %q, want %q", name, got, w)
 		}
 	}
@@ -274,11 +275,11 @@ func readAll(t *testing.T, f *os.File) string {
 
 // checkSnapshotContent exports snapshot id and checks the files in
 // want (path → content) byte for byte.
-func checkSnapshotContent(t *testing.T, m *mount, id string, want map[string]string) {
+func checkSnapshotContent(t *testing.T, m *harness.Mount, id string, want map[string]string) {
 	t.Helper()
 	dir := exportRef(t, m, id)
 	for p, w := range want {
-		if got := readFile(t, filepath.Join(dir, p)); got != w {
+		if got := harness.ReadFile(t, filepath.Join(dir, p)); got != w {
 			t.Errorf("%s in the export of snapshot %s = %q, want %q", p, id, got, w)
 		}
 	}
@@ -289,71 +290,71 @@ func checkSnapshotContent(t *testing.T, m *mount, id string, want map[string]str
 // the mount but not the snapshot: its export is the mount as it was,
 // byte for byte, before and after the changes.
 func TestSnapshotImmutable(t *testing.T) {
-	m := newMount(t, withLower(
-		lowerFile("lower-only", "lower only"),
-		lowerFile("upper", "lower version"),
-		lowerFile("trunc", strings.Repeat("t", 10000)),
-		lowerFile("d/moved", "moved"),
-		lowerFile("d/gone", "gone"),
-		lowerFile("chmod", "chmod", withMode(0o640)),
-		lowerFile("x", "x", withXattr("user.k", "v")),
-		lowerSymlink("link", "upper"),
-		lowerSparse("sparse", 8<<20, map[int64]string{0: "head", 4 << 20: "middle"}),
-		lowerDir("dir/sub"),
+	m := harness.NewMount(t, harness.WithLower(
+		harness.LowerFile("lower-only", "lower only"),
+		harness.LowerFile("upper", "lower version"),
+		harness.LowerFile("trunc", strings.Repeat("t", 10000)),
+		harness.LowerFile("d/moved", "moved"),
+		harness.LowerFile("d/gone", "gone"),
+		harness.LowerFile("chmod", "chmod", harness.WithMode(0o640)),
+		harness.LowerFile("x", "x", harness.WithXattr("user.k", "v")),
+		harness.LowerSymlink("link", "upper"),
+		harness.LowerSparse("sparse", 8<<20, map[int64]string{0: "head", 4 << 20: "middle"}),
+		harness.LowerDir("dir/sub"),
 	))
-	writeFile(t, m.path("upper"), "upper version, copied up before the snapshot")
-	writeFile(t, m.path("new"), "new before the snapshot")
-	os.Chmod(m.path("new"), 0o600)
-	unix.UtimesNano(m.path("new"), []unix.Timespec{ts(100, 1), ts(200, 2)})
-	os.Mkdir(m.path("newdir"), 0o700)
-	want := snapshotTree(m.dir)
-	id := takeSnapshot(t, m.dir, "immutable")
+	harness.WriteFile(t, m.Path("upper"), "upper version, copied up before the snapshot")
+	harness.WriteFile(t, m.Path("new"), "new before the snapshot")
+	os.Chmod(m.Path("new"), 0o600)
+	unix.UtimesNano(m.Path("new"), []unix.Timespec{harness.Timespec(100, 1), harness.Timespec(200, 2)})
+	os.Mkdir(m.Path("newdir"), 0o700)
+	want := harness.SnapshotTree(m.Dir)
+	id := takeSnapshot(t, m.Dir, "immutable")
 	first := exportRef(t, m, id)
-	for _, d := range diffExport(want, snapshotTree(first)) {
+	for _, d := range diffExport(want, harness.SnapshotTree(first)) {
 		t.Errorf("export right after the snapshot: %s", d)
 	}
 
-	f, err := os.OpenFile(m.path("upper"), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(m.Path("upper"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.WriteString(" and appended")
 	f.Close()
-	writeFile(t, m.path("lower-only"), "written")
-	os.Truncate(m.path("trunc"), 3)
-	os.Rename(m.path("d/moved"), m.path("moved-out"))
-	os.Remove(m.path("d/gone"))
-	os.Chmod(m.path("chmod"), 0o755)
-	os.Chown(m.path("new"), 123, 456)
-	unix.UtimesNano(m.path("new"), []unix.Timespec{ts(300, 3), ts(400, 4)})
-	unix.Setxattr(m.path("x"), "user.k", []byte("changed"), 0)
-	unix.Setxattr(m.path("x"), "user.added", []byte("1"), 0)
-	os.Link(m.path("upper"), m.path("hardlink"))
-	os.Remove(m.path("link"))
-	os.Symlink("elsewhere", m.path("link"))
-	if g, err := os.OpenFile(m.path("sparse"), os.O_WRONLY, 0); err == nil {
+	harness.WriteFile(t, m.Path("lower-only"), "written")
+	os.Truncate(m.Path("trunc"), 3)
+	os.Rename(m.Path("d/moved"), m.Path("moved-out"))
+	os.Remove(m.Path("d/gone"))
+	os.Chmod(m.Path("chmod"), 0o755)
+	os.Chown(m.Path("new"), 123, 456)
+	unix.UtimesNano(m.Path("new"), []unix.Timespec{harness.Timespec(300, 3), harness.Timespec(400, 4)})
+	unix.Setxattr(m.Path("x"), "user.k", []byte("changed"), 0)
+	unix.Setxattr(m.Path("x"), "user.added", []byte("1"), 0)
+	os.Link(m.Path("upper"), m.Path("hardlink"))
+	os.Remove(m.Path("link"))
+	os.Symlink("elsewhere", m.Path("link"))
+	if g, err := os.OpenFile(m.Path("sparse"), os.O_WRONLY, 0); err == nil {
 		g.WriteAt([]byte("changed"), 4<<20)
 		g.Close()
 	}
-	os.RemoveAll(m.path("dir"))
-	os.Remove(m.path("newdir"))
-	writeFile(t, m.path("newer"), "after the snapshot")
-	if d := diffExport(want, snapshotTree(m.dir)); len(d) < 10 {
+	os.RemoveAll(m.Path("dir"))
+	os.Remove(m.Path("newdir"))
+	harness.WriteFile(t, m.Path("newer"), "after the snapshot")
+	if d := diffExport(want, harness.SnapshotTree(m.Dir)); len(d) < 10 {
 		t.Fatalf("the changes after the snapshot did not change the mount enough: %v", d)
 	}
 
 	second := exportRef(t, m, id)
-	for _, d := range diffExport(want, snapshotTree(second)) {
+	for _, d := range diffExport(want, harness.SnapshotTree(second)) {
 		t.Errorf("export of the snapshot after the changes: %s", d)
 	}
 }
 
 // exportRef exports ref to a new directory and returns it.
-func exportRef(t *testing.T, m *mount, ref string) string {
+func exportRef(t *testing.T, m *harness.Mount, ref string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "export")
-	r := mustC(t, m.dir, "export", ref, "--to", dir)
-	if !strings.Contains(r.stdout, "exported ") {
+	r := mustC(t, m.Dir, "export", ref, "--to", dir)
+	if !strings.Contains(r.Stdout, "exported ") {
 		t.Errorf("export does not say what it did:\n%s", r)
 	}
 	return dir
@@ -363,22 +364,22 @@ func exportRef(t *testing.T, m *mount, ref string) string {
 // contents, types, modes, owners, sizes, mtimes, symlink targets and
 // xattrs, which an export keeps (not inode numbers, ctimes or the link
 // counts of directories).
-func diffExport(mnt, export tree) []string {
-	norm := func(tr tree) tree {
+func diffExport(mnt, export harness.Tree) []string {
+	norm := func(tr harness.Tree) harness.Tree {
 		out := tr
-		out.nodes = map[string]nodeState{}
-		for p, n := range tr.nodes {
-			n.ino, n.ctime = 0, unix.Timespec{}
-			if n.mode&unix.S_IFMT == unix.S_IFDIR {
-				n.nlink = 0
+		out.Nodes = map[string]harness.Node{}
+		for p, n := range tr.Nodes {
+			n.Ino, n.Ctime = 0, unix.Timespec{}
+			if n.Mode&unix.S_IFMT == unix.S_IFDIR {
+				n.Nlink = 0
 			}
-			out.nodes[p] = n
+			out.Nodes[p] = n
 		}
 		return out
 	}
-	out := diffTrees(norm(mnt), norm(export))
+	out := harness.DiffTrees(norm(mnt), norm(export))
 	for i := range out {
-		out[i] = strings.ReplaceAll(out[i], export.root, "the export")
+		out[i] = strings.ReplaceAll(out[i], export.Root, "the export")
 	}
 	return out
 }
@@ -387,7 +388,7 @@ func diffExport(mnt, export tree) []string {
 func errnoOfStat(p string) syscall.Errno {
 	var st unix.Stat_t
 	if err := unix.Lstat(p, &st); err != nil {
-		return errnoOf(err)
+		return harness.ErrnoOf(err)
 	}
 	return 0
 }
@@ -401,15 +402,15 @@ func TestSnapshotCommandsHelp(t *testing.T) {
 		{"branch"}, {"branch", "create"}, {"branch", "list"}, {"branch", "delete"}, {"branch", "switch"},
 		{"tag"}, {"diff"}, {"restore"}, {"export"}, {"gc"}, {"fsck"},
 	}
-	main := runAgentfs(t, "--help")
+	main := harness.Run(t, "--help")
 	for _, c := range cmds {
-		r := runAgentfs(t, append(c, "--help")...)
-		if r.code != 0 || !strings.Contains(r.stdout, "Usage: agentfs "+strings.Join(c, " ")) ||
-			!strings.Contains(r.stdout, "Example") || !strings.Contains(r.stdout, "Exit codes:") {
+		r := harness.Run(t, append(c, "--help")...)
+		if r.Code != 0 || !strings.Contains(r.Stdout, "Usage: agentfs "+strings.Join(c, " ")) ||
+			!strings.Contains(r.Stdout, "Example") || !strings.Contains(r.Stdout, "Exit codes:") {
 			t.Errorf("want usage, an example and the exit codes:\n%s", r)
 		}
-		if !strings.Contains(main.stdout, "\n  "+c[0]+" ") {
-			t.Errorf("agentfs --help does not list %s:\n%s", c[0], main.stdout)
+		if !strings.Contains(main.Stdout, "\n  "+c[0]+" ") {
+			t.Errorf("agentfs --help does not list %s:\n%s", c[0], main.Stdout)
 		}
 	}
 }

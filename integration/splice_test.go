@@ -6,17 +6,18 @@ import (
 	"os"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
 // readStats returns the READ counters of `agentfs status --json`.
-func readStats(t *testing.T, m *mount) (reads, spliced uint64) {
+func readStats(t *testing.T, m *harness.Mount) (reads, spliced uint64) {
 	t.Helper()
 	var st struct {
 		Reads   uint64 `json:"reads"`
 		Spliced uint64 `json:"reads_spliced"`
 	}
-	statusJSON(t, m.dir, &st)
+	statusJSON(t, m.Dir, &st)
 	return st.Reads, st.Spliced
 }
 
@@ -30,10 +31,10 @@ func TestSpliceRead(t *testing.T) {
 	const size = 4<<20 + 12345 // not a multiple of a READ: a short last one
 	data := make([]byte, size)
 	rand.New(rand.NewSource(7)).Read(data)
-	m := newMount(t, withLower(lowerFile("big", string(data))), withArgs("--no-io-uring"))
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("big", string(data))), harness.WithArgs("--no-io-uring"))
 
 	reads0, spliced0 := readStats(t, m)
-	got, err := os.ReadFile(m.path("big"))
+	got, err := os.ReadFile(m.Path("big"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,12 +49,12 @@ func TestSpliceRead(t *testing.T) {
 		t.Errorf("status: %d READs served, none spliced (reads_spliced %d)", reads-reads0, spliced)
 	}
 
-	r, err := os.Open(m.path("big"))
+	r, err := os.Open(m.Path("big"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	w, err := os.OpenFile(m.path("big"), os.O_RDWR, 0)
+	w, err := os.OpenFile(m.Path("big"), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestSpliceRead(t *testing.T) {
 	if _, spliced = readStats(t, m); spliced == spliced0 {
 		t.Errorf("status: the reads after the copy-up were not spliced (reads_spliced %d)", spliced)
 	}
-	lf, err := os.OpenFile(m.lowerPath("big"), os.O_RDONLY|unix.O_NOATIME, 0)
+	lf, err := os.OpenFile(m.LowerPath("big"), os.O_RDONLY|unix.O_NOATIME, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,15 +112,15 @@ func TestReadFromDisk(t *testing.T) {
 		args []string
 	}{{"default", nil}, {"dev-fuse", []string{"--no-io-uring"}}} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := newMount(t, withLower(lowerFile("big", string(data))), withArgs(tc.args...))
-			if !dropCache(t, m.lowerPath("big")) {
-				t.Skipf("the file system of %s keeps its files cached (tmpfs?): no disk to read from", m.lower)
+			m := harness.NewMount(t, harness.WithLower(harness.LowerFile("big", string(data))), harness.WithArgs(tc.args...))
+			if !dropCache(t, m.LowerPath("big")) {
+				t.Skipf("the file system of %s keeps its files cached (tmpfs?): no disk to read from", m.Lower)
 			}
 			var st0 struct {
 				FromDisk uint64 `json:"reads_from_disk"`
 			}
-			statusJSON(t, m.dir, &st0)
-			got, err := os.ReadFile(m.path("big"))
+			statusJSON(t, m.Dir, &st0)
+			got, err := os.ReadFile(m.Path("big"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,11 +128,11 @@ func TestReadFromDisk(t *testing.T) {
 				t.Fatalf("read %d bytes through the mount, not the project's %d (first difference at %d)", len(got), len(data), firstDiff(string(got), string(data)))
 			}
 			st := st0
-			statusJSON(t, m.dir, &st)
+			statusJSON(t, m.Dir, &st)
 			if st.FromDisk == st0.FromDisk {
 				t.Errorf("status: reads_from_disk %d before and after a cold read of a 4 MiB project file", st.FromDisk)
 			}
-			if c := cachedPages(t, m.lowerPath("big")); c != 0 {
+			if c := cachedPages(t, m.LowerPath("big")); c != 0 {
 				t.Errorf("the lower file system caches %d pages of the project file after a cold read through the mount: want none (one copy, the mount's)", c)
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,11 +28,11 @@ func ringAvailable() bool {
 // the RELEASE answered at once. With --no-io-uring they come over
 // /dev/fuse.
 func TestTransport(t *testing.T) {
-	m := newMount(t, withArgs("--debug"), withLower(lowerFile("project", "project file\n")))
+	m := harness.NewMount(t, harness.WithArgs("--debug"), harness.WithLower(harness.LowerFile("project", "project file\n")))
 	var st struct {
 		Transport string `json:"transport"`
 	}
-	statusJSON(t, m.dir, &st)
+	statusJSON(t, m.Dir, &st)
 	uring := ringAvailable()
 	if want := map[bool]string{true: "io_uring (", false: "/dev/fuse"}[uring]; !strings.HasPrefix(st.Transport, want) {
 		t.Fatalf("status: transport %q, want %q...", st.Transport, want)
@@ -40,7 +41,7 @@ func TestTransport(t *testing.T) {
 	// Requests of every shape: names, two names, an out struct, data
 	// in, data out, a listing, xattrs, an async FSYNC.
 	data := bytes.Repeat([]byte("0123456789abcdef"), 40000) // 640,000 bytes: more than one READ and WRITE
-	f, err := os.OpenFile(m.path("new"), os.O_CREATE|os.O_RDWR, 0o640)
+	f, err := os.OpenFile(m.Path("new"), os.O_CREATE|os.O_RDWR, 0o640)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,43 +52,43 @@ func TestTransport(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if err := unix.Setxattr(m.path("new"), "user.k", []byte("v"), 0); err != nil {
+	if err := unix.Setxattr(m.Path("new"), "user.k", []byte("v"), 0); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 16)
-	if n, err := unix.Getxattr(m.path("new"), "user.k", buf); err != nil || string(buf[:n]) != "v" {
+	if n, err := unix.Getxattr(m.Path("new"), "user.k", buf); err != nil || string(buf[:n]) != "v" {
 		t.Fatalf("getxattr: %q, %v", buf[:n], err)
 	}
-	if err := os.Mkdir(m.path("d"), 0o755); err != nil {
+	if err := os.Mkdir(m.Path("d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(m.path("new"), m.path("d/moved")); err != nil {
+	if err := os.Rename(m.Path("new"), m.Path("d/moved")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("moved", m.path("d/link")); err != nil {
+	if err := os.Symlink("moved", m.Path("d/link")); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := os.ReadFile(m.path("d/link")); err != nil || !bytes.Equal(got, data) {
+	if got, err := os.ReadFile(m.Path("d/link")); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("reading back %d bytes through a symlink: %d bytes, %v", len(data), len(got), err)
 	}
-	if got, err := os.ReadFile(m.path("project")); err != nil || string(got) != "project file\n" {
+	if got, err := os.ReadFile(m.Path("project")); err != nil || string(got) != "project file\n" {
 		t.Fatalf("reading the project file: %q, %v", got, err)
 	}
-	ents, err := os.ReadDir(m.path("d"))
+	ents, err := os.ReadDir(m.Path("d"))
 	if err != nil || len(ents) != 2 {
 		t.Fatalf("listing d: %v, %v; want link and moved", ents, err)
 	}
 	for _, p := range []string{"d/link", "d/moved"} {
-		if err := os.Remove(m.path(p)); err != nil {
+		if err := os.Remove(m.Path(p)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Remove(m.path("d")); err != nil {
+	if err := os.Remove(m.Path("d")); err != nil {
 		t.Fatal(err)
 	}
-	statusJSON(t, m.dir, &st)
+	statusJSON(t, m.Dir, &st)
 
-	log, err := os.ReadFile(m.logPath())
+	log, err := os.ReadFile(m.LogPath())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,18 +113,18 @@ func TestTransport(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		t.Logf("daemon log %s", filepath.Base(m.logPath()))
+		t.Logf("daemon log %s", filepath.Base(m.LogPath()))
 	}
 }
 
 // TestTransportRefused: --no-io-uring keeps requests on /dev/fuse, and
 // status says why.
 func TestTransportRefused(t *testing.T) {
-	m := newMount(t, withArgs("--no-io-uring"))
+	m := harness.NewMount(t, harness.WithArgs("--no-io-uring"))
 	var st struct {
 		Transport string `json:"transport"`
 	}
-	statusJSON(t, m.dir, &st)
+	statusJSON(t, m.Dir, &st)
 	if st.Transport != "/dev/fuse (--no-io-uring)" {
 		t.Fatalf("status with --no-io-uring: transport %q, want %q", st.Transport, "/dev/fuse (--no-io-uring)")
 	}
@@ -135,11 +136,11 @@ func TestTransportRefused(t *testing.T) {
 // releaser must run at once when woken). Over /dev/fuse no thread of
 // the daemon is.
 func TestRingThreadsBatch(t *testing.T) {
-	m := newMount(t, withLower(lowerFile("f", "f")))
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "f")))
 	var st struct {
 		Transport string `json:"transport"`
 	}
-	statusJSON(t, m.dir, &st)
+	statusJSON(t, m.Dir, &st)
 	want := 0
 	if ringAvailable() {
 		var queues int
@@ -148,13 +149,13 @@ func TestRingThreadsBatch(t *testing.T) {
 		}
 		want = queues
 	}
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", m.status.Pid))
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", m.Status.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	batch := 0
 	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", m.status.Pid, task.Name()))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", m.Status.Pid, task.Name()))
 		if err != nil {
 			continue // the thread exited
 		}

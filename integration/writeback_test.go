@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentfs/agentfs/integration/harness"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,9 +16,9 @@ import (
 // written; a project file edited from outside while the mount holds it
 // open shows its new size; status says how I/O is served.
 func TestWritebackCacheMount(t *testing.T) {
-	m := newMount(t, withArgs("--writeback-cache"),
-		withLower(lowerFile("f", "lower content"), lowerFile("g", "short")))
-	st, err := m.fetchStatus()
+	m := harness.NewMount(t, harness.WithArgs("--writeback-cache"),
+		harness.WithLower(harness.LowerFile("f", "lower content"), harness.LowerFile("g", "short")))
+	st, err := m.FetchStatus()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +26,7 @@ func TestWritebackCacheMount(t *testing.T) {
 		t.Errorf("status --json: writeback cache %v, passthrough %v, io mode %q; want the writeback cache alone", st.Writeback, st.Passthrough, st.IOMode)
 	}
 
-	w, err := os.OpenFile(m.path("f"), os.O_WRONLY, 0)
+	w, err := os.OpenFile(m.Path("f"), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,24 +34,24 @@ func TestWritebackCacheMount(t *testing.T) {
 	if _, err := w.WriteAt([]byte("BEFORE"), 0); err != nil {
 		t.Fatal(err)
 	}
-	id := takeSnapshot(t, m.dir, "f open")
+	id := takeSnapshot(t, m.Dir, "f open")
 	checkSnapshotContent(t, m, id, map[string]string{"f": "BEFOREcontent"})
 
-	held, err := os.Open(m.path("g"))
+	held, err := os.Open(m.Path("g"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	if got := readFile(t, m.path("g")); got != "short" {
+	if got := harness.ReadFile(t, m.Path("g")); got != "short" {
 		t.Fatalf("g = %q", got)
 	}
-	if err := os.WriteFile(m.lowerPath("g"), []byte("much longer contents"), 0644); err != nil {
+	if err := os.WriteFile(m.LowerPath("g"), []byte("much longer contents"), 0644); err != nil {
 		t.Fatal(err)
 	}
-	m.before = snapshotTree(m.lower) // the edit is the test's, not the mount's
+	m.AcceptLower() // the edit is the test's, not the mount's
 	// Waiting for the watcher, not timing it.
-	if !waitFor(func() bool { b, _ := os.ReadFile(m.path("g")); return string(b) == "much longer contents" }) {
-		b, _ := os.ReadFile(m.path("g"))
+	if !harness.WaitFor(func() bool { b, _ := os.ReadFile(m.Path("g")); return string(b) == "much longer contents" }) {
+		b, _ := os.ReadFile(m.Path("g"))
 		t.Errorf("g reads %q after the project file was edited from outside, want the new contents", b)
 	}
 }
@@ -62,19 +63,19 @@ func TestWritebackCacheMount(t *testing.T) {
 // write-back before a control request covers every mount the daemon
 // serves, not only the one the request came through.
 func TestWritebackCacheBranchMount(t *testing.T) {
-	requireFUSE(t) // exec -b mounts the branch in a namespace of its own
-	m := newMount(t, withArgs("--writeback-cache"), withLower(lowerFile("f", "lower content")))
+	harness.RequireFUSE(t) // exec -b mounts the branch in a namespace of its own
+	m := harness.NewMount(t, harness.WithArgs("--writeback-cache"), harness.WithLower(harness.LowerFile("f", "lower content")))
 	branchesFrom(t, m, "x")
-	h := startHelperCmd(t, execIn(m, "x", m.dir, helperPath(t)),
-		opWriteKeep(m.path("f"), os.O_TRUNC, "held back data"), opHold())
-	defer h.release()
-	if len(h.result) != 2 || h.result[0].Errno != "ok" {
-		t.Fatalf("the writer in branch x: %v", h.result)
+	h := harness.StartHelperCmd(t, execIn(m, "x", m.Dir, harness.HelperPath(t)),
+		harness.OpWriteKeep(m.Path("f"), os.O_TRUNC, "held back data"), harness.OpHold())
+	defer h.Release()
+	if len(h.Results) != 2 || h.Results[0].Errno != "ok" {
+		t.Fatalf("the writer in branch x: %v", h.Results)
 	}
-	if got := readFile(t, filepath.Join(exportRef(t, m, "x"), "f")); got != "held back data" {
+	if got := harness.ReadFile(t, filepath.Join(exportRef(t, m, "x"), "f")); got != "held back data" {
 		t.Errorf("export of branch x has f = %q while its writer holds it open, want %q", got, "held back data")
 	}
-	if got := readFile(t, m.path("f")); got != "lower content" {
+	if got := harness.ReadFile(t, m.Path("f")); got != "lower content" {
 		t.Errorf("the main branch reads f = %q, want the project's %q", got, "lower content")
 	}
 }
@@ -86,13 +87,13 @@ func TestWritebackCacheBranchMount(t *testing.T) {
 // about a second (not the old inode, with its old size and no links,
 // for as long as the kernel kept that name).
 func TestWritebackCacheLowerHardlinks(t *testing.T) {
-	m := newMount(t, withArgs("--writeback-cache"), withLower(lowerFile("d/m1", "abc\n"), lowerHardlink("e/m2", "d/m1")))
+	m := harness.NewMount(t, harness.WithArgs("--writeback-cache"), harness.WithLower(harness.LowerFile("d/m1", "abc\n"), harness.LowerHardlink("e/m2", "d/m1")))
 	for _, p := range []string{"d/m1", "e/m2"} {
-		if got := readFile(t, m.path(p)); got != "abc\n" {
+		if got := harness.ReadFile(t, m.Path(p)); got != "abc\n" {
 			t.Fatalf("%s = %q", p, got)
 		}
 	}
-	f, err := os.OpenFile(m.lowerPath("d/m1"), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(m.LowerPath("d/m1"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,13 +103,13 @@ func TestWritebackCacheLowerHardlinks(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	m.before = snapshotTree(m.lower) // the edit is the test's, not the mount's
+	m.AcceptLower() // the edit is the test's, not the mount's
 	for _, p := range []string{"d/m1", "e/m2"} {
 		// Waiting for the watcher and the name's lifetime, not timing them.
-		if !waitFor(func() bool { b, _ := os.ReadFile(m.path(p)); return string(b) == "abc\ndefgh\n" }) {
-			b, _ := os.ReadFile(m.path(p))
+		if !harness.WaitFor(func() bool { b, _ := os.ReadFile(m.Path(p)); return string(b) == "abc\ndefgh\n" }) {
+			b, _ := os.ReadFile(m.Path(p))
 			var st unix.Stat_t
-			unix.Stat(m.path(p), &st)
+			unix.Stat(m.Path(p), &st)
 			t.Errorf("%s reads %q (%d links) after the project file was appended to, want %q", p, b, st.Nlink, "abc\ndefgh\n")
 		}
 	}

@@ -65,7 +65,8 @@
 //	ID                 root       difference                                   handling
 //	rename-dir-exdev   overlayfs  rename(2) of a lower or merged directory     the harness then moves the tree as mv(1)
 //	                              fails with EXDEV (no redirect_dir); agentfs  does (mkdir, link, unlink) so that the
-//	                              must rename it (DESIGN.md checklist ★12)     root can go on being compared
+//	                              must rename it (docs/semantics.md,           root can go on being compared
+//	                              checklist ★12)
 //	unlinked-nlink     overlayfs  fstat of an open lower file after unlink     accepted for st_nlink 1 where the
 //	                              reports st_nlink 1 (the lower inode's)       reference has 0
 //	failed-rename-     overlayfs  renaming an opaque directory over a non-     the harness gives the parents the

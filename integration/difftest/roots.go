@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agentfs/agentfs/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -107,19 +108,11 @@ func OverlaySpec(witness bool) RootSpec {
 // connection in /proc/self/mountinfo, as stat(2) on a hung mount would
 // hang too.
 func AbortFUSE(mnt string) error {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	m, ok, err := procfs.MountAt(procfs.MountinfoPath, mnt)
 	if err != nil {
 		return err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 || unescapeMountinfo(f[4]) != mnt {
-			continue
-		}
-		_, minor, ok := strings.Cut(f[2], ":")
-		if !ok {
-			break
-		}
+	if _, minor, found := strings.Cut(m.Dev, ":"); ok && found {
 		return os.WriteFile(filepath.Join("/sys/fs/fuse/connections", minor, "abort"), []byte("1"), 0o200)
 	}
 	return fmt.Errorf("abort FUSE connection: %s is not mounted", mnt)

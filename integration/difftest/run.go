@@ -1,13 +1,14 @@
 package difftest
 
 import (
-	"bufio"
 	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/agentfs/agentfs/procfs"
 )
 
 // RootSpec describes one kind of root.
@@ -405,41 +406,15 @@ func (s *session) close() []Diff {
 
 // MountsBelow lists the mount points at or below dir.
 func MountsBelow(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := procfs.Mounts(procfs.MountinfoPath)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
+	for _, m := range mounts {
+		if m.Mountpoint == dir || strings.HasPrefix(m.Mountpoint, dir+"/") {
+			out = append(out, m.Mountpoint)
 		}
 	}
 	return out
-}
-
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

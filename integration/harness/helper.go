@@ -1,4 +1,4 @@
-package integration
+package harness
 
 // A helper is this test binary re-executed (AGENTFS_IT_HELPER=1) with
 // another uid, gid and groups. It reads a JSON list of operations on
@@ -23,10 +23,12 @@ import (
 
 const helperEnv = "AGENTFS_IT_HELPER"
 
-func isHelperProcess() bool { return os.Getenv(helperEnv) == "1" }
+// IsHelperProcess reports whether this process is a helper: TestMain
+// then runs RunHelper instead of the tests.
+func IsHelperProcess() bool { return os.Getenv(helperEnv) == "1" }
 
-// helperOp is one operation a helper performs.
-type helperOp struct {
+// Op is one operation a helper performs.
+type Op struct {
 	Op    string `json:"op"`
 	Path  string `json:"path,omitempty"`
 	Path2 string `json:"path2,omitempty"`
@@ -39,15 +41,15 @@ type helperOp struct {
 	Len   int64  `json:"len,omitempty"`
 }
 
-// helperResult is the outcome of one helperOp: "ok" or an errno name,
+// OpResult is the outcome of one Op: "ok" or an errno name,
 // and what the operation returned (file content, a stat line, ...).
-type helperResult struct {
+type OpResult struct {
 	Op    string `json:"op"`
 	Errno string `json:"errno"`
 	Out   string `json:"out,omitempty"`
 }
 
-func (r helperResult) String() string {
+func (r OpResult) String() string {
 	if r.Out == "" {
 		return r.Errno
 	}
@@ -55,59 +57,59 @@ func (r helperResult) String() string {
 }
 
 // Operations. Paths are absolute.
-func opUmask(mask uint32) helperOp { return helperOp{Op: "umask", Mode: mask} }
-func opCreate(p string, mode uint32) helperOp {
-	return helperOp{Op: "create", Path: p, Mode: mode}
+func OpUmask(mask uint32) Op { return Op{Op: "umask", Mode: mask} }
+func OpCreate(p string, mode uint32) Op {
+	return Op{Op: "create", Path: p, Mode: mode}
 }
-func opMkdir(p string, mode uint32) helperOp { return helperOp{Op: "mkdir", Path: p, Mode: mode} }
-func opRead(p string) helperOp               { return helperOp{Op: "read", Path: p} }
+func OpMkdir(p string, mode uint32) Op { return Op{Op: "mkdir", Path: p, Mode: mode} }
+func OpRead(p string) Op               { return Op{Op: "read", Path: p} }
 
-// opWrite opens p with O_WRONLY|flags, writes data and closes it.
-func opWrite(p string, flags int, data string) helperOp {
-	return helperOp{Op: "write", Path: p, Flags: flags, Data: data}
+// OpWrite opens p with O_WRONLY|flags, writes data and closes it.
+func OpWrite(p string, flags int, data string) Op {
+	return Op{Op: "write", Path: p, Flags: flags, Data: data}
 }
-func opOpen(p string, flags int) helperOp { return helperOp{Op: "open", Path: p, Flags: flags} }
+func OpOpen(p string, flags int) Op { return Op{Op: "open", Path: p, Flags: flags} }
 
-// opWriteKeep opens p with O_WRONLY|flags and writes data, keeping the
+// OpWriteKeep opens p with O_WRONLY|flags and writes data, keeping the
 // file open until the helper ends.
-func opWriteKeep(p string, flags int, data string) helperOp {
-	return helperOp{Op: "write-keep", Path: p, Flags: flags, Data: data}
+func OpWriteKeep(p string, flags int, data string) Op {
+	return Op{Op: "write-keep", Path: p, Flags: flags, Data: data}
 }
-func opUnlink(p string) helperOp             { return helperOp{Op: "unlink", Path: p} }
-func opRmdir(p string) helperOp              { return helperOp{Op: "rmdir", Path: p} }
-func opRename(from, to string) helperOp      { return helperOp{Op: "rename", Path: from, Path2: to} }
-func opLink(from, to string) helperOp        { return helperOp{Op: "link", Path: from, Path2: to} }
-func opSymlink(target, p string) helperOp    { return helperOp{Op: "symlink", Path: target, Path2: p} }
-func opChmod(p string, mode uint32) helperOp { return helperOp{Op: "chmod", Path: p, Mode: mode} }
-func opChown(p string, uid, gid int) helperOp {
-	return helperOp{Op: "chown", Path: p, Uid: uid, Gid: gid}
+func OpUnlink(p string) Op             { return Op{Op: "unlink", Path: p} }
+func OpRmdir(p string) Op              { return Op{Op: "rmdir", Path: p} }
+func OpRename(from, to string) Op      { return Op{Op: "rename", Path: from, Path2: to} }
+func OpLink(from, to string) Op        { return Op{Op: "link", Path: from, Path2: to} }
+func OpSymlink(target, p string) Op    { return Op{Op: "symlink", Path: target, Path2: p} }
+func OpChmod(p string, mode uint32) Op { return Op{Op: "chmod", Path: p, Mode: mode} }
+func OpChown(p string, uid, gid int) Op {
+	return Op{Op: "chown", Path: p, Uid: uid, Gid: gid}
 }
-func opUtimesNow(p string) helperOp         { return helperOp{Op: "utimes-now", Path: p} }
-func opUtimes(p string, sec int64) helperOp { return helperOp{Op: "utimes", Path: p, Off: sec} }
-func opTruncate(p string, size int64) helperOp {
-	return helperOp{Op: "truncate", Path: p, Len: size}
+func OpUtimesNow(p string) Op         { return Op{Op: "utimes-now", Path: p} }
+func OpUtimes(p string, sec int64) Op { return Op{Op: "utimes", Path: p, Off: sec} }
+func OpTruncate(p string, size int64) Op {
+	return Op{Op: "truncate", Path: p, Len: size}
 }
-func opMkfifo(p string, mode uint32) helperOp { return helperOp{Op: "mkfifo", Path: p, Mode: mode} }
-func opStat(p string) helperOp                { return helperOp{Op: "stat", Path: p} }
-func opList(p string) helperOp                { return helperOp{Op: "list", Path: p} }
-func opAccess(p string, mode uint32) helperOp { return helperOp{Op: "access", Path: p, Mode: mode} }
-func opSetxattr(p, name, value string) helperOp {
-	return helperOp{Op: "setxattr", Path: p, Path2: name, Data: value}
+func OpMkfifo(p string, mode uint32) Op { return Op{Op: "mkfifo", Path: p, Mode: mode} }
+func OpStat(p string) Op                { return Op{Op: "stat", Path: p} }
+func OpList(p string) Op                { return Op{Op: "list", Path: p} }
+func OpAccess(p string, mode uint32) Op { return Op{Op: "access", Path: p, Mode: mode} }
+func OpSetxattr(p, name, value string) Op {
+	return Op{Op: "setxattr", Path: p, Path2: name, Data: value}
 }
 
-// opPosixLock takes a POSIX (fcntl) write lock on [off, off+len) of p,
+// OpPosixLock takes a POSIX (fcntl) write lock on [off, off+len) of p,
 // keeping the file open.
-func opPosixLock(p string, off, length int64) helperOp {
-	return helperOp{Op: "posix-lock", Path: p, Off: off, Len: length}
+func OpPosixLock(p string, off, length int64) Op {
+	return Op{Op: "posix-lock", Path: p, Off: off, Len: length}
 }
 
-// opHold reports "held" and waits until the test releases the helper.
-func opHold() helperOp { return helperOp{Op: "hold"} }
+// OpHold reports "held" and waits until the test releases the helper.
+func OpHold() Op { return Op{Op: "hold"} }
 
-// cred is the identity a helper runs with.
-type cred struct {
-	uid, gid uint32
-	groups   []uint32
+// Cred is the identity a helper runs with.
+type Cred struct {
+	Uid, Gid uint32
+	Groups   []uint32
 }
 
 var helperBin struct {
@@ -116,8 +118,8 @@ var helperBin struct {
 	err  error
 }
 
-// helperPath copies the test binary where any user can execute it.
-func helperPath(t testing.TB) string {
+// HelperPath copies the test binary where any user can execute it.
+func HelperPath(t testing.TB) string {
 	t.Helper()
 	helperBin.once.Do(func() {
 		self, err := os.Executable()
@@ -125,7 +127,7 @@ func helperPath(t testing.TB) string {
 			helperBin.err = err
 			return
 		}
-		dst := filepath.Join(harnessDir, "helper")
+		dst := filepath.Join(sharedDir, "helper")
 		in, err := os.Open(self)
 		if err != nil {
 			helperBin.err = err
@@ -151,25 +153,27 @@ func helperPath(t testing.TB) string {
 	return helperBin.path
 }
 
-// helperProc is a running helper.
-type helperProc struct {
-	t      testing.TB
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	out    *bufio.Scanner
-	result []helperResult
+// Helper is a running helper.
+type Helper struct {
+	t     testing.TB
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Scanner
+	// Results are the helper's results read so far (up to its OpHold,
+	// after StartHelper; all of them, after Release).
+	Results []OpResult
 }
 
-// startHelper starts a helper as c and feeds it ops. It returns once the
-// helper reached an opHold or finished.
-func startHelper(t testing.TB, c cred, ops ...helperOp) *helperProc {
+// StartHelper starts a helper as c and feeds it ops. It returns once the
+// helper reached an OpHold or finished.
+func StartHelper(t testing.TB, c Cred, ops ...Op) *Helper {
 	t.Helper()
-	return startHelperCmd(t, execAs(c, helperPath(t)), ops...)
+	return StartHelperCmd(t, ExecAs(c, HelperPath(t)), ops...)
 }
 
-// startHelperCmd is startHelper with the command that runs the helper
-// (helperPath) made by the caller: as another user, bound to a branch.
-func startHelperCmd(t testing.TB, cmd *exec.Cmd, ops ...helperOp) *helperProc {
+// StartHelperCmd is StartHelper with the command that runs the helper
+// (HelperPath) made by the caller: as another user, bound to a branch.
+func StartHelperCmd(t testing.TB, cmd *exec.Cmd, ops ...Op) *Helper {
 	t.Helper()
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
 	cmd.Stderr = os.Stderr
@@ -184,18 +188,18 @@ func startHelperCmd(t testing.TB, cmd *exec.Cmd, ops ...helperOp) *helperProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting a helper (%s): %v", cmd, err)
 	}
-	h := &helperProc{t: t, cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	h := &Helper{t: t, cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
 	h.out.Buffer(make([]byte, 1<<20), 64<<20)
 	b, _ := json.Marshal(ops)
 	if _, err := stdin.Write(append(b, '\n')); err != nil {
 		t.Fatalf("helper: %v", err)
 	}
 	for h.out.Scan() {
-		var r helperResult
+		var r OpResult
 		if err := json.Unmarshal(h.out.Bytes(), &r); err != nil {
 			t.Fatalf("helper said %q: %v", h.out.Text(), err)
 		}
-		h.result = append(h.result, r)
+		h.Results = append(h.Results, r)
 		if r.Op == "hold" {
 			break
 		}
@@ -203,41 +207,42 @@ func startHelperCmd(t testing.TB, cmd *exec.Cmd, ops ...helperOp) *helperProc {
 	return h
 }
 
-// release lets a holding helper finish and returns all results.
-func (h *helperProc) release() []helperResult {
+// Release lets a holding helper finish and returns all results.
+func (h *Helper) Release() []OpResult {
 	h.t.Helper()
 	h.stdin.Close()
 	for h.out.Scan() {
-		var r helperResult
+		var r OpResult
 		if err := json.Unmarshal(h.out.Bytes(), &r); err == nil {
-			h.result = append(h.result, r)
+			h.Results = append(h.Results, r)
 		}
 	}
 	if err := h.cmd.Wait(); err != nil {
 		h.t.Errorf("helper: %v", err)
 	}
-	return h.result
+	return h.Results
 }
 
-// runAs performs ops as c and returns one result per op.
-func runAs(t testing.TB, c cred, ops ...helperOp) []helperResult {
+// RunAs performs ops as c and returns one result per op.
+func RunAs(t testing.TB, c Cred, ops ...Op) []OpResult {
 	t.Helper()
-	res := startHelper(t, c, ops...).release()
+	res := StartHelper(t, c, ops...).Release()
 	if len(res) != len(ops) {
 		t.Fatalf("helper returned %d results for %d ops: %v", len(res), len(ops), res)
 	}
 	return res
 }
 
-// runHelper is the helper process's main.
-func runHelper() int {
+// RunHelper is the helper process's main; TestMain runs it when
+// IsHelperProcess.
+func RunHelper() int {
 	in := bufio.NewReader(os.Stdin)
 	line, err := in.ReadBytes('\n')
 	if err != nil && err != io.EOF {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
 	}
-	var ops []helperOp
+	var ops []Op
 	if err := json.Unmarshal(line, &ops); err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
@@ -245,9 +250,9 @@ func runHelper() int {
 	enc := json.NewEncoder(os.Stdout)
 	var keep []*os.File
 	for _, op := range ops {
-		r := helperResult{Op: op.Op}
+		r := OpResult{Op: op.Op}
 		out, err := doHelperOp(op, &keep)
-		r.Out, r.Errno = out, errName(err)
+		r.Out, r.Errno = out, ErrName(err)
 		enc.Encode(r)
 		if op.Op == "hold" {
 			io.Copy(io.Discard, in) // until the test closes stdin
@@ -259,7 +264,7 @@ func runHelper() int {
 	return 0
 }
 
-func doHelperOp(op helperOp, keep *[]*os.File) (string, error) {
+func doHelperOp(op Op, keep *[]*os.File) (string, error) {
 	p := op.Path
 	switch op.Op {
 	case "umask":
@@ -359,21 +364,21 @@ func doHelperOp(op helperOp, keep *[]*os.File) (string, error) {
 	return "", fmt.Errorf("unknown helper op %q", op.Op)
 }
 
-// execAs prepares a command that runs as c.
-func execAs(c cred, name string, args ...string) *exec.Cmd {
+// ExecAs prepares a command that runs as c.
+func ExecAs(c Cred, name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
-	groups := c.groups
+	groups := c.Groups
 	if groups == nil {
 		groups = []uint32{}
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: c.uid, Gid: c.gid, Groups: groups}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: c.Uid, Gid: c.Gid, Groups: groups}}
 	cmd.Dir = "/"
 	return cmd
 }
 
-// worldSearchable reports whether every directory above p lets other
+// WorldSearchable reports whether every directory above p lets other
 // users through.
-func worldSearchable(p string) bool {
+func WorldSearchable(p string) bool {
 	for d := filepath.Dir(p); ; d = filepath.Dir(d) {
 		st, err := os.Stat(d)
 		if err != nil || st.Mode()&0o001 == 0 {

@@ -1,0 +1,55 @@
+// Package integration holds black-box tests of agentfs: they build the
+// agentfs binary, mount real FUSE the way a user does (`agentfs mount`),
+// work on the mount with plain system calls and check the results from
+// outside.
+//
+// # The harness
+//
+// What the tests share is package harness: harness.NewMount makes a
+// lower tree from a spec (harness.LowerFile, harness.LowerDir,
+// harness.LowerSymlink, ...), mounts it and registers a cleanup that
+// unmounts it and asserts that the lower tree is byte-for-byte
+// unchanged: every test that mounts checks that agentfs never wrote to
+// the lower directory.
+//
+// # Environment
+//
+//   - AGENTFS_BIN: the binary to test (default: built from ../cmd/agentfs
+//     once per run).
+//   - AGENTFS_REQUIRE_FUSE=1: tests that need root and /dev/fuse fail
+//     instead of skipping (CI).
+//   - AGENTFS_TEST_NO_PASSTHROUGH=1, AGENTFS_TEST_NO_IO_URING=1: every
+//     mount without FUSE passthrough, or with FUSE requests over
+//     /dev/fuse instead of io_uring (the repeated passes of make test).
+//
+// Tests that change users run a helper: this test binary re-executed
+// with another uid (harness.StartHelper, harness.RunAs).
+package integration
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/agentfs/agentfs/integration/harness"
+)
+
+func TestMain(m *testing.M) {
+	if harness.IsHelperProcess() {
+		os.Exit(harness.RunHelper())
+	}
+	if isIsolationWorker() {
+		os.Exit(runIsolationWorker())
+	}
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	cleanup, err := harness.Setup()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "integration: %v\n", err)
+		return 1
+	}
+	defer cleanup()
+	return m.Run()
+}
