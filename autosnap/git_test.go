@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"compress/zlib"
 	"fmt"
-	"io/fs"
+	iofs "io/fs"
 	"testing"
 )
 
@@ -15,7 +15,7 @@ func (r fakeRepo) read(p string) ([]byte, error) {
 	if b, ok := r[p]; ok {
 		return b, nil
 	}
-	return nil, fs.ErrNotExist
+	return nil, iofs.ErrNotExist
 }
 
 // addCommit stores a loose commit object with message msg at dir.

@@ -3,7 +3,7 @@ package branch
 import (
 	"errors"
 	"fmt"
-	"io/fs"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,7 +44,7 @@ func (s *Store) lockExclusive() error {
 func (s *Store) lockShared() error {
 	p := filepath.Join(s.dir, "lock")
 	f, err := os.Open(p)
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, iofs.ErrNotExist) {
 		if _, err := os.Stat(filepath.Join(s.dir, "meta")); err == nil {
 			return nil // a store without a lock file (copied?): nothing to share
 		}

@@ -360,7 +360,7 @@ func TestBadInputFullBackstore(t *testing.T) {
 		}
 		// FUSE delivers the release of a closed file asynchronously, so
 		// the space of a just-closed, just-removed file is freed a moment
-		// after unlink returns (the README says so): allow a second.
+		// after unlink returns (docs/semantics.md says so): allow a second.
 		var werr error
 		for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
 			if werr = os.WriteFile(m.Path("after"), []byte("after"), 0644); werr == nil || time.Now().After(deadline) {

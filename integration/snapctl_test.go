@@ -61,7 +61,7 @@ func failC(t testing.TB, dir string, want []string, args ...string) harness.Resu
 // diffStates compares two recordings of a mount as diffMountTrees does,
 // but for ctimes: a restore or a branch switch, like a remount, shows
 // the time of its copy as the ctime of a file copied up but never
-// changed (README, known differences), where the mount showed the
+// changed (docs/semantics.md, known differences), where the mount showed the
 // project file's until then.
 func diffStates(before, after harness.Tree) []string {
 	return harness.DiffMountTrees(withoutCtimes(before), withoutCtimes(after))

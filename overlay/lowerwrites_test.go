@@ -61,7 +61,7 @@ import (
 // Syscall whose number is not a constant, and a call from outside into
 // a function of the group that it does not see writing (one that writes
 // only through the directory fds the applier keeps in a.dirs). Nor who
-// calls Apply: only cmd/agentfs does, for `agentfs apply`. Functions
+// calls Apply: only workspace.Apply does, for `agentfs apply`. Functions
 // are told apart by name only, so two methods of one name count as one.
 // The places where only the logic shows that a lower value cannot
 // reach the write are listed in lowerWriteExemptions, each with why.

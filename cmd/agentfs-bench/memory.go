@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
+	iofs "io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,7 +144,7 @@ func (b *bench) memTree(n int) (string, error) {
 // returns the number of regular files.
 func walkStat(root string) (int, error) {
 	n := 0
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(path string, d iofs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
+	iofs "io/fs"
 	"maps"
 	"math"
 	"os"
@@ -667,7 +667,7 @@ func checkByte(path string, b byte, size int64) error {
 // countRegular counts the regular files below dir.
 func countRegular(dir string) (int, error) {
 	n := 0
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(_ string, d iofs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			n++
 		}
@@ -679,7 +679,7 @@ func countRegular(dir string) (int, error) {
 // readTree reads path, a file or every file below a directory, into the
 // page cache.
 func readTree(path string) error {
-	return filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+	return filepath.WalkDir(path, func(p string, d iofs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			err = readAll(p)
 		}

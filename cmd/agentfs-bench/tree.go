@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
+	iofs "io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -191,7 +191,7 @@ func chooseRmSubtree(_ context.Context, t *tree) error {
 func countFiles(root string) (map[string]int, int, error) {
 	counts := map[string]int{}
 	total := 0
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(path string, d iofs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -297,7 +297,7 @@ func runCommand(ctx context.Context, dir string, env []string, stdout io.Writer,
 func (t *tree) srcFiles() []string {
 	t.srcOnce.Do(func() {
 		root := t.lower()
-		filepath.WalkDir(filepath.Join(root, srcDir), func(p string, d fs.DirEntry, err error) error {
+		filepath.WalkDir(filepath.Join(root, srcDir), func(p string, d iofs.DirEntry, err error) error {
 			if err != nil {
 				return nil
 			}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"golang.org/x/sys/unix"
 	"io"
-	"io/fs"
+	iofs "io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -265,7 +265,7 @@ func readAll(path string) error {
 // statAll stats everything below dir, which brings its directories and
 // inodes into the cache.
 func statAll(dir string) error {
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	return filepath.WalkDir(dir, func(path string, d iofs.DirEntry, err error) error {
 		if err == nil {
 			_, err = d.Info()
 		}

@@ -24,12 +24,12 @@ type applyOptions struct {
 	stdout, stderr      io.Writer
 }
 
-func (o *applyOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.StringVar(&o.branch, "branch", "", "apply this `BRANCH` (default: the one the mount shows)")
-	fs.BoolVarP(&o.dryRun, "dry-run", "n", false, "list what would be written, and write nothing")
-	fs.BoolVar(&o.force, "force", false, "also write the paths that changed in the project since the branch changed them")
-	fs.BoolVar(&o.json, "json", false, "print JSON")
+func (o *applyOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.StringVar(&o.branch, "branch", "", "apply this `BRANCH` (default: the one the mount shows)")
+	flags.BoolVarP(&o.dryRun, "dry-run", "n", false, "list what would be written, and write nothing")
+	flags.BoolVar(&o.force, "force", false, "also write the paths that changed in the project since the branch changed them")
+	flags.BoolVar(&o.json, "json", false, "print JSON")
 }
 
 const applyExitCodes = `Exit codes:
@@ -72,9 +72,9 @@ Examples:
   agentfs apply src/main.go docs   # only these
   agentfs apply --branch try2`,
 		exitCodes: applyExitCodes,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &applyOptions{stdout: out.stdout, stderr: out.stderr}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runApply(ctx, o, args) }
 		},
 	})

@@ -38,9 +38,9 @@ another user's processes.
 Examples:
   agentfs branch bind try2          # this shell now sees try2
   agentfs branch bind --pid 4242 try3`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &bindOptions{stdout: out.stdout, op: ctl.OpBranchBind}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runBind(ctx, o, args) }
 		},
 	})
@@ -53,9 +53,9 @@ descendants see the mount's branch again (see agentfs branch bind).
 
 Example:
   agentfs branch unbind`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &bindOptions{stdout: out.stdout, op: ctl.OpBranchUnbind}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runBind(ctx, o, args) }
 		},
 	})
@@ -69,10 +69,10 @@ one, that is, your shell's), and which bound process decides it.
 Examples:
   agentfs branch current
   agentfs branch current --pid 4242 --json`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &bindOptions{stdout: out.stdout, op: ctl.OpBranchCurrent}
-			o.AddFlags(fs)
-			fs.BoolVar(&o.json, "json", false, "print JSON")
+			o.AddFlags(flags)
+			flags.BoolVar(&o.json, "json", false, "print JSON")
 			return func(ctx context.Context, args []string) error { return runBind(ctx, o, args) }
 		},
 	})
@@ -87,9 +87,9 @@ type bindOptions struct {
 	stdout io.Writer
 }
 
-func (o *bindOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.IntVar(&o.pid, "pid", 0, "the process `PID` (default: the shell that runs agentfs)")
+func (o *bindOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.IntVar(&o.pid, "pid", 0, "the process `PID` (default: the shell that runs agentfs)")
 }
 
 func runBind(ctx context.Context, o *bindOptions, args []string) error {

@@ -47,9 +47,9 @@ Names: 1 to 100 bytes, no "/" or control characters, not starting with
 Examples:
   agentfs branch create try2
   agentfs branch create --from 1a2b3c4d before-refactor`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &branchCreateOptions{stdout: out.stdout}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runBranchCreate(ctx, o, args) }
 		},
 	})
@@ -64,9 +64,9 @@ the snapshot it was created from, when, and who sees it: the mount
 Examples:
   agentfs branch list
   agentfs branch list -C /mnt/ws --json`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &listOptions{stdout: out.stdout, stderr: out.stderr}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runBranchList(ctx, o, args) }
 		},
 	})
@@ -80,9 +80,9 @@ another first). The space comes back at the next agentfs gc.
 
 Example:
   agentfs branch delete try2`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &branchNameOptions{stdout: out.stdout, op: ctl.OpBranchDelete}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runBranchName(ctx, o, args) }
 		},
 	})
@@ -100,9 +100,9 @@ kept store remembers the branch: mounting it again shows NAME.
 
 Example:
   agentfs branch switch try2`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &branchNameOptions{stdout: out.stdout, op: ctl.OpBranchSwitch}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runBranchName(ctx, o, args) }
 		},
 	})
@@ -115,9 +115,9 @@ type branchCreateOptions struct {
 	stdout io.Writer
 }
 
-func (o *branchCreateOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.StringVar(&o.from, "from", "", "start from the snapshot `ID` (default: a snapshot of the current state)")
+func (o *branchCreateOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.StringVar(&o.from, "from", "", "start from the snapshot `ID` (default: a snapshot of the current state)")
 }
 
 func runBranchCreate(ctx context.Context, o *branchCreateOptions, args []string) error {

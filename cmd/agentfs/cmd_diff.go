@@ -19,11 +19,11 @@ type diffOptions struct {
 	stdout            io.Writer
 }
 
-func (o *diffOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.BoolVar(&o.stat, "stat", false, "a summary: each path with its change in size, then the totals")
-	fs.BoolVar(&o.patch, "patch", false, "the changes of text files as a unified diff (patch -p1 and git apply\ntake it; binary files are named, not included)")
-	fs.BoolVar(&o.json, "json", false, "print JSON")
+func (o *diffOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.BoolVar(&o.stat, "stat", false, "a summary: each path with its change in size, then the totals")
+	flags.BoolVar(&o.patch, "patch", false, "the changes of text files as a unified diff (patch -p1 and git apply\ntake it; binary files are named, not included)")
+	flags.BoolVar(&o.json, "json", false, "print JSON")
 }
 
 func init() {
@@ -46,9 +46,9 @@ Examples:
   agentfs diff 1a2b               # snapshot 1a2b... to the current branch
   agentfs diff main try2 --stat   # two branches
   agentfs diff --patch > changes.patch`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &diffOptions{stdout: out.stdout}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runDiff(ctx, o, args) }
 		},
 	})

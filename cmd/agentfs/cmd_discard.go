@@ -16,8 +16,8 @@ type discardOptions struct {
 	stdout  io.Writer
 }
 
-func (o *discardOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVarP(&o.session, "session", "s", "", "the `SESSION` to discard (an id, or its start or end)")
+func (o *discardOptions) AddFlags(flags *pflag.FlagSet) {
+	flags.StringVarP(&o.session, "session", "s", "", "the `SESSION` to discard (an id, or its start or end)")
 }
 
 func init() {
@@ -32,9 +32,9 @@ A running session cannot be discarded: end its command first.
 
 Example:
   agentfs discard -s 20261121-140305-a3f9`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &discardOptions{stdout: out.stdout}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runDiscard(ctx, o, args) }
 		},
 	})

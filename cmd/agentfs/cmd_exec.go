@@ -40,9 +40,9 @@ Examples:
   1  agentfs could not start it (the message says why)
   2  usage error
 `,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &execOptions{}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runExec(ctx, o, args) }
 		},
 	})
@@ -55,10 +55,10 @@ type execOptions struct {
 	noNamespace bool
 }
 
-func (o *execOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.StringVarP(&o.branch, "branch", "b", "", "the `BRANCH` the command sees")
-	fs.BoolVar(&o.noNamespace, "no-namespace", false, "bind through the mount root, as branch bind does, even as root")
+func (o *execOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.StringVarP(&o.branch, "branch", "b", "", "the `BRANCH` the command sees")
+	flags.BoolVar(&o.noNamespace, "no-namespace", false, "bind through the mount root, as branch bind does, even as root")
 }
 
 func runExec(ctx context.Context, o *execOptions, args []string) error {

@@ -19,9 +19,9 @@ type exportOptions struct {
 	stdout, stderr io.Writer
 }
 
-func (o *exportOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.StringVar(&o.to, "to", "", "the `DIR` to write (it must not exist, or be empty)")
+func (o *exportOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.StringVar(&o.to, "to", "", "the `DIR` to write (it must not exist, or be empty)")
 }
 
 func init() {
@@ -42,9 +42,9 @@ for an exact copy of a moment, snapshot it and export the snapshot.
 Examples:
   agentfs export 1a2b3c4d --to /tmp/before
   agentfs export try2 --to ../try2-tree`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &exportOptions{stdout: out.stdout, stderr: out.stderr}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runExport(ctx, o, args) }
 		},
 	})

@@ -19,10 +19,10 @@ type fsckOptions struct {
 	stdout io.Writer
 }
 
-func (o *fsckOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.BoolVar(&o.repair, "repair", false, "repair what can be repaired without guessing, and remove garbage")
-	fs.BoolVar(&o.json, "json", false, "print JSON")
+func (o *fsckOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.BoolVar(&o.repair, "repair", false, "repair what can be repaired without guessing, and remove garbage")
+	flags.BoolVar(&o.json, "json", false, "print JSON")
 }
 
 const fsckExitCodes = `Exit codes:
@@ -53,9 +53,9 @@ Examples:
   agentfs fsck
   agentfs fsck --repair -C /mnt/ws`,
 		exitCodes: fsckExitCodes,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &fsckOptions{stdout: out.stdout}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runFsck(ctx, o, args) }
 		},
 	})

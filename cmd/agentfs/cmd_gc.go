@@ -20,10 +20,10 @@ type gcOptions struct {
 	stdout io.Writer
 }
 
-func (o *gcOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.DurationVar(&o.grace, "grace", time.Minute, "spare unreferenced files changed less than this `DURATION` ago\n(a change in progress may still be about to name them)")
-	fs.BoolVar(&o.json, "json", false, "print JSON")
+func (o *gcOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.DurationVar(&o.grace, "grace", time.Minute, "spare unreferenced files changed less than this `DURATION` ago\n(a change in progress may still be about to name them)")
+	flags.BoolVar(&o.json, "json", false, "print JSON")
 }
 
 func init() {
@@ -40,9 +40,9 @@ use them. It is safe while the mount is in use.
 Examples:
   agentfs snapshot delete 1a2b3c4d && agentfs gc
   agentfs gc -C /mnt/ws --grace 10s`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &gcOptions{stdout: out.stdout}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runGC(ctx, o, args) }
 		},
 	})

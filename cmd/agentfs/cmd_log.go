@@ -27,12 +27,12 @@ type logOptions struct {
 	stderr io.Writer
 }
 
-func (o *logOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.BoolVar(&o.json, "json", false, "print each entry as one JSON object per line")
-	fs.BoolVarP(&o.follow, "follow", "f", false, "keep printing new entries as they come (until interrupted or unmounted)")
-	fs.StringVar(&o.since, "since", "", "only entries from `WHEN` on: a duration back from now (10m, 2h) or a time\n(15:04, 2006-01-02 15:04:05, RFC 3339)")
-	fs.IntVarP(&o.tail, "lines", "n", 0, "only the last `N` entries (before following)")
+func (o *logOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.BoolVar(&o.json, "json", false, "print each entry as one JSON object per line")
+	flags.BoolVarP(&o.follow, "follow", "f", false, "keep printing new entries as they come (until interrupted or unmounted)")
+	flags.StringVar(&o.since, "since", "", "only entries from `WHEN` on: a duration back from now (10m, 2h) or a time\n(15:04, 2006-01-02 15:04:05, RFC 3339)")
+	flags.IntVarP(&o.tail, "lines", "n", 0, "only the last `N` entries (before following)")
 }
 
 func init() {
@@ -63,9 +63,9 @@ Examples:
   agentfs log
   agentfs log -C /mnt/ws --since 10m
   agentfs log --follow --json | jq -r 'select(.op=="unlink") | .path'`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &logOptions{stdout: out.stdout, stderr: out.stderr}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runLog(ctx, o, args) }
 		},
 	})

@@ -28,23 +28,23 @@ type mountOptions struct {
 	session bool
 }
 
-func (o *mountOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.lower, "lower", "", "the project `DIR` to show (never modified)")
-	fs.StringVar(&o.store, "store", "", "keep all state in `DIR`, to mount it again later\n(default: a private directory that unmount deletes)")
-	fs.StringVar(&o.backstore, "backstore", "hostfs", "where changed files live, a `KIND`: hostfs (a directory in the store)\nor ramdisk (a size-limited tmpfs; not with --store)")
-	fs.StringVar(&o.ramdiskSize, "ramdisk-size", "", "size limit of the ramdisk backstore, a `SIZE` such as 512M or 2G (default 1G)")
-	fs.BoolVar(&o.foreground, "foreground", false, "serve in this process (logging to stderr) instead of starting a daemon")
-	fs.BoolVar(&o.noPT, "no-passthrough", false, "serve file I/O through the page cache even where FUSE passthrough\nis available (to compare, or to work around a kernel problem)")
-	fs.BoolVar(&o.writeback, "writeback-cache", false, "let the kernel gather writes in its page cache and send them in large\nrequests, instead of FUSE passthrough (see the README: file times are\nthe kernel's, and a few stat details differ from the native ones)")
-	fs.BoolVar(&o.noIOURing, "no-io-uring", false, "take FUSE requests over /dev/fuse even where FUSE over io_uring is\navailable (to compare, or to work around a kernel problem)")
-	o.activity.AddFlags(fs)
-	fs.BoolVar(&o.debug, "debug", false, "log every FUSE operation (to the store's agentfs.log, or stderr with --foreground)")
-	fs.BoolVar(&o.ephemeral, "ephemeral", false, "internal: the store is private; delete it on exit")
-	fs.IntVar(&o.readyFd, "ready-fd", -1, "internal: report readiness on this file descriptor")
-	fs.BoolVar(&o.session, "session-mount", false, "internal: serve an agentfs run session (mountpoint = lower, in a private mount namespace)")
-	fs.MarkHidden("ephemeral")
-	fs.MarkHidden("ready-fd")
-	fs.MarkHidden("session-mount")
+func (o *mountOptions) AddFlags(flags *pflag.FlagSet) {
+	flags.StringVar(&o.lower, "lower", "", "the project `DIR` to show (never modified)")
+	flags.StringVar(&o.store, "store", "", "keep all state in `DIR`, to mount it again later\n(default: a private directory that unmount deletes)")
+	flags.StringVar(&o.backstore, "backstore", "hostfs", "where changed files live, a `KIND`: hostfs (a directory in the store)\nor ramdisk (a size-limited tmpfs; not with --store)")
+	flags.StringVar(&o.ramdiskSize, "ramdisk-size", "", "size limit of the ramdisk backstore, a `SIZE` such as 512M or 2G (default 1G)")
+	flags.BoolVar(&o.foreground, "foreground", false, "serve in this process (logging to stderr) instead of starting a daemon")
+	flags.BoolVar(&o.noPT, "no-passthrough", false, "serve file I/O through the page cache even where FUSE passthrough\nis available (to compare, or to work around a kernel problem)")
+	flags.BoolVar(&o.writeback, "writeback-cache", false, "let the kernel gather writes in its page cache and send them in large\nrequests, instead of FUSE passthrough (see docs/semantics.md: file times are\nthe kernel's, and a few stat details differ from the native ones)")
+	flags.BoolVar(&o.noIOURing, "no-io-uring", false, "take FUSE requests over /dev/fuse even where FUSE over io_uring is\navailable (to compare, or to work around a kernel problem)")
+	o.activity.AddFlags(flags)
+	flags.BoolVar(&o.debug, "debug", false, "log every FUSE operation (to the store's agentfs.log, or stderr with --foreground)")
+	flags.BoolVar(&o.ephemeral, "ephemeral", false, "internal: the store is private; delete it on exit")
+	flags.IntVar(&o.readyFd, "ready-fd", -1, "internal: report readiness on this file descriptor")
+	flags.BoolVar(&o.session, "session-mount", false, "internal: serve an agentfs run session (mountpoint = lower, in a private mount namespace)")
+	flags.MarkHidden("ephemeral")
+	flags.MarkHidden("ready-fd")
+	flags.MarkHidden("session-mount")
 }
 
 func init() {
@@ -73,16 +73,16 @@ store (agentfs log shows it). With --auto-snapshot the mount takes a
 snapshot once changes settle (--quiet-period) and after each git commit
 made inside it; older automatic snapshots thin out (agentfs snapshot
 prune). Defaults for these come from ~/.config/agentfs/config and the
-project's .agentfs.conf (see the README); flags override both.
+project's .agentfs.conf (see docs/guide.md); flags override both.
 
 Examples:
   agentfs mount --lower ~/proj /mnt/ws
   agentfs mount --lower ~/proj --auto-snapshot --quiet-period 5s /mnt/ws
   agentfs mount --lower ~/proj --store ~/.ws1 /mnt/ws
   agentfs mount --lower ~/proj --backstore ramdisk --ramdisk-size 2G /mnt/ws`,
-		setup: func(fs *pflag.FlagSet, _ streams) runFunc {
+		setup: func(flags *pflag.FlagSet, _ streams) runFunc {
 			o := &mountOptions{}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runMount(ctx, o, args) }
 		},
 	})

@@ -33,11 +33,11 @@ Examples:
   agentfs snapshot prune --keep 10 --dry-run
   agentfs snapshot prune --keep 10
   agentfs snapshot prune -C /mnt/ws`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &pruneOptions{stdout: out.stdout}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error {
-				return runSnapshotPrune(ctx, o, args, fs.Changed("keep"))
+				return runSnapshotPrune(ctx, o, args, flags.Changed("keep"))
 			}
 		},
 	})
@@ -52,11 +52,11 @@ type pruneOptions struct {
 	stdout io.Writer
 }
 
-func (o *pruneOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.IntVar(&o.keep, "keep", 0, "keep the `N` newest automatic snapshots, delete the other automatic ones")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "say what would be deleted; delete nothing")
-	fs.BoolVar(&o.json, "json", false, "print JSON")
+func (o *pruneOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.IntVar(&o.keep, "keep", 0, "keep the `N` newest automatic snapshots, delete the other automatic ones")
+	flags.BoolVar(&o.dryRun, "dry-run", false, "say what would be deleted; delete nothing")
+	flags.BoolVar(&o.json, "json", false, "print JSON")
 }
 
 func runSnapshotPrune(ctx context.Context, o *pruneOptions, args []string, keepSet bool) error {

@@ -18,9 +18,9 @@ type restoreOptions struct {
 	stdout io.Writer
 }
 
-func (o *restoreOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.BoolVarP(&o.dryRun, "dry-run", "n", false, "list the changes the restore would make, and make none")
+func (o *restoreOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.BoolVarP(&o.dryRun, "dry-run", "n", false, "list the changes the restore would make, and make none")
 }
 
 func init() {
@@ -44,9 +44,9 @@ Examples:
   agentfs restore --dry-run 1a2b
   agentfs restore 1a2b3c4d
   agentfs restore good        # a tag`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &restoreOptions{stdout: out.stdout}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runRestore(ctx, o, args) }
 		},
 	})

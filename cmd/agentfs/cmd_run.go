@@ -23,18 +23,18 @@ type runOptions struct {
 	activity activityFlags
 }
 
-func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVarP(&o.dir, "dir", "C", "", "the project `DIR` (default: the current directory); the command starts in it")
-	fs.StringVar(&o.sessionDir, "session-process", "", "internal: run the session whose directory this is")
-	fs.IntVar(&o.nsUid, "ns-uid", -1, "internal: the user's uid outside the user namespace")
-	fs.IntVar(&o.nsGid, "ns-gid", -1, "internal: the user's gid outside the user namespace")
-	o.activity.AddFlags(fs)
-	fs.MarkHidden("session-process")
-	fs.MarkHidden("ns-uid")
-	fs.MarkHidden("ns-gid")
+func (o *runOptions) AddFlags(flags *pflag.FlagSet) {
+	flags.StringVarP(&o.dir, "dir", "C", "", "the project `DIR` (default: the current directory); the command starts in it")
+	flags.StringVar(&o.sessionDir, "session-process", "", "internal: run the session whose directory this is")
+	flags.IntVar(&o.nsUid, "ns-uid", -1, "internal: the user's uid outside the user namespace")
+	flags.IntVar(&o.nsGid, "ns-gid", -1, "internal: the user's gid outside the user namespace")
+	o.activity.AddFlags(flags)
+	flags.MarkHidden("session-process")
+	flags.MarkHidden("ns-uid")
+	flags.MarkHidden("ns-gid")
 	// Everything from the command on is the command's: agentfs run
 	// claude --resume passes --resume to claude.
-	fs.SetInterspersed(false)
+	flags.SetInterspersed(false)
 }
 
 func init() {
@@ -76,9 +76,9 @@ Examples:
   2  usage error (no command, unknown flag)
   127  the command was not found; 126  it could not be started
 `,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &runOptions{stdout: out.stdout, stderr: out.stderr}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runRun(ctx, o, args) }
 		},
 	})

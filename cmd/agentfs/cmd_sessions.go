@@ -18,9 +18,9 @@ type sessionsOptions struct {
 	stdout, stderr io.Writer
 }
 
-func (o *sessionsOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.json, "json", false, "print JSON")
-	fs.BoolVar(&o.all, "all", false, "list the discarded sessions too")
+func (o *sessionsOptions) AddFlags(flags *pflag.FlagSet) {
+	flags.BoolVar(&o.json, "json", false, "print JSON")
+	flags.BoolVar(&o.all, "all", false, "list the discarded sessions too")
 }
 
 func init() {
@@ -43,9 +43,9 @@ Examples:
   agentfs sessions
   agentfs sessions --json
   agentfs diff -s a3f9`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &sessionsOptions{stdout: out.stdout, stderr: out.stderr}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runSessions(ctx, o, args) }
 		},
 	})

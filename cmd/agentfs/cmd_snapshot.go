@@ -45,9 +45,9 @@ the daemon). The new id is printed alone on the last line of stdout.
 Examples:
   agentfs snapshot create -m "before refactor"
   id=$(agentfs snapshot create -C /mnt/ws | tail -n 1)`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &snapshotCreateOptions{stdout: out.stdout}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runSnapshotCreate(ctx, o, args) }
 		},
 	})
@@ -66,9 +66,9 @@ not), its tags and its label.
 Examples:
   agentfs snapshot list
   agentfs snapshot list -C /mnt/ws --json`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &listOptions{stdout: out.stdout, stderr: out.stderr}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runSnapshotList(ctx, o, args) }
 		},
 	})
@@ -83,9 +83,9 @@ agentfs gc.
 
 Example:
   agentfs snapshot delete 1a2b`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &snapshotDeleteOptions{stdout: out.stdout}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runSnapshotDelete(ctx, o, args) }
 		},
 	})
@@ -99,10 +99,10 @@ type snapshotCreateOptions struct {
 	stdout io.Writer
 }
 
-func (o *snapshotCreateOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.StringVarP(&o.label, "message", "m", "", "a `LABEL` that says what the snapshot holds")
-	fs.StringVar(&o.branch, "branch", "", "snapshot `BRANCH` (default: the branch this process sees)")
+func (o *snapshotCreateOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.StringVarP(&o.label, "message", "m", "", "a `LABEL` that says what the snapshot holds")
+	flags.StringVar(&o.branch, "branch", "", "snapshot `BRANCH` (default: the branch this process sees)")
 }
 
 func runSnapshotCreate(ctx context.Context, o *snapshotCreateOptions, args []string) error {

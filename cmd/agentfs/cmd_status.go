@@ -20,9 +20,9 @@ type statusOptions struct {
 	stdout io.Writer
 }
 
-func (o *statusOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.BoolVar(&o.json, "json", false, "print JSON")
+func (o *statusOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.BoolVar(&o.json, "json", false, "print JSON")
 }
 
 func init() {
@@ -39,9 +39,9 @@ changed files take, and the daemon's pid.
 Examples:
   cd /mnt/ws && agentfs status
   agentfs status -C /mnt/ws --json`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &statusOptions{stdout: out.stdout}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runStatus(ctx, o, args) }
 		},
 	})

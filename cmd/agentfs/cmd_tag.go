@@ -20,9 +20,9 @@ type tagOptions struct {
 	stdout io.Writer
 }
 
-func (o *tagOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.BoolVarP(&o.delete, "delete", "d", false, "delete the tag NAME (its snapshot stays)")
+func (o *tagOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.BoolVarP(&o.delete, "delete", "d", false, "delete the tag NAME (its snapshot stays)")
 }
 
 func init() {
@@ -42,9 +42,9 @@ Examples:
   agentfs tag good 1a2b3c4d
   agentfs restore good
   agentfs tag --delete good`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &tagOptions{stdout: out.stdout}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runTag(ctx, o, args) }
 		},
 	})

@@ -44,9 +44,9 @@ Example:
   2  usage error
   130 interrupted (Ctrl-C)
 `,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &tournamentOptions{stdout: out.stdout, stderr: out.stderr}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runTournament(ctx, o, args) }
 		},
 	})
@@ -60,12 +60,12 @@ type tournamentOptions struct {
 	stdout, stderr   io.Writer
 }
 
-func (o *tournamentOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.StringVar(&o.from, "from", "", "the snapshot `REF` every branch starts from (id, prefix or tag)")
-	fs.StringVar(&o.test, "test", "", "the test `CMD` run in each branch after its candidate (sh -c)")
-	fs.StringVar(&o.name, "name", "", "the `PREFIX` of the branch names (default: tour-TIME); branch i is PREFIX-i")
-	fs.BoolVar(&o.prune, "prune", false, "delete the branches of the candidates that did not win")
+func (o *tournamentOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.StringVar(&o.from, "from", "", "the snapshot `REF` every branch starts from (id, prefix or tag)")
+	flags.StringVar(&o.test, "test", "", "the test `CMD` run in each branch after its candidate (sh -c)")
+	flags.StringVar(&o.name, "name", "", "the `PREFIX` of the branch names (default: tour-TIME); branch i is PREFIX-i")
+	flags.BoolVar(&o.prune, "prune", false, "delete the branches of the candidates that did not win")
 }
 
 // errInterrupted ends a tournament stopped by a signal (exit 130).

@@ -18,8 +18,8 @@ type unmountOptions struct {
 	stderr  io.Writer
 }
 
-func (o *unmountOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for the daemon to exit before sending it SIGTERM,\na `DURATION` such as 30s")
+func (o *unmountOptions) AddFlags(flags *pflag.FlagSet) {
+	flags.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for the daemon to exit before sending it SIGTERM,\na `DURATION` such as 30s")
 }
 
 func init() {
@@ -36,9 +36,9 @@ is not connected") and deletes its private store.
 
 Example:
   agentfs unmount /mnt/ws`,
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &unmountOptions{stderr: out.stderr}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runUnmount(ctx, o, args) }
 		},
 	})

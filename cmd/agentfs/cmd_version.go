@@ -24,9 +24,9 @@ func init() {
 		summary: "print the version",
 		usage:   "",
 		help:    "Version prints the agentfs version, the Go version it was built with and\nthe control protocol version it speaks.\n\nExample:\n  agentfs version",
-		setup: func(fs *pflag.FlagSet, out streams) runFunc {
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &versionOptions{stdout: out.stdout}
-			o.AddFlags(fs)
+			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runVersion(ctx, o, args) }
 		},
 	})

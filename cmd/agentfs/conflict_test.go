@@ -2,7 +2,7 @@ package main
 
 import (
 	"bufio"
-	"io/fs"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +13,7 @@ import (
 // an unresolved merge (a merge once left two in the README).
 func TestNoConflictMarkers(t *testing.T) {
 	root := filepath.Join("..", "..")
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(p string, d iofs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

@@ -42,7 +42,7 @@ type command struct {
 	// exitCodes replaces exitCodesHelp for a command whose codes say
 	// more (fsck).
 	exitCodes string
-	setup     func(fs *pflag.FlagSet, out streams) runFunc
+	setup     func(flags *pflag.FlagSet, out streams) runFunc
 }
 
 // isGroup reports whether c only groups other commands.
@@ -143,12 +143,12 @@ func commandUsage(w io.Writer, c *command) {
 		fmt.Fprintf(w, "\nRun 'agentfs help %s COMMAND' for a command's flags and examples.\n\n%s", c.name, exitCodesHelp)
 		return
 	}
-	fs := pflag.NewFlagSet(c.name, pflag.ContinueOnError)
-	fs.SortFlags = false
-	c.setup(fs, streams{io.Discard, io.Discard})
-	fs.BoolP("help", "h", false, "show this help")
-	if fs.HasAvailableFlags() {
-		fmt.Fprintf(w, "\nFlags:\n%s", fs.FlagUsages())
+	flags := pflag.NewFlagSet(c.name, pflag.ContinueOnError)
+	flags.SortFlags = false
+	c.setup(flags, streams{io.Discard, io.Discard})
+	flags.BoolP("help", "h", false, "show this help")
+	if flags.HasAvailableFlags() {
+		fmt.Fprintf(w, "\nFlags:\n%s", flags.FlagUsages())
 	}
 	codes := exitCodesHelp
 	if c.exitCodes != "" {
@@ -204,11 +204,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		name = c.name
 	}
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	runCmd := c.setup(fs, streams{stdout, stderr})
-	help := fs.BoolP("help", "h", false, "show this help")
-	if err := fs.Parse(args[1:]); err != nil {
+	flags := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	flags.SetOutput(io.Discard)
+	runCmd := c.setup(flags, streams{stdout, stderr})
+	help := flags.BoolP("help", "h", false, "show this help")
+	if err := flags.Parse(args[1:]); err != nil {
 		fmt.Fprintf(stderr, "agentfs %s: %v: run 'agentfs help %s'\n", name, err, name)
 		return exitUsage
 	}
@@ -216,7 +216,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		commandUsage(stdout, c)
 		return exitOK
 	}
-	err := runCmd(context.Background(), fs.Args())
+	err := runCmd(context.Background(), flags.Args())
 	if err == nil {
 		return exitOK
 	}

@@ -22,14 +22,14 @@ type activityFlags struct {
 	logReads     optBool
 }
 
-func (o *activityFlags) AddFlags(fs *pflag.FlagSet) {
-	fs.Var(&o.autoSnapshot, "auto-snapshot", "take automatic snapshots after changes settle and after git commits\n(default: off for mount, unless the configuration turns them on)")
-	fs.Lookup("auto-snapshot").NoOptDefVal = "true"
-	fs.StringVar(&o.quietPeriod, "quiet-period", "", "with --auto-snapshot: snapshot once no change came for `DUR` (default 2s)")
-	fs.StringVar(&o.keep, "auto-snapshot-keep", "", "keep at most `N` automatic snapshots; older ones thin out first (default 100)")
-	fs.StringVar(&o.logSize, "log-size", "", "bound the activity log (agentfs log) to `SIZE`, e.g. 4M (default 16M)")
-	fs.Var(&o.logReads, "log-reads", "also log lookups, opens for reading and directory listings")
-	fs.Lookup("log-reads").NoOptDefVal = "true"
+func (o *activityFlags) AddFlags(flags *pflag.FlagSet) {
+	flags.Var(&o.autoSnapshot, "auto-snapshot", "take automatic snapshots after changes settle and after git commits\n(default: off for mount, unless the configuration turns them on)")
+	flags.Lookup("auto-snapshot").NoOptDefVal = "true"
+	flags.StringVar(&o.quietPeriod, "quiet-period", "", "with --auto-snapshot: snapshot once no change came for `DUR` (default 2s)")
+	flags.StringVar(&o.keep, "auto-snapshot-keep", "", "keep at most `N` automatic snapshots; older ones thin out first (default 100)")
+	flags.StringVar(&o.logSize, "log-size", "", "bound the activity log (agentfs log) to `SIZE`, e.g. 4M (default 16M)")
+	flags.Var(&o.logReads, "log-reads", "also log lookups, opens for reading and directory listings")
+	flags.Lookup("log-reads").NoOptDefVal = "true"
 }
 
 // overrides are the flags as configuration overrides: unset ones

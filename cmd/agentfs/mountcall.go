@@ -23,9 +23,9 @@ type mountFlag struct {
 	session string
 }
 
-func (m *mountFlag) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVarP(&m.dir, "dir", "C", "", "a `DIR` inside the mount (default: the current directory)")
-	fs.StringVarP(&m.session, "session", "s", "", "the agentfs run `SESSION` (an id, or its start or end) instead of a mount")
+func (m *mountFlag) AddFlags(flags *pflag.FlagSet) {
+	flags.StringVarP(&m.dir, "dir", "C", "", "a `DIR` inside the mount (default: the current directory)")
+	flags.StringVarP(&m.session, "session", "s", "", "the agentfs run `SESSION` (an id, or its start or end) instead of a mount")
 }
 
 // dial connects to what the flags name: session m.session (its daemon
@@ -124,9 +124,9 @@ type listOptions struct {
 	stdout, stderr io.Writer
 }
 
-func (o *listOptions) AddFlags(fs *pflag.FlagSet) {
-	o.mountFlag.AddFlags(fs)
-	fs.BoolVar(&o.json, "json", false, "print JSON")
+func (o *listOptions) AddFlags(flags *pflag.FlagSet) {
+	o.mountFlag.AddFlags(flags)
+	flags.BoolVar(&o.json, "json", false, "print JSON")
 }
 
 // printJSON writes v as indented JSON.
