@@ -17,7 +17,11 @@ ifeq ($(CI)$(shell id -u),true0)
 export AGENTFS_REQUIRE_FUSE ?= 1
 endif
 
-.PHONY: all build test unit integration demo deps bench bench-deps clean
+# The linter, pinned; make test installs it into bin/tools.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+.PHONY: all build test unit lint integration demo deps bench bench-deps clean
 
 all: build
 
@@ -48,8 +52,7 @@ deps:
 # The first pass runs every test at full strength; the repeats (race
 # detector, the other two FUSE transports) run all of them again with
 # -short, which scales down the randomized and load tests' rounds.
-test: deps build
-	$(GO) vet ./...
+test: deps build lint
 	@echo "go test (AGENTFS_REQUIRE_FUSE=$${AGENTFS_REQUIRE_FUSE:-0})"
 	AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 $(GOTESTFLAGS) ./...
 	@echo "the other packages again, with the race detector (-short)"
@@ -59,9 +62,21 @@ test: deps build
 	@echo "integration tests again, with FUSE requests over /dev/fuse instead of io_uring (-short)"
 	AGENTFS_TEST_NO_IO_URING=1 AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -short -p 1 -count=1 $(GOTESTFLAGS) ./integration/...
 
-# unit runs the tests that need neither FUSE nor root.
+# lint checks that go.mod and go.sum are tidy, then runs go vet and the
+# pinned golangci-lint (.golangci.yml says which linters and why).
+lint: $(GOLANGCI_LINT)
+	$(GO) mod tidy -diff
+	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
+
+$(GOLANGCI_LINT):
+	GOBIN=$(CURDIR)/bin/tools $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv bin/tools/golangci-lint $@
+
+# unit runs the tests of the library packages, which need neither FUSE
+# nor root.
 unit:
-	$(GO) test -p 1 -count=1 ./overlay ./branch ./backstore ./ctl ./cmd/agentfs
+	$(GO) test -p 1 -count=1 ./overlay ./branch ./backstore ./ctl ./workspace ./daemon ./session ./config ./hostpath ./procfs ./activity ./autosnap ./tournament ./cmd/agentfs
 
 integration: deps build
 	AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 $(GOTESTFLAGS) ./integration/...

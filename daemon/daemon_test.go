@@ -175,7 +175,11 @@ func TestValidateMountBindMounts(t *testing.T) {
 		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
 			t.Fatalf("bind mount %s on %s: %v", src, dst, err)
 		}
-		t.Cleanup(func() { unix.Unmount(dst, unix.MNT_DETACH) })
+		t.Cleanup(func() {
+			if err := unix.Unmount(dst, unix.MNT_DETACH); err != nil {
+				t.Errorf("unmounting the bind mount %s: %v", dst, err)
+			}
+		})
 	}
 	// The lower tree seen through a bind mount elsewhere: paths differ,
 	// (dev, ino) do not.

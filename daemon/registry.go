@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -71,6 +72,9 @@ func RemoveRegistry(mp string, pid int) {
 		return
 	}
 	if p, err := registryPath(mp); err == nil {
-		os.Remove(p)
+		// Gone already is as good: unmount may have cleaned up first.
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(os.Stderr, "agentfs: removing the registry entry %s: %v\n", p, err)
+		}
 	}
 }

@@ -46,21 +46,22 @@ func Unmount(mp string, timeout time.Duration, notes io.Writer) error {
 	}
 	var st ctl.Status
 	err = c.Do(ctl.OpStatus, nil, &st)
-	if ctl.DaemonGone(err) {
-		c.Close()
-		return clearDeadMount(notes, mp, reg, known)
-	}
 	if err != nil {
-		c.Close()
+		// The control file of a mount that failed: its close has
+		// nothing to tell.
+		_ = c.Close()
+		if ctl.DaemonGone(err) {
+			return clearDeadMount(notes, mp, reg, known)
+		}
 		return fmt.Errorf("asking the daemon of %s: %w", mp, err)
 	}
 	// Hold the daemon's pidfd before asking it to exit, so that waiting
 	// cannot mistake a new process with a reused pid for it.
 	proc := procfs.Watch(st.Pid)
-	defer proc.Close()
+	defer func() { _ = proc.Close() }() // a pidfd, only waited on
 	var rep ctl.UnmountReply
 	err = c.Do(ctl.OpUnmount, nil, &rep)
-	c.Close()
+	_ = c.Close() // the daemon is going; what counts is that it exits
 	if err != nil {
 		return fmt.Errorf("asking the daemon of %s to unmount: %w", mp, err)
 	}
@@ -104,7 +105,7 @@ func clearDeadMount(notes io.Writer, mp string, reg RegistryEntry, known bool) e
 	// The kernel reports the daemon gone before the last of its threads
 	// has left: one leaving io_uring still holds the store's lock.
 	p := procfs.Watch(reg.Pid)
-	defer p.Close()
+	defer func() { _ = p.Close() }() // a pidfd, only waited on
 	if !p.Wait(deadDaemonWait) {
 		fmt.Fprintf(notes, "agentfs: the dead daemon (pid %d) is still exiting; run agentfs unmount %s again to remove what it left\n", reg.Pid, mp)
 		return nil

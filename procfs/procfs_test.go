@@ -28,7 +28,8 @@ func TestParseStat(t *testing.T) {
 			t.Errorf("ParseStat(%q) succeeded, want an error", bad)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { ParseStat([]byte(line)) }); n != 0 {
+	b := []byte(line)
+	if n := testing.AllocsPerRun(100, func() { _, _ = ParseStat(b) }); n != 0 {
 		t.Errorf("ParseStat allocates %v times, want 0 (it runs on the FUSE path)", n)
 	}
 }
@@ -52,8 +53,12 @@ func TestReadStatSelf(t *testing.T) {
 func TestStatusAndFakeRoot(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "7")
-	os.MkdirAll(dir, 0o755)
-	os.WriteFile(filepath.Join(dir, "status"), []byte("Name:\tsh\nTgid:\t5\nUid:\t1000\t1000\t1000\t1000\nGroups:\t4 24 27 \nVmRSS:\t  1234 kB\n"), 0o644)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "status"), []byte("Name:\tsh\nTgid:\t5\nUid:\t1000\t1000\t1000\t1000\nGroups:\t4 24 27 \nVmRSS:\t  1234 kB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	v, err := Root(root).Status(7, "Tgid", "Uid", "Groups", "VmRSS", "Missing")
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +113,9 @@ func TestMountinfo(t *testing.T) {
 		t.Error("a line without the separator parsed")
 	}
 	p := filepath.Join(t.TempDir(), "mountinfo")
-	os.WriteFile(p, []byte("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 0:5 / /mnt rw - tmpfs tmpfs rw\n3 2 0:6 / /mnt rw - fuse.agentfs /p rw\n"), 0o644)
+	if err := os.WriteFile(p, []byte("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 0:5 / /mnt rw - tmpfs tmpfs rw\n3 2 0:6 / /mnt rw - fuse.agentfs /p rw\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	top, ok, err := MountAt(p, "/mnt")
 	if err != nil || !ok || top.FsType != "fuse.agentfs" {
 		t.Errorf("MountAt(/mnt) = %+v, %v, %v; want the fuse.agentfs mount on top", top, ok, err)
@@ -133,7 +140,11 @@ func TestAliveAndWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := Watch(cmd.Process.Pid)
-	defer p.Close()
+	defer func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("closing the pidfd: %v", err)
+		}
+	}()
 	if p.Wait(10 * time.Millisecond) {
 		t.Fatal("Wait says sleep 30 exited at once")
 	}
@@ -151,7 +162,9 @@ func TestAliveAndWatch(t *testing.T) {
 	if !p.Wait(10 * time.Second) {
 		t.Error("Wait did not see the exit")
 	}
-	cmd.Wait()
+	if err := cmd.Wait(); err == nil {
+		t.Error("sleep 30, killed, exited 0")
+	}
 	if Alive(0) || Alive(-1) {
 		t.Error("pid 0 or -1 is alive")
 	}

@@ -71,7 +71,11 @@ func (r *Record) Numbers(version string) (snapshots int, changes Summary, err er
 	if err != nil {
 		return 0, Summary{}, err
 	}
-	defer c.Close()
+	defer func() {
+		if cerr := c.Close(); err == nil {
+			err = cerr
+		}
+	}()
 	snaps, err := c.Snapshots()
 	if err != nil {
 		return 0, Summary{}, err

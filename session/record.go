@@ -192,7 +192,7 @@ func Create(project, dir string, command []string) (*Record, error) {
 			Store: filepath.Join(sdir, sessionStoreName), Mountpoint: project, State: StateStarting,
 			RunPid: os.Getpid(), RunStart: procfs.StartTime(os.Getpid())}
 		if err := r.Save(); err != nil {
-			os.RemoveAll(sdir)
+			r.remove() // the session never started
 			return nil, err
 		}
 		return r, nil

@@ -41,7 +41,9 @@ func newTestSession(t *testing.T) *Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Close()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 
@@ -136,7 +138,9 @@ func TestOfflineSession(t *testing.T) {
 	if list, err := c.Snapshots(); err != nil || len(list.Snapshots) != 1 || list.Snapshots[0].ID != info.ID {
 		t.Errorf("the snapshot taken offline, listed again: %+v, %v", list, err)
 	}
-	c.Close()
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
 }
 
 // TestSessionLiveState: a session recorded as running whose processes

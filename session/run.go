@@ -339,13 +339,13 @@ func (s *process) startDaemon() error {
 
 // preRunSnapshot takes the snapshot of kind pre-run, labelled with the
 // command.
-func (s *process) preRunSnapshot() error {
+func (s *process) preRunSnapshot() (err error) {
 	r := s.rec
 	c, err := workspace.Dial(r.Mountpoint)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // a control file, only asked
 	info, err := c.CreateSnapshot(ctl.SnapshotCreateArgs{Label: r.CommandString(), Kind: branch.KindPreRun})
 	if err != nil {
 		return fmt.Errorf("taking the pre-run snapshot: %w", err)
@@ -406,7 +406,7 @@ func (s *process) summary() (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // a control file, only asked
 	rep, err := c.Diff(ctl.DiffArgs{})
 	if err != nil {
 		return Summary{}, err
@@ -425,7 +425,7 @@ func (s *process) unmount() error {
 		if _, err := c.Unmount(); err != nil {
 			fmt.Fprintf(s.stderr, "agentfs run: asking the session's daemon to unmount: %v\n", err)
 		}
-		c.Close()
+		_ = c.Close() // the daemon is going; waitDaemon says whether it went
 	} else {
 		s.signalDaemon(syscall.SIGTERM)
 	}

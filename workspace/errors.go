@@ -108,7 +108,7 @@ func ioErrorf(err error, format string, a ...any) error {
 // what failed (what, e.g. "deleting snapshot 1a2b3c4d") and the kind of
 // the error, with the fix where the kind has one.
 func storeError(err error, what string) error {
-	k := ErrIO
+	var k *Kind
 	switch {
 	case errors.Is(err, branch.ErrReadOnly):
 		return &Error{Kind: ErrReadOnly, Err: err,

@@ -93,7 +93,9 @@ func Open(o Options) (*Workspace, error) {
 	}
 	w := &Workspace{opts: o, log: o.Logger, policy: autosnap.Policy{Keep: o.Keep}}
 	if err := w.open(); err != nil {
-		w.Close()
+		if cerr := w.Close(); cerr != nil {
+			w.log.Warn("closing a store that failed to open", "err", cerr)
+		}
 		return nil, err
 	}
 	return w, nil

@@ -52,9 +52,11 @@ func writeFile(t *testing.T, v *overlay.FS, name, content string) {
 	if err != nil {
 		t.Fatalf("opening %s for writing: %v", name, err)
 	}
-	defer f.Release()
 	if _, err := f.WriteAt([]byte(content), 0); err != nil {
 		t.Fatalf("writing %s: %v", name, err)
+	}
+	if err := f.Release(); err != nil {
+		t.Fatalf("closing %s: %v", name, err)
 	}
 }
 
@@ -378,7 +380,10 @@ func TestBindings(t *testing.T) {
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	t.Cleanup(func() {
+		_ = child.Process.Kill() // sleep 60: still there
+		_ = child.Wait()         // killed: its status says so
+	})
 	pid := child.Process.Pid
 	_, err = w.Bind(self, ctl.BindArgs{Pid: -3, Branch: "side"})
 	isKind(t, "a negative pid", err, ErrInvalid, "bad process id")
@@ -491,7 +496,11 @@ func TestRestoreReadOnlyStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
+	defer func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	_, err = w.Restore(self, ctl.RestoreArgs{Ref: s.ID})
 	isKind(t, "restore on a read-only store", err, ErrReadOnly, "nothing was restored")
 	if list, err := w.Snapshots(); err != nil || len(list.Snapshots) != 1 {

@@ -80,12 +80,12 @@ Examples:
 	})
 }
 
-func runApply(ctx context.Context, o *applyOptions, args []string) error {
+func runApply(ctx context.Context, o *applyOptions, args []string) (err error) {
 	c, err := o.dial()
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer closeClient(c, &err)
 	var paths []string
 	if len(args) > 0 {
 		st, err := c.Status()
@@ -219,7 +219,7 @@ func (o *applyOptions) showProgress(root string) (stop func()) {
 		if err != nil {
 			return
 		}
-		defer c.Close()
+		defer func() { _ = c.Close() }() // a second connection that only read the progress
 		drawn := false
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()

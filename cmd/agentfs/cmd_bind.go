@@ -140,8 +140,8 @@ func runBind(ctx context.Context, o *bindOptions, args []string) error {
 		if o.json {
 			return printJSON(o.stdout, info)
 		}
-		switch {
-		case info.BoundBy == 0:
+		switch info.BoundBy {
+		case 0:
 			fmt.Fprintf(o.stdout, "%s (the mount's branch: not bound)\n", printable(info.Branch))
 		default:
 			fmt.Fprintf(o.stdout, "%s (bound: process %d %s)\n", printable(info.Branch), info.BoundBy, shortCommand(procfs.CommandLine(info.BoundBy)))

@@ -79,7 +79,7 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 	}
 	root := c.Root()
 	info, err := c.Bind(ctl.BindArgs{Pid: os.Getpid(), Branch: o.branch, Namespace: !o.noNamespace && os.Geteuid() == 0})
-	c.Close()
+	_ = c.Close() // the binding is made; the exec below replaces this process anyway
 	if err != nil {
 		return err
 	}

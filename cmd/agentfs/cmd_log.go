@@ -71,7 +71,7 @@ Examples:
 	})
 }
 
-func runLog(ctx context.Context, o *logOptions, args []string) error {
+func runLog(ctx context.Context, o *logOptions, args []string) (err error) {
 	if len(args) != 0 {
 		return usagef("log takes no arguments")
 	}
@@ -87,7 +87,11 @@ func runLog(ctx context.Context, o *logOptions, args []string) error {
 		return err
 	}
 	w := bufio.NewWriter(o.stdout)
-	defer w.Flush()
+	defer func() {
+		if ferr := w.Flush(); err == nil {
+			err = ferr
+		}
+	}()
 	print := func(l activity.Line) error {
 		if o.json {
 			if _, err := w.Write(l.Raw); err != nil {
@@ -106,7 +110,9 @@ func runLog(ctx context.Context, o *logOptions, args []string) error {
 	defer stop()
 	err = activity.FollowSelected(ctx, dir, 200*time.Millisecond, sel, print, w.Flush)
 	if errors.Is(err, activity.ErrGone) {
-		w.Flush()
+		if err := w.Flush(); err != nil {
+			return err
+		}
 		fmt.Fprintf(o.stderr, "agentfs log: %v\n", err)
 		return nil
 	}

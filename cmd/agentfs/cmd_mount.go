@@ -42,9 +42,9 @@ func (o *mountOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.BoolVar(&o.ephemeral, "ephemeral", false, "internal: the store is private; delete it on exit")
 	flags.IntVar(&o.readyFd, "ready-fd", -1, "internal: report readiness on this file descriptor")
 	flags.BoolVar(&o.session, "session-mount", false, "internal: serve an agentfs run session (mountpoint = lower, in a private mount namespace)")
-	flags.MarkHidden("ephemeral")
-	flags.MarkHidden("ready-fd")
-	flags.MarkHidden("session-mount")
+	mustHide(flags, "ephemeral")
+	mustHide(flags, "ready-fd")
+	mustHide(flags, "session-mount")
 }
 
 func init() {

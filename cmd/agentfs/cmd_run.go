@@ -29,9 +29,9 @@ func (o *runOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.IntVar(&o.nsUid, "ns-uid", -1, "internal: the user's uid outside the user namespace")
 	flags.IntVar(&o.nsGid, "ns-gid", -1, "internal: the user's gid outside the user namespace")
 	o.activity.AddFlags(flags)
-	flags.MarkHidden("session-process")
-	flags.MarkHidden("ns-uid")
-	flags.MarkHidden("ns-gid")
+	mustHide(flags, "session-process")
+	mustHide(flags, "ns-uid")
+	mustHide(flags, "ns-gid")
 	// Everything from the command on is the command's: agentfs run
 	// claude --resume passes --resume to claude.
 	flags.SetInterspersed(false)

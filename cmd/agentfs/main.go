@@ -172,7 +172,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		mainUsage(stdout)
 		return exitOK
 	case "--version":
-		runVersion(context.Background(), &versionOptions{stdout: stdout}, nil)
+		if err := runVersion(context.Background(), &versionOptions{stdout: stdout}, nil); err != nil {
+			return exitError
+		}
 		return exitOK
 	case "help":
 		if len(args) < 2 {

@@ -44,23 +44,31 @@ func (m *mountFlag) dial() (*workspace.Client, error) {
 }
 
 // call runs one operation, fn, on what the flags of m name.
-func call[R any](m *mountFlag, fn func(c *workspace.Client) (R, error)) (R, error) {
+func call[R any](m *mountFlag, fn func(c *workspace.Client) (R, error)) (r R, err error) {
 	c, err := m.dial()
 	if err != nil {
-		var zero R
-		return zero, err
+		return r, err
 	}
-	defer c.Close()
+	defer closeClient(c, &err)
 	return fn(c)
 }
 
+// closeClient closes c and, when nothing failed before, makes its
+// error the command's: closing an ended session's store writes what
+// the operation changed.
+func closeClient(c *workspace.Client, err *error) {
+	if cerr := c.Close(); *err == nil {
+		*err = cerr
+	}
+}
+
 // with runs fn with a client of what the flags name.
-func (m *mountFlag) with(fn func(c *workspace.Client) error) error {
+func (m *mountFlag) with(fn func(c *workspace.Client) error) (err error) {
 	c, err := m.dial()
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer closeClient(c, &err)
 	return fn(c)
 }
 
@@ -76,7 +84,7 @@ func dialMount(dir string) (*workspace.Client, error) {
 // storeDir returns the store directory of what the flags name (for
 // commands that read the store's files, such as log): a session's
 // store, or the store of the mount holding m.dir.
-func (m *mountFlag) storeDir() (string, error) {
+func (m *mountFlag) storeDir() (dir string, err error) {
 	if m.session != "" {
 		if m.dir != "" {
 			return "", usagef("-C DIR and -s SESSION both name what to talk to: give one")
@@ -94,7 +102,7 @@ func (m *mountFlag) storeDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
+	defer closeClient(c, &err)
 	st, err := c.Status()
 	return st.Store, err
 }
@@ -127,6 +135,14 @@ type listOptions struct {
 func (o *listOptions) AddFlags(flags *pflag.FlagSet) {
 	o.mountFlag.AddFlags(flags)
 	flags.BoolVar(&o.json, "json", false, "print JSON")
+}
+
+// mustHide hides the internal flag name, which the command has just
+// defined (pflag refuses only an unknown name: a bug here).
+func mustHide(flags *pflag.FlagSet, name string) {
+	if err := flags.MarkHidden(name); err != nil {
+		panic(err)
+	}
 }
 
 // printJSON writes v as indented JSON.
