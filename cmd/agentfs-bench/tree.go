@@ -161,7 +161,7 @@ func (b *bench) writeBigFile(ctx context.Context, t *tree) error {
 			f.Close()
 			return err
 		}
-		rng.Read(buf)
+		_, _ = rng.Read(buf) // ChaCha8's Read always fills buf
 		n := min(int64(len(buf)), t.BigSize-written)
 		if _, err := f.Write(buf[:n]); err != nil {
 			f.Close()
@@ -256,12 +256,12 @@ func (b *bench) copyNative(ctx context.Context, t *tree) error {
 // seedGoCache vets a copy of the module at another path, so that the
 // cache holds the standard library's results but none of the module's
 // (the go command keys a module package's results by its directory).
-func (b *bench) seedGoCache(ctx context.Context, t *tree) error {
+func (b *bench) seedGoCache(ctx context.Context, t *tree) (err error) {
 	scratch := filepath.Join(t.dir, "vet-seed")
 	if err := runQuiet(ctx, "", b.env, "cp", "-a", filepath.Join(t.lower(), vetModDir), scratch); err != nil {
 		return err
 	}
-	defer os.RemoveAll(scratch)
+	defer func() { joinCleanup(&err, os.RemoveAll(scratch)) }()
 	env := withEnv(b.env, "GOCACHE="+t.gocacheSeed())
 	return runQuiet(ctx, scratch, env, "go", "vet", "./...")
 }

@@ -74,12 +74,12 @@ func (b *bench) probeFilesystems(ctx context.Context) []fsStatus {
 	return out
 }
 
-func (b *bench) probeMount(ctx context.Context, filesystem string) error {
+func (b *bench) probeMount(ctx context.Context, filesystem string) (err error) {
 	lower := filepath.Join(b.runsDir(), "probe-lower")
 	if err := os.MkdirAll(lower, 0o755); err != nil {
 		return err
 	}
-	defer os.RemoveAll(lower)
+	defer func() { joinCleanup(&err, os.RemoveAll(lower)) }()
 	v, err := b.mountView(ctx, filesystem, lower)
 	if err != nil {
 		return err
