@@ -27,6 +27,7 @@ import (
 type tree struct {
 	srcOnce  sync.Once
 	srcPaths []string
+	srcErr   error
 
 	Format    int    `json:"format"`
 	GoVersion string `json:"go_version"`
@@ -293,13 +294,14 @@ func runCommand(ctx context.Context, dir string, env []string, stdout io.Writer,
 }
 
 // srcFiles returns the paths (from the tree's root) of the files of src,
-// .git left out, listed once from the lower tree.
-func (t *tree) srcFiles() []string {
+// .git left out, listed once from the lower tree. A listing that fails
+// fails: a shorter list would make a smaller workload.
+func (t *tree) srcFiles() ([]string, error) {
 	t.srcOnce.Do(func() {
 		root := t.lower()
-		filepath.WalkDir(filepath.Join(root, srcDir), func(p string, d iofs.DirEntry, err error) error {
+		err := filepath.WalkDir(filepath.Join(root, srcDir), func(p string, d iofs.DirEntry, err error) error {
 			if err != nil {
-				return nil
+				return err
 			}
 			if d.IsDir() && d.Name() == ".git" {
 				return filepath.SkipDir
@@ -310,6 +312,9 @@ func (t *tree) srcFiles() []string {
 			}
 			return nil
 		})
+		if err != nil {
+			t.srcPaths, t.srcErr = nil, fmt.Errorf("listing the files of src: %w", err)
+		}
 	})
-	return t.srcPaths
+	return t.srcPaths, t.srcErr
 }
