@@ -13,7 +13,11 @@ func BenchmarkRecord(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
+	defer func() {
+		if err := l.Close(); err != nil {
+			b.Errorf("closing the log: %v", err)
+		}
+	}()
 	e := Entry{Time: time.Now(), Tid: os.Getpid(), Uid: 0, Branch: "main", Op: "create", Path: "src/pkg/file.go"}
 	l.Record(e) // resolve the caller once
 	b.ResetTimer()

@@ -25,7 +25,9 @@ func TestAppendEntryIsJSON(t *testing.T) {
 		if err := json.Unmarshal(got, &a); err != nil {
 			t.Fatalf("appendEntry made invalid JSON %s: %v", got, err)
 		}
-		json.Unmarshal(want, &b)
+		if err := json.Unmarshal(want, &b); err != nil {
+			t.Fatalf("encoding/json cannot read back its own %s: %v", want, err)
+		}
 		if !a.Time.Equal(b.Time) || a.Path != b.Path || a.Command != b.Command || a.Branch != b.Branch || a.Op != b.Op ||
 			a.Pid != b.Pid || a.Tid != b.Tid || a.Uid != b.Uid || a.Path2 != b.Path2 || a.Attrs != b.Attrs || a.Count != b.Count {
 			t.Errorf("appendEntry = %s\nencoding/json = %s", got, want)

@@ -347,7 +347,7 @@ func (l *Log) linkOld() error {
 		return err
 	}
 	if err := os.Rename(tmp, l.path(OldFileName)); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp) // the rename's error is the one to report; the next rotation removes tmp first
 		return err
 	}
 	return nil
@@ -362,7 +362,7 @@ func (l *Log) startSegment() error {
 	}
 	if err := os.Rename(tmp, l.path(FileName)); err != nil {
 		f.Close()
-		os.Remove(tmp)
+		_ = os.Remove(tmp) // the rename's error is the one to report; the next rotation truncates tmp
 		return err
 	}
 	l.f, l.w, l.size = f, bufio.NewWriterSize(f, 64<<10), 0

@@ -133,7 +133,9 @@ func TestLogStaysBounded(t *testing.T) {
 			continue
 		}
 		var k int
-		fmt.Sscanf(e.Path, "dir/file%05d", &k)
+		if _, err := fmt.Sscanf(e.Path, "dir/file%05d", &k); err != nil {
+			t.Fatalf("entry %d: path %q: %v", i, e.Path, err)
+		}
 		if i > 0 && k != last+1 {
 			t.Fatalf("entry %d is file %d after file %d: the log is not in order or has a gap", i, k, last)
 		}
@@ -148,7 +150,9 @@ func TestLogStaysBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Record(Entry{Time: time.Now(), Op: "mkdir", Path: "again"})
-	l.Close()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if got := readAll(t, dir); got[len(got)-1].Path != "again" {
 		t.Errorf("the last entry after reopening is %+v, want mkdir again", got[len(got)-1])
 	}
@@ -205,7 +209,9 @@ func TestFollowAcrossRotation(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, OldFileName)); err != nil {
 		t.Errorf("the log never rotated: %v", err)
 	}
-	l.Close()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Follow = %v after cancel, want nil", err)
@@ -215,7 +221,9 @@ func TestFollowAcrossRotation(t *testing.T) {
 		done <- Follow(context.Background(), dir, 5*time.Millisecond, func(Line) error { return nil }, func() error { return nil })
 	}()
 	time.Sleep(20 * time.Millisecond)
-	os.RemoveAll(dir)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrGone) {
@@ -252,7 +260,10 @@ func TestReadDuringRotation(t *testing.T) {
 		last := -1
 		for _, p := range got {
 			var k int
-			fmt.Sscanf(p, "f%05d", &k)
+			if _, err := fmt.Sscanf(p, "f%05d", &k); err != nil {
+				stepErr = fmt.Errorf("Read at step %q of a rotation: path %q: %w", step, p, err)
+				return
+			}
 			if last >= 0 && k != last+1 {
 				stepErr = fmt.Errorf("Read at step %q of a rotation: file %d after file %d", step, k, last)
 				return

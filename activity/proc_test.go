@@ -40,7 +40,9 @@ func TestProcCacheFollowsExecAndReuse(t *testing.T) {
 		t.Errorf("lookup after reuse = %q, want the new process's command", got.cmd)
 	}
 	// Gone: nothing changes.
-	os.RemoveAll(filepath.Join(root, "200"))
+	if err := os.RemoveAll(filepath.Join(root, "200")); err != nil {
+		t.Fatal(err)
+	}
 	if got := c.recheck(200, old); got.cmd != old.cmd {
 		t.Errorf("recheck of a gone process = %q, want %q", got.cmd, old.cmd)
 	}

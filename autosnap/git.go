@@ -163,7 +163,7 @@ func (g gitDir) subject(hash string) string {
 	if err != nil {
 		return ""
 	}
-	defer zr.Close()
+	defer func() { _ = zr.Close() }() // reading from memory: nothing to release, and a bad object shows as no subject
 	obj, _ := io.ReadAll(io.LimitReader(zr, 64<<10))
 	header, body, ok := bytes.Cut(obj, []byte{0})
 	if !ok || !bytes.HasPrefix(header, []byte("commit ")) {

@@ -24,7 +24,9 @@ func (r fakeRepo) addCommit(dir, hash, msg string) {
 	var buf bytes.Buffer
 	zw := zlib.NewWriter(&buf)
 	fmt.Fprintf(zw, "commit %d\x00%s", len(body), body)
-	zw.Close()
+	if err := zw.Close(); err != nil {
+		panic(err) // into a bytes.Buffer: cannot fail
+	}
 	r[dir+"/objects/"+hash[:2]+"/"+hash[2:]] = buf.Bytes()
 }
 

@@ -54,7 +54,7 @@ func (m *Matcher) Add(line string) error {
 func (m *Matcher) AddFile(r io.Reader) error {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		m.Add(sc.Text())
+		_ = m.Add(sc.Text()) // a malformed line is skipped (see above)
 	}
 	return sc.Err()
 }

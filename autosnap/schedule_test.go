@@ -83,8 +83,11 @@ func TestSchedulerBranchesApart(t *testing.T) {
 
 func TestSchedulerIgnores(t *testing.T) {
 	m := &Matcher{}
-	m.Add("build/")
-	m.Add("*.log")
+	for _, p := range []string{"build/", "*.log"} {
+		if err := m.Add(p); err != nil {
+			t.Fatalf("Add(%q): %v", p, err)
+		}
+	}
 	c := newClock(t, &Scheduler{Quiet: time.Second, Ignore: m})
 	c.change("main", "build/out.o", "x.log")
 	c.s.Add(Change{Time: c.now, Branch: "main", Paths: []string{"build"}, Dir: true})

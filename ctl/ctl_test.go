@@ -388,8 +388,11 @@ func TestLocalClientClose(t *testing.T) {
 	if err := c.Do(OpPing, nil, &got); err != nil || got != "pong" {
 		t.Fatalf("ping = %q, %v", got, err)
 	}
-	c.Close()
-	c.Close()
+	for i := range 2 {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close #%d = %v", i+1, err)
+		}
+	}
 	if closed != 1 {
 		t.Errorf("closeFn ran %d times, want 1", closed)
 	}

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -87,6 +88,14 @@ func activityMount(t *testing.T, pt, reads bool) (*testMount, *recorder) {
 	return m, rec
 }
 
+// writeString writes s to f and fails the test if it cannot.
+func writeString(t *testing.T, f *os.File, s string) {
+	t.Helper()
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatalf("writing %q to %s: %v", s, f.Name(), err)
+	}
+}
+
 func TestActivityEvents(t *testing.T) {
 	for _, pt := range []bool{true, false} {
 		t.Run(map[bool]string{true: "passthrough", false: "pagecache"}[pt], func(t *testing.T) {
@@ -98,16 +107,20 @@ func TestActivityEvents(t *testing.T) {
 					t.Errorf("%s: events %q, want %q", what, got, want)
 				}
 			}
-			os.ReadFile(p("old.txt"))
-			os.ReadDir(p("dir"))
+			if _, err := os.ReadFile(p("old.txt")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.ReadDir(p("dir")); err != nil {
+				t.Fatal(err)
+			}
 			check("reads without ActivityReads")
 
 			f, err := os.Create(p("new.txt"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.WriteString("one")
-			f.WriteString("two") // writes of a new file are part of its create
+			writeString(t, f, "one")
+			writeString(t, f, "two") // writes of a new file are part of its create
 			f.Close()
 			check("create and write", "create new.txt")
 			rec.closed(t, "new.txt")
@@ -116,8 +129,8 @@ func TestActivityEvents(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.WriteString("a")
-			f.WriteString("b") // once per open file
+			writeString(t, f, "a")
+			writeString(t, f, "b") // once per open file
 			f.Close()
 			check("append twice", "write old.txt")
 
@@ -132,7 +145,9 @@ func TestActivityEvents(t *testing.T) {
 			}
 			check("open for writing, no write", want...)
 
-			os.WriteFile(p("old.txt"), []byte("new"), 0644) // O_TRUNC
+			if err := os.WriteFile(p("old.txt"), []byte("new"), 0644); err != nil { // O_TRUNC
+				t.Fatal(err)
+			}
 			check("truncating open", "truncate old.txt")
 
 			steps := []struct {
@@ -167,9 +182,19 @@ func TestActivityEvents(t *testing.T) {
 				}
 			}
 			// Failed operations are not events.
-			os.Remove(p("missing"))
-			os.Mkdir(p("dir"), 0755)
-			os.Rename(p("missing"), p("other"))
+			for _, f := range []struct {
+				what string
+				err  error
+				want error
+			}{
+				{"remove missing", os.Remove(p("missing")), unix.ENOENT},
+				{"mkdir dir", os.Mkdir(p("dir"), 0755), unix.EEXIST},
+				{"rename missing other", os.Rename(p("missing"), p("other")), unix.ENOENT},
+			} {
+				if !errors.Is(f.err, f.want) {
+					t.Errorf("%s: %v, want %v", f.what, f.err, f.want)
+				}
+			}
 			check("failed operations")
 		})
 	}

@@ -104,7 +104,7 @@ func (s *Server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 		}
 		if rule != nil {
 			if err := s.killPrivs(ino.n, &in.InHeader, rule); err != nil {
-				f.Release() // the open fails with killPrivs' error; the kernel never had the file
+				_ = f.Release() // the open fails with killPrivs' error; the kernel never had the file
 				return errno(err)
 			}
 		}

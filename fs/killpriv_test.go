@@ -97,8 +97,10 @@ func TestProcCallerAndGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
+		if err := cmd.Process.Kill(); err != nil {
+			t.Errorf("killing sleep: %v", err)
+		}
+		_ = cmd.Wait() // reports the kill
 	})
 	h := &fuse.InHeader{}
 	h.Pid = uint32(cmd.Process.Pid)

@@ -138,7 +138,7 @@ func Mount(o Options) (*Server, error) {
 	s.srv = srv
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
-		srv.Unmount() // WaitMount's error says what failed; there may be nothing to unmount
+		_ = srv.Unmount() // WaitMount's error says what failed; there may be nothing to unmount
 		s.watch.close()
 		return nil, err
 	}

@@ -52,12 +52,20 @@ func mountForTest(t *testing.T, lower string, passthrough bool, opts ...func(*Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { bs.Close() })
+	t.Cleanup(func() {
+		if err := bs.Close(); err != nil {
+			t.Errorf("closing the backstore: %v", err)
+		}
+	})
 	meta, err := branch.Open(branch.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { meta.Close() })
+	t.Cleanup(func() {
+		if err := meta.Close(); err != nil {
+			t.Errorf("closing the branch store: %v", err)
+		}
+	})
 	layer, err := meta.Layer("main")
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +74,11 @@ func mountForTest(t *testing.T, lower string, passthrough bool, opts ...func(*Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { view.Close() })
+	t.Cleanup(func() {
+		if err := view.Close(); err != nil {
+			t.Errorf("closing the view: %v", err)
+		}
+	})
 	mnt := t.TempDir()
 	o := Options{Mountpoint: mnt, View: view, Passthrough: passthrough, AllowOther: true, FsName: lower}
 	for _, f := range opts {
@@ -334,10 +346,17 @@ func testLowerEditsShow(t *testing.T, mount func(string) *testMount) {
 	defer held.Close()
 	// Only to fill the caches: d/new fails (the negative entry), and
 	// the checks below see what the others did.
-	os.Stat(at("d/gone"))
-	os.Stat(at("d/new"))
-	os.Stat(at("d/chmodded"))
-	os.ReadDir(at("d"))
+	for _, p := range []string{"d/gone", "d/chmodded"} {
+		if _, err := os.Stat(at(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(at("d/new")); !os.IsNotExist(err) {
+		t.Fatalf("stat of d/new before it exists: %v, want ENOENT", err)
+	}
+	if _, err := os.ReadDir(at("d")); err != nil {
+		t.Fatal(err)
+	}
 	writeFile(t, at("d/mine"), "upper")
 
 	writeFile(t, filepath.Join(lower, "d/changed"), "new contents")
@@ -413,8 +432,12 @@ func testInvalidateAfterReload(t *testing.T, mount func(string) *testMount) {
 	}
 	readFile(t, at("d/f"))
 	// Only to fill the caches: d/gone fails (the negative entry).
-	os.ReadDir(at("d"))
-	os.Stat(at("d/gone"))
+	if _, err := os.ReadDir(at("d")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(at("d/gone")); !os.IsNotExist(err) {
+		t.Fatalf("stat of the removed d/gone: %v, want ENOENT", err)
+	}
 
 	var b branch.Batch
 	if err := layer.Load(func(p string, _ *branch.Entry) error { b.Delete(p); return nil }); err != nil {
@@ -501,7 +524,11 @@ func TestWritebackCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("closing the control connection: %v", err)
+		}
+	}()
 	var seen int
 	if err := c.Do(ctl.OpSnapshotCreate, nil, &seen); err != nil {
 		t.Fatal(err)
@@ -592,7 +619,11 @@ func TestWritebackCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(mem)
+	defer func() {
+		if err := unix.Munmap(mem); err != nil {
+			t.Errorf("munmap: %v", err)
+		}
+	}()
 	copy(mem, "mapped bytes")
 	if err := m.srv.WriteBack(); err != nil {
 		t.Fatal(err)

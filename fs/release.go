@@ -123,15 +123,17 @@ const (
 // sleep blocks the goroutine's thread until wake.
 func (r *releaser) sleep() {
 	for atomic.LoadUint32(&r.sleeping) == 1 {
-		// EAGAIN (woken before it slept) and EINTR both loop.
-		unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&r.sleeping)), futexWait|futexPrivate, 1, 0, 0, 0)
+		// EAGAIN (woken before it slept) and EINTR both loop; nothing
+		// else can fail a FUTEX_WAIT on a valid word.
+		_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&r.sleeping)), futexWait|futexPrivate, 1, 0, 0, 0)
 	}
 }
 
 // wake wakes the goroutine sleeping in sleep (or about to).
 func (r *releaser) wake() {
 	atomic.StoreUint32(&r.sleeping, 0)
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&r.sleeping)), futexWake|futexPrivate, 1, 0, 0, 0)
+	// FUTEX_WAKE of a valid word cannot fail; it returns how many woke.
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&r.sleeping)), futexWake|futexPrivate, 1, 0, 0, 0)
 }
 
 // push queues a RELEASE; it never blocks. After close it serves the
@@ -228,7 +230,7 @@ func (r *releaser) run() {
 	last := time.Now()
 	for {
 		if r.queued.Load() == 0 && !r.sideDue.Load() && time.Since(last) < r.linger {
-			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) // always succeeds
 			continue
 		}
 		if r.sideDue.Swap(false) {

@@ -27,7 +27,11 @@ func enableURing(t *testing.T) {
 	if err := os.WriteFile(knob, []byte("Y"), 0); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.WriteFile(knob, old, 0) })
+	t.Cleanup(func() {
+		if err := os.WriteFile(knob, old, 0); err != nil {
+			t.Errorf("restoring %s to %q: %v", knob, bytes.TrimSpace(old), err)
+		}
+	})
 }
 
 // withinTime fails the test if f does not return within d: a request the
@@ -125,7 +129,11 @@ func TestRingDisabled(t *testing.T) {
 	if err := os.WriteFile(sysctl, []byte("2"), 0); err != nil {
 		t.Fatal(err)
 	}
-	restore := func() { os.WriteFile(sysctl, old, 0) }
+	restore := func() {
+		if err := os.WriteFile(sysctl, old, 0); err != nil {
+			t.Errorf("restoring %s to %q: %v", sysctl, bytes.TrimSpace(old), err)
+		}
+	}
 	t.Cleanup(restore)
 	m := ringMount(t)
 	restore() // what follows does not depend on it
@@ -162,7 +170,10 @@ func TestRingBulkRead(t *testing.T) {
 			}
 			defer f.Close()
 			// The kernel's cache of the file, from the round before.
-			unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+			if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+				t.Errorf("round %d: dropping the kernel's cache of the file: %v", round, err)
+				return
+			}
 			got, err := io.ReadAll(f)
 			if err != nil {
 				t.Fatal(err)

@@ -344,7 +344,7 @@ func (b *binder) dropLocked(bd *binding) {
 		if b.epfd >= 0 {
 			// Its error is of no account: closing the pidfd takes it
 			// out of the set all the same.
-			unix.EpollCtl(b.epfd, unix.EPOLL_CTL_DEL, bd.pidfd, nil)
+			_ = unix.EpollCtl(b.epfd, unix.EPOLL_CTL_DEL, bd.pidfd, nil)
 		}
 		unix.Close(bd.pidfd)
 		bd.pidfd = -1
@@ -413,7 +413,11 @@ func (b *binder) close() {
 	}
 	if b.epfd >= 0 {
 		one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
-		unix.Write(b.stopfd, one)
+		if _, err := unix.Write(b.stopfd, one); err != nil {
+			// Cannot happen (an eventfd's counter far from full): the
+			// watcher would go on, with epfd and stopfd open.
+			b.s.log.Warn("stopping the exit watcher", "err", err)
+		}
 		b.epfd, b.stopfd = -1, -1
 	}
 }
@@ -425,8 +429,10 @@ func (b *binder) close() {
 // land after the first drop, so the names are dropped a second time once
 // those replies had time to arrive.
 func (b *binder) rootChanged() {
+	// A barrier, not a critical section: it waits out the root
+	// lookups that hold rootMu shared (lookup.go).
 	b.rootMu.Lock()
-	b.rootMu.Unlock() // no root lookup computes with the old mode any more
+	b.rootMu.Unlock() //nolint:staticcheck // SA2001: deliberate barrier; no root lookup computes with the old mode any more
 	b.s.dropRoot()
 	time.AfterFunc(rootSettle, b.s.dropRoot)
 }

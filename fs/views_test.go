@@ -64,7 +64,11 @@ func TestBindResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close()
+	defer func() {
+		if err := other.Close(); err != nil {
+			t.Errorf("closing the other view: %v", err)
+		}
+	}()
 	def := m.srv.views.def.Load().view
 
 	child := exec.Command("sh", "-c", "sleep 30 & echo $!; wait")
@@ -75,7 +79,7 @@ func TestBindResolve(t *testing.T) {
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer child.Process.Kill()
+	defer func() { _ = child.Process.Kill() }() // for an early return; the test kills it below
 	buf := make([]byte, 32)
 	n, err := out.Read(buf)
 	if err != nil {
@@ -85,7 +89,7 @@ func TestBindResolve(t *testing.T) {
 	if err != nil || grandchild == 0 {
 		t.Fatalf("no grandchild pid: %q", buf[:n])
 	}
-	defer exec.Command("kill", strconv.Itoa(grandchild)).Run()
+	defer func() { _ = exec.Command("kill", strconv.Itoa(grandchild)).Run() }() // for an early return; the test kills it below
 
 	if v, by := m.srv.Resolve(uint32(grandchild)); v != def || by != 0 {
 		t.Errorf("before binding: resolve = %p by %d, want the default view", v, by)
@@ -123,9 +127,13 @@ func TestBindResolve(t *testing.T) {
 	m.srv.views.gen.Add(1)
 
 	// Exit ends it.
-	exec.Command("kill", strconv.Itoa(grandchild)).Run()
-	child.Process.Kill()
-	child.Wait()
+	if out, err := exec.Command("kill", strconv.Itoa(grandchild)).CombinedOutput(); err != nil {
+		t.Fatalf("kill %d: %v: %s", grandchild, err, out)
+	}
+	if err := child.Process.Kill(); err != nil {
+		t.Fatalf("killing the bound process: %v", err)
+	}
+	_ = child.Wait() // reports the kill (or sh's exit after its child's)
 	if !waitUntil(func() bool { return len(m.srv.Bindings()) == 0 }) {
 		t.Errorf("the binding outlived its process: %+v", m.srv.Bindings())
 	}
@@ -139,6 +147,10 @@ func mustBackstore(t *testing.T) *backstore.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { bs.Close() })
+	t.Cleanup(func() {
+		if err := bs.Close(); err != nil {
+			t.Errorf("closing the backstore: %v", err)
+		}
+	})
 	return bs
 }

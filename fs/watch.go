@@ -121,7 +121,9 @@ func (w *lowerWatch) remove(id uint64) {
 	delete(set, id)
 	if len(set) == 0 {
 		delete(w.dirs, wd)
-		unix.InotifyRmWatch(int(w.file.Fd()), uint32(wd))
+		// EINVAL when the kernel dropped the watch already (its
+		// directory went: IN_IGNORED): nothing is left to remove.
+		_, _ = unix.InotifyRmWatch(int(w.file.Fd()), uint32(wd))
 	}
 }
 
@@ -189,10 +191,9 @@ func (w *lowerWatch) flushLoop() {
 }
 
 type invalidation struct {
-	dir   uint64 // kernel node id of the directory
-	node  *overlay.Node
-	name  string
-	child *overlay.Node
+	dir  uint64 // kernel node id of the directory
+	node *overlay.Node
+	name string
 }
 
 func (w *lowerWatch) flush() {

@@ -64,20 +64,20 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 		if cfg.agentfsBin, err = b.snapshotBinary(b.agentfsOrig); err != nil {
 			return fmt.Errorf("--agentfs: %w", err)
 		}
-		defer os.Remove(cfg.agentfsBin)
+		bin := cfg.agentfsBin
+		defer func() { joinCleanup(&err, os.Remove(bin)) }()
 	}
 	if cfg.baselineBin != "" {
 		b.baselineOrig = cfg.baselineBin
 		if cfg.baselineBin, err = b.snapshotBinary(b.baselineOrig); err != nil {
 			return fmt.Errorf("--baseline: %w", err)
 		}
-		defer os.Remove(cfg.baselineBin)
+		bin := cfg.baselineBin
+		defer func() { joinCleanup(&err, os.Remove(bin)) }()
 	}
 	defer func() {
-		if cerr := b.closeAll(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
-		}
-		os.RemoveAll(b.runsDir())
+		joinCleanup(&err, b.closeAll())
+		joinCleanup(&err, os.RemoveAll(b.runsDir()))
 	}()
 	if b.tree, err = b.prepareTree(ctx); err != nil {
 		return err
@@ -150,10 +150,19 @@ func (b *bench) snapshotBinary(bin string) (string, error) {
 		err = os.Chmod(f.Name(), 0o755)
 	}
 	if err != nil {
-		os.Remove(f.Name())
+		_ = os.Remove(f.Name()) // the copy's error is the one to report
 		return "", err
 	}
 	return f.Name(), nil
+}
+
+// joinCleanup adds the error of a cleanup step, if any, to *err: what a
+// run leaves behind can slow the runs after it (see measure), so a
+// cleanup that fails fails the run.
+func joinCleanup(err *error, cerr error) {
+	if cerr != nil {
+		*err = errors.Join(*err, fmt.Errorf("cleaning up: %w", cerr))
+	}
 }
 
 func (b *bench) describeConfig() configInfo {
@@ -178,7 +187,7 @@ func (b *bench) describeConfig() configInfo {
 
 // runWorkload runs w on each filesystem, interleaved: for each run
 // (warm-ups first), each filesystem in turn.
-func (b *bench) runWorkload(ctx context.Context, w *workload, filesystems []string) (*workloadResult, error) {
+func (b *bench) runWorkload(ctx context.Context, w *workload, filesystems []string) (_ *workloadResult, err error) {
 	res := &workloadResult{Name: w.name, Title: w.title(b), FreshPerRun: w.fresh, Results: map[string]*fsResult{}}
 	if !w.binding {
 		filesystems = slices.DeleteFunc(slices.Clone(filesystems), boundVariant)
@@ -192,7 +201,7 @@ func (b *bench) runWorkload(ctx context.Context, w *workload, filesystems []stri
 	if err := os.MkdirAll(b.scratchDir(), 0o755); err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(b.scratchDir())
+	defer func() { joinCleanup(&err, os.RemoveAll(b.scratchDir())) }()
 	shared := map[string]*view{}
 	defer func() {
 		for _, v := range shared {

@@ -63,8 +63,10 @@ func TestWorkdirOnTmpfsRefused(t *testing.T) {
 		t.Errorf("stderr %q, want it to contain %q", stderr.String(), want)
 	}
 	if _, err := os.Stat(dir); err == nil {
-		os.Remove(dir)
 		t.Errorf("%s was made though it was refused", dir)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("removing it: %v", err)
+		}
 	}
 }
 

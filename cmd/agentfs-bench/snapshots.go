@@ -208,7 +208,7 @@ func (op *snapOp) changedSet(c *config) string {
 
 // runSnapOp runs op: for each run (warm-ups first), agentfs and cp -a
 // in turn, the order swapping every run.
-func (b *bench) runSnapOp(ctx context.Context, op *snapOp, agentfsOK bool) (*snapResult, error) {
+func (b *bench) runSnapOp(ctx context.Context, op *snapOp, agentfsOK bool) (_ *snapResult, err error) {
 	runs, warmup := op.runs(b.cfg)
 	res := &snapResult{
 		Name: op.name, Title: op.title(b.cfg), Target: op.target(), SeedTarget: op.seed,
@@ -235,7 +235,7 @@ func (b *bench) runSnapOp(ctx context.Context, op *snapOp, agentfsOK bool) (*sna
 	if err := b.resetDir(nat); err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(nat)
+	defer func() { joinCleanup(&err, os.RemoveAll(nat)) }()
 	src := filepath.Join(b.tree.native(), bigFile)
 	if n := op.files(b.cfg); n > 0 {
 		src = filepath.Join(nat, changesDir)
@@ -323,14 +323,14 @@ func (b *bench) measureSnapAgentfs(ctx context.Context, op *snapOp) (s *snapRun,
 
 // measureCopy times cp -a of src into dst (which does not exist yet),
 // checks the copy and removes it.
-func (b *bench) measureCopy(ctx context.Context, op *snapOp, src, dst string) (*snapRun, error) {
-	defer os.RemoveAll(dst)
+func (b *bench) measureCopy(ctx context.Context, op *snapOp, src, dst string) (_ *snapRun, err error) {
+	defer func() { joinCleanup(&err, os.RemoveAll(dst)) }()
 	s := &snapRun{b: b, seq: b.seq, ref: -1}
 	if err := b.beforeTimed(src); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	err := runQuiet(ctx, "", b.env, "cp", "-a", src, dst)
+	err = runQuiet(ctx, "", b.env, "cp", "-a", src, dst)
 	s.secs = time.Since(start).Seconds()
 	if err != nil {
 		return nil, err

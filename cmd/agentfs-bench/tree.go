@@ -27,6 +27,7 @@ import (
 type tree struct {
 	srcOnce  sync.Once
 	srcPaths []string
+	srcErr   error
 
 	Format    int    `json:"format"`
 	GoVersion string `json:"go_version"`
@@ -161,7 +162,7 @@ func (b *bench) writeBigFile(ctx context.Context, t *tree) error {
 			f.Close()
 			return err
 		}
-		rng.Read(buf)
+		_, _ = rng.Read(buf) // ChaCha8's Read always fills buf
 		n := min(int64(len(buf)), t.BigSize-written)
 		if _, err := f.Write(buf[:n]); err != nil {
 			f.Close()
@@ -256,12 +257,12 @@ func (b *bench) copyNative(ctx context.Context, t *tree) error {
 // seedGoCache vets a copy of the module at another path, so that the
 // cache holds the standard library's results but none of the module's
 // (the go command keys a module package's results by its directory).
-func (b *bench) seedGoCache(ctx context.Context, t *tree) error {
+func (b *bench) seedGoCache(ctx context.Context, t *tree) (err error) {
 	scratch := filepath.Join(t.dir, "vet-seed")
 	if err := runQuiet(ctx, "", b.env, "cp", "-a", filepath.Join(t.lower(), vetModDir), scratch); err != nil {
 		return err
 	}
-	defer os.RemoveAll(scratch)
+	defer func() { joinCleanup(&err, os.RemoveAll(scratch)) }()
 	env := withEnv(b.env, "GOCACHE="+t.gocacheSeed())
 	return runQuiet(ctx, scratch, env, "go", "vet", "./...")
 }
@@ -293,13 +294,14 @@ func runCommand(ctx context.Context, dir string, env []string, stdout io.Writer,
 }
 
 // srcFiles returns the paths (from the tree's root) of the files of src,
-// .git left out, listed once from the lower tree.
-func (t *tree) srcFiles() []string {
+// .git left out, listed once from the lower tree. A listing that fails
+// fails: a shorter list would make a smaller workload.
+func (t *tree) srcFiles() ([]string, error) {
 	t.srcOnce.Do(func() {
 		root := t.lower()
-		filepath.WalkDir(filepath.Join(root, srcDir), func(p string, d iofs.DirEntry, err error) error {
+		err := filepath.WalkDir(filepath.Join(root, srcDir), func(p string, d iofs.DirEntry, err error) error {
 			if err != nil {
-				return nil
+				return err
 			}
 			if d.IsDir() && d.Name() == ".git" {
 				return filepath.SkipDir
@@ -310,6 +312,9 @@ func (t *tree) srcFiles() []string {
 			}
 			return nil
 		})
+		if err != nil {
+			t.srcPaths, t.srcErr = nil, fmt.Errorf("listing the files of src: %w", err)
+		}
 	})
-	return t.srcPaths
+	return t.srcPaths, t.srcErr
 }

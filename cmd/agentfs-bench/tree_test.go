@@ -3,6 +3,7 @@ package main
 import (
 	"go/parser"
 	"go/token"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,15 +109,21 @@ func TestChildEnvStaysInWorkdir(t *testing.T) {
 }
 
 func TestLineCounterAndTail(t *testing.T) {
+	write := func(w io.Writer, s string) {
+		t.Helper()
+		if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v; want %d, nil", s, n, err, len(s))
+		}
+	}
 	var c lineCounter
-	c.Write([]byte("a\nb"))
-	c.Write([]byte("\nc\n"))
+	write(&c, "a\nb")
+	write(&c, "\nc\n")
 	if c.n != 3 {
 		t.Errorf("lines = %d, want 3", c.n)
 	}
 	tb := &tailBuffer{max: 4}
-	tb.Write([]byte("abc"))
-	tb.Write([]byte("defg"))
+	write(tb, "abc")
+	write(tb, "defg")
 	if got := tb.String(); got != "defg" {
 		t.Errorf("tail = %q, want defg", got)
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -74,12 +75,12 @@ func (b *bench) probeFilesystems(ctx context.Context) []fsStatus {
 	return out
 }
 
-func (b *bench) probeMount(ctx context.Context, filesystem string) error {
+func (b *bench) probeMount(ctx context.Context, filesystem string) (err error) {
 	lower := filepath.Join(b.runsDir(), "probe-lower")
 	if err := os.MkdirAll(lower, 0o755); err != nil {
 		return err
 	}
-	defer os.RemoveAll(lower)
+	defer func() { joinCleanup(&err, os.RemoveAll(lower)) }()
 	v, err := b.mountView(ctx, filesystem, lower)
 	if err != nil {
 		return err
@@ -160,7 +161,7 @@ func (b *bench) mountView(ctx context.Context, filesystem, lower string) (*view,
 		}
 		if boundVariant(filesystem) {
 			stop, err := b.bindOther(ctx, mnt, filesystem == fsAgentfsBoundRoot)
-			v.unmount = func(ctx context.Context) error { stop(); return b.unmount(ctx, filesystem, mnt) }
+			v.unmount = func(ctx context.Context) error { return errors.Join(stop(), b.unmount(ctx, filesystem, mnt)) }
 			if err != nil {
 				return v, err
 			}
@@ -302,8 +303,11 @@ func (b *bench) cleanupLeftovers() error {
 // namespace of its own, as root), or through the root (throughRoot: as
 // agentfs branch bind does), which makes the root's answers depend on
 // the caller, for every process.
-func (b *bench) bindOther(ctx context.Context, mnt string, throughRoot bool) (stop func(), err error) {
-	stop = func() {}
+//
+// stop fails if the process had ended before it: the runs in the mount
+// may then have been made without the binding.
+func (b *bench) bindOther(ctx context.Context, mnt string, throughRoot bool) (stop func() error, err error) {
+	stop = func() error { return nil }
 	if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBin, "branch", "create", "other", "-C", mnt); err != nil {
 		return stop, err
 	}
@@ -316,7 +320,20 @@ func (b *bench) bindOther(ctx context.Context, mnt string, throughRoot bool) (st
 	if err := cmd.Start(); err != nil {
 		return stop, fmt.Errorf("starting a process bound to branch other: %w", err)
 	}
-	stop = func() { cmd.Process.Kill(); cmd.Wait() }
+	stop = func() error {
+		if err := cmd.Process.Kill(); err != nil {
+			return fmt.Errorf("stopping the process bound to branch other: %w", err)
+		}
+		// Killed as asked, Wait reports the kill; any other end is the
+		// process's own, before it was asked.
+		err := cmd.Wait()
+		if st := cmd.ProcessState; st != nil {
+			if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+				return nil
+			}
+		}
+		return fmt.Errorf("the process bound to branch other ended before it was stopped: %v", err)
+	}
 	// Wait until the binding is in force.
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		out, err := exec.Command(b.cfg.agentfsBin, "status", "--json", "-C", mnt).Output()
@@ -324,6 +341,5 @@ func (b *bench) bindOther(ctx context.Context, mnt string, throughRoot bool) (st
 			return stop, nil
 		}
 	}
-	stop()
-	return func() {}, fmt.Errorf("the process bound to branch other did not show in agentfs status")
+	return func() error { return nil }, errors.Join(fmt.Errorf("the process bound to branch other did not show in agentfs status"), stop())
 }

@@ -276,7 +276,10 @@ func statAll(dir string) error {
 // lstatThroughRoot lstats every file of src by its path from the view's
 // root, as git status in a repository at the root of a mount does.
 func lstatThroughRoot(ctx context.Context, r *runEnv) (string, error) {
-	paths := r.b.tree.srcFiles()
+	paths, err := r.b.tree.srcFiles()
+	if err != nil {
+		return "", err
+	}
 	var st unix.Stat_t
 	for _, p := range paths {
 		if err := unix.Lstat(filepath.Join(r.root, p), &st); err != nil {

@@ -103,7 +103,11 @@ func TestPlace(t *testing.T) {
 	if err := unix.SchedGetaffinity(0, &all); err != nil {
 		t.Fatal(err)
 	}
-	defer unix.SchedSetaffinity(0, &all)
+	defer func() {
+		if err := unix.SchedSetaffinity(0, &all); err != nil {
+			t.Errorf("restoring the thread's CPUs: %v", err)
+		}
+	}()
 	if all.Count() < 2 {
 		t.Skip("one CPU: nowhere else to go")
 	}

@@ -116,11 +116,12 @@ func newRing(entries uint32) (*ring, error) {
 }
 
 func (r *ring) close() {
+	// Mappings Mmap made: only a bad address or length fails.
 	if r.sqes != nil {
-		unix.Munmap(r.sqes)
+		_ = unix.Munmap(r.sqes)
 	}
 	if r.mem != nil {
-		unix.Munmap(r.mem)
+		_ = unix.Munmap(r.mem)
 	}
 	unix.Close(r.fd)
 }
