@@ -180,8 +180,20 @@ func TestPinnedFileAcrossSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.Pin() || !r.Pin() {
+	if !r.Pin() {
 		t.Fatal("a read-only file on an upper object of its own cannot be pinned")
+	}
+	// Pinning a pinned file again reports it pinned and counts nothing
+	// more: the one Release below unpins it (the snapshot after it shares
+	// the object).
+	if !r.Pin() {
+		t.Fatal("a second Pin of a pinned file failed")
+	}
+	e.view.nodesMu.Lock()
+	pins := n.pins
+	e.view.nodesMu.Unlock()
+	if pins != 1 {
+		t.Fatalf("a file pinned twice counts %d pins on its node, want 1", pins)
 	}
 	obj := n.object
 	snap, err := e.view.Snapshot("pinned", branch.KindManual)
