@@ -225,7 +225,9 @@ func Apply(v *FS, o ApplyOptions) (ApplyResult, error) {
 	if err != nil {
 		return ApplyResult{}, err
 	}
-	defer lower.Close()
+	// lower.Close closes a dup of an O_PATH descriptor, which has no
+	// write-back to report.
+	defer func() { _ = lower.Close() }()
 	a := &applier{v: v, lower: lower, o: o, asRoot: unix.Geteuid() == 0, byPath: map[string]*planned{},
 		bases: map[string]*branch.Base{}, dirs: map[string]int{}, touched: map[string]bool{},
 		linked: map[uint64]string{}, used: map[string]bool{}, seen: map[string]seenState{}}

@@ -242,7 +242,7 @@ func (a *applier) writeRegular(dirfd int, name string, it *planned, src *source)
 	defer dst.Close()
 	fail := func(err error) error {
 		if tmp != "" {
-			unix.Unlinkat(dirfd, tmp, 0)
+			a.removeTemp(dirfd, tmp, name)
 		}
 		return err
 	}
@@ -318,9 +318,18 @@ func (a *applier) finishTemp(dirfd int, tmp, name string, attrs func() error) er
 		err = unix.Renameat(dirfd, tmp, dirfd, name)
 	}
 	if err != nil {
-		unix.Unlinkat(dirfd, tmp, 0)
+		a.removeTemp(dirfd, tmp, name)
 	}
 	return err
+}
+
+// removeTemp removes the temporary name tmp (for name) in dirfd after a
+// failure, which is what the caller reports. A name it cannot remove
+// stays in the project: it is logged, for the user to remove.
+func (a *applier) removeTemp(dirfd int, tmp, name string) {
+	if err := unix.Unlinkat(dirfd, tmp, 0); err != nil && err != unix.ENOENT {
+		a.v.log.Warn("apply: temporary name left in the project", "temporary", tmp, "for", name, "err", err)
+	}
 }
 
 // tempPrefix starts the temporary names an apply makes in the lower

@@ -53,7 +53,7 @@ func (v *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
 		// frozen: a snapshot taken since the thaw above shares it again,
 		// and then it is thawed again.
 		v.mu.RLock()
-		if changes && v.frozenNodeLocked(n) && !(viaFile && in.Mode == nil && in.Uid == nil && in.Gid == nil && in.Atime == nil && in.Mtime == nil) {
+		if changes && v.frozenNodeLocked(n) && (!viaFile || in.Mode != nil || in.Uid != nil || in.Gid != nil || in.Atime != nil || in.Mtime != nil) {
 			v.mu.RUnlock()
 			continue
 		}

@@ -88,8 +88,8 @@ func BenchmarkDiff(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				f.WriteAt([]byte("new\n"), 0)
-				f.Release()
+				writeAt(b, f, []byte("new\n"), 0)
+				release(b, f)
 			}
 		}
 		benchDiff(b, e.lowerView().view, e.view, benchDirs*(benchFiles+1))

@@ -25,12 +25,20 @@ func BenchmarkSmallFileChurn(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer bs.Close()
+	defer func() {
+		if err := bs.Close(); err != nil {
+			b.Errorf("close the backstore: %v", err)
+		}
+	}()
 	meta, err := branch.Open(branch.Options{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer meta.Close()
+	defer func() {
+		if err := meta.Close(); err != nil {
+			b.Errorf("close the branch store: %v", err)
+		}
+	}()
 	layer, err := meta.Layer("main")
 	if err != nil {
 		b.Fatal(err)
@@ -68,7 +76,7 @@ func BenchmarkSmallFileChurn(b *testing.B) {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		f.Release()
+		release(b, f)
 		t3 := time.Now()
 		if err := v.Unlink(dir, name); err != nil {
 			b.Fatal(err)

@@ -172,7 +172,9 @@ func (v *FS) copyUpData(n *Node, withData bool) error {
 		// it can: after a crash the file is the copy or the lower file,
 		// never an empty copy (overlayfs does the same).
 		if err := v.objs.SyncData(id); err != nil {
-			v.objs.Remove(id)
+			if rerr := v.objs.Remove(id); rerr != nil {
+				v.log.Warn("removing object", "object", id, "err", rerr)
+			}
 			return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
 		}
 	}

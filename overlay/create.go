@@ -223,7 +223,9 @@ func (v *FS) Tmpfile(dir *Node, flags int, mode uint32, c Caller) (*Node, *File,
 	ino, err := v.cfg.AllocIno()
 	if err != nil {
 		f.Close()
-		v.objs.Remove(id)
+		if rerr := v.objs.Remove(id); rerr != nil {
+			v.log.Warn("removing object", "object", id, "err", rerr)
+		}
 		return nil, nil, unix.Stat_t{}, err
 	}
 	e := &branch.Entry{Type: branch.TypeFile, Ino: ino, Object: id}

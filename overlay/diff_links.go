@@ -78,12 +78,12 @@ func (v *FS) lowerNamesOf(want map[uint64]int) ([]string, error) {
 				return nil
 			}
 			p := joinPath(dir, de.Name)
-			switch {
-			case de.Mode == unix.S_IFDIR:
+			switch de.Mode {
+			case unix.S_IFDIR:
 				if err := walk(p); err != nil {
 					return err
 				}
-			case de.Mode == unix.S_IFREG || de.Mode == 0:
+			case unix.S_IFREG, 0:
 				if _, ok := want[de.Ino]; !ok && !nested {
 					continue
 				}

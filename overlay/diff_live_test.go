@@ -30,13 +30,20 @@ func TestDiffWhileChanging(t *testing.T) {
 			default:
 			}
 			name := fmt.Sprintf("f%d", i%20)
+			// In a goroutine: Errorf, not Fatalf.
 			if f, err := e.view.Open(e.must("d/"+name), unix.O_WRONLY|unix.O_TRUNC); err == nil {
-				f.WriteAt([]byte(fmt.Sprint(i)), 0)
-				f.Release()
+				if _, err := f.WriteAt([]byte(fmt.Sprint(i)), 0); err != nil {
+					t.Errorf("write d/%s: %v", name, err)
+				}
+				release(t, f)
 			}
-			e.view.Unlink(d, fmt.Sprintf("n%d", (i+10)%20))
+			// n%d is made 10 rounds before it is removed: the first 10
+			// rounds find nothing to remove.
+			if err := e.view.Unlink(d, fmt.Sprintf("n%d", (i+10)%20)); err != nil && (i >= 10 || err != unix.ENOENT) {
+				t.Errorf("unlink d/n%d (round %d): %v", (i+10)%20, i, err)
+			}
 			if _, f, _, err := e.view.Create(d, fmt.Sprintf("n%d", i%20), unix.O_RDWR, 0644, Caller{}); err == nil {
-				f.Release()
+				release(t, f)
 			}
 		}
 	}()

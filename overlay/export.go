@@ -66,7 +66,9 @@ func ExportWith(v *FS, to string, o ExportOptions) error {
 	defer unix.Close(rootfd)
 	if err := v.refuseInsideLower(rootfd, to); err != nil {
 		if made {
-			os.Remove(to)
+			// Undo the empty directory made above, as far as it goes:
+			// the caller gets the refusal.
+			_ = os.Remove(to)
 		}
 		return err
 	}

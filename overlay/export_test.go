@@ -68,12 +68,20 @@ func exportEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.WriteAt([]byte("start"), 0)
-	f.WriteAt([]byte("middle"), 32<<20)
-	f.Truncate(64 << 20)
+	if _, err := f.WriteAt([]byte("start"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("middle"), 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
 	f.Close()
 	old := unix.Timespec{Sec: 1_000_000_000, Nsec: 123456789}
-	unix.UtimesNanoAt(unix.AT_FDCWD, filepath.Join(e.lower, "d/lower"), []unix.Timespec{old, old}, 0)
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, filepath.Join(e.lower, "d/lower"), []unix.Timespec{old, old}, 0); err != nil {
+		t.Fatalf("set the times of the lower d/lower: %v", err)
+	}
 
 	r := e.view.Root()
 	e.write("d/sub/deep", "changed deep")
@@ -85,8 +93,8 @@ func exportEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file.WriteAt([]byte("end"), 48<<20)
-	file.Release()
+	writeAt(t, file, []byte("end"), 48<<20)
+	release(t, file)
 	if err := e.view.Setxattr(n, "user.color", []byte("blue"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -131,14 +139,16 @@ func TestExportRoundTrip(t *testing.T) {
 	// Times and hard links first, from lstat only: reading files moves
 	// atimes (the view's too: fullWalk reads objects without O_NOATIME).
 	var paths []string
-	filepath.Walk(to, func(path string, _ os.FileInfo, err error) error {
+	if err := filepath.Walk(to, func(path string, _ os.FileInfo, err error) error {
 		rel, _ := filepath.Rel(to, path)
 		if rel == "." {
 			rel = ""
 		}
 		paths = append(paths, rel)
 		return err
-	})
+	}); err != nil {
+		t.Fatalf("walk the export: %v", err)
+	}
 	// Times and hard links, from lstat only (reading would move atimes).
 	inos := map[uint64]uint64{} // view st_ino → exported st_ino
 	for _, p := range paths {
@@ -177,7 +187,9 @@ func TestExportRoundTrip(t *testing.T) {
 	}
 	for _, p := range []string{"big", "sparse"} {
 		var st unix.Stat_t
-		unix.Stat(filepath.Join(to, p), &st)
+		if err := unix.Stat(filepath.Join(to, p), &st); err != nil {
+			t.Fatalf("stat the exported %s: %v", p, err)
+		}
 		if st.Blocks*512 > 1<<20 {
 			t.Errorf("%s: %d bytes allocated for %d: holes filled", p, st.Blocks*512, st.Size)
 		}
@@ -188,15 +200,23 @@ func TestExportTargets(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "x"})
 	dir := t.TempDir()
 	empty := filepath.Join(dir, "empty")
-	os.Mkdir(empty, 0755)
+	if err := os.Mkdir(empty, 0755); err != nil {
+		t.Fatal(err)
+	}
 	if err := Export(e.view, empty); err != nil {
 		t.Errorf("export to an empty directory: %v", err)
 	}
 	full := filepath.Join(dir, "full")
-	os.Mkdir(full, 0755)
-	os.WriteFile(filepath.Join(full, "x"), nil, 0644)
+	if err := os.Mkdir(full, 0755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(full, "x"), nil, 0644); err != nil {
+		t.Fatal(err)
+	}
 	file := filepath.Join(dir, "file")
-	os.WriteFile(file, nil, 0644)
+	if err := os.WriteFile(file, nil, 0644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct{ to, want string }{
 		{full, "is not empty: choose a path that does not exist, or empty the directory first"},
 		{file, "exists and is not a directory"},

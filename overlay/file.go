@@ -146,7 +146,9 @@ func (f *File) Upper() bool {
 // writable files, whose descriptor never changes, may keep it.
 func (f *File) Fd() int {
 	fd := -1
-	f.withFd(func(d int) error { fd = d; return nil })
+	// An error (a released file, a reopen that failed) leaves fd -1,
+	// which the system calls given it refuse with EBADF.
+	_ = f.withFd(func(d int) error { fd = d; return nil })
 	return fd
 }
 
@@ -276,7 +278,9 @@ func (f *File) ReadFromDisk(p []byte, off int64) (n int, ok bool, err error) {
 // the disk now: a caller may serve such reads side by side.
 func (f *File) FromDisk(off int64, size int) bool {
 	var ok bool
-	f.withFd(func(fd int) error {
+	// On an error ok stays false: the read is served in line, and meets
+	// the error itself (withFd again), which it returns.
+	_ = f.withFd(func(fd int) error {
 		ok = f.directOK(fd, off, size)
 		return nil
 	})

@@ -51,7 +51,11 @@ func alignedBuf(t testing.TB, n int) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Munmap(b) })
+	t.Cleanup(func() {
+		if err := unix.Munmap(b); err != nil {
+			t.Errorf("munmap: %v", err)
+		}
+	})
 	return b
 }
 
@@ -72,7 +76,7 @@ func TestReadFromDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Release()
+	defer release(t, f)
 	const chunk = 256 << 10
 	buf := alignedBuf(t, chunk)
 
@@ -143,7 +147,7 @@ func TestReadFromDiskReplacedLower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Release()
+	defer release(t, f)
 	buf := alignedBuf(t, 256<<10)
 	if _, err := f.ReadAt(buf[:4096], 0); err != nil { // opens the lower file
 		t.Fatal(err)
@@ -160,8 +164,12 @@ func TestReadFromDiskReplacedLower(t *testing.T) {
 	if err := os.Rename(repl, filepath.Join(e.lower, "f")); err != nil {
 		t.Fatal(err)
 	}
-	unix.Fdatasync(int(lf.Fd()))
-	unix.Fadvise(int(lf.Fd()), 0, 0, unix.FADV_DONTNEED)
+	if err := unix.Fdatasync(int(lf.Fd())); err != nil {
+		t.Fatalf("fdatasync the replaced lower file: %v", err)
+	}
+	if err := unix.Fadvise(int(lf.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatalf("drop the replaced lower file's cache: %v", err)
+	}
 	if !f.FromDisk(256<<10, len(buf)) {
 		t.Skipf("the file system of %s keeps the replaced file cached (tmpfs?)", e.lower)
 	}

@@ -276,7 +276,9 @@ func (c *checker) branch(l *branch.Layer) error {
 	err = l.Commit(&b)
 	if err != nil {
 		for _, id := range made {
-			c.o.Objects.Remove(id)
+			// An object not removed is garbage, which the garbage
+			// check reports and gc removes; the caller gets err.
+			_ = c.o.Objects.Remove(id)
 		}
 	} else {
 		// Repairs are written before fsck reports them. If that fails,
@@ -404,7 +406,9 @@ func (c *checker) newDirObject(lp string, has bool) (id, how string, err error) 
 				return "", "", err
 			}
 			if err := c.o.Objects.CopyAttrs(id, &st, f); err != nil {
-				c.o.Objects.Remove(id)
+				// An object not removed is garbage, which gc removes;
+				// the caller gets err.
+				_ = c.o.Objects.Remove(id)
 				return "", "", err
 			}
 			return id, fmt.Sprintf("attributes of the lower directory /%s", lp), nil

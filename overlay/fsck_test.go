@@ -52,7 +52,7 @@ func TestFsck(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.Release() // (a file open for writing gets its own clone in a snapshot)
+		release(t, f) // (a file open for writing gets its own clone in a snapshot)
 	}
 	e.write("nd/c", "kept")
 	mode := uint32(0600)

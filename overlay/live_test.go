@@ -34,7 +34,7 @@ func TestLiveObjects(t *testing.T) {
 	if !slices.Contains(e.liveObjects(), tmpObj) {
 		t.Error("the object of an unlinked open file is not live")
 	}
-	f.Release()
+	release(t, f)
 	e.view.Forget(n, 1)
 	if slices.Contains(e.liveObjects(), tmpObj) {
 		t.Error("the object of a released, forgotten unlinked file is still live")
@@ -48,7 +48,9 @@ func TestLiveObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b branch.Batch
-	e.view.layer.Load(func(p string, _ *branch.Entry) error { b.Delete(p); return nil })
+	if err := e.view.layer.Load(func(p string, _ *branch.Entry) error { b.Delete(p); return nil }); err != nil {
+		t.Fatalf("load the layer: %v", err)
+	}
 	if err := e.view.layer.Commit(&b); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func TestLiveObjects(t *testing.T) {
 	if !slices.Contains(e.liveObjects(), obj) {
 		t.Error("the object of a stale open node is not live")
 	}
-	rf.Release()
+	release(t, rf)
 	if !slices.Contains(e.liveObjects(), obj) {
 		t.Error("a stale node the kernel still holds lost its object")
 	}

@@ -67,17 +67,6 @@ func (v *FS) resolveLocked(dir *Node, name string) (resolved, error) {
 	return r, nil
 }
 
-// lowerExistsLocked reports whether the lower layer has an inode at the
-// position of name in dir (which decides whether removing the name needs
-// a whiteout).
-func (v *FS) lowerExistsLocked(dir *Node, name string) bool {
-	if !dir.hasLower {
-		return false
-	}
-	var st unix.Stat_t
-	return unix.Fstatat(v.lowerFd, joinPath(dir.lower, name), &st, unix.AT_SYMLINK_NOFOLLOW) == nil
-}
-
 // nodeForLocked returns the node for a resolved name, creating it if
 // the kernel does not know it yet.
 func (v *FS) nodeForLocked(dir *Node, name string, r *resolved, ref bool) *Node {

@@ -46,12 +46,20 @@ func newEnv(t testing.TB, files map[string]string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { bs.Close() })
+	t.Cleanup(func() {
+		if err := bs.Close(); err != nil {
+			t.Errorf("close the backstore: %v", err)
+		}
+	})
 	meta, err := branch.Open(branch.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { meta.Close() })
+	t.Cleanup(func() {
+		if err := meta.Close(); err != nil {
+			t.Errorf("close the branch store: %v", err)
+		}
+	})
 	e := &env{t: t, lower: lower, bs: bs, meta: meta}
 	e.reopen()
 	return e
@@ -119,7 +127,7 @@ func (e *env) read(p string) string {
 	if err != nil {
 		e.t.Fatalf("open %q: %v", p, err)
 	}
-	defer f.Release()
+	defer release(e.t, f)
 	buf := make([]byte, 1<<16)
 	n, err := f.ReadAt(buf, 0)
 	if err != nil {
@@ -134,9 +142,27 @@ func (e *env) write(p, s string) {
 	if err != nil {
 		e.t.Fatalf("open %q for writing: %v", p, err)
 	}
-	defer f.Release()
+	defer release(e.t, f)
 	if _, err := f.WriteAt([]byte(s), 0); err != nil {
 		e.t.Fatalf("write %q: %v", p, err)
+	}
+}
+
+// writeAt writes b at off through f, failing the test unless all of it
+// is written.
+func writeAt(t testing.TB, f *File, b []byte, off int64) {
+	t.Helper()
+	if n, err := f.WriteAt(b, off); err != nil || n != len(b) {
+		t.Fatalf("write of %d bytes at %d (node %d): %d written, %v", len(b), off, f.n.ID, n, err)
+	}
+}
+
+// release releases f, failing the test if that fails (Errorf: it may be
+// deferred).
+func release(t testing.TB, f *File) {
+	t.Helper()
+	if err := f.Release(); err != nil {
+		t.Errorf("release (node %d): %v", f.n.ID, err)
 	}
 }
 
@@ -208,9 +234,7 @@ func TestReadThroughAndCopyUp(t *testing.T) {
 func TestReadOnlyOpenDoesNotCopyUp(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "x"})
 	e.read("f")
-	n := 0
-	e.bs.Objects(func(string) error { n++; return nil })
-	eq(t, "objects after a read", n, 0)
+	eq(t, "objects after a read", e.objectCount(), 0)
 }
 
 func TestReaderFollowsCopyUp(t *testing.T) {
@@ -219,7 +243,7 @@ func TestReaderFollowsCopyUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Release()
+	defer release(t, r)
 	e.write("f", "UPPER")
 	buf := make([]byte, 16)
 	k, _ := r.ReadAt(buf, 0)
@@ -239,8 +263,12 @@ func TestWhiteoutOpaqueRmdir(t *testing.T) {
 	if err := e.view.Rmdir(e.view.Root(), "d"); err != unix.ENOTEMPTY {
 		t.Errorf("rmdir of non-empty merged dir: %v, want ENOTEMPTY", err)
 	}
-	e.view.Unlink(d, "b")
-	e.view.Rmdir(d, "sub")
+	if err := e.view.Unlink(d, "b"); err != nil {
+		t.Fatalf("unlink d/b: %v", err)
+	}
+	if err := e.view.Rmdir(d, "sub"); err != nil {
+		t.Fatalf("rmdir d/sub: %v", err)
+	}
 	if err := e.view.Rmdir(e.view.Root(), "d"); err != nil {
 		t.Fatalf("rmdir of emptied merged dir: %v", err)
 	}
@@ -332,7 +360,7 @@ func TestUnlinkedOpenFile(t *testing.T) {
 	k, _ := f.ReadAt(buf, 0)
 	eq(t, "unlinked read", string(buf[:k]), "still here")
 	obj := n.object
-	f.Release()
+	release(t, f)
 	e.view.Forget(n, 1)
 	objectGone(t, e.bs, obj, "object of unlinked closed file")
 }
@@ -372,13 +400,21 @@ func TestMergedDirNlink(t *testing.T) {
 		return st.Nlink
 	}
 	eq(t, "lower-only dir", nlink(), uint64(4))
-	e.view.Unlink(d, "f")
+	if err := e.view.Unlink(d, "f"); err != nil {
+		t.Fatalf("unlink d/f: %v", err)
+	}
 	eq(t, "merged dir after unlink of a file", nlink(), uint64(4))
-	e.view.Mkdir(d, "s3", 0755, Caller{})
+	if _, _, err := e.view.Mkdir(d, "s3", 0755, Caller{}); err != nil {
+		t.Fatalf("mkdir d/s3: %v", err)
+	}
 	eq(t, "after mkdir", nlink(), uint64(5))
-	e.view.Rmdir(d, "s1")
+	if err := e.view.Rmdir(d, "s1"); err != nil {
+		t.Fatalf("rmdir d/s1: %v", err)
+	}
 	eq(t, "after rmdir of a lower subdir", nlink(), uint64(4))
-	e.view.Rename(d, "s2", e.view.Root(), "moved", 0)
+	if err := e.view.Rename(d, "s2", e.view.Root(), "moved", 0); err != nil {
+		t.Fatalf("rename d/s2 to moved: %v", err)
+	}
 	eq(t, "after moving a subdir out", nlink(), uint64(3))
 	st, _ := e.view.Getattr(e.view.Root())
 	eq(t, "root after the move in", st.Nlink, uint64(4))
@@ -474,7 +510,7 @@ func TestLowerHardLinkNamesShareNode(t *testing.T) {
 		t.Fatalf("ftruncate of the unlinked open file: %v", err)
 	}
 	obj := n.object
-	f.Release()
+	release(t, f)
 	e.view.Forget(n, 1<<30)
 	objectGone(t, e.bs, obj, "object after the last name and file went")
 }
@@ -493,7 +529,7 @@ func TestUnlinkOwnNameOfSharedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Release()
+	defer release(t, f)
 	if err := e.view.Unlink(r, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +574,7 @@ func TestRenameOverUpperFile(t *testing.T) {
 	}
 	eq(t, "nlink of the replaced file", st.Nlink, uint64(0))
 	obj := n.object
-	f.Release()
+	release(t, f)
 	e.view.Forget(n, 1<<30)
 	objectGone(t, e.bs, obj, "object of the replaced file")
 }
@@ -555,7 +591,7 @@ func TestCopyUpKeepsCtime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Release()
+	release(t, f)
 	st, _ := e.view.Getattr(e.must("d/f"))
 	eq(t, "ctime after copy-up", st.Ctim, lst.Ctim)
 	mode := uint32(0600)
@@ -579,7 +615,7 @@ func TestReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Release()
+	defer release(t, f)
 	var b branch.Batch
 	if err := e.view.layer.Load(func(p string, _ *branch.Entry) error { b.Delete(p); return nil }); err != nil {
 		t.Fatal(err)
@@ -619,7 +655,7 @@ func TestCutLooseLower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Release()
+	defer release(t, f)
 	if err := os.WriteFile(filepath.Join(e.lower, "d/f"), []byte("new contents"), 0644); err != nil {
 		t.Fatal(err)
 	}
@@ -748,7 +784,7 @@ func TestForgetAndReleaseReapOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	obj := n.object
-	f.Release()             // the last RELEASE: opens drop to 0 ...
+	release(t, f)           // the last RELEASE: opens drop to 0 ...
 	e.view.Forget(n, 1<<30) // ... the kernel's FORGET reaps the node ...
 	m, g, _, err := ofs.Create(ofs.Root(), "new", unix.O_RDWR, 0644, Caller{})
 	if err != nil {
@@ -760,13 +796,13 @@ func TestForgetAndReleaseReapOnce(t *testing.T) {
 	if _, err := g.WriteAt([]byte("new data"), 0); err != nil {
 		t.Fatal(err)
 	}
-	g.Release()
+	release(t, g)
 	e.view.Forget(n, 0) // ... and then the release's own Forget
 	h, err := ofs.Open(m, unix.O_RDONLY)
 	if err != nil {
 		t.Fatalf("open the other view's new file: %v", err)
 	}
-	defer h.Release()
+	defer release(t, h)
 	buf := make([]byte, 64)
 	k, err := h.ReadAt(buf, 0)
 	if err != nil && err != io.EOF {

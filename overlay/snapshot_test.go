@@ -25,7 +25,11 @@ func (e *env) otherView(c Config) *env {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(func() { v.Close() })
+	e.t.Cleanup(func() {
+		if err := v.Close(); err != nil {
+			e.t.Errorf("close a view: %v", err)
+		}
+	})
 	return &env{t: e.t, lower: e.lower, bs: e.bs, meta: e.meta, view: v}
 }
 
@@ -37,14 +41,14 @@ func TestSnapshotIsImmutable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.WriteAt([]byte("before"), 0) // open for writing across the snapshot
+	writeAt(t, f, []byte("before"), 0) // open for writing across the snapshot
 
 	snap, err := e.view.Snapshot("one", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.WriteAt([]byte("AFTER!"), 0)
-	f.Release()
+	writeAt(t, f, []byte("AFTER!"), 0)
+	release(t, f)
 	e.write("d/lower", "v2")
 	mode := uint32(0600)
 	if _, err := e.view.Setattr(e.must("d/lower"), SetAttr{Mode: &mode}, nil); err != nil {
@@ -135,8 +139,8 @@ func TestThawHardLinkAfterUnlink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.WriteAt([]byte("v1"), 0)
-	f.Release()
+	writeAt(t, f, []byte("v1"), 0)
+	release(t, f)
 	if _, err := e.view.Link(n, r, "y"); err != nil {
 		t.Fatal(err)
 	}
@@ -168,16 +172,28 @@ func TestPinnedFileAcrossSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.WriteAt([]byte("one"), 0)
-	f.Release()
+	writeAt(t, f, []byte("one"), 0)
+	release(t, f)
 	n := e.must("p")
 
 	r, err := e.view.Open(n, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.Pin() || !r.Pin() {
+	if !r.Pin() {
 		t.Fatal("a read-only file on an upper object of its own cannot be pinned")
+	}
+	// Pinning a pinned file again reports it pinned and counts nothing
+	// more: the one Release below unpins it (the snapshot after it shares
+	// the object).
+	if !r.Pin() {
+		t.Fatal("a second Pin of a pinned file failed")
+	}
+	e.view.nodesMu.Lock()
+	pins := n.pins
+	e.view.nodesMu.Unlock()
+	if pins != 1 {
+		t.Fatalf("a file pinned twice counts %d pins on its node, want 1", pins)
 	}
 	obj := n.object
 	snap, err := e.view.Snapshot("pinned", branch.KindManual)
@@ -192,7 +208,7 @@ func TestPinnedFileAcrossSnapshot(t *testing.T) {
 	if err := os.WriteFile(objPath(e, obj), []byte("two"), 0); err != nil {
 		t.Fatal(err)
 	}
-	r.Release()
+	release(t, r)
 	eq(t, "p in the branch", e.read("p"), "two")
 	eq(t, "p in the snapshot", e.snapView(snap).read("p"), "one")
 
@@ -207,7 +223,7 @@ func TestPinnedFileAcrossSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Release()
+	defer release(t, r)
 	if r.Pin() {
 		t.Fatal("a file on an object a snapshot shares was pinned")
 	}
@@ -244,12 +260,12 @@ func TestChangeStaleNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer wf.Release()
+	defer release(t, wf)
 	rf, err := e.view.Open(rn, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rf.Release()
+	defer release(t, rf)
 	safety, err := e.view.Snapshot("safety", branch.KindSafety)
 	if err != nil {
 		t.Fatal(err)
@@ -267,8 +283,11 @@ func TestChangeStaleNode(t *testing.T) {
 			t.Errorf("writable open of a stale node held open for writing: %v", err)
 			return
 		}
-		again.WriteAt([]byte("late"), 0)
-		again.Release()
+		// In a goroutine: Errorf, not Fatalf.
+		if _, err := again.WriteAt([]byte("late"), 0); err != nil {
+			t.Errorf("write through a writable open of a stale node: %v", err)
+		}
+		release(t, again)
 		mode := uint32(0600)
 		if _, err := e.view.Setattr(wn, SetAttr{Mode: &mode}, nil); err != nil {
 			t.Errorf("chmod of a stale node held open for writing: %v", err)
@@ -305,8 +324,11 @@ func TestChangeStaleNode(t *testing.T) {
 
 // objectCount is the number of objects in e's backstore.
 func (e *env) objectCount() int {
+	e.t.Helper()
 	n := 0
-	e.bs.Objects(func(string) error { n++; return nil })
+	if err := e.bs.Objects(func(string) error { n++; return nil }); err != nil {
+		e.t.Fatalf("list the objects: %v", err)
+	}
 	return n
 }
 
@@ -361,7 +383,7 @@ func TestSnapshotKeepsNamelessWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Release()
+	defer release(t, w)
 	if _, err := w.WriteAt([]byte("first "), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +420,7 @@ func TestSnapshotUnlinkedWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Release()
+	defer release(t, w)
 	if err := e.view.Unlink(e.view.Root(), "f"); err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +445,7 @@ func TestSnapshotUnlinkedWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Release()
+	defer release(t, r)
 	buf := make([]byte, 64)
 	k, _ := r.ReadAt(buf, 0)
 	eq(t, "a new read-only open reads", string(buf[:k]), "longer data")

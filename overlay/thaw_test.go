@@ -56,8 +56,8 @@ func TestFrozenObjectsThaw(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.WriteAt([]byte("v1 "+name), 0)
-		f.Release()
+		writeAt(t, f, []byte("v1 "+name), 0)
+		release(t, f)
 	}
 	if _, err := e.view.Link(e.must("d/g"), r, "g2"); err != nil {
 		t.Fatal(err)

@@ -57,7 +57,7 @@ func (t *tx) put(p string, e *branch.Entry) {
 		t.recordBase(p)
 	}
 	if old != nil && old.IsWhiteout() && old.Ino != 0 &&
-		!(e.IsWhiteout() && e.Ino == old.Ino) {
+		(!e.IsWhiteout() || e.Ino != old.Ino) {
 		// The lower name this whiteout hid (and counted for the
 		// st_nlink of its hard-linked file) stays hidden under e.
 		if id, err := t.view.cfg.AllocIno(); err != nil {

@@ -13,7 +13,11 @@ func (e *env) lowerView() *env {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(func() { v.Close() })
+	e.t.Cleanup(func() {
+		if err := v.Close(); err != nil {
+			e.t.Errorf("close a view: %v", err)
+		}
+	})
 	return &env{t: e.t, lower: e.lower, bs: e.bs, meta: e.meta, view: v}
 }
 
@@ -29,12 +33,10 @@ func TestLowerViewIsLowerAndReadOnly(t *testing.T) {
 		t.Errorf("write open in a lower view: %v, want EROFS", err)
 	}
 	if f != nil {
-		f.Release()
+		release(t, f)
 	}
 	if _, _, err := l.view.Mkdir(l.must("d"), "x", 0755, Caller{}); err != unix.EROFS {
 		t.Errorf("mkdir in a lower view: %v, want EROFS", err)
 	}
-	n := 0
-	e.bs.Objects(func(string) error { n++; return nil })
-	eq(t, "objects left (those of the branch's d/f and d)", n, 3)
+	eq(t, "objects left (those of the branch's d/f and d)", e.objectCount(), 3)
 }

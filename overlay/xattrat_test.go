@@ -113,7 +113,7 @@ func testXattrs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file.Release()
+	release(t, file)
 	n := e.must("d/new")
 	if !n.noCaps() {
 		t.Error("a new file is not known to have no security.capability")
