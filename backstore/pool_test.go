@@ -75,7 +75,7 @@ func TestPool(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.Close()
+			defer closeStore(t, s)
 			uid, gid := testOwner()
 			// The first file starts the pool.
 			ids := map[string]bool{newFile(t, s, 0600, nil): true}
@@ -172,8 +172,12 @@ func TestPoolCloseBeforeUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
-	s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
 	if s.pool.started {
 		t.Error("Close started the pool")
 	}
@@ -189,7 +193,7 @@ func TestPoolTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer closeStore(t, s)
 	uid, gid := testOwner()
 	newFile(t, s, 0600, nil) // starts the pool
 	waitPoolFull(t, s)
@@ -225,7 +229,7 @@ func TestRecycle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.Close()
+			defer closeStore(t, s)
 			uid, gid := testOwner()
 			old := newFile(t, s, 0600, []byte("old data"))
 			if err := unix.Lsetxattr(objPath(s, old), "user.old", []byte("x"), 0); err != nil && err != unix.ENOTSUP {
@@ -328,13 +332,15 @@ func TestRecycle(t *testing.T) {
 				t.Errorf("%d of %d recycled files kept (the first: %v), want the first %d", kept, len(recycled), s.IsIdle(recycled[0]), maxIdle)
 			}
 			listed := 0
-			s.Objects(func(id string) error {
+			if err := s.Objects(func(id string) error {
 				listed++
 				if s.IsIdle(id) {
 					t.Errorf("Objects lists idle object %s", id)
 				}
 				return nil
-			})
+			}); err != nil {
+				t.Fatalf("Objects: %v", err)
+			}
 			if listed != 1 { // old, reused
 				t.Errorf("Objects lists %d objects, want 1 (idle objects are no objects)", listed)
 			}
@@ -395,8 +401,11 @@ func TestRecycledFileNotWrittenAtClose(t *testing.T) {
 		if f, err := s.Open(id, unix.O_RDONLY); err != nil {
 			t.Fatal(err)
 		} else {
-			unix.Fsync(int(f.Fd()))
+			err := unix.Fsync(int(f.Fd()))
 			f.Close()
+			if err != nil {
+				t.Fatalf("fsync object %s: %v", id, err)
+			}
 		}
 		olds = append(olds, id)
 	}
@@ -520,7 +529,9 @@ func TestIdleLeftByCrash(t *testing.T) {
 		t.Fatalf("after the crash Objects lists %d objects (the recycled one: %v), want the idle ones too", len(objs), slices.Contains(objs, gone))
 	}
 	// Closed before its collection (which failed, say): still crashed.
-	s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
 	s = openStore(t, Options{Kind: "hostfs", Dir: dir})
 	if !s.Crashed() {
 		t.Errorf("closed without Recovered, then opened: Crashed() = false, want true (the collection is still to do)")
@@ -533,7 +544,9 @@ func TestIdleLeftByCrash(t *testing.T) {
 		t.Errorf("Collect removed %d of %d, left %v; want all but %s", r.Removed, len(objs), got, keep)
 	}
 	s.Recovered()
-	s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close after Recovered: %v", err)
+	}
 	s = openStore(t, Options{Kind: "hostfs", Dir: dir})
 	if s.Crashed() {
 		t.Errorf("after Recovered, Close and Open: Crashed() = true")
@@ -651,7 +664,9 @@ func TestLegacySpareDir(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, Options{Kind: "hostfs", Dir: dir})
 	root := s.Info().Root
-	s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
 	left := filepath.Join(root, legacySpareDir)
 	if err := os.Mkdir(left, 0700); err != nil {
 		t.Fatal(err)
