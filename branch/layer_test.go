@@ -224,7 +224,8 @@ func TestBatchAtomicVisibility(t *testing.T) {
 					t.Errorf("a reader's Load: %v", err)
 					return
 				}
-				if !(left == n && right == 0 || left == 0 && right == n) {
+				oneSide := left == n && right == 0 || left == 0 && right == n
+				if !oneSide {
 					t.Errorf("a reader saw %d left and %d right, want all %d on one side", left, right, n)
 					return
 				}
