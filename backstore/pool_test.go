@@ -385,6 +385,86 @@ func TestRecycle(t *testing.T) {
 	}
 }
 
+// TestRecycleReportsRemoveError: an object that Recycle removes instead
+// of keeping (a symlink) gives Recycle the error of that removal, as
+// Remove would.
+func TestRecycleReportsRemoveError(t *testing.T) {
+	s := hostfsStore(t)
+	id, err := s.Symlink("target", -1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := filepath.Join(s.Info().Root, id[:2])
+	unlock := lockDir(t, shard)
+	err = s.Recycle(id)
+	unlock()
+	if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) {
+		t.Errorf("Recycle of a symlink in a shard that forbids removing it: %v, want EPERM or EACCES", err)
+	}
+	if s.IsIdle(id) {
+		t.Errorf("symlink %s kept idle", id)
+	}
+	if _, err := s.Lstat(id); err != nil {
+		t.Errorf("symlink %s after its removal failed: %v, want it there", id, err)
+	}
+	if err := s.Recycle(id); err != nil {
+		t.Errorf("Recycle once the shard allows it: %v", err)
+	}
+}
+
+// fsImmutableFL is FS_IMMUTABLE_FL (linux/fs.h), which x/sys/unix lacks.
+const fsImmutableFL = 0x00000010
+
+// lockDir forbids removing the entries of dir (the immutable flag as
+// root, who ignores modes; mode 0500 otherwise) until the returned
+// function, which t.Cleanup calls too, undoes it.
+func lockDir(t *testing.T, dir string) func() {
+	t.Helper()
+	set := func(lock bool) error {
+		if !isRoot {
+			mode := uint32(0700)
+			if lock {
+				mode = 0500
+			}
+			return unix.Chmod(dir, mode)
+		}
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+		if err != nil {
+			return err
+		}
+		if lock {
+			flags |= fsImmutableFL
+		} else {
+			flags &^= fsImmutableFL
+		}
+		return unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags))
+	}
+	if err := set(true); err != nil {
+		if isRoot && (err == unix.ENOTTY || err == unix.EOPNOTSUPP) {
+			unavailable(t, "the filesystem of %s has no immutable flag: %v", dir, err)
+		}
+		t.Fatalf("locking %s: %v", dir, err)
+	}
+	locked := true
+	unlock := func() {
+		if !locked {
+			return
+		}
+		if err := set(false); err != nil {
+			t.Errorf("unlocking %s: %v", dir, err)
+			return
+		}
+		locked = false
+	}
+	t.Cleanup(unlock)
+	return unlock
+}
+
 // TestRecycledFileNotWrittenAtClose: on ext4, a new file that took a
 // recycled object is not written out when its writer closes it, as a new
 // native file is not (the truncate that emptied the object would
