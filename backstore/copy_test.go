@@ -69,7 +69,9 @@ func TestCopyUpPreservesAttrs(t *testing.T) {
 	setTimes(t, src, atime, mtime)
 
 	in, st := openSrc(t, src)
-	in.Seek(5, 0)
+	if _, err := in.Seek(5, 0); err != nil {
+		t.Fatalf("seeking the source to 5: %v", err)
+	}
 	id, err := s.CopyUp(in, &st, true)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +132,9 @@ func TestCopyUpWithoutData(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "ro")
 	writeFile(t, src, pattern(1<<20, 4), 0600)
 	lsetxattr(t, src, "user.k", "v")
-	unix.Chmod(src, 0444)
+	if err := unix.Chmod(src, 0444); err != nil {
+		t.Fatalf("chmod %s 0444: %v", src, err)
+	}
 	setTimes(t, src, atime, mtime)
 	in, st := openSrc(t, src)
 	id, err := s.CopyUp(in, &st, false)
@@ -168,14 +172,18 @@ func TestCopyAttrsDirectory(t *testing.T) {
 	}
 	lsetxattr(t, dir, "user.dir", "yes")
 	if isRoot {
-		unix.Lchown(dir, 1234, 5678)
+		if err := unix.Lchown(dir, 1234, 5678); err != nil {
+			t.Fatalf("lchown %s 1234:5678: %v", dir, err)
+		}
 		lsetxattr(t, dir, "trusted.opaque", "y")
 	}
 	mode := uint32(03750)
 	if !isRoot {
 		mode = 01750
 	}
-	unix.Chmod(dir, mode)
+	if err := unix.Chmod(dir, mode); err != nil {
+		t.Fatalf("chmod %s %o: %v", dir, mode, err)
+	}
 	setTimes(t, dir, atime, mtime)
 	f, st := openSrc(t, dir)
 
@@ -265,10 +273,14 @@ func TestCopyAttrsFifoFromOPath(t *testing.T) {
 	if err := unix.Mkfifo(fifo, 0600); err != nil {
 		t.Fatal(err)
 	}
-	unix.Chmod(fifo, 0624)
+	if err := unix.Chmod(fifo, 0624); err != nil {
+		t.Fatalf("chmod %s 0624: %v", fifo, err)
+	}
 	if isRoot {
 		lsetxattr(t, fifo, "trusted.k", "fifo")
-		unix.Lchown(fifo, 1234, 5678)
+		if err := unix.Lchown(fifo, 1234, 5678); err != nil {
+			t.Fatalf("lchown %s 1234:5678: %v", fifo, err)
+		}
 	}
 	setTimes(t, fifo, atime, mtime)
 	st := lstatPath(t, fifo)
@@ -315,8 +327,11 @@ func TestCloneRegular(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := pattern(64<<10, 5)
-	f.WriteAt(data, 0)
-	f.WriteAt(data, 32<<20) // a hole in between
+	for _, off := range []int64{0, 32 << 20} { // a hole in between
+		if _, err := f.WriteAt(data, off); err != nil {
+			t.Fatalf("writing object %s at %d: %v", id, off, err)
+		}
+	}
 	f.Close()
 	lsetxattr(t, objPath(s, id), "user.x", "1")
 	st := lstatObj(t, s, id)
@@ -354,7 +369,9 @@ func TestCloneRegular(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.WriteAt([]byte("changed"), 0)
+	if _, err := w.WriteAt([]byte("changed"), 0); err != nil {
+		t.Fatalf("writing the clone %s: %v", cid, err)
+	}
 	w.Close()
 	if got := readObj(t, s, id); !bytes.Equal(got[:7], data[:7]) {
 		t.Errorf("writing the clone changed the original: %q", got[:7])
@@ -372,7 +389,9 @@ func TestCloneUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantAttrs(t, s, id, st)
-	if got := lstatObj(t, s, cid); got.Mode != unix.S_IFREG|0 || got.Size != 6 {
+	// Mode 0000, as the original was made: S_IFREG and no permission
+	// bits.
+	if got := lstatObj(t, s, cid); got.Mode != unix.S_IFREG || got.Size != 6 {
 		t.Errorf("clone mode %o size %d, want %o 6", got.Mode, got.Size, unix.S_IFREG)
 	}
 }
@@ -457,7 +476,9 @@ func TestReadWriteCopyKeepsZeroBlocksAsHoles(t *testing.T) {
 	data = append(data, pattern(4096*3, 3)...)           // data
 	data = append(data, make([]byte, 2<<20)...)          // more than one buffer of zeros
 	data = append(data, append(pattern(10, 4), 0, 0)...) // tail ending in zeros
-	src.Write(data)
+	if _, err := src.Write(data); err != nil {
+		t.Fatalf("writing %s: %v", src.Name(), err)
+	}
 	dst, err := os.Create(filepath.Join(dir, "dst"))
 	if err != nil {
 		t.Fatal(err)
@@ -473,7 +494,9 @@ func TestReadWriteCopyKeepsZeroBlocksAsHoles(t *testing.T) {
 		t.Fatalf("copied content differs (len %d, want %d)", len(got), len(data))
 	}
 	var st unix.Stat_t
-	unix.Fstat(int(dst.Fd()), &st)
+	if err := unix.Fstat(int(dst.Fd()), &st); err != nil {
+		t.Fatalf("fstat %s: %v", dst.Name(), err)
+	}
 	if max := int64(len(data)-2<<20)/512 + 8; st.Blocks > max {
 		t.Errorf("st_blocks = %d, want at most %d: zero blocks were written", st.Blocks, max)
 	}

@@ -62,6 +62,15 @@ func openStore(t *testing.T, o Options) *Store {
 	return s
 }
 
+// closeStore closes s, failing the test on an error. Closing twice is
+// harmless, so it can be deferred where the test also closes s.
+func closeStore(t *testing.T, s *Store) {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
 func hostfsStore(t *testing.T) *Store {
 	return openStore(t, Options{Dir: t.TempDir()})
 }
@@ -152,7 +161,9 @@ func readObj(t *testing.T, s *Store, id string) []byte {
 	}
 	defer f.Close()
 	var st unix.Stat_t
-	unix.Fstat(int(f.Fd()), &st)
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatalf("fstat object %s: %v", id, err)
+	}
 	buf := make([]byte, st.Size)
 	if _, err := f.ReadAt(buf, 0); err != nil && st.Size > 0 {
 		t.Fatalf("reading object %s: %v", id, err)

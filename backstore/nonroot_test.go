@@ -36,7 +36,11 @@ func TestAsNonRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("removing %s: %v", dir, err)
+		}
+	})
 	tmp := filepath.Join(dir, "tmp")
 	bin := filepath.Join(dir, "backstore.test")
 	if err := copyExecutable(exe, bin); err != nil {

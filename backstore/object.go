@@ -116,7 +116,7 @@ func (s *Store) create(p *part, what string, mk func(dirfd int, name string) err
 
 // undo removes an object whose creation failed half way.
 func (s *Store) undo(id string) {
-	s.Remove(id) // best effort: the error that matters is the caller's
+	_ = s.Remove(id) // best effort: the error that matters is the caller's
 }
 
 // CreateFile creates an empty regular file object and returns it open

@@ -334,9 +334,16 @@ func TestObjects(t *testing.T) {
 		}
 		want = append(want, id)
 	}
-	// Names that are not object ids are not objects.
-	os.WriteFile(filepath.Join(s.Info().Root, "ab", "stray"), nil, 0600)
-	os.WriteFile(filepath.Join(s.Info().Root, "ab", "cd0123456789abcd"), nil, 0600) // wrong shard
+	// Names that are not object ids are not objects. Shard ab is made
+	// through the store, which lists only the shards it has open.
+	if _, err := s.main.shard(0xab); err != nil {
+		t.Fatalf("making shard ab: %v", err)
+	}
+	for _, name := range []string{"stray", "cd0123456789abcd" /* wrong shard */} {
+		if err := os.WriteFile(filepath.Join(s.Info().Root, "ab", name), nil, 0600); err != nil {
+			t.Fatalf("writing ab/%s: %v", name, err)
+		}
+	}
 	slices.Sort(want)
 	if got := listObjects(t, s); !slices.Equal(got, want) {
 		t.Errorf("Objects = %v\nwant %v", got, want)
@@ -370,7 +377,9 @@ func TestUsage(t *testing.T) {
 		t.Errorf("Usage.Bytes = %d, want >= %d (the 1 MiB file's blocks)", u.Bytes, st.Blocks*512)
 	}
 	var statfs unix.Statfs_t
-	unix.Statfs(s.Info().Root, &statfs)
+	if err := unix.Statfs(s.Info().Root, &statfs); err != nil {
+		t.Fatalf("statfs %s: %v", s.Info().Root, err)
+	}
 	if want := int64(statfs.Blocks) * statfs.Bsize; u.FsSize != want {
 		t.Errorf("Usage.FsSize = %d, want %d", u.FsSize, want)
 	}

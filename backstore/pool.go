@@ -187,7 +187,9 @@ func (s *Store) takeFile(p *part) (idleFile, bool) {
 			if f.fd >= 0 {
 				unix.Close(f.fd)
 			}
-			s.Remove(f.id)
+			// A file left is an empty object that nothing refers to,
+			// once out of pool.ids: a collection removes it.
+			_ = s.Remove(f.id)
 			pl.mu.Lock()
 			delete(pl.ids, f.id)
 			pl.mu.Unlock()
@@ -247,7 +249,9 @@ func (s *Store) takeDir() (string, bool) {
 		now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
 		err := unix.UtimesNanoAt(l.Dirfd, l.Name, now, unix.AT_SYMLINK_NOFOLLOW)
 		if err != nil {
-			s.Remove(id)
+			// As in takeFile: a directory left is garbage that a
+			// collection removes.
+			_ = s.Remove(id)
 		}
 		pl.mu.Lock()
 		delete(pl.ids, id)
@@ -345,8 +349,11 @@ func (s *Store) makeIdle(dir bool) error {
 			}
 			return err
 		}
+		// Not kept only when the pool closed meanwhile; an object that
+		// then cannot be removed is garbage that a collection removes,
+		// and this goroutine has no one to tell.
 		if dir {
-			s.keepIdleDir(id)
+			_ = s.keepIdleDir(id)
 			return nil
 		}
 		f := idleFile{id: id, fd: fd, made: true}
@@ -354,7 +361,7 @@ func (s *Store) makeIdle(dir bool) error {
 		if unix.Fstat(fd, &st) == nil {
 			f.known, f.mode, f.uid, f.gid = true, st.Mode, st.Uid, st.Gid
 		}
-		s.keepIdleFile(f)
+		_ = s.keepIdleFile(f)
 		return nil
 	}
 }
@@ -362,8 +369,8 @@ func (s *Store) makeIdle(dir bool) error {
 // keepIdleFile adds f (emptied, named in its shard, its id already in
 // pool.ids) to the idle files (recycled or, with f.made, made ahead),
 // or removes it when the pool is closed or holds maxIdle files of its
-// list.
-func (s *Store) keepIdleFile(f idleFile) {
+// list, returning the error of that removal.
+func (s *Store) keepIdleFile(f idleFile) error {
 	pl := s.pool
 	list := &pl.idleFiles
 	if f.made {
@@ -388,12 +395,13 @@ func (s *Store) keepIdleFile(f idleFile) {
 		if f.fd >= 0 {
 			unix.Close(f.fd)
 		}
-		s.Remove(f.id)
+		return s.Remove(f.id)
 	}
+	return nil
 }
 
 // keepIdleDir is keepIdleFile for directory id.
-func (s *Store) keepIdleDir(id string) {
+func (s *Store) keepIdleDir(id string) error {
 	pl := s.pool
 	pl.mu.Lock()
 	kept := !pl.closed && len(pl.idleDirs) < maxIdle
@@ -404,8 +412,9 @@ func (s *Store) keepIdleDir(id string) {
 	}
 	pl.mu.Unlock()
 	if !kept {
-		s.Remove(id)
+		return s.Remove(id)
 	}
+	return nil
 }
 
 // Recycle removes object id as Remove does, but keeps a regular file or
@@ -417,8 +426,9 @@ func (s *Store) keepIdleDir(id string) {
 // The id is idle (in pool.ids) from the start, so that a collection
 // never takes it for garbage once it may be handed out again; and while
 // a collection runs, which may have found it garbage already and be
-// about to remove it, Recycle removes it itself.
-func (s *Store) Recycle(id string) error {
+// about to remove it, Recycle removes it itself. The error is that of
+// the removal, when the object is removed instead of kept.
+func (s *Store) Recycle(id string) (err error) {
 	if s.pool == nil || shardOf(id) < 0 || s.spill != nil && s.isSpilled(id) {
 		return s.Remove(id)
 	}
@@ -439,7 +449,7 @@ func (s *Store) Recycle(id string) error {
 	handed := false // to keepIdleFile or keepIdleDir, which keep or remove it
 	defer func() {
 		if !handed {
-			s.Remove(id)
+			err = s.Remove(id) // every return below that does not hand id over returns nil
 			pl.mu.Lock()
 			delete(pl.ids, id)
 			pl.mu.Unlock()
@@ -456,7 +466,7 @@ func (s *Store) Recycle(id string) error {
 	case unix.S_IFDIR:
 		if s.emptyDirForReuse(l) {
 			handed = true
-			s.keepIdleDir(id)
+			return s.keepIdleDir(id)
 		}
 		return nil
 	case unix.S_IFREG:
@@ -478,8 +488,7 @@ func (s *Store) Recycle(id string) error {
 		return nil
 	}
 	handed = true
-	s.keepIdleFile(idleFile{id: id, fd: fd, known: true, mode: st.Mode, uid: st.Uid, gid: st.Gid})
-	return nil
+	return s.keepIdleFile(idleFile{id: id, fd: fd, known: true, mode: st.Mode, uid: st.Uid, gid: st.Gid})
 }
 
 // emptyDirForReuse strips the directory object at l of its extended
@@ -568,11 +577,13 @@ func (p *part) removeLegacySpares() {
 	names, _ := f.Readdirnames(-1)
 	for _, name := range names {
 		if unix.Unlinkat(fd, name, 0) == unix.EISDIR {
-			unix.Unlinkat(fd, name, unix.AT_REMOVEDIR)
+			_ = unix.Unlinkat(fd, name, unix.AT_REMOVEDIR) // best effort, as below
 		}
 	}
 	f.Close()
-	unix.Unlinkat(p.rootfd, legacySpareDir, unix.AT_REMOVEDIR)
+	// Best effort: the spare directory is outside the shards, so what
+	// is left in it is no object, and the next Open tries again.
+	_ = unix.Unlinkat(p.rootfd, legacySpareDir, unix.AT_REMOVEDIR)
 }
 
 // closePool stops the goroutine and removes the idle objects. Closing
@@ -596,11 +607,13 @@ func (s *Store) closePool() {
 	if s.main == nil {
 		return
 	}
+	// Best effort: an idle object left is an empty object that nothing
+	// refers to, garbage that a collection (Collect) removes.
 	for _, f := range files {
-		s.Remove(f.id)
+		_ = s.Remove(f.id)
 	}
 	for _, id := range dirs {
-		s.Remove(id)
+		_ = s.Remove(id)
 	}
 }
 

@@ -75,7 +75,7 @@ func TestPool(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.Close()
+			defer closeStore(t, s)
 			uid, gid := testOwner()
 			// The first file starts the pool.
 			ids := map[string]bool{newFile(t, s, 0600, nil): true}
@@ -172,8 +172,12 @@ func TestPoolCloseBeforeUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
-	s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
 	if s.pool.started {
 		t.Error("Close started the pool")
 	}
@@ -189,7 +193,7 @@ func TestPoolTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer closeStore(t, s)
 	uid, gid := testOwner()
 	newFile(t, s, 0600, nil) // starts the pool
 	waitPoolFull(t, s)
@@ -225,7 +229,7 @@ func TestRecycle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.Close()
+			defer closeStore(t, s)
 			uid, gid := testOwner()
 			old := newFile(t, s, 0600, []byte("old data"))
 			if err := unix.Lsetxattr(objPath(s, old), "user.old", []byte("x"), 0); err != nil && err != unix.ENOTSUP {
@@ -328,13 +332,15 @@ func TestRecycle(t *testing.T) {
 				t.Errorf("%d of %d recycled files kept (the first: %v), want the first %d", kept, len(recycled), s.IsIdle(recycled[0]), maxIdle)
 			}
 			listed := 0
-			s.Objects(func(id string) error {
+			if err := s.Objects(func(id string) error {
 				listed++
 				if s.IsIdle(id) {
 					t.Errorf("Objects lists idle object %s", id)
 				}
 				return nil
-			})
+			}); err != nil {
+				t.Fatalf("Objects: %v", err)
+			}
 			if listed != 1 { // old, reused
 				t.Errorf("Objects lists %d objects, want 1 (idle objects are no objects)", listed)
 			}
@@ -379,6 +385,86 @@ func TestRecycle(t *testing.T) {
 	}
 }
 
+// TestRecycleReportsRemoveError: an object that Recycle removes instead
+// of keeping (a symlink) gives Recycle the error of that removal, as
+// Remove would.
+func TestRecycleReportsRemoveError(t *testing.T) {
+	s := hostfsStore(t)
+	id, err := s.Symlink("target", -1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := filepath.Join(s.Info().Root, id[:2])
+	unlock := lockDir(t, shard)
+	err = s.Recycle(id)
+	unlock()
+	if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) {
+		t.Errorf("Recycle of a symlink in a shard that forbids removing it: %v, want EPERM or EACCES", err)
+	}
+	if s.IsIdle(id) {
+		t.Errorf("symlink %s kept idle", id)
+	}
+	if _, err := s.Lstat(id); err != nil {
+		t.Errorf("symlink %s after its removal failed: %v, want it there", id, err)
+	}
+	if err := s.Recycle(id); err != nil {
+		t.Errorf("Recycle once the shard allows it: %v", err)
+	}
+}
+
+// fsImmutableFL is FS_IMMUTABLE_FL (linux/fs.h), which x/sys/unix lacks.
+const fsImmutableFL = 0x00000010
+
+// lockDir forbids removing the entries of dir (the immutable flag as
+// root, who ignores modes; mode 0500 otherwise) until the returned
+// function, which t.Cleanup calls too, undoes it.
+func lockDir(t *testing.T, dir string) func() {
+	t.Helper()
+	set := func(lock bool) error {
+		if !isRoot {
+			mode := uint32(0700)
+			if lock {
+				mode = 0500
+			}
+			return unix.Chmod(dir, mode)
+		}
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+		if err != nil {
+			return err
+		}
+		if lock {
+			flags |= fsImmutableFL
+		} else {
+			flags &^= fsImmutableFL
+		}
+		return unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags))
+	}
+	if err := set(true); err != nil {
+		if isRoot && (err == unix.ENOTTY || err == unix.EOPNOTSUPP) {
+			unavailable(t, "the filesystem of %s has no immutable flag: %v", dir, err)
+		}
+		t.Fatalf("locking %s: %v", dir, err)
+	}
+	locked := true
+	unlock := func() {
+		if !locked {
+			return
+		}
+		if err := set(false); err != nil {
+			t.Errorf("unlocking %s: %v", dir, err)
+			return
+		}
+		locked = false
+	}
+	t.Cleanup(unlock)
+	return unlock
+}
+
 // TestRecycledFileNotWrittenAtClose: on ext4, a new file that took a
 // recycled object is not written out when its writer closes it, as a new
 // native file is not (the truncate that emptied the object would
@@ -395,8 +481,11 @@ func TestRecycledFileNotWrittenAtClose(t *testing.T) {
 		if f, err := s.Open(id, unix.O_RDONLY); err != nil {
 			t.Fatal(err)
 		} else {
-			unix.Fsync(int(f.Fd()))
+			err := unix.Fsync(int(f.Fd()))
 			f.Close()
+			if err != nil {
+				t.Fatalf("fsync object %s: %v", id, err)
+			}
 		}
 		olds = append(olds, id)
 	}
@@ -520,7 +609,9 @@ func TestIdleLeftByCrash(t *testing.T) {
 		t.Fatalf("after the crash Objects lists %d objects (the recycled one: %v), want the idle ones too", len(objs), slices.Contains(objs, gone))
 	}
 	// Closed before its collection (which failed, say): still crashed.
-	s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
 	s = openStore(t, Options{Kind: "hostfs", Dir: dir})
 	if !s.Crashed() {
 		t.Errorf("closed without Recovered, then opened: Crashed() = false, want true (the collection is still to do)")
@@ -533,7 +624,9 @@ func TestIdleLeftByCrash(t *testing.T) {
 		t.Errorf("Collect removed %d of %d, left %v; want all but %s", r.Removed, len(objs), got, keep)
 	}
 	s.Recovered()
-	s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close after Recovered: %v", err)
+	}
 	s = openStore(t, Options{Kind: "hostfs", Dir: dir})
 	if s.Crashed() {
 		t.Errorf("after Recovered, Close and Open: Crashed() = true")
@@ -651,7 +744,9 @@ func TestLegacySpareDir(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, Options{Kind: "hostfs", Dir: dir})
 	root := s.Info().Root
-	s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
 	left := filepath.Join(root, legacySpareDir)
 	if err := os.Mkdir(left, 0700); err != nil {
 		t.Fatal(err)

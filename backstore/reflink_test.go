@@ -43,8 +43,11 @@ func mountImage(t *testing.T, typ, pkg string, args ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Truncate(300 << 20)
+	err = f.Truncate(300 << 20)
 	f.Close()
+	if err != nil {
+		t.Fatalf("sizing the image %s: %v", img, err)
+	}
 	if out, err := exec.Command(mkfs, append(args, img)...).CombinedOutput(); err != nil {
 		t.Fatalf("mkfs.%s: %v\n%s", typ, err, out)
 	}
@@ -54,7 +57,9 @@ func mountImage(t *testing.T, typ, pkg string, args ...string) string {
 	t.Cleanup(func() {
 		if err := unix.Unmount(mnt, 0); err != nil {
 			t.Logf("unmount %s: %v; detaching", mnt, err)
-			unix.Unmount(mnt, unix.MNT_DETACH)
+			if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+				t.Errorf("detaching %s: %v", mnt, err)
+			}
 		}
 	})
 	return mnt
@@ -176,8 +181,11 @@ func TestReflinkOnXFS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.Sync()
+	err = f.Sync()
 	f.Close()
+	if err != nil {
+		t.Fatalf("fsync %s: %v", src, err)
+	}
 	setTimes(t, src, atime, mtime)
 	in, st := openSrc(t, src)
 
@@ -212,9 +220,14 @@ func TestReflinkOnXFS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.WriteAt([]byte("changed"), 0)
-	w.Sync()
+	if _, err := w.WriteAt([]byte("changed"), 0); err != nil {
+		t.Fatalf("writing the clone %s: %v", cid, err)
+	}
+	err = w.Sync()
 	w.Close()
+	if err != nil {
+		t.Fatalf("fsync the clone %s: %v", cid, err)
+	}
 	r, err := s.Open(id, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)

@@ -107,7 +107,7 @@ func Open(o Options) (*Store, error) {
 		s.crashed.Store(crashed)
 	}
 	if err != nil {
-		s.Close()
+		_ = s.Close() // undoing what was made: the caller gets err
 		return nil, err
 	}
 	s.info.Reflink = s.probeReflink()
@@ -153,7 +153,9 @@ func (s *Store) Recovered() { s.crashed.Store(false) }
 func (s *Store) Close() error {
 	s.closePool()
 	if s.main != nil && s.main.rootfd >= 0 && !s.crashed.Load() {
-		unix.Unlinkat(s.main.rootfd, openMarker, 0)
+		// A marker left makes the next Open report a crash, and its
+		// caller collect unreferenced objects at once: safe.
+		_ = unix.Unlinkat(s.main.rootfd, openMarker, 0)
 	}
 	s.main.close()
 	s.spill.close()
@@ -232,7 +234,7 @@ func SpreadChildren(dir string) {
 	defer unix.Close(fd)
 	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
 	if err == nil && flags&fsTopdirFL == 0 {
-		unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags|fsTopdirFL))
+		_ = unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags|fsTopdirFL)) // best effort (above)
 	}
 }
 

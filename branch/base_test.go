@@ -111,14 +111,16 @@ func TestBasesFollowTheLayer(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := 0
-		s.view(func(txn *badger.Txn) error {
+		if err := s.view(func(txn *badger.Txn) error {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: basePrefix(br2.id)})
 			defer it.Close()
 			for it.Rewind(); it.Valid(); it.Next() {
 				n++
 			}
 			return nil
-		})
+		}); err != nil {
+			t.Fatalf("counting the bases of the deleted branch: %v", err)
+		}
 		if n != 0 {
 			t.Errorf("%d bases of a deleted branch remain", n)
 		}

@@ -63,7 +63,7 @@ func benchLayer(b *testing.B) *Layer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { l.s.Close() })
+	b.Cleanup(func() { closeStore(b, l.s) })
 	return l
 }
 

@@ -247,7 +247,8 @@ func (s *Store) commitLocked(ops []op) error {
 		testHookInFlight()
 	}
 	cb := s.commitCallback(f, ts)
-	s.handOffLocked(ts, func() { txn.CommitAt(ts, cb) })
+	// With a callback, CommitAt returns nil and gives cb every error.
+	s.handOffLocked(ts, func() { _ = txn.CommitAt(ts, cb) })
 	if full {
 		// badger is behind (a flush stalled): wait, so that the changes
 		// a kill -9 can lose stay few.

@@ -74,11 +74,16 @@ func checkState(t *testing.T, l *Layer, n int, after bool) {
 		}
 	}
 	var pending bool
-	l.s.view(func(txn *badger.Txn) error {
+	if err := l.s.view(func(txn *badger.Txn) error {
 		_, err := txn.Get(pendingKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
 		pending = err == nil
-		return nil
-	})
+		return err
+	}); err != nil {
+		t.Fatalf("reading %s: %v", pendingKey, err)
+	}
 	if pending {
 		t.Errorf("%s is still set", pendingKey)
 	}
@@ -106,7 +111,7 @@ func TestSplitCommit(t *testing.T) {
 		t.Errorf("%d transactions for two commits of %d and %d changes, want a split", parts, 2*n, 3*n)
 	}
 	checkState(t, l, n, true)
-	s.Close()
+	closeStore(t, s)
 	s = openDir(t, Options{Dir: dir}) // default memtable size: the format does not depend on it
 	checkState(t, mainLayer(t, s), n, true)
 }
@@ -139,7 +144,7 @@ func TestSplitCommitFailureRollsBack(t *testing.T) {
 			if err := l.Commit(&b); err != nil {
 				t.Fatalf("Commit after a rolled-back commit: %v", err)
 			}
-			s.Close()
+			closeStore(t, s)
 			s = openDir(t, Options{Dir: dir})
 			checkState(t, mainLayer(t, s), n, false)
 		})
@@ -160,7 +165,9 @@ func childSplitCrash(dir string) error {
 	killAt, _ := strconv.Atoi(os.Getenv("BRANCH_TEST_PART"))
 	testHookSplitPart = func(part int) error {
 		if part == killAt {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			if err := syscall.Kill(os.Getpid(), syscall.SIGKILL); err != nil {
+				return fmt.Errorf("killing myself: %w", err)
+			}
 			time.Sleep(time.Minute)
 		}
 		return nil
@@ -191,7 +198,7 @@ func TestCrashDuringSplitCommit(t *testing.T) {
 			// commit or asks for a writable open first.
 			if r, err := Open(Options{Dir: dir, ReadOnly: true}); err == nil {
 				checkState(t, mainLayer(t, r), n, committed)
-				r.Close()
+				closeStore(t, r)
 			} else if !strings.Contains(err.Error(), "not closed cleanly") {
 				t.Errorf("read-only open after the crash: %v", err)
 			}
@@ -206,7 +213,7 @@ func TestCrashDuringSplitCommit(t *testing.T) {
 				t.Fatalf("Commit after recovery: %v", err)
 			}
 			checkState(t, l, n, true)
-			s.Close()
+			closeStore(t, s)
 			checkState(t, mainLayer(t, openDir(t, Options{Dir: dir})), n, true)
 		})
 	}
@@ -272,8 +279,7 @@ func TestKillDuringCommits(t *testing.T) {
 			reported, _ = strconv.Atoi(strings.TrimPrefix(line, "done "))
 		}
 		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-		c.cmd.Process.Signal(syscall.SIGKILL)
-		c.cmd.Wait()
+		c.kill(t)
 
 		s := openDir(t, Options{Dir: dir})
 		_, m := loadAll(t, mainLayer(t, s))
@@ -302,7 +308,7 @@ func TestKillDuringCommits(t *testing.T) {
 		if _, ok := m[fmt.Sprintf("b/%06d/00001", last)]; !ok {
 			t.Errorf("round %d: b/%06d/00001 missing", round, last)
 		}
-		s.Close()
+		closeStore(t, s)
 	}
 }
 
@@ -330,7 +336,7 @@ func TestPipelinedCommits(t *testing.T) {
 	if err := s.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
+	closeStore(t, s)
 	_, m := loadAll(t, mainLayer(t, openDir(t, Options{Dir: dir})))
 	if len(m) != 1 || m["f0499"].Ino != 500 {
 		t.Errorf("after reopen: %v, want f0499 alone", m)
@@ -371,6 +377,9 @@ func TestCommitLostAfterHandOver(t *testing.T) {
 	if _, err := l.Get("kept"); err != nil {
 		t.Errorf("Get kept: %v", err)
 	}
+	if err := s.Close(); err == nil || !strings.Contains(err.Error(), "injected write error") {
+		t.Errorf("Close after a lost commit = %v, want the error", err)
+	}
 }
 
 // TestCommitLostBeforeAWrittenOne: badger calls back in no order; a
@@ -410,6 +419,9 @@ func TestCommitLostBeforeAWrittenOne(t *testing.T) {
 			t.Errorf("%s is visible after the commit before it was lost", name)
 		}
 	}
+	if err := s.Close(); err == nil || !strings.Contains(err.Error(), injected.Error()) {
+		t.Errorf("Close after a lost commit = %v, want the error", err)
+	}
 }
 
 // TestCommitsInFlightBounded: however fast commits come, at most
@@ -423,7 +435,13 @@ func TestCommitsInFlightBounded(t *testing.T) {
 	testHookWritten = func(uint64) error { <-release; return nil }
 	// Before the store closes; the hook is cleared only once every
 	// callback that reads it has run.
-	t.Cleanup(func() { free(); s.Settle(); testHookWritten = nil })
+	t.Cleanup(func() {
+		free()
+		if err := s.Settle(); err != nil {
+			t.Errorf("Settle: %v", err)
+		}
+		testHookWritten = nil
+	})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -252,7 +252,8 @@ func (e *entryIter) entry() (*Entry, []byte, error) {
 // cannot be read: rewriting it does no harm).
 func (e *entryIter) sameValue(v []byte) bool {
 	same := false
-	e.it.Item().Value(func(cur []byte) error {
+	// An error leaves same false, as documented above.
+	_ = e.it.Item().Value(func(cur []byte) error {
 		same = bytes.Equal(cur, v)
 		return nil
 	})

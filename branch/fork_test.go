@@ -87,7 +87,7 @@ func TestCreateLayerSplit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer closeStore(t, s)
 	l := mainLayer(t, s)
 	const n = 3000
 	if err := preState(l, n); err != nil {
@@ -176,7 +176,7 @@ func TestResetTo(t *testing.T) {
 		if b.Epoch() <= sHi.Epoch {
 			t.Errorf("branch epoch %d after reset to a snapshot with entries of epoch %d: want it above", b.Epoch(), sHi.Epoch)
 		}
-		s.Close()
+		closeStore(t, s)
 		if err := b.ResetTo(s0); !errors.Is(err, ErrClosed) {
 			t.Errorf("ResetTo on a closed store: %v, want ErrClosed", err)
 		}

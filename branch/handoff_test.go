@@ -138,7 +138,7 @@ func TestHandOffSplitCommit(t *testing.T) {
 	if _, err := l.Get("gone"); err == nil {
 		t.Error("a name the split commit deleted is there: the queued commit before it was handed over after it")
 	}
-	s.Close()
+	closeStore(t, s)
 	l = mainLayer(t, openDir(t, Options{Dir: dir}))
 	checkState(t, l, n, true)
 	if _, err := l.Get("gone"); err == nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -60,10 +61,25 @@ func startChild(t *testing.T, mode, dir string, env ...string) *child {
 	}
 	c := &child{cmd: cmd, in: in, lines: bufio.NewScanner(out), errb: errb}
 	t.Cleanup(func() {
-		c.cmd.Process.Kill()
-		c.cmd.Wait()
+		// Best effort: the child has usually exited and been waited
+		// for already, and then both fail.
+		_ = c.cmd.Process.Kill()
+		_ = c.cmd.Wait()
 	})
 	return c
+}
+
+// kill kills the child (SIGKILL) and waits for it, failing the test
+// unless it died of that signal.
+func (c *child) kill(t *testing.T) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("killing the child: %v (%s)", err, c.errb)
+	}
+	err := c.cmd.Wait()
+	if ps := c.cmd.ProcessState; ps == nil || ps.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child: %v (%s), want it killed", err, c.errb)
+	}
 }
 
 // line returns the child's next line of output ("" at its end).
@@ -80,7 +96,7 @@ func openMem(t *testing.T) *Store {
 	if err != nil {
 		t.Fatalf("Open(in memory): %v", err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { closeStore(t, s) })
 	return s
 }
 
@@ -90,8 +106,18 @@ func openDir(t *testing.T, o Options) *Store {
 	if err != nil {
 		t.Fatalf("Open(%s): %v", o.Dir, err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { closeStore(t, s) })
 	return s
+}
+
+// closeStore closes s, failing the test on an error. Closing twice is
+// harmless (openMem and openDir close in t.Cleanup); a store whose
+// Close fails is unlocked all the same, so the test may go on.
+func closeStore(tb testing.TB, s *Store) {
+	tb.Helper()
+	if err := s.Close(); err != nil {
+		tb.Errorf("Close: %v", err)
+	}
 }
 
 func mainLayer(t *testing.T, s *Store) *Layer {
@@ -133,7 +159,7 @@ func openMain(o Options) (*Layer, error) {
 	}
 	l, err := s.Layer("main")
 	if err != nil {
-		s.Close()
+		_ = s.Close() // the caller gets err
 		return nil, err
 	}
 	return l, nil

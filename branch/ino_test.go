@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 )
 
@@ -67,7 +66,7 @@ func TestAllocInoAcrossReopen(t *testing.T) {
 			}
 			max = ino
 		}
-		s.Close()
+		closeStore(t, s)
 	}
 }
 
@@ -98,8 +97,7 @@ func TestAllocInoAfterKill(t *testing.T) {
 		}
 		max = ino
 	}
-	c.cmd.Process.Signal(syscall.SIGKILL)
-	c.cmd.Wait()
+	c.kill(t)
 	s := openDir(t, Options{Dir: dir})
 	ino, err := s.AllocIno()
 	if err != nil {

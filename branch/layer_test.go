@@ -188,7 +188,7 @@ func TestBatchAtomicVisibility(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer closeStore(t, s)
 	l := mainLayer(t, s)
 	move := func(from, to string, n int) error {
 		var b Batch
@@ -213,15 +213,19 @@ func TestBatchAtomicVisibility(t *testing.T) {
 				default:
 				}
 				left, right := 0, 0
-				l.Load(func(p string, e *Entry) error {
+				if err := l.Load(func(p string, e *Entry) error {
 					if strings.HasPrefix(p, "left/") {
 						left++
 					} else {
 						right++
 					}
 					return nil
-				})
-				if !(left == n && right == 0 || left == 0 && right == n) {
+				}); err != nil {
+					t.Errorf("a reader's Load: %v", err)
+					return
+				}
+				oneSide := left == n && right == 0 || left == 0 && right == n
+				if !oneSide {
 					t.Errorf("a reader saw %d left and %d right, want all %d on one side", left, right, n)
 					return
 				}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -19,7 +18,10 @@ func childHold(dir string) error {
 		return err
 	}
 	fmt.Println("held")
-	io.ReadAll(os.Stdin)
+	if _, err := io.ReadAll(os.Stdin); err != nil {
+		_ = s.Close() // the test gets the read's error
+		return fmt.Errorf("waiting for stdin to close: %w", err)
+	}
 	return s.Close()
 }
 
@@ -37,7 +39,9 @@ func TestLockedByAnotherProcess(t *testing.T) {
 	if !strings.Contains(err.Error(), want) {
 		t.Errorf("error = %q, want it to contain %q", err, want)
 	}
-	c.in.Close()
+	if err := c.in.Close(); err != nil {
+		t.Fatalf("closing the holder's stdin: %v", err)
+	}
 	if err := c.cmd.Wait(); err != nil {
 		t.Fatalf("holder: %v (%s)", err, c.errb)
 	}
@@ -51,8 +55,7 @@ func TestLockDiesWithHolder(t *testing.T) {
 	if got := c.line(); got != "held" {
 		t.Fatalf("child said %q (%s), want held", got, c.errb)
 	}
-	c.cmd.Process.Signal(syscall.SIGKILL)
-	c.cmd.Wait()
+	c.kill(t)
 	s := openDir(t, Options{Dir: dir})
 	b, err := os.ReadFile(dir + "/lock")
 	if err != nil {
@@ -61,7 +64,7 @@ func TestLockDiesWithHolder(t *testing.T) {
 	if got, want := string(b), fmt.Sprintf("%d\n", os.Getpid()); got != want {
 		t.Errorf("lock file holds %q, want %q", got, want)
 	}
-	s.Close()
+	closeStore(t, s)
 }
 
 // TestLockedWithinProcess: a second writable Open in the same process

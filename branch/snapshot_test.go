@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -85,10 +84,12 @@ func checkChildren(t *testing.T, m model, src interface {
 	}
 	for dir := range dirs {
 		var got, want []string
-		src.Children(dir, func(name string, e *Entry) error {
+		if err := src.Children(dir, func(name string, e *Entry) error {
 			got = append(got, name)
 			return nil
-		})
+		}); err != nil {
+			t.Fatalf("Children(%q): %v", dir, err)
+		}
 		for p := range m {
 			parent, name := "", p
 			if i := strings.LastIndexByte(p, '/'); i >= 0 {
@@ -188,7 +189,7 @@ func TestSnapshotReopen(t *testing.T) {
 	if err := s.SetTag("v1", snap.ID); err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
+	closeStore(t, s)
 
 	for _, ro := range []bool{false, true} {
 		s = openDir(t, Options{Dir: dir, ReadOnly: ro})
@@ -202,7 +203,7 @@ func TestSnapshotReopen(t *testing.T) {
 		if l.Epoch() != 1 {
 			t.Errorf("Epoch() after reopen = %d, want 1", l.Epoch())
 		}
-		s.Close()
+		closeStore(t, s)
 	}
 }
 
@@ -244,8 +245,7 @@ func TestSnapshotSurvivesKill(t *testing.T) {
 	dir := t.TempDir()
 	c := startChild(t, "snapshot-kill", dir)
 	id := c.line()
-	c.cmd.Process.Signal(syscall.SIGKILL)
-	c.cmd.Wait()
+	c.kill(t)
 	if len(id) != snapIDLen {
 		t.Fatalf("child printed %q: %s", id, c.errb)
 	}
@@ -443,19 +443,27 @@ func TestSnapshotFeature(t *testing.T) {
 	l := mainLayer(t, s)
 	rawRecord := func() []byte {
 		var v []byte
-		s.view(func(txn *badger.Txn) error {
-			v, _ = getValue(txn, layerKey("main"))
-			return nil
-		})
+		if err := s.view(func(txn *badger.Txn) error {
+			var err error
+			v, err = getValue(txn, layerKey("main"))
+			return err
+		}); err != nil {
+			t.Fatalf("reading the record of main: %v", err)
+		}
 		return v
 	}
 	hasFeature := func() bool {
 		found := false
-		s.view(func(txn *badger.Txn) error {
+		if err := s.view(func(txn *badger.Txn) error {
 			_, err := txn.Get(featureKey(featureSnapshots))
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				return nil
+			}
 			found = err == nil
-			return nil
-		})
+			return err
+		}); err != nil {
+			t.Fatalf("reading feature/snapshots: %v", err)
+		}
 		return found
 	}
 	if v := rawRecord(); v[0] != 1 || hasFeature() {
@@ -543,7 +551,7 @@ func TestSnapshotsSurviveCompaction(t *testing.T) {
 	checkSnaps("after compaction")
 	held := countVersions(t, s, entryPfx)
 
-	s.Close()
+	closeStore(t, s)
 	s = openDir(t, o)
 	l = mainLayer(t, s)
 	compactAll(t, s)

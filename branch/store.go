@@ -130,7 +130,7 @@ func Open(o Options) (*Store, error) {
 	}
 	s.db = db
 	if err := s.start(); err != nil {
-		s.Close()
+		_ = s.Close() // undoing the open: the caller gets err
 		return nil, err
 	}
 	return s, nil

@@ -119,7 +119,7 @@ func TestClosedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := mainLayer(t, s)
-	s.Close()
+	closeStore(t, s)
 	if _, err := l.Get("a"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Get after Close: %v, want ErrClosed", err)
 	}
@@ -146,7 +146,7 @@ func TestFormatVersionRefused(t *testing.T) {
 		if err := s.setFormatVersionForTest(c.version); err != nil {
 			t.Fatal(err)
 		}
-		s.Close()
+		closeStore(t, s)
 		for _, ro := range []bool{false, true} {
 			_, err = Open(Options{Dir: dir, ReadOnly: ro})
 			if !errors.Is(err, ErrIncompatible) {
@@ -171,7 +171,7 @@ func TestUnknownFeatureRefused(t *testing.T) {
 	if err := s.apply([]op{{key: featureKey("time-travel"), val: nil}}); err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
+	closeStore(t, s)
 	_, err = Open(Options{Dir: dir})
 	if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), "time-travel") {
 		t.Fatalf("Open of a store with an unknown feature: %v, want ErrIncompatible naming it", err)
@@ -187,7 +187,9 @@ func TestNotAnAgentfsStore(t *testing.T) {
 	if err := db.Update(func(txn *badger.Txn) error { return txn.Set([]byte("k"), []byte("v")) }); err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
+	if err := db.Close(); err != nil {
+		t.Fatalf("closing the foreign database: %v", err)
+	}
 	if _, err := Open(Options{Dir: dir}); !errors.Is(err, ErrIncompatible) {
 		t.Fatalf("Open of a foreign badger database: %v, want ErrIncompatible", err)
 	}
@@ -211,7 +213,7 @@ func TestReadOnly(t *testing.T) {
 	if _, err := Open(Options{Dir: dir, ReadOnly: true}); !errors.Is(err, ErrLocked) {
 		t.Errorf("read-only Open beside a writer: %v, want ErrLocked", err)
 	}
-	w.Close()
+	closeStore(t, w)
 
 	r1 := openDir(t, Options{Dir: dir, ReadOnly: true})
 	r2 := openDir(t, Options{Dir: dir, ReadOnly: true})
@@ -246,12 +248,12 @@ func TestOpenAfterCrashLeftEmptyMemtable(t *testing.T) {
 	if err := mainLayer(t, s).Commit(&b); err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
+	closeStore(t, s)
 	if err := os.WriteFile(filepath.Join(dir, "meta", "00099.mem"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s = openDir(t, Options{Dir: dir})
-	defer s.Close()
+	defer closeStore(t, s)
 	e, err := mainLayer(t, s).Get("a")
 	if err != nil || e.Ino != 7 {
 		t.Fatalf("entry after recovery: %+v, %v", e, err)
