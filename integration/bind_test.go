@@ -222,7 +222,7 @@ func startUntil(t *testing.T, cmd *exec.Cmd, want string) (io.WriteCloser, *sync
 	}
 	if !harness.WaitFor(func() bool { return strings.Contains(out.String(), want) }) {
 		_ = cmd.Process.Kill() // it may have exited; the test fails below either way
-		_ = cmd.Wait()         // its status: the output says more
+		_ = cmd.Wait()         // reaps it; the output below says more than its status
 		t.Fatalf("%v did not get going (no %q in its output):\n%s", cmd.Args, want, out.String())
 	}
 	return stdin, out
