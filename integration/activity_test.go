@@ -183,7 +183,10 @@ func TestActivityLogFollow(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // it may have ended with the mount
+		_ = cmd.Wait()         // "signal: killed": the kill above
+	})
 	lines := make(chan logEntry, 100)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -542,8 +545,13 @@ func processCPU(b *testing.B, pid int) time.Duration {
 	}
 	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
 	var utime, stime int64
-	fmt.Sscan(fields[11], &utime) // field 14: utime, in clock ticks
-	fmt.Sscan(fields[12], &stime) // field 15: stime
-	const ticks = 100             // USER_HZ
+	// Fields 14 and 15: utime and stime, in clock ticks.
+	if _, err := fmt.Sscan(fields[11], &utime); err != nil {
+		b.Fatalf("utime in /proc/%d/stat: %v", pid, err)
+	}
+	if _, err := fmt.Sscan(fields[12], &stime); err != nil {
+		b.Fatalf("stime in /proc/%d/stat: %v", pid, err)
+	}
+	const ticks = 100 // USER_HZ
 	return time.Duration(utime+stime) * time.Second / ticks
 }

@@ -119,13 +119,6 @@ func normalizeApplied(tr harness.Tree) harness.Tree {
 	return out
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestApplyConflict(t *testing.T) {
 	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "project\n"), harness.LowerFile("g", "g\n")))
 	harness.WriteFile(t, m.Path("f"), "mount\n")

@@ -47,7 +47,9 @@ func assertRefused(t *testing.T, r harness.Result, want refusal, mp string) {
 		if got := harness.MountsUnder(mp); len(got) > 0 {
 			t.Errorf("mounted after a refusal: %v", got)
 			for _, e := range got {
-				unix.Unmount(strings.Fields(e)[0], unix.MNT_DETACH)
+				if err := unix.Unmount(strings.Fields(e)[0], unix.MNT_DETACH); err != nil {
+					t.Errorf("detaching %s: %v", e, err)
+				}
 			}
 		}
 		if pids := daemonsFor(mp); len(pids) > 0 {
@@ -107,7 +109,7 @@ func TestBadInput(t *testing.T) {
 		{"mountpoint is a file", func(t *testing.T) ([]string, string) {
 			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"))
 			mp := filepath.Join(t.TempDir(), "file")
-			os.WriteFile(mp, nil, 0o644)
+			must(t, os.WriteFile(mp, nil, 0o644))
 			return []string{"mount", "--lower", lower, mp}, mp
 		}, refusal{phrase: "not a directory"}},
 		// Checklist 20.
@@ -118,7 +120,7 @@ func TestBadInput(t *testing.T) {
 		{"mountpoint inside the lower through a symlink", func(t *testing.T) ([]string, string) {
 			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"), harness.LowerDir("sub/mnt"))
 			link := filepath.Join(t.TempDir(), "link")
-			os.Symlink(filepath.Join(lower, "sub/mnt"), link)
+			must(t, os.Symlink(filepath.Join(lower, "sub/mnt"), link))
 			return []string{"mount", "--lower", lower, link}, filepath.Join(lower, "sub/mnt")
 		}, refusal{phrase: "inside"}},
 		{"lower inside the mountpoint", func(t *testing.T) ([]string, string) {
@@ -138,7 +140,7 @@ func TestBadInput(t *testing.T) {
 		{"store is a file", func(t *testing.T) ([]string, string) {
 			lower := harness.NewLowerDir(t, harness.LowerFile("f", "f"))
 			store := filepath.Join(t.TempDir(), "store")
-			os.WriteFile(store, nil, 0o644)
+			must(t, os.WriteFile(store, nil, 0o644))
 			mp := t.TempDir()
 			return []string{"mount", "--lower", lower, "--store", store, mp}, mp
 		}, refusal{phrase: "not a directory"}},
@@ -213,7 +215,9 @@ func TestBadInputAlreadyMounted(t *testing.T) {
 	if n := countMounts(m.Dir); n != 1 {
 		t.Errorf("%d mounts on %s, want 1", n, m.Dir)
 		for ; n > 1; n-- {
-			unix.Unmount(m.Dir, 0)
+			if err := unix.Unmount(m.Dir, 0); err != nil {
+				t.Errorf("unmounting the extra mount on %s: %v", m.Dir, err)
+			}
 		}
 	}
 	if got := harness.ReadFile(t, m.Path("f")); got != "first" {

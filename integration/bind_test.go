@@ -193,8 +193,10 @@ func TestBindEndsWithProcess(t *testing.T) {
 	if r := mustC(t, m.Dir, "branch", "current", "--pid", fmt.Sprint(pid)); !strings.HasPrefix(r.Stdout, "b1 (bound: process "+fmt.Sprint(pid)) {
 		t.Errorf("current of the bound sleeper:\n%s", r)
 	}
-	sleeper.Process.Kill()
-	sleeper.Wait()
+	if err := sleeper.Process.Kill(); err != nil {
+		t.Fatalf("killing the bound sleeper: %v", err)
+	}
+	_ = sleeper.Wait() // "signal: killed": the kill above
 	if !harness.WaitFor(func() bool { return len(mountStatusOf(t, m.Dir).Bindings) == 0 }) {
 		t.Errorf("the binding of pid %d outlived its process: %+v", pid, mountStatusOf(t, m.Dir).Bindings)
 	}
@@ -219,8 +221,8 @@ func startUntil(t *testing.T, cmd *exec.Cmd, want string) (io.WriteCloser, *sync
 		t.Fatal(err)
 	}
 	if !harness.WaitFor(func() bool { return strings.Contains(out.String(), want) }) {
-		cmd.Process.Kill()
-		cmd.Wait()
+		_ = cmd.Process.Kill() // it may have exited; the test fails below either way
+		_ = cmd.Wait()         // reaps it; the output below says more than its status
 		t.Fatalf("%v did not get going (no %q in its output):\n%s", cmd.Args, want, out.String())
 	}
 	return stdin, out
@@ -258,8 +260,12 @@ func testBindDeletedBranch(t *testing.T, execIn func(m *harness.Mount, branch, d
 	cmd := execIn(m, "doomed", m.Dir, "sh", "-c", `echo mine > f; cat f; read x; cat f; cat `+m.Path("f")+`; ls; echo done`)
 	stdin, out := startUntil(t, cmd, "mine")
 	mustC(t, m.Dir, "branch", "delete", "doomed")
-	stdin.Close()
-	cmd.Wait()
+	if err := stdin.Close(); err != nil {
+		t.Fatalf("closing the bound shell's stdin: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the bound shell: %v\n%s", err, out.String())
+	}
 	got := out.String()
 	if strings.Count(got, "mine") != 1 || strings.Contains(got, "lower") {
 		t.Errorf("after its branch was deleted, the bound shell read:\n%s\nwant errors, never main's f", got)
@@ -383,11 +389,13 @@ func TestTournamentInterrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !harness.WaitFor(func() bool { return fileExists(marker+"1") && fileExists(marker+"2") }) {
-		cmd.Process.Kill()
+		_ = cmd.Process.Kill() // it may have exited; the test fails here either way
 		t.Fatalf("the candidates did not start:\n%s", out.String())
 	}
 	start := time.Now()
-	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatalf("sending SIGINT to the tournament: %v\n%s", err, out.String())
+	}
 	err := cmd.Wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 || time.Since(start) > 20*time.Second {
 		t.Errorf("tournament after SIGINT: %v (want exit 130):\n%s", err, out.String())
@@ -446,8 +454,12 @@ func TestBindNamespaceRules(t *testing.T) {
 	failC(t, m.Dir, []string{"in use by 1 process", "agentfs exec -b b1"}, "branch", "bind", "--pid", fmt.Sprint(os.Getpid()), "b1")
 	failC(t, m.Dir, []string{"in use by 1 process"}, "branch", "switch", "b1")
 	st := mountStatusOf(t, m.Dir)
-	stdin.Close()
-	cmd.Wait()
+	if err := stdin.Close(); err != nil {
+		t.Fatalf("closing the namespaced command's stdin: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the namespaced command: %v\n%s", err, out.String())
+	}
 	got := out.String()
 	for _, want := range []string{"b1 (bound: process", "lower\n", "own mount namespace", "bind: 1", "\nb1\n"} {
 		if !strings.Contains(got, want) {

@@ -157,7 +157,7 @@ func runIsolationWorker() int {
 }
 
 // checkMmap maps file p and compares its bytes with want.
-func checkMmap(p, want string) error {
+func checkMmap(p, want string) (err error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return err
@@ -167,7 +167,11 @@ func checkMmap(p, want string) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Munmap(b)
+	defer func() {
+		if uerr := unix.Munmap(b); uerr != nil && err == nil {
+			err = fmt.Errorf("munmap of %s: %v", p, uerr)
+		}
+	}()
 	if !bytes.Equal(b, []byte(want)) {
 		return fmt.Errorf("mapped %q, want %q", b, want)
 	}

@@ -50,7 +50,9 @@ func TestBranches(t *testing.T) {
 	// Fill the kernel's caches with main.
 	harness.ReadFile(t, m.Path("a"))
 	harness.ListDir(t, m.Dir)
-	errnoOfStat(m.Path("only2"))
+	if e := errnoOfStat(m.Path("only2")); e != unix.ENOENT {
+		t.Fatalf("only2 on main before the switch: %s, want ENOENT", harness.ErrName(e))
+	}
 	held, err := os.Open(m.Path("a"))
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +68,7 @@ func TestBranches(t *testing.T) {
 	}
 	harness.WriteFile(t, m.Path("a"), "try2")
 	harness.WriteFile(t, m.Path("only2"), "only on try2")
-	os.RemoveAll(m.Path("d"))
+	must(t, os.RemoveAll(m.Path("d")))
 	try2 := harness.SnapshotTree(m.Dir)
 	buf := make([]byte, 64)
 	if n, _ := held.ReadAt(buf, 0); string(buf[:n]) != "main v2, after the snapshot" {
@@ -121,7 +123,7 @@ func TestSnapshotSurvivesKill(t *testing.T) {
 	harness.WriteFile(t, m.Path("new"), "new")
 	id := takeSnapshot(t, m.Dir, "before the crash")
 	pid := m.Status.Pid
-	syscall.Kill(pid, syscall.SIGKILL)
+	mustf(t, syscall.Kill(pid, syscall.SIGKILL), "kill -9 of the daemon (pid %d)", pid)
 	if !harness.WaitFor(func() bool { return !procfs.Alive(pid) }) {
 		t.Fatalf("the daemon (pid %d) survived SIGKILL", pid)
 	}
@@ -134,7 +136,7 @@ func TestSnapshotSurvivesKill(t *testing.T) {
 	}
 	checkFsckClean(t, m.Dir)
 	harness.WriteFile(t, m.Path("a"), "after")
-	os.Remove(m.Path("new"))
+	must(t, os.Remove(m.Path("new")))
 	mustC(t, m.Dir, "restore", id)
 	if got := harness.ReadFile(t, m.Path("a")) + harness.ReadFile(t, m.Path("new")); got != "snappednew" {
 		t.Errorf("a and new after restoring %s = %q, want snapped and new", id, got)

@@ -5,7 +5,9 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,9 +66,9 @@ func TestDiff(t *testing.T) {
 		t.Errorf("diff of a fresh mount = %v, want nothing", got)
 	}
 	harness.WriteFile(t, m.Path("a"), "upper a")
-	os.Remove(m.Path("b"))
+	must(t, os.Remove(m.Path("b")))
 	harness.WriteFile(t, m.Path("d/new"), "new")
-	os.Chmod(m.Path("mode"), 0o600)
+	must(t, os.Chmod(m.Path("mode"), 0o600))
 	id := takeSnapshot(t, m.Dir, "s1")
 	mustC(t, m.Dir, "tag", "s1", id)
 	want := map[string]string{"a": "modified", "b": "deleted", "d/new": "created", "mode": "mode-changed"}
@@ -116,7 +118,7 @@ func TestRestoreDryRun(t *testing.T) {
 	harness.WriteFile(t, m.Path("a"), "snap")
 	id := takeSnapshot(t, m.Dir, "")
 	harness.WriteFile(t, m.Path("a"), "later")
-	os.Remove(m.Path("b"))
+	must(t, os.Remove(m.Path("b")))
 	harness.WriteFile(t, m.Path("c"), "c")
 	before := harness.SnapshotTree(m.Dir)
 	nsnaps := len(listSnapshots(t, m.Dir))
@@ -161,13 +163,15 @@ func TestGC(t *testing.T) {
 	empty := takeSnapshot(t, m.Dir, "empty")
 	harness.WriteFile(t, m.Path("big"), strings.Repeat("x", 1<<20))
 	id := takeSnapshot(t, m.Dir, "big")
-	os.Remove(m.Path("big"))
+	must(t, os.Remove(m.Path("big")))
 	held, err := os.OpenFile(m.Path("held"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	held.WriteString(strings.Repeat("h", 64<<10))
+	if _, err := held.WriteString(strings.Repeat("h", 64<<10)); err != nil {
+		t.Fatal(err)
+	}
 	mustC(t, m.Dir, "restore", empty) // held's file now belongs to nothing but the descriptor
 	time.Sleep(1100 * time.Millisecond)
 	if g := runGC(t, m.Dir); g.Freed >= 1<<20 || g.InUse < 1 {
@@ -183,8 +187,9 @@ func TestGC(t *testing.T) {
 		t.Errorf("gc does not print the bytes freed:\n%s", r)
 	}
 	var freed int64
-	fmt.Sscanf(r.Stdout, "freed %d bytes", &freed)
-	if freed < 1<<20 {
+	if _, err := fmt.Sscanf(r.Stdout, "freed %d bytes", &freed); err != nil {
+		t.Errorf("gc does not print \"freed N bytes\" first (%v):\n%s", err, r)
+	} else if freed < 1<<20 {
 		t.Errorf("gc after deleting snapshot %s freed %d bytes, want at least the 1 MiB file:\n%s", id, freed, r)
 	}
 	if got := harness.ReadFile(t, m.Path("a")); got != "a" {
@@ -239,14 +244,27 @@ func TestFsck(t *testing.T) {
 
 	// Lose victim's file from the backstore, behind agentfs's back.
 	lost := ""
-	filepath.WalkDir(m.Status.BackingRoot, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if b, _ := os.ReadFile(p); string(b) == "the victim's unique content" {
-				lost = p
-			}
+	err := filepath.WalkDir(m.Status.BackingRoot, func(p string, d os.DirEntry, err error) error {
+		// The daemon runs: a file it removes meanwhile is no longer
+		// there (ENOENT); any other error is one.
+		if errors.Is(err, iofs.ErrNotExist) && p != m.Status.BackingRoot {
+			return nil
+		}
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			return err
+		}
+		if string(b) == "the victim's unique content" {
+			lost = p
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatalf("walking the backstore %s: %v", m.Status.BackingRoot, err)
+	}
 	if lost == "" {
 		t.Fatalf("victim's file is not in the backstore %s", m.Status.BackingRoot)
 	}

@@ -168,14 +168,6 @@ func (syscalls) make(k fileKind, p string, mode uint32) fsCall {
 	return sys.create(p, mode)
 }
 
-// remove removes a file of kind k.
-func (syscalls) remove(k fileKind, p string) fsCall {
-	if k == kindDir {
-		return sys.rmdir(p)
-	}
-	return sys.unlink(p)
-}
-
 // writeFile creates p with data (as root, in a setup).
 func writeFileCalls(p string, mode uint32, data string) []fsCall {
 	return []fsCall{sys.open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, mode), sys.write(data)}
@@ -382,7 +374,10 @@ func serveFsCalls(in io.Reader, out io.Writer) int {
 			results = doFsCalls(req.Calls)
 		}
 		// Leave the mount, so that it can be unmounted.
-		unix.Chdir("/")
+		if err := unix.Chdir("/"); err != nil {
+			fmt.Fprintln(os.Stderr, "conformance helper: chdir /:", err)
+			return 1
+		}
 		if err := enc.Encode(results); err != nil {
 			return 1
 		}
@@ -496,7 +491,7 @@ type fsHelpers struct {
 
 func newFsHelpers(t *testing.T) *fsHelpers {
 	h := &fsHelpers{byCred: map[string]*fsHelper{}}
-	t.Cleanup(h.close)
+	t.Cleanup(func() { h.close(t) })
 	return h
 }
 
@@ -557,23 +552,29 @@ func (h *fsHelpers) run(t testing.TB, c harness.Cred, dir string, umask uint32, 
 		}
 		return r
 	case <-time.After(30 * time.Second):
-		hp.cmd.Process.Kill()
+		_ = hp.cmd.Process.Kill() // it may have exited just now; the test fails here either way
 		delete(h.byCred, credKey(c))
 		t.Fatalf("no answer within 30s to %s in %s (uid %d): hung", callsString(calls), dir, c.Uid)
 	}
 	return nil
 }
 
-func (h *fsHelpers) close() {
+// close ends the helpers: each exits when its stdin closes.
+func (h *fsHelpers) close(t testing.TB) {
 	for k, hp := range h.byCred {
-		hp.stdin.Close()
-		done := make(chan struct{})
-		go func() { hp.cmd.Wait(); close(done) }()
+		if err := hp.stdin.Close(); err != nil {
+			t.Errorf("closing the stdin of the helper %s: %v", k, err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- hp.cmd.Wait() }()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil {
+				t.Errorf("the helper %s: %v", k, err)
+			}
 		case <-time.After(10 * time.Second):
-			hp.cmd.Process.Kill()
-			<-done
+			_ = hp.cmd.Process.Kill() // it may have exited just now
+			t.Errorf("the helper %s did not exit within 10s of its stdin closing: killed (%v)", k, <-done)
 		}
 		delete(h.byCred, k)
 	}

@@ -908,7 +908,9 @@ func mountOverlayOver(t *testing.T, lower string) string {
 	t.Cleanup(func() {
 		if err := unix.Unmount(dir, 0); err != nil {
 			t.Errorf("unmounting overlayfs %s: %v", dir, err)
-			unix.Unmount(dir, unix.MNT_DETACH)
+			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+				t.Errorf("detaching overlayfs %s: %v", dir, err)
+			}
 		}
 	})
 	return dir

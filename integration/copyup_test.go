@@ -34,7 +34,10 @@ func TestReadOnlyAccessDoesNotCopyUp(t *testing.T) {
 		harness.LowerSparse("sparse", 64<<20, map[int64]string{0: "a", 32 << 20: "b"}),
 	))
 	objects0, bytes0 := m.BackstoreUsage()
-	st0, _ := m.FetchStatus()
+	st0, err := m.FetchStatus()
+	if err != nil {
+		t.Fatalf("agentfs status: %v", err)
+	}
 
 	if got := harness.ReadFile(t, m.Path("big")); got != fourMiB {
 		t.Errorf("big read back differs from the lower file")
@@ -53,26 +56,42 @@ func TestReadOnlyAccessDoesNotCopyUp(t *testing.T) {
 		if string(mm[:16]) != fourMiB[:16] {
 			t.Errorf("mapped %q, want %q", mm[:16], fourMiB[:16])
 		}
-		unix.Munmap(mm)
+		if err := unix.Munmap(mm); err != nil {
+			t.Errorf("munmap of big: %v", err)
+		}
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
 		t.Errorf("flock on a read-only fd: %v", err)
 	}
 	var st unix.Stat_t
-	unix.Fstat(int(f.Fd()), &st)
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		t.Errorf("fstat of big: %v", err)
+	}
 	f.Close()
-	os.Readlink(m.Path("link"))
-	harness.GetXattr(m.Path("big"), "user.a")
-	harness.ListXattrs(m.Path("big"))
+	if _, err := os.Readlink(m.Path("link")); err != nil {
+		t.Errorf("readlink: %v", err)
+	}
+	if _, err := harness.GetXattr(m.Path("big"), "user.a"); err != nil {
+		t.Errorf("getxattr big user.a: %v", err)
+	}
+	if _, err := harness.ListXattrs(m.Path("big")); err != nil {
+		t.Errorf("listxattr big: %v", err)
+	}
 	harness.ListDir(t, m.Path("d"))
-	unix.Access(m.Path("big"), unix.R_OK|unix.W_OK)
-	if fd, err := unix.Open(m.Path("sparse"), unix.O_RDONLY, 0); err == nil {
+	if err := unix.Access(m.Path("big"), unix.R_OK|unix.W_OK); err != nil {
+		t.Errorf("access(big, R_OK|W_OK): %v", err)
+	}
+	if fd, err := unix.Open(m.Path("sparse"), unix.O_RDONLY, 0); err != nil {
+		t.Errorf("open sparse: %v", err)
+	} else {
 		if off, err := unix.Seek(fd, 0, unix.SEEK_HOLE); err != nil || off >= 32<<20 {
 			t.Errorf("SEEK_HOLE on a lower sparse file = %d, %s; want a hole before 32 MiB", off, harness.ErrName(err))
 		}
 		unix.Close(fd)
 	}
-	if fd, err := unix.Open(m.Path("d/x"), unix.O_PATH, 0); err == nil {
+	if fd, err := unix.Open(m.Path("d/x"), unix.O_PATH, 0); err != nil {
+		t.Errorf("open d/x O_PATH: %v", err)
+	} else {
 		unix.Close(fd)
 	}
 
@@ -81,7 +100,9 @@ func TestReadOnlyAccessDoesNotCopyUp(t *testing.T) {
 		t.Errorf("read-only access changed the backstore: %d objects, %d bytes -> %d objects, %d bytes; want no copy-up",
 			objects0, bytes0, objects, bytes)
 	}
-	if st, err := m.FetchStatus(); err == nil && st.Objects != st0.Objects {
+	if st, err := m.FetchStatus(); err != nil {
+		t.Errorf("agentfs status: %v", err)
+	} else if st.Objects != st0.Objects {
 		t.Errorf("status: objects %d -> %d after read-only access, want unchanged", st0.Objects, st.Objects)
 	}
 }
@@ -308,7 +329,13 @@ func TestConcurrentCopyUp(t *testing.T) {
 						return
 					}
 					var st unix.Stat_t
-					unix.Fstat(int(f.Fd()), &st)
+					if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+						f.Close()
+						mu.Lock()
+						bad = append(bad, "fstat: "+err.Error())
+						mu.Unlock()
+						return
+					}
 					n, _ := f.ReadAt(buf, size-16)
 					f.Close()
 					if st.Size != size || string(buf[:n]) != tail {
@@ -324,7 +351,9 @@ func TestConcurrentCopyUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.WriteAt([]byte("X"), 0)
+		if _, err := w.WriteAt([]byte("X"), 0); err != nil {
+			t.Errorf("the write that copies atomic up: %v", err)
+		}
 		w.Close()
 		close(stop)
 		wg.Wait()
@@ -423,16 +452,19 @@ func TestCopyUpPreserves(t *testing.T) {
 			t.Errorf("SEEK_DATA from %d = %d, %s; want %d", hole, data, harness.ErrName(err), 512<<20)
 		}
 		buf := make([]byte, 6)
-		unix.Pread(fd, buf, 512<<20)
-		if string(buf) != "middle" {
+		if _, err := unix.Pread(fd, buf, 512<<20); err != nil {
+			t.Errorf("pread after the hole: %v", err)
+		} else if string(buf) != "middle" {
 			t.Errorf("data after the hole = %q, want %q", buf, "middle")
 		}
-		unix.Pread(fd, buf, 0)
-		if string(buf[:4]) != "head" {
+		if _, err := unix.Pread(fd, buf, 0); err != nil {
+			t.Errorf("pread at 0: %v", err)
+		} else if string(buf[:4]) != "head" {
 			t.Errorf("first bytes = %q, want %q", buf[:4], "head")
 		}
-		unix.Pread(fd, buf[:1], 100)
-		if buf[0] != 'X' {
+		if _, err := unix.Pread(fd, buf[:1], 100); err != nil {
+			t.Errorf("pread at 100: %v", err)
+		} else if buf[0] != 'X' {
 			t.Errorf("byte 100 = %q, want %q", buf[0], 'X')
 		}
 	})
@@ -487,13 +519,19 @@ func TestOpenBeforeCopyUpSeesLaterWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer unix.Munmap(mm)
+		defer func() {
+			if err := unix.Munmap(mm); err != nil {
+				t.Errorf("munmap of mapped: %v", err)
+			}
+		}()
 		_ = mm[0]
 		w, err := os.OpenFile(m.Path("mapped"), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.WriteAt([]byte("WRITTEN"), 4096)
+		if _, err := w.WriteAt([]byte("WRITTEN"), 4096); err != nil {
+			t.Fatal(err)
+		}
 		w.Close()
 		if got := string(mm[4096:4103]); got != "WRITTEN" {
 			t.Errorf("a shared mapping made before copy-up shows %q, want %q (as on a native filesystem)", got, "WRITTEN")
@@ -509,9 +547,11 @@ func TestOpenBeforeCopyUpSeesLaterWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		var st unix.Stat_t
-		unix.Fstat(int(r.Fd()), &st)
+		if err := unix.Fstat(int(r.Fd()), &st); err != nil {
+			t.Fatalf("fstat of the fd opened before truncate: %v", err)
+		}
 		buf := make([]byte, 10)
-		n, _ := r.ReadAt(buf, 0)
+		n, _ := r.ReadAt(buf, 0) // io.EOF: the file is shorter than buf
 		if st.Size != 2 || string(buf[:n]) != "lo" {
 			t.Errorf("fd opened before truncate: fstat size %d, reads %q; want 2 and %q", st.Size, buf[:n], "lo")
 		}

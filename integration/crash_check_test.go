@@ -189,12 +189,16 @@ func (c *crashTest) export(s *crashSnap, when string) {
 // exportDiffs exports snapshot s into a fresh directory and, when the
 // snapshot's tree is known, lists how the export differs from it. It
 // may run outside the test's goroutine.
-func (c *crashTest) exportDiffs(s *crashSnap) ([]string, error) {
+func (c *crashTest) exportDiffs(s *crashSnap) (diffs []string, err error) {
 	dir, err := os.MkdirTemp(c.tmp, "export-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if rerr := os.RemoveAll(dir); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
 	cmd := exec.Command(harness.Bin(), "export", s.id, "--to", dir, "-C", c.m.Dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("agentfs export %s --to %s: %v: %s", s.id, dir, err, out)

@@ -325,7 +325,7 @@ func (c *crashTest) keepLogs(l *crashLoad) {
 func killDaemon(t *testing.T, m *harness.Mount) {
 	t.Helper()
 	pid := m.Status.Pid
-	syscall.Kill(pid, syscall.SIGKILL)
+	mustf(t, syscall.Kill(pid, syscall.SIGKILL), "kill -9 of the daemon (pid %d)", pid)
 	if !harness.WaitFor(func() bool { return !procfs.Alive(pid) }) {
 		t.Fatalf("the daemon (pid %d) survived SIGKILL", pid)
 	}

@@ -181,22 +181,25 @@ func dtAbort(mnt string) string {
 		}
 		return "no daemon found; aborted the FUSE connection"
 	}
-	syscall.Kill(pid, syscall.SIGQUIT)
+	quit := "after SIGQUIT"
+	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
+		quit = fmt.Sprintf("after a failed SIGQUIT (%v)", err)
+	}
 	for i := 0; i < 50 && syscall.Kill(pid, 0) == nil; i++ {
 		time.Sleep(100 * time.Millisecond)
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL) // ESRCH when the SIGQUIT dump ended it already
 	log, err := os.ReadFile(filepath.Join(store, "agentfs.log"))
 	if err != nil {
-		return fmt.Sprintf("killed daemon pid %d; its log: %v", pid, err)
+		return fmt.Sprintf("killed daemon pid %d %s; its log: %v", pid, quit, err)
 	}
 	// One file per test process: the shrinker's replays overwrite it,
 	// the last (the minimal case's) stays.
 	dump := filepath.Join(os.TempDir(), fmt.Sprintf("agentfs-difftest-hang-%d.log", os.Getpid()))
 	if err := os.WriteFile(dump, log, 0o644); err != nil {
-		return fmt.Sprintf("killed daemon pid %d; saving its log: %v", pid, err)
+		return fmt.Sprintf("killed daemon pid %d %s; saving its log: %v", pid, quit, err)
 	}
-	return fmt.Sprintf("killed daemon pid %d after SIGQUIT; its log with the goroutine dump is %s", pid, dump)
+	return fmt.Sprintf("killed daemon pid %d %s; its log with the goroutine dump is %s", pid, quit, dump)
 }
 
 // dtFindDaemon finds the agentfs daemon serving mnt and its store.

@@ -28,7 +28,9 @@ func TestUnlinkedButOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		f.WriteString("before")
+		if _, err := f.WriteString("before"); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.Remove(m.Path("tmp")); err != nil {
 			t.Fatal(err)
 		}
@@ -41,8 +43,9 @@ func TestUnlinkedButOpen(t *testing.T) {
 			t.Errorf("read after unlink = %q, want %q", got, "before and after unlink")
 		}
 		var st unix.Stat_t
-		unix.Fstat(int(f.Fd()), &st)
-		if st.Nlink != 0 || st.Size != 23 {
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			t.Errorf("fstat after unlink: %v", err)
+		} else if st.Nlink != 0 || st.Size != 23 {
 			t.Errorf("fstat after unlink: nlink %d size %d, want 0 and 23", st.Nlink, st.Size)
 		}
 		if err := f.Truncate(3); err != nil {
@@ -75,8 +78,9 @@ func TestUnlinkedButOpen(t *testing.T) {
 		// A native filesystem says 0 (overlayfs says 1 here: agentfs may
 		// do better, not worse).
 		var st unix.Stat_t
-		unix.Fstat(int(f.Fd()), &st)
-		if st.Nlink != 0 {
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			t.Errorf("fstat of an unlinked lower file: %v", err)
+		} else if st.Nlink != 0 {
 			t.Errorf("fstat of an unlinked lower file: nlink %d, want 0", st.Nlink)
 		}
 	})
@@ -98,8 +102,9 @@ func TestUnlinkedButOpen(t *testing.T) {
 			t.Errorf("read = %q, want %q", got, "LOWER read-write")
 		}
 		var st unix.Stat_t
-		unix.Fstat(int(f.Fd()), &st)
-		if st.Nlink != 0 {
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			t.Errorf("fstat of an unlinked copied-up file: %v", err)
+		} else if st.Nlink != 0 {
 			t.Errorf("fstat of an unlinked copied-up file: nlink %d, want 0", st.Nlink)
 		}
 	})
@@ -109,7 +114,7 @@ func TestUnlinkedButOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer unix.Close(fd)
-		os.Remove(m.Path("d/f"))
+		must(t, os.Remove(m.Path("d/f")))
 		if err := unix.Rmdir(m.Path("d")); err != nil {
 			t.Fatal(err)
 		}
@@ -154,13 +159,18 @@ func TestMmap(t *testing.T) {
 			t.Errorf("msync: %v", err)
 		}
 		buf := make([]byte, 6)
-		r, _ := os.Open(m.Path("shared"))
-		r.ReadAt(buf, 100)
-		r.Close()
-		if string(buf) != "MAPPED" {
-			t.Errorf("read through another fd while mapped = %q, want %q", buf, "MAPPED")
+		if r, err := os.Open(m.Path("shared")); err != nil {
+			t.Errorf("another fd while mapped: %v", err)
+		} else {
+			_, err := r.ReadAt(buf, 100)
+			r.Close()
+			if err != nil || string(buf) != "MAPPED" {
+				t.Errorf("read through another fd while mapped = %q (%v), want %q", buf, err, "MAPPED")
+			}
 		}
-		unix.Munmap(mm)
+		if err := unix.Munmap(mm); err != nil {
+			t.Errorf("munmap: %v", err)
+		}
 		if got := harness.ReadFile(t, m.Path("shared"))[100:106]; got != "MAPPED" {
 			t.Errorf("after munmap = %q, want %q", got, "MAPPED")
 		}
@@ -176,8 +186,12 @@ func TestMmap(t *testing.T) {
 			t.Fatal(err)
 		}
 		copy(mm, "PRIVATE")
-		f.WriteAt([]byte("written"), 4096)
-		unix.Munmap(mm)
+		if _, err := f.WriteAt([]byte("written"), 4096); err != nil {
+			t.Errorf("write while privately mapped: %v", err)
+		}
+		if err := unix.Munmap(mm); err != nil {
+			t.Errorf("munmap: %v", err)
+		}
 		got := harness.ReadFile(t, m.Path("private"))
 		if got[:7] != "ppppppp" || got[4096:4103] != "written" {
 			t.Errorf("after a private mapping: %q...%q, want %q...%q", got[:7], got[4096:4103], "ppppppp", "written")
@@ -192,7 +206,9 @@ func TestMmap(t *testing.T) {
 		if mm, err := unix.Mmap(int(f.Fd()), 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != unix.EACCES {
 			t.Errorf("PROT_WRITE|MAP_SHARED on an O_RDONLY fd = %s, want EACCES", harness.ErrName(err))
 			if err == nil {
-				unix.Munmap(mm)
+				if err := unix.Munmap(mm); err != nil {
+					t.Errorf("munmap: %v", err)
+				}
 			}
 		}
 	})
@@ -202,13 +218,17 @@ func TestMmap(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		f.Truncate(1 << 20)
+		if err := f.Truncate(1 << 20); err != nil {
+			t.Fatal(err)
+		}
 		mm, err := unix.Mmap(int(f.Fd()), 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		if err != nil {
 			t.Fatal(err)
 		}
 		copy(mm[1<<19:], "middle")
-		unix.Munmap(mm)
+		if err := unix.Munmap(mm); err != nil {
+			t.Errorf("munmap: %v", err)
+		}
 		f.Close()
 		if got := harness.ReadFile(t, m.Path("new")); len(got) != 1<<20 || got[1<<19:1<<19+6] != "middle" {
 			t.Errorf("mapped write into a new file: size %d", len(got))
@@ -242,11 +262,15 @@ func TestLocks(t *testing.T) {
 			if err := unix.Flock(int(g.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != unix.EWOULDBLOCK {
 				t.Errorf("a second LOCK_EX = %s, want EWOULDBLOCK", harness.ErrName(err))
 			}
-			unix.Flock(int(f.Fd()), unix.LOCK_UN)
+			if err := unix.Flock(int(f.Fd()), unix.LOCK_UN); err != nil {
+				t.Errorf("flock LOCK_UN: %v", err)
+			}
 			if err := unix.Flock(int(g.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 				t.Errorf("LOCK_EX after LOCK_UN = %s, want success", harness.ErrName(err))
 			}
-			unix.Flock(int(g.Fd()), unix.LOCK_UN)
+			if err := unix.Flock(int(g.Fd()), unix.LOCK_UN); err != nil {
+				t.Errorf("flock LOCK_UN of the second fd: %v", err)
+			}
 
 			lk := unix.Flock_t{Type: unix.F_WRLCK, Start: 0, Len: 10}
 			if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
@@ -261,7 +285,9 @@ func TestLocks(t *testing.T) {
 				t.Errorf("F_OFD_GETLK = type %d pid %d (%s), want F_WRLCK and pid -1", q.Type, q.Pid, harness.ErrName(err))
 			}
 			lk.Type = unix.F_UNLCK
-			unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
+			if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+				t.Errorf("F_OFD_SETLK F_UNLCK: %v", err)
+			}
 
 			h := harness.StartHelper(t, harness.Cred{Uid: 0, Gid: 0}, harness.OpPosixLock(p, 0, 100), harness.OpHold())
 			if len(h.Results) < 1 || h.Results[0].Errno != "ok" {
@@ -313,13 +339,16 @@ func TestFileOperations(t *testing.T) {
 		if st := harness.Lstat(t, m.Path("falloc")); st.Size != 1<<20 || st.Blocks < 4096 {
 			t.Errorf("after fallocate KEEP_SIZE: size %d blocks %d, want %d and >= 4096", st.Size, st.Blocks, 1<<20)
 		}
-		f.WriteAt(bytes.Repeat([]byte("d"), 1<<20), 0)
+		if _, err := f.WriteAt(bytes.Repeat([]byte("d"), 1<<20), 0); err != nil {
+			t.Fatal(err)
+		}
 		if err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 4096, 8192); err != nil {
 			t.Errorf("fallocate PUNCH_HOLE: %v", err)
 		}
 		buf := make([]byte, 3)
-		f.ReadAt(buf, 8190)
-		if string(buf) != "\x00\x00\x00" {
+		if _, err := f.ReadAt(buf, 8190); err != nil {
+			t.Errorf("read in a punched hole: %v", err)
+		} else if string(buf) != "\x00\x00\x00" {
 			t.Errorf("read in a punched hole = %q, want zeros", buf)
 		}
 		if off, err := unix.Seek(fd, 0, unix.SEEK_HOLE); err != nil || off != 4096 {
@@ -346,9 +375,16 @@ func TestFileOperations(t *testing.T) {
 	t.Run("SEEK_HOLE and SEEK_DATA", func(t *testing.T) {
 		for _, name := range []string{"sparse", "sparse-upper"} {
 			if name == "sparse-upper" {
-				f, _ := os.Create(m.Path(name))
-				f.WriteAt([]byte("data"), 4<<20)
-				f.Truncate(8 << 20)
+				f, err := os.Create(m.Path(name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.WriteAt([]byte("data"), 4<<20); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Truncate(8 << 20); err != nil {
+					t.Fatal(err)
+				}
 				f.Close()
 			}
 			fd, err := unix.Open(m.Path(name), unix.O_RDONLY, 0)
@@ -424,7 +460,9 @@ func TestFileOperations(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		w.WriteAt([]byte("synced"), 0)
+		if _, err := w.WriteAt([]byte("synced"), 0); err != nil {
+			t.Errorf("write before fsync: %v", err)
+		}
 		if err := unix.Fsync(int(w.Fd())); err != nil {
 			t.Errorf("fsync: %v", err)
 		}

@@ -37,8 +37,8 @@ func TestInodeNumbersAreStable(t *testing.T) {
 	defer r.Close()
 
 	harness.WriteFile(t, m.Path("d/data"), "changed")                     // data copy-up
-	unix.Chmod(m.Path("d/meta"), 0o600)                                   // metadata copy-up
-	unix.Lchown(m.Path("d/link"), 12, 34)                                 // symlink copy-up
+	mustf(t, unix.Chmod(m.Path("d/meta"), 0o600), "chmod d/meta")         // metadata copy-up
+	mustf(t, unix.Lchown(m.Path("d/link"), 12, 34), "lchown d/link")      // symlink copy-up
 	harness.WriteFile(t, m.Path("d/sub/deep"), "x")                       // copies up d/sub too
 	if err := os.Rename(m.Path("d/moved"), m.Path("moved")); err != nil { // a lower file
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestInodeNumbersAreStable(t *testing.T) {
 	ino["moved"] = ino["d/moved"]
 	delete(ino, "d/moved")
 	harness.WriteFile(t, m.Path("d/new"), "new")
-	os.Mkdir(m.Path("newdir"), 0o755)
+	must(t, os.Mkdir(m.Path("newdir"), 0o755))
 	ino["d/new"] = harness.Lstat(t, m.Path("d/new")).Ino
 	ino["newdir"] = harness.Lstat(t, m.Path("newdir")).Ino
 
@@ -70,8 +70,9 @@ func TestInodeNumbersAreStable(t *testing.T) {
 	t.Run("after copy-up and rename", func(t *testing.T) {
 		check(t, "after copy-up and rename")
 		var st unix.Stat_t
-		unix.Fstat(int(r.Fd()), &st)
-		if st.Ino != ino["d/data"] || st.Dev != dev {
+		if err := unix.Fstat(int(r.Fd()), &st); err != nil {
+			t.Errorf("fstat of an fd opened before copy-up: %v", err)
+		} else if st.Ino != ino["d/data"] || st.Dev != dev {
 			t.Errorf("fstat of an fd opened before copy-up: ino %d dev %d, want %d %d", st.Ino, st.Dev, ino["d/data"], dev)
 		}
 	})
@@ -116,13 +117,13 @@ func TestLinkCounts(t *testing.T) {
 	}
 	wantDir("dir", 2)
 	wantDir("empty", 0)
-	os.Mkdir(m.Path("dir/sub3"), 0o755)
+	must(t, os.Mkdir(m.Path("dir/sub3"), 0o755))
 	wantDir("dir", 3)
-	unix.Rmdir(m.Path("dir/sub1"))
-	unix.Rmdir(m.Path("dir/sub2"))
+	mustf(t, unix.Rmdir(m.Path("dir/sub1")), "rmdir dir/sub1")
+	mustf(t, unix.Rmdir(m.Path("dir/sub2")), "rmdir dir/sub2")
 	wantDir("dir", 1)
-	os.Mkdir(m.Path("new"), 0o755)
-	os.Mkdir(m.Path("new/a"), 0o755)
+	must(t, os.Mkdir(m.Path("new"), 0o755))
+	must(t, os.Mkdir(m.Path("new/a"), 0o755))
 	wantDir("new", 1)
 	if err := unix.Link(m.Path("f"), m.Path("dir/f2")); err != nil {
 		t.Fatal(err)
@@ -130,7 +131,7 @@ func TestLinkCounts(t *testing.T) {
 	if a, b := nlink("f"), nlink("dir/f2"); a != 2 || b != 2 {
 		t.Errorf("after link: st_nlink %d and %d, want 2 and 2", a, b)
 	}
-	os.Remove(m.Path("f"))
+	must(t, os.Remove(m.Path("f")))
 	if n := nlink("dir/f2"); n != 1 {
 		t.Errorf("after unlinking one of two names: st_nlink %d, want 1", n)
 	}

@@ -21,9 +21,6 @@ type kernelOverlay struct {
 	lower, upper, work, dir string
 }
 
-// path returns the path of rel inside the overlay mount.
-func (o *kernelOverlay) path(rel string) string { return filepath.Join(o.dir, rel) }
-
 // newKernelOverlay builds the lower tree from entries and mounts the
 // kernel's overlayfs on it (root only). Its cleanup unmounts it and
 // checks the lower is unchanged.
@@ -46,7 +43,9 @@ func newKernelOverlay(t *testing.T, entries ...harness.Entry) *kernelOverlay {
 	t.Cleanup(func() {
 		if err := unix.Unmount(o.dir, 0); err != nil {
 			t.Errorf("unmounting overlayfs %s: %v", o.dir, err)
-			unix.Unmount(o.dir, unix.MNT_DETACH)
+			if err := unix.Unmount(o.dir, unix.MNT_DETACH); err != nil {
+				t.Errorf("detaching overlayfs %s: %v", o.dir, err)
+			}
 		}
 		harness.AssertUnchanged(t, before, harness.SnapshotTree(o.lower))
 	})

@@ -5,7 +5,9 @@ package integration
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	iofs "io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,8 +98,12 @@ func TestEndingTheDaemon(t *testing.T) {
 				t.Fatalf("fusermount3 -u: %v\n%s", err, out)
 			}
 		}},
-		{"SIGTERM", func(t *testing.T, m *harness.Mount) { syscall.Kill(m.Status.Pid, syscall.SIGTERM) }},
-		{"SIGINT", func(t *testing.T, m *harness.Mount) { syscall.Kill(m.Status.Pid, syscall.SIGINT) }},
+		{"SIGTERM", func(t *testing.T, m *harness.Mount) {
+			mustf(t, syscall.Kill(m.Status.Pid, syscall.SIGTERM), "SIGTERM to the daemon (pid %d)", m.Status.Pid)
+		}},
+		{"SIGINT", func(t *testing.T, m *harness.Mount) {
+			mustf(t, syscall.Kill(m.Status.Pid, syscall.SIGINT), "SIGINT to the daemon (pid %d)", m.Status.Pid)
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "f")))
@@ -122,7 +128,7 @@ func TestDaemonKilled(t *testing.T) {
 	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "f")))
 	harness.WriteFile(t, m.Path("g"), "g")
 	pid, store := m.Status.Pid, m.Status.Store
-	syscall.Kill(pid, syscall.SIGKILL)
+	mustf(t, syscall.Kill(pid, syscall.SIGKILL), "kill -9 of the daemon (pid %d)", pid)
 	if !harness.WaitFor(func() bool { return !procfs.Alive(pid) }) {
 		t.Fatalf("the daemon (pid %d) survived SIGKILL", pid)
 	}
@@ -136,7 +142,9 @@ func TestDaemonKilled(t *testing.T) {
 	}
 	if harness.IsMounted(m.Dir) {
 		t.Errorf("%s is still mounted after agentfs unmount of the dead mount", m.Dir)
-		unix.Unmount(m.Dir, unix.MNT_DETACH)
+		if err := unix.Unmount(m.Dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("detaching %s: %v", m.Dir, err)
+		}
 	}
 	assertStoreDeleted(t, store)
 }
@@ -152,8 +160,8 @@ func TestDaemonKilledWithRequestPending(t *testing.T) {
 	// the unmount's first request to the daemon is the control file's
 	// open.
 	var st unix.Stat_t
-	unix.Stat(m.Dir, &st)
-	unix.Stat(filepath.Join(m.Dir, ".agentfs.ctl"), &st)
+	mustf(t, unix.Stat(m.Dir, &st), "stat %s", m.Dir)
+	mustf(t, unix.Stat(filepath.Join(m.Dir, ".agentfs.ctl"), &st), "stat the control file")
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +169,9 @@ func TestDaemonKilledWithRequestPending(t *testing.T) {
 	cmd := exec.Command(harness.Bin(), "unmount", m.Dir)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
-		syscall.Kill(pid, syscall.SIGKILL)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Errorf("kill -9 of the stopped daemon (pid %d): %v", pid, err)
+		}
 		t.Fatal(err)
 	}
 	// Wait until the unmount sleeps in a FUSE request.
@@ -169,7 +179,7 @@ func TestDaemonKilledWithRequestPending(t *testing.T) {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", cmd.Process.Pid))
 		return strings.Contains(string(b), "fuse") || strings.Contains(string(b), "request_wait_answer")
 	})
-	syscall.Kill(pid, syscall.SIGKILL)
+	mustf(t, syscall.Kill(pid, syscall.SIGKILL), "kill -9 of the stopped daemon (pid %d)", pid)
 	if !harness.WaitFor(func() bool { return !procfs.Alive(pid) }) {
 		t.Fatalf("the daemon (pid %d) survived SIGKILL", pid)
 	}
@@ -182,7 +192,9 @@ func TestDaemonKilledWithRequestPending(t *testing.T) {
 	}
 	if harness.IsMounted(m.Dir) {
 		t.Errorf("%s is still mounted after agentfs unmount of the dead mount", m.Dir)
-		unix.Unmount(m.Dir, unix.MNT_DETACH)
+		if err := unix.Unmount(m.Dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("detaching %s: %v", m.Dir, err)
+		}
 	}
 	assertStoreDeleted(t, store)
 }
@@ -197,7 +209,9 @@ func TestKeptStoreSurvivesKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.WriteString("fsynced")
+	if _, err := f.WriteString("fsynced"); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -206,11 +220,15 @@ func TestKeptStoreSurvivesKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.WriteString("copied up and fsynced")
-	w.Sync()
+	if _, err := w.WriteString("copied up and fsynced"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
 	w.Close()
 	pid := m.Status.Pid
-	syscall.Kill(pid, syscall.SIGKILL)
+	mustf(t, syscall.Kill(pid, syscall.SIGKILL), "kill -9 of the daemon (pid %d)", pid)
 	if !harness.WaitFor(func() bool { return !procfs.Alive(pid) }) {
 		t.Fatalf("the daemon (pid %d) survived SIGKILL", pid)
 	}
@@ -246,26 +264,30 @@ func TestKeptStorePersists(t *testing.T) {
 		harness.LowerDir("keep"),
 	))
 	harness.WriteFile(t, m.Path("edit"), "upper edit")
-	os.Remove(m.Path("gone"))
-	unix.Chmod(m.Path("meta"), 0o600)
-	unix.Chown(m.Path("meta"), 12, 34)
-	unix.Setxattr(m.Path("meta"), "user.b", []byte("2"), 0)
-	unix.Removexattr(m.Path("meta"), "user.a")
-	unix.UtimesNano(m.Path("meta"), []unix.Timespec{harness.Timespec(1234, 5), harness.Timespec(5678, 9)})
-	os.RemoveAll(m.Path("rmdir"))
-	os.RemoveAll(m.Path("d"))
-	os.Mkdir(m.Path("d"), 0o700) // opaque
+	must(t, os.Remove(m.Path("gone")))
+	mustf(t, unix.Chmod(m.Path("meta"), 0o600), "chmod meta")
+	mustf(t, unix.Chown(m.Path("meta"), 12, 34), "chown meta")
+	mustf(t, unix.Setxattr(m.Path("meta"), "user.b", []byte("2"), 0), "setxattr meta user.b")
+	mustf(t, unix.Removexattr(m.Path("meta"), "user.a"), "removexattr meta user.a")
+	mustf(t, unix.UtimesNano(m.Path("meta"), []unix.Timespec{harness.Timespec(1234, 5), harness.Timespec(5678, 9)}), "utimensat meta")
+	must(t, os.RemoveAll(m.Path("rmdir")))
+	must(t, os.RemoveAll(m.Path("d")))
+	must(t, os.Mkdir(m.Path("d"), 0o700)) // opaque
 	harness.WriteFile(t, m.Path("d/new"), "new")
-	os.Rename(m.Path("moved"), m.Path("keep/moved"))
-	os.Symlink("d/new", m.Path("newlink"))
-	unix.Lchown(m.Path("link"), 5, 5)
-	os.Link(m.Path("h1"), m.Path("h2"))
-	unix.Mkfifo(m.Path("fifo"), 0o640)
-	if f, err := os.OpenFile(m.Path("sparse"), os.O_WRONLY, 0); err == nil {
-		f.WriteAt([]byte("t"), 32<<20)
-		f.Close()
+	must(t, os.Rename(m.Path("moved"), m.Path("keep/moved")))
+	must(t, os.Symlink("d/new", m.Path("newlink")))
+	mustf(t, unix.Lchown(m.Path("link"), 5, 5), "lchown link")
+	must(t, os.Link(m.Path("h1"), m.Path("h2")))
+	mustf(t, unix.Mkfifo(m.Path("fifo"), 0o640), "mkfifo fifo")
+	f, err := os.OpenFile(m.Path("sparse"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	os.Truncate(m.Path("h1"), 0)
+	if _, err := f.WriteAt([]byte("t"), 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	must(t, os.Truncate(m.Path("h1"), 0))
 
 	before := harness.SnapshotTree(m.Dir)
 	if before.Err != nil {
@@ -319,11 +341,11 @@ func unprivilegedDirs(t *testing.T, entries ...harness.Entry) (lower, mp, home s
 	}
 	lower = harness.NewMountpoint(t)
 	harness.BuildLower(t, lower, entries)
-	os.Chown(lower, userUID, userGID)
+	must(t, os.Chown(lower, userUID, userGID))
 	before = harness.SnapshotTree(lower)
 	mp, home = harness.NewMountpoint(t), harness.NewMountpoint(t)
-	os.Chown(mp, userUID, userGID)
-	os.Chown(home, userUID, userGID)
+	must(t, os.Chown(mp, userUID, userGID))
+	must(t, os.Chown(home, userUID, userGID))
 	return lower, mp, home, before
 }
 
@@ -353,18 +375,35 @@ echo "== mounted after unmount: $(grep -c " $MP " /proc/self/mountinfo || true)"
 	}
 	t.Logf("status of an unprivileged mount:\n%s", r.Stdout[strings.Index(r.Stdout, "== status"):])
 	harness.AssertUnchanged(t, before, harness.SnapshotTree(lower))
-	leftovers := func() []string {
+	leftovers := func() ([]string, error) {
 		var out []string
-		filepath.WalkDir(home, func(p string, d os.DirEntry, err error) error {
-			if err == nil && strings.HasPrefix(d.Name(), "store-") {
+		err := filepath.WalkDir(home, func(p string, d os.DirEntry, err error) error {
+			// The daemon may be removing its store meanwhile: what
+			// went is ENOENT.
+			if errors.Is(err, iofs.ErrNotExist) && p != home {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if strings.HasPrefix(d.Name(), "store-") {
 				out = append(out, p)
 			}
 			return nil
 		})
-		return out
+		return out, err
 	}
-	if !harness.WaitFor(func() bool { return len(leftovers()) == 0 }) {
-		t.Errorf("the private store is left after unmount: %v", leftovers())
+	var left []string
+	var walkErr error
+	gone := harness.WaitFor(func() bool {
+		left, walkErr = leftovers()
+		return walkErr != nil || len(left) == 0
+	})
+	switch {
+	case walkErr != nil:
+		t.Errorf("looking for the private store in %s: %v", home, walkErr)
+	case !gone:
+		t.Errorf("the private store is left after unmount: %v", left)
 	}
 }
 
@@ -394,7 +433,7 @@ func TestTwoMountsOfOneLower(t *testing.T) {
 	a := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "lower")))
 	b := harness.NewMount(t, harness.WithExistingLower(a.Lower))
 	harness.WriteFile(t, a.Path("f"), "from a")
-	os.Remove(b.Path("f"))
+	must(t, os.Remove(b.Path("f")))
 	if got := harness.ReadFile(t, a.Path("f")); got != "from a" {
 		t.Errorf("a/f = %q, want %q", got, "from a")
 	}

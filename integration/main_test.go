@@ -53,3 +53,22 @@ func runTests(m *testing.M) int {
 	defer cleanup()
 	return m.Run()
 }
+
+// must fails the test now if err is not nil. It is for errors that name
+// what failed themselves, as those of package os do ("remove /mnt/f:
+// no such file or directory"); mustf is for the others.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustf fails the test now if err is not nil, with a message that names
+// the step: mustf(t, unix.Chmod(p, 0o600), "chmod %s", p).
+func mustf(t testing.TB, err error, format string, args ...any) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", fmt.Sprintf(format, args...), err)
+	}
+}

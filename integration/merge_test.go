@@ -166,14 +166,14 @@ func TestWhiteouts(t *testing.T) {
 	t.Run("exactly one exclusive create wins", func(t *testing.T) {
 		const n = 16
 		var wg sync.WaitGroup
-		errs := make([]error, n)
+		errs, writeErrs := make([]error, n), make([]error, n)
 		for i := range n {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				fd, err := unix.Open(m.Path("race"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644)
 				if err == nil {
-					unix.Write(fd, []byte(fmt.Sprint(i)))
+					_, writeErrs[i] = unix.Write(fd, []byte(fmt.Sprint(i)))
 					unix.Close(fd)
 				}
 				errs[i] = err
@@ -182,6 +182,9 @@ func TestWhiteouts(t *testing.T) {
 		wg.Wait()
 		won := 0
 		for i, err := range errs {
+			if writeErrs[i] != nil {
+				t.Errorf("create %d won, then its write: %v", i, writeErrs[i])
+			}
 			switch err {
 			case nil:
 				won++
@@ -238,11 +241,11 @@ func TestOpaqueDirsAndRmdir(t *testing.T) {
 		if err := unix.Rmdir(m.Path("g")); err != unix.ENOTEMPTY {
 			t.Errorf("rmdir g (lower files) = %s, want ENOTEMPTY", harness.ErrName(err))
 		}
-		os.Remove(m.Path("g/x"))
+		must(t, os.Remove(m.Path("g/x")))
 		if err := unix.Rmdir(m.Path("g")); err != unix.ENOTEMPTY {
 			t.Errorf("rmdir g (one lower file left) = %s, want ENOTEMPTY", harness.ErrName(err))
 		}
-		os.Remove(m.Path("g/y"))
+		must(t, os.Remove(m.Path("g/y")))
 		if err := unix.Rmdir(m.Path("g")); err != nil {
 			t.Errorf("rmdir g (every lower file removed) = %s, want success", harness.ErrName(err))
 		}
@@ -255,7 +258,7 @@ func TestOpaqueDirsAndRmdir(t *testing.T) {
 		if err := unix.Rmdir(m.Path("h")); err != nil {
 			t.Errorf("rmdir h (an empty lower dir) = %s, want success", harness.ErrName(err))
 		}
-		os.Mkdir(m.Path("u"), 0o755)
+		must(t, os.Mkdir(m.Path("u"), 0o755))
 		harness.WriteFile(t, m.Path("u/f"), "f")
 		if err := unix.Rmdir(m.Path("u")); err != unix.ENOTEMPTY {
 			t.Errorf("rmdir u (an upper file) = %s, want ENOTEMPTY", harness.ErrName(err))
@@ -318,11 +321,11 @@ func TestReaddir(t *testing.T) {
 	for i := 0; i < 300; i += 7 {
 		harness.WriteFile(t, m.Path(fmt.Sprintf("d/file%03d", i)), "changed") // in both layers now
 	}
-	os.Remove(m.Path("d/file001"))
-	os.Remove(m.Path("d/file002"))
+	must(t, os.Remove(m.Path("d/file001")))
+	must(t, os.Remove(m.Path("d/file002")))
 	harness.WriteFile(t, m.Path("d/file002"), "recreated over a whiteout")
 	harness.WriteFile(t, m.Path("d/new"), "n")
-	os.Mkdir(m.Path("d/newdir"), 0o755)
+	must(t, os.Mkdir(m.Path("d/newdir"), 0o755))
 	sock, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)

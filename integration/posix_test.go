@@ -47,18 +47,22 @@ var posixSelfSkipOK = map[string]func(m *harness.Mount) (string, bool){
 		}
 		// The directory that holds the stores, on the backstore's
 		// filesystem but inside no store.
-		return posixProbeLargeXattr(filepath.Dir(filepath.Dir(m.Status.BackingRoot)))
+		return posixProbeLargeXattr(m.T, filepath.Dir(filepath.Dir(m.Status.BackingRoot)))
 	},
 }
 
 // posixProbeLargeXattr reports whether dir's filesystem refuses an
 // 8 KiB user xattr (the size XAttrLarge sets).
-func posixProbeLargeXattr(dir string) (string, bool) {
+func posixProbeLargeXattr(t testing.TB, dir string) (string, bool) {
 	f, err := os.CreateTemp(dir, ".posix-xattr-probe-")
 	if err != nil {
 		return fmt.Sprintf("cannot probe the backstore's filesystem: %v", err), false
 	}
-	defer os.Remove(f.Name())
+	defer func() {
+		if err := os.Remove(f.Name()); err != nil {
+			t.Errorf("removing the xattr probe: %v", err)
+		}
+	}()
 	defer f.Close()
 	err = unix.Fsetxattr(int(f.Fd()), "user.large", make([]byte, 8<<10+123), 0)
 	if err == nil {

@@ -31,7 +31,7 @@ func TestRenameDirectories(t *testing.T) {
 	// Make md merged: an upper file, a copied-up file, a whiteout.
 	harness.WriteFile(t, m.Path("md/u"), "u")
 	harness.WriteFile(t, m.Path("md/l"), "l changed")
-	os.Remove(m.Path("md/gone"))
+	must(t, os.Remove(m.Path("md/gone")))
 
 	ld := harness.SnapshotTree(m.Path("ld"))
 	md := harness.SnapshotTree(m.Path("md"))

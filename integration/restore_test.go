@@ -40,13 +40,13 @@ func TestRestore(t *testing.T) {
 	id := takeSnapshot(t, m.Dir, "before the changes")
 
 	harness.WriteFile(t, m.Path("a"), "v2")
-	os.Remove(m.Path("new1"))
+	must(t, os.Remove(m.Path("new1")))
 	harness.WriteFile(t, m.Path("new2"), "new2")
-	os.RemoveAll(m.Path("d"))
-	os.Rename(m.Path("e"), m.Path("e2"))
-	os.Chmod(m.Path("meta"), 0o600)
-	os.Remove(m.Path("dir1"))
-	os.Truncate(m.Path("keep"), 2)
+	must(t, os.RemoveAll(m.Path("d")))
+	must(t, os.Rename(m.Path("e"), m.Path("e2")))
+	must(t, os.Chmod(m.Path("meta"), 0o600))
+	must(t, os.Remove(m.Path("dir1")))
+	must(t, os.Truncate(m.Path("keep"), 2))
 	changedState := harness.SnapshotTree(m.Dir)
 
 	// Fill this process's kernel caches with the changed state.
@@ -105,7 +105,9 @@ func TestRestore(t *testing.T) {
 	if _, err := wfd.WriteAt([]byte("late write"), 0); err != nil {
 		t.Errorf("writing a file opened before the restore: %v", err)
 	}
-	wfd.Sync()
+	if err := wfd.Sync(); err != nil {
+		t.Errorf("fsync of a file opened before the restore: %v", err)
+	}
 	if e := errnoOfStat(m.Path("new2")); e != unix.ENOENT {
 		t.Errorf("new2 after a write through a descriptor opened before the restore: %s, want ENOENT", harness.ErrName(e))
 	}
@@ -208,8 +210,11 @@ func TestRestoreReopenThroughProc(t *testing.T) {
 			return err
 		case <-time.After(20 * time.Second):
 			// Stop the daemon before it fills the disk with clones.
-			unix.Kill(m.Status.Pid, unix.SIGKILL)
-			t.Fatalf("%s did not return within 20 s (the daemon was killed)", what)
+			killed := "the daemon was killed"
+			if err := unix.Kill(m.Status.Pid, unix.SIGKILL); err != nil {
+				killed = fmt.Sprintf("killing the daemon: %v", err)
+			}
+			t.Fatalf("%s did not return within 20 s (%s)", what, killed)
 			return nil
 		}
 	}

@@ -11,6 +11,7 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -360,11 +361,13 @@ cat inside.txt
 	firstDone := make(chan struct{})
 	go func() { firstErr = first.Wait(); close(firstDone) }()
 	t.Cleanup(func() {
-		os.WriteFile(goOn, nil, 0o644)
+		if err := os.WriteFile(goOn, nil, 0o644); err != nil {
+			t.Errorf("letting the first session's command end: %v", err)
+		}
 		select {
 		case <-firstDone:
 		case <-time.After(30 * time.Second):
-			first.Process.Kill()
+			_ = first.Process.Kill() // it may have ended just now
 		}
 	})
 	if !harness.WaitFor(func() bool { _, err := os.Stat(ready); return err == nil }) {
@@ -408,7 +411,7 @@ cat inside.txt
 	}
 	e.checkProject()
 
-	os.WriteFile(goOn, nil, 0o644)
+	must(t, os.WriteFile(goOn, nil, 0o644))
 	select {
 	case <-firstDone:
 		if firstErr != nil {
@@ -450,12 +453,11 @@ while :; do sleep 0.05; done
 		t.Fatal(err)
 	}
 	if !harness.WaitFor(func() bool { _, err := os.Stat(ready); return err == nil }) {
-		cmd.Process.Kill()
+		_ = cmd.Process.Kill() // it may have exited; the test fails here either way
 		t.Fatalf("the command did not start:\n%s", stderr.String())
 	}
-	unix.Kill(-cmd.Process.Pid, unix.SIGINT)
-	cmd.Wait()
-	if got := cmd.ProcessState.ExitCode(); got != 42 {
+	mustf(t, unix.Kill(-cmd.Process.Pid, unix.SIGINT), "SIGINT to the process group of agentfs run")
+	if got := waitCode(t, cmd); got != 42 {
 		t.Errorf("exit code after Ctrl-C = %d, want the command's 42:\n%s", got, stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "exited with code 42") {
@@ -671,7 +673,7 @@ echo SEEN
 		t.Fatal(err)
 	}
 	if !harness.WaitFor(func() bool { _, err := os.Stat(ready); return err == nil }) {
-		cmd.Process.Kill()
+		_ = cmd.Process.Kill() // it may have exited; the test fails here either way
 		t.Fatalf("the command did not start:\n%s", stderr.String())
 	}
 	// The test, not agentfs, edits the project.
@@ -679,11 +681,21 @@ echo SEEN
 	harness.WriteFile(t, filepath.Join(e.project, "src", "main.go"), "package edited\n")
 	harness.WriteFile(t, filepath.Join(e.project, "src", "added.go"), "package main\n")
 	e.before = harness.SnapshotTree(e.project)
-	os.WriteFile(goOn, nil, 0o644)
-	cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); code != 0 || stdout.String() != "SEEN\n" {
+	must(t, os.WriteFile(goOn, nil, 0o644))
+	if code := waitCode(t, cmd); code != 0 || stdout.String() != "SEEN\n" {
 		t.Errorf("the session did not see the project's edits: exit %d\n%s\n%s", code, stdout.String(), stderr.String())
 	}
+}
+
+// waitCode waits for cmd and returns its exit code (-1: killed by a
+// signal); an error other than an exit status fails the test.
+func waitCode(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	var ee *exec.ExitError
+	if err := cmd.Wait(); err != nil && !errors.As(err, &ee) {
+		t.Fatalf("waiting for %v: %v", cmd.Args, err)
+	}
+	return cmd.ProcessState.ExitCode()
 }
 
 // intp formats an optional number of a session's record.

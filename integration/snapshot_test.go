@@ -304,9 +304,9 @@ func TestSnapshotImmutable(t *testing.T) {
 	))
 	harness.WriteFile(t, m.Path("upper"), "upper version, copied up before the snapshot")
 	harness.WriteFile(t, m.Path("new"), "new before the snapshot")
-	os.Chmod(m.Path("new"), 0o600)
-	unix.UtimesNano(m.Path("new"), []unix.Timespec{harness.Timespec(100, 1), harness.Timespec(200, 2)})
-	os.Mkdir(m.Path("newdir"), 0o700)
+	must(t, os.Chmod(m.Path("new"), 0o600))
+	mustf(t, unix.UtimesNano(m.Path("new"), []unix.Timespec{harness.Timespec(100, 1), harness.Timespec(200, 2)}), "utimensat new")
+	must(t, os.Mkdir(m.Path("newdir"), 0o700))
 	want := harness.SnapshotTree(m.Dir)
 	id := takeSnapshot(t, m.Dir, "immutable")
 	first := exportRef(t, m, id)
@@ -318,26 +318,32 @@ func TestSnapshotImmutable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.WriteString(" and appended")
+	if _, err := f.WriteString(" and appended"); err != nil {
+		t.Fatal(err)
+	}
 	f.Close()
 	harness.WriteFile(t, m.Path("lower-only"), "written")
-	os.Truncate(m.Path("trunc"), 3)
-	os.Rename(m.Path("d/moved"), m.Path("moved-out"))
-	os.Remove(m.Path("d/gone"))
-	os.Chmod(m.Path("chmod"), 0o755)
-	os.Chown(m.Path("new"), 123, 456)
-	unix.UtimesNano(m.Path("new"), []unix.Timespec{harness.Timespec(300, 3), harness.Timespec(400, 4)})
-	unix.Setxattr(m.Path("x"), "user.k", []byte("changed"), 0)
-	unix.Setxattr(m.Path("x"), "user.added", []byte("1"), 0)
-	os.Link(m.Path("upper"), m.Path("hardlink"))
-	os.Remove(m.Path("link"))
-	os.Symlink("elsewhere", m.Path("link"))
-	if g, err := os.OpenFile(m.Path("sparse"), os.O_WRONLY, 0); err == nil {
-		g.WriteAt([]byte("changed"), 4<<20)
-		g.Close()
+	must(t, os.Truncate(m.Path("trunc"), 3))
+	must(t, os.Rename(m.Path("d/moved"), m.Path("moved-out")))
+	must(t, os.Remove(m.Path("d/gone")))
+	must(t, os.Chmod(m.Path("chmod"), 0o755))
+	must(t, os.Chown(m.Path("new"), 123, 456))
+	mustf(t, unix.UtimesNano(m.Path("new"), []unix.Timespec{harness.Timespec(300, 3), harness.Timespec(400, 4)}), "utimensat new")
+	mustf(t, unix.Setxattr(m.Path("x"), "user.k", []byte("changed"), 0), "setxattr x user.k")
+	mustf(t, unix.Setxattr(m.Path("x"), "user.added", []byte("1"), 0), "setxattr x user.added")
+	must(t, os.Link(m.Path("upper"), m.Path("hardlink")))
+	must(t, os.Remove(m.Path("link")))
+	must(t, os.Symlink("elsewhere", m.Path("link")))
+	g, err := os.OpenFile(m.Path("sparse"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	os.RemoveAll(m.Path("dir"))
-	os.Remove(m.Path("newdir"))
+	if _, err := g.WriteAt([]byte("changed"), 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	must(t, os.RemoveAll(m.Path("dir")))
+	must(t, os.Remove(m.Path("newdir")))
 	harness.WriteFile(t, m.Path("newer"), "after the snapshot")
 	if d := diffExport(want, harness.SnapshotTree(m.Dir)); len(d) < 10 {
 		t.Fatalf("the changes after the snapshot did not change the mount enough: %v", d)

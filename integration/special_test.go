@@ -92,13 +92,13 @@ func TestNoInternalXattrs(t *testing.T) {
 		harness.LowerFile("gone", "g"),
 	))
 	harness.WriteFile(t, m.Path("copied"), "changed")
-	os.RemoveAll(m.Path("d"))
-	os.Mkdir(m.Path("d"), 0o755) // opaque
-	os.Rename(m.Path("moved"), m.Path("moved2"))
-	os.Remove(m.Path("gone"))
+	must(t, os.RemoveAll(m.Path("d")))
+	must(t, os.Mkdir(m.Path("d"), 0o755)) // opaque
+	must(t, os.Rename(m.Path("moved"), m.Path("moved2")))
+	must(t, os.Remove(m.Path("gone")))
 	harness.WriteFile(t, m.Path("gone"), "over a whiteout")
 	harness.WriteFile(t, m.Path("new"), "n")
-	os.Link(m.Path("new"), m.Path("new2"))
+	must(t, os.Link(m.Path("new"), m.Path("new2")))
 	want := map[string]string{
 		".": "", "plain": "user.mine", "copied": "user.mine", "d": "", "moved2": "", "moved2/y": "",
 		"gone": "", "new": "", "new2": "",
@@ -183,7 +183,7 @@ func TestSpecialFiles(t *testing.T) {
 		if err := unix.Bind(srv, &unix.SockaddrUnix{Name: m.Path("sock")}); err != nil {
 			t.Fatalf("bind a unix socket in the mount: %v", err)
 		}
-		unix.Listen(srv, 1)
+		mustf(t, unix.Listen(srv, 1), "listen on the socket in the mount")
 		if st := harness.Lstat(t, m.Path("sock")); st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 			t.Errorf("sock: mode %o, want a socket", st.Mode)
 		}
@@ -200,7 +200,9 @@ func TestSpecialFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer unix.Close(conn)
-		unix.Write(cli, []byte("hello"))
+		if _, err := unix.Write(cli, []byte("hello")); err != nil {
+			t.Fatalf("write to the socket: %v", err) // the read below would wait for ever
+		}
 		buf := make([]byte, 5)
 		if n, _ := unix.Read(conn, buf); string(buf[:n]) != "hello" {
 			t.Errorf("through the socket: %q", buf[:n])

@@ -26,7 +26,11 @@ func setStoreFormatVersion(t testing.TB, dir string, v uint32) {
 	if err != nil {
 		t.Fatalf("opening the store's metadata %s: %v", dir, err)
 	}
-	defer db.Close()
+	defer func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("closing the store's metadata %s: %v", dir, err)
+		}
+	}()
 	ts := db.MaxVersion()
 	txn := db.NewTransactionAt(ts, true)
 	defer txn.Discard()
@@ -45,7 +49,11 @@ func storeFormatVersion(t testing.TB, dir string) uint32 {
 	if err != nil {
 		t.Fatalf("opening the store's metadata %s: %v", dir, err)
 	}
-	defer db.Close()
+	defer func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("closing the store's metadata %s: %v", dir, err)
+		}
+	}()
 	txn := db.NewTransactionAt(db.MaxVersion(), false)
 	defer txn.Discard()
 	item, err := txn.Get([]byte("format"))

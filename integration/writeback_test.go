@@ -109,7 +109,9 @@ func TestWritebackCacheLowerHardlinks(t *testing.T) {
 		if !harness.WaitFor(func() bool { b, _ := os.ReadFile(m.Path(p)); return string(b) == "abc\ndefgh\n" }) {
 			b, _ := os.ReadFile(m.Path(p))
 			var st unix.Stat_t
-			unix.Stat(m.Path(p), &st)
+			if err := unix.Stat(m.Path(p), &st); err != nil {
+				t.Errorf("stat %s: %v", p, err)
+			}
 			t.Errorf("%s reads %q (%d links) after the project file was appended to, want %q", p, b, st.Nlink, "abc\ndefgh\n")
 		}
 	}

@@ -2,6 +2,7 @@ package difftest
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"sort"
@@ -73,15 +74,48 @@ func (e *DirExecutor) Exec(op *Op) Result {
 // UserID. Changing the fsuid away from 0 also drops the file
 // capabilities (CAP_DAC_OVERRIDE, CAP_FOWNER, ...) of that thread, so f
 // meets the permission checks an ordinary user meets.
+//
+// A failed switch panics: an op run with the wrong ids would compare the
+// wrong thing, and a thread left with the user's ids would run whatever
+// Go schedules on it next unprivileged.
 func runAsUser(f func() Result) Result {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	unix.Setfsgid(UserID)
-	unix.Setfsuid(UserID)
+	must := func(err error) {
+		if err != nil {
+			panic("difftest: " + err.Error())
+		}
+	}
+	must(setfsgid(UserID))
+	must(setfsuid(UserID))
 	// The thread keeps CAP_SETUID, so the way back to root always works.
-	defer unix.Setfsgid(0)
-	defer unix.Setfsuid(0)
+	defer func() { must(setfsgid(0)) }()
+	defer func() { must(setfsuid(0)) }()
 	return f()
+}
+
+// setfsgid and setfsuid set the thread's fsgid or fsuid. setfsgid(2) and
+// setfsuid(2) report no error (a call that fails returns the previous id
+// and leaves it), so each reads the id back: a call with -1, an invalid
+// id, changes nothing and returns the current one.
+func setfsgid(gid int) error {
+	if _, err := unix.SetfsgidRetGid(gid); err != nil {
+		return fmt.Errorf("setfsgid %d: %v", gid, err)
+	}
+	if got, err := unix.SetfsgidRetGid(-1); err != nil || got != gid {
+		return fmt.Errorf("setfsgid %d: the fsgid is %d (%v)", gid, got, err)
+	}
+	return nil
+}
+
+func setfsuid(uid int) error {
+	if _, err := unix.SetfsuidRetUid(uid); err != nil {
+		return fmt.Errorf("setfsuid %d: %v", uid, err)
+	}
+	if got, err := unix.SetfsuidRetUid(-1); err != nil || got != uid {
+		return fmt.Errorf("setfsuid %d: the fsuid is %d (%v)", uid, got, err)
+	}
+	return nil
 }
 
 func errResult(err error) Result {

@@ -144,12 +144,12 @@ func (g *Generator) Next(cur map[string]uint8) Op {
 		}
 	case OpSymlink:
 		op.Path = g.newOr(0.85)
-		switch x := r.Intn(10); {
-		case x == 0:
+		switch r.Intn(10) {
+		case 0:
 			op.Target = "/nonexistent-agentfs-difftest/x"
-		case x == 1:
+		case 1:
 			op.Target = "missing"
-		case x == 2:
+		case 2:
 			op.Target = strings.Repeat("t", 1000)
 		default:
 			// At most four levels up: the roots sit deeper than that in
@@ -267,10 +267,10 @@ func (g *Generator) newOr(p float64) string {
 }
 
 func (g *Generator) existingOrWeird() string {
-	switch x := g.rng.Intn(20); {
-	case x == 0:
+	switch g.rng.Intn(20) {
+	case 0:
 		return "" // the root
-	case x == 1:
+	case 1:
 		return g.weirdPath()
 	}
 	return g.existing()

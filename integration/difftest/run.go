@@ -400,7 +400,9 @@ func (s *session) close() []Diff {
 		diffs = append(diffs, Diff{Sig: "teardown", Text: fmt.Sprintf("still mounted after teardown, %s kept: %v", s.dir, m)})
 		return diffs
 	}
-	os.RemoveAll(s.dir)
+	if err := os.RemoveAll(s.dir); err != nil {
+		diffs = append(diffs, Diff{Sig: "teardown", Text: fmt.Sprintf("removing %s: %v", s.dir, err)})
+	}
 	return diffs
 }
 

@@ -62,9 +62,19 @@ func Setup() (cleanup func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	cleanup = func() { os.RemoveAll(sharedDir) }
-	os.Chmod(sharedDir, 0o755)
-	os.Setenv("XDG_CONFIG_HOME", filepath.Join(sharedDir, "config"))
+	cleanup = func() {
+		if err := os.RemoveAll(sharedDir); err != nil {
+			fmt.Fprintf(os.Stderr, "integration: removing the shared directory: %v\n", err)
+		}
+	}
+	if err := os.Chmod(sharedDir, 0o755); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("making the shared directory world-searchable: %v", err)
+	}
+	if err := os.Setenv("XDG_CONFIG_HOME", filepath.Join(sharedDir, "config")); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("setting XDG_CONFIG_HOME: %v", err)
+	}
 	bin = os.Getenv("AGENTFS_BIN")
 	if bin == "" {
 		bin = filepath.Join(sharedDir, "agentfs")

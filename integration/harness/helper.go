@@ -210,7 +210,9 @@ func StartHelperCmd(t testing.TB, cmd *exec.Cmd, ops ...Op) *Helper {
 // Release lets a holding helper finish and returns all results.
 func (h *Helper) Release() []OpResult {
 	h.t.Helper()
-	h.stdin.Close()
+	if err := h.stdin.Close(); err != nil {
+		h.t.Errorf("helper: closing its stdin: %v", err)
+	}
 	for h.out.Scan() {
 		var r OpResult
 		if err := json.Unmarshal(h.out.Bytes(), &r); err == nil {
@@ -253,9 +255,16 @@ func RunHelper() int {
 		r := OpResult{Op: op.Op}
 		out, err := doHelperOp(op, &keep)
 		r.Out, r.Errno = out, ErrName(err)
-		enc.Encode(r)
+		if err := enc.Encode(r); err != nil {
+			fmt.Fprintln(os.Stderr, "helper: writing a result:", err)
+			return 1
+		}
 		if op.Op == "hold" {
-			io.Copy(io.Discard, in) // until the test closes stdin
+			// Until the test closes stdin.
+			if _, err := io.Copy(io.Discard, in); err != nil {
+				fmt.Fprintln(os.Stderr, "helper: reading stdin:", err)
+				return 1
+			}
 		}
 	}
 	for _, f := range keep {

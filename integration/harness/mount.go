@@ -5,7 +5,9 @@ package harness
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,11 +55,10 @@ type MountStatus struct {
 type MountOption func(*mountConfig)
 
 type mountConfig struct {
-	entries  []Entry
-	lower    string
-	store    string
-	args     []string
-	noVerify bool
+	entries []Entry
+	lower   string
+	store   string
+	args    []string
 }
 
 // WithLower adds entries to the lower tree NewMount builds.
@@ -189,7 +190,9 @@ func (m *Mount) Unmount() {
 	}
 	if IsMounted(m.Dir) {
 		m.T.Errorf("%s is still mounted after agentfs unmount; detaching it", m.Dir)
-		unix.Unmount(m.Dir, unix.MNT_DETACH)
+		if err := unix.Unmount(m.Dir, unix.MNT_DETACH); err != nil {
+			m.T.Errorf("detaching %s: %v", m.Dir, err)
+		}
 	}
 }
 
@@ -269,17 +272,31 @@ func (m *Mount) BackstoreUsage() (objects int, bytes int64) {
 		m.T.Fatalf("agentfs status: %v", err)
 	}
 	files := 0
-	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		// The daemon runs: an object it removes meanwhile is no
+		// longer there to count (ENOENT); any other error is one.
+		if errors.Is(err, iofs.ErrNotExist) && p != root {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
 			return nil
 		}
 		var st unix.Stat_t
-		if unix.Lstat(p, &st) == nil {
+		switch err := unix.Lstat(p, &st); {
+		case err == nil:
 			files++
 			bytes += st.Blocks * 512
+		case err != unix.ENOENT:
+			return fmt.Errorf("lstat %s: %v", p, err)
 		}
 		return nil
 	})
+	if err != nil {
+		m.T.Fatalf("walking the backstore %s: %v", root, err)
+	}
 	if int(st.Objects) > files {
 		m.T.Errorf("agentfs status counts %d objects, the backstore holds %d regular files", st.Objects, files)
 	}
