@@ -108,6 +108,11 @@ type queue struct {
 	mu   sync.Mutex
 	done []done // async replies to commit
 
+	// async counts the requests served on goroutines of their own: their
+	// replies are written into mem and announced on efd, so teardown
+	// waits for them before it closes and unmaps those.
+	async sync.WaitGroup
+
 	live int // entries the kernel holds (thread-owned)
 
 	// Where the thread may run (see place); thread-owned.
@@ -398,6 +403,10 @@ func (q *queue) refuse() {
 }
 
 func (q *queue) teardown() {
+	// A queue whose ring failed stops serving with requests still being
+	// answered on goroutines (see complete): they write into q.mem and
+	// q.efd, which must outlive them.
+	q.async.Wait()
 	if q.r != nil {
 		q.r.close()
 	}
@@ -471,7 +480,9 @@ func (q *queue) complete(ud uint64, res int32) {
 	r := e.request()
 	if q.s.h.Async(r) {
 		r.Async = true
+		q.async.Add(1)
 		go func() {
+			defer q.async.Done()
 			errno, n := q.s.h.Serve(r)
 			q.mu.Lock()
 			q.done = append(q.done, done{e, errno, n})
@@ -479,8 +490,8 @@ func (q *queue) complete(ud uint64, res int32) {
 			var one [8]byte
 			one[0] = 1
 			// Adding 1 to an eventfd's counter cannot fail: it is far
-			// from full, and q.efd stays open while this entry is live
-			// (the thread serves until no entry is).
+			// from full, and q.efd stays open until every such
+			// goroutine has ended (teardown waits for them).
 			_, _ = unix.Write(q.efd, one[:])
 		}()
 		return
