@@ -46,6 +46,11 @@ func (d *Daemon) BindNamespaced(pid int, v *overlay.FS) (string, error) {
 		return "", err
 	}
 	if err := srv.BindNamespaced(pid, v); err != nil {
+		if bm.users == 0 {
+			// Made for this binding, and used by nothing else.
+			delete(d.branchMounts, name)
+			d.detachBranchMount(name, bm)
+		}
 		return "", bindError(err)
 	}
 	bm.users++
@@ -84,11 +89,11 @@ func (d *Daemon) branchMountForLocked(name string, v *overlay.FS) (*branchMount,
 	}
 	anchor, err := d.branchAnchorLocked()
 	if err != nil {
-		return nil, fmt.Errorf("preparing the directory of branch mounts: %w", err)
+		return nil, mountError(err, "preparing the directory of branch mounts: %v", err)
 	}
 	dir, err := os.MkdirTemp(anchor, "branch-")
 	if err != nil {
-		return nil, fmt.Errorf("making the directory of branch %q's mount: %w", name, err)
+		return nil, mountError(err, "making the directory of branch %q's mount: %v", name, err)
 	}
 	o := d.fsOptions
 	o.Mountpoint, o.View, o.FsName = dir, v, d.plan.Lower+"#"+name
@@ -97,12 +102,19 @@ func (d *Daemon) branchMountForLocked(name string, v *overlay.FS) (*branchMount,
 		if rerr := os.Remove(dir); rerr != nil {
 			d.log.Warn("removing the directory of a branch mount that failed", "dir", dir, "err", rerr)
 		}
-		return nil, fmt.Errorf("mounting branch %q for a namespaced process: %w", name, err)
+		return nil, mountError(err, "mounting branch %q for a namespaced process: %v", name, err)
 	}
 	bm := &branchMount{dir: dir, srv: srv}
 	d.branchMounts[name] = bm
 	d.log.Info("branch mount", "branch", name, "dir", dir)
 	return bm, nil
+}
+
+// mountError is the error of a branch mount that could not be made: an
+// I/O error of the mount (EIO), whatever the system call said, as the
+// process asking to be bound can do nothing about it.
+func mountError(err error, format string, a ...any) error {
+	return &workspace.Error{Kind: workspace.ErrIO, Msg: fmt.Sprintf(format, a...), Err: err}
 }
 
 // branchAnchorLocked returns the directory the branch mounts are made

@@ -39,9 +39,12 @@ const (
 	// AbortWait is how long the daemon waits for an aborted connection
 	// to end before it exits anyway.
 	AbortWait = time.Second
+	// ShutdownWait is how long a daemon may take to end once asked:
+	// every step above.
+	ShutdownWait = BusyWait + DetachGrace + AbortWait
 	// ExitWait is the most a caller waits for a daemon asked to
 	// unmount to exit: every step above, and a margin.
-	ExitWait = BusyWait + DetachGrace + AbortWait + 5*time.Second
+	ExitWait = ShutdownWait + 5*time.Second
 )
 
 // FsType is the type of agentfs mounts in mountinfo (go-fuse mounts as

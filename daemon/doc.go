@@ -14,11 +14,13 @@
 // # Life of a daemon
 //
 //	validate the request (Validate): nothing is created for a bad one
-//	open the store (workspace.Open), attach the daemon to it
+//	make a private store if there is none; open the store
+//	  (workspace.Open), attach the daemon to it (workspace.Mount)
+//	open the activity log, start automatic snapshots
 //	mount, write the registry entry, report "ready" to the parent
 //	serve until unmounted
-//	detach the branch mounts, close the workspace, delete a private
-//	  store, remove the registry entry
+//	detach the branch mounts, remove the registry entry, stop the
+//	  activity log, close the workspace, delete a private store
 //
 // Unmounting waits a little for the mount to become idle (the client of
 // the unmount operation still holds the control file open for a
@@ -32,6 +34,11 @@
 // The workspace's operation lock (workspace.Workspace serializes its
 // operations and calls the daemon, as its workspace.Mount, with it
 // held), then Daemon.mu (the branch mounts). The daemon never calls the
-// workspace with mu held. Neither is taken on the FUSE path: the FUSE
-// server resolves callers and serves requests on its own locks.
+// workspace with mu held. Neither is taken by a file operation: the
+// FUSE server resolves callers and serves requests on its own locks.
+// Daemon.mu is taken briefly by control requests (the write-back of a
+// writeback-cache mount lists the branch mounts), never across a wait
+// for the kernel: Retire and Invalidate notify the branch mounts after
+// they let it go, so a branch mount detached meanwhile just answers the
+// notification with an error, which is logged.
 package daemon

@@ -46,7 +46,7 @@ func (r *Record) Dial(version string) (*workspace.Client, error) {
 		// The daemon may be unmounting (the command ended): its store
 		// is ours once it has exited.
 		proc := procfs.Watch(r.DaemonPid)
-		gone := proc.Wait(daemon.ExitWait)
+		gone := proc.Wait(daemon.ShutdownWait)
 		_ = proc.Close() // a pidfd, only waited on
 		if !gone || r.DaemonAlive() {
 			return nil, fmt.Errorf("session %s: reaching its daemon (pid %d) through %s: %w", r.ID, r.DaemonPid, root, err)

@@ -65,7 +65,8 @@ func dirSize(dir string) int64 {
 }
 
 // Numbers reads, from the session's daemon or its store, how many
-// snapshots it has and what it changed.
+// snapshots it has and what it changed. The count is returned even when
+// the changes cannot be read.
 func (r *Record) Numbers(version string) (snapshots int, changes Summary, err error) {
 	c, err := r.Dial(version)
 	if err != nil {
@@ -82,7 +83,7 @@ func (r *Record) Numbers(version string) (snapshots int, changes Summary, err er
 	}
 	rep, err := c.Diff(ctl.DiffArgs{})
 	if err != nil {
-		return 0, Summary{}, err
+		return len(snaps.Snapshots), Summary{}, err
 	}
 	return len(snaps.Snapshots), Summarize(rep.Changes), nil
 }

@@ -241,7 +241,7 @@ type Ended struct {
 // the session is removed (nothing happened in it) and the error
 // returned (an *ExitError of 127 or 126 when the command could not be
 // started, after saying so on o.Stderr).
-func RunProcess(o ProcessOptions, version string) (*Ended, error) {
+func RunProcess(o ProcessOptions) (*Ended, error) {
 	rec, err := Load(o.SessionDir)
 	if err != nil {
 		return nil, fmt.Errorf("the session %s: %w", o.SessionDir, err)
@@ -438,9 +438,9 @@ func (s *process) stopDaemon() {
 		return
 	}
 	s.signalDaemon(syscall.SIGTERM)
-	if err := s.waitDaemon(daemon.ExitWait); err != nil {
-		fmt.Fprintf(s.stderr, "agentfs run: %v\n", err)
-	}
+	// The session is removed right after: its store's fate, which the
+	// error would point at, no longer matters.
+	_ = s.waitDaemon(daemon.ExitWait)
 }
 
 // signalDaemon sends sig to the daemon, which may have exited.

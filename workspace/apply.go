@@ -24,6 +24,11 @@ func (w *Workspace) Apply(c ctl.Caller, a ctl.ApplyArgs) (ctl.ApplyReply, error)
 		return ctl.ApplyReply{}, err
 	}
 	return locked(w, func() (ctl.ApplyReply, error) {
+		if !a.DryRun {
+			if err := w.writable("applying a branch"); err != nil {
+				return ctl.ApplyReply{}, err
+			}
+		}
 		name := cmp.Or(a.Branch, w.callerView(c).Layer().Name())
 		v, err := w.openRefLocked(name)
 		if err != nil {

@@ -33,7 +33,7 @@ import (
 // through the mount root.
 func (w *Workspace) Bind(c ctl.Caller, a ctl.BindArgs) (ctl.BindInfo, error) {
 	return locked(w, func() (ctl.BindInfo, error) {
-		if w.mount == nil {
+		if w.attached() == nil {
 			return ctl.BindInfo{}, errorf(ErrNotMounted, "binding needs a mounted store")
 		}
 		if a.Branch == "" {
@@ -55,8 +55,8 @@ func (w *Workspace) Bind(c ctl.Caller, a ctl.BindArgs) (ctl.BindInfo, error) {
 			return ctl.BindInfo{}, err
 		}
 		name := l.Name()
-		if a.Namespace && c.Uid == 0 && w.mount.CanNamespace() && name != w.current.Load().Name() && w.rootUsersLocked(name) == 0 {
-			dir, err := w.mount.BindNamespaced(pid, v)
+		if a.Namespace && c.Uid == 0 && w.attached().CanNamespace() && name != w.current.Load().Name() && w.rootUsersLocked(name) == 0 {
+			dir, err := w.attached().BindNamespaced(pid, v)
 			if err != nil {
 				return ctl.BindInfo{}, bindError(err, pid, a.Branch)
 			}
@@ -68,14 +68,14 @@ func (w *Workspace) Bind(c ctl.Caller, a ctl.BindArgs) (ctl.BindInfo, error) {
 		if n := w.namespacedUsersLocked(name); n > 0 {
 			return ctl.BindInfo{}, errorf(ErrBusy, "branch %q is in use by %d process(es) started with agentfs exec -b in mount namespaces of their own: it cannot be shown through the mount root at the same time; run a shell in it with agentfs exec -b %s -- $SHELL, or wait until they end", name, n, name)
 		}
-		for _, b := range w.mount.Bindings() {
+		for _, b := range w.attached().Bindings() {
 			if b.Namespaced {
-				if _, by := w.mount.Resolve(uint32(pid)); by == b.Pid {
+				if _, by := w.attached().Resolve(uint32(pid)); by == b.Pid {
 					return ctl.BindInfo{}, errorf(ErrInvalid, "process %d runs in branch %q's own mount namespace (agentfs exec -b): binding it through the mount root would change nothing it sees; use agentfs exec -b %s -- COMMAND", pid, b.View.Layer().Name(), a.Branch)
 				}
 			}
 		}
-		if err := w.mount.Bind(pid, v); err != nil {
+		if err := w.attached().Bind(pid, v); err != nil {
 			return ctl.BindInfo{}, bindError(err, pid, a.Branch)
 		}
 		w.log.Info("process bound", "pid", pid, "branch", a.Branch, "by", c.Pid)
@@ -83,25 +83,30 @@ func (w *Workspace) Bind(c ctl.Caller, a ctl.BindArgs) (ctl.BindInfo, error) {
 	})
 }
 
-// bindError is the error of a binding the mount refused.
+// bindError is the error of a binding the mount refused; an *Error
+// the mount made says it all already.
 func bindError(err error, pid int, name string) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
 	if errors.Is(err, ErrNoProcess) {
 		return errorf(ErrNoProcess, "no process %d: it exited before it could be bound", pid)
 	}
-	return ioErrorf(err, "binding process %d to branch %q: %v", pid, name, err)
+	return eioErrorf(err, "binding process %d to branch %q: %v", pid, name, err)
 }
 
 // Unbind ends the binding of process a.Pid (0: the caller).
 func (w *Workspace) Unbind(c ctl.Caller, a ctl.BindArgs) (ctl.BindInfo, error) {
 	return locked(w, func() (ctl.BindInfo, error) {
-		if w.mount == nil {
+		if w.attached() == nil {
 			return ctl.BindInfo{}, errorf(ErrNotMounted, "unbinding needs a mounted store")
 		}
 		pid, err := bindTarget(c, a.Pid)
 		if err != nil {
 			return ctl.BindInfo{}, err
 		}
-		if !w.mount.Unbind(pid) {
+		if !w.attached().Unbind(pid) {
 			info := w.bindInfoLocked(pid)
 			if info.BoundBy != 0 {
 				return ctl.BindInfo{}, errorf(ErrInvalid, "process %d is not bound itself: it sees branch %q through process %d, its ancestor; unbind that one (agentfs branch unbind --pid %d)", pid, info.Branch, info.BoundBy, info.BoundBy)
@@ -149,10 +154,10 @@ func bindTarget(c ctl.Caller, pid int) (int, error) {
 // bindInfoLocked describes what process pid sees. opMu is held.
 func (w *Workspace) bindInfoLocked(pid int) ctl.BindInfo {
 	info := ctl.BindInfo{Pid: pid, Branch: w.current.Load().Name(), Command: procfs.CommandLine(pid)}
-	if w.mount != nil {
-		v, by := w.mount.Resolve(uint32(pid))
+	if w.attached() != nil {
+		v, by := w.attached().Resolve(uint32(pid))
 		info.Branch, info.BoundBy = v.Layer().Name(), by
-		for _, b := range w.mount.Bindings() {
+		for _, b := range w.attached().Bindings() {
 			info.Namespaced = info.Namespaced || b.Pid == by && b.Namespaced
 		}
 	}
@@ -163,10 +168,10 @@ func (w *Workspace) bindInfoLocked(pid int) ctl.BindInfo {
 // the mount is attached before it serves, and lists its own bindings.
 func (w *Workspace) bindings() []ctl.BindInfo {
 	out := []ctl.BindInfo{}
-	if w.mount == nil {
+	if w.attached() == nil {
 		return out
 	}
-	for _, b := range w.mount.Bindings() {
+	for _, b := range w.attached().Bindings() {
 		out = append(out, ctl.BindInfo{Pid: b.Pid, Branch: b.View.Layer().Name(), BoundBy: b.Pid, Command: procfs.CommandLine(b.Pid), Namespaced: b.Namespaced})
 	}
 	return out
@@ -176,8 +181,8 @@ func (w *Workspace) bindings() []ctl.BindInfo {
 // mount root. opMu is held.
 func (w *Workspace) rootUsersLocked(name string) int {
 	n := 0
-	if w.mount != nil {
-		for _, b := range w.mount.Bindings() {
+	if w.attached() != nil {
+		for _, b := range w.attached().Bindings() {
 			if !b.Namespaced && b.View.Layer().Name() == name {
 				n++
 			}
@@ -189,8 +194,8 @@ func (w *Workspace) rootUsersLocked(name string) int {
 // namespacedUsersLocked counts the processes bound to branch name
 // through a branch mount. opMu is held.
 func (w *Workspace) namespacedUsersLocked(name string) int {
-	if w.mount == nil {
+	if w.attached() == nil {
 		return 0
 	}
-	return w.mount.NamespacedUsers(name)
+	return w.attached().NamespacedUsers(name)
 }

@@ -13,6 +13,9 @@ import (
 // (kind auto; deleted again if the branch cannot be created).
 func (w *Workspace) CreateBranch(c ctl.Caller, a ctl.BranchCreateArgs) (ctl.BranchInfo, error) {
 	return locked(w, func() (ctl.BranchInfo, error) {
+		if err := w.writable("creating a branch"); err != nil {
+			return ctl.BranchInfo{}, err
+		}
 		if _, err := w.meta.Layer(a.Name); err == nil {
 			return ctl.BranchInfo{}, errorf(ErrExists, "branch %q exists already: choose another name (agentfs branch list shows them)", a.Name)
 		}
@@ -96,6 +99,9 @@ func (w *Workspace) branchInfoLocked(c ctl.Caller, name string) (ctl.BranchInfo,
 // bound to it get ENOENT from then on, never another branch's files.
 func (w *Workspace) DeleteBranch(c ctl.Caller, name string) (ctl.BranchInfo, error) {
 	return locked(w, func() (ctl.BranchInfo, error) {
+		if err := w.writable("deleting a branch"); err != nil {
+			return ctl.BranchInfo{}, err
+		}
 		info, err := w.branchInfoLocked(c, name)
 		if err != nil {
 			return ctl.BranchInfo{}, err
@@ -107,8 +113,8 @@ func (w *Workspace) DeleteBranch(c ctl.Caller, name string) (ctl.BranchInfo, err
 			return ctl.BranchInfo{}, errorf(ErrBusy, "branch %q is the one the mount shows: switch to another first (agentfs branch switch main)", name)
 		}
 		if v := w.views[name]; v != nil {
-			if w.mount != nil {
-				w.mount.Retire(v)
+			if w.attached() != nil {
+				w.attached().Retire(v)
 			}
 			delete(w.views, name)
 			w.retired = append(w.retired, v)
@@ -129,6 +135,9 @@ func (w *Workspace) DeleteBranch(c ctl.Caller, name string) (ctl.BranchInfo, err
 // in, as after a chroot, until it changes directory through the root.
 func (w *Workspace) SwitchBranch(c ctl.Caller, name string) (ctl.BranchInfo, error) {
 	return locked(w, func() (ctl.BranchInfo, error) {
+		if err := w.writable("switching branches"); err != nil {
+			return ctl.BranchInfo{}, err
+		}
 		l, err := w.meta.Layer(name)
 		if errors.Is(err, branch.ErrNotFound) {
 			return ctl.BranchInfo{}, errorf(ErrNotFound, "no branch %q: agentfs branch list shows them; agentfs branch create %s makes it", name, name)
@@ -151,8 +160,8 @@ func (w *Workspace) SwitchBranch(c ctl.Caller, name string) (ctl.BranchInfo, err
 		}
 		old := w.current.Swap(l)
 		w.view = v
-		if w.mount != nil {
-			w.mount.Show(v)
+		if w.attached() != nil {
+			w.attached().Show(v)
 		}
 		w.log.Info("branch switched", "from", old.Name(), "to", name, "pid", c.Pid)
 		return w.branchInfoLocked(c, name)

@@ -35,7 +35,7 @@ func (w *Workspace) openRefLocked(ref string) (refView, error) {
 	if ref == LowerRef {
 		v, err := overlay.LowerView(w.opts.LowerDir, w.objs)
 		if err != nil {
-			return refView{}, ioErrorf(err, "opening the project %s: %v", w.opts.Lower, err)
+			return refView{}, eioErrorf(err, "opening the project %s: %v", w.opts.Lower, err)
 		}
 		return refView{fs: v, what: "the project (lower)", close: w.closer(v, "the project")}, nil
 	}
@@ -144,12 +144,12 @@ func (w *Workspace) Diff(c ctl.Caller, a ctl.DiffArgs) (ctl.DiffReply, error) {
 		defer vb.close()
 		cs, err := changes(va.fs, vb.fs)
 		if err != nil {
-			return ctl.DiffReply{}, ioErrorf(err, "comparing %s with %s: %v", va.what, vb.what, err)
+			return ctl.DiffReply{}, eioErrorf(err, "comparing %s with %s: %v", va.what, vb.what, err)
 		}
 		reply := ctl.DiffReply{From: va.what, To: vb.what, Changes: changeInfos(cs)}
 		if a.Patch {
 			if reply.Patch, err = patchOf(va.fs, vb.fs, cs); err != nil {
-				return ctl.DiffReply{}, ioErrorf(err, "diff --patch of %s and %s: %v", va.what, vb.what, err)
+				return ctl.DiffReply{}, eioErrorf(err, "diff --patch of %s and %s: %v", va.what, vb.what, err)
 			}
 		}
 		return reply, nil
@@ -172,6 +172,11 @@ func (w *Workspace) Restore(c ctl.Caller, a ctl.RestoreArgs) (ctl.RestoreReply, 
 		view := w.callerView(c)
 		cur := view.Layer().Name()
 		reply := ctl.RestoreReply{Snapshot: snapshotInfo(snap, w.tags()), Branch: cur}
+		if !a.DryRun {
+			if err := w.writable("restoring snapshot " + snap.ID); err != nil {
+				return ctl.RestoreReply{}, err
+			}
+		}
 		if a.DryRun {
 			v, err := w.openRefLocked(snap.ID)
 			if err != nil {
@@ -180,7 +185,7 @@ func (w *Workspace) Restore(c ctl.Caller, a ctl.RestoreArgs) (ctl.RestoreReply, 
 			defer v.close()
 			cs, err := changes(view, v.fs)
 			if err != nil {
-				return ctl.RestoreReply{}, ioErrorf(err, "comparing branch %q with snapshot %s: %v", cur, snap.ID, err)
+				return ctl.RestoreReply{}, eioErrorf(err, "comparing branch %q with snapshot %s: %v", cur, snap.ID, err)
 			}
 			reply.Changes = changeInfos(cs)
 			return reply, nil
@@ -240,7 +245,7 @@ func (w *Workspace) checkExportTargetLocked(to string) error {
 	switch {
 	case hostpath.Inside(to, lower, w.opts.LowerDir):
 		return errorf(ErrInvalid, "export target %s is inside the project %s, which agentfs never writes to: choose a directory outside it", to, lower)
-	case mp != "" && hostpath.Inside(to, mp, ""), w.mount != nil && w.mount.Contains(hostpath.Existing(hostpath.ResolveExisting(to))):
+	case mp != "" && hostpath.Inside(to, mp, ""), w.attached() != nil && w.attached().Contains(hostpath.Existing(hostpath.ResolveExisting(to))):
 		return errorf(ErrInvalid, "export target %s is inside the mount %s: choose a directory outside it", to, mp)
 	}
 	return nil

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"encoding/json"
+
 	"github.com/agentfs/agentfs/ctl"
 )
 
@@ -9,7 +11,8 @@ import (
 // The caller is the process that holds the Client. Errors are *Error
 // values, as the Workspace's own (errors.Is with the kinds works).
 type Client struct {
-	c *ctl.Client
+	c     *ctl.Client
+	local bool
 }
 
 // Dial connects to the daemon of the mount whose root is root.
@@ -32,10 +35,11 @@ func NewClient(c *ctl.Client) *Client { return &Client{c: c} }
 func Local(w *Workspace, name string, unmount ctl.OpFunc, closeFn func() error) *Client {
 	s := ctl.NewServer(uint32(Self().Uid), w.log)
 	w.Register(s)
+	s.Handle(ctl.OpPing, func(ctl.Caller, json.RawMessage) (any, error) { return "pong", nil })
 	if unmount != nil {
 		s.Handle(ctl.OpUnmount, unmount)
 	}
-	return &Client{c: ctl.NewLocalClient(name, s, Self(), closeFn)}
+	return &Client{c: ctl.NewLocalClient(name, s, Self(), closeFn), local: true}
 }
 
 // Ctl is the control client, for operations of the daemon itself
@@ -43,7 +47,16 @@ func Local(w *Workspace, name string, unmount ctl.OpFunc, closeFn func() error) 
 func (c *Client) Ctl() *ctl.Client { return c.c }
 
 // Root is the mount root the client reaches ("" for a local one).
-func (c *Client) Root() string { return c.c.Root() }
+func (c *Client) Root() string {
+	if c.local {
+		return ""
+	}
+	return c.c.Root()
+}
+
+// Name says what the client reaches, for messages: a mount root, or
+// what Local was given ("session 20261127-...").
+func (c *Client) Name() string { return c.c.Root() }
 
 // Close closes the connection (or the local workspace).
 func (c *Client) Close() error { return c.c.Close() }
@@ -154,6 +167,12 @@ func (c *Client) Apply(a ctl.ApplyArgs) (ctl.ApplyReply, error) {
 // ApplyProgress is Workspace.ApplyProgress.
 func (c *Client) ApplyProgress() (ctl.ApplyProgress, error) {
 	return do[ctl.ApplyProgress](c, ctl.OpApplyProgress, nil)
+}
+
+// Ping checks that the daemon (or the local workspace) answers.
+func (c *Client) Ping() error {
+	_, err := do[string](c, ctl.OpPing, nil)
+	return err
 }
 
 // Unmount asks the daemon to unmount and exit; it answers the

@@ -26,9 +26,14 @@
 //   - An operation that fails changes nothing, except where its error
 //     says what it did (a restore's safety snapshot names the way back;
 //     an apply says how many paths it wrote before the error).
-//   - When an operation that changes the store returns, its change is
-//     durable: the control server settles the metadata (Settle) before
-//     it replies.
+//   - When an operation that changes the store answers through a Client
+//     (a daemon's control server, or Local), its change is durable: the
+//     control server settles the metadata (Settle) before it replies. A
+//     caller of the methods in its own process calls Settle where it
+//     needs the same.
+//   - A store opened ReadOnly refuses, before doing anything, every
+//     operation that would change it (ErrReadOnly); Close ends the
+//     workspace: later operations fail with ErrClosed.
 //   - Every branch in use has one live view (Views), so that every
 //     process writing a branch writes through the same in-memory index.
 //
@@ -43,14 +48,17 @@
 //
 // Lock order: Workspace.opMu, then the Mount's own locks (the daemon's
 // branch-mount table), then a view's lock (overlay), then the branch
-// store's. The Mount never calls back into the Workspace with its locks
-// held. ApplyProgress and Status read without opMu (they are asked while
-// an apply holds it).
+// store's. The Mount never calls back into the Workspace. ApplyProgress
+// and Status take no lock an operation holds (they are asked while an
+// apply runs): Status calls the Mount's Describe and Bindings without
+// opMu, so a Mount must be safe to call without it.
 //
 // # Errors
 //
-// Every error is an *Error: a Kind (ErrNotFound, ErrInvalid, ErrExists,
-// ErrBusy, ErrReadOnly, ...; test with errors.Is) and a message that
-// names the thing and the fix, as the user sees it. Each Kind carries
-// the errno the control protocol sends for it.
+// Every error of an operation is an *Error: a Kind (ErrNotFound,
+// ErrInvalid, ErrExists, ErrBusy, ErrReadOnly, ...; test with errors.Is)
+// and a message that names the thing and the fix, as the user sees it,
+// with the errno the control protocol sends: the kind's, or, for an
+// ErrIO of the host's file systems, what the system call said. (Open,
+// Close and a Client that cannot reach its daemon return plain errors.)
 package workspace

@@ -16,6 +16,9 @@ import (
 // progress makes its object before it commits the entry naming it).
 func (w *Workspace) GC(c ctl.Caller, a ctl.GCArgs) (ctl.GCReply, error) {
 	return locked(w, func() (ctl.GCReply, error) {
+		if err := w.writable("collecting garbage"); err != nil {
+			return ctl.GCReply{}, err
+		}
 		grace := a.Grace
 		if grace <= 0 {
 			grace = backstore.DefaultGCGrace
@@ -54,6 +57,11 @@ func (w *Workspace) inUseLocked() func(id string) bool {
 // what it can and shows the repaired branches to every process.
 func (w *Workspace) Fsck(c ctl.Caller, a ctl.FsckArgs) (ctl.FsckReply, error) {
 	return locked(w, func() (ctl.FsckReply, error) {
+		if a.Repair {
+			if err := w.writable("repairing the store"); err != nil {
+				return ctl.FsckReply{}, err
+			}
+		}
 		r, err := overlay.Fsck(overlay.FsckOptions{Objects: w.objs, Meta: w.meta, Lower: w.opts.LowerDir, Repair: a.Repair, InUse: w.inUseLocked()})
 		w.log.Info("fsck", "repair", a.Repair, "problems", len(r.Problems), "garbage", len(r.Garbage), "err", err, "pid", c.Pid)
 		repaired := false

@@ -11,7 +11,8 @@ import (
 // Mount is what a serving mount gives its workspace: which view a
 // process sees, the kernel's caches, the processes bound to branches
 // and the branch mounts. The daemon implements it; offline there is
-// none. The workspace calls it with opMu held; it never calls back.
+// none. The workspace calls it with opMu held, but Describe and
+// Bindings, which Status calls without it; it never calls back.
 type Mount interface {
 	// Resolve returns the view process pid sees at the mount root and
 	// the pid whose binding decides it (0 when none does: the view the
@@ -63,28 +64,45 @@ type Binding struct {
 }
 
 // Attach attaches the serving mount: from then on the operations act
-// on it too. Called once, before the mount serves control requests.
+// on it too. Called once, before the mount serves control requests; a
+// second call panics (a mount is never swapped under operations).
 func (w *Workspace) Attach(m Mount) {
-	w.opMu.Lock()
-	defer w.opMu.Unlock()
-	w.mount = m
+	if !w.mount.CompareAndSwap(nil, &attachedMount{m}) {
+		panic("workspace: Attach called twice")
+	}
+}
+
+// attachedMount holds the Mount for the atomic pointer.
+type attachedMount struct{ Mount }
+
+// attached returns the mount, nil offline. It takes no lock: the mount
+// is attached once, before it serves.
+func (w *Workspace) attached() Mount {
+	if a := w.mount.Load(); a != nil {
+		return a.Mount
+	}
+	return nil
 }
 
 // callerView returns the view process c sees at the mount root: its
 // branch's. opMu is held (w.view).
 func (w *Workspace) callerView(c ctl.Caller) *overlay.FS {
-	if w.mount != nil {
-		v, _ := w.mount.Resolve(c.Pid)
+	if w.attached() != nil {
+		v, _ := w.attached().Resolve(c.Pid)
 		return v
 	}
 	return w.view
 }
 
 // invalidate drops what the kernel cached of the nodes a restore, an
-// apply or a repair cut loose. opMu is held; no lock of a view may be.
+// apply or a repair cut loose, and what it cached of the root and of
+// names that did not exist: it is called even when no node went stale
+// (a view that held no node but the root lists none, yet the kernel
+// may remember that a name the restore brings back did not exist).
+// opMu is held; no lock of a view may be.
 func (w *Workspace) invalidate(stale []overlay.Stale) {
-	if w.mount != nil && len(stale) > 0 {
-		w.mount.Invalidate(stale)
+	if m := w.attached(); m != nil {
+		m.Invalidate(stale)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 // Register serves w's operations on the control server s: each request
 // decodes its arguments and calls one method; what it changed is
 // settled (made durable) before the reply. The daemon adds its own
-// (ping, status, unmount) beside them.
+// (ping, unmount) beside them.
 func (w *Workspace) Register(s *ctl.Server) {
 	handle(s, ctl.OpSnapshotCreate, w.CreateSnapshot)
 	handle(s, ctl.OpSnapshotList, func(ctl.Caller, struct{}) (ctl.SnapshotList, error) { return w.Snapshots() })

@@ -21,6 +21,9 @@ func (w *Workspace) CreateSnapshot(c ctl.Caller, a ctl.SnapshotCreateArgs) (ctl.
 }
 
 func (w *Workspace) createSnapshotLocked(c ctl.Caller, a ctl.SnapshotCreateArgs) (ctl.SnapshotInfo, error) {
+	if err := w.writable("taking a snapshot"); err != nil {
+		return ctl.SnapshotInfo{}, err
+	}
 	kind := branch.KindManual
 	switch a.Kind {
 	case "", branch.KindManual:
@@ -50,7 +53,7 @@ func (w *Workspace) createSnapshotLocked(c ctl.Caller, a ctl.SnapshotCreateArgs)
 		// Taken, but not synced (or the files open for writing could
 		// not be given back): it exists, say so.
 		w.log.Error("snapshot taken with an error", "id", snap.ID, "err", err)
-		return ctl.SnapshotInfo{}, ioErrorf(err, "snapshot %s was taken, but it may not survive a crash: %v", snap.ID, err)
+		return ctl.SnapshotInfo{}, eioErrorf(err, "snapshot %s was taken, but it may not survive a crash: %v", snap.ID, err)
 	}
 	w.log.Info("snapshot taken", "id", snap.ID, "branch", snap.Branch, "label", snap.Label, "pid", c.Pid)
 	return snapshotInfo(snap, nil), nil
@@ -93,12 +96,13 @@ func (w *Workspace) sizesAdded(snaps []branch.Snapshot) (map[string]int64, error
 		byID[s.ID] = s
 	}
 	origins := map[uint64]string{} // layer id → the snapshot it was made from
-	infos, err := w.meta.LayerInfos()
-	if err != nil {
-		return added, fmt.Errorf("listing branches: %w", err)
-	}
-	for _, li := range infos {
-		origins[li.ID] = li.Origin
+	if infos, err := w.meta.LayerInfos(); err == nil {
+		for _, li := range infos {
+			origins[li.ID] = li.Origin
+		}
+	} else {
+		// The sizes are still worth having, counted without origins.
+		w.log.Warn("listing branches for the sizes added by snapshots", "err", err)
 	}
 	sizes := map[string]int64{} // object → allocated bytes
 	sizeOf := func(obj string) int64 {
@@ -152,6 +156,9 @@ func (w *Workspace) snapshotObjects(snap branch.Snapshot) (map[string]bool, erro
 // refused (the tag keeps it).
 func (w *Workspace) DeleteSnapshot(c ctl.Caller, ref string) (ctl.SnapshotInfo, error) {
 	return locked(w, func() (ctl.SnapshotInfo, error) {
+		if err := w.writable("deleting a snapshot"); err != nil {
+			return ctl.SnapshotInfo{}, err
+		}
 		snap, err := w.resolveSnapshot(ref)
 		if err != nil {
 			return ctl.SnapshotInfo{}, err
@@ -185,6 +192,9 @@ func (w *Workspace) dropSnapshotLocked(id, why string) {
 // or moving it.
 func (w *Workspace) SetTag(c ctl.Caller, name, ref string) (ctl.SnapshotInfo, error) {
 	return locked(w, func() (ctl.SnapshotInfo, error) {
+		if err := w.writable("tagging a snapshot"); err != nil {
+			return ctl.SnapshotInfo{}, err
+		}
 		snap, err := w.resolveSnapshot(ref)
 		if err != nil {
 			return ctl.SnapshotInfo{}, err
@@ -204,6 +214,9 @@ func (w *Workspace) SetTag(c ctl.Caller, name, ref string) (ctl.SnapshotInfo, er
 // and the id it named.
 func (w *Workspace) DeleteTag(c ctl.Caller, name string) (ctl.TagArgs, error) {
 	return locked(w, func() (ctl.TagArgs, error) {
+		if err := w.writable("deleting a tag"); err != nil {
+			return ctl.TagArgs{}, err
+		}
 		id, ok := w.tags()[name]
 		if !ok {
 			return ctl.TagArgs{}, errorf(ErrNotFound, "no tag %q: agentfs snapshot list shows the tags", name)
@@ -288,6 +301,11 @@ func (w *Workspace) Prune(c ctl.Caller, a ctl.PruneArgs) (ctl.PruneReply, error)
 		return ctl.PruneReply{}, errorf(ErrInvalid, "--keep %d: keep a count of 0 or more", *a.Keep)
 	}
 	return locked(w, func() (ctl.PruneReply, error) {
+		if !a.DryRun {
+			if err := w.writable("pruning automatic snapshots"); err != nil {
+				return ctl.PruneReply{}, err
+			}
+		}
 		r, err := w.pruneLocked(a.Keep, a.DryRun)
 		w.log.Info("snapshot prune", "deleted", len(r.deleted), "kept", r.kept, "dry_run", a.DryRun, "err", err, "pid", c.Pid)
 		if err != nil {
@@ -368,6 +386,9 @@ func (w *Workspace) pruneLocked(keep *int, dryRun bool) (pruneResult, error) {
 func (w *Workspace) AutoSnapshot(name string, label func(v *overlay.FS) string) {
 	w.opMu.Lock()
 	defer w.opMu.Unlock()
+	if w.closed || w.opts.ReadOnly {
+		return
+	}
 	v := w.views[name]
 	if v == nil {
 		w.log.Warn("automatic snapshot skipped: the branch is not shown by this mount any more", "branch", name)

@@ -25,12 +25,15 @@ func (w *Workspace) Status() ctl.Status {
 	}
 	// The mount is attached before it serves and never detached: read
 	// without opMu.
-	if m := w.mount; m != nil {
+	if m := w.attached(); m != nil {
 		m.Describe(&st)
 		st.Bindings = w.bindings()
 	} else {
-		st.Offline, st.Session = true, true
-		st.IOMode = "none (not mounted: the session has ended)"
+		st.Offline = true
+		st.IOMode = "none (not mounted: the store was opened by this command)"
+		if st.Session {
+			st.IOMode = "none (not mounted: the session has ended)"
+		}
 		st.Transport = "none"
 	}
 	return st

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 
@@ -69,9 +70,11 @@ type Workspace struct {
 	view    *overlay.FS
 	views   map[string]*overlay.FS
 	retired []*overlay.FS
+	closed  bool // Close ran: operations are refused
 
-	// mount is the serving mount (nil offline); set once by Attach.
-	mount Mount
+	// mount is the serving mount (nil offline); set once by Attach,
+	// before the mount serves, and read without a lock (attached).
+	mount atomic.Pointer[attachedMount]
 	// progress is the progress of the apply running, nil when none.
 	progress atomic.Pointer[ctl.ApplyProgress]
 }
@@ -84,6 +87,9 @@ type Workspace struct {
 func Open(o Options) (*Workspace, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if !filepath.IsAbs(o.Lower) || filepath.Clean(o.Lower) != o.Lower {
+		return nil, fmt.Errorf("the project %q: give it as a clean absolute path (a store records it, and refuses another)", o.Lower)
 	}
 	if o.LowerDir == "" {
 		o.LowerDir = o.Lower
@@ -175,9 +181,16 @@ func (w *Workspace) resumeBranch() (*branch.Layer, error) {
 	return l, err
 }
 
-// Close closes the views, the backstore and the metadata. A mount
+// Close closes the views, the backstore and the metadata, once no
+// operation runs; operations asked later fail with ErrClosed. A mount
 // attached must have ended first.
 func (w *Workspace) Close() error {
+	w.opMu.Lock()
+	defer w.opMu.Unlock()
+	if w.closed {
+		return nil
+	}
+	w.closed = true
 	var errs []error
 	for name, v := range w.views {
 		if err := v.Close(); err != nil {
@@ -242,9 +255,23 @@ func Self() ctl.Caller {
 	return ctl.Caller{Pid: uint32(os.Getpid()), Uid: uint32(os.Geteuid()), Gid: uint32(os.Getegid())}
 }
 
-// locked runs fn with opMu held.
+// locked runs fn with opMu held; a closed workspace runs nothing.
 func locked[T any](w *Workspace, fn func() (T, error)) (T, error) {
 	w.opMu.Lock()
 	defer w.opMu.Unlock()
+	if w.closed {
+		var zero T
+		return zero, errorf(ErrClosed, "the store %s is closed", w.opts.Store)
+	}
 	return fn()
+}
+
+// writable refuses, before anything is done, an operation (what, e.g.
+// "restoring snapshot 1a2b3c4d") that would change a store opened
+// read-only.
+func (w *Workspace) writable(what string) error {
+	if w.opts.ReadOnly {
+		return errorf(ErrReadOnly, "%s: the store is open read-only: nothing was changed; open it writable to change it", what)
+	}
+	return nil
 }

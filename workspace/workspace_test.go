@@ -336,7 +336,7 @@ type fakeMount struct {
 	shown    *overlay.FS
 	bound    map[int]*overlay.FS
 	retired  []string
-	invalids int
+	invalids int // Invalidate calls
 }
 
 func (m *fakeMount) Resolve(pid uint32) (*overlay.FS, int) {
@@ -347,7 +347,7 @@ func (m *fakeMount) Resolve(pid uint32) (*overlay.FS, int) {
 }
 func (m *fakeMount) Show(v *overlay.FS)               { m.shown = v }
 func (m *fakeMount) Retire(v *overlay.FS)             { m.retired = append(m.retired, v.Layer().Name()) }
-func (m *fakeMount) Invalidate(stale []overlay.Stale) { m.invalids += len(stale) }
+func (m *fakeMount) Invalidate(stale []overlay.Stale) { m.invalids++ }
 func (m *fakeMount) Unbind(pid int) bool              { _, ok := m.bound[pid]; delete(m.bound, pid); return ok }
 func (m *fakeMount) NamespacedUsers(name string) int  { return 0 }
 func (m *fakeMount) CanNamespace() bool               { return false }
@@ -502,11 +502,26 @@ func TestRestoreReadOnlyStore(t *testing.T) {
 		}
 	}()
 	_, err = w.Restore(self, ctl.RestoreArgs{Ref: s.ID})
-	isKind(t, "restore on a read-only store", err, ErrReadOnly, "nothing was restored")
+	isKind(t, "restore on a read-only store", err, ErrReadOnly, "nothing was changed")
+	for what, err := range map[string]error{
+		"gc":          second(w.GC(self, ctl.GCArgs{})),
+		"fsck repair": second(w.Fsck(self, ctl.FsckArgs{Repair: true})),
+		"apply":       second(w.Apply(self, ctl.ApplyArgs{})),
+		"snapshot":    second(w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})),
+		"branch":      second(w.CreateBranch(self, ctl.BranchCreateArgs{Name: "b", From: s.ID})),
+	} {
+		isKind(t, what+" on a read-only store", err, ErrReadOnly, "open it writable")
+	}
+	if _, err := w.Fsck(self, ctl.FsckArgs{}); err != nil {
+		t.Errorf("fsck (no repair) of a read-only store: %v", err)
+	}
 	if list, err := w.Snapshots(); err != nil || len(list.Snapshots) != 1 {
 		t.Errorf("snapshots after the refused restore: %+v, %v; want only %s", list, err, s.ID)
 	}
 }
+
+// second is the error of a call's two results.
+func second[T any](_ T, err error) error { return err }
 
 // TestLocalClient: the operations served to this process through a
 // control server give the same results and the same kinds of errors.
@@ -523,8 +538,11 @@ func TestLocalClient(t *testing.T) {
 	if !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("the client's error %v does not carry ENOENT", err)
 	}
-	if st, err := c.Status(); err != nil || st.Lower != w.Lower() {
+	if st, err := c.Status(); err != nil || st.Lower != w.Lower() || !st.Offline || st.Session || !strings.Contains(st.IOMode, "opened by this command") {
 		t.Errorf("Status through the client = %+v, %v", st, err)
+	}
+	if err := c.Ping(); err != nil {
+		t.Errorf("Ping through the client: %v", err)
 	}
 	_, err = c.Unmount()
 	if !errors.Is(err, syscall.ENOSYS) {
@@ -532,5 +550,77 @@ func TestLocalClient(t *testing.T) {
 	}
 	if err := c.Close(); err != nil || !closed {
 		t.Errorf("Close = %v, closed %v", err, closed)
+	}
+}
+
+// TestRestoreInvalidates: every restore drops the kernel's caches, also
+// one that leaves no node stale (the kernel may remember that a name the
+// restore brings back did not exist).
+func TestRestoreInvalidates(t *testing.T) {
+	w := newWorkspace(t, nil)
+	m := &fakeMount{shown: w.View(), bound: map[int]*overlay.FS{}}
+	w.Attach(m)
+	s, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := w.Restore(self, ctl.RestoreArgs{Ref: s.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if m.invalids != i+1 {
+			t.Fatalf("after restore %d: %d invalidations, want %d", i+1, m.invalids, i+1)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a second Attach did not panic")
+		}
+	}()
+	w.Attach(m)
+}
+
+// TestClosedAndPaths: a closed workspace refuses operations; a store is
+// opened for a clean absolute project path only.
+func TestClosedAndPaths(t *testing.T) {
+	lower, store := t.TempDir(), t.TempDir()
+	for _, bad := range []string{"relative", lower + "/../" + filepath.Base(lower), ""} {
+		if _, err := Open(Options{Store: store, Lower: bad}); err == nil || !strings.Contains(err.Error(), "clean absolute path") {
+			t.Errorf("Open with project %q: %v, want a refusal", bad, err)
+		}
+	}
+	w, err := Open(Options{Store: store, Lower: lower})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.Snapshots()
+	isKind(t, "an operation after Close", err, ErrClosed, "is closed")
+	if err := w.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
+}
+
+// TestErrnos: a host's error keeps its errno for the protocol and is of
+// kind ErrIO; the kinds' own errnos are theirs.
+func TestErrnos(t *testing.T) {
+	err := ioErrorf(syscall.ENOSPC, "writing: %v", syscall.ENOSPC)
+	var en syscall.Errno
+	if !errors.As(err, &en) || en != syscall.ENOSPC || !errors.Is(err, ErrIO) || errors.Is(err, ErrNotFound) {
+		t.Errorf("ioErrorf(ENOSPC): errno %v, kind ErrIO %v", en, errors.Is(err, ErrIO))
+	}
+	err = eioErrorf(syscall.EACCES, "comparing")
+	if !errors.As(err, &en) || en != syscall.EIO {
+		t.Errorf("eioErrorf(EACCES) sends %v, want EIO", en)
+	}
+	err = errorf(ErrBusy, "busy")
+	if !errors.As(err, &en) || en != syscall.EBUSY {
+		t.Errorf("ErrBusy sends %v, want EBUSY", en)
+	}
+	back := fromCtl(&ctl.Error{Errno: syscall.EXDEV, Msg: "cross-device"})
+	if !errors.Is(back, ErrIO) || !errors.Is(back, syscall.EXDEV) || back.Error() != "cross-device" {
+		t.Errorf("fromCtl(EXDEV) = %v: want ErrIO carrying EXDEV", back)
 	}
 }

@@ -85,7 +85,7 @@ func runApply(ctx context.Context, o *applyOptions, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	defer closeClient(c, &err)
+	defer closeClient(c)
 	var paths []string
 	if len(args) > 0 {
 		st, err := c.Status()

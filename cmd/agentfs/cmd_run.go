@@ -99,7 +99,7 @@ func runRun(ctx context.Context, o *runOptions, args []string) error {
 // ended it prints what the command changed, and exits with its code.
 func runSessionProcess(o *runOptions, args []string) error {
 	e, err := session.RunProcess(session.ProcessOptions{SessionDir: o.sessionDir, Command: args, NsUid: o.nsUid, NsGid: o.nsGid,
-		Activity: o.activity.overrides(), Stderr: o.stderr}, version)
+		Activity: o.activity.overrides(), Stderr: o.stderr})
 	if err != nil {
 		return runError(err)
 	}

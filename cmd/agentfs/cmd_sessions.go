@@ -132,9 +132,12 @@ func runSessions(ctx context.Context, o *sessionsOptions, args []string) error {
 // from its daemon or its store.
 func readSessionNumbers(r *session.Record, info *sessionInfo) error {
 	n, sum, err := r.Numbers(version)
+	if n > 0 || err == nil {
+		info.Snapshots = &n
+	}
 	if err != nil {
 		return err
 	}
-	info.Snapshots, info.Changes = &n, &sum
+	info.Changes = &sum
 	return nil
 }

@@ -94,7 +94,7 @@ func runTournament(ctx context.Context, o *tournamentOptions, args []string) (er
 	if err != nil {
 		return err
 	}
-	defer closeClient(c, &err)
+	defer closeClient(c)
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the agentfs binary: %w", err)

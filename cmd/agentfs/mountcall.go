@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -49,16 +50,16 @@ func call[R any](m *mountFlag, fn func(c *workspace.Client) (R, error)) (r R, er
 	if err != nil {
 		return r, err
 	}
-	defer closeClient(c, &err)
+	defer closeClient(c)
 	return fn(c)
 }
 
-// closeClient closes c and, when nothing failed before, makes its
-// error the command's: closing an ended session's store writes what
-// the operation changed.
-func closeClient(c *workspace.Client, err *error) {
-	if cerr := c.Close(); *err == nil {
-		*err = cerr
+// closeClient closes c. What the operation changed was made durable
+// before it answered, so a failed close (of an ended session's store)
+// loses nothing: it is a warning, and the command's outcome stands.
+func closeClient(c *workspace.Client) {
+	if err := c.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "agentfs: warning: the operation was done, but closing %s failed: %v\n", c.Name(), err)
 	}
 }
 
@@ -68,7 +69,7 @@ func (m *mountFlag) with(fn func(c *workspace.Client) error) (err error) {
 	if err != nil {
 		return err
 	}
-	defer closeClient(c, &err)
+	defer closeClient(c)
 	return fn(c)
 }
 
@@ -102,7 +103,7 @@ func (m *mountFlag) storeDir() (dir string, err error) {
 	if err != nil {
 		return "", err
 	}
-	defer closeClient(c, &err)
+	defer closeClient(c)
 	st, err := c.Status()
 	return st.Store, err
 }
