@@ -108,11 +108,6 @@ type queue struct {
 	mu   sync.Mutex
 	done []done // async replies to commit
 
-	// async counts the requests served on goroutines of their own: their
-	// replies are written into mem and announced on efd, so teardown
-	// waits for them before it closes and unmaps those.
-	async sync.WaitGroup
-
 	live int // entries the kernel holds (thread-owned)
 
 	// Where the thread may run (see place); thread-owned.
@@ -296,7 +291,12 @@ func (q *queue) run(prepared, started chan<- error) {
 		if err := q.r.enter(true); err != nil {
 			// Nothing sensible is left to do but stop serving; the
 			// kernel fails the queue's requests with ENOTCONN at
-			// teardown.
+			// teardown. Requests still served on goroutines of their
+			// own (see complete) write their replies into q.mem and
+			// announce them on q.efd: those are left for them, mapped
+			// and open, for as long as the process lives (the daemon
+			// is going down), which costs the request path nothing.
+			q.mem, q.efd = nil, -1
 			break
 		}
 		q.bulk = false
@@ -403,10 +403,6 @@ func (q *queue) refuse() {
 }
 
 func (q *queue) teardown() {
-	// A queue whose ring failed stops serving with requests still being
-	// answered on goroutines (see complete): they write into q.mem and
-	// q.efd, which must outlive them.
-	q.async.Wait()
 	if q.r != nil {
 		q.r.close()
 	}
@@ -480,9 +476,7 @@ func (q *queue) complete(ud uint64, res int32) {
 	r := e.request()
 	if q.s.h.Async(r) {
 		r.Async = true
-		q.async.Add(1)
 		go func() {
-			defer q.async.Done()
 			errno, n := q.s.h.Serve(r)
 			q.mu.Lock()
 			q.done = append(q.done, done{e, errno, n})
@@ -490,8 +484,9 @@ func (q *queue) complete(ud uint64, res int32) {
 			var one [8]byte
 			one[0] = 1
 			// Adding 1 to an eventfd's counter cannot fail: it is far
-			// from full, and q.efd stays open until every such
-			// goroutine has ended (teardown waits for them).
+			// from full, and q.efd stays open while this goroutine may
+			// run (the thread serves until no entry is live, and a
+			// queue whose ring failed keeps it: see run).
 			_, _ = unix.Write(q.efd, one[:])
 		}()
 		return

@@ -3,7 +3,6 @@ package fuseuring
 import (
 	"runtime"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -152,44 +151,4 @@ func TestPlace(t *testing.T) {
 	if got := q.s.Spreads(); got != 2 {
 		t.Errorf("Spreads() = %d, want 2", got)
 	}
-}
-
-// TestTeardownWaitsForAsync: a queue that stops serving (its ring
-// failed) while a request is answered on a goroutine of its own keeps
-// its buffers and eventfd until that goroutine has written its reply:
-// teardown waits for it.
-func TestTeardownWaitsForAsync(t *testing.T) {
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := &queue{efd: efd, mem: mem}
-	q.async.Add(1) // a request being served
-	released := make(chan struct{})
-	tornDown := make(chan struct{})
-	go func() {
-		q.teardown()
-		close(tornDown)
-	}()
-	go func() {
-		<-released
-		mem[0] = 1 // the reply, into the buffer teardown unmaps
-		var one [8]byte
-		one[0] = 1
-		if _, err := unix.Write(efd, one[:]); err != nil {
-			t.Errorf("announcing the reply: %v", err)
-		}
-		q.async.Done()
-	}()
-	select {
-	case <-tornDown:
-		t.Fatal("teardown returned while a request was still being served")
-	case <-time.After(50 * time.Millisecond):
-	}
-	close(released)
-	<-tornDown
 }
