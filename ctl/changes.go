@@ -29,6 +29,9 @@ type DiffArgs struct {
 	To   string `json:"to,omitempty"`
 	// Patch asks for the differences of text files as a unified diff.
 	Patch bool `json:"patch,omitempty"`
+	// Paths, when given, keep the changes at or below these paths
+	// (relative to the mount root), in the list and in the patch.
+	Paths []string `json:"paths,omitempty"`
 }
 
 // DiffReply is the reply of OpDiff.

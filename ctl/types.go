@@ -19,7 +19,7 @@ type Op uint16
 func (op Op) ReadsFiles() bool {
 	switch op {
 	case OpFetch, OpPing, OpStatus, OpSnapshotList, OpTagSet, OpTagDelete,
-		OpBranchList, OpBranchBind, OpBranchUnbind, OpBranchCurrent:
+		OpBranchList, OpBranchBind, OpBranchUnbind, OpBranchCurrent, OpActivity:
 		return false
 	}
 	return true
@@ -95,6 +95,9 @@ const (
 	// OpApplyProgress answers the ApplyProgress of the apply running,
 	// if any (it does not wait for it).
 	OpApplyProgress Op = 52
+	// OpActivity answers entries of the activity log (ActivityArgs);
+	// it answers an ActivityReply.
+	OpActivity Op = 53
 )
 
 var opNames = map[Op]string{
@@ -126,6 +129,7 @@ var opNames = map[Op]string{
 
 	OpApply:         "apply",
 	OpApplyProgress: "apply progress",
+	OpActivity:      "activity",
 }
 
 func (op Op) String() string {
@@ -154,6 +158,11 @@ type Status struct {
 	Offline bool `json:"offline,omitempty"`
 	// Session: the store is an agentfs run session's.
 	Session bool `json:"session,omitempty"`
+	// Supervised: the session's command runs under a supervisor
+	// (agentfs run --supervise): a restore of the branch the mount
+	// shows stops every process of the command, restores, and starts
+	// the command again.
+	Supervised bool `json:"supervised,omitempty"`
 
 	Backstore   string `json:"backstore"`      // hostfs | ramdisk
 	BackingMode string `json:"backstore_mode"` // dir | tmpfs | shm

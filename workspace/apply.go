@@ -19,7 +19,7 @@ import (
 // nothing else writes while opMu is held. a.Paths select subtrees;
 // a.DryRun writes nothing; a.Force applies conflicts too.
 func (w *Workspace) Apply(c ctl.Caller, a ctl.ApplyArgs) (ctl.ApplyReply, error) {
-	paths, err := cleanApplyPaths(a.Paths)
+	paths, err := cleanPaths("apply", a.Paths)
 	if err != nil {
 		return ctl.ApplyReply{}, err
 	}
@@ -75,14 +75,14 @@ func (w *Workspace) ApplyProgress() ctl.ApplyProgress {
 	return ctl.ApplyProgress{}
 }
 
-// cleanApplyPaths checks the paths of an apply: relative to the mount
-// root, without "..".
-func cleanApplyPaths(paths []string) ([]string, error) {
+// cleanPaths checks the paths an operation (op, for the error) was
+// given: relative to the mount root, without "..".
+func cleanPaths(op string, paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
 		c := path.Clean(p)
 		if path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../") || strings.IndexByte(c, 0) >= 0 {
-			return nil, errorf(ErrInvalid, "apply: %q is not a path inside the mount (relative to its root)", p)
+			return nil, errorf(ErrInvalid, "%s: %q is not a path inside the mount (relative to its root)", op, p)
 		}
 		if c == "." {
 			c = ""

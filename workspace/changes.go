@@ -110,6 +110,24 @@ func fileInfo(fi *overlay.FileInfo) *ctl.FileInfo {
 	return &ctl.FileInfo{Type: fi.Type, Mode: fi.Mode, Uid: fi.Uid, Gid: fi.Gid, Size: fi.Size, Rdev: fi.Rdev, Target: fi.Target}
 }
 
+// onlyBelow keeps the changes at or below one of paths (clean, relative
+// to the mount root; "" is the root): all of them when paths is empty.
+func onlyBelow(cs []overlay.Change, paths []string) []overlay.Change {
+	if len(paths) == 0 {
+		return cs
+	}
+	var out []overlay.Change
+	for _, c := range cs {
+		for _, p := range paths {
+			if p == "" || below(c.Path, p) {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // MaxPatch bounds the unified diff a Diff with Patch carries.
 const MaxPatch = 64 << 20
 
@@ -128,8 +146,13 @@ func patchOf(a, b *overlay.FS, cs []overlay.Change) (string, error) {
 }
 
 // Diff compares two of: the project, a snapshot, a branch (a.From,
-// the project by default, with a.To, the caller's branch by default).
+// the project by default, with a.To, the caller's branch by default);
+// with a.Paths, only the changes at or below those paths.
 func (w *Workspace) Diff(c ctl.Caller, a ctl.DiffArgs) (ctl.DiffReply, error) {
+	paths, err := cleanPaths("diff", a.Paths)
+	if err != nil {
+		return ctl.DiffReply{}, err
+	}
 	return locked(w, func() (ctl.DiffReply, error) {
 		from, to := cmp.Or(a.From, LowerRef), cmp.Or(a.To, w.callerView(c).Layer().Name())
 		va, err := w.openRefLocked(from)
@@ -146,6 +169,7 @@ func (w *Workspace) Diff(c ctl.Caller, a ctl.DiffArgs) (ctl.DiffReply, error) {
 		if err != nil {
 			return ctl.DiffReply{}, eioErrorf(err, "comparing %s with %s: %v", va.what, vb.what, err)
 		}
+		cs = onlyBelow(cs, paths)
 		reply := ctl.DiffReply{From: va.what, To: vb.what, Changes: changeInfos(cs)}
 		if a.Patch {
 			if reply.Patch, err = patchOf(va.fs, vb.fs, cs); err != nil {

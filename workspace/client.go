@@ -169,6 +169,11 @@ func (c *Client) ApplyProgress() (ctl.ApplyProgress, error) {
 	return do[ctl.ApplyProgress](c, ctl.OpApplyProgress, nil)
 }
 
+// Activity is Workspace.Activity.
+func (c *Client) Activity(a ctl.ActivityArgs) (ctl.ActivityReply, error) {
+	return do[ctl.ActivityReply](c, ctl.OpActivity, a)
+}
+
 // Ping checks that the daemon (or the local workspace) answers.
 func (c *Client) Ping() error {
 	_, err := do[string](c, ctl.OpPing, nil)

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentfs/agentfs/activity"
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/overlay"
@@ -623,4 +625,68 @@ func TestErrnos(t *testing.T) {
 	if !errors.Is(back, ErrIO) || !errors.Is(back, syscall.EXDEV) || back.Error() != "cross-device" {
 		t.Errorf("fromCtl(EXDEV) = %v: want ErrIO carrying EXDEV", back)
 	}
+}
+
+// TestDiffPaths: a diff narrowed to paths lists, and patches, only the
+// changes at or below them.
+func TestDiffPaths(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a.txt": "a\n", "b.txt": "b\n"})
+	writeFile(t, w.View(), "a.txt", "A\n")
+	writeFile(t, w.View(), "b.txt", "B\n")
+	rep, err := w.Diff(self, ctl.DiffArgs{Paths: []string{"b.txt"}, Patch: true})
+	if err != nil || len(rep.Changes) != 1 || rep.Changes[0].Path != "b.txt" || strings.Contains(rep.Patch, "a.txt") || !strings.Contains(rep.Patch, "+B") {
+		t.Errorf("Diff of b.txt = %+v, %v", rep, err)
+	}
+	if rep, err := w.Diff(self, ctl.DiffArgs{Paths: []string{"."}}); err != nil || len(rep.Changes) != 2 {
+		t.Errorf("Diff of . = %+v, %v; want both", rep, err)
+	}
+	_, err = w.Diff(self, ctl.DiffArgs{Paths: []string{"../x"}})
+	isKind(t, "a diff outside the mount", err, ErrInvalid, "diff: \"../x\" is not a path inside the mount")
+}
+
+// TestActivity: entries of the log, selected by time, operation and
+// path, the newest kept past the limit.
+func TestActivity(t *testing.T) {
+	w := newWorkspace(t, nil)
+	if rep, err := w.Activity(ctl.ActivityArgs{}); err != nil || len(rep.Entries) != 0 {
+		t.Fatalf("Activity of a store with no log = %+v, %v", rep, err)
+	}
+	log, err := activity.Open(activity.Options{Dir: w.Store()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-time.Hour)
+	for i, e := range []activity.Entry{
+		{Op: "create", Path: "src/a.go"}, {Op: "write", Path: "src/a.go"}, {Op: "unlink", Path: "old.txt"},
+		{Op: "rename", Path: "x", Path2: "src/x"}, {Op: "write", Path: "srcfoo"},
+	} {
+		e.Time = start.Add(time.Duration(i) * time.Minute)
+		log.Record(e)
+	}
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args ctl.ActivityArgs
+		ops  string
+		more bool
+	}{
+		{ctl.ActivityArgs{}, "create write unlink rename write", false},
+		{ctl.ActivityArgs{Op: "write"}, "write write", false},
+		{ctl.ActivityArgs{PathPrefix: "src"}, "create write rename", false},
+		{ctl.ActivityArgs{PathPrefix: "/src/"}, "create write rename", false},
+		{ctl.ActivityArgs{Since: start.Add(150 * time.Second)}, "rename write", false},
+		{ctl.ActivityArgs{Limit: 2}, "rename write", true},
+	} {
+		rep, err := w.Activity(c.args)
+		var ops []string
+		for _, e := range rep.Entries {
+			ops = append(ops, e.Op)
+		}
+		if err != nil || strings.Join(ops, " ") != c.ops || rep.Truncated != c.more {
+			t.Errorf("Activity(%+v) = %v (truncated %v), %v; want %s (%v)", c.args, ops, rep.Truncated, err, c.ops, c.more)
+		}
+	}
+	_, err = w.Activity(ctl.ActivityArgs{Limit: -1})
+	isKind(t, "a negative limit", err, ErrInvalid, "a limit of -1")
 }

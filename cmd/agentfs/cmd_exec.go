@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/daemon"
+	"github.com/agentfs/agentfs/session"
 )
 
 func init() {
@@ -32,8 +33,12 @@ anything for it. Otherwise (a normal user, or --no-namespace) it is
 bound through the mount root, as agentfs branch bind binds a shell:
 while it runs, every path walk through the mount root asks agentfs.
 
+With -s SESSION (as root), COMMAND runs in the running session's view,
+in the session's mount namespace, starting in the session's directory.
+
 Examples:
   agentfs exec -b try2 -- make test
+  agentfs exec -s a3f9 -b try2 -- make test
   agentfs exec -b try3 -C /mnt/ws -- sh -c 'cd /mnt/ws && ./run-agent'`,
 		exitCodes: `Exit codes:
   COMMAND's exit code once it runs
@@ -73,6 +78,23 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 		return fmt.Errorf("cannot run %s: %w", args[0], err)
 	}
 	wd, _ := os.Getwd()
+	if o.session != "" {
+		// The command must see the session's mount at the project's
+		// path: this thread (and the command it becomes) enters the
+		// session's mount namespace, and the mount is found there.
+		if o.dir != "" {
+			return usagef("-C DIR and -s SESSION both name what to talk to: give one")
+		}
+		r, err := session.Find(o.session)
+		if err != nil {
+			return err
+		}
+		runtime.LockOSThread()
+		if err := r.Enter(); err != nil {
+			return err
+		}
+		wd, o.mountFlag = r.Dir, mountFlag{dir: r.Dir}
+	}
 	c, err := o.dial()
 	if err != nil {
 		return err
