@@ -24,6 +24,7 @@ func appendEntry(b []byte, e *Entry) []byte {
 	b = appendString(b, "path2", e.Path2, true)
 	b = appendString(b, "attrs", e.Attrs, true)
 	b = appendInt(b, "count", e.Count)
+	b = appendString(b, "detail", e.Detail, true)
 	return append(b, '}')
 }
 

@@ -14,6 +14,7 @@ func TestAppendEntryIsJSON(t *testing.T) {
 		{Time: time.Date(2030, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600)), Pid: 12, Tid: 13, Uid: 1000, Command: "sh -c 'x'",
 			Branch: "main", Op: "rename", Path: "a", Path2: "b", Attrs: "mode,size"},
 		{Time: time.Now(), Op: OpDropped, Count: 42},
+		{Time: time.Now(), Op: OpRewind, Branch: "main", Detail: "snapshot 1a2b3c4d, safety snapshot 5e6f7a8b"},
 		{Time: time.Now(), Op: "unlink", Path: odd, Command: odd, Branch: odd},
 	} {
 		want, err := json.Marshal(e)
@@ -29,7 +30,7 @@ func TestAppendEntryIsJSON(t *testing.T) {
 			t.Fatalf("encoding/json cannot read back its own %s: %v", want, err)
 		}
 		if !a.Time.Equal(b.Time) || a.Path != b.Path || a.Command != b.Command || a.Branch != b.Branch || a.Op != b.Op ||
-			a.Pid != b.Pid || a.Tid != b.Tid || a.Uid != b.Uid || a.Path2 != b.Path2 || a.Attrs != b.Attrs || a.Count != b.Count {
+			a.Pid != b.Pid || a.Tid != b.Tid || a.Uid != b.Uid || a.Path2 != b.Path2 || a.Attrs != b.Attrs || a.Count != b.Count || a.Detail != b.Detail {
 			t.Errorf("appendEntry = %s\nencoding/json = %s", got, want)
 		}
 		if e.Path != odd && string(got) != string(want) {

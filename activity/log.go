@@ -59,6 +59,11 @@ const (
 // the queue was full.
 const OpDropped = "dropped"
 
+// OpRewind is the op of the entry of a supervised rewind: the session's
+// command was stopped, its branch restored (Detail says to what), and
+// the command started again.
+const OpRewind = "rewind"
+
 // Entry is one line of the log.
 type Entry struct {
 	Time time.Time `json:"time"`
@@ -76,6 +81,8 @@ type Entry struct {
 	Attrs string `json:"attrs,omitempty"`
 	// Count is the number of entries dropped (op "dropped").
 	Count int64 `json:"count,omitempty"`
+	// Detail says what an entry of agentfs's own (op "rewind") did.
+	Detail string `json:"detail,omitempty"`
 
 	proc procInfo // what the cache said at Record
 }

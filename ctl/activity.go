@@ -31,6 +31,7 @@ type ActivityEntry struct {
 	Path2   string    `json:"path2,omitempty"`
 	Attrs   string    `json:"attrs,omitempty"`
 	Count   int64     `json:"count,omitempty"`
+	Detail  string    `json:"detail,omitempty"`
 }
 
 // ActivityReply is the reply of OpActivity, oldest first.

@@ -18,6 +18,14 @@ type RestoreReply struct {
 	Safety *SnapshotInfo `json:"safety,omitempty"`
 	// Changes (a dry run) are the changes the restore would make.
 	Changes []Change `json:"changes,omitempty"`
+	// Relaunch: the session's command runs under a supervisor, which
+	// stopped it before the restore and starts it again after (a dry
+	// run: would).
+	Relaunch bool `json:"relaunch,omitempty"`
+	// Deferred: the caller is one of the processes a supervised
+	// restore stops, so the restore is carried out after this reply
+	// (Safety is not known yet).
+	Deferred bool `json:"deferred,omitempty"`
 }
 
 // DiffArgs are the arguments of OpDiff.

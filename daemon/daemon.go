@@ -58,6 +58,10 @@ type Options struct {
 	ReadyFd int
 	// Version is agentfs's, for status.
 	Version string
+	// Supervisor, when not nil, is the line to the supervisor of the
+	// session's command (agentfs run --supervise): a restore of the
+	// branch the mount shows stops the command first (supervisor.go).
+	Supervisor *os.File
 }
 
 // Daemon is one serving mount.
@@ -78,6 +82,7 @@ type Daemon struct {
 	shown    atomic.Pointer[overlay.FS] // the view unbound processes see (workspace.Mount.Show)
 	conn     uint32                     // the FUSE connection number (minor of the mount's st_dev)
 	activity *activityHook              // the activity log and automatic snapshots (activity.go)
+	super    *supervisorLink            // the session's supervisor, or nil (supervisor.go)
 	// fsOptions are the options of the mount, which branch mounts
 	// reuse; set before the mount serves, then only read.
 	fsOptions fs.Options
@@ -124,6 +129,10 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 		}
 	}
 	d := &Daemon{plan: p, log: logger, store: p.Store, ephemeral: p.Ephemeral, lowerDir: p.Lower, detached: make(chan struct{})}
+	if o.Supervisor != nil {
+		d.super = newSupervisorLink(o.Supervisor)
+		defer d.super.close()
+	}
 	if d.store == "" {
 		if d.store, err = MakePrivateStore(p.Lower, p.Mountpoint); err != nil {
 			return err

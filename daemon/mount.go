@@ -104,6 +104,7 @@ func (d *Daemon) Contains(p string) bool {
 func (d *Daemon) Describe(st *ctl.Status) {
 	st.Pid = os.Getpid()
 	st.Store, st.Ephemeral = d.store, d.ephemeral
+	st.Supervised = d.super != nil
 	st.Transport = "none"
 	srv := d.srv.Load()
 	if srv == nil {

@@ -23,8 +23,10 @@ const StartTimeout = 60 * time.Second
 // agentfs.log) and waits until its mount is ready or it reports why it
 // is not. It returns the daemon's process, not waited for. Without a
 // store in p, it makes a private one, which the daemon deletes when it
-// ends (and Start, when the daemon fails).
-func Start(p *Plan) (*exec.Cmd, error) {
+// ends (and Start, when the daemon fails). supervisor, when not nil, is
+// the daemon's end of the line to a session's supervisor (see
+// supervisor.go), handed to it as a descriptor.
+func Start(p *Plan, supervisor *os.File) (*exec.Cmd, error) {
 	store, ephemeral := p.Store, false
 	if store == "" {
 		var err error
@@ -61,10 +63,16 @@ func Start(p *Plan) (*exec.Cmd, error) {
 		removePrivate()
 		return nil, fmt.Errorf("finding the agentfs binary to start the daemon: %w", err)
 	}
-	cmd := exec.Command(self, daemonArgs(p, store, ephemeral)...)
+	args := daemonArgs(p, store, ephemeral)
+	cmd := exec.Command(self)
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{w}
+	if supervisor != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, supervisor)
+		args = append(args[:len(args)-1], "--supervisor-fd=4", args[len(args)-1])
+	}
+	cmd.Args = append(cmd.Args, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Dir = "/"
 	err = cmd.Start()

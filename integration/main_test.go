@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 	if isIsolationWorker() {
 		os.Exit(runIsolationWorker())
 	}
+	if isMCPRewinder() {
+		os.Exit(runMCPRewinder())
+	}
 	os.Exit(runTests(m))
 }
 

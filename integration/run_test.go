@@ -137,7 +137,13 @@ type runSessionInfo struct {
 		Modified int `json:"modified"`
 		Deleted  int `json:"deleted"`
 	} `json:"changes"`
-	Problem string `json:"problem"`
+	Problem    string `json:"problem"`
+	Supervised bool   `json:"supervised"`
+	Relaunches []struct {
+		Snapshot string `json:"snapshot"`
+		Safety   string `json:"safety"`
+		ExitCode int    `json:"exit_code"`
+	} `json:"relaunches"`
 }
 
 // sessions returns agentfs sessions --json (with extra args).

@@ -294,17 +294,24 @@ func (t *target) rewind(ctx context.Context, _ *mcp.CallToolRequest, in RewindIn
 			return RewindOut{}, err
 		}
 		out := RewindOut{DryRun: in.DryRun, Relaunch: st.Supervised && me.Branch == st.Branch && !in.DryRun}
-		switch {
-		case in.DryRun:
-			out.Note = "nothing was changed"
-		case out.Relaunch:
-			out.Note = "the session's supervisor stops every process of the agent, rewinds, and starts the agent again on the rewound files: this call may not return to the agent that made it"
-		default:
-			out.Note = "no process is stopped: programs still running keep the files they have open, and see the rewound files from their next open"
-		}
 		rep, err := c.Restore(ctl.RestoreArgs{Ref: in.Checkpoint, DryRun: in.DryRun})
 		if err != nil {
 			return RewindOut{}, err
+		}
+		if !in.DryRun {
+			out.Relaunch = rep.Relaunch
+		}
+		switch {
+		case rep.Deferred:
+			out.Note = "you are one of the agent's processes: the rewind happens right after this reply, once the session's supervisor has stopped every one of them; the agent is then started again on the rewound files, with AGENTFS_RELAUNCH set"
+		case in.DryRun && out.Relaunch:
+			out.Note = "nothing was changed; a rewind would stop every process of the agent and start it again on the rewound files"
+		case in.DryRun:
+			out.Note = "nothing was changed"
+		case out.Relaunch:
+			out.Note = "the session's supervisor stopped every process of the agent before the rewind and starts the agent again on the rewound files"
+		default:
+			out.Note = "no process is stopped: programs still running keep the files they have open, and see the rewound files from their next open"
 		}
 		out.Checkpoint, out.Branch = checkpointOf(rep.Snapshot), rep.Branch
 		if rep.Safety != nil {
@@ -321,6 +328,9 @@ func (t *target) rewind(ctx context.Context, _ *mcp.CallToolRequest, in RewindIn
 	}
 	if out.DryRun {
 		return textResult("rewinding branch %s to %s would change %d paths; %s", out.Branch, out.Checkpoint.ID, len(out.Changes), out.Note), out, nil
+	}
+	if out.Safety == nil {
+		return textResult("rewinding branch %s to checkpoint %s: %s", out.Branch, out.Checkpoint.ID, out.Note), out, nil
 	}
 	return textResult("rewound branch %s to checkpoint %s; to undo: rewind to %s; %s", out.Branch, out.Checkpoint.ID, out.Safety.ID, out.Note), out, nil
 }

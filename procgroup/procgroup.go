@@ -33,8 +33,9 @@ import (
 
 // Group is one cgroup of processes.
 type Group struct {
-	dir string // the cgroup's directory in the cgroup file system
-	fd  int    // an O_PATH descriptor of it, for CLONE_INTO_CGROUP
+	dir  string // the cgroup's directory in the cgroup file system
+	path string // its path in the hierarchy, as /proc/PID/cgroup says it
+	fd   int    // an O_PATH descriptor of it, for CLONE_INTO_CGROUP
 }
 
 // ErrUnavailable: no cgroup can be made here (no version-2 hierarchy,
@@ -44,11 +45,11 @@ var ErrUnavailable = errors.New("no cgroup (version 2) can be made for the comma
 // New makes a group named name (a file name) below this process's
 // cgroup.
 func New(name string) (*Group, error) {
-	parent, err := ownCgroup()
+	root, rel, err := ownCgroup()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	dir := filepath.Join(parent, name)
+	dir := filepath.Join(root, rel, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: making %s: %v: run as root, or in a cgroup delegated to you", ErrUnavailable, dir, err)
 	}
@@ -57,11 +58,30 @@ func New(name string) (*Group, error) {
 		_ = os.Remove(dir) // just made, and empty
 		return nil, fmt.Errorf("opening the cgroup %s: %w", dir, err)
 	}
-	return &Group{dir: dir, fd: fd}, nil
+	return &Group{dir: dir, path: filepath.Join(rel, name), fd: fd}, nil
 }
 
 // Dir is the group's directory in the cgroup file system.
 func (g *Group) Dir() string { return g.dir }
+
+// Path is the group's path in the hierarchy, as /proc/PID/cgroup
+// names it ("0::PATH") for a process in it.
+func (g *Group) Path() string { return g.path }
+
+// Of returns the version-2 cgroup path of process pid (as Path), or ""
+// when it cannot be read (the process is gone).
+func Of(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rel, ok := strings.CutPrefix(line, "0::"); ok {
+			return rel
+		}
+	}
+	return ""
+}
 
 // Start starts cmd inside the group.
 func (g *Group) Start(cmd *exec.Cmd) error {
@@ -181,23 +201,17 @@ func (g *Group) Close() error {
 	return errors.Join(errs...)
 }
 
-// ownCgroup returns the directory of this process's cgroup in the
-// version-2 hierarchy.
-func ownCgroup() (string, error) {
-	root, err := v2Root()
+// ownCgroup returns where the version-2 hierarchy is mounted and this
+// process's cgroup in it.
+func ownCgroup() (root, rel string, err error) {
+	root, err = v2Root()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return "", err
+	if rel = Of(os.Getpid()); rel == "" {
+		return "", "", errors.New("this process is in no version-2 cgroup (/proc/self/cgroup has no 0:: line)")
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rel, ok := strings.CutPrefix(line, "0::"); ok {
-			return filepath.Join(root, rel), nil
-		}
-	}
-	return "", errors.New("this process is in no version-2 cgroup (/proc/self/cgroup has no 0:: line)")
+	return root, rel, nil
 }
 
 // v2Root returns where the version-2 cgroup hierarchy is mounted.

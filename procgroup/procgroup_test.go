@@ -70,6 +70,14 @@ while :; do sleep 1; done`
 	if err != nil || len(in) < 4 {
 		t.Fatalf("Pids = %v, %v; want at least the 4 started", in, err)
 	}
+	for _, pid := range pids {
+		if got := Of(pid); got != g.Path() {
+			t.Errorf("process %d is in cgroup %q, want %q", pid, got, g.Path())
+		}
+	}
+	if Of(os.Getpid()) == g.Path() {
+		t.Error("the test itself is in the group")
+	}
 	start := time.Now()
 	// The shell ignores SIGTERM: the grace runs out and SIGKILL ends it.
 	if err := g.Stop(300 * time.Millisecond); err != nil {

@@ -98,6 +98,23 @@ type Record struct {
 	// Error says why a session ended without its command ending
 	// normally (the setup failed, agentfs was killed).
 	Error string `json:"error,omitempty"`
+	// Supervised: the command runs under a supervisor (agentfs run
+	// --supervise), which starts it again after each rewind; the
+	// Relaunches say when, and from what.
+	Supervised bool       `json:"supervised,omitempty"`
+	Relaunches []Relaunch `json:"relaunches,omitempty"`
+}
+
+// Relaunch is one start of a supervised command after a rewind.
+type Relaunch struct {
+	Time time.Time `json:"time"`
+	// Snapshot is what the branch was restored to; Safety the snapshot
+	// of the state before (empty when the restore failed: Error).
+	Snapshot string `json:"snapshot"`
+	Safety   string `json:"safety,omitempty"`
+	// ExitCode is the stopped command's (128+N for signal N).
+	ExitCode int    `json:"exit_code"`
+	Error    string `json:"error,omitempty"`
 }
 
 // Summary counts what a session changed: paths created, modified

@@ -60,7 +60,9 @@ type RunOptions struct {
 	Command []string
 	// Activity are the flags of automatic snapshots and the log.
 	Activity config.Overrides
-	Stderr   io.Writer
+	// Supervise, when set, runs the command under a supervisor.
+	Supervise *Supervision
+	Stderr    io.Writer
 }
 
 // Run runs a session, as agentfs run does: it checks the request,
@@ -100,6 +102,11 @@ func Run(o RunOptions) error {
 	if err != nil {
 		return err
 	}
+	rec.Supervised = o.Supervise != nil
+	if err := rec.Save(); err != nil {
+		rec.remove()
+		return err
+	}
 	self, err := os.Executable()
 	if err != nil {
 		rec.remove()
@@ -108,6 +115,9 @@ func Run(o RunOptions) error {
 	child := exec.Command(self, "run", "--session-process", rec.SessionDir(),
 		"--ns-uid", strconv.Itoa(os.Getuid()), "--ns-gid", strconv.Itoa(os.Getgid()))
 	child.Args = append(child.Args, daemon.SettingsArgs(settings)...)
+	if o.Supervise != nil {
+		child.Args = append(child.Args, o.Supervise.args()...)
+	}
 	child.Args = append(append(child.Args, "--"), o.Command...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
 	child.Dir = "/"
@@ -220,7 +230,10 @@ type ProcessOptions struct {
 	Command      []string
 	NsUid, NsGid int // the user's ids outside the user namespace
 	Activity     config.Overrides
-	Stderr       io.Writer
+	// Supervise, when set, runs the command under a supervisor that
+	// starts it again after a rewind (supervise.go).
+	Supervise *Supervision
+	Stderr    io.Writer
 }
 
 // Ended is what a session's command did: the record (exit code,
@@ -277,8 +290,14 @@ func RunProcess(o ProcessOptions) (*Ended, error) {
 	s := &process{rec: rec, stderr: o.Stderr, activity: settings}
 	abandon := func(err error) error {
 		s.stopDaemon()
+		s.closeSupervision()
 		rec.remove()
 		return err
+	}
+	if o.Supervise != nil {
+		if err := s.prepareSupervision(*o.Supervise); err != nil {
+			return nil, abandon(err)
+		}
 	}
 	checkInterrupt := func() error {
 		if sig, ok := interrupted.Load().(os.Signal); ok {
@@ -298,8 +317,8 @@ func RunProcess(o ProcessOptions) (*Ended, error) {
 	if err := checkInterrupt(); err != nil {
 		return nil, err
 	}
-	cmd := s.command(o.Command, o.NsUid, o.NsGid)
-	if err := cmd.Start(); err != nil {
+	cmd := s.command(o.Command, o.NsUid, o.NsGid, nil)
+	if err := s.start(cmd); err != nil {
 		code := 126
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			code = 127
@@ -308,8 +327,21 @@ func RunProcess(o ProcessOptions) (*Ended, error) {
 		return nil, abandon(&ExitError{Code: code})
 	}
 	command.Store(cmd.Process)
+	if s.super != nil {
+		code := s.supervise(cmd, func(cmd *exec.Cmd) { command.Store(cmd.Process) }, o)
+		return s.finish(code), nil
+	}
 	_ = cmd.Wait() // its exit status is what counts, read below
 	return s.finish(ExitCodeOf(cmd.ProcessState)), nil
+}
+
+// start starts cmd: in the supervisor's group of processes when there
+// is one.
+func (s *process) start(cmd *exec.Cmd) error {
+	if s.super != nil {
+		return s.super.group.Start(cmd)
+	}
+	return cmd.Start()
 }
 
 // process is the state of RunProcess.
@@ -318,6 +350,7 @@ type process struct {
 	stderr   io.Writer
 	daemon   *exec.Cmd
 	activity config.Settings // what agentfs run resolved (flags, config)
+	super    *supervisor     // with --supervise (supervise.go)
 }
 
 // startDaemon mounts the view over the project (a daemon serving it
@@ -325,7 +358,14 @@ type process struct {
 func (s *process) startDaemon() error {
 	r := s.rec
 	p := &daemon.Plan{Lower: r.Project, Mountpoint: r.Mountpoint, Store: r.Store, Backstore: "hostfs", Session: true, Activity: s.activity}
-	d, err := daemon.Start(p)
+	var line *os.File
+	if s.super != nil {
+		line = s.super.daemonEnd
+	}
+	d, err := daemon.Start(p, line)
+	if s.super != nil {
+		s.super.closeDaemonEnd() // the daemon has its copy
+	}
 	if err != nil {
 		return fmt.Errorf("mounting the session's view of %s: %w", r.Project, err)
 	}
@@ -358,12 +398,13 @@ func (s *process) preRunSnapshot() (err error) {
 // terminal; as a normal user in a nested user namespace that maps the
 // user's own uid and gid back (to the root of this one), so that it
 // runs as the user, without capabilities.
-func (s *process) command(args []string, uid, gid int) *exec.Cmd {
+func (s *process) command(args []string, uid, gid int, extraEnv []string) *exec.Cmd {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = s.rec.Dir // by path: through the mount
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// The last of a name wins: PWD is the directory it starts in.
 	cmd.Env = append(os.Environ(), "PWD="+s.rec.Dir, "AGENTFS_SESSION="+s.rec.ID)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	if s.rec.UserNamespace && uid >= 0 && gid >= 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{
 			Unshareflags: syscall.CLONE_NEWUSER,
@@ -390,6 +431,7 @@ func (s *process) finish(code int) *Ended {
 	}
 	e.SummaryErr = err
 	e.UnmountErr = s.unmount()
+	s.closeSupervision()
 	r.State = StateEnded
 	if e.UnmountErr != nil {
 		r.Error = e.UnmountErr.Error()

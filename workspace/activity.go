@@ -42,7 +42,7 @@ func (w *Workspace) Activity(a ctl.ActivityArgs) (ctl.ActivityReply, error) {
 			reply.Truncated = true
 		}
 		kept = append(kept, ctl.ActivityEntry{Time: e.Time, Pid: e.Pid, Uid: e.Uid, Command: e.Command, Branch: e.Branch,
-			Op: e.Op, Path: e.Path, Path2: e.Path2, Attrs: e.Attrs, Count: e.Count})
+			Op: e.Op, Path: e.Path, Path2: e.Path2, Attrs: e.Attrs, Count: e.Count, Detail: e.Detail})
 		return nil
 	})
 	if errors.Is(err, os.ErrNotExist) {

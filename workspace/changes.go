@@ -187,6 +187,14 @@ func (w *Workspace) Diff(c ctl.Caller, a ctl.DiffArgs) (ctl.DiffReply, error) {
 // Processes that hold files open keep those files, as if they had been
 // deleted and replaced. With a.DryRun it lists the changes it would
 // make, and makes none.
+//
+// In a supervised session (agentfs run --supervise) a restore of the
+// branch the mount shows stops every process of the session's command
+// first and starts the command again after (reply.Relaunch). A process
+// of that command asking for it (an agent rewinding itself) cannot wait
+// for it, as it is among those stopped: its reply comes at once
+// (reply.Deferred, without the safety snapshot), and the restore
+// follows, under the operation lock, once the reply is on its way.
 func (w *Workspace) Restore(c ctl.Caller, a ctl.RestoreArgs) (ctl.RestoreReply, error) {
 	return locked(w, func() (ctl.RestoreReply, error) {
 		snap, err := w.resolveSnapshot(a.Ref)
@@ -196,10 +204,9 @@ func (w *Workspace) Restore(c ctl.Caller, a ctl.RestoreArgs) (ctl.RestoreReply, 
 		view := w.callerView(c)
 		cur := view.Layer().Name()
 		reply := ctl.RestoreReply{Snapshot: snapshotInfo(snap, w.tags()), Branch: cur}
-		if !a.DryRun {
-			if err := w.writable("restoring snapshot " + snap.ID); err != nil {
-				return ctl.RestoreReply{}, err
-			}
+		var supervised, inside bool
+		if m := w.attached(); m != nil {
+			supervised, inside = m.Supervised(cur, c.Pid)
 		}
 		if a.DryRun {
 			v, err := w.openRefLocked(snap.ID)
@@ -211,25 +218,81 @@ func (w *Workspace) Restore(c ctl.Caller, a ctl.RestoreArgs) (ctl.RestoreReply, 
 			if err != nil {
 				return ctl.RestoreReply{}, eioErrorf(err, "comparing branch %q with snapshot %s: %v", cur, snap.ID, err)
 			}
-			reply.Changes = changeInfos(cs)
+			reply.Changes, reply.Relaunch = changeInfos(cs), supervised
 			return reply, nil
 		}
-		safety, err := view.Snapshot(fmt.Sprintf("before restoring %s", snap.ID), branch.KindSafety)
-		if err != nil {
-			w.dropSnapshotLocked(safety.ID, "restore of "+snap.ID)
-			return ctl.RestoreReply{}, storeError(err, fmt.Sprintf("restoring snapshot %s: taking the safety snapshot of branch %q (nothing was restored)", snap.ID, cur))
+		if err := w.writable("restoring snapshot " + snap.ID); err != nil {
+			return ctl.RestoreReply{}, err
 		}
-		stale, err := view.Restore(snap)
-		if err != nil {
-			w.log.Error("restore failed", "snapshot", snap.ID, "safety", safety.ID, "err", err)
-			return ctl.RestoreReply{}, storeError(err, fmt.Sprintf("restoring snapshot %s into branch %q (the state before is in snapshot %s: agentfs restore %s)", snap.ID, cur, safety.ID, safety.ID))
+		if inside {
+			reply.Relaunch, reply.Deferred = true, true
+			go w.restoreLater(c, view, snap)
+			return reply, nil
 		}
-		w.invalidate(stale)
+		safety, stale, err := w.restoreLocked(c, view, snap, supervised)
+		if err != nil {
+			return ctl.RestoreReply{}, err
+		}
 		si := snapshotInfo(safety, nil)
-		reply.Safety = &si
+		reply.Safety, reply.Relaunch = &si, supervised
 		w.log.Info("snapshot restored", "snapshot", snap.ID, "branch", cur, "safety", safety.ID, "stale nodes", len(stale), "pid", c.Pid)
 		return reply, nil
 	})
+}
+
+// restoreLocked restores snap into view: the supervised command
+// stopped first (and told the outcome), a safety snapshot taken, the
+// entries reset, the kernel's caches dropped. opMu is held.
+func (w *Workspace) restoreLocked(c ctl.Caller, view *overlay.FS, snap branch.Snapshot, supervised bool) (branch.Snapshot, []overlay.Stale, error) {
+	cur := view.Layer().Name()
+	after := func(string, string, error) {}
+	if supervised {
+		done, err := w.attached().Rewinding(cur)
+		if err != nil {
+			return branch.Snapshot{}, nil, eioErrorf(err, "restoring snapshot %s: %v: nothing was restored", snap.ID, err)
+		}
+		after = done
+	}
+	safety, err := view.Snapshot(fmt.Sprintf("before restoring %s", snap.ID), branch.KindSafety)
+	if err != nil {
+		w.dropSnapshotLocked(safety.ID, "restore of "+snap.ID)
+		err = storeError(err, fmt.Sprintf("restoring snapshot %s: taking the safety snapshot of branch %q (nothing was restored)", snap.ID, cur))
+		after(snap.ID, "", err)
+		return branch.Snapshot{}, nil, err
+	}
+	stale, err := view.Restore(snap)
+	if err != nil {
+		w.log.Error("restore failed", "snapshot", snap.ID, "safety", safety.ID, "err", err)
+		err = storeError(err, fmt.Sprintf("restoring snapshot %s into branch %q (the state before is in snapshot %s: agentfs restore %s)", snap.ID, cur, safety.ID, safety.ID))
+		after(snap.ID, safety.ID, err)
+		return branch.Snapshot{}, nil, err
+	}
+	w.invalidate(stale) // before a relaunched command looks
+	after(snap.ID, safety.ID, nil)
+	return safety, stale, nil
+}
+
+// restoreLater is a deferred restore (see Restore): it runs once the
+// reply to the process that asked for it is on its way, under the
+// operation lock, and makes its change durable, as the control server
+// does after an operation.
+func (w *Workspace) restoreLater(c ctl.Caller, view *overlay.FS, snap branch.Snapshot) {
+	// The reply goes out when Restore returns and the control server
+	// has settled: both need the lock this takes.
+	w.opMu.Lock()
+	defer w.opMu.Unlock()
+	if w.closed {
+		return
+	}
+	safety, stale, err := w.restoreLocked(c, view, snap, true)
+	if err != nil {
+		w.log.Error("deferred restore", "snapshot", snap.ID, "branch", view.Layer().Name(), "pid", c.Pid, "err", err)
+		return
+	}
+	if err := w.meta.Settle(); err != nil {
+		w.log.Error("deferred restore: making it durable", "snapshot", snap.ID, "err", err)
+	}
+	w.log.Info("snapshot restored (deferred)", "snapshot", snap.ID, "branch", view.Layer().Name(), "safety", safety.ID, "stale nodes", len(stale), "pid", c.Pid)
 }
 
 // Export writes what a.Ref names as a plain directory tree at a.To (an

@@ -52,6 +52,17 @@ type Mount interface {
 	// Contains reports whether path p is on the mount's file system
 	// (also through a bind mount of it).
 	Contains(p string) bool
+	// Supervised says whether a restore of branch name stops and
+	// relaunches a supervised command (agentfs run --supervise: name is
+	// the branch the mount shows), and whether process pid is one of
+	// the processes that stop ends (then it cannot wait for the
+	// restore: see Workspace.Restore).
+	Supervised(name string, pid uint32) (supervised, inside bool)
+	// Rewinding stops the supervised command before a restore of branch
+	// name, and returns the function to call with the restore's outcome
+	// (the supervisor then starts the command again). An error means
+	// the command could not be stopped; nothing is restored then.
+	Rewinding(name string) (after func(snapshot, safety string, err error), err error)
 }
 
 // Binding is a process bound to a branch's view.

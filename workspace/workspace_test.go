@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -339,6 +340,37 @@ type fakeMount struct {
 	bound    map[int]*overlay.FS
 	retired  []string
 	invalids int // Invalidate calls
+	// supervised: Rewinding of this branch stops (or, with stopErr,
+	// fails to); rewinds records the outcomes told.
+	supervised string
+	inside     uint32 // a process of the supervised command
+	stopErr    error
+	mu         sync.Mutex // rewinds, which a deferred restore appends to
+	rewinds    []string
+}
+
+func (m *fakeMount) Supervised(name string, pid uint32) (bool, bool) {
+	return name == m.supervised, name == m.supervised && pid == m.inside
+}
+
+func (m *fakeMount) told() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.rewinds...)
+}
+
+func (m *fakeMount) Rewinding(name string) (func(string, string, error), error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopErr != nil {
+		return nil, m.stopErr
+	}
+	m.rewinds = append(m.rewinds, "stopped")
+	return func(snap, safety string, err error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.rewinds = append(m.rewinds, fmt.Sprintf("restored %s %s %v", snap, safety, err))
+	}, nil
 }
 
 func (m *fakeMount) Resolve(pid uint32) (*overlay.FS, int) {
@@ -522,6 +554,16 @@ func TestRestoreReadOnlyStore(t *testing.T) {
 	}
 }
 
+// waitFor polls cond for up to 10 seconds.
+func waitFor(cond func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
 // second is the error of a call's two results.
 func second[T any](_ T, err error) error { return err }
 
@@ -580,6 +622,59 @@ func TestRestoreInvalidates(t *testing.T) {
 		}
 	}()
 	w.Attach(m)
+}
+
+// TestSupervisedRestore: a restore of a supervised branch is told the
+// mount first and its outcome after; one the mount cannot stop restores
+// nothing.
+func TestSupervisedRestore(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a.txt": "a\n"})
+	m := &fakeMount{shown: w.View(), bound: map[int]*overlay.FS{}, supervised: "main"}
+	w.Attach(m)
+	s, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, w.View(), "a.txt", "changed\n")
+	rep, err := w.Restore(self, ctl.RestoreArgs{Ref: s.ID})
+	if err != nil || !rep.Relaunch {
+		t.Fatalf("Restore of the supervised branch = %+v, %v; want Relaunch", rep, err)
+	}
+	want := []string{"stopped", fmt.Sprintf("restored %s %s <nil>", s.ID, rep.Safety.ID)}
+	if got := m.told(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the mount was told %q, want %q", got, want)
+	}
+	if dry, err := w.Restore(self, ctl.RestoreArgs{Ref: s.ID, DryRun: true}); err != nil || !dry.Relaunch || len(m.told()) != 2 {
+		t.Errorf("a dry run: %+v, %v, told %q; want Relaunch said, nothing told", dry, err, m.told())
+	}
+	// A process of the supervised command gets its reply at once; the
+	// restore follows.
+	writeFile(t, w.View(), "a.txt", "by the agent\n")
+	m.inside = 4242
+	rep, err = w.Restore(ctl.Caller{Pid: 4242}, ctl.RestoreArgs{Ref: s.ID})
+	if err != nil || !rep.Deferred || !rep.Relaunch || rep.Safety != nil {
+		t.Fatalf("Restore asked by the agent itself = %+v, %v; want Deferred", rep, err)
+	}
+	if !waitFor(func() bool { return len(m.told()) == 4 }) {
+		t.Fatalf("the deferred restore told the mount %q", m.told())
+	}
+	if got, _ := readFile(t, w.View(), "a.txt"); got != "a\n" {
+		t.Errorf("a.txt after the deferred restore = %q", got)
+	}
+	m.inside = 0
+	writeFile(t, w.View(), "a.txt", "again\n")
+	m.mu.Lock()
+	m.stopErr = errors.New("the agent would not stop")
+	m.mu.Unlock()
+	before, _ := w.Snapshots()
+	_, err = w.Restore(self, ctl.RestoreArgs{Ref: s.ID})
+	isKind(t, "a restore whose agent could not be stopped", err, ErrIO, "the agent would not stop: nothing was restored")
+	if got, _ := readFile(t, w.View(), "a.txt"); got != "again\n" {
+		t.Errorf("a.txt after the refused restore = %q", got)
+	}
+	if after, _ := w.Snapshots(); len(after.Snapshots) != len(before.Snapshots) {
+		t.Errorf("the refused restore took a snapshot: %d, then %d", len(before.Snapshots), len(after.Snapshots))
+	}
 }
 
 // TestClosedAndPaths: a closed workspace refuses operations; a store is

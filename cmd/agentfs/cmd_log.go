@@ -136,6 +136,9 @@ func formatEntry(e activity.Entry) string {
 	if e.Op == activity.OpDropped {
 		return fmt.Sprintf("%s  (%d entries dropped: programs changed files faster than the log could be written)", t, e.Count)
 	}
+	if e.Op == activity.OpRewind {
+		return fmt.Sprintf("%s %7s  %-8s %-12s %s", t, "-", printable(e.Branch), e.Op, e.Detail)
+	}
 	paths := printable(e.Path)
 	if e.Path2 != "" {
 		paths += " -> " + printable(e.Path2)

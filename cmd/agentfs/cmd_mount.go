@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/spf13/pflag"
 
@@ -20,6 +21,8 @@ type mountOptions struct {
 	writeback   bool
 	noIOURing   bool
 	activity    activityFlags
+	// supervisorFd: the session daemon's line to its supervisor.
+	supervisorFd int
 	// Set by the parent for the daemon it starts.
 	ephemeral bool
 	readyFd   int
@@ -44,7 +47,9 @@ func (o *mountOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.BoolVar(&o.session, "session-mount", false, "internal: serve an agentfs run session (mountpoint = lower, in a private mount namespace)")
 	mustHide(flags, "ephemeral")
 	mustHide(flags, "ready-fd")
+	flags.IntVar(&o.supervisorFd, "supervisor-fd", -1, "internal: the line to the session's supervisor")
 	mustHide(flags, "session-mount")
+	mustHide(flags, "supervisor-fd")
 }
 
 func init() {
@@ -97,9 +102,13 @@ func runMount(ctx context.Context, o *mountOptions, args []string) error {
 		return err
 	}
 	if o.foreground {
-		return daemon.Serve(ctx, p, daemon.Options{ReadyFd: o.readyFd, Version: version})
+		opts := daemon.Options{ReadyFd: o.readyFd, Version: version}
+		if o.supervisorFd >= 0 {
+			opts.Supervisor = os.NewFile(uintptr(o.supervisorFd), "supervisor")
+		}
+		return daemon.Serve(ctx, p, opts)
 	}
-	d, err := daemon.Start(p)
+	d, err := daemon.Start(p, nil)
 	if err != nil {
 		return err
 	}

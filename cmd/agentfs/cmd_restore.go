@@ -75,9 +75,16 @@ func runRestore(ctx context.Context, o *restoreOptions, args []string) error {
 		fmt.Fprintf(o.stdout, "restoring snapshot %s%s into branch %s would make these changes (none made):\n", s.ID, label, printable(rep.Branch))
 		return printChanges(o.stdout, rep.Changes)
 	}
+	if rep.Deferred {
+		fmt.Fprintf(o.stdout, "restoring snapshot %s%s into branch %s now: this command is one of the session's command's processes, which are stopped first; the supervisor starts the command again\n", s.ID, label, printable(rep.Branch))
+		return nil
+	}
 	fmt.Fprintf(o.stdout, "restored snapshot %s%s into branch %s\n", s.ID, label, printable(rep.Branch))
 	if rep.Safety != nil {
 		fmt.Fprintf(o.stdout, "to undo: agentfs restore %s\n", rep.Safety.ID)
+	}
+	if rep.Relaunch {
+		fmt.Fprintf(o.stdout, "the session's command was stopped before the restore; its supervisor starts it again\n")
 	}
 	return nil
 }

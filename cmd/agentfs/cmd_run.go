@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -21,6 +22,25 @@ type runOptions struct {
 	nsUid, nsGid int
 	// activity: automatic snapshots (on by default) and the log.
 	activity activityFlags
+	// supervise: the command runs under a supervisor that starts it
+	// again after a rewind.
+	supervise   bool
+	maxRestarts int
+	stopGrace   time.Duration
+}
+
+// supervision is what --supervise and its flags ask for, or nil.
+func (o *runOptions) supervision() (*session.Supervision, error) {
+	if !o.supervise {
+		return nil, nil
+	}
+	if o.maxRestarts < 0 {
+		return nil, usagef("--max-restarts %d: give a count of 0 or more", o.maxRestarts)
+	}
+	if o.stopGrace < 0 {
+		return nil, usagef("--stop-grace %v: give a duration of 0 or more", o.stopGrace)
+	}
+	return &session.Supervision{MaxRestarts: o.maxRestarts, Grace: o.stopGrace}, nil
 }
 
 func (o *runOptions) AddFlags(flags *pflag.FlagSet) {
@@ -28,6 +48,9 @@ func (o *runOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&o.sessionDir, "session-process", "", "internal: run the session whose directory this is")
 	flags.IntVar(&o.nsUid, "ns-uid", -1, "internal: the user's uid outside the user namespace")
 	flags.IntVar(&o.nsGid, "ns-gid", -1, "internal: the user's gid outside the user namespace")
+	flags.BoolVar(&o.supervise, "supervise", false, "run COMMAND under a supervisor: a restore of the session's branch (agentfs restore -s,\nthe MCP rewind tool) stops every process of COMMAND and starts it again")
+	flags.IntVar(&o.maxRestarts, "max-restarts", session.DefaultMaxRestarts, "with --supervise: start COMMAND again at most `N` times")
+	flags.DurationVar(&o.stopGrace, "stop-grace", session.DefaultGrace, "with --supervise: how long COMMAND's processes have after SIGTERM\nbefore they are killed, a `DURATION`")
 	o.activity.AddFlags(flags)
 	mustHide(flags, "session-process")
 	mustHide(flags, "ns-uid")
@@ -88,18 +111,22 @@ func runRun(ctx context.Context, o *runOptions, args []string) error {
 	if len(args) == 0 {
 		return usagef("run needs a command: agentfs run [-C DIR] [--] COMMAND [ARGS...]")
 	}
-	if o.sessionDir != "" {
-		return runSessionProcess(o, args)
+	sup, err := o.supervision()
+	if err != nil {
+		return err
 	}
-	return runError(session.Run(session.RunOptions{Project: o.dir, Command: args, Activity: o.activity.overrides(), Stderr: o.stderr}))
+	if o.sessionDir != "" {
+		return runSessionProcess(o, args, sup)
+	}
+	return runError(session.Run(session.RunOptions{Project: o.dir, Command: args, Activity: o.activity.overrides(), Supervise: sup, Stderr: o.stderr}))
 }
 
 // runSessionProcess is the session process that agentfs run starts in
 // the session's namespaces (session.RunProcess): once the command has
 // ended it prints what the command changed, and exits with its code.
-func runSessionProcess(o *runOptions, args []string) error {
+func runSessionProcess(o *runOptions, args []string, sup *session.Supervision) error {
 	e, err := session.RunProcess(session.ProcessOptions{SessionDir: o.sessionDir, Command: args, NsUid: o.nsUid, NsGid: o.nsGid,
-		Activity: o.activity.overrides(), Stderr: o.stderr})
+		Activity: o.activity.overrides(), Supervise: sup, Stderr: o.stderr})
 	if err != nil {
 		return runError(err)
 	}
