@@ -80,6 +80,14 @@ session's store, ${XDG_STATE_HOME:-~/.local/state}/agentfs/sessions/ID,
 until the session is discarded. The session's id is in the command's
 environment as AGENTFS_SESSION.
 
+With --supervise, COMMAND runs under a supervisor: a restore of the
+session's branch while it runs (agentfs restore -s SESSION ID, or the
+MCP rewind tool, the agent's own included) stops every process of
+COMMAND (SIGTERM, --stop-grace, SIGKILL; background and double-forked
+ones too), restores, and starts COMMAND again, with AGENTFS_RELAUNCH and
+AGENTFS_RELAUNCH_SNAPSHOT in its environment. It needs a cgroup (v2):
+root, or one delegated to the user.
+
 As root, run needs no setup. As a normal user it works in a user
 namespace, where the kernel allows unprivileged ones and /dev/fuse is
 usable by all (it says so when not); file I/O then goes through the
@@ -88,6 +96,7 @@ page cache (no FUSE passthrough).
 Examples:
   cd ~/proj && agentfs run -- claude
   agentfs run -C ~/proj -- make test
+  agentfs run --supervise -- claude     # a rewind restarts the agent
   agentfs sessions                      # what ran, what it changed
   agentfs diff -s ID                    # review
   agentfs apply -s ID                   # take the changes into the project

@@ -114,7 +114,12 @@ func runSessions(ctx context.Context, o *sessionsOptions, args []string) error {
 		if c := s.Changes; c != nil {
 			created, modified, deleted = strconv.Itoa(c.Created), strconv.Itoa(c.Modified), strconv.Itoa(c.Deleted)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, exit, timeString(s.Started), ended,
+		state := s.State
+		if s.Supervised {
+			// A supervised run says so, with its relaunches.
+			state += fmt.Sprintf(" (supervised, %d relaunches)", len(s.Relaunches))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, state, exit, timeString(s.Started), ended,
 			snaps, created, modified, deleted, printable(s.Project), printable(session.ShellQuote(s.Command)))
 	}
 	if err := w.Flush(); err != nil {

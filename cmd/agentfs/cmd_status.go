@@ -90,6 +90,9 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 		fmt.Fprintf(w, "daemon reads:\t%d (%d spliced, %d from the disk)\n", st.Reads, st.ReadsSpliced, st.ReadsFromDisk)
 	}
 	fmt.Fprintf(w, "usage:\t%d objects, %s; %s free in the backstore\n", st.Objects, humanBytes(st.Bytes), humanBytes(st.FsFree))
+	if st.Supervised {
+		fmt.Fprintf(w, "supervised:\tyes: a restore of branch %s stops the session's command and starts it again\n", printable(st.Branch))
+	}
 	if st.Offline {
 		fmt.Fprintf(w, "daemon:\tnone (the session has ended; its store was opened by this command)\n")
 	} else {
