@@ -410,6 +410,31 @@ while [ ! -e %s ]; do sleep 0.05; done
 		t.Errorf("changes after rewinding the ended session to its pre-run checkpoint: %s", ch.paths())
 	}
 	mcpFails(t, ended, "run_in_branch", map[string]any{"branch": "main", "command": "true"}, "is not running")
+	// The other tools against the ended session too.
+	var cp mcpCheckpoint
+	mcpOK(t, ended, "checkpoint", map[string]any{"label": "after review"}, &cp)
+	var branches struct {
+		Branches []struct{ Name string } `json:"branches"`
+	}
+	mcpOK(t, ended, "branch_list", nil, &branches)
+	if len(branches.Branches) != 2 {
+		t.Errorf("branch_list of the ended session = %+v", branches)
+	}
+	var act struct {
+		Entries []struct{ Op, Path string } `json:"entries"`
+	}
+	mcpOK(t, ended, "activity", map[string]any{"path_prefix": "n.txt"}, &act)
+	if len(act.Entries) == 0 {
+		t.Errorf("no activity of n.txt in the ended session")
+	}
+	applier := mcpClient(t, "/", e.env(), "-s", id, "--allow-apply")
+	var ap struct {
+		Applied []struct{ Path string } `json:"applied"`
+	}
+	mcpOK(t, applier, "apply", map[string]any{"branch": "try", "dry_run": true}, &ap)
+	if len(ap.Applied) != 2 {
+		t.Errorf("apply --dry-run of branch try = %+v, want n.txt and t.txt", ap)
+	}
 	// The CLI sees what the tools did.
 	if r := e.agentfs("diff", "-s", id); r.Code != 0 || strings.TrimSpace(r.Stdout) != "" {
 		t.Errorf("agentfs diff -s after the rewind:\n%s", r)
