@@ -21,7 +21,7 @@ endif
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: all build test unit lint integration demo deps bench bench-deps clean
+.PHONY: all build generate test unit lint integration demo deps bench bench-deps clean
 
 all: build
 
@@ -72,6 +72,13 @@ lint: $(GOLANGCI_LINT)
 $(GOLANGCI_LINT):
 	GOBIN=$(CURDIR)/bin/tools $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv bin/tools/golangci-lint $@
+
+# generate rebuilds the exec trace's BPF object (exectrace/exectrace_bpfel.*,
+# committed) from exectrace/bpf/exectrace.bpf.c: it needs clang, bpftool
+# and libbpf-dev, and the running kernel's BTF for vmlinux.h.
+generate:
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > exectrace/bpf/vmlinux.h
+	cd exectrace && $(GO) generate .
 
 # unit runs the tests of the library packages, which need neither FUSE
 # nor root.

@@ -3,6 +3,7 @@ module github.com/agentfs/agentfs
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/modelcontextprotocol/go-sdk v1.8.0
@@ -32,3 +33,5 @@ require (
 	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/protobuf v1.36.7 // indirect
 )
+
+tool github.com/cilium/ebpf/cmd/bpf2go

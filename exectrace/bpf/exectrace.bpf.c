@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+//
+// The exec trace of agentfs: every program a traced process starts, and
+// how it ends. Two BTF tracepoints (tp_btf, which need no tracefs):
+// sched_process_exec (a program started: its pid, parent, uid, argv and working directory) and
+// sched_process_exit (the end of a traced process's main thread: its
+// exit status). A process is traced when it runs in the session's cgroup
+// (or one below it), when its working directory is on the mount (a
+// plain mount's, the device in config), or when its parent is traced:
+// the trace follows the process tree. Records go to a ring buffer, which
+// the daemon reads; a traced program never waits for the reader (a full
+// buffer drops the record and counts it).
+//
+// The Go side (exectrace.go) reads struct exec_event and exit_event as
+// laid out here: keep the two in step.
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+#define ARGV_MAX 4096 // bytes of argv kept (a power of two)
+#define CWD_MAX 4096  // bytes of the working directory kept (a power of two)
+#define NAME_MAX_ 256 // bytes of one path component copied
+#define DEPTH 48      // path components walked
+
+enum { KIND_EXEC = 1, KIND_EXIT = 2 };
+
+struct exec_event {
+	u32 kind;
+	u32 pid;
+	u32 ppid;
+	u32 uid;
+	u64 time_ns; // CLOCK_BOOTTIME
+	u32 argv_len;
+	u32 cwd_len;
+	u32 flags; // 1: argv cut at ARGV_MAX, 2: cwd cut
+	u32 pad;
+	// argv: the NUL-separated arguments. cwd: the working directory's
+	// components, leaf first, each ending in a NUL (the reader reverses
+	// them).
+	char argv[ARGV_MAX];
+	char cwd[CWD_MAX + NAME_MAX_];
+};
+
+struct exit_event {
+	u32 kind;
+	u32 pid;
+	u64 time_ns;
+	u32 status; // as wait(2) gives it: exit code << 8, or the signal
+	u32 pad;
+};
+
+// For bpf2go to emit the Go types of the records.
+const struct exec_event *unused_exec_event __attribute__((unused));
+const struct exit_event *unused_exit_event __attribute__((unused));
+
+// settings[0]: what to trace.
+struct trace_config {
+	u32 use_cgroup; // trace processes in the cgroup of cgroups[0]
+	u32 dev;        // trace processes whose working directory is on this device (kernel encoding), 0: none
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct trace_config);
+} settings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} cgroups SEC(".maps");
+
+// traced holds the processes traced, by pid (thread group id): the
+// time their program started.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, u64);
+} traced SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} events SEC(".maps");
+
+// dropped[0] counts the records the ring buffer had no room for.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} dropped SEC(".maps");
+
+static __always_inline void count_drop(void)
+{
+	u32 zero = 0;
+	u64 *n = bpf_map_lookup_elem(&dropped, &zero);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+}
+
+// wanted reports whether the current process (task) is to be traced.
+static __always_inline int wanted(struct task_struct *task, u32 ppid)
+{
+	u32 zero = 0;
+	struct trace_config *cfg = bpf_map_lookup_elem(&settings, &zero);
+	if (!cfg)
+		return 0;
+	if (cfg->use_cgroup && bpf_current_task_under_cgroup(&cgroups, 0) == 1)
+		return 1;
+	if (bpf_map_lookup_elem(&traced, &ppid))
+		return 1;
+	if (cfg->dev) {
+		struct super_block *sb = BPF_CORE_READ(task, fs, pwd.dentry, d_sb);
+		if (sb && BPF_CORE_READ(sb, s_dev) == cfg->dev)
+			return 1;
+	}
+	return 0;
+}
+
+// walk_cwd writes the components of task's working directory, leaf
+// first, into e->cwd, crossing mount points, and sets e->cwd_len.
+static __always_inline void walk_cwd(struct task_struct *task, struct exec_event *e)
+{
+	struct dentry *d = BPF_CORE_READ(task, fs, pwd.dentry);
+	struct vfsmount *vm = BPF_CORE_READ(task, fs, pwd.mnt);
+	struct mount *mnt = container_of(vm, struct mount, mnt);
+	u32 off = 0;
+	for (int i = 0; i < DEPTH; i++) {
+		struct dentry *root = BPF_CORE_READ(vm, mnt_root);
+		struct dentry *parent = BPF_CORE_READ(d, d_parent);
+		if (d == root || d == parent) {
+			struct mount *up = BPF_CORE_READ(mnt, mnt_parent);
+			if (up == mnt || !up)
+				break; // the root of it all
+			d = BPF_CORE_READ(mnt, mnt_mountpoint);
+			mnt = up;
+			vm = &up->mnt;
+			continue;
+		}
+		const unsigned char *name = BPF_CORE_READ(d, d_name.name);
+		if (off >= CWD_MAX) {
+			e->flags |= 2;
+			break;
+		}
+		long n = bpf_probe_read_kernel_str(&e->cwd[off & (CWD_MAX - 1)], NAME_MAX_, name);
+		if (n <= 0)
+			break;
+		off += n;
+		d = parent;
+	}
+	e->cwd_len = off < CWD_MAX ? off : CWD_MAX;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(handle_exec, struct task_struct *task)
+{
+	u32 pid = bpf_get_current_pid_tgid() >> 32;
+	u32 ppid = BPF_CORE_READ(task, real_parent, tgid);
+	if (!wanted(task, ppid))
+		return 0;
+	u64 now = bpf_ktime_get_boot_ns();
+	bpf_map_update_elem(&traced, &pid, &now, BPF_ANY);
+
+	struct exec_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop();
+		return 0;
+	}
+	e->kind = KIND_EXEC;
+	e->pid = pid;
+	e->ppid = ppid;
+	e->uid = (u32)bpf_get_current_uid_gid();
+	e->time_ns = now;
+	e->flags = 0;
+	e->pad = 0;
+
+	unsigned long start = BPF_CORE_READ(task, mm, arg_start);
+	unsigned long end = BPF_CORE_READ(task, mm, arg_end);
+	unsigned long len = end - start;
+	if (len > ARGV_MAX) {
+		len = ARGV_MAX;
+		e->flags |= 1;
+	}
+	e->argv_len = 0;
+	if (len > 0 && bpf_probe_read_user(e->argv, len & (ARGV_MAX - 1) ? len & (ARGV_MAX - 1) : ARGV_MAX, (void *)start) == 0)
+		e->argv_len = len;
+	walk_cwd(task, e);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(handle_exit, struct task_struct *task)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 pid = id >> 32;
+	if ((u32)id != pid)
+		return 0; // a thread other than the main one
+	u64 *start = bpf_map_lookup_elem(&traced, &pid);
+	if (!start)
+		return 0;
+	bpf_map_delete_elem(&traced, &pid);
+	struct exit_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop();
+		return 0;
+	}
+	e->kind = KIND_EXIT;
+	e->pid = pid;
+	e->time_ns = bpf_ktime_get_boot_ns();
+	e->status = BPF_CORE_READ(task, exit_code);
+	e->pad = 0;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}

@@ -1,0 +1,309 @@
+// Package exectrace records every program a session's processes start,
+// and how each ends: an eBPF program (bpf/exectrace.bpf.c, loaded with
+// github.com/cilium/ebpf) on the kernel's sched_process_exec and
+// sched_process_exit tracepoints. The kernel runs it in every exec and
+// every exit, so no process can start a program unseen, however short
+// it lives; a program is never made to wait (records go to a ring
+// buffer; one that finds it full is dropped and counted).
+//
+// # What is traced
+//
+// A process in a cgroup (Options.Cgroup: an agentfs run session's, and
+// any cgroup below it), or whose working directory is on a device
+// (Options.MountDev: a plain mount's), and every process a traced one
+// starts: the trace follows the process tree, so a `git push` or a
+// `curl` the agent runs outside the project is recorded too.
+//
+// # A record
+//
+// An exec: the time, pid, parent pid, uid, the arguments (the first
+// ArgvMax bytes: longer ones are cut, and say so) and the working
+// directory (as the process's mount namespace names it). An exit: the
+// time, the pid, and the status as wait(2) gives it. Exits are recorded
+// for the processes whose exec was; a process that execs again without
+// exiting has a second exec record.
+//
+// # Where it cannot run
+//
+// Loading it needs root (CAP_BPF and CAP_PERFMON), a kernel with BTF
+// (/sys/kernel/btf/vmlinux) and no lockdown forbidding BPF; Start says
+// which is missing (ErrUnavailable), and the session runs untraced.
+package exectrace
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// ArgvMax bounds the bytes of arguments a record keeps; CwdMax those of
+// the working directory.
+const (
+	ArgvMax = 4096
+	CwdMax  = 4096
+)
+
+// ErrUnavailable: the trace cannot run here; the error says why.
+var ErrUnavailable = errors.New("commands are not traced")
+
+// Options say what to trace and where records go.
+type Options struct {
+	// Cgroup is the directory of a cgroup (version 2): its processes,
+	// and those of the cgroups below it, are traced.
+	Cgroup string
+	// MountDev (a st_dev), when not 0: processes whose working
+	// directory is on it are traced.
+	MountDev uint64
+	// Sink gets each record, in order, on the tracer's goroutine.
+	Sink   func(Record)
+	Logger *slog.Logger
+}
+
+// Record is one exec or one exit.
+type Record struct {
+	Exec bool // an exec; else an exit
+	Time time.Time
+	Pid  int
+	// Of an exec:
+	Ppid          int
+	Uid           uint32
+	Argv          []string
+	ArgvTruncated bool
+	Cwd           string
+	CwdTruncated  bool
+	// Of an exit: the status, as wait(2) gives it.
+	Status unix.WaitStatus
+}
+
+// Tracer is a running trace.
+type Tracer struct {
+	objs    exectraceObjects
+	links   []link.Link
+	reader  *ringbuf.Reader
+	cgroup  *os.File
+	boot    time.Duration // wall clock less CLOCK_BOOTTIME
+	log     *slog.Logger
+	done    chan struct{}
+	reading bool // the reader goroutine runs; set before it starts
+	once    sync.Once
+}
+
+// Available says why the trace cannot run here, or nil.
+func Available() error {
+	switch {
+	case os.Geteuid() != 0:
+		return fmt.Errorf("%w: tracing needs root (eBPF)", ErrUnavailable)
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return fmt.Errorf("%w: the kernel has no BTF (/sys/kernel/btf/vmlinux): %v", ErrUnavailable, err)
+	}
+	if b, err := os.ReadFile("/sys/kernel/security/lockdown"); err == nil && strings.Contains(string(b), "[confidentiality]") {
+		return fmt.Errorf("%w: the kernel is locked down (confidentiality), which forbids reading process memory from BPF", ErrUnavailable)
+	}
+	return nil
+}
+
+// Start loads the program, attaches it and starts delivering records.
+func Start(o Options) (*Tracer, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	t := &Tracer{log: o.Logger, done: make(chan struct{})}
+	if err := loadExectraceObjects(&t.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("%w: the kernel refused the program: %+v", ErrUnavailable, ve)
+		}
+		return nil, fmt.Errorf("%w: loading the program: %v", ErrUnavailable, err)
+	}
+	cfg := exectraceTraceConfig{}
+	if o.Cgroup != "" {
+		f, err := os.Open(o.Cgroup)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("the cgroup to trace: %w", err), t.Close())
+		}
+		t.cgroup = f
+		if err := t.objs.Cgroups.Put(uint32(0), uint32(f.Fd())); err != nil {
+			return nil, errors.Join(fmt.Errorf("the cgroup to trace: %w", err), t.Close())
+		}
+		cfg.UseCgroup = 1
+	}
+	if o.MountDev != 0 {
+		// The kernel's dev_t: major in the high 12 bits of 32.
+		cfg.Dev = unix.Major(o.MountDev)<<20 | unix.Minor(o.MountDev)
+	}
+	if err := t.objs.Settings.Put(uint32(0), cfg); err != nil {
+		return nil, errors.Join(fmt.Errorf("configuring the trace: %w", err), t.Close())
+	}
+	t.boot = bootOffset()
+	var err error
+	if t.reader, err = ringbuf.NewReader(t.objs.Events); err != nil {
+		return nil, errors.Join(fmt.Errorf("%w: the ring buffer: %v", ErrUnavailable, err), t.Close())
+	}
+	for _, tp := range []struct {
+		name string
+		prog *ebpf.Program
+	}{{"sched_process_exec", t.objs.HandleExec}, {"sched_process_exit", t.objs.HandleExit}} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: tp.prog})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("%w: attaching to the tracepoint sched:%s: %v", ErrUnavailable, tp.name, err), t.Close())
+		}
+		t.links = append(t.links, l)
+	}
+	t.reading = true
+	go t.read(o.Sink)
+	return t, nil
+}
+
+// bootOffset is the wall clock less CLOCK_BOOTTIME, now.
+func bootOffset() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0 // the times then read as after boot: wrong, but ordered
+	}
+	return time.Duration(time.Now().UnixNano() - ts.Nano())
+}
+
+// Dropped counts the records the ring buffer had no room for.
+func (t *Tracer) Dropped() uint64 {
+	var n uint64
+	if err := t.objs.Dropped.Lookup(uint32(0), &n); err != nil {
+		t.log.Warn("reading the count of dropped exec records", "err", err)
+	}
+	return n
+}
+
+// Close detaches the program and waits for the reader to deliver what
+// was queued.
+func (t *Tracer) Close() error {
+	var errs []error
+	t.once.Do(func() {
+		for _, l := range t.links {
+			errs = append(errs, l.Close())
+		}
+		if t.reader != nil {
+			if t.reading {
+				// The reader delivers what is queued, then sees ErrFlushed.
+				if err := t.reader.Flush(); err != nil {
+					errs = append(errs, err)
+				} else {
+					<-t.done
+				}
+			}
+			errs = append(errs, t.reader.Close())
+		}
+		if t.cgroup != nil {
+			errs = append(errs, t.cgroup.Close())
+		}
+		errs = append(errs, t.objs.Close())
+	})
+	return errors.Join(errs...)
+}
+
+// read delivers records until the reader is closed, or has delivered
+// what was queued when Close flushed it.
+func (t *Tracer) read(sink func(Record)) {
+	defer close(t.done)
+	var rec ringbuf.Record
+	for {
+		if err := t.reader.ReadInto(&rec); err != nil {
+			if !errors.Is(err, ringbuf.ErrFlushed) && !errors.Is(err, ringbuf.ErrClosed) {
+				t.log.Error("reading exec records", "err", err)
+			}
+			return
+		}
+		r, err := t.decode(rec.RawSample)
+		if err != nil {
+			t.log.Warn("an exec record", "err", err)
+			continue
+		}
+		if sink != nil {
+			sink(r)
+		}
+	}
+}
+
+// decode turns a raw record into a Record.
+func (t *Tracer) decode(b []byte) (Record, error) {
+	if len(b) < 4 {
+		return Record{}, fmt.Errorf("a record of %d bytes", len(b))
+	}
+	switch binary.NativeEndian.Uint32(b) {
+	case 1:
+		var e exectraceExecEvent
+		if len(b) < int(unsafe.Sizeof(e)) {
+			return Record{}, fmt.Errorf("an exec record of %d bytes", len(b))
+		}
+		e = *(*exectraceExecEvent)(unsafe.Pointer(&b[0]))
+		r := Record{Exec: true, Time: t.wall(e.TimeNs), Pid: int(e.Pid), Ppid: int(e.Ppid), Uid: e.Uid,
+			ArgvTruncated: e.Flags&1 != 0, CwdTruncated: e.Flags&2 != 0}
+		argv := bytesOf(e.Argv[:min(int(e.ArgvLen), len(e.Argv))])
+		r.Argv = splitArgv(argv)
+		r.Cwd = joinCwd(bytesOf(e.Cwd[:min(int(e.CwdLen), len(e.Cwd))]))
+		return r, nil
+	case 2:
+		var e exectraceExitEvent
+		if len(b) < int(unsafe.Sizeof(e)) {
+			return Record{}, fmt.Errorf("an exit record of %d bytes", len(b))
+		}
+		e = *(*exectraceExitEvent)(unsafe.Pointer(&b[0]))
+		return Record{Time: t.wall(e.TimeNs), Pid: int(e.Pid), Status: unix.WaitStatus(e.Status)}, nil
+	}
+	return Record{}, fmt.Errorf("a record of kind %d", binary.NativeEndian.Uint32(b))
+}
+
+// wall turns a CLOCK_BOOTTIME reading into the wall clock.
+func (t *Tracer) wall(ns uint64) time.Time {
+	return time.Unix(0, int64(ns)+int64(t.boot))
+}
+
+// bytesOf views C chars as bytes.
+func bytesOf(c []int8) []byte {
+	if len(c) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&c[0])), len(c))
+}
+
+// splitArgv splits NUL-separated arguments (the last may lack its NUL:
+// cut).
+func splitArgv(b []byte) []string {
+	b = bytes.TrimRight(b, "\x00")
+	if len(b) == 0 {
+		return nil
+	}
+	return strings.Split(string(b), "\x00")
+}
+
+// joinCwd makes a path of NUL-ended components given leaf first.
+func joinCwd(b []byte) string {
+	parts := splitArgv(b)
+	if len(parts) == 0 {
+		return "/"
+	}
+	var sb strings.Builder
+	for i := len(parts) - 1; i >= 0; i-- {
+		sb.WriteByte('/')
+		sb.WriteString(parts[i])
+	}
+	return sb.String()
+}
