@@ -11,15 +11,17 @@
 // A process in a cgroup (Options.Cgroup: an agentfs run session's, and
 // any cgroup below it), or whose working directory is on a device
 // (Options.MountDev: a plain mount's), and every process a traced one
-// starts: the trace follows the process tree, so a `git push` or a
-// `curl` the agent runs outside the project is recorded too.
+// forks: the trace follows the process tree (a subshell that leaves the
+// mount included), so a `git push` or a `curl` the agent runs outside
+// the project is recorded too.
 //
 // # A record
 //
 // An exec: the time, pid, parent pid, uid, the arguments (the first
 // ArgvMax bytes: longer ones are cut, and say so) and the working
 // directory (as the process's mount namespace names it). An exit: the
-// time, the pid, and the status as wait(2) gives it. Exits are recorded
+// time, the pid, when its program started, and the status as wait(2)
+// gives it. Exits are recorded
 // for the processes whose exec was; a process that execs again without
 // exiting has a second exec record.
 //
@@ -84,7 +86,9 @@ type Record struct {
 	ArgvTruncated bool
 	Cwd           string
 	CwdTruncated  bool
-	// Of an exit: the status, as wait(2) gives it.
+	// Of an exit: when its program started (its last exec), and the
+	// status, as wait(2) gives it.
+	Start  time.Time
 	Status unix.WaitStatus
 }
 
@@ -162,7 +166,7 @@ func Start(o Options) (*Tracer, error) {
 	for _, tp := range []struct {
 		name string
 		prog *ebpf.Program
-	}{{"sched_process_exec", t.objs.HandleExec}, {"sched_process_exit", t.objs.HandleExit}} {
+	}{{"sched_process_exec", t.objs.HandleExec}, {"sched_process_fork", t.objs.HandleFork}, {"sched_process_exit", t.objs.HandleExit}} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: tp.prog})
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("%w: attaching to the tracepoint sched:%s: %v", ErrUnavailable, tp.name, err), t.Close())
@@ -266,7 +270,7 @@ func (t *Tracer) decode(b []byte) (Record, error) {
 			return Record{}, fmt.Errorf("an exit record of %d bytes", len(b))
 		}
 		e = *(*exectraceExitEvent)(unsafe.Pointer(&b[0]))
-		return Record{Time: t.wall(e.TimeNs), Pid: int(e.Pid), Status: unix.WaitStatus(e.Status)}, nil
+		return Record{Time: t.wall(e.TimeNs), Start: t.wall(e.StartNs), Pid: int(e.Pid), Status: unix.WaitStatus(e.Status)}, nil
 	}
 	return Record{}, fmt.Errorf("a record of kind %d", binary.NativeEndian.Uint32(b))
 }

@@ -29,12 +29,13 @@ type exectraceExecEvent struct {
 }
 
 type exectraceExitEvent struct {
-	_      structs.HostLayout
-	Kind   uint32
-	Pid    uint32
-	TimeNs uint64
-	Status uint32
-	Pad    uint32
+	_       structs.HostLayout
+	Kind    uint32
+	Pid     uint32
+	TimeNs  uint64
+	StartNs uint64
+	Status  uint32
+	Pad     uint32
 }
 
 type exectraceTraceConfig struct {
@@ -54,6 +55,7 @@ const (
 	exectraceMapTraced          = "traced"
 	exectraceProgHandleExec     = "handle_exec"
 	exectraceProgHandleExit     = "handle_exit"
+	exectraceProgHandleFork     = "handle_fork"
 	exectraceVarUnusedExecEvent = "unused_exec_event"
 	exectraceVarUnusedExitEvent = "unused_exit_event"
 )
@@ -102,6 +104,7 @@ type exectraceSpecs struct {
 type exectraceProgramSpecs struct {
 	HandleExec *ebpf.ProgramSpec `ebpf:"handle_exec"`
 	HandleExit *ebpf.ProgramSpec `ebpf:"handle_exit"`
+	HandleFork *ebpf.ProgramSpec `ebpf:"handle_fork"`
 }
 
 // exectraceMapSpecs contains maps before they are loaded into the kernel.
@@ -174,12 +177,14 @@ type exectraceVariables struct {
 type exectracePrograms struct {
 	HandleExec *ebpf.Program `ebpf:"handle_exec"`
 	HandleExit *ebpf.Program `ebpf:"handle_exit"`
+	HandleFork *ebpf.Program `ebpf:"handle_fork"`
 }
 
 func (p *exectracePrograms) Close() error {
 	return _ExectraceClose(
 		p.HandleExec,
 		p.HandleExit,
+		p.HandleFork,
 	)
 }
 

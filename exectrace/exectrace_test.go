@@ -133,7 +133,7 @@ exit 0`, dir)
 	if s := statuses[killed.Pid]; !s.Status.Signaled() || s.Status.Signal() != 9 {
 		t.Errorf("exit of the killed command: %+v, want signal 9", s)
 	}
-	if s := statuses[cmd.Process.Pid]; s.Status.ExitStatus() != 0 || s.Time.Before(execs["/bin/sh -c "+script].Time) {
+	if s := statuses[cmd.Process.Pid]; s.Status.ExitStatus() != 0 || !s.Start.Equal(execs["/bin/sh -c "+script].Time) || s.Time.Before(s.Start) {
 		t.Errorf("exit of the script: %+v", s)
 	}
 }
@@ -149,7 +149,8 @@ func exits(rs []Record) int {
 }
 
 // TestTraceMountDev: with a device, a process working on it is traced,
-// and what it starts elsewhere too.
+// and what it starts elsewhere too, through a subshell (a fork that
+// starts no program of its own) as well.
 func TestTraceMountDev(t *testing.T) {
 	if err := Available(); err != nil {
 		if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
@@ -157,14 +158,29 @@ func TestTraceMountDev(t *testing.T) {
 		}
 		t.Skip(err)
 	}
+	// A file system of its own: / and the temporary directory are
+	// usually one.
 	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Error(err)
+		}
+	})
 	dev := statDev(t, dir)
+	if dev == statDev(t, "/") {
+		t.Fatal("the tmpfs has the device of /")
+	}
 	rec := &recorder{}
 	tr, err := Start(Options{MountDev: dev, Sink: rec.add})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("/bin/sh", "-c", "cd / && /bin/echo from-root")
+	// The subshell forks without a program of its own and leaves the
+	// directory: what it starts is still traced.
+	cmd := exec.Command("/bin/sh", "-c", "cd / && /bin/echo from-root; (cd /tmp && /bin/echo from-subshell && true) ; true")
 	cmd.Dir = dir
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
@@ -181,6 +197,15 @@ func TestTraceMountDev(t *testing.T) {
 	}
 	if len(argvs) != 2 || !strings.HasSuffix(argvs[0], "in "+dir) || argvs[1] != "/bin/echo from-root in /" {
 		t.Errorf("records = %q: want the shell (in %s) and the echo it started in /", argvs, filepath.Clean(dir))
+	}
+	found := false
+	for _, r := range rec.all() {
+		if r.Exec && strings.Join(r.Argv, " ") == "/bin/echo from-subshell" && r.Cwd == "/tmp" {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("the echo a subshell started in /tmp was not traced")
 	}
 }
 

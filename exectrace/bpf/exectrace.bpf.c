@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 //
 // The exec trace of agentfs: every program a traced process starts, and
-// how it ends. Two BTF tracepoints (tp_btf, which need no tracefs):
-// sched_process_exec (a program started: its pid, parent, uid, argv and working directory) and
-// sched_process_exit (the end of a traced process's main thread: its
-// exit status). A process is traced when it runs in the session's cgroup
-// (or one below it), when its working directory is on the mount (a
-// plain mount's, the device in config), or when its parent is traced:
-// the trace follows the process tree. Records go to a ring buffer, which
+// how it ends, from three BTF tracepoints (tp_btf, which need no
+// tracefs): sched_process_exec (a program started: its pid, parent,
+// uid, argv and working directory), sched_process_fork (a traced
+// process's child is traced) and sched_process_exit (the end of a
+// traced process's main thread: its exit status). A process is traced
+// when it runs in the session's cgroup (or one below it), when its
+// working directory is on the mount (the device in settings), or when
+// its parent was traced when it forked: the trace follows the process
+// tree. Records go to a ring buffer, which
 // the daemon reads; a traced program never waits for the reader (a full
 // buffer drops the record and counts it).
 //
@@ -49,6 +51,7 @@ struct exit_event {
 	u32 kind;
 	u32 pid;
 	u64 time_ns;
+	u64 start_ns; // when its (last) exec was recorded
 	u32 status; // as wait(2) gives it: exit code << 8, or the signal
 	u32 pad;
 };
@@ -78,7 +81,9 @@ struct {
 } cgroups SEC(".maps");
 
 // traced holds the processes traced, by pid (thread group id): the
-// time their program started.
+// time their program started, or 0 for a process forked by a traced
+// one that has not started a program of its own yet (a subshell: what
+// it starts is traced, its own exit is not recorded).
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -198,6 +203,23 @@ int BPF_PROG(handle_exec, struct task_struct *task)
 	return 0;
 }
 
+// A traced process's fork is traced too, before it runs: a subshell
+// that cds elsewhere and starts a program is still followed. Threads
+// are not processes: they are left out.
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
+{
+	u32 ppid = BPF_CORE_READ(parent, tgid);
+	u32 pid = BPF_CORE_READ(child, pid);
+	if (pid != BPF_CORE_READ(child, tgid))
+		return 0; // a thread
+	if (!bpf_map_lookup_elem(&traced, &ppid))
+		return 0;
+	u64 zero = 0;
+	bpf_map_update_elem(&traced, &pid, &zero, BPF_ANY);
+	return 0;
+}
+
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(handle_exit, struct task_struct *task)
 {
@@ -205,10 +227,13 @@ int BPF_PROG(handle_exit, struct task_struct *task)
 	u32 pid = id >> 32;
 	if ((u32)id != pid)
 		return 0; // a thread other than the main one
-	u64 *start = bpf_map_lookup_elem(&traced, &pid);
-	if (!start)
+	u64 *startp = bpf_map_lookup_elem(&traced, &pid);
+	if (!startp)
 		return 0;
+	u64 start = *startp;
 	bpf_map_delete_elem(&traced, &pid);
+	if (start == 0)
+		return 0; // forked, never started a program: nothing to end
 	struct exit_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count_drop();
@@ -217,6 +242,7 @@ int BPF_PROG(handle_exit, struct task_struct *task)
 	e->kind = KIND_EXIT;
 	e->pid = pid;
 	e->time_ns = bpf_ktime_get_boot_ns();
+	e->start_ns = start;
 	e->status = BPF_CORE_READ(task, exit_code);
 	e->pad = 0;
 	bpf_ringbuf_submit(e, 0);
