@@ -25,6 +25,32 @@ func appendEntry(b []byte, e *Entry) []byte {
 	b = appendString(b, "attrs", e.Attrs, true)
 	b = appendInt(b, "count", e.Count)
 	b = appendString(b, "detail", e.Detail, true)
+	b = appendInt(b, "ppid", int64(e.Ppid))
+	if len(e.Argv) > 0 {
+		b = append(b, `,"argv":[`...)
+		for i, a := range e.Argv {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, a)
+		}
+		b = append(b, ']')
+	}
+	if e.ArgvCut {
+		b = append(b, `,"argv_cut":true`...)
+	}
+	b = appendString(b, "cwd", e.Cwd, true)
+	if !e.Start.IsZero() {
+		b = append(b, `,"start":"`...)
+		b = e.Start.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	if e.Exit != nil {
+		b = append(b, `,"exit":`...)
+		b = strconv.AppendInt(b, int64(*e.Exit), 10)
+	}
+	b = appendInt(b, "signal", int64(e.Signal))
+	b = appendInt(b, "duration_ns", e.DurationNs)
 	return append(b, '}')
 }
 

@@ -1,7 +1,13 @@
-// Package activity keeps a mount's activity log: one JSON line per
-// operation a program did in the mount (time, process, command line,
-// branch, operation, paths), appended to a bounded log in the store,
-// and read back by agentfs log.
+// Package activity keeps a mount's two logs in its store: the activity
+// log, one JSON line per operation a program did in the mount (time,
+// process, command line, branch, operation, paths), and the exec log,
+// one line per program a traced process started (op "exec": argv,
+// working directory, parent) and one when it ended (op "exit": the
+// same, with the exit status and the duration); exectrace makes those
+// records. Both are bounded, appended by one writer that no caller
+// waits for, and read back by agentfs log (--exec for the second).
+// Entries of both share the pid, so a change can be tied to the
+// command that made it.
 //
 // # Writing
 //
@@ -17,11 +23,12 @@
 //
 // # Bounds
 //
-// The log is two segments in the store: FileName, appended to, and
-// OldFileName, the segment before. When FileName would grow past half
-// of Options.MaxBytes it becomes OldFileName (replacing the one before)
-// and a new FileName starts: the log never holds more than MaxBytes
-// (plus one line), and always the most recent half of it at least.
+// A log is two segments in the store: its Stream's name (activity.log,
+// exec.log), appended to, and the name with ".1", the segment before.
+// When the first would grow past half of Options.MaxBytes it becomes
+// the second (replacing the one before) and a new one starts: the log
+// never holds more than MaxBytes (plus one line), and always the most
+// recent half of it at least.
 package activity
 
 import (
@@ -36,17 +43,28 @@ import (
 	"time"
 )
 
-// The files of the log, in the store directory.
+// Stream names one log of a store.
+type Stream string
+
+// The logs of a store.
 const (
-	FileName    = "activity.log"
-	OldFileName = "activity.log.1"
-	// A rotation makes these for a moment (one may outlive a crash).
-	newFileName = FileName + ".new"
-	tmpFileName = OldFileName + ".tmp"
+	Activity Stream = "activity.log" // what programs did in the mount
+	Exec     Stream = "exec.log"     // the programs traced processes started
 )
 
+// The files of a log, in the store directory.
+func (s Stream) cur() string { return string(s) }
+func (s Stream) old() string { return string(s) + ".1" }
+
+// A rotation makes these for a moment (one may outlive a crash).
+func (s Stream) newName() string { return string(s) + ".new" }
+func (s Stream) tmpName() string { return s.old() + ".tmp" }
+
 // FileNames are every name the log may leave in the store directory.
-var FileNames = []string{FileName, OldFileName, newFileName, tmpFileName}
+func (s Stream) FileNames() []string { return []string{s.cur(), s.old(), s.newName(), s.tmpName()} }
+
+// FileNames are every name the logs may leave in a store directory.
+var FileNames = append(Activity.FileNames(), Exec.FileNames()...)
 
 // Defaults.
 const (
@@ -63,6 +81,12 @@ const OpDropped = "dropped"
 // command was stopped, its branch restored (Detail says to what), and
 // the command started again.
 const OpRewind = "rewind"
+
+// The ops of the exec log: a program started, and ended.
+const (
+	OpExec = "exec"
+	OpExit = "exit"
+)
 
 // Entry is one line of the log.
 type Entry struct {
@@ -84,13 +108,31 @@ type Entry struct {
 	// Detail says what an entry of agentfs's own (op "rewind") did.
 	Detail string `json:"detail,omitempty"`
 
-	proc procInfo // what the cache said at Record
+	// Exec records (ops "exec" and "exit"). Time is when the program
+	// started (exec) or ended (exit).
+	Ppid int `json:"ppid,omitempty"`
+	// Argv is the program's arguments as it started, cut at
+	// exectrace.ArgvMax bytes (ArgvCut says so).
+	Argv    []string `json:"argv,omitempty"`
+	ArgvCut bool     `json:"argv_cut,omitempty"`
+	Cwd     string   `json:"cwd,omitempty"`
+	// Start is when an exited program started; Exit its exit code, or
+	// Signal the signal that ended it; DurationNs the time between.
+	Start      time.Time `json:"start,omitzero"`
+	Exit       *int      `json:"exit,omitempty"`
+	Signal     int       `json:"signal,omitempty"`
+	DurationNs int64     `json:"duration_ns,omitempty"`
+
+	proc  procInfo // what the cache said at Record
+	given bool     // Add: Pid and Command are as given, not looked up
 }
 
 // Options configure a Log.
 type Options struct {
 	// Dir is the store directory the log files live in.
 	Dir string
+	// Stream is the log (Activity when empty).
+	Stream Stream
 	// MaxBytes bounds the two segments together (DefaultMaxBytes when
 	// 0; at least MinMaxBytes).
 	MaxBytes int64
@@ -142,6 +184,9 @@ func Open(o Options) (*Log, error) {
 	if o.procRoot == "" {
 		o.procRoot = "/proc"
 	}
+	if o.Stream == "" {
+		o.Stream = Activity
+	}
 	l := &Log{opts: o, procs: newProcCache(o.procRoot), queue: make(chan Entry, o.Queue),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if err := l.openSegment(); err != nil {
@@ -156,6 +201,18 @@ func Open(o Options) (*Log, error) {
 // never blocks: when the queue is full, e is counted as dropped.
 func (l *Log) Record(e Entry) {
 	e.proc = l.procs.lookup(uint32(e.Tid))
+	select {
+	case l.queue <- e:
+	default:
+		l.drops.Add(1)
+	}
+}
+
+// Add queues e as given, with no process lookup: agentfs's own
+// entries, and exec records (which carry their pid). Like Record, it
+// never blocks.
+func (l *Log) Add(e Entry) {
+	e.given = true
 	select {
 	case l.queue <- e:
 	default:
@@ -237,6 +294,10 @@ type callerCheck struct {
 // write appends e, preceded by the count of entries dropped before it.
 func (l *Log) write(e Entry, checked map[uint32]callerCheck) {
 	l.writeDrops()
+	if e.given {
+		l.append(e)
+		return
+	}
 	tid := uint32(e.Tid)
 	c, ok := checked[tid]
 	if !ok || c.from != e.proc {
@@ -288,23 +349,23 @@ func (l *Log) flush() {
 // fail logs a write error once per kind of error.
 func (l *Log) fail(err error) {
 	if l.werr == nil || l.werr.Error() != err.Error() {
-		l.opts.Logger.Warn("writing the activity log", "err", err)
+		l.opts.Logger.Warn("writing a log", "log", l.opts.Stream, "err", err)
 	}
 	l.werr = err
 }
 
 func (l *Log) path(name string) string { return filepath.Join(l.opts.Dir, name) }
 
-// openSegment opens FileName for appending.
+// openSegment opens the current segment for appending.
 func (l *Log) openSegment() error {
-	f, err := os.OpenFile(l.path(FileName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0600)
+	f, err := os.OpenFile(l.path(l.opts.Stream.cur()), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0600)
 	if err != nil {
-		return fmt.Errorf("opening the activity log: %w", err)
+		return fmt.Errorf("opening the log %s: %w", l.opts.Stream, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return fmt.Errorf("opening the activity log: %w", err)
+		return fmt.Errorf("opening the log %s: %w", l.opts.Stream, err)
 	}
 	l.f, l.w, l.size = f, bufio.NewWriterSize(f, 64<<10), st.Size()
 	return nil
@@ -322,12 +383,12 @@ func (l *Log) closeSegment() {
 }
 
 // rotate makes the current segment the old one and starts a new one.
-// FileName names a segment at every instant, so a reader never finds
+// The current name names a segment at every instant, so a reader never finds
 // the log missing: the current segment is first linked in as the old
 // one (a reader then sees one segment under both names, and reads it
 // once), and an empty segment made under a temporary name then
-// replaces it. If a step fails, appending goes on in the segment
-// FileName names.
+// replaces it. If a step fails, appending goes on in the segment the
+// current name names.
 func (l *Log) rotate() error {
 	l.closeSegment()
 	err := l.linkOld()
@@ -336,7 +397,7 @@ func (l *Log) rotate() error {
 		err = l.startSegment()
 	}
 	if err != nil {
-		err = fmt.Errorf("rotating the activity log: %w", err)
+		err = fmt.Errorf("rotating the log %s: %w", l.opts.Stream, err)
 	}
 	if l.f == nil {
 		err = errors.Join(err, l.openSegment())
@@ -344,30 +405,31 @@ func (l *Log) rotate() error {
 	return err
 }
 
-// linkOld makes OldFileName a second name of the current segment.
+// linkOld makes the old segment's name a second name of the current one.
 func (l *Log) linkOld() error {
-	tmp := l.path(tmpFileName)
+	tmp := l.path(l.opts.Stream.tmpName())
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := os.Link(l.path(FileName), tmp); err != nil {
+	if err := os.Link(l.path(l.opts.Stream.cur()), tmp); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, l.path(OldFileName)); err != nil {
+	if err := os.Rename(tmp, l.path(l.opts.Stream.old())); err != nil {
 		_ = os.Remove(tmp) // the rename's error is the one to report; the next rotation removes tmp first
 		return err
 	}
 	return nil
 }
 
-// startSegment makes an empty segment and renames it over FileName.
+// startSegment makes an empty segment and renames it over the current
+// one.
 func (l *Log) startSegment() error {
-	tmp := l.path(newFileName)
+	tmp := l.path(l.opts.Stream.newName())
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0600)
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, l.path(FileName)); err != nil {
+	if err := os.Rename(tmp, l.path(l.opts.Stream.cur())); err != nil {
 		f.Close()
 		_ = os.Remove(tmp) // the rename's error is the one to report; the next rotation truncates tmp
 		return err

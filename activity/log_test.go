@@ -35,7 +35,7 @@ func fakeProc(t *testing.T, root string, tid, pid int, cmdline, start string) {
 func readAll(t *testing.T, dir string) []Entry {
 	t.Helper()
 	var out []Entry
-	if err := Read(dir, func(l Line) error { out = append(out, l.Entry); return nil }); err != nil {
+	if err := Read(dir, Activity, func(l Line) error { out = append(out, l.Entry); return nil }); err != nil {
 		t.Fatalf("Read: %v", err)
 	}
 	return out
@@ -113,7 +113,7 @@ func TestLogStaysBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	var total int64
-	for _, name := range []string{FileName, OldFileName} {
+	for _, name := range []string{Activity.cur(), Activity.old()} {
 		st, err := os.Stat(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -176,7 +176,7 @@ func TestFollowAcrossRotation(t *testing.T) {
 	lines := make(chan string, 10000)
 	done := make(chan error, 1)
 	go func() {
-		done <- Follow(ctx, dir, 5*time.Millisecond, func(l Line) error { lines <- l.Path; return nil }, func() error { return nil })
+		done <- Follow(ctx, dir, Activity, 5*time.Millisecond, func(l Line) error { lines <- l.Path; return nil }, func() error { return nil })
 	}()
 	guard := time.After(30 * time.Second) // against a hang, not a timing check
 	next := func() string {
@@ -206,7 +206,7 @@ func TestFollowAcrossRotation(t *testing.T) {
 			}
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, OldFileName)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, Activity.old())); err != nil {
 		t.Errorf("the log never rotated: %v", err)
 	}
 	if err := l.Close(); err != nil {
@@ -218,7 +218,7 @@ func TestFollowAcrossRotation(t *testing.T) {
 	}
 	// A store that goes away ends Follow.
 	go func() {
-		done <- Follow(context.Background(), dir, 5*time.Millisecond, func(Line) error { return nil }, func() error { return nil })
+		done <- Follow(context.Background(), dir, Activity, 5*time.Millisecond, func(Line) error { return nil }, func() error { return nil })
 	}()
 	time.Sleep(20 * time.Millisecond)
 	if err := os.RemoveAll(dir); err != nil {
@@ -235,7 +235,7 @@ func TestFollowAcrossRotation(t *testing.T) {
 }
 
 func TestReadMissingLog(t *testing.T) {
-	err := Read(t.TempDir(), func(Line) error { return nil })
+	err := Read(t.TempDir(), Activity, func(Line) error { return nil })
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Read of a store without a log = %v, want ErrNotExist", err)
 	}
@@ -252,7 +252,7 @@ func TestReadDuringRotation(t *testing.T) {
 	check := func(step string) {
 		steps++
 		var got []string
-		err := Read(dir, func(l Line) error { got = append(got, l.Path); return nil })
+		err := Read(dir, Activity, func(l Line) error { got = append(got, l.Path); return nil })
 		if err != nil {
 			stepErr = fmt.Errorf("Read at step %q of a rotation: %w", step, err)
 			return
@@ -294,9 +294,36 @@ func TestReadDuringRotation(t *testing.T) {
 	if steps < 2 {
 		t.Fatalf("%d rotations, want several", steps)
 	}
-	for _, n := range []string{newFileName, tmpFileName} {
+	for _, n := range []string{Activity.newName(), Activity.tmpName()} {
 		if _, err := os.Stat(filepath.Join(dir, n)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s after rotations: %v, want it gone", n, err)
 		}
+	}
+}
+
+// TestExecStream: an exec log lives in exec.log beside the activity
+// log, and Add keeps the pid it is given (a traced process may be gone
+// by the time the writer runs).
+func TestExecStream(t *testing.T) {
+	dir, procRoot := t.TempDir(), t.TempDir()
+	l, err := Open(Options{Dir: dir, Stream: Exec, procRoot: procRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l.Add(Entry{Time: start, Pid: 4242, Ppid: 1, Op: OpExec, Argv: []string{"make", "build"}, Cwd: "/p"})
+	l.Add(Entry{Time: start.Add(time.Second), Pid: 4242, Op: OpExit, Start: start, Exit: new(0), DurationNs: int64(time.Second)})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, string(Activity))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("an exec log made %s: %v", Activity, err)
+	}
+	var got []Entry
+	if err := Read(dir, Exec, func(l Line) error { got = append(got, l.Entry); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Pid != 4242 || got[0].Argv[1] != "build" || got[1].Exit == nil || *got[1].Exit != 0 || !got[1].Start.Equal(start) {
+		t.Errorf("exec log = %+v", got)
 	}
 }

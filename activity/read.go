@@ -86,21 +86,21 @@ func (s *segment) readLines(fn func(Line) error) error {
 
 // openLog opens the current segment and the old one (nil when there is
 // none, or when a rotation made the current one old meanwhile).
-func openLog(dir string) (cur, old *segment, err error) {
-	cur, err = openSegment(filepath.Join(dir, FileName))
+func openLog(dir string, s Stream) (cur, old *segment, err error) {
+	cur, err = openSegment(filepath.Join(dir, s.cur()))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil, fmt.Errorf("no activity log in the store %s: %w", dir, err)
+			return nil, nil, fmt.Errorf("no %s in the store %s: %w", s, dir, err)
 		}
-		return nil, nil, fmt.Errorf("opening the activity log: %w", err)
+		return nil, nil, fmt.Errorf("opening %s: %w", s, err)
 	}
-	old, err = openSegment(filepath.Join(dir, OldFileName))
+	old, err = openSegment(filepath.Join(dir, s.old()))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return cur, nil, nil
 	case err != nil:
 		cur.f.Close()
-		return nil, nil, fmt.Errorf("opening the activity log: %w", err)
+		return nil, nil, fmt.Errorf("opening %s: %w", s, err)
 	case old.ino == cur.ino:
 		old.f.Close()
 		return cur, nil, nil
@@ -108,10 +108,10 @@ func openLog(dir string) (cur, old *segment, err error) {
 	return cur, old, nil
 }
 
-// Read calls fn with every entry of the log in the store dir, oldest
+// Read calls fn with every entry of the log s in the store dir, oldest
 // first.
-func Read(dir string, fn func(Line) error) error {
-	cur, old, err := openLog(dir)
+func Read(dir string, s Stream, fn func(Line) error) error {
+	cur, old, err := openLog(dir, s)
 	if err != nil {
 		return err
 	}
@@ -130,8 +130,8 @@ func Read(dir string, fn func(Line) error) error {
 // looking every poll, until ctx is done (it returns nil) or the log is
 // gone (ErrGone). idle is called whenever everything written so far
 // has been read, before waiting.
-func Follow(ctx context.Context, dir string, poll time.Duration, fn func(Line) error, idle func() error) error {
-	cur, old, err := openLog(dir)
+func Follow(ctx context.Context, dir string, s Stream, poll time.Duration, fn func(Line) error, idle func() error) error {
+	cur, old, err := openLog(dir, s)
 	if err != nil {
 		return err
 	}
@@ -151,7 +151,7 @@ func Follow(ctx context.Context, dir string, poll time.Duration, fn func(Line) e
 		}
 		// A rotation renamed the file being read: finish it, go on
 		// with the new one.
-		next, err := openSegment(filepath.Join(dir, FileName))
+		next, err := openSegment(filepath.Join(dir, s.cur()))
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
@@ -159,7 +159,7 @@ func Follow(ctx context.Context, dir string, poll time.Duration, fn func(Line) e
 			}
 			next = nil // a rotation is under way: look again
 		case err != nil:
-			return fmt.Errorf("reading the activity log: %w", err)
+			return fmt.Errorf("reading %s: %w", s, err)
 		case next.ino != cur.ino:
 			if err := cur.readLines(fn); err != nil {
 				next.f.Close()

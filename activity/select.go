@@ -16,9 +16,9 @@ type Selection struct {
 
 // ReadSelected calls fn with the entries of the log in the store dir
 // that s selects, oldest first.
-func ReadSelected(dir string, s Selection, fn func(Line) error) error {
+func ReadSelected(dir string, log Stream, s Selection, fn func(Line) error) error {
 	t := s.tailer(fn)
-	if err := Read(dir, t.add); err != nil {
+	if err := Read(dir, log, t.add); err != nil {
 		return err
 	}
 	return t.flush()
@@ -27,10 +27,10 @@ func ReadSelected(dir string, s Selection, fn func(Line) error) error {
 // FollowSelected is ReadSelected, and then calls fn with each entry
 // appended later that s selects (by time), until ctx ends; idle is
 // called whenever everything written so far was given to fn.
-func FollowSelected(ctx context.Context, dir string, poll time.Duration, s Selection, fn func(Line) error, idle func() error) error {
+func FollowSelected(ctx context.Context, dir string, log Stream, poll time.Duration, s Selection, fn func(Line) error, idle func() error) error {
 	t := s.tailer(fn)
 	caughtUp := false
-	return Follow(ctx, dir, poll, func(l Line) error {
+	return Follow(ctx, dir, log, poll, func(l Line) error {
 		if caughtUp {
 			return t.give(l)
 		}

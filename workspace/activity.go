@@ -32,7 +32,7 @@ func (w *Workspace) Activity(a ctl.ActivityArgs) (ctl.ActivityReply, error) {
 	prefix := strings.Trim(a.PathPrefix, "/")
 	reply := ctl.ActivityReply{Entries: []ctl.ActivityEntry{}}
 	var kept []ctl.ActivityEntry
-	err := activity.ReadSelected(w.opts.Store, activity.Selection{Since: a.Since}, func(l activity.Line) error {
+	err := activity.ReadSelected(w.opts.Store, activity.Activity, activity.Selection{Since: a.Since}, func(l activity.Line) error {
 		e := l.Entry
 		if a.Op != "" && e.Op != a.Op || prefix != "" && !below(e.Path, prefix) && !below(e.Path2, prefix) {
 			return nil

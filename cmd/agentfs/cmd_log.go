@@ -104,11 +104,11 @@ func runLog(ctx context.Context, o *logOptions, args []string) (err error) {
 	}
 	sel := activity.Selection{Since: since, Tail: o.tail}
 	if !o.follow {
-		return logError(activity.ReadSelected(dir, sel, print))
+		return logError(activity.ReadSelected(dir, activity.Activity, sel, print))
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err = activity.FollowSelected(ctx, dir, 200*time.Millisecond, sel, print, w.Flush)
+	err = activity.FollowSelected(ctx, dir, activity.Activity, 200*time.Millisecond, sel, print, w.Flush)
 	if errors.Is(err, activity.ErrGone) {
 		if err := w.Flush(); err != nil {
 			return err
