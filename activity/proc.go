@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/agentfs/agentfs/procfs"
 )
@@ -141,21 +142,38 @@ func formatCmdline(b []byte) string {
 	if len(b) == 0 {
 		return ""
 	}
+	return CommandLine(strings.Split(string(b), "\x00"), maxCommand)
+}
+
+// CommandLine writes argv as a shell would read it back, each argument
+// quoted when it needs to be, cut to at most max bytes (and "…").
+func CommandLine(argv []string, max int) string {
 	var sb strings.Builder
-	for i, arg := range strings.Split(string(b), "\x00") {
+	for i, arg := range argv {
 		if i > 0 {
 			sb.WriteByte(' ')
 		}
 		sb.WriteString(shellQuote(arg))
-		if sb.Len() > maxCommand {
+		if sb.Len() > max {
 			break
 		}
 	}
 	s := sb.String()
-	if len(s) > maxCommand {
-		s = strings.ToValidUTF8(s[:maxCommand], "") + "…"
+	if len(s) > max {
+		s = cutUTF8(s, max) + "…"
 	}
 	return s
+}
+
+// cutUTF8 cuts s to at most n bytes, at a rune boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // shellQuote quotes arg for a shell when it holds anything but plain

@@ -16,10 +16,11 @@ import (
 // and, of what that keeps, at most Keep (the newest). Hours and days
 // are counted in UTC from the Unix epoch, so a snapshot kept once stays
 // kept as time goes by (until the count limit or the next coarser step
-// takes it). Only automatic snapshots that are not pinned (by a tag, or
-// as the snapshot a branch was created from) are ever chosen for
-// deletion: manual, pre-run and safety snapshots, and pinned ones of
-// any kind, are never deleted and do not count against Keep.
+// takes it). Only automatic snapshots (kinds auto, git, build and
+// idle: Automatic) that are not pinned (by a tag, or as the snapshot a
+// branch was created from) are ever chosen for deletion: manual,
+// pre-run, post-run and safety snapshots, and pinned ones of any kind,
+// are never deleted and do not count against Keep.
 
 // Retention defaults.
 const (
@@ -28,9 +29,25 @@ const (
 	DefaultHourly = 24 * time.Hour
 )
 
-// KindAuto is the kind of the snapshots retention may delete (the
-// value of branch.KindAuto).
-const KindAuto = "auto"
+// The kinds of automatic snapshots (the values of branch.KindAuto and
+// the others): the quiet period's, a git commit's, a successful build's
+// and an idle period's. Retention may delete them.
+const (
+	KindAuto  = "auto"
+	KindGit   = "git"
+	KindBuild = "build"
+	KindIdle  = "idle"
+)
+
+// Automatic reports whether a snapshot of kind is an automatic one,
+// which retention thins out.
+func Automatic(kind string) bool {
+	switch kind {
+	case KindAuto, KindGit, KindBuild, KindIdle:
+		return true
+	}
+	return false
+}
 
 // Snap is what retention needs to know of a snapshot.
 type Snap struct {
@@ -42,7 +59,7 @@ type Snap struct {
 	Pinned bool
 }
 
-func (s Snap) prunable() bool { return s.Kind == KindAuto && !s.Pinned }
+func (s Snap) prunable() bool { return Automatic(s.Kind) && !s.Pinned }
 
 // Policy is a retention policy.
 type Policy struct {

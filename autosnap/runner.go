@@ -5,15 +5,21 @@ import (
 	"time"
 )
 
-// Runner drives a Scheduler with the real clock: Add queues a change
-// without waiting (it is called on the FUSE path), one goroutine feeds
-// the scheduler (in batches while programs are busy) and calls take
-// with each snapshot that falls due, one at a time. Changes that find the queue full are counted per branch
-// and still make a snapshot due (Change.Lost).
+// Runner drives a Scheduler, and Commands when the exec trace is on,
+// with the real clock: Add queues a change without waiting (it is
+// called on the FUSE path), AddCommand what the trace saw (on its
+// goroutine, which no traced program waits for); one goroutine feeds
+// both (in batches while programs are busy) and calls take with each
+// snapshot that falls due, one at a time. Changes that find the queue
+// full are counted per branch and still make a snapshot due
+// (Change.Lost); commands that find it full are dropped (a build that
+// ends then makes no snapshot).
 type Runner struct {
 	s     *Scheduler
+	c     *Commands // nil: no command triggers
 	take  func(Due)
 	queue chan Change
+	cmds  chan Command
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
@@ -25,12 +31,25 @@ type Runner struct {
 // runnerQueue is the number of changes that may wait for the runner.
 const runnerQueue = 8192
 
-// Start starts a runner that calls take with each due snapshot.
-func Start(s *Scheduler, take func(Due)) *Runner {
-	r := &Runner{s: s, take: take, queue: make(chan Change, runnerQueue),
+// Start starts a runner that calls take with each due snapshot; c,
+// when not nil, adds the command triggers.
+func Start(s *Scheduler, c *Commands, take func(Due)) *Runner {
+	r := &Runner{s: s, c: c, take: take, queue: make(chan Change, runnerQueue), cmds: make(chan Command, runnerQueue),
 		stop: make(chan struct{}), done: make(chan struct{}), lost: map[string]int{}}
 	go r.run()
 	return r
+}
+
+// AddCommand queues what the exec trace saw; it never blocks. Without
+// command triggers it does nothing.
+func (r *Runner) AddCommand(c Command) {
+	if r.c == nil {
+		return
+	}
+	select {
+	case r.cmds <- c:
+	default:
+	}
 }
 
 // Add queues a change; it never blocks.
@@ -62,21 +81,23 @@ func (r *Runner) run() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		if next, ok := r.s.Next(); ok {
+		if next, ok := r.next(); ok {
 			timer.Reset(time.Until(next))
 		}
 		select {
 		case c := <-r.queue:
 			timer.Stop()
-			r.s.Add(c)
+			r.add(c)
 			r.drain()
 			if !r.pause() {
 				return
 			}
+		case c := <-r.cmds:
+			timer.Stop()
+			r.c.Add(c)
+			r.drain()
 		case <-timer.C:
-			for _, d := range r.s.Take(time.Now()) {
-				r.take(d)
-			}
+			r.takeDue(time.Now())
 		case <-r.stop:
 			timer.Stop()
 			return
@@ -84,13 +105,55 @@ func (r *Runner) run() {
 	}
 }
 
-// drain hands every queued change to the scheduler, then those that
-// did not fit.
+// next is when the next snapshot falls due, of either kind.
+func (r *Runner) next() (time.Time, bool) {
+	next, ok := r.s.Next()
+	if r.c != nil {
+		if t, cok := r.c.Next(); cok && (!ok || t.Before(next)) {
+			next, ok = t, true
+		}
+	}
+	return next, ok
+}
+
+// takeDue takes the snapshots due at now: a build's or an idle
+// period's first (it holds the changes pending on its branch, which
+// then need no snapshot of their own), then the scheduler's (a git
+// snapshot labelled with the command, when the trace saw it).
+func (r *Runner) takeDue(now time.Time) {
+	if r.c != nil {
+		for _, d := range r.c.Take(now) {
+			if d.Branch != "" {
+				r.s.Supersede(d.Branch)
+			}
+			r.take(d)
+		}
+	}
+	for _, d := range r.s.Take(now) {
+		if r.c != nil && d.Kind == KindGit {
+			d.Command, _ = r.c.GitCommand(now)
+		}
+		r.take(d)
+	}
+}
+
+// add hands a change to the scheduler, and to the idle trigger.
+func (r *Runner) add(c Change) {
+	r.s.Add(c)
+	if r.c != nil {
+		r.c.Change(c.Time, c.Branch)
+	}
+}
+
+// drain hands every queued change and command on, then the changes
+// that did not fit.
 func (r *Runner) drain() {
 	for {
 		select {
 		case c := <-r.queue:
-			r.s.Add(c)
+			r.add(c)
+		case c := <-r.cmds:
+			r.c.Add(c)
 		default:
 			r.addLost(time.Now())
 			return
@@ -115,7 +178,7 @@ func (r *Runner) addLost(now time.Time) {
 	r.lostMu.Lock()
 	defer r.lostMu.Unlock()
 	for b, n := range r.lost {
-		r.s.Add(Change{Time: now, Branch: b, Lost: n})
+		r.add(Change{Time: now, Branch: b, Lost: n})
 		delete(r.lost, b)
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 func TestRunnerTakesDueSnapshots(t *testing.T) {
 	got := make(chan Due, 1)
-	r := Start(&Scheduler{Quiet: 20 * time.Millisecond}, func(d Due) {
+	r := Start(&Scheduler{Quiet: 20 * time.Millisecond}, nil, func(d Due) {
 		select {
 		case got <- d:
 		default:
@@ -31,7 +31,7 @@ func TestRunnerTakesDueSnapshots(t *testing.T) {
 func TestRunnerCountsWhatDoesNotFit(t *testing.T) {
 	taking, block := make(chan struct{}, 1), make(chan struct{})
 	var counted atomic.Int64
-	r := Start(&Scheduler{Quiet: 10 * time.Millisecond}, func(d Due) {
+	r := Start(&Scheduler{Quiet: 10 * time.Millisecond}, nil, func(d Due) {
 		select {
 		case taking <- struct{}{}:
 		default:

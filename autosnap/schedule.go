@@ -7,7 +7,7 @@
 // a snapshot is due once no change came for the quiet period after the
 // last one. A change of a git ref inside the mount (a commit, a tag, a
 // checkout: see git.go) makes a snapshot due sooner, after GitQuiet,
-// labelled with the commit. Paths the ignore patterns match neither
+// labelled with the commit (kind git). Paths the ignore patterns match neither
 // start nor delay a snapshot and never appear in a label; other changes
 // inside a .git directory delay a due snapshot (git is still writing)
 // but do not start one. Scheduler is a state machine driven by the
@@ -22,6 +22,7 @@
 package autosnap
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -51,7 +52,11 @@ type Change struct {
 
 // Due is a snapshot to take now.
 type Due struct {
+	// Branch is the branch to snapshot; "" is the mount's default
+	// branch (an idle period in which only commands ran).
 	Branch string
+	// Kind is KindAuto, KindGit (Refs changed), KindBuild or KindIdle.
+	Kind string
 	// Paths are the changed paths in the order first changed (at most
 	// maxPaths); More counts the others.
 	Paths []string
@@ -59,19 +64,48 @@ type Due struct {
 	// Refs are the git refs that changed (git.go), each once, in the
 	// order last changed.
 	Refs []GitRef
+	// Command is the build that succeeded, the last command before an
+	// idle period, or the git command a ref change came from.
+	Command string
+	// Took is how long the build ran, or the mount has been idle.
+	Took time.Duration
 }
 
-// Label is the snapshot's label: the commit for a git change, else
-// the changed paths.
+// Label is the snapshot's label: the commit for a git change (and the
+// command, when the trace saw it), the command of a build or of an
+// idle period, else the changed paths.
 func (d Due) Label(read ReadFunc) string {
+	switch d.Kind {
+	case KindBuild:
+		return fmt.Sprintf("%s: succeeded in %s", d.Command, roundDuration(d.Took))
+	case KindIdle:
+		if d.Command == "" {
+			return fmt.Sprintf("idle for %s", roundDuration(d.Took))
+		}
+		return fmt.Sprintf("idle for %s after %s", roundDuration(d.Took), d.Command)
+	}
 	if len(d.Refs) > 0 {
 		l := GitLabel(read, d.Refs[len(d.Refs)-1])
 		if n := len(d.Refs) - 1; n > 0 {
 			l += " (and " + plural(n, "more ref") + ")"
 		}
+		if d.Command != "" {
+			l += " (by " + d.Command + ")"
+		}
 		return l
 	}
 	return ChangeLabel(d.Paths, d.More)
+}
+
+// roundDuration rounds d for a label: 850ms, 2.1s, 1m30s.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond)
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
 }
 
 // Scheduler decides when automatic snapshots are due.
@@ -79,6 +113,9 @@ type Scheduler struct {
 	Quiet    time.Duration // DefaultQuiet when 0
 	GitQuiet time.Duration // DefaultGitQuiet when 0 (never longer than Quiet)
 	Ignore   *Matcher      // nil: nothing is ignored
+	// NoGit turns the git trigger off: a ref that moves is then one
+	// more change inside .git (it delays a snapshot, starts none).
+	NoGit bool
 
 	pending map[string]*pending // by branch
 }
@@ -125,7 +162,7 @@ func (s *Scheduler) Add(c Change) {
 		touch().more += c.Lost
 	}
 	for _, path := range c.Paths {
-		if ref, ok := ParseGitRef(path); ok {
+		if ref, ok := ParseGitRef(path); ok && !s.NoGit {
 			// A ref counts once, as changed last: git's rename of
 			// the .lock file and the close of the file it renamed
 			// (which may be seen after the rename) are one change.
@@ -183,7 +220,11 @@ func (s *Scheduler) Take(now time.Time) []Due {
 		if now.Before(s.dueAt(p)) {
 			continue
 		}
-		due = append(due, Due{Branch: b, Paths: p.paths, More: p.more, Refs: p.refs})
+		kind := KindAuto
+		if len(p.refs) > 0 {
+			kind = KindGit
+		}
+		due = append(due, Due{Branch: b, Kind: kind, Paths: p.paths, More: p.more, Refs: p.refs})
 		delete(s.pending, b)
 	}
 	return due
@@ -191,6 +232,16 @@ func (s *Scheduler) Take(now time.Time) []Due {
 
 // Forget drops what is pending for branch (a restore replaced it).
 func (s *Scheduler) Forget(branch string) { delete(s.pending, branch) }
+
+// Supersede drops what is pending for branch when a snapshot of it
+// taken now (a build's, an idle period's) holds it: the changes, unless
+// a git ref moved (that snapshot is still taken, labelled with the
+// commit).
+func (s *Scheduler) Supersede(branch string) {
+	if p := s.pending[branch]; p != nil && len(p.refs) == 0 {
+		delete(s.pending, branch)
+	}
+}
 
 // inGitDir reports whether p is inside a .git directory.
 func inGitDir(p string) bool {

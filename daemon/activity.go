@@ -52,7 +52,7 @@ func (d *Daemon) startActivity() error {
 		return err
 	}
 	sched := &autosnap.Scheduler{Quiet: s.QuietPeriod, Ignore: ignore}
-	a.auto = autosnap.Start(sched, a.takeAuto)
+	a.auto = autosnap.Start(sched, nil, a.takeAuto)
 	d.log.Info("automatic snapshots on", "quiet_period", s.QuietPeriod, "keep", s.Keep, "ignore_patterns", ignore.Len())
 	return nil
 }
