@@ -15,13 +15,17 @@ import (
 
 // Snapshot kinds: who took a snapshot, and why.
 const (
-	KindManual = "manual"  // asked for by the user
-	KindAuto   = "auto"    // taken periodically
-	KindSafety = "safety"  // taken before a destructive operation (restore, ...)
-	KindPreRun = "pre-run" // taken before a command runs
+	KindManual  = "manual"   // asked for by the user
+	KindAuto    = "auto"     // taken once changes settled
+	KindGit     = "git"      // taken when a git commit (tag, checkout) moved a ref
+	KindBuild   = "build"    // taken when a build or test command succeeded
+	KindIdle    = "idle"     // taken when the mount went idle
+	KindSafety  = "safety"   // taken before a destructive operation (restore, ...)
+	KindPreRun  = "pre-run"  // taken before a command runs
+	KindPostRun = "post-run" // taken after a command ran
 )
 
-var snapshotKinds = []string{KindManual, KindAuto, KindSafety, KindPreRun}
+var snapshotKinds = []string{KindManual, KindAuto, KindGit, KindBuild, KindIdle, KindSafety, KindPreRun, KindPostRun}
 
 const (
 	snapIDLen      = 8    // hex digits of a snapshot id
@@ -39,7 +43,7 @@ type Snapshot struct {
 	Layer   uint64    // the branch's layer id; the snapshot outlives it
 	Ts      uint64    // the commit timestamp its entries are read at
 	Label   string    // the user's description; may be empty
-	Kind    string    // KindManual, KindAuto, KindSafety or KindPreRun
+	Kind    string    // one of the Kind constants
 	Created time.Time // when it was taken
 	Epoch   uint64    // the layer's epoch when taken; its entries have Epoch <= it
 }
@@ -76,7 +80,7 @@ func decodeSnapshot(id string, b []byte) (Snapshot, error) {
 // raises the layer's epoch (see "Snapshots" in the package doc). It
 // holds every commit that returned before it was called. One small
 // commit, whatever the number of entries; durable (synced) when it
-// returns. kind is one of KindManual, KindAuto, KindSafety, KindPreRun.
+// returns. kind is one of the Kind constants.
 //
 // Changing objects is the caller's business: after Snapshot returns,
 // entries with Epoch below the new Layer.Epoch name objects the

@@ -19,6 +19,15 @@
 //	enabled = true|false     (agentfs run: on unless set; agentfs mount: off unless set)
 //	quiet-period = 2s        (a duration: 500ms, 2s, 1m)
 //	keep = 100               (automatic snapshots kept at most)
+//	git = true               (a snapshot, kind git, when a commit, tag or checkout moves a ref)
+//	build = true             (a snapshot, kind build, when a build or test command succeeds; needs the trace)
+//	build-command = just ci  (one more command that counts as a build; repeat the key for more)
+//	idle = 30s               (a snapshot, kind idle, after this long with no command and no change; off: none)
+//	post-run = true          (agentfs run: a snapshot of the end, kind post-run, if it changed since the last one)
+//
+//	[trace]
+//	enabled = true           (trace the commands of a session or mount: needs root and eBPF)
+//	size = 16M               (the exec log's bound)
 //
 //	[log]
 //	size = 16M               (the activity log's bound)
@@ -62,8 +71,28 @@ type Config struct {
 	LogReads        bool
 	Gitignore       bool     // honour the project's .gitignore
 	Ignore          []string // patterns of the config files
+	Triggers
 	// Files are the configuration files read, in order.
 	Files []string
+}
+
+// Triggers are the settings of the exec trace and of the snapshots that
+// commands and git make.
+type Triggers struct {
+	Trace       bool  // trace the commands (as root)
+	ExecLogSize int64 // the exec log's bound, bytes
+	Git         bool  // git snapshots when a ref moves
+	Build       bool  // build snapshots when a build succeeds
+	// BuildCommands are patterns (autosnap.ParsePattern) added to
+	// autosnap.DefaultBuildPatterns.
+	BuildCommands []string
+	Idle          time.Duration // the idle snapshot's threshold; 0: off
+	PostRun       bool          // agentfs run's post-run snapshot
+}
+
+// DefaultTriggers are the trigger settings without any file.
+func DefaultTriggers() Triggers {
+	return Triggers{Trace: true, ExecLogSize: activity.DefaultMaxBytes, Git: true, Build: true, Idle: autosnap.DefaultIdle, PostRun: true}
 }
 
 // Default is the configuration without any file.
@@ -73,6 +102,7 @@ func Default() Config {
 		Keep:        autosnap.DefaultKeep,
 		LogSize:     activity.DefaultMaxBytes,
 		Gitignore:   true,
+		Triggers:    DefaultTriggers(),
 	}
 }
 
@@ -134,9 +164,10 @@ func configError(file string, line int, format string, a ...any) error {
 
 // configKeys lists the keys of each section (for errors).
 var configKeys = map[string][]string{
-	"auto-snapshot": {"enabled", "quiet-period", "keep"},
+	"auto-snapshot": {"enabled", "quiet-period", "keep", "git", "build", "build-command", "idle", "post-run"},
 	"log":           {"size", "reads"},
 	"ignore":        {"gitignore", "pattern"},
+	"trace":         {"enabled", "size"},
 }
 
 // parseConfig reads one configuration file (named file in errors) over c.
@@ -204,6 +235,29 @@ func (c *Config) set(section, key, value string) error {
 		if err != nil {
 			err = fmt.Errorf("keep = %s: %v", value, err)
 		}
+	case "auto-snapshot.git":
+		c.Git, err = parseConfigBool(key, value)
+	case "auto-snapshot.build":
+		c.Build, err = parseConfigBool(key, value)
+	case "auto-snapshot.build-command":
+		if _, err := autosnap.ParsePattern(value); err != nil {
+			return fmt.Errorf("build-command = %s: %v", value, err)
+		}
+		c.BuildCommands = append(c.BuildCommands, value)
+	case "auto-snapshot.idle":
+		c.Idle, err = ParseIdle(value)
+		if err != nil {
+			err = fmt.Errorf("idle = %s: %v", value, err)
+		}
+	case "auto-snapshot.post-run":
+		c.PostRun, err = parseConfigBool(key, value)
+	case "trace.enabled":
+		c.Trace, err = parseConfigBool(key, value)
+	case "trace.size":
+		c.ExecLogSize, err = ParseLogSize(value)
+		if err != nil {
+			err = fmt.Errorf("size = %s: %v", value, err)
+		}
 	case "log.size":
 		c.LogSize, err = ParseLogSize(value)
 		if err != nil {
@@ -253,6 +307,29 @@ func ParseQuietPeriod(s string) (time.Duration, error) {
 		return 0, errors.New("not a duration: write e.g. 500ms, 2s or 1m")
 	case d < minQuietPeriod || d > maxQuietPeriod:
 		return 0, fmt.Errorf("out of range: write a duration from %v to %v", minQuietPeriod, maxQuietPeriod)
+	}
+	return d, nil
+}
+
+// Bounds of the idle threshold.
+const (
+	minIdle = time.Second
+	maxIdle = 24 * time.Hour
+)
+
+// ParseIdle parses the idle snapshot's threshold: a duration, or off
+// (0, none).
+func ParseIdle(s string) (time.Duration, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "off", "0", "false", "no", "none":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return 0, errors.New("not a duration: write e.g. 30s or 2m, or off")
+	case d < minIdle || d > maxIdle:
+		return 0, fmt.Errorf("out of range: write a duration from %v to %v, or off", minIdle, maxIdle)
 	}
 	return d, nil
 }

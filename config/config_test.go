@@ -97,6 +97,36 @@ pattern = notes#1
 	}
 }
 
+// TestLoadConfigTriggers: the trace and the snapshot triggers, with
+// their defaults, and build commands that add up.
+func TestLoadConfigTriggers(t *testing.T) {
+	user, lower := configDirs(t)
+	c, err := Load(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Triggers.Idle != 30*time.Second || !c.Trace || !c.Build || !c.Git || !c.PostRun || c.ExecLogSize != 16<<20 || len(c.BuildCommands) != 0 {
+		t.Errorf("default triggers = %+v", c.Triggers)
+	}
+	write(t, user, "[auto-snapshot]\nbuild-command = just ci\nidle = 2m\ngit = false\n[trace]\nsize = 1M\n")
+	write(t, filepath.Join(lower, ProjectFile), "[auto-snapshot]\nbuild-command = ./build.sh\nidle = off\npost-run = no\nbuild = false\n[trace]\nenabled = false\n")
+	if c, err = Load(lower); err != nil {
+		t.Fatal(err)
+	}
+	if c.Triggers.Idle != 0 || c.Trace || c.Build || c.Git || c.PostRun || c.ExecLogSize != 1<<20 ||
+		!slices.Equal(c.BuildCommands, []string{"just ci", "./build.sh"}) {
+		t.Errorf("triggers = %+v", c.Triggers)
+	}
+	on := true
+	s, err := Resolve(c, Overrides{Trace: &on}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Trace || s.Triggers.Idle != 0 {
+		t.Errorf("--trace over a file that turned it off: %+v", s.Triggers)
+	}
+}
+
 func TestLoadConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		content string
@@ -115,6 +145,12 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"[ignore]\npattern = [abc\n", []string{":2:", "malformed", "gitignore"}},
 		{"[ignore]\npattern =\n", []string{":2:", "empty"}},
 		{"[log\n", []string{":1:", "[name]"}},
+		{"[auto-snapshot]\nidle = soon\n", []string{":2:", "idle = soon", "30s", "off"}},
+		{"[auto-snapshot]\nidle = 10ms\n", []string{":2:", "out of range"}},
+		{"[auto-snapshot]\nbuild-command = make [x\n", []string{":2:", "build-command = make [x", "not a glob"}},
+		{"[auto-snapshot]\nbuild-command =\n", []string{":2:", "empty build command"}},
+		{"[trace]\nenabled = sometimes\n", []string{":2:", "true or false"}},
+		{"[trace]\nsize = 1K\n", []string{":2:", "too small"}},
 	} {
 		user, lower := configDirs(t)
 		write(t, user, tc.content)

@@ -16,6 +16,7 @@ type Settings struct {
 	LogReads     bool
 	Gitignore    bool     // honour the project's .gitignore and .git/info/exclude
 	Ignore       []string // the configuration's patterns
+	Triggers
 }
 
 // Overrides are the command's flags: a nil pointer or an empty string
@@ -26,6 +27,7 @@ type Overrides struct {
 	Keep         string // a count, as ParseKeep reads it
 	LogSize      string // a size, as ParseLogSize reads it
 	LogReads     *bool
+	Trace        *bool
 }
 
 // FlagError is a flag's value that cannot be used: Flag names it
@@ -51,6 +53,10 @@ func Resolve(c Config, o Overrides, autoDefault bool) (Settings, error) {
 		LogReads:     c.LogReads,
 		Gitignore:    c.Gitignore,
 		Ignore:       c.Ignore,
+		Triggers:     c.Triggers,
+	}
+	if o.Trace != nil {
+		s.Trace = *o.Trace
 	}
 	if o.AutoSnapshot != nil {
 		s.AutoSnapshot = *o.AutoSnapshot

@@ -9,9 +9,13 @@ type SnapshotCreateArgs struct {
 	Label string `json:"label,omitempty"`
 	// Branch is the branch to take it of; empty for the caller's.
 	Branch string `json:"branch,omitempty"`
-	// Kind is "" (manual) or "pre-run" (agentfs run, before the
-	// command starts).
+	// Kind is "" (manual), "pre-run" (agentfs run, before the command
+	// starts) or "post-run" (after it ended).
 	Kind string `json:"kind,omitempty"`
+	// IfChanged takes it only if the branch changed since its newest
+	// snapshot (or, without one, differs from the project); the reply
+	// has an empty ID when it did not.
+	IfChanged bool `json:"if_changed,omitempty"`
 }
 
 // SnapshotRef names a snapshot: an id, an unambiguous id prefix of at
@@ -25,7 +29,7 @@ type SnapshotInfo struct {
 	ID      string    `json:"id"`
 	Label   string    `json:"label"`
 	Branch  string    `json:"branch"` // the branch it was taken of
-	Kind    string    `json:"kind"`   // manual, auto, safety or pre-run
+	Kind    string    `json:"kind"`   // manual, auto, git, build, idle, safety, pre-run or post-run
 	Created time.Time `json:"created"`
 	// SizeAdded (OpSnapshotList only) is the allocated size of the
 	// files whose contents the snapshot holds and its predecessor does

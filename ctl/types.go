@@ -163,6 +163,9 @@ type Status struct {
 	// shows stops every process of the command, restores, and starts
 	// the command again.
 	Supervised bool `json:"supervised,omitempty"`
+	// Trace says whether the commands of the mount's processes are
+	// traced (agentfs log --exec): "on: whose", or "off: why".
+	Trace string `json:"trace,omitempty"`
 
 	Backstore   string `json:"backstore"`      // hostfs | ramdisk
 	BackingMode string `json:"backstore_mode"` // dir | tmpfs | shm

@@ -16,10 +16,11 @@ import (
 // The fs server reports each operation (fs.Activity) to the daemon's
 // activityHook, on the FUSE path: it queues a log entry (activity) and,
 // with automatic snapshots on, the changed paths for the scheduler
-// (autosnap); neither waits. The scheduler's goroutine takes each
-// snapshot that falls due through the workspace (AutoSnapshot), which
-// serializes it with the control operations and applies the retention
-// policy.
+// (autosnap); neither waits. The exec trace (exectrace.go) gives the
+// same runner what commands ran, for the build and idle triggers. The
+// runner's goroutine takes each snapshot that falls due through the
+// workspace (AutoSnapshot), which serializes it with the control
+// operations and applies the retention policy.
 
 // activityHook is the activity log and automatic snapshots of a daemon.
 type activityHook struct {
@@ -51,10 +52,34 @@ func (d *Daemon) startActivity() error {
 	if err != nil {
 		return err
 	}
-	sched := &autosnap.Scheduler{Quiet: s.QuietPeriod, Ignore: ignore}
-	a.auto = autosnap.Start(sched, nil, a.takeAuto)
-	d.log.Info("automatic snapshots on", "quiet_period", s.QuietPeriod, "keep", s.Keep, "ignore_patterns", ignore.Len())
+	sched := &autosnap.Scheduler{Quiet: s.QuietPeriod, Ignore: ignore, NoGit: !s.Git}
+	var cmds *autosnap.Commands
+	if s.Build || s.Triggers.Idle > 0 {
+		patterns := autosnap.DefaultPatterns()
+		for _, c := range s.BuildCommands {
+			p, err := autosnap.ParsePattern(c)
+			if err != nil {
+				return fmt.Errorf("build-command = %s: %w", c, err)
+			}
+			patterns = append(patterns, p)
+		}
+		cmds = &autosnap.Commands{Build: s.Build, BuildPatterns: patterns, Idle: s.Triggers.Idle, BranchOf: d.branchOf}
+	}
+	a.auto = autosnap.Start(sched, cmds, a.takeAuto)
+	d.log.Info("automatic snapshots on", "quiet_period", s.QuietPeriod, "keep", s.Keep, "ignore_patterns", ignore.Len(),
+		"git", s.Git, "build", s.Build, "build_commands", len(s.BuildCommands), "idle", s.Triggers.Idle)
 	return nil
+}
+
+// branchOf names the branch process pid works on (the command
+// triggers ask, as a build starts).
+func (d *Daemon) branchOf(pid int) string {
+	srv := d.srv.Load()
+	if srv == nil {
+		return ""
+	}
+	v, _ := srv.Resolve(uint32(pid))
+	return v.BranchName()
 }
 
 // ignorePatterns returns the patterns of the configuration and, unless
@@ -124,7 +149,7 @@ func (a *activityHook) Record(ev fs.Event) {
 // takeAuto takes an automatic snapshot that fell due.
 func (a *activityHook) takeAuto(due autosnap.Due) {
 	a.d.writeBack()
-	a.d.ws.AutoSnapshot(due.Branch, func(v *overlay.FS) string {
+	a.d.ws.AutoSnapshot(due.Branch, due.Kind, func(v *overlay.FS) string {
 		return due.Label(func(p string) ([]byte, error) { return v.ReadFile(p, viewFileMax) })
 	})
 }

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentfs/agentfs/activity"
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/fs"
 	"github.com/agentfs/agentfs/hostpath"
@@ -82,6 +83,7 @@ type Daemon struct {
 	shown    atomic.Pointer[overlay.FS] // the view unbound processes see (workspace.Mount.Show)
 	conn     uint32                     // the FUSE connection number (minor of the mount's st_dev)
 	activity *activityHook              // the activity log and automatic snapshots (activity.go)
+	trace    *traceHook                 // the exec trace (exectrace.go); set before the mount serves, started once it is up
 	super    *supervisorLink            // the session's supervisor, or nil (supervisor.go)
 	// fsOptions are the options of the mount, which branch mounts
 	// reuse; set before the mount serves, then only read.
@@ -168,6 +170,7 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 	if err := d.startActivity(); err != nil {
 		return err
 	}
+	d.trace = &traceHook{d: d, running: map[int]*activity.Entry{}}
 	if err := d.mount(o.Version); err != nil {
 		if d.userns {
 			return fmt.Errorf("%w (in a user namespace: %s)", err, UsernsMountHint())
@@ -187,6 +190,7 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 		}
 		defer RemoveRegistry(p.Mountpoint, pid)
 	}
+	d.trace.start()
 	srv := d.srv.Load()
 	logger.Info("mounted", "lower", p.Lower, "mountpoint", p.Mountpoint, "store", d.store,
 		"ephemeral", d.ephemeral, "backstore", d.ws.Objects().Info().Kind, "passthrough", srv.Passthrough())
@@ -347,6 +351,7 @@ func (d *Daemon) abortOwnConnection() {
 
 // close releases everything; a private store is deleted.
 func (d *Daemon) close() {
+	d.trace.close()
 	d.closeActivity()
 	if d.ws != nil {
 		if err := d.ws.Close(); err != nil {

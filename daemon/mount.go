@@ -105,6 +105,7 @@ func (d *Daemon) Describe(st *ctl.Status) {
 	st.Pid = os.Getpid()
 	st.Store, st.Ephemeral = d.store, d.ephemeral
 	st.Supervised = d.super != nil
+	st.Trace = d.trace.Status()
 	st.Transport = "none"
 	srv := d.srv.Load()
 	if srv == nil {

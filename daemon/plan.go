@@ -34,6 +34,9 @@ type Request struct {
 	// Session: the mount of an agentfs run session, over the project
 	// itself in a private mount namespace (Mountpoint = Lower).
 	Session bool
+	// TraceCgroup is the session's cgroup: the exec trace follows its
+	// processes ("": the processes working in the mount only).
+	TraceCgroup string
 }
 
 // Plan is a validated mount request. Nothing changes it once made: what
@@ -50,6 +53,7 @@ type Plan struct {
 	WritebackCache    bool
 	NoIOURing         bool
 	Session           bool
+	TraceCgroup       string
 	Activity          config.Settings
 }
 
@@ -75,7 +79,7 @@ func Validate(r Request) (*Plan, error) {
 		return nil, usagef("--lower DIR is required (the project to show)")
 	}
 	p := &Plan{Backstore: r.Backstore, Debug: r.Debug, Ephemeral: r.Ephemeral, NoPassthrough: r.NoPassthrough,
-		WritebackCache: r.WritebackCache, NoIOURing: r.NoIOURing, Session: r.Session}
+		WritebackCache: r.WritebackCache, NoIOURing: r.NoIOURing, Session: r.Session, TraceCgroup: r.TraceCgroup}
 	switch r.Backstore {
 	case "hostfs":
 		if r.RamdiskSize != "" {

@@ -126,6 +126,9 @@ func daemonArgs(p *Plan, store string, ephemeral bool) []string {
 			args = append(args, f.flag)
 		}
 	}
+	if p.TraceCgroup != "" {
+		args = append(args, "--trace-cgroup", p.TraceCgroup)
+	}
 	args = append(args, SettingsArgs(p.Activity)...)
 	return append(args, p.Mountpoint)
 }
@@ -140,5 +143,6 @@ func SettingsArgs(s config.Settings) []string {
 		"--auto-snapshot-keep", strconv.Itoa(s.Keep),
 		"--log-size", strconv.FormatInt(s.LogSize, 10),
 		"--log-reads=" + strconv.FormatBool(s.LogReads),
+		"--trace=" + strconv.FormatBool(s.Trace),
 	}
 }

@@ -253,16 +253,20 @@ func (t *Tracer) decode(b []byte) (Record, error) {
 	}
 	switch binary.NativeEndian.Uint32(b) {
 	case 1:
-		var e exectraceExecEvent
-		if len(b) < int(unsafe.Sizeof(e)) {
+		var h exectraceExecHeader
+		n := int(unsafe.Sizeof(h))
+		if len(b) < n {
 			return Record{}, fmt.Errorf("an exec record of %d bytes", len(b))
 		}
-		e = *(*exectraceExecEvent)(unsafe.Pointer(&b[0]))
-		r := Record{Exec: true, Time: t.wall(e.TimeNs), Pid: int(e.Pid), Ppid: int(e.Ppid), Uid: e.Uid,
-			ArgvTruncated: e.Flags&1 != 0, CwdTruncated: e.Flags&2 != 0}
-		argv := bytesOf(e.Argv[:min(int(e.ArgvLen), len(e.Argv))])
-		r.Argv = splitArgv(argv)
-		r.Cwd = joinCwd(bytesOf(e.Cwd[:min(int(e.CwdLen), len(e.Cwd))]))
+		h = *(*exectraceExecHeader)(unsafe.Pointer(&b[0]))
+		data := b[n:]
+		if int(h.ArgvLen)+int(h.CwdLen) > len(data) {
+			return Record{}, fmt.Errorf("an exec record of %d bytes says it holds %d+%d", len(b), h.ArgvLen, h.CwdLen)
+		}
+		r := Record{Exec: true, Time: t.wall(h.TimeNs), Pid: int(h.Pid), Ppid: int(h.Ppid), Uid: h.Uid,
+			ArgvTruncated: h.Flags&1 != 0, CwdTruncated: h.Flags&2 != 0}
+		r.Argv = splitArgv(data[:h.ArgvLen])
+		r.Cwd = joinCwd(data[h.ArgvLen : h.ArgvLen+h.CwdLen])
 		return r, nil
 	case 2:
 		var e exectraceExitEvent
@@ -278,14 +282,6 @@ func (t *Tracer) decode(b []byte) (Record, error) {
 // wall turns a CLOCK_BOOTTIME reading into the wall clock.
 func (t *Tracer) wall(ns uint64) time.Time {
 	return time.Unix(0, int64(ns)+int64(t.boot))
-}
-
-// bytesOf views C chars as bytes.
-func bytesOf(c []int8) []byte {
-	if len(c) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&c[0])), len(c))
 }
 
 // splitArgv splits NUL-separated arguments (the last may lack its NUL:

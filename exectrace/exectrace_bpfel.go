@@ -14,6 +14,12 @@ import (
 )
 
 type exectraceExecEvent struct {
+	_    structs.HostLayout
+	H    exectraceExecHeader
+	Data [8448]int8
+}
+
+type exectraceExecHeader struct {
 	_       structs.HostLayout
 	Kind    uint32
 	Pid     uint32
@@ -24,8 +30,6 @@ type exectraceExecEvent struct {
 	CwdLen  uint32
 	Flags   uint32
 	Pad     uint32
-	Argv    [4096]int8
-	Cwd     [4352]int8
 }
 
 type exectraceExitEvent struct {
@@ -48,16 +52,17 @@ type exectraceTraceConfig struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	exectraceMapCgroups         = "cgroups"
-	exectraceMapDropped         = "dropped"
-	exectraceMapEvents          = "events"
-	exectraceMapSettings        = "settings"
-	exectraceMapTraced          = "traced"
-	exectraceProgHandleExec     = "handle_exec"
-	exectraceProgHandleExit     = "handle_exit"
-	exectraceProgHandleFork     = "handle_fork"
-	exectraceVarUnusedExecEvent = "unused_exec_event"
-	exectraceVarUnusedExitEvent = "unused_exit_event"
+	exectraceMapCgroups          = "cgroups"
+	exectraceMapDropped          = "dropped"
+	exectraceMapEvents           = "events"
+	exectraceMapScratch          = "scratch"
+	exectraceMapSettings         = "settings"
+	exectraceMapTraced           = "traced"
+	exectraceProgHandleExec      = "handle_exec"
+	exectraceProgHandleExit      = "handle_exit"
+	exectraceProgHandleFork      = "handle_fork"
+	exectraceVarUnusedExecHeader = "unused_exec_header"
+	exectraceVarUnusedExitEvent  = "unused_exit_event"
 )
 
 // loadExectrace returns the embedded CollectionSpec for exectrace.
@@ -114,6 +119,7 @@ type exectraceMapSpecs struct {
 	Cgroups  *ebpf.MapSpec `ebpf:"cgroups"`
 	Dropped  *ebpf.MapSpec `ebpf:"dropped"`
 	Events   *ebpf.MapSpec `ebpf:"events"`
+	Scratch  *ebpf.MapSpec `ebpf:"scratch"`
 	Settings *ebpf.MapSpec `ebpf:"settings"`
 	Traced   *ebpf.MapSpec `ebpf:"traced"`
 }
@@ -122,8 +128,8 @@ type exectraceMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type exectraceVariableSpecs struct {
-	UnusedExecEvent *ebpf.VariableSpec `ebpf:"unused_exec_event"`
-	UnusedExitEvent *ebpf.VariableSpec `ebpf:"unused_exit_event"`
+	UnusedExecHeader *ebpf.VariableSpec `ebpf:"unused_exec_header"`
+	UnusedExitEvent  *ebpf.VariableSpec `ebpf:"unused_exit_event"`
 }
 
 // exectraceObjects contains all objects after they have been loaded into the kernel.
@@ -149,6 +155,7 @@ type exectraceMaps struct {
 	Cgroups  *ebpf.Map `ebpf:"cgroups"`
 	Dropped  *ebpf.Map `ebpf:"dropped"`
 	Events   *ebpf.Map `ebpf:"events"`
+	Scratch  *ebpf.Map `ebpf:"scratch"`
 	Settings *ebpf.Map `ebpf:"settings"`
 	Traced   *ebpf.Map `ebpf:"traced"`
 }
@@ -158,6 +165,7 @@ func (m *exectraceMaps) Close() error {
 		m.Cgroups,
 		m.Dropped,
 		m.Events,
+		m.Scratch,
 		m.Settings,
 		m.Traced,
 	)
@@ -167,8 +175,8 @@ func (m *exectraceMaps) Close() error {
 //
 // It can be passed to loadExectraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type exectraceVariables struct {
-	UnusedExecEvent *ebpf.Variable `ebpf:"unused_exec_event"`
-	UnusedExitEvent *ebpf.Variable `ebpf:"unused_exit_event"`
+	UnusedExecHeader *ebpf.Variable `ebpf:"unused_exec_header"`
+	UnusedExitEvent  *ebpf.Variable `ebpf:"unused_exit_event"`
 }
 
 // exectracePrograms contains all programs after they have been loaded into the kernel.

@@ -64,19 +64,27 @@ func (r *recorder) all() []Record {
 	return append([]Record(nil), r.recs...)
 }
 
-// TestTraceShortLived: every one of 500 /bin/true a script runs is
+// TestTraceShortLived: every one of 1,000 /bin/true a script runs is
 // recorded with its arguments, its directory and its exit, and so are
 // a failing command, one killed by a signal, and the script; nothing
 // outside the cgroup is.
 func TestTraceShortLived(t *testing.T) {
 	tr, g, rec := startTracer(t)
 	dir := t.TempDir()
-	script := fmt.Sprintf(`i=0; while [ $i -lt 500 ]; do /bin/true arg$i; i=$((i+1)); done
+	script := fmt.Sprintf(`i=0; while [ $i -lt 1000 ]; do /bin/true arg$i; i=$((i+1)); done
 cd %s && /bin/sh -c 'exit 3'
 /bin/sh -c 'kill -9 $$'
 exit 0`, dir)
 	cmd := exec.Command("/bin/sh", "-c", script)
 	if err := g.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	// Arguments longer than ArgvMax are cut, and say so.
+	long := exec.Command("/bin/true", strings.Repeat("x", ArgvMax+100))
+	if err := g.Start(long); err != nil {
+		t.Fatal(err)
+	}
+	if err := long.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	// Outside the cgroup: not traced.
@@ -90,7 +98,7 @@ exit 0`, dir)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		got = rec.all()
-		if exits(got) >= 503 {
+		if exits(got) >= 1004 {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -104,7 +112,7 @@ exit 0`, dir)
 			execs[strings.Join(r.Argv, " ")] = r
 		}
 	}
-	for i := range 500 {
+	for i := range 1000 {
 		e, ok := execs[fmt.Sprintf("/bin/true arg%d", i)]
 		if !ok {
 			t.Fatalf("no exec record of /bin/true arg%d (%d records)", i, len(got))
@@ -112,6 +120,15 @@ exit 0`, dir)
 		if e.Pid == 0 || e.Ppid != cmd.Process.Pid || e.Cwd == "" {
 			t.Errorf("exec of /bin/true arg%d: %+v", i, e)
 		}
+	}
+	cut := false
+	for _, r := range got {
+		if r.Exec && r.ArgvTruncated && len(r.Argv) == 2 && r.Argv[0] == "/bin/true" && len(r.Argv[1]) == ArgvMax-len("/bin/true")-1 {
+			cut = true
+		}
+	}
+	if !cut {
+		t.Errorf("no record of the long command, cut at %d bytes", ArgvMax)
 	}
 	if _, ok := execs["/bin/true outside"]; ok {
 		t.Error("a process outside the cgroup was traced")

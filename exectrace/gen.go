@@ -8,4 +8,4 @@ package exectrace
 // from the running kernel's BTF first (CO-RE relocations make the
 // object run on other kernels).
 //
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type exec_event -type exit_event exectrace bpf/exectrace.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type exec_header -type exit_event exectrace bpf/exectrace.bpf.c

@@ -91,8 +91,11 @@ type Record struct {
 	// UserNamespace: the session runs in a user namespace (agentfs run
 	// as a normal user).
 	UserNamespace bool `json:"user_namespace"`
-	// PreRun is the id of the snapshot taken before the command ran.
-	PreRun string `json:"pre_run_snapshot,omitempty"`
+	// PreRun is the id of the snapshot taken before the command ran;
+	// PostRun the one of its end, when it changed anything after the
+	// last snapshot.
+	PreRun  string `json:"pre_run_snapshot,omitempty"`
+	PostRun string `json:"post_run_snapshot,omitempty"`
 	// Summary is what the command changed, as computed when it ended.
 	Summary *Summary `json:"summary,omitempty"`
 	// Error says why a session ended without its command ending

@@ -361,6 +361,7 @@ func (s *process) startDaemon() error {
 	var line *os.File
 	if s.super != nil {
 		line = s.super.daemonEnd
+		p.TraceCgroup = s.super.group.Dir()
 	}
 	d, err := daemon.Start(p, line)
 	if s.super != nil {
@@ -391,6 +392,26 @@ func (s *process) preRunSnapshot() (err error) {
 		return fmt.Errorf("taking the pre-run snapshot: %w", err)
 	}
 	r.PreRun = info.ID
+	return r.Save()
+}
+
+// postRunSnapshot takes the snapshot of kind post-run, labelled with
+// the command and its exit code, if the branch changed since its newest
+// snapshot: the end of every session is then a point to restore, diff
+// or export.
+func (s *process) postRunSnapshot(code int) (err error) {
+	r := s.rec
+	c, err := workspace.Dial(r.Mountpoint)
+	if err != nil {
+		return fmt.Errorf("taking the post-run snapshot: %w", err)
+	}
+	defer func() { _ = c.Close() }() // a control file, only asked
+	label := fmt.Sprintf("%s (exit %d)", r.CommandString(), code)
+	info, err := c.CreateSnapshot(ctl.SnapshotCreateArgs{Label: label, Kind: branch.KindPostRun, IfChanged: true})
+	if err != nil {
+		return fmt.Errorf("taking the post-run snapshot: %w", err)
+	}
+	r.PostRun = info.ID
 	return r.Save()
 }
 
@@ -425,6 +446,11 @@ func (s *process) finish(code int) *Ended {
 		fmt.Fprintf(s.stderr, "agentfs run: %v\n", err)
 	}
 	e := &Ended{Record: r}
+	if s.activity.PostRun {
+		if err := s.postRunSnapshot(code); err != nil {
+			fmt.Fprintf(s.stderr, "agentfs run: %v\n", err)
+		}
+	}
 	sum, err := s.summary()
 	if err == nil {
 		r.Summary = &sum

@@ -14,8 +14,10 @@ import (
 )
 
 // CreateSnapshot takes a snapshot of the caller's branch (or of
-// a.Branch): a manual one, or a pre-run one for agentfs run. When it
-// returns the snapshot is durable: it survives kill -9 of the daemon.
+// a.Branch): a manual one, or a pre-run or post-run one for agentfs
+// run; with a.IfChanged, only if the branch changed since its newest
+// snapshot. When it returns the snapshot is durable: it survives kill
+// -9 of the daemon.
 func (w *Workspace) CreateSnapshot(c ctl.Caller, a ctl.SnapshotCreateArgs) (ctl.SnapshotInfo, error) {
 	return locked(w, func() (ctl.SnapshotInfo, error) { return w.createSnapshotLocked(c, a) })
 }
@@ -27,10 +29,10 @@ func (w *Workspace) createSnapshotLocked(c ctl.Caller, a ctl.SnapshotCreateArgs)
 	kind := branch.KindManual
 	switch a.Kind {
 	case "", branch.KindManual:
-	case branch.KindPreRun:
-		kind = branch.KindPreRun
+	case branch.KindPreRun, branch.KindPostRun:
+		kind = a.Kind
 	default:
-		return ctl.SnapshotInfo{}, errorf(ErrInvalid, "a snapshot of kind %q cannot be asked for: only %s and %s", a.Kind, branch.KindManual, branch.KindPreRun)
+		return ctl.SnapshotInfo{}, errorf(ErrInvalid, "a snapshot of kind %q cannot be asked for: only %s, %s and %s", a.Kind, branch.KindManual, branch.KindPreRun, branch.KindPostRun)
 	}
 	v := w.callerView(c)
 	if a.Branch != "" {
@@ -43,6 +45,16 @@ func (w *Workspace) createSnapshotLocked(c ctl.Caller, a ctl.SnapshotCreateArgs)
 		}
 		if v, err = w.viewOf(l); err != nil {
 			return ctl.SnapshotInfo{}, err
+		}
+	}
+	if a.IfChanged {
+		changed, err := w.changedSinceSnapshotLocked(v)
+		if err != nil {
+			return ctl.SnapshotInfo{}, err
+		}
+		if !changed {
+			w.log.Info("snapshot not taken: nothing changed since the branch's newest snapshot", "branch", v.BranchName(), "kind", kind, "pid", c.Pid)
+			return ctl.SnapshotInfo{}, nil
 		}
 	}
 	snap, err := v.Snapshot(a.Label, kind)
@@ -351,7 +363,7 @@ func (w *Workspace) pruneLocked(keep *int, dryRun bool) (pruneResult, error) {
 	for _, s := range snaps {
 		list = append(list, autosnap.Snap{ID: s.ID, Kind: s.Kind, Created: s.Created, Pinned: pinned[s.ID]})
 		byID[s.ID] = s
-		if s.Kind == branch.KindAuto && !pinned[s.ID] {
+		if autosnap.Automatic(s.Kind) && !pinned[s.ID] {
 			auto++
 		}
 	}
@@ -379,31 +391,71 @@ func (w *Workspace) pruneLocked(keep *int, dryRun bool) (pruneResult, error) {
 	return r, errors.Join(errs...)
 }
 
-// AutoSnapshot takes an automatic snapshot of branch name, labelled by
-// label (which may read files of the branch's view), then thins out
-// automatic snapshots by the retention policy. It is for the daemon's
-// scheduler; a branch no process sees any more is skipped.
-func (w *Workspace) AutoSnapshot(name string, label func(v *overlay.FS) string) {
+// AutoSnapshot takes an automatic snapshot of branch name (the branch
+// the mount shows, when ""), of an automatic kind (autosnap.Automatic),
+// labelled by label (which may read files of the branch's view), then
+// thins out automatic snapshots by the retention policy. It is for the
+// daemon's triggers; a branch no process sees any more is skipped.
+func (w *Workspace) AutoSnapshot(name, kind string, label func(v *overlay.FS) string) {
+	if !autosnap.Automatic(kind) {
+		w.log.Error("internal: an automatic snapshot of a kind that is not automatic", "kind", kind)
+		return
+	}
 	w.opMu.Lock()
 	defer w.opMu.Unlock()
 	if w.closed || w.opts.ReadOnly {
 		return
+	}
+	if name == "" {
+		name = w.view.BranchName()
 	}
 	v := w.views[name]
 	if v == nil {
 		w.log.Warn("automatic snapshot skipped: the branch is not shown by this mount any more", "branch", name)
 		return
 	}
-	snap, err := v.Snapshot(label(v), branch.KindAuto)
+	snap, err := v.Snapshot(label(v), kind)
 	if err != nil {
-		w.log.Error("automatic snapshot", "branch", name, "id", snap.ID, "err", err)
+		w.log.Error("automatic snapshot", "branch", name, "kind", kind, "id", snap.ID, "err", err)
 		if snap.ID == "" {
 			return
 		}
 	} else {
-		w.log.Info("automatic snapshot taken", "id", snap.ID, "branch", snap.Branch, "label", snap.Label)
+		w.log.Info("automatic snapshot taken", "id", snap.ID, "branch", snap.Branch, "kind", kind, "label", snap.Label)
 	}
 	if _, err := w.pruneLocked(nil, false); err != nil {
 		w.log.Error("thinning automatic snapshots", "err", err)
 	}
+}
+
+// errChanged ends a Diff at its first change.
+var errChanged = errors.New("changed")
+
+// changedSinceSnapshotLocked reports whether v's branch differs from
+// its newest snapshot (from the project, when it has none). opMu is
+// held.
+func (w *Workspace) changedSinceSnapshotLocked(v *overlay.FS) (bool, error) {
+	snaps, err := w.meta.Snapshots()
+	if err != nil {
+		return false, storeError(err, "listing snapshots")
+	}
+	ref := LowerRef
+	for _, s := range snaps { // in the order taken: the last one wins
+		if s.Branch == v.BranchName() {
+			ref = s.ID
+		}
+	}
+	base, err := w.openRefLocked(ref)
+	if err != nil {
+		return false, err
+	}
+	defer base.close()
+	err = overlay.Diff(base.fs, v, func(overlay.Change) error { return errChanged })
+	switch {
+	case errors.Is(err, errChanged):
+		return true, nil
+	case err != nil:
+		return false, eioErrorf(err, "comparing branch %s with %s: %v", v.BranchName(), base.what, err)
+	}
+	return false, nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -456,7 +457,7 @@ func TestPruneAndAutomatic(t *testing.T) {
 	w := newWorkspace(t, nil)
 	for i := range 3 {
 		writeFile(t, w.View(), "f", fmt.Sprint(i))
-		w.AutoSnapshot("main", func(v *overlay.FS) string { return fmt.Sprintf("auto %d", i) })
+		w.AutoSnapshot("main", branch.KindAuto, func(v *overlay.FS) string { return fmt.Sprintf("auto %d", i) })
 	}
 	manual, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
 	if err != nil {
@@ -485,7 +486,7 @@ func TestPruneAndAutomatic(t *testing.T) {
 	_, err = w.Prune(self, ctl.PruneArgs{Keep: &bad})
 	isKind(t, "a negative keep", err, ErrInvalid, "keep a count of 0 or more")
 	// A branch no process sees is skipped.
-	w.AutoSnapshot("nobody", func(*overlay.FS) string { return "x" })
+	w.AutoSnapshot("nobody", branch.KindAuto, func(*overlay.FS) string { return "x" })
 	if l, _ := w.Snapshots(); len(l.Snapshots) != 2 {
 		t.Errorf("an automatic snapshot of an unseen branch was taken: %+v", l)
 	}
@@ -784,4 +785,44 @@ func TestActivity(t *testing.T) {
 	}
 	_, err = w.Activity(ctl.ActivityArgs{Limit: -1})
 	isKind(t, "a negative limit", err, ErrInvalid, "a limit of -1")
+}
+
+// TestTriggerKinds: build and idle snapshots are automatic (retention
+// thins them); a post-run one is taken only when the branch changed
+// since its newest snapshot, and kept like a pre-run one.
+func TestTriggerKinds(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a": "a"})
+	// Unchanged from the project, no snapshot yet: none.
+	if info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Kind: branch.KindPostRun, IfChanged: true}); err != nil || info.ID != "" {
+		t.Fatalf("post-run of an unchanged branch = %+v, %v; want none", info, err)
+	}
+	writeFile(t, w.View(), "f", "1")
+	w.AutoSnapshot("", branch.KindBuild, func(*overlay.FS) string { return "make: succeeded in 1s" })
+	w.AutoSnapshot("main", branch.KindIdle, func(*overlay.FS) string { return "idle for 30s after make" })
+	w.AutoSnapshot("main", branch.KindManual, func(*overlay.FS) string { return "not automatic" })
+	if info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Kind: branch.KindPostRun, IfChanged: true}); err != nil || info.ID != "" {
+		t.Fatalf("post-run with nothing changed since the idle snapshot = %+v, %v; want none", info, err)
+	}
+	writeFile(t, w.View(), "f", "2")
+	post, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Kind: branch.KindPostRun, IfChanged: true, Label: "end"})
+	if err != nil || post.ID == "" || post.Kind != branch.KindPostRun {
+		t.Fatalf("post-run after a change = %+v, %v", post, err)
+	}
+	list, _ := w.Snapshots()
+	var kinds []string
+	for _, s := range list.Snapshots {
+		kinds = append(kinds, s.Kind+":"+s.Label)
+	}
+	if want := []string{"build:make: succeeded in 1s", "idle:idle for 30s after make", "post-run:end"}; !slices.Equal(kinds, want) {
+		t.Fatalf("snapshots = %q, want %q", kinds, want)
+	}
+	zero := 0
+	if r, err := w.Prune(self, ctl.PruneArgs{Keep: &zero}); err != nil || len(r.Deleted) != 2 {
+		t.Fatalf("Prune = %+v, %v; want the build and idle snapshots deleted", r, err)
+	}
+	if list, _ = w.Snapshots(); len(list.Snapshots) != 1 || list.Snapshots[0].ID != post.ID {
+		t.Errorf("after prune: %+v, want the post-run one", list)
+	}
+	_, err = w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Kind: branch.KindBuild})
+	isKind(t, "asking for a build snapshot", err, ErrInvalid, "cannot be asked for")
 }

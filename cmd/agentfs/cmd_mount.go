@@ -29,6 +29,9 @@ type mountOptions struct {
 	// session: the daemon of an agentfs run session, in the session's
 	// private mount namespace: the mountpoint is the lower directory.
 	session bool
+	// traceCgroup: the session's cgroup, whose processes the exec
+	// trace follows.
+	traceCgroup string
 }
 
 func (o *mountOptions) AddFlags(flags *pflag.FlagSet) {
@@ -50,6 +53,8 @@ func (o *mountOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.IntVar(&o.supervisorFd, "supervisor-fd", -1, "internal: the line to the session's supervisor")
 	mustHide(flags, "session-mount")
 	mustHide(flags, "supervisor-fd")
+	flags.StringVar(&o.traceCgroup, "trace-cgroup", "", "internal: trace the commands of the processes in the cgroup `DIR` (an agentfs run session's)")
+	mustHide(flags, "trace-cgroup")
 }
 
 func init() {
@@ -119,5 +124,5 @@ func runMount(ctx context.Context, o *mountOptions, args []string) error {
 func (o *mountOptions) request(mountpoint string) daemon.Request {
 	return daemon.Request{Lower: o.lower, Mountpoint: mountpoint, Store: o.store, Backstore: o.backstore, RamdiskSize: o.ramdiskSize,
 		Debug: o.debug, NoPassthrough: o.noPT, WritebackCache: o.writeback, NoIOURing: o.noIOURing,
-		Activity: o.activity.overrides(), Ephemeral: o.ephemeral, Session: o.session}
+		Activity: o.activity.overrides(), Ephemeral: o.ephemeral, Session: o.session, TraceCgroup: o.traceCgroup}
 }

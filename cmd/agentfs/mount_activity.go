@@ -20,6 +20,7 @@ type activityFlags struct {
 	keep         string
 	logSize      string
 	logReads     optBool
+	trace        optBool
 }
 
 func (o *activityFlags) AddFlags(flags *pflag.FlagSet) {
@@ -30,6 +31,8 @@ func (o *activityFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&o.logSize, "log-size", "", "bound the activity log (agentfs log) to `SIZE`, e.g. 4M (default 16M)")
 	flags.Var(&o.logReads, "log-reads", "also log lookups, opens for reading and directory listings")
 	flags.Lookup("log-reads").NoOptDefVal = "true"
+	flags.Var(&o.trace, "trace", "trace every command the processes run (agentfs log --exec; as root, with eBPF)\n(default: on, unless the configuration turns it off; --trace=false turns it off)")
+	flags.Lookup("trace").NoOptDefVal = "true"
 }
 
 // overrides are the flags as configuration overrides: unset ones
@@ -41,6 +44,9 @@ func (o *activityFlags) overrides() config.Overrides {
 	}
 	if o.logReads.set {
 		c.LogReads = &o.logReads.v
+	}
+	if o.trace.set {
+		c.Trace = &o.trace.v
 	}
 	return c
 }

@@ -27,10 +27,15 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define CWD_MAX 4096  // bytes of the working directory kept (a power of two)
 #define NAME_MAX_ 256 // bytes of one path component copied
 #define DEPTH 48      // path components walked
+#define DATA_MASK (ARGV_MAX + CWD_MAX - 1)
 
 enum { KIND_EXEC = 1, KIND_EXIT = 2 };
 
-struct exec_event {
+// An exec record is its header and then argv_len bytes of arguments
+// (NUL-separated) and cwd_len bytes of the working directory's
+// components, leaf first, each ending in a NUL (the reader reverses
+// them): only what the process has, so that the ring buffer holds many.
+struct exec_header {
 	u32 kind;
 	u32 pid;
 	u32 ppid;
@@ -40,12 +45,22 @@ struct exec_event {
 	u32 cwd_len;
 	u32 flags; // 1: argv cut at ARGV_MAX, 2: cwd cut
 	u32 pad;
-	// argv: the NUL-separated arguments. cwd: the working directory's
-	// components, leaf first, each ending in a NUL (the reader reverses
-	// them).
-	char argv[ARGV_MAX];
-	char cwd[CWD_MAX + NAME_MAX_];
 };
+
+// exec_event is where a record is built (a per-CPU scratch area): the
+// data of a record may start anywhere below ARGV_MAX + CWD_MAX and take
+// up to NAME_MAX_ more bytes.
+struct exec_event {
+	struct exec_header h;
+	char data[ARGV_MAX + CWD_MAX + NAME_MAX_];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct exec_event);
+} scratch SEC(".maps");
 
 struct exit_event {
 	u32 kind;
@@ -57,7 +72,7 @@ struct exit_event {
 };
 
 // For bpf2go to emit the Go types of the records.
-const struct exec_event *unused_exec_event __attribute__((unused));
+const struct exec_header *unused_exec_header __attribute__((unused));
 const struct exit_event *unused_exit_event __attribute__((unused));
 
 // settings[0]: what to trace.
@@ -132,9 +147,13 @@ static __always_inline int wanted(struct task_struct *task, u32 ppid)
 }
 
 // walk_cwd writes the components of task's working directory, leaf
-// first, into e->cwd, crossing mount points, and sets e->cwd_len.
+// first, into e->data after the arguments, crossing mount points, and
+// sets e->h.cwd_len.
 static __always_inline void walk_cwd(struct task_struct *task, struct exec_event *e)
 {
+	u32 base = e->h.argv_len;
+	if (base > ARGV_MAX)
+		base = ARGV_MAX;
 	struct dentry *d = BPF_CORE_READ(task, fs, pwd.dentry);
 	struct vfsmount *vm = BPF_CORE_READ(task, fs, pwd.mnt);
 	struct mount *mnt = container_of(vm, struct mount, mnt);
@@ -153,16 +172,16 @@ static __always_inline void walk_cwd(struct task_struct *task, struct exec_event
 		}
 		const unsigned char *name = BPF_CORE_READ(d, d_name.name);
 		if (off >= CWD_MAX) {
-			e->flags |= 2;
+			e->h.flags |= 2;
 			break;
 		}
-		long n = bpf_probe_read_kernel_str(&e->cwd[off & (CWD_MAX - 1)], NAME_MAX_, name);
+		long n = bpf_probe_read_kernel_str(&e->data[(base + off) & DATA_MASK], NAME_MAX_, name);
 		if (n <= 0)
 			break;
 		off += n;
 		d = parent;
 	}
-	e->cwd_len = off < CWD_MAX ? off : CWD_MAX;
+	e->h.cwd_len = off < CWD_MAX ? off : CWD_MAX;
 }
 
 SEC("tp_btf/sched_process_exec")
@@ -175,31 +194,34 @@ int BPF_PROG(handle_exec, struct task_struct *task)
 	u64 now = bpf_ktime_get_boot_ns();
 	bpf_map_update_elem(&traced, &pid, &now, BPF_ANY);
 
-	struct exec_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count_drop();
+	u32 zero = 0;
+	struct exec_event *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (!e)
 		return 0;
-	}
-	e->kind = KIND_EXEC;
-	e->pid = pid;
-	e->ppid = ppid;
-	e->uid = (u32)bpf_get_current_uid_gid();
-	e->time_ns = now;
-	e->flags = 0;
-	e->pad = 0;
+	e->h.kind = KIND_EXEC;
+	e->h.pid = pid;
+	e->h.ppid = ppid;
+	e->h.uid = (u32)bpf_get_current_uid_gid();
+	e->h.time_ns = now;
+	e->h.flags = 0;
+	e->h.pad = 0;
 
 	unsigned long start = BPF_CORE_READ(task, mm, arg_start);
 	unsigned long end = BPF_CORE_READ(task, mm, arg_end);
 	unsigned long len = end - start;
 	if (len > ARGV_MAX) {
 		len = ARGV_MAX;
-		e->flags |= 1;
+		e->h.flags |= 1;
 	}
-	e->argv_len = 0;
-	if (len > 0 && bpf_probe_read_user(e->argv, len & (ARGV_MAX - 1) ? len & (ARGV_MAX - 1) : ARGV_MAX, (void *)start) == 0)
-		e->argv_len = len;
+	e->h.argv_len = 0;
+	if (len > 0 && bpf_probe_read_user(e->data, len & (ARGV_MAX - 1) ? len & (ARGV_MAX - 1) : ARGV_MAX, (void *)start) == 0)
+		e->h.argv_len = len;
 	walk_cwd(task, e);
-	bpf_ringbuf_submit(e, 0);
+	u64 size = sizeof(e->h) + e->h.argv_len + e->h.cwd_len;
+	if (size > sizeof(*e))
+		size = sizeof(*e);
+	if (bpf_ringbuf_output(&events, e, size, 0) != 0)
+		count_drop();
 	return 0;
 }
 
