@@ -2,7 +2,8 @@ package integration
 
 // agentfs exec -s trusts nothing of the session's record: a record that
 // names the wrong process, or lies in a directory others can write, is
-// refused before anything runs.
+// refused before anything runs, by the CLI and by the MCP server's
+// run_in_branch (as a tool error).
 
 import (
 	"encoding/json"
@@ -92,6 +93,9 @@ func TestExecSessionRefused(t *testing.T) {
 	userns := startSleeper(t, exec.Command("unshare", "-U", "-r", "-m", harness.Bin(), "mcp", "-C", "/"), "agentfs")
 	id := forgedSession(t, e, userns)
 	check("a daemon in a user namespace of its own", exec1(id), "belongs to another user namespace")
+	// The MCP server's run_in_branch refuses it as a tool error.
+	cs := mcpClient(t, "/", e.env(), "-s", id)
+	mcpFails(t, cs, "run_in_branch", map[string]any{"branch": "main", "command": "touch " + marker}, "belongs to another user namespace")
 
 	other := startSleeper(t, exec.Command("unshare", "-m", "sleep", "60"), "sleep")
 	id = forgedSession(t, e, other)
