@@ -21,7 +21,7 @@ func (t *target) addTools(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{Name: "status", Annotations: readOnly, Description: `Describe the workspace: the user's project it shows, the branch you see, how many files you changed against the project (created, modified, deleted), your checkpoints, and whether a rewind relaunches you. Cheap; call it first to orient yourself.`}, t.status)
 	mcp.AddTool(s, &mcp.Tool{Name: "checkpoint", Annotations: additive, Description: `Take a checkpoint: an instant snapshot of the whole workspace (every file, as it is now) that you can rewind to later. Its cost does not depend on the size of the files. Take one before a risky step (a refactor, a dependency upgrade, deleting files), with a label that says what state it is. Returns its id.`}, t.checkpoint)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_checkpoints", Annotations: readOnly, Description: `List the checkpoints (snapshots) of the workspace, oldest first: id, label, kind (manual: taken by a checkpoint call or a person; auto: taken by agentfs when changes settled or after a git commit; pre-run: before the session's command started; safety: taken by a rewind, to undo it), the branch, the time and the tags.`}, t.listCheckpoints)
-	mcp.AddTool(s, &mcp.Tool{Name: "changes", Annotations: readOnly, Description: `Show what changed between two states: from (default "lower", the user's project as it is) to (default your branch, as it is now). Either may be a checkpoint id (or a unique prefix of 4+ digits, or a tag), a branch name, or "lower". Lists created, modified and deleted paths; with patch=true also a unified diff of the text files, cut at max_bytes (raise it, or narrow with paths, when the notice says it was cut).`}, t.changes)
+	mcp.AddTool(s, &mcp.Tool{Name: "changes", Annotations: readOnly, Description: `Show what changed between two states: from (default "lower", the user's project as it is) to (default your branch, as it is now). Either may be a checkpoint id (or a unique prefix of 4+ digits, or a tag), a branch name, or "lower". Lists created, modified and deleted paths (the first 1000; counts has them all); with patch=true also a unified diff of the text files, in the patch field, cut at max_bytes (raise it, or narrow with paths, when the notice says it was cut).`}, t.changes)
 	mcp.AddTool(s, &mcp.Tool{Name: "rewind", Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)}, Description: `Rewind your branch to a checkpoint: every file goes back to what it was at that checkpoint, for every process at once. A safety checkpoint of the state before is taken first; rewinding to it undoes the rewind. With dry_run=true, only list what would change. When the session runs under a supervisor (agentfs run --supervise), the agent's processes (you) are stopped and started again on the rewound files; the result says which happens.`}, t.rewind)
 	mcp.AddTool(s, &mcp.Tool{Name: "branch_create", Annotations: additive, Description: `Create a branch: an independent line of changes, starting from a checkpoint (from) or, by default, from the current state of your branch (a checkpoint is taken for it). Work in it with run_in_branch; your own branch is not changed. Cheap.`}, t.branchCreate)
 	mcp.AddTool(s, &mcp.Tool{Name: "branch_list", Annotations: readOnly, Description: `List the branches: name, the checkpoint each started from, which one you see (current), which one the mount shows to other processes (default), and how many processes are bound to each.`}, t.branchList)
@@ -189,21 +189,26 @@ type Change struct {
 
 // ChangesOut is a comparison.
 type ChangesOut struct {
-	From    string   `json:"from"`
-	To      string   `json:"to"`
-	Counts  Counts   `json:"counts"`
-	Changes []Change `json:"changes"`
-	Patch   string   `json:"patch,omitempty"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Counts Counts `json:"counts"`
+	// Changes are the first maxListedChanges of them.
+	Changes          []Change `json:"changes"`
+	ChangesTruncated bool     `json:"changes_truncated,omitempty" jsonschema:"more paths changed than are listed (counts has them all): narrow with paths"`
+	Patch            string   `json:"patch,omitempty"`
 	// Truncated says the patch was cut at max_bytes; Notice says how
 	// to see the rest.
-	Truncated bool   `json:"truncated,omitempty"`
+	Truncated bool   `json:"truncated,omitempty" jsonschema:"the patch was cut at max_bytes"`
 	Notice    string `json:"notice,omitempty"`
 }
 
-// Patch sizes.
+// Patch sizes, and how many changes a changes result lists (and its
+// text shows).
 const (
 	defaultPatchBytes = 64 << 10
 	maxPatchBytes     = 8 << 20
+	maxListedChanges  = 1000
+	maxTextChanges    = 100
 )
 
 func (t *target) changes(ctx context.Context, _ *mcp.CallToolRequest, in ChangesIn) (*mcp.CallToolResult, ChangesOut, error) {
@@ -215,15 +220,23 @@ func (t *target) changes(ctx context.Context, _ *mcp.CallToolRequest, in Changes
 		limit = defaultPatchBytes
 	}
 	rep, err := call(ctx, t, func(c *workspace.Client) (ctl.DiffReply, error) {
-		return c.Diff(ctl.DiffArgs{From: in.From, To: in.To, Paths: in.Paths, Patch: in.Patch})
+		return c.Diff(ctl.DiffArgs{From: in.From, To: in.To, Paths: in.Paths, Patch: in.Patch, MaxBytes: limit})
 	})
 	if err != nil {
 		return nil, ChangesOut{}, err
 	}
-	out := ChangesOut{From: rep.From, To: rep.To, Counts: countsOf(rep.Changes), Changes: []Change{}, Patch: rep.Patch}
+	out := ChangesOut{From: rep.From, To: rep.To, Counts: countsOf(rep.Changes), Changes: []Change{}, Patch: rep.Patch, Truncated: rep.PatchTruncated}
+	if len(out.Patch) > limit {
+		// A daemon of an older agentfs sends the whole patch.
+		out.Patch, out.Truncated = ctl.CutAtRune(out.Patch, limit), true
+	}
 	var text strings.Builder
 	fmt.Fprintf(&text, "from %s to %s: %d created, %d modified, %d deleted", rep.From, rep.To, out.Counts.Created, out.Counts.Modified, out.Counts.Deleted)
-	for _, c := range rep.Changes {
+	for i, c := range rep.Changes {
+		if i == maxListedChanges {
+			out.ChangesTruncated = true
+			break
+		}
 		ch := Change{Path: c.Path, Kind: c.Kind, SizeDelta: c.SizeDelta}
 		switch {
 		case c.New != nil:
@@ -232,17 +245,27 @@ func (t *target) changes(ctx context.Context, _ *mcp.CallToolRequest, in Changes
 			ch.Type = c.Old.Type
 		}
 		out.Changes = append(out.Changes, ch)
-		fmt.Fprintf(&text, "\n%s %s", changeLetter(c.Kind), c.Path)
+		if i < maxTextChanges {
+			fmt.Fprintf(&text, "\n%s %s", changeLetter(c.Kind), c.Path)
+		}
 	}
-	if len(out.Patch) > limit {
-		total := len(out.Patch)
-		out.Patch = strings.ToValidUTF8(out.Patch[:limit], "")
-		out.Truncated = true
-		out.Notice = fmt.Sprintf("the patch is %d bytes and was cut at %d: raise max_bytes, or narrow it with paths", total, limit)
+	if n := len(rep.Changes); n > maxTextChanges {
+		fmt.Fprintf(&text, "\n... %d more in the changes field", min(n, maxListedChanges)-maxTextChanges)
+	}
+	var notices []string
+	if out.ChangesTruncated {
+		notices = append(notices, fmt.Sprintf("%d paths changed and the first %d are listed: narrow it with paths", len(rep.Changes), maxListedChanges))
+	}
+	if out.Truncated {
+		notices = append(notices, fmt.Sprintf("the patch was cut at %d bytes: raise max_bytes (at most %d), or narrow it with paths", limit, maxPatchBytes))
+	}
+	out.Notice = strings.Join(notices, "; ")
+	if out.Notice != "" {
 		fmt.Fprintf(&text, "\n%s", out.Notice)
 	}
 	if out.Patch != "" {
-		fmt.Fprintf(&text, "\n\n%s", out.Patch)
+		// Not repeated here: a client reads it from the result.
+		fmt.Fprintf(&text, "\nthe patch (%d bytes) is in the patch field", len(out.Patch))
 	}
 	return textResult("%s", text.String()), out, nil
 }
