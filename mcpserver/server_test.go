@@ -209,6 +209,12 @@ func TestErrors(t *testing.T) {
 		{"changes", map[string]any{"from": "gone"}, `"gone" is neither "lower", a branch, a snapshot id nor a tag`},
 		{"changes", map[string]any{"max_bytes": -1}, "max_bytes -1"},
 		{"activity", map[string]any{"since": "yesterday-ish"}, "since"},
+		{"activity", map[string]any{"limit": -1}, "limit -1: give 1 to 100000 (0 for 100)"},
+		{"activity", map[string]any{"limit": 100001}, "limit 100001: give 1 to 100000 (0 for 100)"},
+		// One rule for the paths of every tool: relative to the root.
+		{"activity", map[string]any{"path_prefix": "/src"}, `activity: "/src" is not a path inside the mount (relative to its root)`},
+		{"activity", map[string]any{"path_prefix": "src/../.."}, `activity: "src/../.." is not a path inside the mount`},
+		{"changes", map[string]any{"paths": []string{"/src"}}, `diff: "/src" is not a path inside the mount (relative to its root)`},
 		{"run_in_branch", map[string]any{"branch": "main", "command": " "}, "no command given"},
 	} {
 		res := callTool(t, cs, c.tool, c.args, nil)

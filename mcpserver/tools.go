@@ -173,7 +173,7 @@ func (t *target) listCheckpoints(ctx context.Context, _ *mcp.CallToolRequest, _ 
 type ChangesIn struct {
 	From     string   `json:"from,omitempty" jsonschema:"the state to compare from: lower (the user's project; the default), a checkpoint or a branch"`
 	To       string   `json:"to,omitempty" jsonschema:"the state to compare to: your branch by default, or a checkpoint, a branch, lower"`
-	Paths    []string `json:"paths,omitempty" jsonschema:"only changes at or below these paths, relative to the project root"`
+	Paths    []string `json:"paths,omitempty" jsonschema:"only changes at or below these paths, relative to the project root (src, not /src)"`
 	Patch    bool     `json:"patch,omitempty" jsonschema:"also a unified diff of the text files"`
 	MaxBytes int      `json:"max_bytes,omitempty" jsonschema:"cut the patch past this many bytes (default 65536, at most 8388608)"`
 }
@@ -418,8 +418,27 @@ func (t *target) branchList(ctx context.Context, _ *mcp.CallToolRequest, _ Branc
 type ActivityIn struct {
 	Since      string `json:"since,omitempty" jsonschema:"a duration back from now (10m, 2h) or a time (15:04, 2006-01-02 15:04:05, RFC 3339)"`
 	Op         string `json:"op,omitempty" jsonschema:"one operation: create, write, unlink, rename, mkdir, rmdir, link, symlink, setattr, ..."`
-	PathPrefix string `json:"path_prefix,omitempty" jsonschema:"only paths at or below this one, relative to the project root"`
-	Limit      int    `json:"limit,omitempty" jsonschema:"at most this many entries, the newest (default 100)"`
+	PathPrefix string `json:"path_prefix,omitempty" jsonschema:"only paths at or below this one, relative to the project root (src, not /src)"`
+	Limit      int    `json:"limit,omitempty" jsonschema:"at most this many entries, the newest (default 100, at most 100000)"`
+}
+
+// defaultActivityLimit is how many entries activity returns unless
+// asked for another number.
+const defaultActivityLimit = 100
+
+// relativePath cleans p, a path relative to the workspace's root ("":
+// the root), by the rule the workspace applies to the paths of changes
+// and apply, with the same message: an absolute path, or one that
+// leaves the root, is refused.
+func relativePath(op, p string) (string, error) {
+	c := path.Clean(p)
+	if path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../") || strings.IndexByte(c, 0) >= 0 {
+		return "", fmt.Errorf("%s: %q is not a path inside the mount (relative to its root)", op, p)
+	}
+	if c == "." {
+		c = ""
+	}
+	return c, nil
 }
 
 // ActivityOut lists entries.
@@ -434,11 +453,18 @@ func (t *target) activity(ctx context.Context, _ *mcp.CallToolRequest, in Activi
 		return nil, ActivityOut{}, fmt.Errorf("since %q: %v", in.Since, err)
 	}
 	limit := in.Limit
-	if limit == 0 {
-		limit = 100
+	switch {
+	case limit < 0 || limit > workspace.MaxActivityLimit:
+		return nil, ActivityOut{}, fmt.Errorf("limit %d: give 1 to %d (0 for %d)", limit, workspace.MaxActivityLimit, defaultActivityLimit)
+	case limit == 0:
+		limit = defaultActivityLimit
+	}
+	prefix, err := relativePath("activity", in.PathPrefix)
+	if err != nil {
+		return nil, ActivityOut{}, err
 	}
 	rep, err := call(ctx, t, func(c *workspace.Client) (ctl.ActivityReply, error) {
-		return c.Activity(ctl.ActivityArgs{Since: since, Op: in.Op, PathPrefix: path.Clean("/" + in.PathPrefix)[1:], Limit: limit})
+		return c.Activity(ctl.ActivityArgs{Since: since, Op: in.Op, PathPrefix: prefix, Limit: limit})
 	})
 	if err != nil {
 		return nil, ActivityOut{}, err
@@ -458,7 +484,7 @@ func (t *target) activity(ctx context.Context, _ *mcp.CallToolRequest, in Activi
 // ApplyIn selects what to apply.
 type ApplyIn struct {
 	Branch string   `json:"branch,omitempty" jsonschema:"the branch whose changes to apply (default: yours)"`
-	Paths  []string `json:"paths,omitempty" jsonschema:"only these subtrees, relative to the project root"`
+	Paths  []string `json:"paths,omitempty" jsonschema:"only these subtrees, relative to the project root (src, not /src)"`
 	DryRun bool     `json:"dry_run,omitempty" jsonschema:"only list what would be written"`
 	Force  bool     `json:"force,omitempty" jsonschema:"also overwrite paths the user changed in the project since (conflicts)"`
 }
