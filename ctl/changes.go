@@ -1,5 +1,7 @@
 package ctl
 
+import "unicode/utf8"
+
 // Payloads of the change operations (OpDiff, OpRestore, OpExport).
 
 // RestoreArgs are the arguments of OpRestore.
@@ -40,6 +42,12 @@ type DiffArgs struct {
 	// Paths, when given, keep the changes at or below these paths
 	// (relative to the mount root), in the list and in the patch.
 	Paths []string `json:"paths,omitempty"`
+	// MaxBytes, when given, cuts the patch at that many bytes (at most
+	// the daemon's own bound, 64 MiB), at the start of a character
+	// (CutAtRune), and the daemon stops making it there:
+	// DiffReply.PatchTruncated says so. Without it, a patch past the
+	// daemon's bound fails the call.
+	MaxBytes int `json:"max_bytes,omitempty"`
 }
 
 // DiffReply is the reply of OpDiff.
@@ -49,6 +57,25 @@ type DiffReply struct {
 	Changes []Change `json:"changes"` // in path order
 	// Patch is the unified diff (DiffArgs.Patch).
 	Patch string `json:"patch,omitempty"`
+	// PatchTruncated: the patch was longer than DiffArgs.MaxBytes and
+	// was cut.
+	PatchTruncated bool `json:"patch_truncated,omitempty"`
+}
+
+// CutAtRune returns s cut to at most n bytes, back to the start of a
+// character (utf8.RuneStart) when the cut would split one: the bytes
+// kept are left as they are, valid UTF-8 or not.
+func CutAtRune(s string, n int) string {
+	if n >= len(s) {
+		return s
+	}
+	n = max(n, 0)
+	for i := n; i >= 0 && i > n-utf8.UTFMax; i-- {
+		if utf8.RuneStart(s[i]) {
+			return s[:i]
+		}
+	}
+	return s[:n] // no character starts near the cut: not UTF-8 there
 }
 
 // Change kinds.

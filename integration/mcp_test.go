@@ -75,6 +75,14 @@ func mcpText(res *mcp.CallToolResult) string {
 	return b.String()
 }
 
+// mcpTextOf is the text of res, which may be nil.
+func mcpTextOf(res *mcp.CallToolResult) string {
+	if res == nil {
+		return ""
+	}
+	return mcpText(res)
+}
+
 // mcpOK calls a tool that must succeed.
 func mcpOK(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, out any) string {
 	t.Helper()
@@ -215,19 +223,24 @@ func TestMCPMount(t *testing.T) {
 		t.Errorf("branch_list = %+v", branches)
 	}
 	var act struct {
-		Entries []struct{ Op, Path string } `json:"entries"`
+		Entries []struct{ Op, Path, Path2 string } `json:"entries"`
 	}
 	if !harness.WaitFor(func() bool {
-		mcpOK(t, cs, "activity", map[string]any{"path_prefix": "src"}, &act)
+		mcpOK(t, cs, "activity", map[string]any{"path_prefix": "./src/"}, &act)
 		return len(act.Entries) > 0
 	}) {
 		t.Errorf("no activity under src: %+v", act)
 	}
+	under := func(p string) bool {
+		p = strings.TrimPrefix(p, "/")
+		return p == "src" || strings.HasPrefix(p, "src/")
+	}
 	for _, e := range act.Entries {
-		if !strings.HasPrefix(e.Path, "src") {
+		if !under(e.Path) && !under(e.Path2) {
 			t.Errorf("activity under src lists %+v", e)
 		}
 	}
+	mcpFails(t, cs, "activity", map[string]any{"path_prefix": "/src"}, "is not a path inside the mount")
 
 	mcpFails(t, cs, "rewind", map[string]any{"checkpoint": "nope"}, `no snapshot or tag "nope"`)
 	mcpFails(t, cs, "run_in_branch", map[string]any{"branch": "gone", "command": "true"}, `no branch "gone"`)
@@ -241,11 +254,17 @@ func TestMCPMount(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Not mcpCall: t.Fatal must not be called from here.
 			for j := range 5 {
+				res, err := c.CallTool(context.Background(), &mcp.CallToolParams{Name: "checkpoint",
+					Arguments: map[string]any{"label": fmt.Sprintf("client %d #%d", i, j)}})
+				if err != nil || res.IsError {
+					t.Errorf("client %d: checkpoint: %v %s", i, err, mcpTextOf(res))
+					return
+				}
 				var cp mcpCheckpoint
-				res := mcpCall(t, c, "checkpoint", map[string]any{"label": fmt.Sprintf("client %d #%d", i, j)}, &cp)
-				if res.IsError {
-					t.Errorf("client %d: %s", i, mcpText(res))
+				if b, err := json.Marshal(res.StructuredContent); err != nil || json.Unmarshal(b, &cp) != nil {
+					t.Errorf("client %d: checkpoint result %v", i, res.StructuredContent)
 					return
 				}
 				ids[i] = append(ids[i], cp.ID)

@@ -16,12 +16,18 @@
 //
 // # Rules
 //
-// No tool holds a rule of its own: each call is one operation of
+// No tool holds a rule of its own: each call runs operations of
 // package workspace, through a workspace.Client dialled for that call
 // (so that several clients, an agent and a person inspecting, share one
 // mount, and an ended session's store is locked only while a call
-// runs). A failed operation is a tool error carrying the message the
-// CLI would print; the store is never left half-changed (the
-// operations' own guarantee). run_in_branch runs `agentfs exec -b` with
-// a time limit, as a person would.
+// runs). Most calls are one operation; status makes four and rewind
+// three, each consistent but not together (another client's call may
+// come between them). A failed operation is a tool error carrying the
+// message the CLI would print; the store is never left half-changed
+// (the operations' own guarantee). Paths are relative to the project
+// root in every tool, by the workspace's rule. run_in_branch runs
+// `agentfs exec -b` with a time limit, as a person would, after the
+// checks agentfs exec -s makes (so that its refusals are tool errors);
+// the call ends shortly after the command, whatever the command left in
+// the background.
 package mcpserver

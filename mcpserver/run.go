@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -33,6 +35,9 @@ type RunOut struct {
 	Output    string `json:"output"`
 	Total     int64  `json:"output_total_bytes"`
 	Truncated bool   `json:"truncated,omitempty" jsonschema:"the output was longer: only its end is here"`
+	// OutputLeftOpen: processes the command started (in the
+	// background) still held its output a moment after it ended.
+	OutputLeftOpen bool `json:"output_left_open,omitempty" jsonschema:"processes it started in the background still held its output after it ended: they may still run, and what they wrote later is not here"`
 }
 
 // Limits of run_in_branch.
@@ -41,6 +46,10 @@ const (
 	maxRunTimeout     = time.Hour
 	defaultRunOutput  = 8 << 10
 	maxRunOutput      = 1 << 20
+	// outputWait is how long the output is read after the command
+	// ended (or was killed): processes it left in the background may
+	// hold it open, and are not waited for.
+	outputWait = 2 * time.Second
 )
 
 func (t *target) runInBranch(ctx context.Context, _ *mcp.CallToolRequest, in RunIn) (*mcp.CallToolResult, RunOut, error) {
@@ -70,7 +79,7 @@ func (t *target) runInBranch(ctx context.Context, _ *mcp.CallToolRequest, in Run
 	if err != nil {
 		return nil, RunOut{}, fmt.Errorf("finding the agentfs binary: %w", err)
 	}
-	args := []string{"exec", "-b", in.Branch}
+	args := []string{agentfs, "exec", "-b", in.Branch}
 	dir := "/"
 	if t.opts.Session != "" {
 		args = append(args, "-s", t.opts.Session)
@@ -82,44 +91,11 @@ func (t *target) runInBranch(ctx context.Context, _ *mcp.CallToolRequest, in Run
 		args = append(args, "-C", root)
 		dir = root
 	}
-	cmd := exec.Command(agentfs, append(args, "--", "sh", "-c", in.Command)...)
-	out := &tail{keep: keep}
-	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, out, out
-	// A process group of its own, killed whole at the time limit.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, RunOut{}, fmt.Errorf("running agentfs exec: %w", err)
+	res, err := runCommand(ctx, append(args, "--", "sh", "-c", in.Command), dir, timeout, keep)
+	if err != nil {
+		return nil, RunOut{}, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	res := RunOut{Branch: in.Branch}
-	var werr error
-	select {
-	case werr = <-done:
-	case <-time.After(timeout):
-		res.TimedOut = true
-	case <-ctx.Done():
-	}
-	if werr == nil && (res.TimedOut || ctx.Err() != nil) {
-		// The group may have ended by itself meanwhile.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		werr = <-done
-	}
-	if ctx.Err() != nil {
-		return nil, RunOut{}, ctx.Err()
-	}
-	var ee *exec.ExitError
-	switch {
-	case werr == nil:
-	case errors.As(werr, &ee):
-		res.ExitCode = ee.ExitCode()
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			res.ExitCode = 128 + int(ws.Signal())
-		}
-	default:
-		return nil, RunOut{}, fmt.Errorf("running agentfs exec: %w", werr)
-	}
-	res.Output, res.Total, res.Truncated = out.String()
+	res.Branch = in.Branch
 	what := fmt.Sprintf("exited with code %d", res.ExitCode)
 	if res.TimedOut {
 		what = fmt.Sprintf("ran past %v and was killed", timeout)
@@ -128,19 +104,96 @@ func (t *target) runInBranch(ctx context.Context, _ *mcp.CallToolRequest, in Run
 	if res.Truncated {
 		cut = ", only the end"
 	}
+	if res.OutputLeftOpen {
+		cut += "; processes it left in the background held the output open, and what they wrote after is not here"
+	}
 	return textResult("the command in branch %s %s; output (%d bytes%s):\n%s", in.Branch, what, res.Total, cut, res.Output), res, nil
 }
 
+// runCommand runs argv (agentfs exec, which becomes the command) in a
+// process group of its own, from dir, keeping the last keep bytes of
+// its output. Past timeout the group is killed, every process of it;
+// the command timed out only when it was itself still running then.
+// Once the command has ended, what it left in the background is
+// neither waited for nor killed: its output is read for outputWait
+// more, and then no longer. So the call ends by timeout plus
+// outputWait, whatever the command started.
+func runCommand(ctx context.Context, argv []string, dir string, timeout time.Duration, keep int) (RunOut, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return RunOut{}, fmt.Errorf("running agentfs exec: %w", err)
+	}
+	defer pr.Close()
+	out := &tail{keep: keep}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, pw, pw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	pw.Close() // the command has its copy
+	if err != nil {
+		return RunOut{}, fmt.Errorf("running agentfs exec: %w", err)
+	}
+	copied := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(out, pr) // ends at EOF, or when pr is closed below
+		close(copied)
+	}()
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // its status is read from ProcessState
+		close(exited)
+	}()
+	killGroup := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) } // the group may be gone
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	killed := false
+	select {
+	case <-exited:
+	case <-timer.C:
+		killGroup()
+		killed = true
+		<-exited
+	case <-ctx.Done():
+		killGroup()
+		<-exited
+		return RunOut{}, ctx.Err()
+	}
+	res := RunOut{}
+	select {
+	case <-copied:
+	case <-time.After(outputWait):
+		res.OutputLeftOpen = true
+		pr.Close() // ends the copy
+		<-copied
+	}
+	st := cmd.ProcessState
+	if st == nil {
+		return RunOut{}, errors.New("running agentfs exec: no exit status")
+	}
+	res.ExitCode = st.ExitCode()
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		res.ExitCode = 128 + int(ws.Signal())
+		// Killed by the limit, not ended by itself just before it.
+		res.TimedOut = killed && ws.Signal() == syscall.SIGKILL
+	}
+	res.Output, res.Total, res.Truncated = out.String()
+	return res, nil
+}
+
 // canRun checks that a command can run in branch: the branch exists,
-// and a session served is running (an ended one has nothing mounted).
+// and a session served can be entered (it runs: an ended one has
+// nothing mounted; this process is root; see session.Record.Enter).
 func (t *target) canRun(ctx context.Context, branch string) error {
 	if t.opts.Session != "" {
 		r, err := session.Find(t.opts.Session)
 		if err != nil {
 			return err
 		}
-		if r.Live() != session.StateRunning || !r.DaemonAlive() {
-			return fmt.Errorf("session %s is not running: nothing is mounted to run a command in", r.ID)
+		// What agentfs exec -s checks before entering the session
+		// (running, not in a user namespace, root, its record and
+		// daemon what they claim).
+		if err := r.CheckEnter(); err != nil {
+			return err
 		}
 	}
 	list, err := call(ctx, t, (*workspace.Client).Branches)

@@ -3,10 +3,12 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -207,6 +209,12 @@ func TestErrors(t *testing.T) {
 		{"changes", map[string]any{"from": "gone"}, `"gone" is neither "lower", a branch, a snapshot id nor a tag`},
 		{"changes", map[string]any{"max_bytes": -1}, "max_bytes -1"},
 		{"activity", map[string]any{"since": "yesterday-ish"}, "since"},
+		{"activity", map[string]any{"limit": -1}, "limit -1: give 1 to 100000 (0 for 100)"},
+		{"activity", map[string]any{"limit": 100001}, "limit 100001: give 1 to 100000 (0 for 100)"},
+		// One rule for the paths of every tool: relative to the root.
+		{"activity", map[string]any{"path_prefix": "/src"}, `activity: "/src" is not a path inside the mount (relative to its root)`},
+		{"activity", map[string]any{"path_prefix": "src/../.."}, `activity: "src/../.." is not a path inside the mount`},
+		{"changes", map[string]any{"paths": []string{"/src"}}, `diff: "/src" is not a path inside the mount (relative to its root)`},
 		{"run_in_branch", map[string]any{"branch": "main", "command": " "}, "no command given"},
 	} {
 		res := callTool(t, cs, c.tool, c.args, nil)
@@ -260,5 +268,39 @@ func writeView(t *testing.T, w *workspace.Workspace, name, content string) {
 	}
 	if err := f.Release(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestChangesBounds: a patch past max_bytes is cut at a character
+// with a notice, not repeated in the text; the list of changes stops at
+// maxListedChanges and the text at maxTextChanges, the counts whole.
+func TestChangesBounds(t *testing.T) {
+	cs, w := connect(t, false, nil)
+	writeView(t, w, "u.txt", strings.Repeat("é", 1000)+"\n")
+	var ch ChangesOut
+	res := callTool(t, cs, "changes", map[string]any{"patch": true, "max_bytes": 101}, &ch)
+	if res.IsError || !ch.Truncated || len(ch.Patch) > 101 || !utf8.ValidString(ch.Patch) || !strings.Contains(ch.Notice, "the patch was cut at 101 bytes") {
+		t.Errorf("a patch cut at 101 bytes: %s\n%+v", text(res), ch)
+	}
+	if strings.Contains(text(res), "é") || !strings.Contains(text(res), "in the patch field") {
+		t.Errorf("the text repeats the patch, or does not say where it is: %s", text(res))
+	}
+	ch = ChangesOut{}
+	callTool(t, cs, "changes", map[string]any{"patch": true}, &ch)
+	if ch.Truncated || ch.Notice != "" || !strings.Contains(ch.Patch, "+"+strings.Repeat("é", 1000)) {
+		t.Errorf("a patch within the default limit: %+v", ch)
+	}
+
+	for i := range maxListedChanges + 5 {
+		writeView(t, w, fmt.Sprintf("f%04d", i), "x")
+	}
+	ch = ChangesOut{}
+	res = callTool(t, cs, "changes", nil, &ch)
+	if n := maxListedChanges + 6; ch.Counts.Created != n || len(ch.Changes) != maxListedChanges || !ch.ChangesTruncated ||
+		!strings.Contains(ch.Notice, fmt.Sprintf("%d paths changed and the first %d are listed", n, maxListedChanges)) {
+		t.Errorf("%d changes: counts %+v, %d listed, truncated %v, notice %q", n, ch.Counts, len(ch.Changes), ch.ChangesTruncated, ch.Notice)
+	}
+	if lines := strings.Count(text(res), "\n"); lines > maxTextChanges+3 {
+		t.Errorf("the text has %d lines, want at most %d", lines, maxTextChanges+3)
 	}
 }

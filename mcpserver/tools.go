@@ -21,11 +21,11 @@ func (t *target) addTools(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{Name: "status", Annotations: readOnly, Description: `Describe the workspace: the user's project it shows, the branch you see, how many files you changed against the project (created, modified, deleted), your checkpoints, and whether a rewind relaunches you. Cheap; call it first to orient yourself.`}, t.status)
 	mcp.AddTool(s, &mcp.Tool{Name: "checkpoint", Annotations: additive, Description: `Take a checkpoint: an instant snapshot of the whole workspace (every file, as it is now) that you can rewind to later. Its cost does not depend on the size of the files. Take one before a risky step (a refactor, a dependency upgrade, deleting files), with a label that says what state it is. Returns its id.`}, t.checkpoint)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_checkpoints", Annotations: readOnly, Description: `List the checkpoints (snapshots) of the workspace, oldest first: id, label, kind (manual: taken by a checkpoint call or a person; auto: taken by agentfs when changes settled or after a git commit; pre-run: before the session's command started; safety: taken by a rewind, to undo it), the branch, the time and the tags.`}, t.listCheckpoints)
-	mcp.AddTool(s, &mcp.Tool{Name: "changes", Annotations: readOnly, Description: `Show what changed between two states: from (default "lower", the user's project as it is) to (default your branch, as it is now). Either may be a checkpoint id (or a unique prefix of 4+ digits, or a tag), a branch name, or "lower". Lists created, modified and deleted paths; with patch=true also a unified diff of the text files, cut at max_bytes (raise it, or narrow with paths, when the notice says it was cut).`}, t.changes)
+	mcp.AddTool(s, &mcp.Tool{Name: "changes", Annotations: readOnly, Description: `Show what changed between two states: from (default "lower", the user's project as it is) to (default your branch, as it is now). Either may be a checkpoint id (or a unique prefix of 4+ digits, or a tag), a branch name, or "lower". Lists created, modified and deleted paths (the first 1000; counts has them all); with patch=true also a unified diff of the text files, in the patch field, cut at max_bytes (raise it, or narrow with paths, when the notice says it was cut).`}, t.changes)
 	mcp.AddTool(s, &mcp.Tool{Name: "rewind", Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)}, Description: `Rewind your branch to a checkpoint: every file goes back to what it was at that checkpoint, for every process at once. A safety checkpoint of the state before is taken first; rewinding to it undoes the rewind. With dry_run=true, only list what would change. When the session runs under a supervisor (agentfs run --supervise), the agent's processes (you) are stopped and started again on the rewound files; the result says which happens.`}, t.rewind)
 	mcp.AddTool(s, &mcp.Tool{Name: "branch_create", Annotations: additive, Description: `Create a branch: an independent line of changes, starting from a checkpoint (from) or, by default, from the current state of your branch (a checkpoint is taken for it). Work in it with run_in_branch; your own branch is not changed. Cheap.`}, t.branchCreate)
 	mcp.AddTool(s, &mcp.Tool{Name: "branch_list", Annotations: readOnly, Description: `List the branches: name, the checkpoint each started from, which one you see (current), which one the mount shows to other processes (default), and how many processes are bound to each.`}, t.branchList)
-	mcp.AddTool(s, &mcp.Tool{Name: "run_in_branch", Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(true)}, Description: `Run a shell command (sh -c) with a branch as its view of the workspace, as "agentfs exec -b BRANCH" does: it and everything it starts see that branch at the usual paths, while your own branch stays as it is. Use it to try a change or run tests in a branch. Returns the exit code and the last output_bytes of its output (stdout and stderr together); a command that runs past timeout_seconds is killed.`}, t.runInBranch)
+	mcp.AddTool(s, &mcp.Tool{Name: "run_in_branch", Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(true)}, Description: `Run a shell command (sh -c) with a branch as its view of the workspace, as "agentfs exec -b BRANCH" does: it starts at the workspace's root (for a session served from outside it, in the directory the session's command started in), and it and everything it starts see that branch at the workspace's paths, while your own branch stays as it is. Only the workspace's paths show the branch: when the workspace is a mount of the user's project at another path (agentfs mount), the project's own path still leads to the user's real files, so use paths relative to the workspace. Use it to try a change or run tests in a branch. Returns the exit code and the last output_bytes of its output (stdout and stderr together). Past timeout_seconds the command is killed, with every process of its process group; once it has ended, what it left running in the background is neither waited for nor killed.`}, t.runInBranch)
 	mcp.AddTool(s, &mcp.Tool{Name: "activity", Annotations: readOnly, Description: `Read the activity log: every change a program made in the workspace (time, process and its command line, branch, operation, paths), oldest first. Filter by since (a duration back from now such as 10m, or a time), op (create, write, unlink, rename, mkdir, ...), path_prefix, and limit (the newest entries are kept).`}, t.activity)
 	if t.opts.AllowApply {
 		mcp.AddTool(s, &mcp.Tool{Name: "apply", Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)}, Description: `Apply the changes of your branch (or of branch) to the user's real project: this writes the user's files, and cannot be undone by a rewind. Only paths changed in the project since your branch changed them are refused (conflicts), unless force. With paths, only those subtrees. Use dry_run=true first to see what it would write.`}, t.apply)
@@ -173,7 +173,7 @@ func (t *target) listCheckpoints(ctx context.Context, _ *mcp.CallToolRequest, _ 
 type ChangesIn struct {
 	From     string   `json:"from,omitempty" jsonschema:"the state to compare from: lower (the user's project; the default), a checkpoint or a branch"`
 	To       string   `json:"to,omitempty" jsonschema:"the state to compare to: your branch by default, or a checkpoint, a branch, lower"`
-	Paths    []string `json:"paths,omitempty" jsonschema:"only changes at or below these paths, relative to the project root"`
+	Paths    []string `json:"paths,omitempty" jsonschema:"only changes at or below these paths, relative to the project root (src, not /src)"`
 	Patch    bool     `json:"patch,omitempty" jsonschema:"also a unified diff of the text files"`
 	MaxBytes int      `json:"max_bytes,omitempty" jsonschema:"cut the patch past this many bytes (default 65536, at most 8388608)"`
 }
@@ -189,21 +189,26 @@ type Change struct {
 
 // ChangesOut is a comparison.
 type ChangesOut struct {
-	From    string   `json:"from"`
-	To      string   `json:"to"`
-	Counts  Counts   `json:"counts"`
-	Changes []Change `json:"changes"`
-	Patch   string   `json:"patch,omitempty"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Counts Counts `json:"counts"`
+	// Changes are the first maxListedChanges of them.
+	Changes          []Change `json:"changes"`
+	ChangesTruncated bool     `json:"changes_truncated,omitempty" jsonschema:"more paths changed than are listed (counts has them all): narrow with paths"`
+	Patch            string   `json:"patch,omitempty"`
 	// Truncated says the patch was cut at max_bytes; Notice says how
 	// to see the rest.
-	Truncated bool   `json:"truncated,omitempty"`
+	Truncated bool   `json:"truncated,omitempty" jsonschema:"the patch was cut at max_bytes"`
 	Notice    string `json:"notice,omitempty"`
 }
 
-// Patch sizes.
+// Patch sizes, and how many changes a changes result lists (and its
+// text shows).
 const (
 	defaultPatchBytes = 64 << 10
 	maxPatchBytes     = 8 << 20
+	maxListedChanges  = 1000
+	maxTextChanges    = 100
 )
 
 func (t *target) changes(ctx context.Context, _ *mcp.CallToolRequest, in ChangesIn) (*mcp.CallToolResult, ChangesOut, error) {
@@ -215,15 +220,23 @@ func (t *target) changes(ctx context.Context, _ *mcp.CallToolRequest, in Changes
 		limit = defaultPatchBytes
 	}
 	rep, err := call(ctx, t, func(c *workspace.Client) (ctl.DiffReply, error) {
-		return c.Diff(ctl.DiffArgs{From: in.From, To: in.To, Paths: in.Paths, Patch: in.Patch})
+		return c.Diff(ctl.DiffArgs{From: in.From, To: in.To, Paths: in.Paths, Patch: in.Patch, MaxBytes: limit})
 	})
 	if err != nil {
 		return nil, ChangesOut{}, err
 	}
-	out := ChangesOut{From: rep.From, To: rep.To, Counts: countsOf(rep.Changes), Changes: []Change{}, Patch: rep.Patch}
+	out := ChangesOut{From: rep.From, To: rep.To, Counts: countsOf(rep.Changes), Changes: []Change{}, Patch: rep.Patch, Truncated: rep.PatchTruncated}
+	if len(out.Patch) > limit {
+		// A daemon of an older agentfs sends the whole patch.
+		out.Patch, out.Truncated = ctl.CutAtRune(out.Patch, limit), true
+	}
 	var text strings.Builder
 	fmt.Fprintf(&text, "from %s to %s: %d created, %d modified, %d deleted", rep.From, rep.To, out.Counts.Created, out.Counts.Modified, out.Counts.Deleted)
-	for _, c := range rep.Changes {
+	for i, c := range rep.Changes {
+		if i == maxListedChanges {
+			out.ChangesTruncated = true
+			break
+		}
 		ch := Change{Path: c.Path, Kind: c.Kind, SizeDelta: c.SizeDelta}
 		switch {
 		case c.New != nil:
@@ -232,17 +245,27 @@ func (t *target) changes(ctx context.Context, _ *mcp.CallToolRequest, in Changes
 			ch.Type = c.Old.Type
 		}
 		out.Changes = append(out.Changes, ch)
-		fmt.Fprintf(&text, "\n%s %s", changeLetter(c.Kind), c.Path)
+		if i < maxTextChanges {
+			fmt.Fprintf(&text, "\n%s %s", changeLetter(c.Kind), c.Path)
+		}
 	}
-	if len(out.Patch) > limit {
-		total := len(out.Patch)
-		out.Patch = strings.ToValidUTF8(out.Patch[:limit], "")
-		out.Truncated = true
-		out.Notice = fmt.Sprintf("the patch is %d bytes and was cut at %d: raise max_bytes, or narrow it with paths", total, limit)
+	if n := len(rep.Changes); n > maxTextChanges {
+		fmt.Fprintf(&text, "\n... %d more in the changes field", min(n, maxListedChanges)-maxTextChanges)
+	}
+	var notices []string
+	if out.ChangesTruncated {
+		notices = append(notices, fmt.Sprintf("%d paths changed and the first %d are listed: narrow it with paths", len(rep.Changes), maxListedChanges))
+	}
+	if out.Truncated {
+		notices = append(notices, fmt.Sprintf("the patch was cut at %d bytes: raise max_bytes (at most %d), or narrow it with paths", limit, maxPatchBytes))
+	}
+	out.Notice = strings.Join(notices, "; ")
+	if out.Notice != "" {
 		fmt.Fprintf(&text, "\n%s", out.Notice)
 	}
 	if out.Patch != "" {
-		fmt.Fprintf(&text, "\n\n%s", out.Patch)
+		// Not repeated here: a client reads it from the result.
+		fmt.Fprintf(&text, "\nthe patch (%d bytes) is in the patch field", len(out.Patch))
 	}
 	return textResult("%s", text.String()), out, nil
 }
@@ -395,8 +418,27 @@ func (t *target) branchList(ctx context.Context, _ *mcp.CallToolRequest, _ Branc
 type ActivityIn struct {
 	Since      string `json:"since,omitempty" jsonschema:"a duration back from now (10m, 2h) or a time (15:04, 2006-01-02 15:04:05, RFC 3339)"`
 	Op         string `json:"op,omitempty" jsonschema:"one operation: create, write, unlink, rename, mkdir, rmdir, link, symlink, setattr, ..."`
-	PathPrefix string `json:"path_prefix,omitempty" jsonschema:"only paths at or below this one, relative to the project root"`
-	Limit      int    `json:"limit,omitempty" jsonschema:"at most this many entries, the newest (default 100)"`
+	PathPrefix string `json:"path_prefix,omitempty" jsonschema:"only paths at or below this one, relative to the project root (src, not /src)"`
+	Limit      int    `json:"limit,omitempty" jsonschema:"at most this many entries, the newest (default 100, at most 100000)"`
+}
+
+// defaultActivityLimit is how many entries activity returns unless
+// asked for another number.
+const defaultActivityLimit = 100
+
+// relativePath cleans p, a path relative to the workspace's root ("":
+// the root), by the rule the workspace applies to the paths of changes
+// and apply, with the same message: an absolute path, or one that
+// leaves the root, is refused.
+func relativePath(op, p string) (string, error) {
+	c := path.Clean(p)
+	if path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../") || strings.IndexByte(c, 0) >= 0 {
+		return "", fmt.Errorf("%s: %q is not a path inside the mount (relative to its root)", op, p)
+	}
+	if c == "." {
+		c = ""
+	}
+	return c, nil
 }
 
 // ActivityOut lists entries.
@@ -411,11 +453,18 @@ func (t *target) activity(ctx context.Context, _ *mcp.CallToolRequest, in Activi
 		return nil, ActivityOut{}, fmt.Errorf("since %q: %v", in.Since, err)
 	}
 	limit := in.Limit
-	if limit == 0 {
-		limit = 100
+	switch {
+	case limit < 0 || limit > workspace.MaxActivityLimit:
+		return nil, ActivityOut{}, fmt.Errorf("limit %d: give 1 to %d (0 for %d)", limit, workspace.MaxActivityLimit, defaultActivityLimit)
+	case limit == 0:
+		limit = defaultActivityLimit
+	}
+	prefix, err := relativePath("activity", in.PathPrefix)
+	if err != nil {
+		return nil, ActivityOut{}, err
 	}
 	rep, err := call(ctx, t, func(c *workspace.Client) (ctl.ActivityReply, error) {
-		return c.Activity(ctl.ActivityArgs{Since: since, Op: in.Op, PathPrefix: path.Clean("/" + in.PathPrefix)[1:], Limit: limit})
+		return c.Activity(ctl.ActivityArgs{Since: since, Op: in.Op, PathPrefix: prefix, Limit: limit})
 	})
 	if err != nil {
 		return nil, ActivityOut{}, err
@@ -435,7 +484,7 @@ func (t *target) activity(ctx context.Context, _ *mcp.CallToolRequest, in Activi
 // ApplyIn selects what to apply.
 type ApplyIn struct {
 	Branch string   `json:"branch,omitempty" jsonschema:"the branch whose changes to apply (default: yours)"`
-	Paths  []string `json:"paths,omitempty" jsonschema:"only these subtrees, relative to the project root"`
+	Paths  []string `json:"paths,omitempty" jsonschema:"only these subtrees, relative to the project root (src, not /src)"`
 	DryRun bool     `json:"dry_run,omitempty" jsonschema:"only list what would be written"`
 	Force  bool     `json:"force,omitempty" jsonschema:"also overwrite paths the user changed in the project since (conflicts)"`
 }

@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/daemon"
@@ -85,37 +83,4 @@ func (r *Record) openOffline(version string) (*workspace.Client, error) {
 	return workspace.Local(w, "session "+r.ID, unmount, func() error {
 		return errors.Join(w.Close(), logf.Close())
 	}), nil
-}
-
-// Enter moves the calling thread into the mount namespace of the
-// running session, where the project's path shows the session's mount,
-// and into the directory the session's command started in. The caller
-// has locked its thread (runtime.LockOSThread), and the program it
-// execs from that thread runs there. It needs root; a session in a
-// user namespace (agentfs run as a normal user) cannot be entered.
-func (r *Record) Enter() error {
-	switch {
-	case r.Live() != StateRunning || !r.DaemonAlive():
-		return fmt.Errorf("session %s is not running: nothing is mounted to run a command in (agentfs export -s %s BRANCH DIR gives its files)", r.ID, r.ID)
-	case r.UserNamespace:
-		return fmt.Errorf("session %s runs in a user namespace (agentfs run as a normal user): its mount cannot be entered from outside; run the command from inside the session", r.ID)
-	}
-	// A thread shares its file system context (root, working
-	// directory) with the process's others until it unshares it, and
-	// setns refuses a mount namespace to a thread that shares it.
-	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return fmt.Errorf("entering session %s: unshare: %w", r.ID, err)
-	}
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", r.DaemonPid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("entering session %s: its daemon's mount namespace: %w", r.ID, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Setns(fd, unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("entering session %s's mount namespace: %w (it needs root)", r.ID, err)
-	}
-	if err := unix.Chdir(r.Dir); err != nil {
-		return fmt.Errorf("entering session %s: its directory %s: %w", r.ID, r.Dir, err)
-	}
-	return nil
 }

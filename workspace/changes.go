@@ -132,18 +132,53 @@ func onlyBelow(cs []overlay.Change, paths []string) []overlay.Change {
 const MaxPatch = 64 << 20
 
 // patchOf returns the unified diff of the data of every changed file.
-func patchOf(a, b *overlay.FS, cs []overlay.Change) (string, error) {
-	var buf strings.Builder
+// With limit (not 0), it is cut at limit bytes (and at MaxPatch) at the
+// start of a character, and reports that it was; it stops at the file
+// whose diff crosses the limit. Without, a diff past MaxPatch is an
+// error.
+func patchOf(a, b *overlay.FS, cs []overlay.Change, limit int) (string, bool, error) {
+	bound := MaxPatch
+	if limit > 0 {
+		bound = min(limit, MaxPatch)
+	}
+	// One byte past the bound tells a cut that splits a character.
+	buf := &boundedBuffer{max: bound + 1}
 	for _, c := range cs {
-		if err := overlay.Patch(a, b, c, &buf); err != nil {
-			return "", fmt.Errorf("%s: %w", c.Path, err)
+		// A full buffer fails the write, which ends diff(1) early: its
+		// error is then the cut's, not one to report.
+		if err := overlay.Patch(a, b, c, buf); err != nil && buf.Len() <= bound {
+			return "", false, fmt.Errorf("%s: %w", c.Path, err)
 		}
-		if buf.Len() > MaxPatch {
-			return "", fmt.Errorf("the patch is larger than %d MiB: compare exports instead (agentfs export, then diff -r)", MaxPatch>>20)
+		if buf.Len() > bound {
+			if limit == 0 {
+				return "", false, fmt.Errorf("the patch is larger than %d MiB: compare exports instead (agentfs export, then diff -r)", MaxPatch>>20)
+			}
+			return ctl.CutAtRune(buf.String(), bound), true, nil
 		}
 	}
-	return buf.String(), nil
+	return buf.String(), false, nil
 }
+
+// boundedBuffer keeps the first max bytes written to it; a write past
+// them fails with errPatchFull.
+type boundedBuffer struct {
+	buf strings.Builder
+	max int
+}
+
+var errPatchFull = errors.New("the patch is at its size limit")
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	room := b.max - b.buf.Len()
+	if room >= len(p) {
+		return b.buf.Write(p)
+	}
+	b.buf.Write(p[:max(room, 0)])
+	return max(room, 0), errPatchFull
+}
+
+func (b *boundedBuffer) Len() int       { return b.buf.Len() }
+func (b *boundedBuffer) String() string { return b.buf.String() }
 
 // Diff compares two of: the project, a snapshot, a branch (a.From,
 // the project by default, with a.To, the caller's branch by default);
@@ -172,7 +207,7 @@ func (w *Workspace) Diff(c ctl.Caller, a ctl.DiffArgs) (ctl.DiffReply, error) {
 		cs = onlyBelow(cs, paths)
 		reply := ctl.DiffReply{From: va.what, To: vb.what, Changes: changeInfos(cs)}
 		if a.Patch {
-			if reply.Patch, err = patchOf(va.fs, vb.fs, cs); err != nil {
+			if reply.Patch, reply.PatchTruncated, err = patchOf(va.fs, vb.fs, cs, max(a.MaxBytes, 0)); err != nil {
 				return ctl.DiffReply{}, eioErrorf(err, "diff --patch of %s and %s: %v", va.what, vb.what, err)
 			}
 		}

@@ -35,6 +35,11 @@ while it runs, every path walk through the mount root asks agentfs.
 
 With -s SESSION (as root), COMMAND runs in the running session's view,
 in the session's mount namespace, starting in the session's directory.
+The session's record is not trusted: its directory and those above it
+must be root's (not writable by others), and the daemon it names must
+be agentfs, started when the record says, with a mount namespace of
+root's own user namespace. A session of a normal user (in a user
+namespace) cannot be entered: run the command inside it.
 
 Examples:
   agentfs exec -b try2 -- make test
@@ -73,10 +78,6 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 	if len(args) == 0 {
 		return usagef("exec needs a command: agentfs exec -b %s -- COMMAND [ARGS...]", o.branch)
 	}
-	path, err := exec.LookPath(args[0])
-	if err != nil {
-		return fmt.Errorf("cannot run %s: %w", args[0], err)
-	}
 	wd, _ := os.Getwd()
 	if o.session != "" {
 		// The command must see the session's mount at the project's
@@ -90,6 +91,8 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 			return err
 		}
 		runtime.LockOSThread()
+		// Enter trusts nothing of the record (see session.Enter) and
+		// reads it again.
 		if err := r.Enter(); err != nil {
 			return err
 		}
@@ -115,6 +118,12 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 	}
 	if err := enterBranchDir(o.dir, wd); err != nil {
 		return err
+	}
+	// Looked up only now, where the command runs: in the namespace
+	// entered, from its directory.
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return fmt.Errorf("cannot run %s: %w", args[0], err)
 	}
 	err = syscall.Exec(path, args, os.Environ())
 	return fmt.Errorf("running %s: %w", args[0], err)

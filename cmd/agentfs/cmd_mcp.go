@@ -36,8 +36,9 @@ DIR), or session SESSION, as tools a model can call: status, checkpoint,
 list_checkpoints, changes, rewind, branch_create, branch_list,
 run_in_branch, activity, and, with --allow-apply, apply (which writes the
 user's project, with the same conflict checks as agentfs apply). Each
-call is one operation on the mount; several servers may serve one mount
-at once. Diagnostics go to stderr.
+call runs the CLI's operations on the mount (status and rewind several,
+each consistent but not atomic together); several servers may serve
+one mount at once. Diagnostics go to stderr.
 
 In an agent host's configuration (Claude Code's .mcp.json, for one):
   {"mcpServers": {"agentfs": {"command": "agentfs", "args": ["mcp"]}}}
