@@ -151,3 +151,16 @@ func (x *ExecIndex) Command(pid int, at time.Time) ([]string, bool) {
 	}
 	return found.argv, true
 }
+
+// LastTrace returns what the last trace entry of the exec log in the
+// store dir says ("on: ..." or "off: ..."), or "" when there is none.
+func LastTrace(dir string) string {
+	last := ""
+	_ = Read(dir, Exec, func(l Line) error { // no log: nothing to say
+		if l.Op == OpTrace {
+			last = l.Detail
+		}
+		return nil
+	})
+	return last
+}

@@ -105,7 +105,7 @@ func TestLoadConfigTriggers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Triggers.Idle != 30*time.Second || !c.Trace || !c.Build || !c.Git || !c.PostRun || c.ExecLogSize != 16<<20 || len(c.BuildCommands) != 0 {
+	if c.Idle != 30*time.Second || !c.Trace || !c.Build || !c.Git || !c.PostRun || c.ExecLogSize != 16<<20 || len(c.BuildCommands) != 0 {
 		t.Errorf("default triggers = %+v", c.Triggers)
 	}
 	write(t, user, "[auto-snapshot]\nbuild-command = just ci\nidle = 2m\ngit = false\n[trace]\nsize = 1M\n")
@@ -113,7 +113,7 @@ func TestLoadConfigTriggers(t *testing.T) {
 	if c, err = Load(lower); err != nil {
 		t.Fatal(err)
 	}
-	if c.Triggers.Idle != 0 || c.Trace || c.Build || c.Git || c.PostRun || c.ExecLogSize != 1<<20 ||
+	if c.Idle != 0 || c.Trace || c.Build || c.Git || c.PostRun || c.ExecLogSize != 1<<20 ||
 		!slices.Equal(c.BuildCommands, []string{"just ci", "./build.sh"}) {
 		t.Errorf("triggers = %+v", c.Triggers)
 	}
@@ -122,7 +122,7 @@ func TestLoadConfigTriggers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.Trace || s.Triggers.Idle != 0 {
+	if !s.Trace || s.Idle != 0 {
 		t.Errorf("--trace over a file that turned it off: %+v", s.Triggers)
 	}
 }

@@ -612,6 +612,13 @@ func checkNobodyRun(t *testing.T, e *runEnv, r harness.Result, agentfs string) {
 	if d := as("diff -s " + id); d.Stdout != "M  a.txt\nA  new.txt\n" {
 		t.Errorf("diff -s of nobody's session, as nobody:\n%s", d)
 	}
+	// Tracing needs root: the run says so, and still ran.
+	if l := as("log --exec -s " + id); l.Code != 0 || !strings.Contains(l.Stdout, "commands are NOT traced (off: agentfs runs as a normal user") {
+		t.Errorf("log --exec of nobody's session:\n%s", l)
+	}
+	if st := as("status -s " + id); !strings.Contains(st.Stdout, "NOT traced: agentfs runs as a normal user") {
+		t.Errorf("status -s of nobody's session:\n%s", st)
+	}
 }
 
 // canOpenAs reports whether uid can open p for reading and writing.

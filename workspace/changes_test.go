@@ -21,7 +21,7 @@ func TestDiffPatchLimit(t *testing.T) {
 		t.Fatalf("Diff with no limit = %+v, %v", full, err)
 	}
 	// Every cut inside the é's: an odd number of bytes into them.
-	start := strings.Index(full.Patch, "+é")+1
+	start := strings.Index(full.Patch, "+é") + 1
 	for _, limit := range []int{start + 1, start + 2, start + 51} {
 		rep, err := w.Diff(self, ctl.DiffArgs{Patch: true, MaxBytes: limit})
 		if err != nil {

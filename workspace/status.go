@@ -3,6 +3,7 @@ package workspace
 import (
 	"os"
 
+	"github.com/agentfs/agentfs/activity"
 	"github.com/agentfs/agentfs/ctl"
 )
 
@@ -35,6 +36,7 @@ func (w *Workspace) Status() ctl.Status {
 			st.IOMode = "none (not mounted: the session has ended)"
 		}
 		st.Transport = "none"
+		st.Trace = activity.LastTrace(w.opts.Store) // what it was when mounted
 	}
 	return st
 }

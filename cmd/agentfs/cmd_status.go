@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/pflag"
@@ -90,6 +91,12 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 		fmt.Fprintf(w, "daemon reads:\t%d (%d spliced, %d from the disk)\n", st.Reads, st.ReadsSpliced, st.ReadsFromDisk)
 	}
 	fmt.Fprintf(w, "usage:\t%d objects, %s; %s free in the backstore\n", st.Objects, humanBytes(st.Bytes), humanBytes(st.FsFree))
+	switch {
+	case strings.HasPrefix(st.Trace, "on"):
+		fmt.Fprintf(w, "commands:\ttraced (agentfs log --exec), %s\n", printable(strings.TrimPrefix(st.Trace, "on: ")))
+	case st.Trace != "":
+		fmt.Fprintf(w, "commands:\tNOT traced: %s\n", printable(strings.TrimPrefix(st.Trace, "off: ")))
+	}
 	if st.Supervised {
 		fmt.Fprintf(w, "supervised:\tyes: a restore of branch %s stops the session's command and starts it again\n", printable(st.Branch))
 	}
