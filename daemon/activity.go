@@ -54,7 +54,7 @@ func (d *Daemon) startActivity() error {
 	}
 	sched := &autosnap.Scheduler{Quiet: s.QuietPeriod, Ignore: ignore, NoGit: !s.Git}
 	var cmds *autosnap.Commands
-	if s.Build || s.Triggers.Idle > 0 {
+	if s.Build || s.Idle > 0 {
 		patterns := autosnap.DefaultPatterns()
 		for _, c := range s.BuildCommands {
 			p, err := autosnap.ParsePattern(c)
@@ -63,11 +63,11 @@ func (d *Daemon) startActivity() error {
 			}
 			patterns = append(patterns, p)
 		}
-		cmds = &autosnap.Commands{Build: s.Build, BuildPatterns: patterns, Idle: s.Triggers.Idle, BranchOf: d.branchOf}
+		cmds = &autosnap.Commands{Build: s.Build, BuildPatterns: patterns, Idle: s.Idle, BranchOf: d.branchOf}
 	}
 	a.auto = autosnap.Start(sched, cmds, a.takeAuto)
 	d.log.Info("automatic snapshots on", "quiet_period", s.QuietPeriod, "keep", s.Keep, "ignore_patterns", ignore.Len(),
-		"git", s.Git, "build", s.Build, "build_commands", len(s.BuildCommands), "idle", s.Triggers.Idle)
+		"git", s.Git, "build", s.Build, "build_commands", len(s.BuildCommands), "idle", s.Idle)
 	return nil
 }
 
