@@ -71,8 +71,12 @@ the same path: tools, scripts and absolute paths work as usual, and
 the project itself is never written. The view lives in a private mount
 namespace; other programs keep seeing the project as it is.
 
-Before the command starts, a snapshot of kind pre-run is taken. The
-command gets the terminal (Ctrl-C reaches it, not agentfs) and its exit
+Before the command starts, a snapshot of kind pre-run is taken; while
+it runs, automatic ones (after changes settle, git commits, builds
+that succeed, idle periods); when it ends, one of kind post-run if
+anything changed since the last one. As root, every command it runs,
+in the project or not, is traced: agentfs log -s ID --exec shows them
+(--trace=false turns that off). The command gets the terminal (Ctrl-C reaches it, not agentfs) and its exit
 code is agentfs run's (128+N when a signal N killed it). When it exits,
 agentfs prints what it changed (paths created, modified, deleted, and
 bytes) and how to review, keep or drop the changes: they stay in the

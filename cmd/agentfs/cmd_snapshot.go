@@ -57,8 +57,10 @@ Examples:
 		usage:   "[-C DIR] [--json]",
 		help: `List shows every snapshot, oldest first: its id, when it was taken, its
 kind (manual: agentfs snapshot create; auto: taken after changes
-settled or after a git commit, see agentfs mount --auto-snapshot;
-safety: taken by restore, to undo it; pre-run: before a command ran),
+settled, see agentfs mount --auto-snapshot; git: after a git commit,
+tag or checkout; build: after a build or test command succeeded;
+idle: when the mount went idle; safety: taken by restore, to undo it;
+pre-run: before agentfs run's command ran; post-run: after it ended),
 the branch it was taken of, the size it added (the files whose
 contents it holds and the snapshot before it of the same branch does
 not), its tags and its label.
