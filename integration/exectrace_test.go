@@ -224,6 +224,36 @@ func TestMountExecTrace(t *testing.T) {
 		t.Errorf("status:\n%s", st)
 	}
 
+	// --follow: an exec object as a command starts, an exit one as it
+	// ends.
+	follow := exec.Command(harness.Bin(), "log", "-C", mnt, "--exec", "--follow", "--json")
+	var out syncBuffer
+	follow.Stdout = &out
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = follow.Process.Kill(); _ = follow.Wait() }()
+	harness.WaitFor(func() bool { return strings.Contains(out.String(), `"op":"trace"`) })
+	sleeper := exec.Command("/bin/sleep", "0.5")
+	sleeper.Dir = mnt
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	seen := func(op string) bool {
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.Contains(l, `"op":"`+op+`"`) && strings.Contains(l, `"argv":["/bin/sleep","0.5"]`) {
+				return true
+			}
+		}
+		return false
+	}
+	started := harness.WaitFor(func() bool { return seen("exec") })
+	_ = sleeper.Wait()
+	ended := harness.WaitFor(func() bool { return seen("exit") })
+	if !started || !ended {
+		t.Errorf("log --exec --follow --json (start seen %v, end seen %v):\n%s", started, ended, out.String())
+	}
+
 	// Turned off.
 	lower2, mnt2 := harness.NewMountpoint(t), harness.NewMountpoint(t)
 	if r := harness.Run(t, "mount", "--lower", lower2, "--trace=false", mnt2); r.Code != 0 {
