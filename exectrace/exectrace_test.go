@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/procgroup"
@@ -233,4 +234,38 @@ func statDev(t *testing.T, p string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Dev
+}
+
+// TestVerifierCost: the kernel's verifier checks each program in few
+// steps (an unrolled loop once made it walk 750,000 instructions, most
+// of a second at every mount, near its limit of a million).
+func TestVerifierCost(t *testing.T) {
+	if err := Available(); err != nil {
+		if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	spec, err := loadExectrace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coll.Close()
+	for name, p := range coll.Programs {
+		var n int
+		i := strings.Index(p.VerifierLog, "processed ")
+		if i < 0 {
+			t.Fatalf("%s: no count of instructions in the verifier's log: %s", name, p.VerifierLog)
+		}
+		if _, err := fmt.Sscanf(p.VerifierLog[i:], "processed %d insns", &n); err != nil {
+			t.Fatalf("%s: %v: %s", name, err, p.VerifierLog)
+		}
+		if n > 20000 {
+			t.Errorf("%s: the verifier processed %d instructions, want at most 20,000 (a loop bpf_loop should run?)", name, n)
+		}
+	}
 }

@@ -146,42 +146,67 @@ static __always_inline int wanted(struct task_struct *task, u32 ppid)
 	return 0;
 }
 
+// walk is the state of walk_cwd's loop.
+struct walk {
+	struct dentry *d;
+	struct vfsmount *vm;
+	struct mount *mnt;
+	struct exec_event *e;
+	u32 base; // where the directory's bytes start in e->data
+	u32 off;  // bytes written
+};
+
+// walk_step takes one step up from w->d: it writes the name of a
+// component, or crosses a mount point. 1 ends the loop.
+static long walk_step(u64 i, void *arg)
+{
+	struct walk *w = arg;
+	// Plain locals: BPF_CORE_READ of w->x would relocate struct walk
+	// too, which the kernel does not have.
+	struct dentry *d = w->d;
+	struct vfsmount *vm = w->vm;
+	struct mount *mnt = w->mnt;
+	struct dentry *root = BPF_CORE_READ(vm, mnt_root);
+	struct dentry *parent = BPF_CORE_READ(d, d_parent);
+	if (d == root || d == parent) {
+		struct mount *up = BPF_CORE_READ(mnt, mnt_parent);
+		if (up == mnt || !up)
+			return 1; // the root of it all
+		w->d = BPF_CORE_READ(mnt, mnt_mountpoint);
+		w->mnt = up;
+		w->vm = &up->mnt;
+		return 0;
+	}
+	struct exec_event *e = w->e;
+	if (w->off >= CWD_MAX) {
+		e->h.flags |= 2;
+		return 1;
+	}
+	const unsigned char *name = BPF_CORE_READ(d, d_name.name);
+	long n = bpf_probe_read_kernel_str(&e->data[(w->base + w->off) & DATA_MASK], NAME_MAX_, name);
+	if (n <= 0)
+		return 1;
+	w->off += n;
+	w->d = parent;
+	return 0;
+}
+
 // walk_cwd writes the components of task's working directory, leaf
 // first, into e->data after the arguments, crossing mount points, and
-// sets e->h.cwd_len.
+// sets e->h.cwd_len. The loop is bpf_loop's (kernel 5.17): the verifier
+// checks its body once, where an unrolled walk costs it most of a
+// second at every load.
 static __always_inline void walk_cwd(struct task_struct *task, struct exec_event *e)
 {
-	u32 base = e->h.argv_len;
-	if (base > ARGV_MAX)
-		base = ARGV_MAX;
-	struct dentry *d = BPF_CORE_READ(task, fs, pwd.dentry);
-	struct vfsmount *vm = BPF_CORE_READ(task, fs, pwd.mnt);
-	struct mount *mnt = container_of(vm, struct mount, mnt);
-	u32 off = 0;
-	for (int i = 0; i < DEPTH; i++) {
-		struct dentry *root = BPF_CORE_READ(vm, mnt_root);
-		struct dentry *parent = BPF_CORE_READ(d, d_parent);
-		if (d == root || d == parent) {
-			struct mount *up = BPF_CORE_READ(mnt, mnt_parent);
-			if (up == mnt || !up)
-				break; // the root of it all
-			d = BPF_CORE_READ(mnt, mnt_mountpoint);
-			mnt = up;
-			vm = &up->mnt;
-			continue;
-		}
-		const unsigned char *name = BPF_CORE_READ(d, d_name.name);
-		if (off >= CWD_MAX) {
-			e->h.flags |= 2;
-			break;
-		}
-		long n = bpf_probe_read_kernel_str(&e->data[(base + off) & DATA_MASK], NAME_MAX_, name);
-		if (n <= 0)
-			break;
-		off += n;
-		d = parent;
-	}
-	e->h.cwd_len = off < CWD_MAX ? off : CWD_MAX;
+	struct walk w = {
+		.d = BPF_CORE_READ(task, fs, pwd.dentry),
+		.vm = BPF_CORE_READ(task, fs, pwd.mnt),
+		.e = e,
+		.base = e->h.argv_len > ARGV_MAX ? ARGV_MAX : e->h.argv_len,
+	};
+	w.mnt = container_of(w.vm, struct mount, mnt);
+	bpf_loop(DEPTH, walk_step, &w, 0);
+	e->h.cwd_len = w.off < CWD_MAX ? w.off : CWD_MAX;
 }
 
 SEC("tp_btf/sched_process_exec")
