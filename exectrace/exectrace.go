@@ -27,8 +27,9 @@
 //
 // # Where it cannot run
 //
-// Loading it needs root (CAP_BPF and CAP_PERFMON), a kernel with BTF
-// (/sys/kernel/btf/vmlinux) and no lockdown forbidding BPF; Start says
+// Loading it needs root (CAP_BPF and CAP_PERFMON), a kernel of 5.17 or
+// later (BTF tracepoints, the ring buffer, bpf_loop) with BTF
+// (/sys/kernel/btf/vmlinux), and no lockdown forbidding BPF; Start says
 // which is missing (ErrUnavailable), and the session runs untraced.
 package exectrace
 
