@@ -78,7 +78,7 @@ func (d Due) Label(read ReadFunc) string {
 type Scheduler struct {
 	Quiet    time.Duration // DefaultQuiet when 0
 	GitQuiet time.Duration // DefaultGitQuiet when 0 (never longer than Quiet)
-	Ignore   *Matcher      // nil: nothing is ignored
+	Ignore   *Ignore       // nil: nothing is ignored
 
 	pending map[string]*pending // by branch
 }
@@ -125,6 +125,7 @@ func (s *Scheduler) Add(c Change) {
 		touch().more += c.Lost
 	}
 	for _, path := range c.Paths {
+		s.Ignore.Changed(c.Branch, path) // an ignore file is read again
 		if ref, ok := ParseGitRef(path); ok {
 			// A ref counts once, as changed last: git's rename of
 			// the .lock file and the close of the file it renamed
@@ -139,7 +140,7 @@ func (s *Scheduler) Add(c Change) {
 			}
 			continue
 		}
-		if s.Ignore.Ignored(path, c.Dir) {
+		if s.Ignore.Ignored(c.Branch, path, c.Dir) {
 			continue
 		}
 		touch()
@@ -190,7 +191,10 @@ func (s *Scheduler) Take(now time.Time) []Due {
 }
 
 // Forget drops what is pending for branch (a restore replaced it).
-func (s *Scheduler) Forget(branch string) { delete(s.pending, branch) }
+func (s *Scheduler) Forget(branch string) {
+	delete(s.pending, branch)
+	s.Ignore.ForgetBranch(branch)
+}
 
 // inGitDir reports whether p is inside a .git directory.
 func inGitDir(p string) bool {
