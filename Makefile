@@ -6,6 +6,7 @@
 GO      ?= go
 BIN     := bin/agentfs
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 GOTESTFLAGS ?= -timeout 30m
 # BENCHFLAGS are passed to agentfs-bench, e.g. BENCHFLAGS="--quick --only find,grep".
 BENCHFLAGS ?=
@@ -26,7 +27,7 @@ GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 all: build
 
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/agentfs
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/agentfs
 
 # deps installs what the tests and the demo need, when it is missing and
 # we are root (Debian/Ubuntu).
