@@ -39,6 +39,9 @@ deps:
 	command -v mkfs.ext4 >/dev/null || missing="$$missing e2fsprogs"; \
 	command -v git >/dev/null || missing="$$missing git"; \
 	command -v gcc >/dev/null || missing="$$missing gcc"; \
+	command -v zsh >/dev/null || missing="$$missing zsh"; \
+	command -v fish >/dev/null || missing="$$missing fish"; \
+	[ -e /usr/share/bash-completion/bash_completion ] || missing="$$missing bash-completion"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing:$$missing"; \

@@ -3,6 +3,7 @@ module github.com/agentfs/agentfs
 go 1.26.8
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/go-git/go-git/v5 v5.19.3
 	github.com/hanwen/go-fuse/v2 v2.12.1

@@ -176,6 +176,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitError
 		}
 		return exitOK
+	case completeCommand:
+		// The shell's completion (cmd_completion.go): the words are
+		// not agentfs's flags.
+		return runComplete(args[1:], stdout)
 	case "help":
 		if len(args) < 2 {
 			mainUsage(stdout)
