@@ -22,7 +22,17 @@ endif
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: all build test unit lint integration demo deps bench bench-deps clean
+# make install puts agentfs in $(DESTDIR)$(BINDIR), its mount helper
+# mount.fuse.agentfs (a link to it: agentfs is the helper when called by
+# that name) in $(DESTDIR)$(SBINDIR), where mount(8) looks for helpers
+# (/sbin only, whatever PREFIX is), and the shell completion scripts
+# where bash, zsh and fish find them.
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+SBINDIR ?= /sbin
+DATADIR ?= $(PREFIX)/share
+
+.PHONY: all build test unit lint integration demo deps bench bench-deps clean install uninstall
 
 all: build
 
@@ -106,6 +116,20 @@ bench-deps:
 			echo "note: fuse-overlayfs is missing (apt-get install fuse-overlayfs); the benchmark leaves it out"; \
 		fi; \
 	fi
+
+install: build
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR)
+	install -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/agentfs
+	ln -sf $(BINDIR)/agentfs $(DESTDIR)$(SBINDIR)/mount.fuse.agentfs
+	install -d $(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
+	$(BIN) completion bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/agentfs
+	$(BIN) completion zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_agentfs
+	$(BIN) completion fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/agentfs.fish
+	@echo "installed $(DESTDIR)$(BINDIR)/agentfs and $(DESTDIR)$(SBINDIR)/mount.fuse.agentfs (help: agentfs help mount, mount.fuse.agentfs --help)"
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/agentfs $(DESTDIR)$(SBINDIR)/mount.fuse.agentfs
+	rm -f $(DESTDIR)$(DATADIR)/bash-completion/completions/agentfs $(DESTDIR)$(DATADIR)/zsh/site-functions/_agentfs $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/agentfs.fish
 
 clean:
 	rm -rf bin

@@ -298,6 +298,7 @@ func (d *Daemon) mount(version string) error {
 		AbortConnection: d.abortOwnConnection,
 		AllowOther:      root,
 		FsName:          p.Lower,
+		MountFlags:      p.MountFlags,
 		Debug:           p.Debug,
 		Logger:          d.log,
 

@@ -158,6 +158,9 @@ func commandUsage(w io.Writer, c *command) {
 }
 
 func main() {
+	if isMountHelper() {
+		os.Exit(runMountHelper(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
