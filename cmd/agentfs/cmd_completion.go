@@ -377,34 +377,35 @@ func withTimeout(fn func() []candidate) []candidate {
 	}
 }
 
+// snapshotCandidates are the snapshots' ids, then their tags.
 func snapshotCandidates(c *workspace.Client) []candidate {
+	ids, tags := snapshotsAndTags(c)
+	return append(ids, tags...)
+}
+
+// tagCandidates are the tags.
+func tagCandidates(c *workspace.Client) []candidate {
+	_, tags := snapshotsAndTags(c)
+	return tags
+}
+
+// snapshotsAndTags lists the snapshots' ids and their tags.
+func snapshotsAndTags(c *workspace.Client) (ids, tags []candidate) {
 	list, err := c.Snapshots()
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	var out []candidate
 	for _, s := range list.Snapshots {
 		desc := s.Kind + " " + s.Created.Local().Format("2006-01-02 15:04")
 		if s.Label != "" {
 			desc += ": " + s.Label
 		}
-		out = append(out, candidate{s.ID, desc})
-	}
-	return append(out, tagCandidates(c)...)
-}
-
-func tagCandidates(c *workspace.Client) []candidate {
-	list, err := c.Snapshots()
-	if err != nil {
-		return nil
-	}
-	var out []candidate
-	for _, s := range list.Snapshots {
+		ids = append(ids, candidate{s.ID, desc})
 		for _, t := range s.Tags {
-			out = append(out, candidate{t, "tag of snapshot " + s.ID})
+			tags = append(tags, candidate{t, "tag of snapshot " + s.ID})
 		}
 	}
-	return out
+	return ids, tags
 }
 
 func branchCandidates(c *workspace.Client) []candidate {
