@@ -34,6 +34,10 @@ import (
 //   - any other pattern with a slash matches the path itself when it
 //     matches it but not its parent.
 //
+// One difference is left: a "**" inside a pattern ("a/**/b/c") takes
+// the first "b" below a, where git tries each (a/b/b/c matches in git,
+// not here); the tests against git check-ignore keep to the others.
+//
 // And as git (wildmatch) reads "[!a]" as "[^a]", which Go's
 // filepath.Match, under go-git, reads as "! or a", the line is given
 // to go-git with "[!" written "[^".
