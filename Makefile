@@ -6,6 +6,7 @@
 GO      ?= go
 BIN     := bin/agentfs
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 GOTESTFLAGS ?= -timeout 30m
 # BENCHFLAGS are passed to agentfs-bench, e.g. BENCHFLAGS="--quick --only find,grep".
 BENCHFLAGS ?=
@@ -21,12 +22,22 @@ endif
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: all build generate test unit lint integration demo deps bench bench-deps clean
+# make install puts agentfs in $(DESTDIR)$(BINDIR), its mount helper
+# mount.fuse.agentfs (a link to it: agentfs is the helper when called by
+# that name) in $(DESTDIR)$(SBINDIR), where mount(8) looks for helpers
+# (/sbin only, whatever PREFIX is), and the shell completion scripts
+# where bash, zsh and fish find them.
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+SBINDIR ?= /sbin
+DATADIR ?= $(PREFIX)/share
+
+.PHONY: all build generate test unit lint integration demo deps bench bench-deps clean install uninstall
 
 all: build
 
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/agentfs
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/agentfs
 
 # deps installs what the tests and the demo need, when it is missing and
 # we are root (Debian/Ubuntu).
@@ -38,6 +49,9 @@ deps:
 	command -v mkfs.ext4 >/dev/null || missing="$$missing e2fsprogs"; \
 	command -v git >/dev/null || missing="$$missing git"; \
 	command -v gcc >/dev/null || missing="$$missing gcc"; \
+	command -v zsh >/dev/null || missing="$$missing zsh"; \
+	command -v fish >/dev/null || missing="$$missing fish"; \
+	[ -e /usr/share/bash-completion/bash_completion ] || missing="$$missing bash-completion"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing:$$missing"; \
@@ -109,6 +123,20 @@ bench-deps:
 			echo "note: fuse-overlayfs is missing (apt-get install fuse-overlayfs); the benchmark leaves it out"; \
 		fi; \
 	fi
+
+install: build
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR)
+	install -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/agentfs
+	ln -sf $(BINDIR)/agentfs $(DESTDIR)$(SBINDIR)/mount.fuse.agentfs
+	install -d $(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
+	$(BIN) completion bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/agentfs
+	$(BIN) completion zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_agentfs
+	$(BIN) completion fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/agentfs.fish
+	@echo "installed $(DESTDIR)$(BINDIR)/agentfs and $(DESTDIR)$(SBINDIR)/mount.fuse.agentfs (help: agentfs help mount, mount.fuse.agentfs --help)"
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/agentfs $(DESTDIR)$(SBINDIR)/mount.fuse.agentfs
+	rm -f $(DESTDIR)$(DATADIR)/bash-completion/completions/agentfs $(DESTDIR)$(DATADIR)/zsh/site-functions/_agentfs $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/agentfs.fish
 
 clean:
 	rm -rf bin

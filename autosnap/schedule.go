@@ -112,7 +112,7 @@ func roundDuration(d time.Duration) time.Duration {
 type Scheduler struct {
 	Quiet    time.Duration // DefaultQuiet when 0
 	GitQuiet time.Duration // DefaultGitQuiet when 0 (never longer than Quiet)
-	Ignore   *Matcher      // nil: nothing is ignored
+	Ignore   *Ignore       // nil: nothing is ignored
 	// NoGit turns the git trigger off: a ref that moves is then one
 	// more change inside .git (it delays a snapshot, starts none).
 	NoGit bool
@@ -162,6 +162,7 @@ func (s *Scheduler) Add(c Change) {
 		touch().more += c.Lost
 	}
 	for _, path := range c.Paths {
+		s.Ignore.Changed(c.Branch, path) // an ignore file is read again
 		if ref, ok := ParseGitRef(path); ok && !s.NoGit {
 			// A ref counts once, as changed last: git's rename of
 			// the .lock file and the close of the file it renamed
@@ -176,7 +177,7 @@ func (s *Scheduler) Add(c Change) {
 			}
 			continue
 		}
-		if s.Ignore.Ignored(path, c.Dir) {
+		if s.Ignore.Ignored(c.Branch, path, c.Dir) {
 			continue
 		}
 		touch()
@@ -231,7 +232,10 @@ func (s *Scheduler) Take(now time.Time) []Due {
 }
 
 // Forget drops what is pending for branch (a restore replaced it).
-func (s *Scheduler) Forget(branch string) { delete(s.pending, branch) }
+func (s *Scheduler) Forget(branch string) {
+	delete(s.pending, branch)
+	s.Ignore.ForgetBranch(branch)
+}
 
 // Supersede drops what is pending for branch when a snapshot of it
 // taken now (a build's, an idle period's) holds it: the changes, unless

@@ -82,11 +82,9 @@ func TestSchedulerBranchesApart(t *testing.T) {
 }
 
 func TestSchedulerIgnores(t *testing.T) {
-	m := &Matcher{}
-	for _, p := range []string{"build/", "*.log"} {
-		if err := m.Add(p); err != nil {
-			t.Fatalf("Add(%q): %v", p, err)
-		}
+	m, err := NewIgnore(IgnoreOptions{Patterns: []string{"build/", "*.log"}})
+	if err != nil {
+		t.Fatal(err)
 	}
 	c := newClock(t, &Scheduler{Quiet: time.Second, Ignore: m})
 	c.change("main", "build/out.o", "x.log")

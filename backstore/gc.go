@@ -47,6 +47,9 @@ type GCOptions struct {
 	// use, after it was removed (or, young or in a dry run, kept).
 	// Its error stops the collection.
 	Found func(g Garbage) error
+	// Progress, when set, is told after each object how many were
+	// looked at.
+	Progress func(objects int)
 }
 
 // Garbage is an object that nothing refers to.
@@ -121,6 +124,9 @@ func (s *Store) Collect(o GCOptions) (GCResult, error) {
 	}
 	err := s.statObjects(func(id string, st *unix.Stat_t) error {
 		r.Objects++
+		if o.Progress != nil {
+			o.Progress(r.Objects)
+		}
 		if _, ok := refs[id]; ok {
 			return nil
 		}

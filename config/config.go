@@ -268,12 +268,11 @@ func (c *Config) set(section, key, value string) error {
 	case "ignore.gitignore":
 		c.Gitignore, err = parseConfigBool(key, value)
 	case "ignore.pattern":
-		var m autosnap.Matcher
-		if err := m.Add(value); err != nil {
-			return fmt.Errorf("pattern = %s: %v: write a gitignore-style pattern (see gitignore(5))", value, err)
-		}
-		if m.Len() == 0 {
+		if strings.TrimSpace(value) == "" || strings.HasPrefix(value, "#") {
 			return fmt.Errorf("pattern = %q: empty, or a comment: write a gitignore-style pattern, or remove the line", value)
+		}
+		if err := autosnap.CheckPattern(value); err != nil {
+			return fmt.Errorf("pattern = %s: %v: write a gitignore-style pattern (see gitignore(5))", value, err)
 		}
 		c.Ignore = append(c.Ignore, value)
 	default:

@@ -19,7 +19,7 @@ type Op uint16
 func (op Op) ReadsFiles() bool {
 	switch op {
 	case OpFetch, OpPing, OpStatus, OpSnapshotList, OpTagSet, OpTagDelete,
-		OpBranchList, OpBranchBind, OpBranchUnbind, OpBranchCurrent, OpActivity:
+		OpBranchList, OpBranchBind, OpBranchUnbind, OpBranchCurrent, OpActivity, OpApplyProgress, OpProgress:
 		return false
 	}
 	return true
@@ -98,6 +98,9 @@ const (
 	// OpActivity answers entries of the activity log (ActivityArgs);
 	// it answers an ActivityReply.
 	OpActivity Op = 53
+	// OpProgress answers the Progress of the long operation running
+	// (apply, export, gc, fsck, diff), if any; it does not wait for it.
+	OpProgress Op = 54
 )
 
 var opNames = map[Op]string{
@@ -130,6 +133,7 @@ var opNames = map[Op]string{
 	OpApply:         "apply",
 	OpApplyProgress: "apply progress",
 	OpActivity:      "activity",
+	OpProgress:      "progress",
 }
 
 func (op Op) String() string {

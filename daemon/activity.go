@@ -2,8 +2,8 @@ package daemon
 
 import (
 	"fmt"
+	"os"
 	"slices"
-	"strings"
 
 	"github.com/agentfs/agentfs/activity"
 	"github.com/agentfs/agentfs/autosnap"
@@ -27,6 +27,9 @@ type activityHook struct {
 	d    *Daemon
 	log  *activity.Log
 	auto *autosnap.Runner // nil when automatic snapshots are off
+	// ignore are the rules of automatic snapshots (nil when they are
+	// off).
+	ignore *autosnap.Ignore
 }
 
 var _ fs.Activity = (*activityHook)(nil)
@@ -52,6 +55,7 @@ func (d *Daemon) startActivity() error {
 	if err != nil {
 		return err
 	}
+	a.ignore = ignore
 	sched := &autosnap.Scheduler{Quiet: s.QuietPeriod, Ignore: ignore, NoGit: !s.Git}
 	var cmds *autosnap.Commands
 	if s.Build || s.Idle > 0 {
@@ -82,30 +86,23 @@ func (d *Daemon) branchOf(pid int) string {
 	return v.BranchName()
 }
 
-// ignorePatterns returns the patterns of the configuration and, unless
-// turned off, of the project's .gitignore and .git/info/exclude, as
-// the view shows them at mount.
-func (d *Daemon) ignorePatterns() (*autosnap.Matcher, error) {
-	m := &autosnap.Matcher{}
-	for _, p := range d.plan.Activity.Ignore {
-		if err := m.Add(p); err != nil {
-			return nil, fmt.Errorf("ignore pattern %q: %w", p, err)
-		}
+// ignorePatterns returns the ignore rules: the configuration's and,
+// unless turned off, git's (.gitignore files at any depth,
+// .git/info/exclude, the user's core.excludesFile), read from the
+// branch's view when first needed and again when they change.
+func (d *Daemon) ignorePatterns() (*autosnap.Ignore, error) {
+	ig, err := autosnap.NewIgnore(autosnap.IgnoreOptions{Patterns: d.plan.Activity.Ignore, Git: d.plan.Activity.Gitignore,
+		Read: func(branch, p string) ([]byte, error) {
+			v := d.ws.LiveView(branch)
+			if v == nil {
+				return nil, os.ErrNotExist
+			}
+			return v.ReadFile(p, viewFileMax)
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("ignore patterns: %w", err)
 	}
-	if !d.plan.Activity.Gitignore {
-		return m, nil
-	}
-	view := d.ws.View()
-	for _, name := range []string{".gitignore", ".git/info/exclude"} {
-		b, err := view.ReadFile(name, viewFileMax)
-		if err != nil {
-			continue // none, or not a file: nothing to honour
-		}
-		if err := m.AddFile(strings.NewReader(string(b))); err != nil {
-			d.log.Warn("reading ignore patterns", "file", name, "err", err)
-		}
-	}
-	return m, nil
+	return ig, nil
 }
 
 // closeActivity stops automatic snapshots and closes the log (what is

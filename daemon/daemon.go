@@ -161,7 +161,9 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 	}
 	d.ws, err = workspace.Open(workspace.Options{Store: d.store, Lower: p.Lower, LowerDir: d.lowerDir, Mountpoint: p.Mountpoint,
 		Backstore: p.Backstore, RamdiskSize: p.RamdiskSize, Ephemeral: d.ephemeral, Session: p.Session,
-		Keep: p.Activity.Keep, Version: o.Version, Logger: logger})
+		Keep: p.Activity.Keep, Version: o.Version, Logger: logger,
+		// Only the tests of the progress bars set it (workspace/progress.go).
+		ProgressGate: os.Getenv("AGENTFS_TEST_PROGRESS_GATE") == "1"})
 	if err != nil {
 		return err
 	}
@@ -302,6 +304,7 @@ func (d *Daemon) mount(version string) error {
 		AbortConnection: d.abortOwnConnection,
 		AllowOther:      root,
 		FsName:          p.Lower,
+		MountFlags:      p.MountFlags,
 		Debug:           p.Debug,
 		Logger:          d.log,
 

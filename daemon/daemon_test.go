@@ -358,3 +358,18 @@ func TestUsernsError(t *testing.T) {
 		t.Errorf("UsernsMountHint does not name the restriction: %s", hint)
 	}
 }
+
+func TestKernelAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		release      string
+		major, minor int
+		want         bool
+	}{
+		{"6.9.0", 6, 9, true}, {"6.8.12-foo", 6, 9, false}, {"6.18.44-fc", 6, 14, true},
+		{"7.0", 6, 14, true}, {"5.15.0", 6, 9, false}, {"garbage", 6, 9, false},
+	} {
+		if got := kernelAtLeast(tc.release, tc.major, tc.minor); got != tc.want {
+			t.Errorf("kernelAtLeast(%q, %d, %d) = %v, want %v", tc.release, tc.major, tc.minor, got, tc.want)
+		}
+	}
+}

@@ -53,6 +53,9 @@ func (d *Daemon) Invalidate(stale []overlay.Stale) {
 	for _, bm := range d.branchMountList() {
 		bm.srv.Invalidate(stale)
 	}
+	if a := d.activity; a != nil {
+		a.ignore.ForgetAll() // the ignore files may be among the stale
+	}
 }
 
 // Bindings implements workspace.Mount.

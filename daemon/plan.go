@@ -28,6 +28,9 @@ type Request struct {
 	WritebackCache    bool
 	NoIOURing         bool
 	Activity          config.Overrides
+	// MountFlags are kernel mount flags (nosuid, nodev, noexec and
+	// their opposites: MountOptions.Kernel).
+	MountFlags []string
 	// Ephemeral: the store was made private by the command that
 	// started this daemon; the daemon deletes it when it ends.
 	Ephemeral bool
@@ -55,6 +58,7 @@ type Plan struct {
 	Session           bool
 	TraceCgroup       string
 	Activity          config.Settings
+	MountFlags        []string
 }
 
 // UsageError is a request whose flags cannot work together or whose
@@ -80,6 +84,12 @@ func Validate(r Request) (*Plan, error) {
 	}
 	p := &Plan{Backstore: r.Backstore, Debug: r.Debug, Ephemeral: r.Ephemeral, NoPassthrough: r.NoPassthrough,
 		WritebackCache: r.WritebackCache, NoIOURing: r.NoIOURing, Session: r.Session, TraceCgroup: r.TraceCgroup}
+	for _, f := range r.MountFlags {
+		if !kernelMountFlags[f] {
+			return nil, usagef("mount flag %q: agentfs passes only nosuid, nodev, noexec, suid, dev and exec to the kernel", f)
+		}
+		p.MountFlags = append(p.MountFlags, f)
+	}
 	switch r.Backstore {
 	case "hostfs":
 		if r.RamdiskSize != "" {

@@ -130,6 +130,9 @@ func daemonArgs(p *Plan, store string, ephemeral bool) []string {
 		args = append(args, "--trace-cgroup", p.TraceCgroup)
 	}
 	args = append(args, SettingsArgs(p.Activity)...)
+	if len(p.MountFlags) > 0 {
+		args = append(args, "-o", strings.Join(p.MountFlags, ","))
+	}
 	return append(args, p.Mountpoint)
 }
 

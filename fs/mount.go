@@ -57,8 +57,11 @@ type Options struct {
 	AllowOther bool
 	// FsName is shown as the source in /proc/mounts (e.g. the lower dir).
 	FsName string
-	Debug  bool
-	Logger *slog.Logger
+	// MountFlags are kernel mount flags for the mount: nosuid, nodev,
+	// noexec and their opposites (nosuid and nodev are the default).
+	MountFlags []string
+	Debug      bool
+	Logger     *slog.Logger
 
 	// Activity, when set, receives an event for every successful
 	// mutating operation (see "Activity" in activity.go); with
@@ -97,7 +100,7 @@ func Mount(o Options) (*Server, error) {
 	s.views = newBinder(s, o.View)
 	mo := &fuse.MountOptions{
 		AllowOther:           o.AllowOther,
-		Options:              []string{"default_permissions"},
+		Options:              append([]string{"default_permissions"}, o.MountFlags...),
 		FsName:               o.FsName,
 		Name:                 "agentfs",
 		DirectMount:          os.Geteuid() == 0,

@@ -43,6 +43,9 @@ type ExportOptions struct {
 	// not exported, and why (device nodes without root, xattrs the
 	// target refuses).
 	Skipped func(path, why string)
+	// Progress, when set, is told after each file how many were
+	// written so far, and the bytes of their data.
+	Progress func(files, bytes int64)
 }
 
 // Export writes view v out as a plain directory tree at to, which must
@@ -190,6 +193,8 @@ type exporter struct {
 	// links maps the st_ino of a file with more than one name to the
 	// path (relative to rootfd) it was first exported at.
 	links map[uint64]string
+	// files and bytes count what was written, for o.Progress.
+	files, bytes int64
 }
 
 func (x *exporter) skip(p, why string) {
@@ -217,6 +222,13 @@ func (x *exporter) fill(n *Node, dirfd int, p string) error {
 		x.v.release(c)
 		if err != nil {
 			return fmt.Errorf("export %s: %w", cp, err)
+		}
+		if x.o.Progress != nil {
+			x.files++
+			if st.Mode&unix.S_IFMT == unix.S_IFREG {
+				x.bytes += st.Size
+			}
+			x.o.Progress(x.files, x.bytes)
 		}
 	}
 	return nil

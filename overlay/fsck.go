@@ -52,6 +52,9 @@ type FsckOptions struct {
 	InUse func(id string) bool
 	// Grace is backstore.GCOptions.Grace for garbage.
 	Grace time.Duration
+	// Progress, when set, is told after each branch and snapshot how
+	// many of them were checked, of how many.
+	Progress func(done, total int)
 }
 
 // FsckKind names a problem.
@@ -154,6 +157,17 @@ func Fsck(o FsckOptions) (FsckReport, error) {
 	if err != nil {
 		return r, fmt.Errorf("fsck: %w", err)
 	}
+	snaps, err := o.Meta.Snapshots()
+	if err != nil {
+		return r, fmt.Errorf("fsck: %w", err)
+	}
+	done, total := 0, len(names)+len(snaps)
+	progress := func() {
+		done++
+		if o.Progress != nil {
+			o.Progress(done, total)
+		}
+	}
 	for _, name := range names {
 		l, err := o.Meta.Layer(name)
 		if err != nil {
@@ -162,10 +176,7 @@ func Fsck(o FsckOptions) (FsckReport, error) {
 		if err := c.branch(l); err != nil {
 			return r, err
 		}
-	}
-	snaps, err := o.Meta.Snapshots()
-	if err != nil {
-		return r, fmt.Errorf("fsck: %w", err)
+		progress()
 	}
 	for _, s := range snaps {
 		r.Snapshots++
@@ -173,6 +184,7 @@ func Fsck(o FsckOptions) (FsckReport, error) {
 		if _, err := c.check(o.Meta.SnapshotView(s), where); err != nil {
 			return r, fmt.Errorf("fsck: snapshot %s: %w", s.ID, err)
 		}
+		progress()
 	}
 	gr, err := o.Objects.Collect(backstore.GCOptions{
 		Referenced: o.Meta.ReferencedObjects,

@@ -39,11 +39,11 @@ func (w *Workspace) Apply(c ctl.Caller, a ctl.ApplyArgs) (ctl.ApplyReply, error)
 			return ctl.ApplyReply{}, errorf(ErrInvalid, "%q is not a branch: only a branch's changes can be applied (agentfs branch list shows them)", name)
 		}
 		live := w.views[name] == v.fs
-		w.progress.Store(&ctl.ApplyProgress{Running: true})
-		defer w.progress.Store(nil)
+		progress, end := w.startProgress("apply", "changes")
+		defer end()
 		res, err := overlay.Apply(v.fs, overlay.ApplyOptions{Paths: paths, DryRun: a.DryRun, Force: a.Force,
 			Progress: func(p overlay.ApplyProgress) {
-				w.progress.Store(&ctl.ApplyProgress{Running: true, Done: p.Done, Total: p.Total, Bytes: p.Bytes, TotalBytes: p.TotalBytes})
+				progress.set(int64(p.Done), int64(p.Total), p.Bytes, p.TotalBytes)
 			}})
 		if live {
 			w.invalidate(res.Stale)
@@ -64,15 +64,6 @@ func (w *Workspace) Apply(c ctl.Caller, a ctl.ApplyArgs) (ctl.ApplyReply, error)
 		}
 		return reply, nil
 	})
-}
-
-// ApplyProgress is the progress of the apply running, if any. It does
-// not wait for opMu: it is asked while the apply holds it.
-func (w *Workspace) ApplyProgress() ctl.ApplyProgress {
-	if p := w.progress.Load(); p != nil {
-		return *p
-	}
-	return ctl.ApplyProgress{}
 }
 
 // cleanPaths checks the paths an operation (op, for the error) was

@@ -84,10 +84,17 @@ func (w *Workspace) closer(v *overlay.FS, what string) func() {
 
 // changes returns the changes from view a to view b, as overlay.Diff
 // reports them.
-func changes(a, b *overlay.FS) ([]overlay.Change, error) {
+func changes(a, b *overlay.FS) ([]overlay.Change, error) { return changesWith(a, b, nil) }
+
+// changesWith is changes, telling progress (when set) how many were
+// found so far.
+func changesWith(a, b *overlay.FS, progress func(n int)) ([]overlay.Change, error) {
 	var out []overlay.Change
 	err := overlay.Diff(a, b, func(c overlay.Change) error {
 		out = append(out, c)
+		if progress != nil {
+			progress(len(out))
+		}
 		return nil
 	})
 	return out, err
@@ -200,7 +207,9 @@ func (w *Workspace) Diff(c ctl.Caller, a ctl.DiffArgs) (ctl.DiffReply, error) {
 			return ctl.DiffReply{}, err
 		}
 		defer vb.close()
-		cs, err := changes(va.fs, vb.fs)
+		progress, end := w.startProgress("diff", "changes")
+		defer end()
+		cs, err := changesWith(va.fs, vb.fs, func(n int) { progress.set(int64(n), 0, 0, 0) })
 		if err != nil {
 			return ctl.DiffReply{}, eioErrorf(err, "comparing %s with %s: %v", va.what, vb.what, err)
 		}
@@ -344,9 +353,11 @@ func (w *Workspace) Export(c ctl.Caller, a ctl.ExportArgs) (ctl.ExportReply, err
 		}
 		defer v.close()
 		reply := ctl.ExportReply{What: v.what, To: a.To}
+		progress, end := w.startProgress("export", "files")
+		defer end()
 		err = overlay.ExportWith(v.fs, a.To, overlay.ExportOptions{Skipped: func(path, why string) {
 			reply.Skipped = append(reply.Skipped, path+": "+why)
-		}})
+		}, Progress: func(files, bytes int64) { progress.set(files, 0, bytes, 0) }})
 		w.log.Info("export", "what", v.what, "to", a.To, "skipped", len(reply.Skipped), "err", err, "pid", c.Pid)
 		if err != nil {
 			return ctl.ExportReply{}, ioErrorf(err, "exporting %s to %s: %v", v.what, a.To, err)

@@ -164,6 +164,11 @@ func (c *Client) Apply(a ctl.ApplyArgs) (ctl.ApplyReply, error) {
 	return do[ctl.ApplyReply](c, ctl.OpApply, a)
 }
 
+// Progress is Workspace.Progress.
+func (c *Client) Progress() (ctl.Progress, error) {
+	return do[ctl.Progress](c, ctl.OpProgress, nil)
+}
+
 // ApplyProgress is Workspace.ApplyProgress.
 func (c *Client) ApplyProgress() (ctl.ApplyProgress, error) {
 	return do[ctl.ApplyProgress](c, ctl.OpApplyProgress, nil)

@@ -23,7 +23,10 @@ func (w *Workspace) GC(c ctl.Caller, a ctl.GCArgs) (ctl.GCReply, error) {
 		if grace <= 0 {
 			grace = backstore.DefaultGCGrace
 		}
-		r, err := w.objs.Collect(backstore.GCOptions{Referenced: w.meta.ReferencedObjects, InUse: w.inUseLocked(), Grace: grace})
+		progress, end := w.startProgress("gc", "objects")
+		defer end()
+		r, err := w.objs.Collect(backstore.GCOptions{Referenced: w.meta.ReferencedObjects, InUse: w.inUseLocked(), Grace: grace,
+			Progress: func(n int) { progress.set(int64(n), 0, 0, 0) }})
 		w.log.Info("gc", "objects", r.Objects, "removed", r.Removed, "freed", r.Freed, "young", r.Young, "in use", r.InUse, "err", err, "pid", c.Pid)
 		if err != nil {
 			return ctl.GCReply{}, storeError(err, fmt.Sprintf("collecting garbage (removed %d objects, %d bytes, before the error)", r.Removed, r.Freed))
@@ -62,7 +65,10 @@ func (w *Workspace) Fsck(c ctl.Caller, a ctl.FsckArgs) (ctl.FsckReply, error) {
 				return ctl.FsckReply{}, err
 			}
 		}
-		r, err := overlay.Fsck(overlay.FsckOptions{Objects: w.objs, Meta: w.meta, Lower: w.opts.LowerDir, Repair: a.Repair, InUse: w.inUseLocked()})
+		progress, end := w.startProgress("fsck", "branches and snapshots")
+		defer end()
+		r, err := overlay.Fsck(overlay.FsckOptions{Objects: w.objs, Meta: w.meta, Lower: w.opts.LowerDir, Repair: a.Repair, InUse: w.inUseLocked(),
+			Progress: func(done, total int) { progress.set(int64(done), int64(total), 0, 0) }})
 		w.log.Info("fsck", "repair", a.Repair, "problems", len(r.Problems), "garbage", len(r.Garbage), "err", err, "pid", c.Pid)
 		repaired := false
 		reply := ctl.FsckReply{Branches: r.Branches, Snapshots: r.Snapshots, Entries: r.Entries, Objects: r.Objects, Repair: r.Repair,

@@ -33,6 +33,7 @@ func (w *Workspace) Register(s *ctl.Server) {
 	handle(s, ctl.OpExport, w.Export)
 	handle(s, ctl.OpApply, w.Apply)
 	handle(s, ctl.OpApplyProgress, func(ctl.Caller, struct{}) (ctl.ApplyProgress, error) { return w.ApplyProgress(), nil })
+	handle(s, ctl.OpProgress, func(ctl.Caller, struct{}) (ctl.Progress, error) { return w.Progress(), nil })
 	handle(s, ctl.OpStatus, func(ctl.Caller, struct{}) (ctl.Status, error) { return w.Status(), nil })
 	handle(s, ctl.OpActivity, func(_ ctl.Caller, a ctl.ActivityArgs) (ctl.ActivityReply, error) { return w.Activity(a) })
 	s.After(w.Settle)

@@ -48,7 +48,10 @@ type Options struct {
 	ReadOnly bool
 	// Version is the agentfs version, for Status.
 	Version string
-	Logger  *slog.Logger
+	// ProgressGate holds each long operation until its progress was
+	// asked (progress.go): for the tests of the progress bars only.
+	ProgressGate bool
+	Logger       *slog.Logger
 }
 
 // Workspace is one open store: see the package doc.
@@ -75,8 +78,10 @@ type Workspace struct {
 	// mount is the serving mount (nil offline); set once by Attach,
 	// before the mount serves, and read without a lock (attached).
 	mount atomic.Pointer[attachedMount]
-	// progress is the progress of the apply running, nil when none.
-	progress atomic.Pointer[ctl.ApplyProgress]
+	// progress is the progress of the long operation running, nil
+	// when none (progress.go); gate holds it for the tests.
+	progress atomic.Pointer[ctl.Progress]
+	gate     progressGate
 }
 
 // Open opens the store of o: the branch metadata (under the store's

@@ -7,13 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/ctl"
-	"github.com/agentfs/agentfs/workspace"
 )
 
 // applyOptions are the flags of agentfs apply.
@@ -101,7 +99,7 @@ func runApply(ctx context.Context, o *applyOptions, args []string) (err error) {
 		}
 	}
 	req := ctl.ApplyArgs{Branch: o.branch, Paths: paths, DryRun: o.dryRun, Force: o.force}
-	stop := o.showProgress(c.Root())
+	stop := watchProgress(c, o.stderr, o.json)
 	rep, err := c.Apply(req)
 	stop()
 	if err != nil {
@@ -192,67 +190,6 @@ func printApply(w io.Writer, rep ctl.ApplyReply) {
 			line(it, "  ("+it.Reason+")")
 		}
 	}
-}
-
-// progressDelay is how long an apply runs before a progress bar shows.
-const progressDelay = time.Second
-
-// showProgress draws a progress bar on stderr, when it is a terminal,
-// for an apply that runs longer than progressDelay, from the daemon's
-// progress (asked over a second connection: the apply holds the
-// first). The returned function stops it and clears the line.
-func (o *applyOptions) showProgress(root string) (stop func()) {
-	f, ok := o.stderr.(*os.File)
-	if !ok || o.json || !isTerminal(f) {
-		return func() {}
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		select {
-		case <-done:
-			return
-		case <-time.After(progressDelay):
-		}
-		c, err := workspace.Dial(root)
-		if err != nil {
-			return
-		}
-		defer func() { _ = c.Close() }() // a second connection that only read the progress
-		drawn := false
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if p, err := c.ApplyProgress(); err == nil && p.Running && p.Total > 0 {
-				fmt.Fprintf(f, "\r\033[K%s", progressLine(p))
-				drawn = true
-			}
-			select {
-			case <-done:
-				if drawn {
-					fmt.Fprint(f, "\r\033[K")
-				}
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
-}
-
-// progressLine renders a progress bar: by bytes when there is data to
-// write, else by changes.
-func progressLine(p ctl.ApplyProgress) string {
-	frac := float64(p.Done) / float64(p.Total)
-	if p.TotalBytes > 0 {
-		frac = float64(p.Bytes) / float64(p.TotalBytes)
-	}
-	frac = min(max(frac, 0), 1)
-	const width = 30
-	n := int(frac * width)
-	return fmt.Sprintf("applying [%s%s] %3.0f%%  %d/%d changes, %s/%s",
-		strings.Repeat("=", n), strings.Repeat(" ", width-n), frac*100, p.Done, p.Total, humanBytes(p.Bytes), humanBytes(p.TotalBytes))
 }
 
 // isTerminal reports whether f is a terminal.

@@ -16,7 +16,7 @@ import (
 type diffOptions struct {
 	mountFlag
 	json, stat, patch bool
-	stdout            io.Writer
+	stdout, stderr    io.Writer
 }
 
 func (o *diffOptions) AddFlags(flags *pflag.FlagSet) {
@@ -47,7 +47,7 @@ Examples:
   agentfs diff main try2 --stat   # two branches
   agentfs diff --patch > changes.patch`,
 		setup: func(flags *pflag.FlagSet, out streams) runFunc {
-			o := &diffOptions{stdout: out.stdout}
+			o := &diffOptions{stdout: out.stdout, stderr: out.stderr}
 			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runDiff(ctx, o, args) }
 		},
@@ -69,7 +69,7 @@ func runDiff(ctx context.Context, o *diffOptions, args []string) error {
 		a.To = args[1]
 	}
 	a.Patch = o.patch
-	rep, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.DiffReply, error) { return c.Diff(a) })
+	rep, err := callWithProgress(&o.mountFlag, o.stderr, o.json, func(c *workspace.Client) (ctl.DiffReply, error) { return c.Diff(a) })
 	if err != nil {
 		return err
 	}

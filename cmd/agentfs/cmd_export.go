@@ -61,7 +61,7 @@ func runExport(ctx context.Context, o *exportOptions, args []string) error {
 	if err != nil {
 		return fmt.Errorf("the export target %s: %w", o.to, err)
 	}
-	rep, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.ExportReply, error) {
+	rep, err := callWithProgress(&o.mountFlag, o.stderr, false, func(c *workspace.Client) (ctl.ExportReply, error) {
 		return c.Export(ctl.ExportArgs{Ref: args[0], To: to})
 	})
 	if err != nil {

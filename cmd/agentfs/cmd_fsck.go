@@ -14,9 +14,9 @@ import (
 // fsckOptions are the flags of agentfs fsck.
 type fsckOptions struct {
 	mountFlag
-	repair bool
-	json   bool
-	stdout io.Writer
+	repair         bool
+	json           bool
+	stdout, stderr io.Writer
 }
 
 func (o *fsckOptions) AddFlags(flags *pflag.FlagSet) {
@@ -54,7 +54,7 @@ Examples:
   agentfs fsck --repair -C /mnt/ws`,
 		exitCodes: fsckExitCodes,
 		setup: func(flags *pflag.FlagSet, out streams) runFunc {
-			o := &fsckOptions{stdout: out.stdout}
+			o := &fsckOptions{stdout: out.stdout, stderr: out.stderr}
 			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runFsck(ctx, o, args) }
 		},
@@ -65,7 +65,9 @@ func runFsck(ctx context.Context, o *fsckOptions, args []string) error {
 	if len(args) != 0 {
 		return usagef("fsck takes no arguments")
 	}
-	rep, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.FsckReply, error) { return c.Fsck(ctl.FsckArgs{Repair: o.repair}) })
+	rep, err := callWithProgress(&o.mountFlag, o.stderr, o.json, func(c *workspace.Client) (ctl.FsckReply, error) {
+		return c.Fsck(ctl.FsckArgs{Repair: o.repair})
+	})
 	if err != nil {
 		return err
 	}

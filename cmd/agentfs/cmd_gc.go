@@ -15,9 +15,9 @@ import (
 // gcOptions are the flags of agentfs gc.
 type gcOptions struct {
 	mountFlag
-	grace  time.Duration
-	json   bool
-	stdout io.Writer
+	grace          time.Duration
+	json           bool
+	stdout, stderr io.Writer
 }
 
 func (o *gcOptions) AddFlags(flags *pflag.FlagSet) {
@@ -41,7 +41,7 @@ Examples:
   agentfs snapshot delete 1a2b3c4d && agentfs gc
   agentfs gc -C /mnt/ws --grace 10s`,
 		setup: func(flags *pflag.FlagSet, out streams) runFunc {
-			o := &gcOptions{stdout: out.stdout}
+			o := &gcOptions{stdout: out.stdout, stderr: out.stderr}
 			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runGC(ctx, o, args) }
 		},
@@ -55,7 +55,7 @@ func runGC(ctx context.Context, o *gcOptions, args []string) error {
 	if o.grace < time.Second {
 		return usagef("--grace %v is too short: a copy in progress could lose its file; use 1s or more", o.grace)
 	}
-	rep, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.GCReply, error) { return c.GC(ctl.GCArgs{Grace: o.grace}) })
+	rep, err := callWithProgress(&o.mountFlag, o.stderr, o.json, func(c *workspace.Client) (ctl.GCReply, error) { return c.GC(ctl.GCArgs{Grace: o.grace}) })
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,11 @@ type mountOptions struct {
 	// traceCgroup: the session's cgroup, whose processes the exec
 	// trace follows.
 	traceCgroup string
+	// options are -o lists (mount_options.go); flags are the flags
+	// they set, and mountFlags the kernel's.
+	options    []string
+	flags      *pflag.FlagSet
+	mountFlags []string
 }
 
 func (o *mountOptions) AddFlags(flags *pflag.FlagSet) {
@@ -44,6 +49,7 @@ func (o *mountOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.BoolVar(&o.writeback, "writeback-cache", false, "let the kernel gather writes in its page cache and send them in large\nrequests, instead of FUSE passthrough (see docs/semantics.md: file times are\nthe kernel's, and a few stat details differ from the native ones)")
 	flags.BoolVar(&o.noIOURing, "no-io-uring", false, "take FUSE requests over /dev/fuse even where FUSE over io_uring is\navailable (to compare, or to work around a kernel problem)")
 	o.activity.AddFlags(flags)
+	flags.StringArrayVarP(&o.options, "options", "o", nil, "mount options, as mount(8) takes them: any flag above as NAME or NAME=VALUE\n(store=DIR,backstore=ramdisk,auto-snapshot), and nosuid, nodev, noexec")
 	flags.BoolVar(&o.debug, "debug", false, "log every FUSE operation (to the store's agentfs.log, or stderr with --foreground)")
 	flags.BoolVar(&o.ephemeral, "ephemeral", false, "internal: the store is private; delete it on exit")
 	flags.IntVar(&o.readyFd, "ready-fd", -1, "internal: report readiness on this file descriptor")
@@ -61,7 +67,7 @@ func init() {
 	register(&command{
 		name:    "mount",
 		summary: "mount a copy-on-write view of a project",
-		usage:   "--lower DIR [--store DIR] [--backstore hostfs|ramdisk] [--ramdisk-size SIZE] [--auto-snapshot] [--quiet-period DUR] [--log-reads] [--foreground] [--debug] MOUNTPOINT",
+		usage:   "--lower DIR [--store DIR] [--backstore hostfs|ramdisk] [--ramdisk-size SIZE] [--auto-snapshot] [--quiet-period DUR] [--log-reads] [-o OPTIONS] [--foreground] [--debug] MOUNTPOINT",
 		help: `Mount shows DIR at MOUNTPOINT. Reads pass through to DIR; the first write
 to a file copies it into the backstore; deletes hide the lower file. DIR
 itself is never modified. The command returns once the mount is ready; a
@@ -85,13 +91,20 @@ made inside it; older automatic snapshots thin out (agentfs snapshot
 prune). Defaults for these come from ~/.config/agentfs/config and the
 project's .agentfs.conf (see docs/guide.md); flags override both.
 
+Every flag has a mount(8) spelling, for -o and for mount -t fuse.agentfs
+and /etc/fstab (through mount.fuse.agentfs, which make install puts in
+/sbin): -o store=DIR,backstore=ramdisk,auto-snapshot. nosuid, nodev
+and noexec go to the kernel; mount's own options (rw, noauto, user,
+nofail, ...) are ignored. mount.fuse.agentfs --help says more.
+
 Examples:
   agentfs mount --lower ~/proj /mnt/ws
   agentfs mount --lower ~/proj --auto-snapshot --quiet-period 5s /mnt/ws
   agentfs mount --lower ~/proj --store ~/.ws1 /mnt/ws
-  agentfs mount --lower ~/proj --backstore ramdisk --ramdisk-size 2G /mnt/ws`,
+  agentfs mount --lower ~/proj --backstore ramdisk --ramdisk-size 2G /mnt/ws
+  agentfs mount --lower ~/proj -o store=$HOME/.ws1,auto-snapshot /mnt/ws`,
 		setup: func(flags *pflag.FlagSet, _ streams) runFunc {
-			o := &mountOptions{}
+			o := &mountOptions{flags: flags}
 			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runMount(ctx, o, args) }
 		},
@@ -101,6 +114,9 @@ Examples:
 func runMount(ctx context.Context, o *mountOptions, args []string) error {
 	if len(args) != 1 {
 		return usagef("mount takes one MOUNTPOINT, got %d arguments", len(args))
+	}
+	if err := o.applyOptions(nil); err != nil {
+		return err
 	}
 	p, err := daemon.Validate(o.request(args[0]))
 	if err != nil {
@@ -124,5 +140,5 @@ func runMount(ctx context.Context, o *mountOptions, args []string) error {
 func (o *mountOptions) request(mountpoint string) daemon.Request {
 	return daemon.Request{Lower: o.lower, Mountpoint: mountpoint, Store: o.store, Backstore: o.backstore, RamdiskSize: o.ramdiskSize,
 		Debug: o.debug, NoPassthrough: o.noPT, WritebackCache: o.writeback, NoIOURing: o.noIOURing,
-		Activity: o.activity.overrides(), Ephemeral: o.ephemeral, Session: o.session, TraceCgroup: o.traceCgroup}
+		Activity: o.activity.overrides(), Ephemeral: o.ephemeral, Session: o.session, TraceCgroup: o.traceCgroup, MountFlags: o.mountFlags}
 }

@@ -5,25 +5,41 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/daemon"
 )
 
-// versionOptions are the flags of agentfs version (none).
+// commit is the git commit built (-ldflags "-X main.commit=..."); empty:
+// the build's own record of it, if any.
+var commit = ""
+
+// versionOptions are the flags of agentfs version.
 type versionOptions struct {
+	json   bool
 	stdout io.Writer
 }
 
-func (o *versionOptions) AddFlags(*pflag.FlagSet) {}
+func (o *versionOptions) AddFlags(flags *pflag.FlagSet) {
+	flags.BoolVar(&o.json, "json", false, "print JSON")
+}
 
 func init() {
 	register(&command{
 		name:    "version",
-		summary: "print the version",
-		usage:   "",
-		help:    "Version prints the agentfs version, the Go version it was built with and\nthe control protocol version it speaks.\n\nExample:\n  agentfs version",
+		summary: "print the version, and what the kernel offers agentfs",
+		usage:   "[--json]",
+		help: `Version prints the agentfs version, the Go version it was built with and
+the control protocol version it speaks on its first line, then the
+commit it was built from, and what the running kernel offers agentfs:
+FUSE passthrough, FUSE over io_uring, BPF, user namespaces, /dev/fuse
+and fusermount3. Paste it whole into a bug report.
+
+Example:
+  agentfs version`,
 		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &versionOptions{stdout: out.stdout}
 			o.AddFlags(flags)
@@ -32,10 +48,60 @@ func init() {
 	})
 }
 
+// versionInfo is agentfs version --json.
+type versionInfo struct {
+	Version  string                 `json:"version"`
+	Commit   string                 `json:"commit"`
+	Go       string                 `json:"go"`
+	Platform string                 `json:"platform"`
+	Protocol int                    `json:"control_protocol"`
+	Kernel   []daemon.KernelFeature `json:"kernel"`
+}
+
 func runVersion(ctx context.Context, o *versionOptions, args []string) error {
 	if len(args) != 0 {
 		return usagef("version takes no arguments")
 	}
-	_, err := fmt.Fprintf(o.stdout, "agentfs %s (%s, control protocol %d)\n", version, runtime.Version(), ctl.Version)
-	return err
+	info := versionInfo{Version: version, Commit: buildCommit(), Go: runtime.Version(),
+		Platform: runtime.GOOS + "/" + runtime.GOARCH, Protocol: int(ctl.Version), Kernel: daemon.KernelFeatures()}
+	if o.json {
+		return printJSON(o.stdout, info)
+	}
+	// The first line is what it always was: scripts and tests read it.
+	fmt.Fprintf(o.stdout, "agentfs %s (%s, control protocol %d)\n", version, runtime.Version(), ctl.Version)
+	fmt.Fprintf(o.stdout, "%-17s %s\n", "commit:", info.Commit)
+	fmt.Fprintf(o.stdout, "%-17s %s %s\n", "go:", info.Go, info.Platform)
+	fmt.Fprintf(o.stdout, "%-17s %d\n", "control protocol:", info.Protocol)
+	for _, f := range info.Kernel {
+		if _, err := fmt.Fprintf(o.stdout, "%-17s %s\n", f.Name+":", f.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildCommit is the commit agentfs was built from: as the Makefile set
+// it, else as the go command recorded it, else "unknown".
+func buildCommit() string {
+	if commit != "" {
+		return commit
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if rev != "" {
+			if dirty {
+				rev += " (with uncommitted changes)"
+			}
+			return rev
+		}
+	}
+	return "unknown"
 }

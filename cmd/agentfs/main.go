@@ -158,6 +158,9 @@ func commandUsage(w io.Writer, c *command) {
 }
 
 func main() {
+	if isMountHelper() {
+		os.Exit(runMountHelper(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -176,6 +179,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitError
 		}
 		return exitOK
+	case completeCommand:
+		// The shell's completion (cmd_completion.go): the words are
+		// not agentfs's flags.
+		return runComplete(args[1:], stdout)
 	case "help":
 		if len(args) < 2 {
 			mainUsage(stdout)

@@ -1,0 +1,179 @@
+package daemon
+
+import (
+	"bufio"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// What the running kernel offers agentfs, for agentfs version and bug
+// reports: each feature agentfs uses or may use, whether the kernel
+// has it, and what decides it here.
+
+// KernelFeature is one thing the kernel offers (or not).
+type KernelFeature struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// KernelFeatures describes the running kernel: its release, FUSE
+// passthrough, FUSE over io_uring, BPF, user namespaces and FUSE
+// itself. Nothing here fails: what cannot be read says so.
+func KernelFeatures() []KernelFeature {
+	var uts unix.Utsname
+	release, machine := "unknown", ""
+	if err := unix.Uname(&uts); err == nil {
+		release, machine = unix.ByteSliceToString(uts.Release[:]), unix.ByteSliceToString(uts.Machine[:])
+	}
+	cfg := kernelConfig()
+	return []KernelFeature{
+		{"kernel", strings.TrimSpace("Linux " + release + " " + machine)},
+		{"passthrough", passthroughFeature(release, cfg)},
+		{"io_uring", ioURingFeature(cfg)},
+		{"bpf", bpfFeature(cfg)},
+		{"user namespaces", usernsFeature()},
+		{"fuse", fuseFeature()},
+	}
+}
+
+// kernelAtLeast reports whether release (6.9.0-foo) is major.minor or
+// later.
+func kernelAtLeast(release string, major, minor int) bool {
+	var ma, mi int
+	if _, err := fmt.Sscanf(release, "%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+// kernelConfig reads the kernel's build options (/proc/config.gz, else
+// /boot/config-RELEASE); nil when neither is there.
+func kernelConfig() map[string]string {
+	var r io.Reader
+	if f, err := os.Open("/proc/config.gz"); err == nil {
+		defer func() { _ = f.Close() }() // read only
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return nil
+		}
+		r = zr
+	} else {
+		var uts unix.Utsname
+		if unix.Uname(&uts) != nil {
+			return nil
+		}
+		f, err := os.Open("/boot/config-" + unix.ByteSliceToString(uts.Release[:]))
+		if err != nil {
+			return nil
+		}
+		defer func() { _ = f.Close() }() // read only
+		r = f
+	}
+	cfg := map[string]string{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok && strings.HasPrefix(k, "CONFIG_") {
+			cfg[k] = v
+		}
+	}
+	return cfg
+}
+
+// configSays is what the kernel's build says of option, for a feature
+// line: "" when the configuration cannot be read.
+func configSays(cfg map[string]string, option string) (on bool, known bool) {
+	if cfg == nil {
+		return false, false
+	}
+	v := cfg[option]
+	return v == "y" || v == "m", true
+}
+
+func passthroughFeature(release string, cfg map[string]string) string {
+	if !kernelAtLeast(release, 6, 9) {
+		return "no: it needs Linux 6.9 or later"
+	}
+	if on, known := configSays(cfg, "CONFIG_FUSE_PASSTHROUGH"); known && !on {
+		return "no: the kernel is built without CONFIG_FUSE_PASSTHROUGH"
+	}
+	return "yes, for mounts made as root (Linux 6.9 or later)"
+}
+
+func ioURingFeature(cfg map[string]string) string {
+	disabled := readTrimmed("/proc/sys/kernel/io_uring_disabled")
+	knob := readTrimmed(uringKnob)
+	switch {
+	case knob == "":
+		if on, known := configSays(cfg, "CONFIG_FUSE_IO_URING"); known && !on {
+			return "no: the kernel is built without CONFIG_FUSE_IO_URING (Linux 6.14 or later)"
+		}
+		return "no: the fuse module has no enable_uring parameter (it needs Linux 6.14 or later, CONFIG_FUSE_IO_URING)"
+	case disabled == "2":
+		return "no: io_uring is turned off (kernel.io_uring_disabled = 2)"
+	}
+	s := fmt.Sprintf("yes, for mounts made as root (enable_uring = %s; agentfs turns it on)", knob)
+	if disabled == "1" {
+		s += "; kernel.io_uring_disabled = 1: only for root"
+	}
+	return s
+}
+
+func bpfFeature(cfg map[string]string) string {
+	if on, known := configSays(cfg, "CONFIG_BPF_SYSCALL"); known && !on {
+		return "no: the kernel is built without CONFIG_BPF_SYSCALL"
+	}
+	var parts []string
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err == nil {
+		parts = append(parts, "BTF")
+	} else {
+		parts = append(parts, "no BTF")
+	}
+	if v := readTrimmed("/proc/sys/kernel/unprivileged_bpf_disabled"); v != "" {
+		parts = append(parts, "kernel.unprivileged_bpf_disabled = "+v)
+	}
+	return "yes (" + strings.Join(parts, ", ") + ")"
+}
+
+func usernsFeature() string {
+	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
+		return "no: the kernel has no user namespaces (CONFIG_USER_NS)"
+	}
+	if r := usernsRestrictions(); len(r) > 0 {
+		return "only for root: " + strings.Join(r, ", ") + " (agentfs run as a normal user needs them)"
+	}
+	return "yes, also for normal users (agentfs run works without root)"
+}
+
+func fuseFeature() string {
+	var parts []string
+	st, err := os.Stat(devFuse)
+	switch {
+	case err != nil:
+		parts = append(parts, devFuse+" is missing (modprobe fuse)")
+	case st.Mode().Perm()&0o006 == 0o006:
+		parts = append(parts, devFuse+" usable by all")
+	default:
+		parts = append(parts, fmt.Sprintf("%s mode %o (root only)", devFuse, st.Mode().Perm()))
+	}
+	if p, err := exec.LookPath("fusermount3"); err == nil {
+		parts = append(parts, "fusermount3 at "+p)
+	} else {
+		parts = append(parts, "no fusermount3 (apt-get install fuse3)")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// readTrimmed reads a small /proc or /sys file; "" when it cannot.
+func readTrimmed(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
