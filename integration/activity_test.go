@@ -350,9 +350,10 @@ func TestAutoSnapshotGitCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "git commit " + strings.TrimSpace(string(out)) + " on main: fix the parser"
-	s := waitSnapshot(t, m.Dir, "snapshot of the commit", func(s snapshotJSON) bool { return s.Kind == "auto" })
-	if s.Label != want {
-		t.Errorf("snapshot after the commit is labelled %q, want %q", s.Label, want)
+	// Labelled with the commit and, the mount being traced, the command.
+	s := waitSnapshot(t, m.Dir, "snapshot of the commit", func(s snapshotJSON) bool { return s.Kind == "git" })
+	if !strings.HasPrefix(s.Label, want+" (by git ") || !strings.HasSuffix(s.Label, "commit -q -am 'fix the parser')") {
+		t.Errorf("snapshot after the commit is labelled %q, want %q and the command", s.Label, want)
 	}
 }
 

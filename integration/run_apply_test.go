@@ -35,7 +35,7 @@ func TestRunApply(t *testing.T) {
 	gitSnap := false
 	for _, s := range e.snapshotsOf(id) {
 		kinds = append(kinds, s.Kind)
-		gitSnap = gitSnap || s.Kind == "auto" && strings.Contains(s.Label, "git commit") && strings.Contains(s.Label, "agent's work")
+		gitSnap = gitSnap || s.Kind == "git" && strings.Contains(s.Label, "git commit") && strings.Contains(s.Label, "agent's work")
 	}
 	if len(kinds) < 2 || kinds[0] != "pre-run" || !gitSnap {
 		t.Errorf("snapshots of the session: kinds %v; want pre-run first, then an automatic one labelled with the agent's git commit", kinds)

@@ -131,6 +131,7 @@ type runSessionInfo struct {
 	DaemonPid     int        `json:"daemon_pid"`
 	UserNamespace bool       `json:"user_namespace"`
 	PreRun        string     `json:"pre_run_snapshot"`
+	PostRun       string     `json:"post_run_snapshot"`
 	Snapshots     *int       `json:"snapshots"`
 	Changes       *struct {
 		Created  int `json:"created"`
@@ -279,8 +280,8 @@ func TestRunSession(t *testing.T) {
 		t.Errorf("exit_code = %s, want 3", intp(s.ExitCode))
 	case s.Ended == nil || s.Ended.Before(s.Started) || s.Started.IsZero():
 		t.Errorf("started %v, ended %v", s.Started, s.Ended)
-	case s.Snapshots == nil || *s.Snapshots != 1:
-		t.Errorf("snapshots = %s, want 1 (pre-run)", intp(s.Snapshots))
+	case s.Snapshots == nil || *s.Snapshots < 2:
+		t.Errorf("snapshots = %s, want at least 2 (pre-run, post-run)", intp(s.Snapshots))
 	case s.Changes == nil || s.Changes.Created < 4 || s.Changes.Modified < 2 || s.Changes.Deleted != 1:
 		t.Errorf("changes = %+v, want at least 4 created (new.txt, gen, gen/out.txt, abs-path, git objects), 2 modified (a.txt, the git index), 1 deleted (b.txt)", s.Changes)
 	case !strings.HasPrefix(s.Store, filepath.Join(e.state, "agentfs", "sessions", id)):
@@ -299,9 +300,20 @@ func TestRunSession(t *testing.T) {
 		t.Fatalf("diff -s:\n%s", d)
 	}
 	wantLines(t, "diff -s", d.Stdout, "M  a.txt", "D  b.txt", "A  new.txt", "A  gen/", "A  gen/out.txt", "A  abs-path", "M  .git/index")
+	// The pre-run snapshot, automatic ones (the agent's commit may
+	// make one before it exits), and the post-run one, of the end.
 	snaps := e.snapshotsOf(id)
-	if len(snaps) != 1 || snaps[0].Kind != "pre-run" || snaps[0].Label != agent || snaps[0].ID != s.PreRun {
-		t.Errorf("snapshots = %+v, want the one pre-run snapshot %s labelled %s", snaps, s.PreRun, agent)
+	if n := len(snaps); n < 2 || snaps[0].Kind != "pre-run" || snaps[0].Label != agent || snaps[0].ID != s.PreRun ||
+		snaps[n-1].Kind != "post-run" || snaps[n-1].Label != agent+" (exit 3)" || snaps[n-1].ID != s.PostRun {
+		t.Errorf("snapshots = %+v, want the pre-run snapshot %s labelled %s first and the post-run one %s last", snaps, s.PreRun, agent, s.PostRun)
+	}
+	for _, sn := range snaps[1 : len(snaps)-1] {
+		if sn.Kind != "auto" && sn.Kind != "git" && sn.Kind != "build" {
+			t.Errorf("a snapshot of kind %s during the run: %+v", sn.Kind, sn)
+		}
+	}
+	if d := e.agentfs("diff", "-s", id, s.PostRun); d.Code != 0 || d.Stdout != "" {
+		t.Errorf("the session's end differs from its post-run snapshot:\n%s", d)
 	}
 	// Since the pre-run snapshot: the same changes.
 	if d2 := e.agentfs("diff", "-s", id, s.PreRun); d2.Stdout != d.Stdout {
