@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 type env struct {
@@ -445,7 +446,7 @@ func TestRemovedXattrStaysRemovedAfterDataCopyUp(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "data", "g": "data"})
 	for _, name := range []string{"f", "g"} {
 		if err := unix.Setxattr(filepath.Join(e.lower, name), "user.a", []byte("1"), 0); err != nil {
-			t.Skipf("no user xattrs on the test filesystem: %v", err)
+			testenv.Skip(t, testenv.UserXattrs, "no user xattrs on the test filesystem: %v", err)
 		}
 	}
 	if err := e.view.Removexattr(e.must("f"), "user.a"); err != nil {
