@@ -27,7 +27,13 @@ type env struct {
 // content; a trailing "/" makes a directory).
 func newEnv(t testing.TB, files map[string]string) *env {
 	t.Helper()
-	lower := t.TempDir()
+	return newEnvIn(t, t.TempDir(), files)
+}
+
+// newEnvIn is newEnv with the lower tree made in lower, an empty
+// directory (testenv.DiskDir, for reads that must reach a disk).
+func newEnvIn(t testing.TB, lower string, files map[string]string) *env {
+	t.Helper()
 	for p, c := range files {
 		full := filepath.Join(lower, p)
 		if p[len(p)-1] == '/' {
