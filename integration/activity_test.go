@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -325,9 +326,7 @@ func TestAutoSnapshotOffByDefault(t *testing.T) {
 }
 
 func TestAutoSnapshotGitCommit(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
+	requireTool(t, "git")
 	lower := harness.NewLowerDir(t, harness.LowerFile("main.go", "package main\n"))
 	git := func(dir string, args ...string) {
 		t.Helper()
@@ -497,7 +496,7 @@ func BenchmarkActivityCreateUnlink(b *testing.B) {
 				args := append(append([]string{"mount", "--lower", lower}, harness.ModeFlags()...), c.args...)
 				r := harness.Run(b, append(args, mp)...)
 				if r.Code == 2 {
-					b.Skipf("this agentfs has no %v:\n%s", c.args, r)
+					testenv.SkipByDesign(b, fmt.Sprintf("this agentfs (AGENTFS_BIN, an older one) has no %v:\n%s", c.args, r))
 				}
 				if r.Code != 0 {
 					b.Fatalf("mount:\n%s", r)

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/internal/testenv"
 	"github.com/agentfs/agentfs/procfs"
 	"golang.org/x/sys/unix"
 )
@@ -64,16 +65,10 @@ func newRunEnv(t *testing.T) *runEnv {
 }
 
 // requireTool skips (or, with AGENTFS_REQUIRE_FUSE=1, fails) a test
-// that needs a program that is not installed.
+// that needs a program that is not installed (testenv.RequireProgram).
 func requireTool(t *testing.T, name string) {
 	t.Helper()
-	if _, err := exec.LookPath(name); err == nil {
-		return
-	}
-	if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
-		t.Fatalf("%s is not installed", name)
-	}
-	t.Skipf("%s is not installed", name)
+	testenv.RequireProgram(t, name)
 }
 
 func (e *runEnv) git(args ...string) string {
