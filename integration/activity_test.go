@@ -312,16 +312,28 @@ func TestAutoSnapshotAfterQuietPeriod(t *testing.T) {
 	}
 }
 
+// TestAutoSnapshotOffByDefault: without --auto-snapshot, changes and a
+// manual snapshot make no automatic one. That nothing came is concluded
+// only well after one would have: a mount with --auto-snapshot and the
+// same quiet period, written the same, shows when that is on this
+// machine (its snapshot appears), and the test waits twice as long
+// again, and at least a second (50 quiet periods, 50 of the runner's
+// 20 ms batches), before it looks.
 func TestAutoSnapshotOffByDefault(t *testing.T) {
-	m := harness.NewMount(t, harness.WithArgs("--quiet-period", "10ms"))
+	const quiet = "20ms"
+	m := harness.NewMount(t, harness.WithArgs("--quiet-period", quiet))
+	on := harness.NewMount(t, harness.WithArgs("--auto-snapshot", "--quiet-period", quiet))
+	start := time.Now()
+	harness.WriteFile(t, on.Path("a"), "a")
 	harness.WriteFile(t, m.Path("a"), "a")
-	// A manual snapshot marks a point after which an automatic one would
-	// long have been due (10ms): none must come before or after it.
+	waitSnapshot(t, on.Dir, "automatic snapshot with --auto-snapshot", func(s snapshotJSON) bool { return s.Kind == "auto" })
+	due := time.Since(start)
 	takeSnapshot(t, m.Dir, "marker")
 	harness.WriteFile(t, m.Path("b"), "b")
-	mustC(t, m.Dir, "snapshot", "create", "-m", "marker 2")
+	time.Sleep(max(3*due, time.Second) - time.Since(start))
 	if auto := autoSnapshots(listSnapshots(t, m.Dir)); len(auto) != 0 {
-		t.Errorf("automatic snapshots without --auto-snapshot: %+v", auto)
+		t.Errorf("automatic snapshots without --auto-snapshot, %v after the first change (one with it came after %v): %+v",
+			time.Since(start).Round(time.Millisecond), due.Round(time.Millisecond), auto)
 	}
 }
 
