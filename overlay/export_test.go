@@ -19,6 +19,7 @@ import (
 func walkDir(t *testing.T, root string) map[string]fileSig {
 	t.Helper()
 	out := map[string]fileSig{}
+	inos := map[string]uint64{}
 	err := filepath.Walk(root, func(path string, _ os.FileInfo, err error) error {
 		if err != nil {
 			return err
@@ -31,7 +32,10 @@ func walkDir(t *testing.T, root string) map[string]fileSig {
 		if err := unix.Lstat(path, &st); err != nil {
 			return err
 		}
-		s := fileSig{typ: st.Mode & unix.S_IFMT, mode: st.Mode & 07777, uid: st.Uid, gid: st.Gid}
+		s := fileSig{typ: st.Mode & unix.S_IFMT, mode: st.Mode & 07777, uid: st.Uid, gid: st.Gid, mtime: st.Mtim}
+		if s.typ != unix.S_IFDIR {
+			inos[rel] = st.Ino
+		}
 		s.xattrs = xattrString(func(b []byte) (int, error) { return unix.Llistxattr(path, b) },
 			func(name string, b []byte) (int, error) { return unix.Lgetxattr(path, name, b) })
 		switch s.typ {
@@ -52,6 +56,7 @@ func walkDir(t *testing.T, root string) map[string]fileSig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	joinLinks(out, inos)
 	return out
 }
 

@@ -303,6 +303,6 @@ func Seeds(t testing.TB, n int, env string) []uint64 {
 		}
 		seeds = append(seeds, v)
 	}
-	t.Logf("seeds %d to %d and %v (%s=%q)", 0, n-1, seeds[n:], env, s)
+	t.Logf("seeds 0 to %d and %d more (%s=%q), each a subtest named by its seed", n-1, len(seeds)-n, env, s)
 	return seeds
 }
