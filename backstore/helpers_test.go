@@ -9,43 +9,18 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
-
-// requireRootEnv makes root-only tests fail instead of skip; so does
-// the switch CI sets for every test that needs root (.ci/run,
-// AGENTFS_REQUIRE_FUSE=1).
-const requireRootEnv = "AGENTFS_REQUIRE_ROOT_TESTS"
-
-// rootTestsRequired reports whether a root-only test that cannot run
-// must fail rather than skip.
-func rootTestsRequired() bool {
-	return os.Getenv(requireRootEnv) != "" || os.Getenv("AGENTFS_REQUIRE_FUSE") == "1"
-}
 
 var isRoot = os.Geteuid() == 0
 
-// needRoot skips a test that only root can run, unless CI requires
-// root-only tests to run.
+// needRoot skips a test that only root can run (testenv.RequireRoot:
+// on CI, which runs as root, it fails instead). In the run as nobody
+// (TestAsNonRoot) it skips.
 func needRoot(t *testing.T, why string) {
 	t.Helper()
-	if isRoot {
-		return
-	}
-	if rootTestsRequired() {
-		t.Fatalf("%s needs root, and root-only tests are required (%s or AGENTFS_REQUIRE_FUSE=1)", why, requireRootEnv)
-	}
-	t.Skipf("%s needs root", why)
-}
-
-// unavailable skips (or, under CI, fails) a test whose tools are
-// missing from this machine.
-func unavailable(t *testing.T, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if rootTestsRequired() {
-		t.Fatalf("%s (and root-only tests are required: %s or AGENTFS_REQUIRE_FUSE=1)", msg, requireRootEnv)
-	}
-	t.Skip(msg)
+	testenv.RequireRoot(t, why)
 }
 
 func openStore(t *testing.T, o Options) *Store {

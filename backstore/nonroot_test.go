@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // childEnv marks the run of this test binary that TestAsNonRoot starts.
@@ -22,7 +24,7 @@ const nobody = 65534
 // tests skip.
 func TestAsNonRoot(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
-		t.Skip("already the non-root run")
+		testenv.SkipByDesign(t, "already the non-root run")
 	}
 	needRoot(t, "switching to an unprivileged user")
 	exe, err := os.Executable()

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 func TestOpenHostfs(t *testing.T) {
@@ -86,7 +88,7 @@ func TestSpreadChildren(t *testing.T) {
 	defer unix.Close(fd)
 	before, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
 	if err == unix.ENOTTY || err == unix.EOPNOTSUPP || err == unix.EINVAL {
-		t.Skipf("the filesystem of %s has no inode flags (%v)", dir, err)
+		testenv.Skip(t, testenv.InodeFlags, "the filesystem of %s has no inode flags (%v)", dir, err)
 	}
 	if err != nil {
 		t.Fatal(err)

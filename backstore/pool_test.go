@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // openFds counts this process's open file descriptors.
@@ -446,7 +448,7 @@ func lockDir(t *testing.T, dir string) func() {
 	}
 	if err := set(true); err != nil {
 		if isRoot && (err == unix.ENOTTY || err == unix.EOPNOTSUPP) {
-			unavailable(t, "the filesystem of %s has no immutable flag: %v", dir, err)
+			testenv.Skip(t, testenv.ImmutableFlag, "the filesystem of %s has no immutable flag: %v", dir, err)
 		}
 		t.Fatalf("locking %s: %v", dir, err)
 	}
@@ -715,7 +717,7 @@ func TestRecycleTwice(t *testing.T) {
 // from it has the bit all the same.
 func TestRecycledSetuidFile(t *testing.T) {
 	if os.Geteuid() == 0 {
-		t.Skip("root keeps the setuid bit across a truncate (CAP_FSETID); TestAsNonRoot runs this as nobody")
+		testenv.SkipByDesign(t, "root keeps the setuid bit across a truncate (CAP_FSETID); TestAsNonRoot runs this as nobody")
 	}
 	s := hostfsStore(t)
 	old := newFile(t, s, 0755, []byte("x"))

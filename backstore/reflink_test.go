@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // mountXFS mounts a fresh 300 MiB reflink-capable XFS image in a temp
@@ -29,10 +31,10 @@ func mountImage(t *testing.T, typ, pkg string, args ...string) string {
 	needRoot(t, "mounting a loop device")
 	mkfs, err := exec.LookPath("mkfs." + typ)
 	if err != nil {
-		unavailable(t, "mkfs.%s is missing (apt-get install %s)", typ, pkg)
+		testenv.Skip(t, testenv.Program("mkfs."+typ), "mkfs.%s is missing (apt-get install %s)", typ, pkg)
 	}
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		unavailable(t, "no loop devices: %v", err)
+		testenv.Skip(t, testenv.LoopDevices, "no loop devices: %v", err)
 	}
 	dir := t.TempDir()
 	img, mnt := filepath.Join(dir, typ+".img"), filepath.Join(dir, "mnt")
@@ -52,7 +54,7 @@ func mountImage(t *testing.T, typ, pkg string, args ...string) string {
 		t.Fatalf("mkfs.%s: %v\n%s", typ, err, out)
 	}
 	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		unavailable(t, "mount -o loop of a %s image: %v\n%s", typ, err, out)
+		testenv.Skip(t, testenv.LoopDevices, "mount -o loop of a %s image: %v\n%s", typ, err, out)
 	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(mnt, 0); err != nil {

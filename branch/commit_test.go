@@ -14,6 +14,8 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // smallTxn makes badger transactions hold about 1,600 entries, so that
@@ -263,9 +265,7 @@ func batchSize(i int) int {
 // checks that the store holds exactly a prefix of its commits, which
 // includes every commit it reported settled.
 func TestKillDuringCommits(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, 0))
-	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, branchSeedEnv), 0))
 	for round := range 4 {
 		dir := t.TempDir()
 		c := startChild(t, "commits", dir)

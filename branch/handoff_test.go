@@ -2,6 +2,8 @@ package branch
 
 import (
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,27 @@ func (s *Store) queued() int {
 	s.ho.mu.Lock()
 	defer s.ho.mu.Unlock()
 	return len(s.ho.q)
+}
+
+// waitParkedIn waits until a goroutine is parked (blocked, not running
+// nor runnable) in the function named fn ("pkg.(*T).method(", as stack
+// traces write it): a barrier for a goroutine that must have reached a
+// point where it waits. It fails the test after a generous bound.
+func waitParkedIn(t *testing.T, fn string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		for _, g := range strings.Split(stacks, "\n\n") {
+			header, _, _ := strings.Cut(g, "\n")
+			if strings.Contains(g, fn) && !strings.Contains(header, "[running]") && !strings.Contains(header, "[runnable]") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no goroutine parked in %s after 30 s:\n%s", fn, stacks)
+		}
+	}
 }
 
 // TestHandOff: with a kick, a commit is queued and kicked, not handed
@@ -151,7 +174,10 @@ func TestHandOffSplitCommit(t *testing.T) {
 // object), a Settle that comes while a commit is made returns. A commit
 // was made the one in flight before it was queued: a Settle between the
 // two handed over nothing and then waited for it for ever
-// (TestBindIsolation hung in CI so, about one run in ten).
+// (TestBindIsolation hung in CI so, about one run in ten). The race is
+// made to happen every time: the commit, once in flight and before it
+// is queued, lets Settle run until it waits inside Store.wait (for the
+// hand-over's lock as the store is now; for the commit, as it was).
 func TestSettleRacingCommit(t *testing.T) {
 	s := openDir(t, Options{Dir: t.TempDir()})
 	l := mainLayer(t, s)
@@ -161,7 +187,7 @@ func TestSettleRacingCommit(t *testing.T) {
 	testHookInFlight = func() {
 		testHookInFlight = nil
 		go func() { settled <- s.Settle() }()
-		time.Sleep(100 * time.Millisecond) // Settle runs meanwhile
+		waitParkedIn(t, "branch.(*Store).wait(")
 	}
 	t.Cleanup(func() { testHookInFlight = nil })
 	if err := putOne(l, "f"); err != nil {

@@ -7,18 +7,24 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // A model is what a layer or snapshot should hold: path → entry.
 type model map[string]Entry
 
-// seededRand returns a generator with a fresh seed, logged so that a
-// failure can be replayed.
+// branchSeedEnv replays a seed of the randomized tests of this package
+// (seededRand, TestKillDuringCommits): AGENTFS_BRANCH_SEED=S go test
+// -run '^TestX$' runs test X with seed S.
+const branchSeedEnv = "AGENTFS_BRANCH_SEED"
+
+// seededRand returns a generator with a fresh seed, or the one
+// AGENTFS_BRANCH_SEED replays, logged so that a failure can be replayed
+// (testenv.Seed).
 func seededRand(t *testing.T) *rand.Rand {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	return rand.New(rand.NewPCG(seed, 0))
+	t.Helper()
+	return rand.New(rand.NewPCG(testenv.Seed(t, branchSeedEnv), 0))
 }
 
 // randomPath returns a path of 1 to 3 components from a small set, so

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 func init() { childModes["rss"] = childRSS }
@@ -64,10 +66,10 @@ func childRSS(dir string) error {
 // 100,000 entries (the daemon's budget is 150 MiB in all).
 func TestRSS(t *testing.T) {
 	if testing.Short() {
-		t.Skip("commits 100,000 entries")
+		testenv.SkipByDesign(t, "-short: commits 100,000 entries")
 	}
 	if raceEnabled {
-		t.Skip("the race detector multiplies memory use")
+		testenv.SkipByDesign(t, "the race detector multiplies memory use")
 	}
 	c := startChild(t, "rss", t.TempDir())
 	kib := map[string]int{}

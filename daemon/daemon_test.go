@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -15,20 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/config"
+	"github.com/agentfs/agentfs/internal/testenv"
 )
-
-// requireRoot skips a test that needs root, unless AGENTFS_REQUIRE_FUSE=1
-// (CI, which runs as root), where it fails.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
-		t.Fatalf("this test needs root, and AGENTFS_REQUIRE_FUSE=1 forbids skipping it")
-	}
-	t.Skip("needs root")
-}
 
 // fakeFuse points CheckFuseDevice at an openable file for the test.
 func fakeFuse(t *testing.T) {
@@ -130,9 +117,7 @@ func TestValidateMountDevFuse(t *testing.T) {
 func TestValidateMountOK(t *testing.T) {
 	fakeFuse(t)
 	if os.Geteuid() != 0 {
-		if _, err := exec.LookPath("fusermount3"); err != nil {
-			t.Skip("fusermount3 is not installed")
-		}
+		testenv.RequireProgram(t, "fusermount3")
 	}
 	root, lower, mnt := layout(t)
 	store := filepath.Join(root, "store")
@@ -167,7 +152,7 @@ func TestValidateMountOK(t *testing.T) {
 }
 
 func TestValidateMountBindMounts(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t, "bind-mounting")
 	fakeFuse(t)
 	root, lower, mnt := layout(t)
 	bind := func(src, dst string) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // testCaller is a request header from this process as uid:gid (its
@@ -88,9 +90,7 @@ func TestDropsOnlySetid(t *testing.T) {
 // the calling process's filesystem ids, and group membership counts its
 // supplementary groups (both read from /proc/PID/status).
 func TestProcCallerAndGroups(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, to start a process as another user")
-	}
+	testenv.RequireRoot(t, "starting a process as another user")
 	cmd := exec.Command("sleep", "30")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 4321, Gid: 4322, Groups: []uint32{4323, 4324}}}
 	if err := cmd.Start(); err != nil {

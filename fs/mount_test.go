@@ -15,26 +15,15 @@ import (
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/internal/testenv"
 	"github.com/agentfs/agentfs/overlay"
 )
 
 // requireFUSE skips without root or /dev/fuse, unless the environment
-// demands FUSE tests (CI), where it fails instead.
+// demands FUSE tests (CI), where it fails instead (testenv.RequireFUSE).
 func requireFUSE(t *testing.T) {
 	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "not root"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		why = "no /dev/fuse"
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
-		t.Fatalf("FUSE tests required (AGENTFS_REQUIRE_FUSE=1) but %s", why)
-	}
-	t.Skipf("FUSE tests need root and /dev/fuse: %s", why)
+	testenv.RequireFUSE(t)
 }
 
 type testMount struct {

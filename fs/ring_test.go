@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/fs/fuseuring"
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // enableURing turns on the fuse module's enable_uring, as agentfs mount
@@ -22,7 +23,7 @@ func enableURing(t *testing.T) {
 	const knob = "/sys/module/fuse/parameters/enable_uring"
 	old, err := os.ReadFile(knob)
 	if err != nil {
-		t.Skipf("no FUSE over io_uring in this kernel: %v", err)
+		testenv.Skip(t, testenv.FUSEOverIOURing, "no FUSE over io_uring in this kernel: %v", err)
 	}
 	if err := os.WriteFile(knob, []byte("Y"), 0); err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func TestRingFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n < 2 {
-		t.Skip("one possible CPU: no other queue could tell the kernel")
+		testenv.Skip(t, testenv.TwoCPUs, "one possible CPU: no other queue could tell the kernel")
 	}
 	old := startQueues
 	startQueues = func(dev, maxWrite int, h fuseuring.Handler) (*fuseuring.Server, error) {
@@ -124,7 +125,7 @@ func TestRingDisabled(t *testing.T) {
 	const sysctl = "/proc/sys/kernel/io_uring_disabled"
 	old, err := os.ReadFile(sysctl)
 	if err != nil {
-		t.Skipf("no %s: %v", sysctl, err)
+		testenv.Skip(t, testenv.IOURingSysctl, "no %s: %v", sysctl, err)
 	}
 	if err := os.WriteFile(sysctl, []byte("2"), 0); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/agentfs/agentfs/integration/harness"
 	"github.com/agentfs/agentfs/procfs"
@@ -364,14 +363,14 @@ func TestBadInputFullBackstore(t *testing.T) {
 		}
 		// FUSE delivers the release of a closed file asynchronously, so
 		// the space of a just-closed, just-removed file is freed a moment
-		// after unlink returns (docs/semantics.md says so): allow a second.
+		// after unlink returns (docs/semantics.md says so): the write is
+		// tried again until it succeeds (harness.WaitFor's bound is a
+		// guard against a space never freed, not a timing check).
 		var werr error
-		for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if werr = os.WriteFile(m.Path("after"), []byte("after"), 0644); werr == nil || time.Now().After(deadline) {
-				break
-			}
-		}
-		if werr != nil {
+		if !harness.WaitFor(func() bool {
+			werr = os.WriteFile(m.Path("after"), []byte("after"), 0644)
+			return werr == nil
+		}) {
 			t.Fatalf("writing after the full backstore was freed: %v", werr)
 		}
 		if got := harness.ReadFile(t, m.Path("after")); got != "after" {

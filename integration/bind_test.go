@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +21,8 @@ import (
 	"time"
 
 	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/procfs"
+	"golang.org/x/sys/unix"
 )
 
 // branchesFrom makes branches names from a snapshot of the mount's
@@ -375,14 +379,18 @@ func TestTournament(t *testing.T) {
 	}
 }
 
-// TestTournamentInterrupt: SIGINT stops every candidate.
+// TestTournamentInterrupt: SIGINT stops every candidate: the tournament
+// exits 130, and no process of a candidate's process group is left (each
+// candidate's shell writes its pid, then sleeps longer than the test's
+// guard against a hang).
 func TestTournamentInterrupt(t *testing.T) {
 	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "f")))
 	id := takeSnapshot(t, m.Dir, "before")
-	marker := filepath.Join(t.TempDir(), "started")
+	marker := filepath.Join(t.TempDir(), "pid")
 	t.Setenv("TMPDIR", t.TempDir()) // the candidates' logs
 	cmd := exec.Command(harness.Bin(), "tournament", "--from", id, "--test", "true", "-C", m.Dir, "--",
-		"touch "+marker+"1; sleep 60", "touch "+marker+"2; sleep 60")
+		"echo $$ > "+marker+"1.tmp && mv "+marker+"1.tmp "+marker+"1; sleep 600",
+		"echo $$ > "+marker+"2.tmp && mv "+marker+"2.tmp "+marker+"2; sleep 600")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -392,17 +400,59 @@ func TestTournamentInterrupt(t *testing.T) {
 		_ = cmd.Process.Kill() // it may have exited; the test fails here either way
 		t.Fatalf("the candidates did not start:\n%s", out.String())
 	}
-	start := time.Now()
+	var groups []int // the candidates' process groups
+	for _, f := range []string{marker + "1", marker + "2"} {
+		b, err := os.ReadFile(f)
+		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || perr != nil {
+			t.Fatalf("the pid a candidate wrote to %s: %q, %v %v", f, b, err, perr)
+		}
+		pgid, err := unix.Getpgid(pid)
+		if err != nil {
+			t.Fatalf("the process group of candidate %d: %v", pid, err)
+		}
+		groups = append(groups, pgid)
+	}
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatalf("sending SIGINT to the tournament: %v\n%s", err, out.String())
 	}
-	err := cmd.Wait()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 || time.Since(start) > 20*time.Second {
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(60 * time.Second): // against a hang, not a timing check
+		_ = cmd.Process.Kill()
+		t.Fatalf("the tournament did not exit after SIGINT:\n%s", out.String())
+	}
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
 		t.Errorf("tournament after SIGINT: %v (want exit 130):\n%s", err, out.String())
 	}
-	if out := exec.Command("pgrep", "-f", marker).Run(); out == nil {
-		t.Errorf("candidates still run after SIGINT")
+	// Killed processes are reaped a moment after the tournament exits.
+	var left []int
+	if !harness.WaitFor(func() bool { left = liveInGroups(groups); return len(left) == 0 }) {
+		t.Errorf("processes %v of the candidates' process groups %v are left after the tournament exited", left, groups)
+		for _, pid := range left {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
 	}
+}
+
+// liveInGroups lists the processes, zombies aside, whose process group is
+// one of groups.
+func liveInGroups(groups []int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pgid, err := unix.Getpgid(pid); err == nil && slices.Contains(groups, pgid) && procfs.Alive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -687,9 +687,9 @@ type fsTreeRun struct {
 }
 
 // runCaseOn runs c on every tree in lock step: the setup where it is
-// still to do, an observation, then per step a pause (so that a time
-// the step sets differs from the last one observed), the step on every
-// tree and an observation.
+// still to do, an observation, then per step a pause (nextClockTick: so
+// that a time the step sets differs from the last one observed), the
+// step on every tree and an observation.
 func runCaseOn(t *testing.T, h *fsHelpers, c fsCase, trees []*fsTreeRun) {
 	watched := c.watched()
 	for _, tr := range trees {
@@ -703,7 +703,7 @@ func runCaseOn(t *testing.T, h *fsHelpers, c fsCase, trees []*fsTreeRun) {
 		tr.trace = fsTrace{append(result, tr.observer.observe()...)}
 	}
 	for _, s := range c.steps {
-		time.Sleep(timeGranularityPause)
+		nextClockTick(t)
 		for _, tr := range trees {
 			r := h.run(t, s.as, tr.dir, s.umask, s.calls)
 			tr.trace = append(tr.trace, append([]string{strings.Join(r, " ")}, tr.observer.observe()...))
@@ -716,10 +716,31 @@ func allOK(results []string, n int) bool {
 	return len(results) == n && (n == 0 || results[n-1] == "ok")
 }
 
-// timeGranularityPause is longer than a jiffy (the kernel's coarse
-// clock stamps files), so that a time set after it differs from one
-// set before.
-const timeGranularityPause = 6 * time.Millisecond
+// nextClockTick waits until the kernel's coarse clock, with which it
+// stamps files, has moved on from where it is now, so that a time set
+// after it returns differs from every time set before it: a file
+// stamped before was stamped with the coarse clock of then (at most
+// now's) or with the fine clock (less than now's coarse time plus a
+// tick), and the coarse clock moves a whole tick at a time. That is at
+// most one tick: 10 ms at HZ=100, 4 ms at HZ=250, 1 ms at HZ=1000. (A
+// fixed pause shorter than a tick, as 6 ms at HZ=100, would let times
+// set before and after it be equal.)
+func nextClockTick(t *testing.T) {
+	t.Helper()
+	coarse := func() unix.Timespec {
+		var ts unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_REALTIME_COARSE, &ts); err != nil {
+			t.Fatalf("clock_gettime(CLOCK_REALTIME_COARSE): %v", err)
+		}
+		return ts
+	}
+	start := coarse()
+	for deadline := time.Now().Add(time.Second); coarse() == start; time.Sleep(200 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the coarse clock stayed at %v for a second", start)
+		}
+	}
+}
 
 // fsDifference is one place where a tree differs from the reference.
 type fsDifference struct {

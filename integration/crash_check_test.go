@@ -174,16 +174,19 @@ func (c *crashTest) checkSnapshots(l *crashLoad) []*crashSnap {
 }
 
 // export runs agentfs export of a snapshot and, for one taken with the
-// load paused, compares the tree with the model of that moment.
-func (c *crashTest) export(s *crashSnap, when string) {
+// load paused, compares the tree with the model of that moment; it
+// reports whether it compared.
+func (c *crashTest) export(s *crashSnap, when string) (compared bool) {
 	c.t.Helper()
 	diffs, err := c.exportDiffs(s)
 	if err != nil {
 		c.t.Errorf("snapshot %s (%q, round %d)%s: %v", s.id, s.label, s.round, when, err)
+		return false
 	}
 	for _, d := range diffs {
 		c.t.Errorf("snapshot %s (%q, taken in round %d with the load paused)%s: %s", s.id, s.label, s.round, when, d)
 	}
+	return s.want != nil
 }
 
 // exportDiffs exports snapshot s into a fresh directory and, when the

@@ -95,8 +95,8 @@ func (l *crashLoad) end(who string, err error) {
 }
 
 // snapshots runs agentfs snapshot create every 50-300 ms until it fails
-// (after the kill); half of them with the workers paused, recording the
-// tree the snapshot must hold.
+// (after the kill); the first and half of the others with the workers
+// paused, recording the tree the snapshot must hold.
 func (l *crashLoad) snapshots(rng *rand.Rand) {
 	defer l.wg.Done()
 	for n := 0; ; n++ {
@@ -105,7 +105,7 @@ func (l *crashLoad) snapshots(rng *rand.Rand) {
 			return
 		case <-time.After(time.Duration(50+rng.IntN(250)) * time.Millisecond):
 		}
-		paused := rng.IntN(2) == 0
+		paused := rng.IntN(2) == 0 || n == 0
 		var want map[string]crashWant
 		label := fmt.Sprintf("crash r%d n%d", l.round, n)
 		if paused {
@@ -192,9 +192,9 @@ type crashWorker struct {
 	// per round
 	l       *crashLoad
 	rng     *rand.Rand
-	ops     int
-	acks    int      // writes whose fsync returned
-	written []uint64 // st_ino of lower files written this round
+	ops     atomic.Int64 // operations done (read during the round: the kill waits for a minimum)
+	acks    atomic.Int64 // writes whose fsync returned
+	written []uint64     // st_ino of lower files written this round
 	opNo    int
 	log     []string // what the worker did this round, for a failure's report
 }
@@ -215,7 +215,7 @@ func (w *crashWorker) run() {
 			w.l.end(w.root, err)
 			return
 		}
-		w.ops++
+		w.ops.Add(1)
 	}
 }
 
@@ -404,7 +404,7 @@ func (w *crashWorker) write(p, tag string) error {
 	ino.setData(data)
 	n.durable()
 	w.note("fsync %s: acknowledged", p)
-	w.acks++
+	w.acks.Add(1)
 	return nil
 }
 
@@ -481,7 +481,7 @@ func (w *crashWorker) opModify() (bool, error) {
 	ino.setData(data)
 	n.durable()
 	w.note("fsync %s: acknowledged", p)
-	w.acks++
+	w.acks.Add(1)
 	return true, nil
 }
 

@@ -38,7 +38,10 @@ const crashWorkers = 3
 // time with the workers paused so that the snapshot's exact content is
 // known (then the mount is compared with the model at that moment, and
 // the snapshot exported at once and compared too: a difference there is
-// no crash's doing). At a random point the daemon is killed with SIGKILL; the load
+// no crash's doing). At a random point the daemon is killed with SIGKILL,
+// but not before the load did a minimum of work (crashMinimum: each
+// worker an operation, later an acknowledged fsync, later a snapshot
+// taken with the load paused; a round whose load stalled fails); the load
 // fails on the dead mount, `agentfs unmount` clears it and the same
 // store is mounted again. Then:
 //
@@ -244,16 +247,28 @@ func (c *crashTest) round(r int, delay time.Duration) {
 		t.Fatalf("round %d: no running daemon (status gave pid %d)", r, pid)
 	}
 	l := &crashLoad{c: c, round: r, stopCh: make(chan struct{})}
-	acks := 0
 	for i, w := range c.workers {
-		w.l, w.rng, w.ops, w.acks, w.written, w.log = l, rand.New(rand.NewPCG(c.seed, uint64(r*16+i+1))), 0, 0, nil, nil
+		w.l, w.rng, w.written, w.log = l, rand.New(rand.NewPCG(c.seed, uint64(r*16+i+1))), nil, nil
+		w.ops.Store(0)
+		w.acks.Store(0)
 		l.wg.Add(1)
 		go w.run()
 	}
 	l.wg.Add(1)
 	go l.snapshots(rand.New(rand.NewPCG(c.seed, uint64(r*16))))
 
+	start := time.Now()
 	time.Sleep(delay)
+	// Not before the load did a minimum of work: polled every
+	// millisecond, so that the short kill points stay short.
+	least := crashMinimum(delay)
+	for stall := time.Now().Add(30 * time.Second); l.short(least) != "" && time.Now().Before(stall); { // against a stall, not a timing check
+		time.Sleep(time.Millisecond)
+	}
+	reached := time.Since(start)
+	if s := l.short(least); s != "" {
+		t.Errorf("round %d: the load stalled: %s, %v after it started", r, s, reached.Round(time.Millisecond))
+	}
 	l.killed.Store(true)
 	killed := time.Now()
 	killDaemon(t, c.m)
@@ -269,9 +284,9 @@ func (c *crashTest) round(r int, delay time.Duration) {
 			t.Fatalf("round %d: the load hangs on the dead mount", r)
 		}
 	}
-	ops := 0
+	var ops, acks int64
 	for _, w := range c.workers {
-		ops, acks = ops+w.ops, acks+w.acks
+		ops, acks = ops+w.ops.Load(), acks+w.acks.Load()
 	}
 
 	remountDead(t, c.m)
@@ -297,8 +312,14 @@ func (c *crashTest) round(r int, delay time.Duration) {
 	for _, d := range crashDiff(obs, after) {
 		t.Errorf("round %d: gc changed the mount: %s", r, d)
 	}
+	compared := 0
 	for _, s := range newSnaps {
-		c.export(s, "")
+		if c.export(s, "") {
+			compared++
+		}
+	}
+	if compared < least.paused {
+		t.Errorf("round %d: %d snapshots compared with the load's model after recovery, want at least %d", r, compared, least.paused)
 	}
 
 	for _, w := range c.workers {
@@ -307,9 +328,60 @@ func (c *crashTest) round(r int, delay time.Duration) {
 		}
 	}
 	c.rebuild(obs)
-	t.Logf("round %d: kill after %v; %d operations, %d acknowledged fsyncs, %d snapshots acknowledged; load ended %s; "+
+	t.Logf("round %d: kill after %v (drawn %v); %d operations, %d acknowledged fsyncs, %d snapshots acknowledged, %d compared with the model; load ended %s; "+
 		"after recovery: %d objects of garbage, %d paths lost a change not yet durable (allowed)",
-		r, delay.Round(time.Microsecond), ops, acks, len(l.acked), strings.Join(l.ends, ", "), garbage, lost)
+		r, reached.Round(time.Microsecond), delay.Round(time.Microsecond), ops, acks, len(l.acked), compared, strings.Join(l.ends, ", "), garbage, lost)
+}
+
+// crashWork is a minimum of work a round's load must have done before
+// the kill, so that a round whose workers or snapshots stalled fails
+// instead of testing recovery from next to nothing.
+type crashWork struct {
+	ops    int64 // operations done, by each worker
+	acks   int64 // fsyncs acknowledged, to each worker
+	paused int   // snapshots taken with the load paused (compared with the model)
+}
+
+// crashMinimum is the minimum of work for a kill after delay: from the
+// first moments, one operation by each worker; from 150 ms (dozens of
+// operations each), an acknowledged fsync each too; from 450 ms (the
+// first snapshot comes 50-300 ms after the start, with the load
+// paused), a snapshot taken with the load paused.
+func crashMinimum(delay time.Duration) crashWork {
+	w := crashWork{ops: 1}
+	if delay >= 150*time.Millisecond {
+		w.acks = 1
+	}
+	if delay >= 450*time.Millisecond {
+		w.paused = 1
+	}
+	return w
+}
+
+// short says what of least the load has not done yet, or "" when it has
+// done it all.
+func (l *crashLoad) short(least crashWork) string {
+	var out []string
+	for _, w := range l.c.workers {
+		if n := w.ops.Load(); n < least.ops {
+			out = append(out, fmt.Sprintf("worker %s did %d operations, want at least %d", w.root, n, least.ops))
+		}
+		if n := w.acks.Load(); n < least.acks {
+			out = append(out, fmt.Sprintf("worker %s had %d fsyncs acknowledged, want at least %d", w.root, n, least.acks))
+		}
+	}
+	l.mu.Lock()
+	paused := 0
+	for _, s := range l.acked {
+		if s.want != nil {
+			paused++
+		}
+	}
+	l.mu.Unlock()
+	if paused < least.paused {
+		out = append(out, fmt.Sprintf("%d snapshots taken with the load paused, want at least %d", paused, least.paused))
+	}
+	return strings.Join(out, "; ")
 }
 
 // keepLogs adds the logs of a round to the test's.

@@ -16,8 +16,9 @@
 //
 //   - AGENTFS_BIN: the binary to test (default: built from ../cmd/agentfs
 //     once per run).
-//   - AGENTFS_REQUIRE_FUSE=1: tests that need root and /dev/fuse fail
-//     instead of skipping (CI).
+//   - AGENTFS_REQUIRE_FUSE=1: tests that cannot run here (no root, no
+//     /dev/fuse, a program missing, ...) fail instead of skipping (CI;
+//     package internal/testenv decides, and lists the skips CI expects).
 //   - AGENTFS_TEST_NO_PASSTHROUGH=1, AGENTFS_TEST_NO_IO_URING=1: every
 //     mount without FUSE passthrough, or with FUSE requests over
 //     /dev/fuse instead of io_uring (the repeated passes of make test).

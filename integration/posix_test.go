@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/internal/testenv"
 	"github.com/hanwen/go-fuse/v2/posixtest"
 	"golang.org/x/sys/unix"
 )
@@ -33,14 +34,23 @@ var posixSkip = map[string]string{
 		"and go-fuse's own TestAll skips it",
 }
 
+// posixMountArgs are the mount flags of the tests that need more than
+// the default mount.
+var posixMountArgs = map[string][]string{
+	// agentfs keeps xattrs on its backstore files, so it can store an
+	// 8 KiB one only where the backstore's filesystem can: ext4 without
+	// the ea_inode feature (the usual /var/tmp) cannot, tmpfs can.
+	"XAttrLarge": {"--backstore", "ramdisk", "--ramdisk-size", "64M"},
+}
+
 // posixSelfSkipOK decides whether a test that skipped itself had a
-// reason outside agentfs. A test that skips itself otherwise fails:
-// a self-skip is how posixtest says "this filesystem lacks a feature".
+// reason outside agentfs, and names the condition the machine lacks
+// (testenv.Accepted: on CI, a failure unless expected). A test that
+// skips itself otherwise fails: a self-skip is how posixtest says "this
+// filesystem lacks a feature".
 var posixSelfSkipOK = map[string]func(m *harness.Mount) (string, bool){
 	// XAttrLarge skips when setting an 8 KiB xattr fails with ENOSPC:
-	// agentfs keeps xattrs on its backstore files, so it can store
-	// them only where the backstore's filesystem can (ext4 without
-	// the ea_inode feature cannot).
+	// the backstore's filesystem must refuse it too.
 	"XAttrLarge": func(m *harness.Mount) (string, bool) {
 		if m.Status.BackingRoot == "" {
 			return "agentfs status did not name the backstore", false
@@ -81,7 +91,7 @@ func posixRun(t *testing.T, name string, m *harness.Mount, dir string) {
 		if ok := posixSelfSkipOK[name]; ok != nil {
 			why, fine := ok(m)
 			if fine {
-				t.Logf("self-skip accepted: %s", why)
+				testenv.Accepted(t, testenv.LargeXattrs, "%s skipped itself: %s", name, why)
 			} else {
 				t.Errorf("%s skipped itself: %s", name, why)
 			}
@@ -155,10 +165,10 @@ func posixSuite(t *testing.T, setup func(name string) (lower []harness.Entry, di
 	for _, name := range posixTestNames() {
 		t.Run(name, func(t *testing.T) {
 			if reason, ok := posixSkip[name]; ok {
-				t.Skip(reason)
+				testenv.SkipByDesign(t, "listed in posixSkip: "+reason)
 			}
 			lower, dir := setup(name)
-			m := harness.NewMount(t, harness.WithLower(lower...))
+			m := harness.NewMount(t, harness.WithLower(lower...), harness.WithArgs(posixMountArgs[name]...))
 			posixRun(t, name, m, m.Path(dir))
 		})
 	}

@@ -37,6 +37,7 @@ func TestRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	snapState := harness.SnapshotTree(m.Dir)
+	mustf(t, snapState.Err, "recording the mount before the changes")
 	id := takeSnapshot(t, m.Dir, "before the changes")
 
 	harness.WriteFile(t, m.Path("a"), "v2")
@@ -48,6 +49,9 @@ func TestRestore(t *testing.T) {
 	must(t, os.Remove(m.Path("dir1")))
 	must(t, os.Truncate(m.Path("keep"), 2))
 	changedState := harness.SnapshotTree(m.Dir)
+	mustf(t, changedState.Err, "recording the mount after the changes")
+	// The changes took: else the restore below would test nothing.
+	requireChanged(t, snapState, changedState, "a", "new1", "new2", "d", "d/x", "e", "e/y", "e2", "e2/y", "meta", "dir1", "keep")
 
 	// Fill this process's kernel caches with the changed state.
 	harness.ReadFile(t, m.Path("a"))
@@ -124,6 +128,26 @@ func TestRestore(t *testing.T) {
 	}
 }
 
+// requireChanged fails the test now unless each of paths differs between
+// the recordings before and after (as diffStates compares them): a
+// restore is only tested where the state it undoes really changed.
+func requireChanged(t *testing.T, before, after harness.Tree, paths ...string) {
+	t.Helper()
+	changed := map[string]bool{}
+	for _, d := range diffStates(before, after) {
+		changed[strings.Fields(d)[0]] = true
+	}
+	var unchanged []string
+	for _, p := range paths {
+		if !changed[p] {
+			unchanged = append(unchanged, p)
+		}
+	}
+	if len(unchanged) > 0 {
+		t.Fatalf("before the restore: %v did not change (changed: %v)", unchanged, sortedKeys(changed))
+	}
+}
+
 // TestRestoreKeptStore: a kept store's snapshots survive unmounting;
 // the mount comes back on the branch it showed; snapshots restore.
 func TestRestoreKeptStore(t *testing.T) {
@@ -162,6 +186,9 @@ func TestRestoreCurrentDirectory(t *testing.T) {
 	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("d/f", "f")))
 	id := takeSnapshot(t, m.Dir, "")
 	harness.WriteFile(t, m.Path("d/later"), "later")
+	if got, want := harness.ListDir(t, m.Path("d")), []string{"f", "later"}; !equalStrings(got, want) {
+		t.Fatalf("d lists %v before the restore, want %v", got, want)
+	}
 	script := harness.Bin() + " restore " + id + ` >/dev/null && echo "old: $(ls)" && cd "$PWD" && echo "new: $(ls)"`
 	cmd := exec.Command("sh", "-c", script)
 	cmd.Dir = m.Path("d")
@@ -187,6 +214,11 @@ func TestRestoreReopenThroughProc(t *testing.T) {
 	id := takeSnapshot(t, m.Dir, "w and r as snapshot")
 	harness.WriteFile(t, m.Path("w"), "changed")
 	harness.WriteFile(t, m.Path("r"), "changed")
+	for _, name := range []string{"w", "r"} {
+		if got := harness.ReadFile(t, m.Path(name)); got != "changed" {
+			t.Fatalf("%s before the restore = %q, want %q", name, got, "changed")
+		}
+	}
 	wfd, err := os.OpenFile(m.Path("w"), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,10 @@ package integration
 // internal names; symlinks, fifos, sockets and device nodes.
 
 import (
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -69,15 +71,26 @@ func TestControlFileIsProtected(t *testing.T) {
 	}
 }
 
-// Checklist 18: the control file is for the mount's owner and root only.
+// Checklist 18: the control file is for the mount's owner and root
+// only: another user cannot even open it (EACCES, its mode), and agentfs
+// says who may. The binary runs from a copy that every user may execute
+// (the one under test may sit in a directory only root can enter).
 func TestControlFileOwnerOnly(t *testing.T) {
 	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "f")))
-	if st, err := os.Stat(harness.Bin()); err != nil || st.Mode()&0o001 == 0 || !harness.WorldSearchable(harness.Bin()) {
-		t.Skipf("%s is not executable by other users", harness.Bin())
+	bin := filepath.Join(harness.NewMountpoint(t), "agentfs")
+	copyExecutable(t, harness.Bin(), bin)
+	if !harness.WorldSearchable(bin) {
+		t.Fatalf("the copy %s of the binary is not reachable by other users", bin)
 	}
-	cmd := harness.ExecAs(harness.Cred{Uid: userUID, Gid: userGID}, harness.Bin(), "status", "-C", m.Dir, "--json")
-	if r := harness.RunCmd(t, cmd, cmd.Args[1:]); r.Code == 0 {
-		t.Errorf("uid %d (not the owner) used the control file:\n%s", userUID, r)
+	cmd := harness.ExecAs(harness.Cred{Uid: userUID, Gid: userGID}, bin, "status", "-C", m.Dir, "--json")
+	r := harness.RunCmd(t, cmd, cmd.Args[1:])
+	want := fmt.Sprintf("agentfs status: permission denied: only the owner of the mount %s and root may control it: open %s: %s\n",
+		m.Dir, m.Path(controlName), unix.EACCES.Error())
+	if r.Code != 1 || r.Stderr != want {
+		t.Errorf("agentfs status as uid %d (not the owner): exit %d, stderr %q; want exit 1 and %q (EACCES)", userUID, r.Code, r.Stderr, want)
+	}
+	if r.Stdout != "" {
+		t.Errorf("agentfs status as uid %d printed a status: %q", userUID, r.Stdout)
 	}
 }
 

@@ -41,7 +41,10 @@ import (
 //     filesystem has it), with their data fsync'ed, then renamed over the
 //     name: a reader of the lower tree sees the old file or the new one,
 //     never a part. Names that are one file in the view (hard links) are
-//     linked to the first one written.
+//     linked to the first one written, or, when another name of that
+//     file holds it in the lower tree already and the apply does not
+//     write it (it is unchanged, or changed in mode, owner or xattrs
+//     only), to that one (residentName).
 //   - A renamed or moved file is written at its new name and removed at
 //     the old one. When its data is still the lower file at the old name
 //     (nothing changed it but the rename), and that name is removed by
@@ -103,6 +106,11 @@ import (
 //   - a file's entry is dropped unless the file is open for writing, its
 //     object has other names that stay, it changed while the apply ran,
 //     or it is a hard-linked lower file whose other names show it;
+//   - an internal anchor (the upper copy of a hard-linked lower file
+//     kept for its lower names) is dropped with the other names of its
+//     object once no lower name joins it; an entry whose Origin the
+//     apply removed, while the lower file kept other names, joins one of
+//     those instead (the last one left becomes a name of the upper copy);
 //   - a whiteout is dropped once the lower name it hid is gone;
 //   - a directory's entry is dropped when no entry stays below it and
 //     its lower directory is the same inode; a directory made in the view
@@ -207,11 +215,19 @@ type applier struct {
 	touched  map[string]bool
 	linked   map[uint64]string // view st_ino → lower path written
 	used     map[string]bool   // lower files hard-linked to a new name
+	resident map[string]bool   // lower files a new name was linked to (residentName)
 	progress ApplyProgress
 	sources  map[string]*source
 	// seen records the entry and object ctime of each path as the apply
 	// read it, to tell a change made meanwhile (apply_commit.go).
 	seen map[string]seenState
+	// origins holds the lower files that copied-up hard-linked files
+	// came from (by Origin), opened O_PATH before anything is written:
+	// their inodes cannot be reused while the apply runs, so that a
+	// name found for one afterwards is a name of the same file
+	// (joinedName).
+	origins map[string]int
+	joined  map[uint64]string // joinedName's answers
 }
 
 // Apply takes the differences of view v into its lower directory (see
@@ -230,8 +246,10 @@ func Apply(v *FS, o ApplyOptions) (ApplyResult, error) {
 	defer func() { _ = lower.Close() }()
 	a := &applier{v: v, lower: lower, o: o, asRoot: unix.Geteuid() == 0, byPath: map[string]*planned{},
 		bases: map[string]*branch.Base{}, dirs: map[string]int{}, touched: map[string]bool{},
-		linked: map[uint64]string{}, used: map[string]bool{}, seen: map[string]seenState{}}
+		linked: map[uint64]string{}, used: map[string]bool{}, resident: map[string]bool{}, seen: map[string]seenState{},
+		origins: map[string]int{}, joined: map[uint64]string{}}
 	defer a.closeDirs()
+	defer a.closeOrigins()
 	if err := a.plan(); err != nil {
 		return ApplyResult{}, err
 	}

@@ -21,20 +21,77 @@ type seenState struct {
 }
 
 // captureEntries records every entry, and the ctime of every regular
-// file's object.
+// file's object, and holds the lower files that hard-linked entries came
+// from (origins).
 func (a *applier) captureEntries() {
 	v := a.v
 	v.mu.RLock()
 	v.eachEntryLocked(func(p string, e *branch.Entry) { a.seen[p] = seenState{entry: e} })
 	v.mu.RUnlock()
 	for p, s := range a.seen {
-		if s.entry.Type == branch.TypeFile && s.entry.Object != "" {
-			if st, err := v.objs.Lstat(s.entry.Object); err == nil {
+		e := s.entry
+		if e.Type == branch.TypeFile && e.Object != "" {
+			if st, err := v.objs.Lstat(e.Object); err == nil {
 				s.ctime = st.Ctim
 				a.seen[p] = s
 			}
 		}
+		if e.Type == branch.TypeFile && !e.Metacopy && e.Origin != "" && a.origins[e.Origin] == 0 {
+			fd, err := unix.Openat(v.lowerFd, lowerRel(e.Origin), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			var st unix.Stat_t
+			if err == nil && (unix.Fstat(fd, &st) != nil || !sharedLower(&st) || v.mapIno(&st) != e.Ino) {
+				unix.Close(fd)
+				continue
+			}
+			if err == nil {
+				a.origins[e.Origin] = fd
+			}
+		}
 	}
+}
+
+// closeOrigins closes the lower files captureEntries held.
+func (a *applier) closeOrigins() {
+	for p, fd := range a.origins {
+		unix.Close(fd)
+		delete(a.origins, p)
+	}
+}
+
+// joinedName returns a lower name that the copied-up hard-linked file
+// of entry e still joins after the apply wrote the lower tree: its
+// Origin when that still is the same lower inode, else, when the apply
+// removed or replaced that name but the inode has other names left
+// (held in origins, it cannot have been reused), one of those (a walk of
+// the lower tree, as Diff does for such files). "" when no lower name
+// joins it any more.
+func (a *applier) joinedName(e *branch.Entry) string {
+	v := a.v
+	if st, err := v.lowerStat(e.Origin); err == nil && sharedLower(&st) && v.mapIno(&st) == e.Ino {
+		return e.Origin
+	}
+	if q, ok := a.joined[e.Ino]; ok {
+		return q
+	}
+	a.joined[e.Ino] = ""
+	fd, ok := a.origins[e.Origin]
+	var held unix.Stat_t
+	if !ok || unix.Fstat(fd, &held) != nil || held.Nlink == 0 {
+		return ""
+	}
+	names, err := v.lowerNamesOf(map[uint64]int{e.Ino: int(held.Nlink)})
+	if err != nil {
+		v.log.Warn("apply: looking for the lower names of a hard-linked file", "origin", e.Origin, "err", err)
+		return ""
+	}
+	slices.SortFunc(names, comparePaths)
+	for _, q := range names {
+		if st, err := v.lowerStat(q); err == nil && st.Dev == held.Dev && st.Ino == held.Ino {
+			a.joined[e.Ino] = q
+			return q
+		}
+	}
+	return ""
 }
 
 // eachEntryLocked calls fn with every entry of the index, internal ones
@@ -194,6 +251,11 @@ func (a *applier) commit() ([]Stale, error) {
 			relinked[[2]uint64{it.lower.Dev, it.lower.Ino}] = true
 		}
 	}
+	for q := range a.resident { // a new name linked to it
+		if st, err := v.lowerStat(q); err == nil {
+			relinked[[2]uint64{st.Dev, st.Ino}] = true
+		}
+	}
 	for _, it := range a.items {
 		if it.state != stateDone && it.lexists && relinked[[2]uint64{it.lower.Dev, it.lower.Ino}] {
 			if b, err := v.lowerBase(it.Path); err == nil {
@@ -204,16 +266,38 @@ func (a *applier) commit() ([]Stale, error) {
 	// A copied-up hard-linked lower file whose lower inode the apply
 	// replaced joins no lower names any more: its old inode number may
 	// be reused by another lower file, which must not show this copy.
+	// One whose Origin the apply removed or replaced while the inode
+	// kept other names still joins those: its Origin becomes one of
+	// them (else they would show the lower file, and the view change).
+	// A lower file of one name left joins nothing by its inode (only
+	// the names of a file of several are looked up in FS.hardlinks):
+	// that name becomes a name of the upper copy, as a copy-up makes it.
 	unjoined := map[string]*branch.Entry{}
+	rejoined := map[string]string{}
 	v.eachEntryLocked(func(p string, e *branch.Entry) {
 		if drop[p] || e.Type != branch.TypeFile || e.Metacopy || e.Origin == "" {
 			return
 		}
-		if st, err := v.lowerStat(e.Origin); err == nil && v.mapIno(&st) == e.Ino {
-			return
+		switch q := a.joinedName(e); q {
+		case e.Origin:
+		case "":
+			unjoined[p] = e
+		default:
+			rejoined[p] = q
 		}
-		unjoined[p] = e
 	})
+	for p, q := range rejoined {
+		ne := *v.indexGet(p)
+		ne.Origin = q
+		t.put(p, &ne)
+		if st, err := v.lowerStat(q); err == nil && st.Nlink == 1 && v.indexGet(q) == nil && !drop[q] && c.straightLocked(parentOf(q)) {
+			qe := ne
+			t.put(q, &qe)
+			if b, err := v.lowerBase(q); err == nil {
+				t.b.SetBase(q, b)
+			}
+		}
+	}
 	for p, e := range unjoined {
 		ne := *e
 		ne.Origin = ""
@@ -305,7 +389,10 @@ func (v *FS) lowerStat(p string) (unix.Stat_t, error) {
 // canDropLocked decides for a non-directory entry or a whiteout.
 func (c *commitState) canDropLocked(p string, e *branch.Entry) bool {
 	a, v := c.a, c.a.v
-	if isInternal(p) || !c.inScope(p) || c.pending[p] || a.seen[p].entry != e || !c.straightLocked(parentOf(p)) {
+	if isInternal(p) {
+		return c.canDropAnchorLocked(p, e)
+	}
+	if !c.inScope(p) || c.pending[p] || a.seen[p].entry != e || !c.straightLocked(parentOf(p)) {
 		return false
 	}
 	lst, lerr := v.lowerStat(p)
@@ -335,6 +422,21 @@ func (c *commitState) canDropLocked(p string, e *branch.Entry) bool {
 		return false // not a change, but its times differ: keep them
 	}
 	return true
+}
+
+// canDropAnchorLocked decides for an internal entry: an anchor, which
+// keeps the upper copy of a hard-linked lower file for the lower names
+// joined to it (see anchorPath), may go once no lower name joins it
+// (joinedName: the apply replaced or removed every name of that lower
+// file), together with the other names of its object (which go
+// together or stay together): else the names the apply linked to one
+// lower file would show it, and those kept for the anchor's sake the
+// upper copy, two files where the view had one.
+func (c *commitState) canDropAnchorLocked(p string, e *branch.Entry) bool {
+	if !isBelow(p, internalDir+"/links") || e.Type != branch.TypeFile || e.Origin == "" || c.a.seen[p].entry != e {
+		return false
+	}
+	return c.a.joinedName(e) == ""
 }
 
 // canDropDirLocked decides for a directory entry with no entry kept

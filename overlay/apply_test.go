@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // apply runs Apply on e's view, failing the test on an error.
@@ -372,18 +373,25 @@ func TestApplyHardLinks(t *testing.T) {
 
 // TestApplyRandom applies random changes (on random trees with hard
 // links, with a snapshot half way) and checks that the lower tree then
-// is what an export of the view was, that the view did not change, and
+// is what an export of the view was (applyDiffs: what Diff compares,
+// the times of the paths applied, and the names that are one file),
+// that the view did not change (times and hard links included), and
 // that the view no longer differs from the lower tree; partial applies
-// of random paths first.
+// of random paths first. AGENTFS_OVERLAY_SEEDS adds seeds to the fixed
+// ones (testenv.Seeds: "fresh:20" explores 20 new ones, a number
+// replays one).
 func TestApplyRandom(t *testing.T) {
 	seeds := 40
 	if testing.Short() {
 		seeds = 8
 	}
-	for seed := range uint64(seeds) {
+	for _, seed := range testenv.Seeds(t, seeds, overlaySeedsEnv) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { applyRandomly(t, seed) })
 	}
 }
+
+// overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.
+const overlaySeedsEnv = "AGENTFS_OVERLAY_SEEDS"
 
 func applyRandomly(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 11))
@@ -425,11 +433,14 @@ func applyRandomly(t *testing.T, seed uint64) {
 	exported := fullWalk(t, ev)
 
 	// A partial apply of a random changed path first.
+	applied := map[string]ChangeKind{}
 	if cs := diffOf(t, e.lowerView().view, e.view); len(cs) > 0 && rng.IntN(2) == 0 {
 		p := cs[rng.IntN(len(cs))].Path
-		if _, err := Apply(e.view, ApplyOptions{Paths: []string{p}}); err != nil {
+		res, err := Apply(e.view, ApplyOptions{Paths: []string{p}})
+		if err != nil {
 			fail("Apply(%q): %v", p, err)
 		}
+		addApplied(applied, res)
 		log = append(log, "apply "+p)
 		if got := fullWalk(t, e.view); !maps.Equal(got, view) {
 			fail("the view changed with a partial apply:\n%s", sigDiff(view, got))
@@ -442,8 +453,9 @@ func applyRandomly(t *testing.T, seed uint64) {
 	if len(res.Conflicts)+len(res.Skipped) > 0 {
 		fail("conflicts:\n%sskipped:\n%s", itemPaths(res.Conflicts), itemPaths(res.Skipped))
 	}
-	if got := e.lowerSigs(); !maps.Equal(got, exported) {
-		fail("the lower tree is not the export:\n%s\napplied:\n%s", sigDiff(exported, got), itemPaths(res.Applied))
+	addApplied(applied, res)
+	if d := applyDiffs(exported, e.lowerSigs(), applied); d != "" {
+		fail("the lower tree is not the export:\n%s\napplied:\n%s", d, itemPaths(res.Applied))
 	}
 	if got := fullWalk(t, e.view); !maps.Equal(got, view) {
 		fail("the view changed:\n%s", sigDiff(view, got))
@@ -459,6 +471,48 @@ func applyRandomly(t *testing.T, seed uint64) {
 	if got := fullWalk(t, e.view); !maps.Equal(got, view) {
 		fail("the view changed at a remount:\n%s", sigDiff(view, got))
 	}
+}
+
+// addApplied records the paths an apply wrote or changed in place, with
+// the kind of change (removals left out).
+func addApplied(set map[string]ChangeKind, res ApplyResult) {
+	for _, it := range res.Applied {
+		if it.Kind != Deleted {
+			set[it.Path] = it.Kind
+		}
+	}
+}
+
+// applyDiffs describes how the lower tree after an apply (got) differs
+// from what it must be, the export of the view before (want): in what
+// Diff compares (type, data, mode, owner, xattrs) everywhere; in mtime
+// where the apply wrote or changed in place (applied: a path whose only
+// change was its times is no change, and stays as it was); and names
+// that are one file in the view must be one file there (an apply must
+// not break a hard link).
+func applyDiffs(want, got map[string]fileSig, applied map[string]ChangeKind) string {
+	var b strings.Builder
+	for _, p := range slices.Sorted(maps.Keys(want)) {
+		w := want[p]
+		g, ok := got[p]
+		kind, wasApplied := applied[p]
+		switch {
+		case !ok:
+			fmt.Fprintf(&b, "missing %q %+v\n", p, w)
+		case g.diffable() != w.diffable():
+			fmt.Fprintf(&b, "differs %q: %+v, want %+v\n", p, g, w)
+		case wasApplied && g.mtime != w.mtime:
+			fmt.Fprintf(&b, "mtime of %q (%s): %v, want %v\n", p, kind, g.mtime, w.mtime)
+		case w.link != "" && w.link != p && (g.link == "" || g.link != got[w.link].link):
+			fmt.Fprintf(&b, "%q and %q are one file in the view, not in the lower tree\n", w.link, p)
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[p]; !ok {
+			fmt.Fprintf(&b, "extra %q %+v\n", p, got[p])
+		}
+	}
+	return b.String()
 }
 
 // sigDiff describes how two walks differ.

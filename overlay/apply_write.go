@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/backstore"
+	"github.com/agentfs/agentfs/branch"
 )
 
 // Writing an Apply into the lower tree (see "How each change is
@@ -206,14 +207,21 @@ func (a *applier) writeNew(dirfd int, name string, it *planned, src *source) err
 }
 
 // writeRegular writes a regular file: a link to a name already written
-// when the view has them as one file, a link to the lower file its
-// data still is when the apply removes that file's old name (a
+// when the view has them as one file, or to a name of that file that
+// the lower tree holds already (residentName), a link to the lower file
+// its data still is when the apply removes that file's old name (a
 // rename), else a copy of its data.
 func (a *applier) writeRegular(dirfd int, name string, it *planned, src *source) error {
 	st := &src.st
 	if st.Nlink > 1 {
 		if first, ok := a.linked[st.Ino]; ok {
 			return a.linkOver(first, dirfd, name, nil)
+		}
+		if q := a.residentName(it, src); q != "" {
+			a.linked[st.Ino], a.resident[q] = q, true
+			return a.linkOver(q, dirfd, name, func(tmp string) error {
+				return a.setAttrs(attrTarget{dirfd: dirfd, name: tmp, fd: -1}, src)
+			})
 		}
 	}
 	defer func() {
@@ -268,6 +276,95 @@ func (a *applier) writeRegular(dirfd int, name string, it *planned, src *source)
 	}
 	it.bytes = st.Size
 	return nil
+}
+
+// residentName returns another name of the view's file src (written at
+// it.Path, with other names in the view) that the lower tree holds
+// already and the apply does not write: a name unchanged, or changed
+// only in mode, owner or xattrs (set in place), whose lower file has
+// the view's data. The names of one file in the view are the entries
+// of its object and the lower files they came from; each candidate is
+// looked up in the view, which must show it as the same file. Linking
+// to it keeps them one file in the lower tree (writing a copy would
+// make two), and its attributes become the view's. "" when there is
+// none.
+func (a *applier) residentName(it *planned, src *source) string {
+	e := a.seen[it.Path].entry
+	if e == nil || e.Type != branch.TypeFile || e.Object == "" {
+		return ""
+	}
+	var names []string
+	for p, s := range a.seen {
+		if s.entry.Type != branch.TypeFile || s.entry.Object != e.Object {
+			continue
+		}
+		names = append(names, p)
+		if s.entry.Origin != "" {
+			names = append(names, s.entry.Origin)
+		}
+	}
+	if e.Origin != "" {
+		// The lower names of a copied-up hard-linked lower file that
+		// the apply changes in place.
+		for _, other := range a.items {
+			if other.lexists && sharedLower(&other.lower) && a.v.mapIno(&other.lower) == e.Ino {
+				names = append(names, other.Path)
+			}
+		}
+	}
+	if q := a.firstResident(it, e, src, names); q != "" || e.Origin == "" {
+		return q
+	}
+	// Last, every lower name of the copied-up file's lower inode (a
+	// walk of the lower tree, as Diff makes for such files).
+	fd, ok := a.origins[e.Origin]
+	var held unix.Stat_t
+	if !ok || unix.Fstat(fd, &held) != nil || held.Nlink == 0 {
+		return ""
+	}
+	names, err := a.v.lowerNamesOf(map[uint64]int{e.Ino: int(held.Nlink)})
+	if err != nil {
+		return ""
+	}
+	return a.firstResident(it, e, src, names)
+}
+
+// firstResident returns the first of names (in path order) that
+// residentName may link to.
+func (a *applier) firstResident(it *planned, e *branch.Entry, src *source, names []string) string {
+	slices.SortFunc(names, comparePaths)
+	for _, q := range slices.Compact(names) {
+		if q == it.Path || isInternal(q) || !a.residentLower(q) {
+			continue
+		}
+		if s, ok := a.seen[q]; ok && s.entry.Object != e.Object {
+			continue // another file, or a whiteout, at that name now
+		}
+		n, st, err := a.v.lookupPath(q)
+		if n != nil {
+			a.v.release(n)
+		}
+		if err == nil && n != nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino == src.st.Ino {
+			return q
+		}
+	}
+	return ""
+}
+
+// residentLower reports whether the lower file at q stays as it is
+// through the apply, but for attributes set in place: neither it nor a
+// directory above it is written or removed, and it is a regular file.
+func (a *applier) residentLower(q string) bool {
+	if it := a.byPath[q]; it != nil && (it.Kind != ModeChanged || it.state == stateConflict) {
+		return false
+	}
+	for _, d := range ancestors(q) {
+		if it := a.byPath[d]; it != nil && it.state == stateApply && (it.Kind == TypeChanged || it.Kind == Deleted) {
+			return false
+		}
+	}
+	var st unix.Stat_t
+	return unix.Fstatat(a.v.lowerFd, lowerRel(q), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }
 
 // canLinkLower reports whether the lower file at lp may become the new

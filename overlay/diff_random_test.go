@@ -3,6 +3,7 @@ package overlay
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -14,26 +15,62 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
-// fileSig is what a brute-force walk records of one path.
+// fileSig is what a brute-force walk records of one path: besides what
+// Diff compares (diffable), its modification time and which other paths
+// are the same file (hard links).
 type fileSig struct {
 	typ            uint32
 	mode, uid, gid uint32
 	xattrs, data   string
+	mtime          unix.Timespec
+	link           string // the first path of the walk that is the same inode; "" for a file of one name, and for directories
+}
+
+// diffable is what Diff compares of a file: neither times nor link
+// identity ("times alone are no change").
+func (s fileSig) diffable() fileSig {
+	s.mtime, s.link = unix.Timespec{}, ""
+	return s
+}
+
+// joinLinks sets the link of every path of walk whose inode (inos, per
+// path) other paths share: the first of them in byte order.
+func joinLinks(walk map[string]fileSig, inos map[string]uint64) {
+	first := map[uint64]string{}
+	count := map[uint64]int{}
+	for p, ino := range inos {
+		count[ino]++
+		if f, ok := first[ino]; !ok || p < f {
+			first[ino] = p
+		}
+	}
+	for p, ino := range inos {
+		if count[ino] > 1 {
+			s := walk[p]
+			s.link = first[ino]
+			walk[p] = s
+		}
+	}
 }
 
 // fullWalk reads every path of view v through its public API.
 func fullWalk(t testing.TB, v *FS) map[string]fileSig {
 	t.Helper()
 	out := map[string]fileSig{}
+	inos := map[string]uint64{}
 	var walk func(n *Node, p string)
 	walk = func(n *Node, p string) {
 		st, err := v.Getattr(n)
 		if err != nil {
 			t.Fatalf("getattr %q: %v", p, err)
 		}
-		s := fileSig{typ: st.Mode & unix.S_IFMT, mode: st.Mode & 07777, uid: st.Uid, gid: st.Gid}
+		s := fileSig{typ: st.Mode & unix.S_IFMT, mode: st.Mode & 07777, uid: st.Uid, gid: st.Gid, mtime: st.Mtim}
+		if s.typ != unix.S_IFDIR {
+			inos[p] = st.Ino
+		}
 		s.xattrs = xattrString(func(b []byte) (int, error) { return v.Listxattr(n, b) },
 			func(name string, b []byte) (int, error) { return v.Getxattr(n, name, b) })
 		switch s.typ {
@@ -70,6 +107,7 @@ func fullWalk(t testing.TB, v *FS) map[string]fileSig {
 		out[p] = s
 	}
 	walk(v.Root(), "")
+	joinLinks(out, inos)
 	return out
 }
 
@@ -116,7 +154,7 @@ func bruteDiff(a, b map[string]fileSig) string {
 			kind = "type-changed"
 		case sa.data != sb.data:
 			kind = "modified"
-		case sa.mode != sb.mode || sa.uid != sb.uid || sa.gid != sb.gid || sa.xattrs != sb.xattrs:
+		case sa.diffable() != sb.diffable():
 			kind = "mode-changed"
 		default:
 			continue
@@ -272,13 +310,18 @@ func removeAll(e *env, p string) error {
 
 // TestDiffRandom compares Diff with a brute-force comparison of full
 // walks, over random trees and random operations, between the lower
-// tree, a snapshot taken half way, and the branch.
+// tree, a snapshot taken half way, and the branch: the changes (what
+// Diff compares: not times, nor which names are one file) and the
+// inode numbers they report (one per file: names that are one file in
+// the walk share it). The lower tree and the snapshot must not change
+// as the branch goes on, times and hard links included.
+// AGENTFS_OVERLAY_SEEDS adds seeds (see TestApplyRandom).
 func TestDiffRandom(t *testing.T) {
 	seeds := 40
 	if testing.Short() {
 		seeds = 8
 	}
-	for seed := range uint64(seeds) {
+	for _, seed := range testenv.Seeds(t, seeds, overlaySeedsEnv) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { diffRandomly(t, seed) })
 	}
 }
@@ -293,12 +336,14 @@ func diffRandomly(t *testing.T, seed uint64) {
 			t.Fatal(err)
 		}
 	}
+	lowerAtStart := fullWalk(t, e.lowerView().view)
 	var log []string
 	randomOps(e, rng, 15, &log)
 	snap, err := e.view.Snapshot("half way", branch.KindManual)
 	if err != nil {
 		t.Fatal(err)
 	}
+	snapAtStart := fullWalk(t, e.snapView(snap).view)
 	log = append(log, "snapshot")
 	randomOps(e, rng, 15, &log)
 	views := map[string]*FS{"lower": e.lowerView().view, "snapshot": e.snapView(snap).view, "branch": e.view}
@@ -306,11 +351,50 @@ func diffRandomly(t *testing.T, seed uint64) {
 	for name, v := range views {
 		walks[name] = fullWalk(t, v)
 	}
+	fail := func(format string, a ...any) {
+		t.Helper()
+		t.Fatalf("seed %d: %s\noperations:\n%s", seed, fmt.Sprintf(format, a...), strings.Join(log, "\n"))
+	}
+	if !maps.Equal(walks["lower"], lowerAtStart) {
+		fail("the lower tree changed:\n%s", sigDiff(lowerAtStart, walks["lower"]))
+	}
+	if !maps.Equal(walks["snapshot"], snapAtStart) {
+		fail("the snapshot changed as the branch went on:\n%s", sigDiff(snapAtStart, walks["snapshot"]))
+	}
 	for _, pair := range [][2]string{{"lower", "branch"}, {"branch", "lower"}, {"snapshot", "branch"}, {"branch", "snapshot"}, {"lower", "snapshot"}} {
 		want := bruteDiff(walks[pair[0]], walks[pair[1]])
-		got := summary(diffOf(t, views[pair[0]], views[pair[1]]))
-		if got != want {
-			t.Fatalf("seed %d: Diff %s → %s:\n%s\nbrute force:\n%s\noperations:\n%s", seed, pair[0], pair[1], got, want, strings.Join(log, "\n"))
+		cs := diffOf(t, views[pair[0]], views[pair[1]])
+		if got := summary(cs); got != want {
+			fail("Diff %s → %s:\n%s\nbrute force:\n%s", pair[0], pair[1], got, want)
+		}
+		for _, d := range inoDiffs(cs, walks[pair[1]]) {
+			fail("Diff %s → %s: %s", pair[0], pair[1], d)
 		}
 	}
+}
+
+// inoDiffs checks the inode numbers of the new sides of changes against
+// a walk of the view they come from: paths that are one file there (the
+// same link) have one number, other files others.
+func inoDiffs(cs []Change, walk map[string]fileSig) []string {
+	var out []string
+	fileOf := map[uint64]string{} // st_ino → the file's first path
+	inoOf := map[string]uint64{}  // the file's first path → st_ino
+	for _, c := range cs {
+		if c.New == nil || c.New.Type == "dir" {
+			continue
+		}
+		file := c.Path
+		if l := walk[c.Path].link; l != "" {
+			file = l
+		}
+		if f, ok := fileOf[c.New.Ino]; ok && f != file {
+			out = append(out, fmt.Sprintf("%q and %q report inode %d but are not one file", f, file, c.New.Ino))
+		}
+		if i, ok := inoOf[file]; ok && i != c.New.Ino {
+			out = append(out, fmt.Sprintf("%q reports inode %d, another name of its file %d", c.Path, c.New.Ino, i))
+		}
+		fileOf[c.New.Ino], inoOf[file] = file, c.New.Ino
+	}
+	return out
 }

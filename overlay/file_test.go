@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // dropLowerCache writes back and drops the page cache of the lower file
-// p, and reports whether the lower file system let go of it (tmpfs keeps
-// files in memory).
-func (e *env) dropLowerCache(p string) bool {
+// p, and fails the test if the lower file system keeps it cached (its
+// lower tree is on a disk: newEnvIn with testenv.DiskDir).
+func (e *env) dropLowerCache(p string) {
 	e.t.Helper()
 	f, err := os.Open(filepath.Join(e.lower, p))
 	if err != nil {
@@ -26,7 +28,9 @@ func (e *env) dropLowerCache(p string) bool {
 	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
 		e.t.Fatal(err)
 	}
-	return cachedPages(e.t, filepath.Join(e.lower, p)) == 0
+	if c := cachedPages(e.t, filepath.Join(e.lower, p)); c != 0 {
+		e.t.Fatalf("the page cache keeps %d pages of %s after fdatasync and FADV_DONTNEED, on a disk-backed file system", c, p)
+	}
 }
 
 // cachedPages is how many pages of file p the page cache holds.
@@ -39,7 +43,7 @@ func cachedPages(t testing.TB, p string) uint64 {
 	defer f.Close()
 	var st unix.Cachestat_t
 	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &st, 0); err != nil {
-		t.Skipf("cachestat: %v (Linux 6.5 or later)", err)
+		testenv.Skip(t, testenv.Cachestat, "cachestat: %v (Linux 6.5 or later)", err)
 	}
 	return st.Cache
 }
@@ -68,10 +72,8 @@ func TestReadFromDisk(t *testing.T) {
 	const size = 1<<20 + 1000 // a short last read
 	data := make([]byte, size)
 	rand.New(rand.NewSource(1)).Read(data)
-	e := newEnv(t, map[string]string{"f": string(data)})
-	if !e.dropLowerCache("f") {
-		t.Skipf("the file system of %s keeps its files cached (tmpfs?): no disk to read from", e.lower)
-	}
+	e := newEnvIn(t, testenv.DiskDir(t), map[string]string{"f": string(data)})
+	e.dropLowerCache("f")
 	f, err := e.view.Open(e.must("f"), unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +144,7 @@ func TestReadFromDisk(t *testing.T) {
 func TestReadFromDiskReplacedLower(t *testing.T) {
 	const size = 1 << 20
 	old := bytes.Repeat([]byte("o"), size)
-	e := newEnv(t, map[string]string{"f": string(old)})
+	e := newEnvIn(t, testenv.DiskDir(t), map[string]string{"f": string(old)})
 	f, err := e.view.Open(e.must("f"), unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +173,7 @@ func TestReadFromDiskReplacedLower(t *testing.T) {
 		t.Fatalf("drop the replaced lower file's cache: %v", err)
 	}
 	if !f.FromDisk(256<<10, len(buf)) {
-		t.Skipf("the file system of %s keeps the replaced file cached (tmpfs?)", e.lower)
+		t.Fatalf("FromDisk of the replaced file after its cache was dropped = false: the disk-backed %s keeps it cached", e.lower)
 	}
 	n, ok, err := f.ReadFromDisk(buf, 256<<10)
 	if ok {

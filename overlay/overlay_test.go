@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 type env struct {
@@ -26,7 +27,13 @@ type env struct {
 // content; a trailing "/" makes a directory).
 func newEnv(t testing.TB, files map[string]string) *env {
 	t.Helper()
-	lower := t.TempDir()
+	return newEnvIn(t, t.TempDir(), files)
+}
+
+// newEnvIn is newEnv with the lower tree made in lower, an empty
+// directory (testenv.DiskDir, for reads that must reach a disk).
+func newEnvIn(t testing.TB, lower string, files map[string]string) *env {
+	t.Helper()
 	for p, c := range files {
 		full := filepath.Join(lower, p)
 		if p[len(p)-1] == '/' {
@@ -445,7 +452,7 @@ func TestRemovedXattrStaysRemovedAfterDataCopyUp(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "data", "g": "data"})
 	for _, name := range []string{"f", "g"} {
 		if err := unix.Setxattr(filepath.Join(e.lower, name), "user.a", []byte("1"), 0); err != nil {
-			t.Skipf("no user xattrs on the test filesystem: %v", err)
+			testenv.Skip(t, testenv.UserXattrs, "no user xattrs on the test filesystem: %v", err)
 		}
 	}
 	if err := e.view.Removexattr(e.must("f"), "user.a"); err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // TestXattrs runs the extended attribute operations on lower files, the
@@ -34,7 +36,7 @@ func testXattrs(t *testing.T) {
 	e := newEnv(t, map[string]string{"f": "data", "d/g": "data"})
 	for _, p := range []string{"", "f", "d/g"} {
 		if err := unix.Lsetxattr(filepath.Join(e.lower, p), "user.a", []byte("v-"+p), 0); err != nil {
-			t.Skipf("no user xattrs on the test filesystem: %v", err)
+			testenv.Skip(t, testenv.UserXattrs, "no user xattrs on the test filesystem: %v", err)
 		}
 	}
 	if err := os.Symlink("f", filepath.Join(e.lower, "l")); err != nil {

@@ -12,17 +12,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfs/agentfs/internal/testenv"
 	"github.com/agentfs/agentfs/procfs"
 )
 
 // newGroup makes a group for the test, or skips where none can be made
 // (not root), unless AGENTFS_REQUIRE_FUSE=1 (CI, as root) says it must
-// run.
+// run (testenv.Skip).
 func newGroup(t *testing.T) *Group {
 	t.Helper()
 	g, err := New(fmt.Sprintf("agentfs-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	if errors.Is(err, ErrUnavailable) && os.Geteuid() != 0 && os.Getenv("AGENTFS_REQUIRE_FUSE") != "1" {
-		t.Skipf("no cgroup here: %v", err)
+	if errors.Is(err, ErrUnavailable) {
+		testenv.Skip(t, testenv.Cgroups, "no cgroup here: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // TestBadFlags checks that every bad flag is refused with exit 2 and a
@@ -52,7 +54,7 @@ func TestBadFlags(t *testing.T) {
 func TestWorkdirOnTmpfsRefused(t *testing.T) {
 	var st unix.Statfs_t
 	if err := unix.Statfs("/dev/shm", &st); err != nil || st.Type != unix.TMPFS_MAGIC {
-		t.Skip("no tmpfs at /dev/shm")
+		testenv.Skip(t, testenv.DevShmTmpfs, "no tmpfs at /dev/shm to refuse")
 	}
 	dir := "/dev/shm/agentfs-bench-test-never-made"
 	var stderr bytes.Buffer

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // TestPingPong measures a few rounds on the CPUs this test may use.
@@ -89,7 +91,7 @@ func TestPingPongLeavesThreadsFree(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(cpus) < 2 {
-		t.Skip("one CPU allowed: a pinned thread could not be told from a free one")
+		testenv.Skip(t, testenv.TwoCPUs, "one CPU allowed: a pinned thread could not be told from a free one")
 	}
 	var want unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &want); err != nil {

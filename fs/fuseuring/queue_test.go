@@ -7,6 +7,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // TestOpInSize: the size of each operation's in struct agrees with
@@ -109,7 +111,7 @@ func TestPlace(t *testing.T) {
 		}
 	}()
 	if all.Count() < 2 {
-		t.Skip("one CPU: nowhere else to go")
+		testenv.Skip(t, testenv.TwoCPUs, "one CPU allowed: nowhere else to go")
 	}
 	home := -1
 	for i := 0; home < 0; i++ {

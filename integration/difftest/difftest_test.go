@@ -7,20 +7,16 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // requireRoot skips without root (the lower trees have several owners
 // and some ops run as another user), unless AGENTFS_REQUIRE_FUSE=1
-// demands the privileged tests, as on CI.
+// demands the privileged tests, as on CI (testenv.RequireRoot).
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
-		t.Fatal("AGENTFS_REQUIRE_FUSE=1 but the test does not run as root")
-	}
-	t.Skip("difftest needs root")
+	testenv.RequireRoot(t, "difftest (lower trees of several owners)")
 }
 
 func plainConfig(t *testing.T, second RootSpec) *Config {

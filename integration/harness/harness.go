@@ -40,6 +40,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // bin is the binary under test.
@@ -99,22 +101,11 @@ func Bin() string { return bin }
 func SharedDir() string { return sharedDir }
 
 // RequireFUSE skips a test that needs root and /dev/fuse where they are
-// missing, except when AGENTFS_REQUIRE_FUSE=1 (CI): there it fails.
+// missing, except when AGENTFS_REQUIRE_FUSE=1 (CI): there it fails
+// (testenv.RequireFUSE).
 func RequireFUSE(t testing.TB) {
 	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "not running as root"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		why = "/dev/fuse is missing"
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
-		t.Fatalf("AGENTFS_REQUIRE_FUSE=1 but FUSE tests cannot run: %s", why)
-	}
-	t.Skipf("needs root and /dev/fuse (%s); set AGENTFS_REQUIRE_FUSE=1 to make this a failure", why)
+	testenv.RequireFUSE(t)
 }
 
 // Result is one run of the agentfs binary.

@@ -10,6 +10,7 @@ import (
 	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,6 +47,7 @@ type MountStatus struct {
 	Passthrough bool   `json:"passthrough"`
 	IOMode      string `json:"io_mode"`
 	Writeback   bool   `json:"writeback_cache"`
+	Transport   string `json:"transport"`
 	Objects     int64  `json:"objects"`
 	Bytes       int64  `json:"bytes"`
 	FsFree      int64  `json:"backstore_free"`
@@ -146,7 +148,44 @@ func NewMountpoint(t testing.TB) string {
 	return dir
 }
 
-// Mount runs agentfs mount and records the mount's status.
+// RingKnob is the fuse module's parameter that a kernel with FUSE over
+// io_uring has (agentfs mount turns it on as root).
+const RingKnob = "/sys/module/fuse/parameters/enable_uring"
+
+// RingOffered reports whether the kernel offers FUSE over io_uring.
+func RingOffered() bool {
+	_, err := os.Stat(RingKnob)
+	return err == nil
+}
+
+// RingRequested reports whether agentfs mount with these flags (and
+// the pass's, ModeFlags) asks for FUSE over io_uring: as root, without
+// --no-io-uring.
+func RingRequested(args []string) bool {
+	return os.Geteuid() == 0 && !slices.Contains(ModeFlags(), "--no-io-uring") && !slices.Contains(args, "--no-io-uring")
+}
+
+// checkTransport fails the test if the mount's requests do not come the
+// way its flags and the kernel say they must: over io_uring where the
+// kernel offers it and nothing turned it off (a mount that fell back to
+// /dev/fuse would leave the io_uring transport untested by the whole
+// pass), over /dev/fuse with --no-io-uring.
+func (m *Mount) checkTransport(st MountStatus) {
+	m.T.Helper()
+	switch {
+	case !RingRequested(m.args):
+		if !strings.HasPrefix(st.Transport, "/dev/fuse") {
+			m.T.Errorf("agentfs status: transport %q with --no-io-uring or not as root, want /dev/fuse", st.Transport)
+		}
+	case RingOffered():
+		if !strings.HasPrefix(st.Transport, "io_uring (") {
+			m.T.Errorf("agentfs status: transport %q, want io_uring: the kernel offers FUSE over io_uring (%s) and nothing turned it off", st.Transport, RingKnob)
+		}
+	}
+}
+
+// Mount runs agentfs mount, records the mount's status and checks its
+// transport (checkTransport).
 func (m *Mount) Mount() {
 	m.T.Helper()
 	args := append([]string{"mount", "--lower", m.Lower}, ModeFlags()...)
@@ -160,6 +199,8 @@ func (m *Mount) Mount() {
 	st, err := m.FetchStatus()
 	if err != nil {
 		m.T.Errorf("agentfs status after mount: %v", err)
+	} else {
+		m.checkTransport(st)
 	}
 	m.Status = st
 }
