@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // readDir is a ReadTreeFunc over a plain directory (one branch).
@@ -30,12 +32,7 @@ type ignoreFixture struct {
 
 func newIgnoreFixture(t *testing.T) *ignoreFixture {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
-			t.Fatal("git is missing: the ignore rules are checked against git check-ignore (apt-get install git; make deps installs it)")
-		}
-		t.Skip("git is missing (apt-get install git; make deps installs it)")
-	}
+	testenv.RequireProgram(t, "git") // the rules are checked against git check-ignore
 	base := t.TempDir()
 	f := &ignoreFixture{root: filepath.Join(base, "proj"), env: map[string]string{
 		"HOME":                filepath.Join(base, "home"),

@@ -2,7 +2,6 @@ package exectrace
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentfs/agentfs/internal/testenv"
 	"github.com/agentfs/agentfs/procgroup"
 )
 
@@ -21,10 +21,7 @@ import (
 func startTracer(t *testing.T) (*Tracer, *procgroup.Group, *recorder) {
 	t.Helper()
 	if err := Available(); err != nil {
-		if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+		testenv.Skip(t, testenv.EBPF, "%v", err)
 	}
 	g, err := procgroup.New(fmt.Sprintf("agentfs-exectrace-test-%d", time.Now().UnixNano()))
 	if err != nil {
@@ -171,10 +168,7 @@ func exits(rs []Record) int {
 // starts no program of its own) as well.
 func TestTraceMountDev(t *testing.T) {
 	if err := Available(); err != nil {
-		if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+		testenv.Skip(t, testenv.EBPF, "%v", err)
 	}
 	// A file system of its own: / and the temporary directory are
 	// usually one.
@@ -241,10 +235,7 @@ func statDev(t *testing.T, p string) uint64 {
 // of a second at every mount, near its limit of a million).
 func TestVerifierCost(t *testing.T) {
 	if err := Available(); err != nil {
-		if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+		testenv.Skip(t, testenv.EBPF, "%v", err)
 	}
 	spec, err := loadExectrace()
 	if err != nil {

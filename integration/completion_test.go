@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // Shell completion: the scripts of agentfs completion, loaded in bash
@@ -23,10 +24,7 @@ func requireShell(t *testing.T, shell, pkg string) string {
 	t.Helper()
 	p, err := exec.LookPath(shell)
 	if err != nil {
-		if os.Getenv("AGENTFS_REQUIRE_FUSE") == "1" {
-			t.Fatalf("%s is missing: apt-get install %s (make deps installs it)", shell, pkg)
-		}
-		t.Skipf("%s is missing (apt-get install %s)", shell, pkg)
+		testenv.Skip(t, testenv.Program(shell), "%s is missing: apt-get install %s (make deps installs it)", shell, pkg)
 	}
 	return p
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/internal/testenv"
 	"github.com/agentfs/agentfs/procfs"
 )
 
@@ -71,9 +72,7 @@ func startSleeper(t *testing.T, cmd *exec.Cmd, want string) int {
 // record in a directory others can write: refused, and the command
 // never runs.
 func TestExecSessionRefused(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("agentfs exec -s needs root")
-	}
+	testenv.RequireRoot(t, "agentfs exec -s")
 	requireTool(t, "unshare")
 	e := newRunEnv(t)
 	marker := filepath.Join(e.scripts, "ran")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfs/agentfs/internal/testenv"
 	"github.com/agentfs/agentfs/procfs"
 )
 
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 func startProcess(t *testing.T, cmd *exec.Cmd) (int, uint64) {
 	t.Helper()
 	if err := cmd.Start(); err != nil {
-		t.Skipf("cannot start %v here: %v", cmd.Args, err)
+		testenv.Skip(t, testenv.Program(cmd.Args[0]), "cannot start %v here: %v", cmd.Args, err)
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill() // a sleeper: nothing to lose
@@ -185,9 +186,7 @@ func TestRefuseEnter(t *testing.T) {
 	if err := gone.refuseEnter(0); err == nil || !strings.Contains(err.Error(), "is not running") {
 		t.Errorf("a daemon with another start time: error %v", err)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("the checks past the record need root")
-	}
+	testenv.RequireRoot(t, "the checks past the record")
 	if err := r.CheckEnter(); err != nil {
 		t.Fatalf("CheckEnter of a session whose daemon is a sleeper of this binary: %v", err)
 	}

@@ -68,6 +68,7 @@ const (
 	Cgroups         Condition = "cgroups"  // a cgroup the test may make
 	LoopDevices     Condition = "loop devices"
 	UserNamespaces  Condition = "user namespaces for unprivileged users"
+	EBPF            Condition = "eBPF tracing" // root, a kernel of 5.17 or later with BTF, no lockdown
 )
 
 // Program is the condition that program name is installed.
