@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
@@ -143,6 +144,10 @@ func (w *Workspace) restoreLocked(view *overlay.FS, snap branch.Snapshot) (branc
 	return safety, stale, nil
 }
 
+// deferredStopDelay is how long a deferred rewind lets its reply reach
+// the process that asked before the stop begins.
+const deferredStopDelay = 250 * time.Millisecond
+
 // restoreLater is a deferred rewind (see Restore), asked by process c
 // of the supervised command for branch cur: once the reply is on its
 // way it stops the command and restores, then makes the change durable,
@@ -154,13 +159,17 @@ func (w *Workspace) restoreLater(c ctl.Caller, ref, cur string) {
 			w.log.Error("deferred restore: panic", "snapshot", ref, "branch", cur, "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
-	// Restore holds opMu until it has returned the reply.
+	// Restore holds opMu until it has returned the reply; the caller
+	// then needs a moment to read it and act on it (print it, pass it
+	// on to its model) before it is sent SIGTERM with the others: a Go
+	// program, agentfs restore included, ends at once on SIGTERM.
 	w.opMu.Lock()
 	closed := w.closed
 	w.opMu.Unlock()
 	if closed {
 		return
 	}
+	time.Sleep(deferredStopDelay)
 	rw, err := w.attached().Rewinding(cur)
 	if err != nil {
 		w.log.Error("deferred restore: stopping the command", "snapshot", ref, "branch", cur, "pid", c.Pid, "err", err)
