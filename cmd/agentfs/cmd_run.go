@@ -86,8 +86,11 @@ session's branch while it runs (agentfs restore -s SESSION ID, or the
 MCP rewind tool, the agent's own included) stops every process of
 COMMAND (SIGTERM, --stop-grace, SIGKILL; background and double-forked
 ones too), restores, and starts COMMAND again, with AGENTFS_RELAUNCH and
-AGENTFS_RELAUNCH_SNAPSHOT in its environment. It needs a cgroup (v2):
-root, or one delegated to the user.
+AGENTFS_RELAUNCH_SNAPSHOT in its environment and the terminal as it was
+at the start. Past --max-restarts relaunches, or when Ctrl-C, SIGTERM or
+SIGHUP comes during a rewind, the run ends instead. It needs a cgroup
+(v2) it can make (root, or one delegated to the user) and Linux 5.7 or
+later; agentfs run checks both before it mounts anything.
 
 As root, run needs no setup. As a normal user it works in a user
 namespace, where the kernel allows unprivileged ones and /dev/fuse is
