@@ -339,3 +339,23 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestProbe: the probe of New passes for a cgroup and refuses, as
+// ErrUnavailable naming CLONE_INTO_CGROUP, where a process cannot be
+// started into the directory (here: one that is no cgroup; on a kernel
+// before 5.7, any).
+func TestProbe(t *testing.T) {
+	g := newGroup(t)
+	if err := g.probe(); err != nil {
+		t.Errorf("probe of a group: %v", err)
+	}
+	if empty, err := g.Empty(); err != nil || !empty {
+		t.Errorf("the probe left a process in the group: empty %v, %v", empty, err)
+	}
+	bad := &Group{dir: t.TempDir()}
+	err := bad.probe()
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "CLONE_INTO_CGROUP") || !strings.Contains(err.Error(), "Linux 5.7") {
+		t.Errorf("probe of a plain directory = %v; want ErrUnavailable naming CLONE_INTO_CGROUP and Linux 5.7", err)
+	}
+	t.Logf("the refusal: %v", err)
+}
