@@ -88,6 +88,9 @@ type supervisor struct {
 	// tty is the terminal as it was at the start, nil when stdin is
 	// none or the run is not in its foreground.
 	tty *terminal
+	// ttyHeld: the command's processes held the terminal's foreground
+	// when they were last stopped (run loop only).
+	ttyHeld bool
 }
 
 // supLine is one line from the daemon: word, the rewind's number, the
@@ -240,6 +243,7 @@ func (s *process) supervise(cmd *exec.Cmd, o ProcessOptions) int {
 // it left running in the group is stopped, and a rewind asked from now
 // on is answered at once (drain).
 func (v *supervisor) endedByItself(s *process, cur running) int {
+	v.ttyHeld = v.tty.agentHolds(v.group) // before what is left is stopped
 	if err := v.group.Stop(v.opts.Grace); err != nil {
 		fmt.Fprintf(s.stderr, "agentfs run: %v\n", err)
 	}
@@ -276,6 +280,7 @@ func (s *process) rewind(cur running, seq string, restarts int, o ProcessOptions
 			stopSignal = sig
 		}
 	}
+	v.ttyHeld = v.tty.agentHolds(v.group) // before its holder is stopped
 	stopped := make(chan error, 1)
 	go func() { stopped <- v.group.Stop(v.opts.Grace) }()
 	var stopErr error
@@ -299,7 +304,16 @@ func (s *process) rewind(cur running, seq string, restarts int, o ProcessOptions
 		rl := Relaunch{Time: time.Now().Round(0), ExitCode: code, Error: "stopping the command: " + stopErr.Error()}
 		return s.relaunch(rl, restarts, stopSignal, o)
 	}
-	<-cur.exited // the group is empty: the command has exited
+	// The group is empty: the command has exited, unless it moved
+	// itself out of its cgroup (see procgroup's Limits); our child, it
+	// can still be killed.
+	select {
+	case <-cur.exited:
+	case <-time.After(5 * time.Second):
+		fmt.Fprintf(s.stderr, "agentfs run: the command's process %d left its cgroup and outlived the stop: killing it\n", cur.cmd.Process.Pid)
+		_ = cur.cmd.Process.Kill() // it may have exited meanwhile
+		<-cur.exited
+	}
 	code = ExitCodeOf(cur.cmd.ProcessState)
 	final := restarts >= v.opts.MaxRestarts || stopSignal != nil
 	word := daemon.SupRelaunch
@@ -372,7 +386,7 @@ func (s *process) relaunch(rl Relaunch, restarts int, stopSignal os.Signal, o Pr
 
 // restoreTerminal gives the terminal back as it was at the start.
 func (v *supervisor) restoreTerminal(s *process) {
-	if err := v.tty.restore(); err != nil {
+	if err := v.tty.restore(v.ttyHeld); err != nil {
 		fmt.Fprintf(s.stderr, "agentfs run: giving the terminal back: %v\n", err)
 	}
 }

@@ -81,6 +81,7 @@ func startSupervised(t *testing.T, opts Supervision, script string) *supervised 
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	project := t.TempDir()
 	out := t.TempDir()
+	t.Setenv("AGENTFS_TEST_OUT", out) // for script
 	rec, err := Create(project, project, []string{"sh", "-c", script})
 	if err != nil {
 		t.Fatal(err)
@@ -272,5 +273,36 @@ func TestSuperviseEndedByItself(t *testing.T) {
 	}
 	if rl := sv.relaunches(); len(rl) != 0 {
 		t.Errorf("relaunches = %+v, want none", rl)
+	}
+}
+
+// TestSuperviseCommandLeftGroup: a command that moved itself out of its
+// cgroup (root can) outlives the group's stop; the supervisor kills it
+// (its child) rather than wait for it forever, and the rewind goes on.
+func TestSuperviseCommandLeftGroup(t *testing.T) {
+	script := `mnt=$(awk '$9 == "cgroup2" { print $5; exit }' /proc/self/mountinfo)
+p=$(sed -n 's/^0:://p' /proc/self/cgroup)
+[ -n "$AGENTFS_RELAUNCH" ] || echo $$ > "$mnt$(dirname "$(dirname "$p")")/cgroup.procs"
+touch $AGENTFS_TEST_OUT/moved
+exec sleep 300`
+	sv := startSupervised(t, Supervision{MaxRestarts: 2, Grace: time.Second}, script)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(sv.starts), "moved")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command did not move itself out of its cgroup\n%s", sv.stderr)
+		}
+	}
+	sv.daemon.say("stop 1")
+	sv.daemon.expect("stopped 1 relaunch")
+	sv.daemon.say("restored 1 a b")
+	sv.daemon.expect("relaunches 1")
+	sv.waitStarts(2)
+	if got := sv.stderr.String(); !strings.Contains(got, "left its cgroup") {
+		t.Errorf("the supervisor does not say the command left its cgroup:\n%s", got)
+	}
+	if rl := sv.relaunches(); len(rl) != 1 || rl[0].ExitCode != 137 {
+		t.Errorf("relaunches = %+v, want one of a command killed (137)", rl)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/procgroup"
 )
 
 // terminal is the terminal of a supervised run as it was at the start:
@@ -37,13 +39,24 @@ func saveTerminal(f *os.File) *terminal {
 	return &terminal{fd: fd, pgrp: pgrp, termios: *tio}
 }
 
+// agentHolds reports whether the command's processes (group) hold the
+// terminal's foreground: the leader of the foreground process group is
+// one of them. Asked before they are stopped.
+func (t *terminal) agentHolds(g *procgroup.Group) bool {
+	if t == nil {
+		return false
+	}
+	cur, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP)
+	return err == nil && cur != t.pgrp && procgroup.Within(procgroup.Of(cur), g.Path())
+}
+
 // restore gives the terminal back: the foreground to the run's process
-// group, when the group that has it has no process left (the stopped
-// command's), and the modes. SIGTTOU, which the kernel sends a process
+// group, when the command held it (agentHeld, see agentHolds) or the
+// group that has it has no process left, and the modes. SIGTTOU, which the kernel sends a process
 // outside the foreground that changes the terminal, is blocked in this
 // thread meanwhile (blocked, not ignored: os/signal cannot undo an
 // ignore, and an ignored signal is inherited by the commands started).
-func (t *terminal) restore() error {
+func (t *terminal) restore(agentHeld bool) error {
 	if t == nil {
 		return nil
 	}
@@ -56,7 +69,7 @@ func (t *terminal) restore() error {
 	}
 	defer func() { _ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil) }() // the mask it had
 	var errs []error
-	if cur, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP); err == nil && cur != t.pgrp && errors.Is(unix.Kill(-cur, 0), unix.ESRCH) {
+	if cur, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP); err == nil && cur != t.pgrp && (agentHeld || errors.Is(unix.Kill(-cur, 0), unix.ESRCH)) {
 		if err := unix.IoctlSetPointerInt(t.fd, unix.TIOCSPGRP, t.pgrp); err != nil {
 			errs = append(errs, fmt.Errorf("making process group %d the terminal's foreground again: %w", t.pgrp, err))
 		}
