@@ -20,9 +20,14 @@ type RestoreReply struct {
 	Safety *SnapshotInfo `json:"safety,omitempty"`
 	// Changes (a dry run) are the changes the restore would make.
 	Changes []Change `json:"changes,omitempty"`
-	// Relaunch: the session's command runs under a supervisor, which
-	// stopped it before the restore and starts it again after (a dry
-	// run: would).
+	// Stopped: the session's command runs under a supervisor, which
+	// stopped every process of it before the restore (a dry run: would;
+	// Deferred: does).
+	Stopped bool `json:"stopped,omitempty"`
+	// Relaunch: the supervisor starts the command again after the
+	// restore (a dry run or Deferred: would, having relaunches left).
+	// Stopped without Relaunch: the run ends instead (--max-restarts
+	// used up, or the command ended by itself meanwhile).
 	Relaunch bool `json:"relaunch,omitempty"`
 	// Deferred: the caller is one of the processes a supervised
 	// restore stops, so the restore is carried out after this reply

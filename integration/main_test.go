@@ -45,6 +45,9 @@ func TestMain(m *testing.M) {
 	if isMCPRewinder() {
 		os.Exit(runMCPRewinder())
 	}
+	if isTTYAgent() {
+		os.Exit(runTTYAgent())
+	}
 	os.Exit(runTests(m))
 }
 

@@ -721,14 +721,30 @@ echo SEEN
 
 // waitCode waits for cmd and returns its exit code (-1: killed by a
 // signal); an error other than an exit status fails the test.
+//
+// A run that has not exited within waitCodeTimeout is killed and the
+// test fails: a hung supervisor must not hang the suite.
 func waitCode(t *testing.T, cmd *exec.Cmd) int {
 	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(waitCodeTimeout):
+		_ = cmd.Process.Kill() // it hangs: the test fails either way
+		t.Fatalf("%v did not exit within %v: killed (%v)", cmd.Args, waitCodeTimeout, <-done)
+	}
 	var ee *exec.ExitError
-	if err := cmd.Wait(); err != nil && !errors.As(err, &ee) {
+	if err != nil && !errors.As(err, &ee) {
 		t.Fatalf("waiting for %v: %v", cmd.Args, err)
 	}
 	return cmd.ProcessState.ExitCode()
 }
+
+// waitCodeTimeout bounds waitCode: far longer than any run of the tests
+// takes, even on a loaded machine.
+const waitCodeTimeout = 3 * time.Minute
 
 // intp formats an optional number of a session's record.
 func intp(p *int) string {

@@ -7,8 +7,10 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -89,6 +91,9 @@ func startRun(t *testing.T, e *runEnv, args ...string) (*exec.Cmd, *strings.Buil
 	cmd.Dir, cmd.Env = e.project, e.env()
 	out := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = out, out
+	// Killed on a failure, it may leave processes that hold its output:
+	// Wait gives up on them.
+	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -198,11 +203,14 @@ func TestRunSuperviseMaxRestarts(t *testing.T) {
 		t.Fatalf("the agent did not start: %s", output)
 	}
 	s := e.sessions()[0]
-	if r := e.agentfs("restore", "-s", s.ID, s.PreRun); r.Code != 0 {
-		t.Fatalf("agentfs restore -s:\n%s", r)
+	if r := e.agentfs("restore", "-s", s.ID, s.PreRun); r.Code != 0 || !strings.Contains(r.Stdout, "does not start it again") {
+		t.Fatalf("agentfs restore -s past --max-restarts does not say the agent is not started again:\n%s", r)
 	}
 	if code := waitCode(t, run); code != 143 {
 		t.Errorf("agentfs run exited %d, want 143 (the stopped agent's)\n%s", code, output)
+	}
+	if r := e.agentfs("log", "-s", s.ID); !strings.Contains(r.Stdout, "the command is not started again") {
+		t.Errorf("agentfs log does not say the rewind ended the run:\n%s", r)
 	}
 	if !strings.Contains(output.String(), "--max-restarts 0") {
 		t.Errorf("the run does not say why it ended:\n%s", output)
@@ -245,5 +253,353 @@ func TestRunSuperviseCtrlC(t *testing.T) {
 	}
 	if n := len(lines(filepath.Join(out, "starts"))); n != 1 {
 		t.Errorf("the agent started %d times, want once", n)
+	}
+}
+
+// restoreAsync runs agentfs restore -s ID SNAPSHOT in the background.
+func restoreAsync(e *runEnv, id, snap string) chan harness.Result {
+	res := make(chan harness.Result, 1)
+	go func() {
+		cmd := exec.Command(harness.Bin(), "restore", "-s", id, snap)
+		cmd.Dir, cmd.Env = e.project, e.env()
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if err != nil {
+			code = -1
+			if cmd.ProcessState != nil {
+				code = cmd.ProcessState.ExitCode()
+			}
+		}
+		res <- harness.Result{Code: code, Stdout: stdout.String(), Stderr: stderr.String()}
+	}()
+	return res
+}
+
+// result waits for a restoreAsync.
+func result(t *testing.T, res chan harness.Result) harness.Result {
+	t.Helper()
+	select {
+	case r := <-res:
+		return r
+	case <-time.After(waitCodeTimeout):
+		t.Fatalf("agentfs restore did not end within %v", waitCodeTimeout)
+		return harness.Result{}
+	}
+}
+
+// pidsDead checks that none of the pids (decimal strings) is alive.
+func pidsDead(t *testing.T, what string, pids []string) {
+	t.Helper()
+	for _, p := range pids {
+		pid, err := strconv.Atoi(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if procfs.Alive(pid) {
+			t.Errorf("process %d of %s is still alive (%s)", pid, what, procfs.CommandLine(pid))
+		}
+	}
+}
+
+// TestRunSuperviseRelaunchAfterKill: an agent that ignores SIGTERM is
+// killed after its grace, and started again all the same (a cgroup that
+// was killed kills what is started into it: each start has a fresh
+// one).
+func TestRunSuperviseRelaunchAfterKill(t *testing.T) {
+	e := newRunEnv(t)
+	out := t.TempDir()
+	agent := e.script("agent.sh", fmt.Sprintf(`out=%s
+trap '' TERM
+echo "start ${AGENTFS_RELAUNCH:-0}" >> $out/starts
+while [ ! -e $out/quit ]; do sleep 0.05; done
+exit 7
+`, out))
+	run, output := startRun(t, e, "--supervise", "--stop-grace", "500ms", "--", agent)
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 1 }) {
+		t.Fatalf("the agent did not start:\n%s", output)
+	}
+	s := e.sessions()[0]
+	if r := e.agentfs("restore", "-s", s.ID, s.PreRun); r.Code != 0 || !strings.Contains(r.Stdout, "its supervisor starts it again") {
+		t.Fatalf("agentfs restore -s:\n%s", r)
+	}
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 2 }) {
+		t.Fatalf("the agent killed after its grace did not start again: %q\n%s", lines(filepath.Join(out, "starts")), output)
+	}
+	must(t, os.WriteFile(filepath.Join(out, "quit"), nil, 0o644))
+	if code := waitCode(t, run); code != 7 {
+		t.Errorf("agentfs run exited %d, want the relaunched agent's 7\n%s", code, output)
+	}
+	if rl := e.session(s.ID).Relaunches; len(rl) != 1 || rl[0].ExitCode != 137 {
+		t.Errorf("relaunches = %+v, want one of an agent killed (137)", rl)
+	}
+}
+
+// TestRunSuperviseConcurrentRewinds: two rewinds at once each stop a
+// running agent (the second the agent the first started again), and
+// every process of the stopped starts is gone.
+func TestRunSuperviseConcurrentRewinds(t *testing.T) {
+	e := newRunEnv(t)
+	out := t.TempDir()
+	agent := e.script("agent.sh", fmt.Sprintf(`out=%s
+n=${AGENTFS_RELAUNCH:-0}
+sleep 600 & echo $! >> $out/pids.$n
+(sleep 601 & echo $! >> $out/pids.$n) &
+echo $$ >> $out/pids.$n
+echo "start $n" >> $out/starts
+while [ ! -e $out/quit ]; do sleep 0.05; done
+exit 7
+`, out))
+	run, output := startRun(t, e, "--supervise", "--stop-grace", "2s", "--", agent)
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 1 }) {
+		t.Fatalf("the agent did not start:\n%s", output)
+	}
+	s := e.sessions()[0]
+	a, b := restoreAsync(e, s.ID, s.PreRun), restoreAsync(e, s.ID, s.PreRun)
+	for _, r := range []harness.Result{result(t, a), result(t, b)} {
+		if r.Code != 0 || !strings.Contains(r.Stdout, "its supervisor starts it again") {
+			t.Errorf("one of two rewinds at once:\n%s", r)
+		}
+	}
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "pids.2"))) == 3 }) {
+		t.Fatalf("the agent did not start a third time: starts %q\n%s", lines(filepath.Join(out, "starts")), output)
+	}
+	pidsDead(t, "the first start", lines(filepath.Join(out, "pids.0")))
+	pidsDead(t, "the second start", lines(filepath.Join(out, "pids.1")))
+	rl := e.session(s.ID).Relaunches
+	if len(rl) != 2 || rl[0].ExitCode != 143 || rl[1].ExitCode != 143 {
+		t.Errorf("relaunches = %+v, want two, each of an agent stopped by SIGTERM", rl)
+	}
+	must(t, os.WriteFile(filepath.Join(out, "quit"), nil, 0o644))
+	if code := waitCode(t, run); code != 7 {
+		t.Errorf("agentfs run exited %d, want 7\n%s", code, output)
+	}
+	pidsDead(t, "the third start", lines(filepath.Join(out, "pids.2")))
+}
+
+// TestRunSuperviseControlCallDuringStop: an agent that ignores SIGTERM
+// and keeps making control calls (agentfs snapshot list) is stopped and
+// started again: the rewind does not hold the lock those calls wait
+// for while it stops them.
+func TestRunSuperviseControlCallDuringStop(t *testing.T) {
+	e := newRunEnv(t)
+	out := t.TempDir()
+	agent := e.script("agent.sh", fmt.Sprintf(`out=%s
+trap '' TERM
+echo "start ${AGENTFS_RELAUNCH:-0}" >> $out/starts
+if [ -n "$AGENTFS_RELAUNCH" ]; then exit 5; fi
+while :; do %s snapshot list >/dev/null 2>&1; done
+`, out, harness.Bin()))
+	run, output := startRun(t, e, "--supervise", "--stop-grace", "1s", "--", agent)
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 1 }) {
+		t.Fatalf("the agent did not start:\n%s", output)
+	}
+	time.Sleep(200 * time.Millisecond) // control calls under way
+	s := e.sessions()[0]
+	if r := e.agentfs("restore", "-s", s.ID, s.PreRun); r.Code != 0 {
+		t.Fatalf("agentfs restore -s of an agent in control calls:\n%s", r)
+	}
+	if code := waitCode(t, run); code != 5 {
+		t.Errorf("agentfs run exited %d, want the relaunched agent's 5\n%s", code, output)
+	}
+	if got := strings.Join(lines(filepath.Join(out, "starts")), " | "); got != "start 0 | start 1" {
+		t.Errorf("starts = %q", got)
+	}
+}
+
+// TestRunSuperviseSignalDuringRewind: SIGTERM to agentfs run while a
+// rewind is stopping the agent ends the run: the agent is not started
+// again.
+func TestRunSuperviseSignalDuringRewind(t *testing.T) {
+	e := newRunEnv(t)
+	out := t.TempDir()
+	agent := e.script("agent.sh", fmt.Sprintf(`out=%s
+trap '' TERM
+echo "start ${AGENTFS_RELAUNCH:-0}" >> $out/starts
+while :; do sleep 0.05; done
+`, out))
+	run, output := startRun(t, e, "--supervise", "--stop-grace", "3s", "--", agent)
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 1 }) {
+		t.Fatalf("the agent did not start:\n%s", output)
+	}
+	s := e.sessions()[0]
+	res := restoreAsync(e, s.ID, s.PreRun)
+	time.Sleep(time.Second) // the agent ignores the rewind's SIGTERM: within its grace
+	mustf(t, run.Process.Signal(syscall.SIGTERM), "SIGTERM to agentfs run")
+	if code := waitCode(t, run); code != 137 {
+		t.Errorf("agentfs run exited %d, want 137 (the agent killed after its grace)\n%s", code, output)
+	}
+	if r := result(t, res); r.Code != 0 || !strings.Contains(r.Stdout, "does not start it again") {
+		t.Errorf("the rewind during which the run was ended:\n%s", r)
+	}
+	if n := len(lines(filepath.Join(out, "starts"))); n != 1 {
+		t.Errorf("the agent started %d times, want once\n%s", n, output)
+	}
+	if !strings.Contains(output.String(), "during a rewind: not starting") {
+		t.Errorf("the run does not say why it ended:\n%s", output)
+	}
+}
+
+// TestRunSuperviseSelfRewindFinal: an agent past --max-restarts that
+// rewinds itself is told that it is not started again.
+func TestRunSuperviseSelfRewindFinal(t *testing.T) {
+	e := newRunEnv(t)
+	out := t.TempDir()
+	agent := e.script("agent.sh", fmt.Sprintf(`out=%s
+echo "start ${AGENTFS_RELAUNCH:-0}" >> $out/starts
+pre=$(%s snapshot list --json | tr -d ' \n' | sed 's/.*"id":"\([0-9a-f]*\)","label":"[^"]*","branch":"main","kind":"pre-run".*/\1/')
+%s restore $pre > $out/restore 2>&1
+sleep 600
+`, out, harness.Bin(), harness.Bin()))
+	run, output := startRun(t, e, "--supervise", "--max-restarts", "0", "--", agent)
+	if code := waitCode(t, run); code != 143 {
+		t.Errorf("agentfs run exited %d, want the stopped agent's 143\n%s", code, output)
+	}
+	if got := strings.Join(lines(filepath.Join(out, "restore")), "\n"); !strings.Contains(got, "does not start the command again") {
+		t.Errorf("the agent's own restore said %q, want that it is not started again", got)
+	}
+	if n := len(lines(filepath.Join(out, "starts"))); n != 1 {
+		t.Errorf("the agent started %d times, want once", n)
+	}
+}
+
+// ttyAgentEnv makes this test binary an agent that takes the terminal
+// (runTTYAgent); the variable names the directory it reports to.
+const ttyAgentEnv = "AGENTFS_TEST_TTY_AGENT"
+
+func isTTYAgent() bool { return os.Getenv(ttyAgentEnv) != "" }
+
+// runTTYAgent is an agent that, at its first start, puts itself in a
+// process group of its own in the terminal's foreground and the terminal
+// in raw mode (as a job-control shell or a full-screen program does),
+// then waits to be stopped. Started again, it reports whether it is in
+// the foreground and the terminal in canonical mode with echo, turns raw
+// mode on again, and exits 3 on Ctrl-C (4 when none comes in 20 s).
+func runTTYAgent() int {
+	out := os.Getenv(ttyAgentEnv)
+	raw := func() {
+		tio, err := unix.IoctlGetTermios(0, unix.TCGETS)
+		if err == nil {
+			tio.Lflag &^= unix.ICANON | unix.ECHO
+			_ = unix.IoctlSetTermios(0, unix.TCSETS, tio)
+		}
+	}
+	if os.Getenv("AGENTFS_RELAUNCH") == "" {
+		signal.Ignore(syscall.SIGTTOU)
+		if err := unix.Setpgid(0, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "tty agent: setpgid: %v\n", err)
+			return 1
+		}
+		if err := unix.IoctlSetPointerInt(0, unix.TIOCSPGRP, unix.Getpgrp()); err != nil {
+			fmt.Fprintf(os.Stderr, "tty agent: tcsetpgrp: %v\n", err)
+			return 1
+		}
+		raw()
+		_ = os.WriteFile(filepath.Join(out, "first"), []byte("taken\n"), 0o644)
+		time.Sleep(time.Minute) // the supervisor stops it
+		return 2
+	}
+	ints := make(chan os.Signal, 1)
+	signal.Notify(ints, syscall.SIGINT)
+	fg, _ := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+	tio, err := unix.IoctlGetTermios(0, unix.TCGETS)
+	report := fmt.Sprintf("foreground %v canonical %v echo %v", fg == unix.Getpgrp(), err == nil && tio.Lflag&unix.ICANON != 0, err == nil && tio.Lflag&unix.ECHO != 0)
+	raw()
+	_ = os.WriteFile(filepath.Join(out, "relaunch"), []byte(report+"\n"), 0o644)
+	select {
+	case <-ints:
+		return 3
+	case <-time.After(20 * time.Second):
+		return 4
+	}
+}
+
+// openPty opens a pseudo-terminal: its master and its slave.
+func openPty(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { _ = master.Close() }) // the test's
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlocking the pseudo-terminal: %v", err)
+	}
+	n, err := unix.IoctlGetUint32(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("the pseudo-terminal's number: %v", err)
+	}
+	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slave.Close() }) // the test's
+	return master, slave
+}
+
+// TestRunSuperviseTerminal: an agent that took the terminal's
+// foreground and put it in raw mode is started again with the terminal
+// given back: in the foreground (Ctrl-C reaches it), in canonical mode
+// with echo; and the run leaves the terminal as it found it.
+func TestRunSuperviseTerminal(t *testing.T) {
+	e := newRunEnv(t)
+	out := t.TempDir()
+	master, slave := openPty(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := exec.Command(harness.Bin(), "run", "--supervise", "--", self)
+	run.Dir, run.Env = e.project, append(e.env(), ttyAgentEnv+"="+out)
+	run.Stdin, run.Stdout, run.Stderr = slave, slave, slave
+	// agentfs run leads a session whose terminal is the slave, as a
+	// login shell's job would.
+	run.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	var output strings.Builder
+	copied := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(&output, master) // until the master is closed, or EIO
+		close(copied)
+	}()
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if run.ProcessState == nil {
+			_ = run.Process.Kill() // the test failed with the run going
+			_ = run.Wait()
+		}
+	})
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "first"))) == 1 }) {
+		t.Fatalf("the agent did not take the terminal")
+	}
+	s := e.sessions()[0]
+	if r := e.agentfs("restore", "-s", s.ID, s.PreRun); r.Code != 0 {
+		t.Fatalf("agentfs restore -s:\n%s", r)
+	}
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "relaunch"))) == 1 }) {
+		t.Fatalf("the agent did not start again")
+	}
+	if got, want := lines(filepath.Join(out, "relaunch"))[0], "foreground true canonical true echo true"; got != want {
+		t.Errorf("the relaunched agent found the terminal: %s; want %s", got, want)
+	}
+	if _, err := master.Write([]byte{3}); err != nil { // Ctrl-C
+		t.Fatal(err)
+	}
+	if code := waitCode(t, run); code != 3 {
+		t.Errorf("agentfs run exited %d, want 3 (the relaunched agent got Ctrl-C)", code)
+	}
+	tio, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+	if err != nil || tio.Lflag&unix.ICANON == 0 || tio.Lflag&unix.ECHO == 0 {
+		t.Errorf("after the run the terminal is not in canonical mode with echo: %+v, %v", tio, err)
+	}
+	_ = slave.Close() // with no slave open, the master reads EIO: the copy ends
+	select {
+	case <-copied:
+	case <-time.After(5 * time.Second): // a process of the run still holds the slave: the output is partial
+	}
+	if t.Failed() {
+		t.Logf("the terminal's output:\n%s", output.String())
 	}
 }

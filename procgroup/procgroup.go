@@ -5,68 +5,142 @@
 // it, re-parenting cannot take one out, and cgroup.kill ends them all
 // at once.
 //
-// A group is made below the cgroup this process runs in, in the
-// version-2 hierarchy wherever it is mounted (/sys/fs/cgroup, or
-// /sys/fs/cgroup/unified on a hybrid system); its command is started
-// straight into it (clone3 with CLONE_INTO_CGROUP), so that not even its
-// first instructions run outside. Making one needs write access there:
-// root, or a cgroup delegated to the user. New says plainly when there
-// is none.
+// # Layout
+//
+// A group is a directory made below the cgroup this process runs in
+// (the top, Dir), in the version-2 hierarchy wherever it is mounted
+// (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid system). Each
+// Start makes a fresh leaf below it, run-1, run-2, ..., and starts its
+// command straight into the leaf (clone3 with CLONE_INTO_CGROUP), so
+// that not even its first instructions run outside. A leaf is never
+// started into twice: once cgroup.kill has been written to a cgroup,
+// the kernel kills every process later cloned into it (its kill
+// sequence no longer matches the parent's), so a command started again
+// after a stop that needed SIGKILL must go to a cgroup that was never
+// killed. Start removes the leaves of earlier runs once they are empty.
+//
+// The group is the whole subtree of the top: a process in a cgroup its
+// command made below a leaf is in the group (Within), is signalled by
+// Stop and is killed with it. Path is the top's path as /proc/PID/cgroup
+// names it; a process is in the group when its path is Path or below.
+//
+// # Limits
+//
+// A process can still leave the group on purpose, by writing its pid to
+// the cgroup.procs of a cgroup outside it: root can, a user can within a
+// cgroup delegated to them, and systemd-run --scope asks systemd to. Stop
+// does not reach such a process.
+//
+// # Requirements
+//
+// Making a group needs write access to this process's cgroup: root, or
+// a cgroup delegated to the user. Starting into it needs
+// CLONE_INTO_CGROUP (Linux 5.7); New tries it, and says plainly when
+// either is missing (ErrUnavailable). cgroup.kill (Linux 5.14) is used
+// when there is one; without it Stop freezes the group (cgroup.freeze,
+// Linux 5.2) and kills each process.
 package procgroup
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/agentfs/agentfs/procfs"
 )
 
-// Group is one cgroup of processes.
+// Group is one cgroup subtree of processes.
 type Group struct {
-	dir  string // the cgroup's directory in the cgroup file system
+	dir  string // the top cgroup's directory in the cgroup file system
 	path string // its path in the hierarchy, as /proc/PID/cgroup says it
-	fd   int    // an O_PATH descriptor of it, for CLONE_INTO_CGROUP
+	// canKill: the kernel has cgroup.kill (else Stop kills pid by pid).
+	canKill bool
+
+	mu     sync.Mutex // runs, leaves, closed
+	closed bool
+	runs   int // the leaves made so far (run-N)
+	// leaves are the leaves made and not removed yet, oldest first.
+	leaves []string
 }
 
-// ErrUnavailable: no cgroup can be made here (no version-2 hierarchy,
-// or no write access to it).
+// ErrUnavailable: no cgroup can be made here, or started into (no
+// version-2 hierarchy, no write access to it, a kernel without
+// CLONE_INTO_CGROUP).
 var ErrUnavailable = errors.New("no cgroup (version 2) can be made for the command")
 
 // New makes a group named name (a file name) below this process's
-// cgroup.
+// cgroup, and checks that a process can be started into it.
 func New(name string) (*Group, error) {
-	root, rel, err := ownCgroup()
+	mountpoint, rel, err := ownCgroup()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	dir := filepath.Join(root, rel, name)
+	dir := filepath.Join(mountpoint, rel, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: making %s: %v: run as root, or in a cgroup delegated to you", ErrUnavailable, dir, err)
 	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		_ = os.Remove(dir) // just made, and empty
-		return nil, fmt.Errorf("opening the cgroup %s: %w", dir, err)
+	g := &Group{dir: dir, path: filepath.Join(rel, name)}
+	_, err = os.Stat(filepath.Join(dir, "cgroup.kill"))
+	g.canKill = err == nil
+	if err := g.probe(); err != nil {
+		_ = os.Remove(dir) // just made, and nothing runs in it
+		return nil, err
 	}
-	return &Group{dir: dir, path: filepath.Join(rel, name), fd: fd}, nil
+	return g, nil
 }
 
-// Dir is the group's directory in the cgroup file system.
+// probe checks that the kernel starts a process into the group
+// (CLONE_INTO_CGROUP, Linux 5.7): it clones a process into the top and
+// has it exec the top's directory, which fails at once (EACCES); any
+// other error is the clone's.
+func (g *Group) probe() error {
+	fd, err := unix.Open(g.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the cgroup %s: %w", g.dir, err)
+	}
+	defer unix.Close(fd)
+	_, err = syscall.ForkExec(g.dir, []string{g.dir}, &syscall.ProcAttr{
+		Sys: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd},
+	})
+	if errors.Is(err, syscall.EACCES) {
+		return nil
+	}
+	if err == nil {
+		return fmt.Errorf("probing CLONE_INTO_CGROUP: executing the directory %s succeeded", g.dir)
+	}
+	return fmt.Errorf("%w: starting a process into the cgroup %s (clone3 with CLONE_INTO_CGROUP) failed: %v: it needs Linux 5.7 or later (this is %s)", ErrUnavailable, g.dir, err, kernelRelease())
+}
+
+// kernelRelease is uname -r, for messages.
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "an unknown kernel"
+	}
+	return "Linux " + unix.ByteSliceToString(u.Release[:])
+}
+
+// Dir is the top of the group in the cgroup file system: every process
+// of the group is in it or in a cgroup below it (for a BPF program's
+// bpf_current_task_under_cgroup, say).
 func (g *Group) Dir() string { return g.dir }
 
-// Path is the group's path in the hierarchy, as /proc/PID/cgroup
-// names it ("0::PATH") for a process in it.
+// Path is the top's path in the hierarchy, as /proc/PID/cgroup names it
+// ("0::PATH") for a process in it; a process of the group is in Path or
+// below it (Within).
 func (g *Group) Path() string { return g.path }
+
+// Within reports whether cgroup path p (as Of returns it) is top or
+// below it.
+func Within(p, top string) bool {
+	return p != "" && (p == top || strings.HasPrefix(p, strings.TrimSuffix(top, "/")+"/"))
+}
 
 // Of returns the version-2 cgroup path of process pid (as Path), or ""
 // when it cannot be read (the process is gone).
@@ -83,147 +157,102 @@ func Of(pid int) string {
 	return ""
 }
 
-// Start starts cmd inside the group.
+// Start starts cmd inside the group, in a leaf of its own (see Layout),
+// and removes the leaves of earlier runs that are empty.
 func (g *Group) Start(cmd *exec.Cmd) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return fmt.Errorf("starting %s: the group %s is closed", cmd.Path, g.dir)
+	}
+	g.removeEmptyLeavesLocked()
+	g.runs++
+	leaf := filepath.Join(g.dir, fmt.Sprintf("run-%d", g.runs))
+	if err := os.Mkdir(leaf, 0o755); err != nil {
+		return fmt.Errorf("making the cgroup %s: %w", leaf, err)
+	}
+	g.leaves = append(g.leaves, leaf)
+	fd, err := unix.Open(leaf, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the cgroup %s: %w", leaf, err)
+	}
+	defer unix.Close(fd) // the child has it by then
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.UseCgroupFD = true
-	cmd.SysProcAttr.CgroupFD = g.fd
+	cmd.SysProcAttr.CgroupFD = fd
 	return cmd.Start()
 }
 
-// Pids lists the processes in the group.
-func (g *Group) Pids() ([]int, error) {
-	b, err := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, pid)
+// removeEmptyLeavesLocked removes the leaves (and what their processes
+// made below them) that no process is in any more; a busy one stays for
+// a later call. g.mu is held.
+func (g *Group) removeEmptyLeavesLocked() {
+	kept := g.leaves[:0]
+	for _, leaf := range g.leaves {
+		if removeTree(leaf) != nil {
+			kept = append(kept, leaf)
 		}
 	}
-	return pids, nil
+	g.leaves = kept
 }
 
-// Empty reports whether no process is left in the group.
-func (g *Group) Empty() (bool, error) {
-	f, err := os.Open(filepath.Join(g.dir, "cgroup.events"))
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "populated "); ok {
-			return v == "0", nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return false, err
-	}
-	return false, fmt.Errorf("%s/cgroup.events has no populated line", g.dir)
-}
-
-// killWait bounds how long Stop waits for the processes to be gone
-// after cgroup.kill (the kernel ends them at once; their exit takes
-// what closing their files takes).
-const killWait = 10 * time.Second
-
-// Stop ends every process of the group: SIGTERM to each, up to grace
-// for them to exit, then SIGKILL to whatever is left (cgroup.kill, which
-// no process can dodge), and it waits until the group is empty. A
-// process that is a child of the caller stays a zombie until the caller
-// waits for it.
-func (g *Group) Stop(grace time.Duration) error {
-	pids, err := g.Pids()
-	if err != nil {
-		return fmt.Errorf("listing the processes of %s: %w", g.dir, err)
-	}
-	for _, pid := range pids {
-		// A process that has exited meanwhile is no error.
-		_ = unix.Kill(pid, unix.SIGTERM)
-	}
-	if g.waitEmpty(grace) {
+// removeTree removes cgroup dir and the cgroups below it, deepest first.
+// A cgroup with a process in it cannot be removed (EBUSY).
+func removeTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	if err := os.WriteFile(filepath.Join(g.dir, "cgroup.kill"), []byte("1"), 0); err != nil {
-		return fmt.Errorf("killing the processes of %s: %w", g.dir, err)
+	if err != nil {
+		return err
 	}
-	if !g.waitEmpty(killWait) {
-		left, _ := g.Pids() // for the message only
-		return fmt.Errorf("the processes of %s did not end within %v of SIGKILL: %v", g.dir, killWait, left)
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() {
+			errs = append(errs, removeTree(filepath.Join(dir, e.Name())))
+		}
 	}
-	return nil
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("removing the cgroup %s: %w", dir, err))
+	}
+	return errors.Join(errs...)
 }
 
-// waitEmpty waits up to d for the group to be empty and reports whether
-// it is.
-func (g *Group) waitEmpty(d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if empty, err := g.Empty(); err == nil && empty {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// Close stops what is left in the group (no grace) and removes it.
+// Close stops what is left in the group (no grace) and removes it. A
+// second call does nothing.
 func (g *Group) Close() error {
+	g.mu.Lock()
+	closed := g.closed
+	g.closed = true
+	g.mu.Unlock()
+	if closed {
+		return nil
+	}
 	var errs []error
 	if empty, err := g.Empty(); err != nil || !empty {
 		if err := g.Stop(0); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := unix.Close(g.fd); err != nil {
-		errs = append(errs, err)
-	}
-	// rmdir of a cgroup fails with EBUSY while a zombie of it is not
-	// reaped: try for a moment.
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.leaves = nil
+	// The group is empty now: Stop waited until no process was left in
+	// it, and cgroup v2 stops counting a process when it exits (a zombie
+	// not yet reaped is no longer in it). rmdir can still see the group
+	// busy for a moment after the last exit: try for a second.
 	for i := 0; ; i++ {
-		err := os.Remove(g.dir)
-		if err == nil || errors.Is(err, os.ErrNotExist) {
+		err := removeTree(g.dir)
+		if err == nil {
 			break
 		}
 		if i == 100 {
-			errs = append(errs, fmt.Errorf("removing the cgroup %s: %w", g.dir, err))
+			errs = append(errs, err)
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	return errors.Join(errs...)
-}
-
-// ownCgroup returns where the version-2 hierarchy is mounted and this
-// process's cgroup in it.
-func ownCgroup() (root, rel string, err error) {
-	root, err = v2Root()
-	if err != nil {
-		return "", "", err
-	}
-	if rel = Of(os.Getpid()); rel == "" {
-		return "", "", errors.New("this process is in no version-2 cgroup (/proc/self/cgroup has no 0:: line)")
-	}
-	return root, rel, nil
-}
-
-// v2Root returns where the version-2 cgroup hierarchy is mounted.
-func v2Root() (string, error) {
-	mounts, err := procfs.Mounts(procfs.MountinfoPath)
-	if err != nil {
-		return "", err
-	}
-	for _, m := range mounts {
-		if m.FsType == "cgroup2" {
-			return m.Mountpoint, nil
-		}
-	}
-	return "", errors.New("no cgroup2 file system is mounted")
 }

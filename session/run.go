@@ -266,13 +266,12 @@ func RunProcess(o ProcessOptions) (*Ended, error) {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	var interrupted atomic.Value // os.Signal received during setup
-	var command atomic.Pointer[os.Process]
+	// once the command runs, what a signal does (nil before)
+	var onSignal atomic.Pointer[func(os.Signal)]
 	go func() {
 		for s := range sigs {
-			if p := command.Load(); p != nil {
-				if s == syscall.SIGTERM || s == syscall.SIGHUP {
-					_ = p.Signal(s) // it may have exited
-				}
+			if f := onSignal.Load(); f != nil {
+				(*f)(s)
 				continue
 			}
 			interrupted.CompareAndSwap(nil, s)
@@ -326,11 +325,20 @@ func RunProcess(o ProcessOptions) (*Ended, error) {
 		fmt.Fprintf(o.Stderr, "agentfs run: cannot run %s: %v\n", o.Command[0], err)
 		return nil, abandon(&ExitError{Code: code})
 	}
-	command.Store(cmd.Process)
 	if s.super != nil {
-		code := s.supervise(cmd, func(cmd *exec.Cmd) { command.Store(cmd.Process) }, o)
+		// The supervisor's run loop handles the signals.
+		f := s.super.signal
+		onSignal.Store(&f)
+		code := s.supervise(cmd, o)
+		go s.super.drain()
 		return s.finish(code), nil
 	}
+	forward := func(sig os.Signal) {
+		if sig == syscall.SIGTERM || sig == syscall.SIGHUP {
+			_ = cmd.Process.Signal(sig) // it may have exited
+		}
+	}
+	onSignal.Store(&forward)
 	_ = cmd.Wait() // its exit status is what counts, read below
 	return s.finish(ExitCodeOf(cmd.ProcessState)), nil
 }

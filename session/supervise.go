@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,23 +24,35 @@ import (
 // the command can leave by double-forking or starting a session), and
 // it survives a rewind. The daemon and the supervisor share a line (a
 // socket pair; daemon/supervisor.go has the protocol): a restore of the
-// branch the mount shows makes the daemon ask "stop"; the supervisor
+// branch the mount shows makes the daemon ask "stop SEQ"; the supervisor
 // ends every process of the command (SIGTERM, Grace, SIGKILL), answers
-// "stopped", and once the daemon says "restored SNAPSHOT SAFETY" starts
-// the command again with the same arguments, environment, directory and
-// terminal, plus AGENTFS_RELAUNCH (the count) and
-// AGENTFS_RELAUNCH_SNAPSHOT (what it was rewound to). Each relaunch is
-// in the session record. When the command exits by itself, the run ends
-// as an unsupervised one does, with its exit code, and what it left
-// running in the group is stopped. Past MaxRestarts relaunches, a
-// rewind still stops the command, and the run ends.
+// "stopped SEQ relaunch" (or "final" when it will not start it again),
+// and once the daemon says "restored SEQ SNAPSHOT SAFETY" starts the
+// command again with the same arguments, environment and directory,
+// plus AGENTFS_RELAUNCH (the count) and AGENTFS_RELAUNCH_SNAPSHOT (what
+// it was rewound to), with the terminal given back as it was at the
+// start (its foreground process group and modes). Each relaunch is in
+// the session record.
+//
+// The run loop (supervise) is the one owner of the command: it alone
+// starts it, stops it and waits for it, one thing at a time. serve only
+// passes the daemon's lines on to it, so a "stop" that comes while the
+// loop is busy (stopping, or starting the command again) waits until
+// the command it is about runs, and is never answered for an empty
+// group.
+//
+// The run ends, with the last command's exit code, when the command
+// exits by itself (what it left running in the group is stopped), when
+// a rewind comes past MaxRestarts relaunches, or when a termination
+// signal (SIGINT, SIGQUIT, SIGTERM, SIGHUP) comes during a rewind, when
+// there is no command to take it.
 
 // Supervision are the settings of a supervisor.
 type Supervision struct {
 	// MaxRestarts bounds the relaunches.
 	MaxRestarts int
 	// Grace is how long the command's processes have to exit after
-	// SIGTERM before they are killed.
+	// SIGTERM before they are killed; at most daemon.MaxGrace.
 	Grace time.Duration
 }
 
@@ -67,21 +79,31 @@ type supervisor struct {
 	group     *procgroup.Group
 	conn      *os.File // our end of the line to the daemon
 	daemonEnd *os.File // the daemon's, until it has its copy
-
-	mu       sync.Mutex
-	stopping bool // the daemon asked to stop: the command's end is a rewind's
-	// outcomes carries the daemon's "restored ..." or "failed ..."
-	// lines; it is closed when the daemon is gone.
-	outcomes chan string
+	// lines carries what the daemon says, in order (serve); it is
+	// closed when the daemon is gone.
+	lines chan supLine
+	// signals carries the termination signals the session process gets
+	// once the command runs.
+	signals chan os.Signal
+	// tty is the terminal as it was at the start, nil when stdin is
+	// none or the run is not in its foreground.
+	tty *terminal
+	// ttyHeld: the command's processes held the terminal's foreground
+	// when they were last stopped (run loop only).
+	ttyHeld bool
 }
 
+// supLine is one line from the daemon: word, the rewind's number, the
+// rest.
+type supLine struct{ word, seq, rest string }
+
 // prepareSupervision makes the group and the line, before the daemon
-// starts. Where no group can be made, the run is refused before
-// anything runs.
+// starts. Where no group can be made (no delegated cgroup, a kernel
+// without CLONE_INTO_CGROUP), the run is refused before anything runs.
 func (s *process) prepareSupervision(o Supervision) error {
 	g, err := procgroup.New("agentfs-" + s.rec.ID)
 	if err != nil {
-		return fmt.Errorf("agentfs run --supervise stops the agent's processes through a cgroup, and none can be made here: %w", err)
+		return fmt.Errorf("agentfs run --supervise stops the agent's processes through a cgroup, and none can be used here: %w", err)
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -89,14 +111,25 @@ func (s *process) prepareSupervision(o Supervision) error {
 		return fmt.Errorf("making the supervisor's line to the daemon: %w", err)
 	}
 	s.super = &supervisor{opts: o, group: g, conn: os.NewFile(uintptr(fds[0]), "supervisor"),
-		daemonEnd: os.NewFile(uintptr(fds[1]), "supervisor-daemon"), outcomes: make(chan string, 1)}
+		daemonEnd: os.NewFile(uintptr(fds[1]), "supervisor-daemon"),
+		lines:     make(chan supLine, 8), signals: make(chan os.Signal, 8), tty: saveTerminal(os.Stdin)}
 	// The daemon learns which processes a rewind stops: a request from
 	// one of them is answered before the stop (workspace.Restore).
-	if _, err := fmt.Fprintf(s.super.conn, "%s %s\n", daemon.SupGroup, g.Path()); err != nil {
+	if err := s.super.send("%s %s", daemon.SupGroup, g.Path()); err != nil {
 		return fmt.Errorf("telling the daemon the command's cgroup: %w", err)
 	}
-	go s.super.serve(s)
+	if err := s.super.send("%s %d", daemon.SupRelaunches, o.MaxRestarts); err != nil {
+		return fmt.Errorf("telling the daemon the command's relaunches: %w", err)
+	}
+	go s.super.serve()
 	return nil
+}
+
+// send writes one line to the daemon. Only the run loop writes, once
+// serve runs.
+func (v *supervisor) send(format string, args ...any) error {
+	_, err := fmt.Fprintf(v.conn, format+"\n", args...)
+	return err
 }
 
 // closeDaemonEnd closes our copy of the daemon's end of the line.
@@ -120,80 +153,240 @@ func (s *process) closeSupervision() {
 	_ = v.conn.Close() // ends serve; the daemon is gone or going
 }
 
-// serve answers the daemon: "stop" stops the group; the restore's
-// outcome goes to the run loop.
-func (v *supervisor) serve(s *process) {
-	defer close(v.outcomes)
+// serve passes the daemon's lines on to the run loop.
+func (v *supervisor) serve() {
+	defer close(v.lines)
 	sc := bufio.NewScanner(v.conn)
 	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == daemon.SupStop:
-			v.mu.Lock()
-			v.stopping = true
-			v.mu.Unlock()
-			reply := daemon.SupStopped
-			if err := v.group.Stop(v.opts.Grace); err != nil {
-				reply = daemon.SupError + " " + strings.ReplaceAll(err.Error(), "\n", " ")
-				// The daemon restores nothing: what was stopped starts
-				// again on the state it had.
-				v.outcomes <- daemon.SupFailed + " " + err.Error()
+		word, rest, _ := strings.Cut(sc.Text(), " ")
+		seq, rest, _ := strings.Cut(rest, " ")
+		v.lines <- supLine{word: word, seq: seq, rest: rest}
+	}
+}
+
+// signal passes a signal the session process got to the run loop.
+func (v *supervisor) signal(sig os.Signal) {
+	select {
+	case v.signals <- sig:
+	default: // eight are waiting: one more changes nothing
+	}
+}
+
+// running is a command started, and its exit.
+type running struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd.Wait has returned
+}
+
+// watch waits for cmd (started) in the background.
+func watch(cmd *exec.Cmd) running {
+	r := running{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait() // its exit status is what counts, read from ProcessState
+		close(r.exited)
+	}()
+	return r
+}
+
+// hasExited reports whether the command has exited (and been waited for).
+func (r running) hasExited() bool {
+	select {
+	case <-r.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// supervise waits for the command, stopping it and starting it again
+// for each rewind; it returns the exit code of the last run of the
+// command. It is the only owner of the command (see Supervision).
+func (s *process) supervise(cmd *exec.Cmd, o ProcessOptions) int {
+	v := s.super
+	defer v.restoreTerminal(s)
+	cur := watch(cmd)
+	lines := v.lines
+	for restarts := 0; ; {
+		select {
+		case <-cur.exited:
+			return v.endedByItself(s, cur)
+		case sig := <-v.signals:
+			// SIGINT and SIGQUIT are the command's: the terminal sends
+			// them to it too.
+			if sig == syscall.SIGTERM || sig == syscall.SIGHUP {
+				_ = cur.cmd.Process.Signal(sig) // it may have exited
 			}
-			if _, err := fmt.Fprintln(v.conn, reply); err != nil {
-				fmt.Fprintf(s.stderr, "agentfs run: answering the daemon: %v\n", err)
+		case l, ok := <-lines:
+			if !ok {
+				lines = nil // the daemon is gone: the command runs on, without rewinds
+				continue
 			}
-		case strings.HasPrefix(line, daemon.SupRestored+" "), strings.HasPrefix(line, daemon.SupFailed+" "):
-			v.outcomes <- line
+			if l.word != daemon.SupStop {
+				continue // an outcome no stop waits for
+			}
+			if cur.hasExited() {
+				// It ended by itself as the rewind came: the run ends.
+				v.answer(s, "%s %s %s", daemon.SupStopped, l.seq, daemon.SupFinal)
+				return v.endedByItself(s, cur)
+			}
+			next, code, end := s.rewind(cur, l.seq, restarts, o)
+			if end {
+				return code
+			}
+			cur = next
+			restarts++
 		}
 	}
 }
 
-// supervise waits for the command, starting it again after each rewind;
-// it returns the exit code of the last run of the command. started is
-// told of each relaunched command (for the signals passed on to it).
-func (s *process) supervise(cmd *exec.Cmd, started func(*exec.Cmd), o ProcessOptions) int {
+// endedByItself ends the run after the command exited on its own: what
+// it left running in the group is stopped, and a rewind asked from now
+// on is answered at once (drain).
+func (v *supervisor) endedByItself(s *process, cur running) int {
+	v.ttyHeld = v.tty.agentHolds(v.group) // before what is left is stopped
+	if err := v.group.Stop(v.opts.Grace); err != nil {
+		fmt.Fprintf(s.stderr, "agentfs run: %v\n", err)
+	}
+	return ExitCodeOf(cur.cmd.ProcessState)
+}
+
+// drain answers the rewinds asked once the run loop has ended, until
+// the line closes: there is no command to stop or start again.
+func (v *supervisor) drain() {
+	for l := range v.lines {
+		if l.word == daemon.SupStop {
+			// The line may be closing under it: the run is ending.
+			_ = v.send("%s %s %s", daemon.SupStopped, l.seq, daemon.SupFinal)
+		}
+	}
+}
+
+// answer tells the daemon a line, or says on stderr why it could not.
+func (v *supervisor) answer(s *process, format string, args ...any) {
+	if err := v.send(format, args...); err != nil {
+		fmt.Fprintf(s.stderr, "agentfs run: answering the session's daemon: %v\n", err)
+	}
+}
+
+// rewind serves the daemon's "stop seq" for the running command cur: it
+// stops the command's processes, answers, waits for the restore's
+// outcome and starts the command again. end says the run ends instead,
+// with code.
+func (s *process) rewind(cur running, seq string, restarts int, o ProcessOptions) (next running, code int, end bool) {
 	v := s.super
-	for restarts := 0; ; restarts++ {
-		_ = cmd.Wait() // its exit status is what counts, read below
-		code := ExitCodeOf(cmd.ProcessState)
-		v.mu.Lock()
-		rewound := v.stopping
-		v.mu.Unlock()
-		if !rewound {
-			// It ended by itself: what it left running goes too.
-			if err := v.group.Stop(v.opts.Grace); err != nil {
-				fmt.Fprintf(s.stderr, "agentfs run: %v\n", err)
+	var stopSignal os.Signal // a termination signal came: no relaunch
+	noteSignal := func(sig os.Signal) {
+		if stopSignal == nil {
+			stopSignal = sig
+		}
+	}
+	v.ttyHeld = v.tty.agentHolds(v.group) // before its holder is stopped
+	stopped := make(chan error, 1)
+	go func() { stopped <- v.group.Stop(v.opts.Grace) }()
+	var stopErr error
+	for waiting := true; waiting; {
+		select {
+		case stopErr = <-stopped:
+			waiting = false
+		case sig := <-v.signals:
+			noteSignal(sig)
+		}
+	}
+	if stopErr != nil {
+		// Nothing is restored. A command that ended of our SIGTERM
+		// starts again on the state it had; one still running runs on.
+		v.answer(s, "%s %s %s", daemon.SupError, seq, strings.ReplaceAll(stopErr.Error(), "\n", " "))
+		fmt.Fprintf(s.stderr, "agentfs run: stopping the command for a rewind: %v\n", stopErr)
+		if !cur.hasExited() {
+			return cur, 0, false
+		}
+		code = ExitCodeOf(cur.cmd.ProcessState)
+		rl := Relaunch{Time: time.Now().Round(0), ExitCode: code, Error: "stopping the command: " + stopErr.Error()}
+		return s.relaunch(rl, restarts, stopSignal, o)
+	}
+	// The group is empty: the command has exited, unless it moved
+	// itself out of its cgroup (see procgroup's Limits); our child, it
+	// can still be killed.
+	select {
+	case <-cur.exited:
+	case <-time.After(5 * time.Second):
+		fmt.Fprintf(s.stderr, "agentfs run: the command's process %d left its cgroup and outlived the stop: killing it\n", cur.cmd.Process.Pid)
+		_ = cur.cmd.Process.Kill() // it may have exited meanwhile
+		<-cur.exited
+	}
+	code = ExitCodeOf(cur.cmd.ProcessState)
+	final := restarts >= v.opts.MaxRestarts || stopSignal != nil
+	word := daemon.SupRelaunch
+	if final {
+		word = daemon.SupFinal
+	}
+	v.answer(s, "%s %s %s", daemon.SupStopped, seq, word)
+	// The restore's outcome. The daemon holds its rewind lock until it
+	// has sent it, so no other "stop" comes first.
+	rl := Relaunch{ExitCode: code}
+	for waiting := true; waiting; {
+		select {
+		case sig := <-v.signals:
+			noteSignal(sig)
+		case l, ok := <-v.lines:
+			switch {
+			case !ok:
+				fmt.Fprintf(s.stderr, "agentfs run: the session's daemon is gone during a rewind: not starting %s again\n", s.rec.CommandString())
+				return cur, code, true
+			case l.seq != seq:
+				continue // another rewind's late outcome
+			case l.word == daemon.SupRestored:
+				rl.Snapshot, rl.Safety, _ = strings.Cut(l.rest, " ")
+				waiting = false
+			case l.word == daemon.SupFailed:
+				rl.Error = l.rest
+				waiting = false
 			}
-			return code
 		}
-		line, ok := <-v.outcomes
-		v.mu.Lock()
-		v.stopping = false
-		v.mu.Unlock()
-		if !ok {
-			fmt.Fprintf(s.stderr, "agentfs run: the session's daemon is gone during a rewind: not starting %s again\n", s.rec.CommandString())
-			return code
+	}
+	for pending := true; pending; { // a signal that came with the outcome
+		select {
+		case sig := <-v.signals:
+			noteSignal(sig)
+		default:
+			pending = false
 		}
-		rl := Relaunch{Time: time.Now().Round(0), ExitCode: code}
-		if rest, ok := strings.CutPrefix(line, daemon.SupRestored+" "); ok {
-			rl.Snapshot, rl.Safety, _ = strings.Cut(rest, " ")
-		} else {
-			rl.Error = strings.TrimPrefix(line, daemon.SupFailed+" ")
-		}
-		if restarts >= v.opts.MaxRestarts {
-			fmt.Fprintf(s.stderr, "agentfs run: the command was stopped for a rewind; not starting it again: it was started again %d times already (--max-restarts %d)\n", restarts, v.opts.MaxRestarts)
-			return code
-		}
-		s.rec.Relaunches = append(s.rec.Relaunches, rl)
-		if err := s.rec.Save(); err != nil {
-			fmt.Fprintf(s.stderr, "agentfs run: %v\n", err)
-		}
-		env := []string{fmt.Sprintf("%s=%d", EnvRelaunch, restarts+1), EnvRelaunchSnapshot + "=" + rl.Snapshot}
-		cmd = s.command(o.Command, o.NsUid, o.NsGid, env)
-		if err := s.start(cmd); err != nil {
-			fmt.Fprintf(s.stderr, "agentfs run: starting %s again after the rewind: %v\n", o.Command[0], err)
-			return 126
-		}
-		started(cmd)
+	}
+	rl.Time = time.Now().Round(0)
+	return s.relaunch(rl, restarts, stopSignal, o)
+}
+
+// relaunch starts the command again after a rewind rl, unless a
+// termination signal came during it or no relaunches are left; end says
+// the run ends, with code.
+func (s *process) relaunch(rl Relaunch, restarts int, stopSignal os.Signal, o ProcessOptions) (next running, code int, end bool) {
+	v := s.super
+	switch {
+	case stopSignal != nil:
+		fmt.Fprintf(s.stderr, "agentfs run: %v during a rewind: not starting %s again\n", stopSignal, s.rec.CommandString())
+		return running{}, rl.ExitCode, true
+	case restarts >= v.opts.MaxRestarts:
+		fmt.Fprintf(s.stderr, "agentfs run: the command was stopped for a rewind; not starting it again: it was started again %d times already (--max-restarts %d)\n", restarts, v.opts.MaxRestarts)
+		return running{}, rl.ExitCode, true
+	}
+	s.rec.Relaunches = append(s.rec.Relaunches, rl)
+	if err := s.rec.Save(); err != nil {
+		fmt.Fprintf(s.stderr, "agentfs run: %v\n", err)
+	}
+	v.restoreTerminal(s)
+	env := []string{fmt.Sprintf("%s=%d", EnvRelaunch, restarts+1), EnvRelaunchSnapshot + "=" + rl.Snapshot}
+	cmd := s.command(o.Command, o.NsUid, o.NsGid, env)
+	if err := s.start(cmd); err != nil {
+		fmt.Fprintf(s.stderr, "agentfs run: starting %s again after the rewind: %v\n", o.Command[0], err)
+		return running{}, 126, true
+	}
+	v.answer(s, "%s %d", daemon.SupRelaunches, v.opts.MaxRestarts-restarts-1)
+	return watch(cmd), 0, false
+}
+
+// restoreTerminal gives the terminal back as it was at the start.
+func (v *supervisor) restoreTerminal(s *process) {
+	if err := v.tty.restore(v.ttyHeld); err != nil {
+		fmt.Fprintf(s.stderr, "agentfs run: giving the terminal back: %v\n", err)
 	}
 }

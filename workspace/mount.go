@@ -52,17 +52,43 @@ type Mount interface {
 	// Contains reports whether path p is on the mount's file system
 	// (also through a bind mount of it).
 	Contains(p string) bool
-	// Supervised says whether a restore of branch name stops and
-	// relaunches a supervised command (agentfs run --supervise: name is
-	// the branch the mount shows), and whether process pid is one of
-	// the processes that stop ends (then it cannot wait for the
-	// restore: see Workspace.Restore).
-	Supervised(name string, pid uint32) (supervised, inside bool)
+	// Supervised says what a restore of branch name does to a
+	// supervised command (agentfs run --supervise: name is the branch
+	// the mount shows), as seen from process pid.
+	Supervised(name string, pid uint32) Supervision
 	// Rewinding stops the supervised command before a restore of branch
-	// name, and returns the function to call with the restore's outcome
-	// (the supervisor then starts the command again). An error means
-	// the command could not be stopped; nothing is restored then.
-	Rewinding(name string) (after func(snapshot, safety string, err error), err error)
+	// name. It is called without opMu (the command's processes may be
+	// in control calls that wait for it), and serializes rewinds: the
+	// next one waits until this one's Done has been called, which the
+	// workspace does, with opMu held, whatever the restore's outcome.
+	// An error means the command could not be stopped; nothing is
+	// restored then.
+	Rewinding(name string) (Rewind, error)
+}
+
+// Supervision is what a restore of a branch does to a supervised
+// command.
+type Supervision struct {
+	// Supervised: the restore stops every process of the session's
+	// command first.
+	Supervised bool
+	// Inside: the caller is one of those processes, so it cannot wait
+	// for the restore (see Workspace.Restore).
+	Inside bool
+	// Relaunch: the supervisor would start the command again after (it
+	// has relaunches left).
+	Relaunch bool
+}
+
+// Rewind is a supervised command stopped for a restore.
+type Rewind struct {
+	// Relaunch: the supervisor starts the command again after the
+	// restore; false when the run ends instead (no relaunches left, or
+	// the command ended by itself meanwhile).
+	Relaunch bool
+	// Done tells the supervisor the restore's outcome (err nil: snapshot
+	// restored, after safety), and ends the rewind.
+	Done func(snapshot, safety string, err error)
 }
 
 // Binding is a process bound to a branch's view.

@@ -342,16 +342,24 @@ type fakeMount struct {
 	retired  []string
 	invalids int // Invalidate calls
 	// supervised: Rewinding of this branch stops (or, with stopErr,
-	// fails to); rewinds records the outcomes told.
+	// fails to); rewinds records the outcomes told. norelaunch: the
+	// supervisor has no relaunches left. duringStop, when set, runs
+	// inside Rewinding (what the command's processes do while they are
+	// being stopped).
 	supervised string
 	inside     uint32 // a process of the supervised command
 	stopErr    error
+	norelaunch bool
+	duringStop func()
 	mu         sync.Mutex // rewinds, which a deferred restore appends to
 	rewinds    []string
+	// panicInvalidate makes Invalidate panic (a restore that panics).
+	panicInvalidate bool
 }
 
-func (m *fakeMount) Supervised(name string, pid uint32) (bool, bool) {
-	return name == m.supervised, name == m.supervised && pid == m.inside
+func (m *fakeMount) Supervised(name string, pid uint32) Supervision {
+	on := name == m.supervised && m.shown.Layer().Name() == name // as the daemon: the branch it shows
+	return Supervision{Supervised: on, Inside: on && pid == m.inside, Relaunch: !m.norelaunch}
 }
 
 func (m *fakeMount) told() []string {
@@ -360,18 +368,21 @@ func (m *fakeMount) told() []string {
 	return append([]string(nil), m.rewinds...)
 }
 
-func (m *fakeMount) Rewinding(name string) (func(string, string, error), error) {
+func (m *fakeMount) Rewinding(name string) (Rewind, error) {
+	if m.duringStop != nil {
+		m.duringStop()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.stopErr != nil {
-		return nil, m.stopErr
+		return Rewind{}, m.stopErr
 	}
 	m.rewinds = append(m.rewinds, "stopped")
-	return func(snap, safety string, err error) {
+	return Rewind{Relaunch: !m.norelaunch, Done: func(snap, safety string, err error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.rewinds = append(m.rewinds, fmt.Sprintf("restored %s %s %v", snap, safety, err))
-	}, nil
+	}}, nil
 }
 
 func (m *fakeMount) Resolve(pid uint32) (*overlay.FS, int) {
@@ -380,14 +391,19 @@ func (m *fakeMount) Resolve(pid uint32) (*overlay.FS, int) {
 	}
 	return m.shown, 0
 }
-func (m *fakeMount) Show(v *overlay.FS)               { m.shown = v }
-func (m *fakeMount) Retire(v *overlay.FS)             { m.retired = append(m.retired, v.Layer().Name()) }
-func (m *fakeMount) Invalidate(stale []overlay.Stale) { m.invalids++ }
-func (m *fakeMount) Unbind(pid int) bool              { _, ok := m.bound[pid]; delete(m.bound, pid); return ok }
-func (m *fakeMount) NamespacedUsers(name string) int  { return 0 }
-func (m *fakeMount) CanNamespace() bool               { return false }
-func (m *fakeMount) Describe(st *ctl.Status)          { st.Pid, st.IOMode, st.Transport = 42, "fake", "fake" }
-func (m *fakeMount) Contains(p string) bool           { return false }
+func (m *fakeMount) Show(v *overlay.FS)   { m.shown = v }
+func (m *fakeMount) Retire(v *overlay.FS) { m.retired = append(m.retired, v.Layer().Name()) }
+func (m *fakeMount) Invalidate(stale []overlay.Stale) {
+	if m.panicInvalidate {
+		panic("Invalidate")
+	}
+	m.invalids++
+}
+func (m *fakeMount) Unbind(pid int) bool             { _, ok := m.bound[pid]; delete(m.bound, pid); return ok }
+func (m *fakeMount) NamespacedUsers(name string) int { return 0 }
+func (m *fakeMount) CanNamespace() bool              { return false }
+func (m *fakeMount) Describe(st *ctl.Status)         { st.Pid, st.IOMode, st.Transport = 42, "fake", "fake" }
+func (m *fakeMount) Contains(p string) bool          { return false }
 func (m *fakeMount) BindNamespaced(int, *overlay.FS) (string, error) {
 	return "", errors.New("not in a fake")
 }
@@ -638,8 +654,8 @@ func TestSupervisedRestore(t *testing.T) {
 	}
 	writeFile(t, w.View(), "a.txt", "changed\n")
 	rep, err := w.Restore(self, ctl.RestoreArgs{Ref: s.ID})
-	if err != nil || !rep.Relaunch {
-		t.Fatalf("Restore of the supervised branch = %+v, %v; want Relaunch", rep, err)
+	if err != nil || !rep.Stopped || !rep.Relaunch {
+		t.Fatalf("Restore of the supervised branch = %+v, %v; want Stopped, Relaunch", rep, err)
 	}
 	want := []string{"stopped", fmt.Sprintf("restored %s %s <nil>", s.ID, rep.Safety.ID)}
 	if got := m.told(); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -653,7 +669,7 @@ func TestSupervisedRestore(t *testing.T) {
 	writeFile(t, w.View(), "a.txt", "by the agent\n")
 	m.inside = 4242
 	rep, err = w.Restore(ctl.Caller{Pid: 4242}, ctl.RestoreArgs{Ref: s.ID})
-	if err != nil || !rep.Deferred || !rep.Relaunch || rep.Safety != nil {
+	if err != nil || !rep.Deferred || !rep.Stopped || !rep.Relaunch || rep.Safety != nil {
 		t.Fatalf("Restore asked by the agent itself = %+v, %v; want Deferred", rep, err)
 	}
 	if !waitFor(func() bool { return len(m.told()) == 4 }) {
@@ -675,6 +691,166 @@ func TestSupervisedRestore(t *testing.T) {
 	}
 	if after, _ := w.Snapshots(); len(after.Snapshots) != len(before.Snapshots) {
 		t.Errorf("the refused restore took a snapshot: %d, then %d", len(before.Snapshots), len(after.Snapshots))
+	}
+}
+
+// TestRewindStopsWithoutOpLock: the supervised command is stopped
+// before the restore takes the operation lock, so that a process of it
+// in the middle of a control call (which needs the lock) can end.
+func TestRewindStopsWithoutOpLock(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a.txt": "a\n"})
+	m := &fakeMount{shown: w.View(), bound: map[int]*overlay.FS{}, supervised: "main"}
+	w.Attach(m)
+	s, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inside := range []uint32{0, 4242} {
+		m.inside = inside
+		var callErr error
+		done := make(chan struct{})
+		m.duringStop = func() {
+			// The agent's `agentfs snapshot list`, which the stop waits
+			// for: it cannot end while the lock is held.
+			go func() {
+				_, callErr = w.Snapshots()
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				callErr = errors.New("the control call waited 5s for the operation lock the rewind held while stopping the command")
+			}
+		}
+		writeFile(t, w.View(), "a.txt", "changed\n")
+		n := len(m.told())
+		if _, err := w.Restore(ctl.Caller{Pid: inside}, ctl.RestoreArgs{Ref: s.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if !waitFor(func() bool { return len(m.told()) == n+2 }) {
+			t.Fatalf("the rewind (caller %d) told the mount %q", inside, m.told())
+		}
+		<-done
+		if callErr != nil {
+			t.Errorf("caller %d: %v", inside, callErr)
+		}
+	}
+}
+
+// TestRewindWithoutRelaunch: when the supervisor has no relaunches
+// left, the reply says the command is stopped and not started again:
+// a dry run, a deferred rewind and a rewind alike.
+func TestRewindWithoutRelaunch(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a.txt": "a\n"})
+	m := &fakeMount{shown: w.View(), bound: map[int]*overlay.FS{}, supervised: "main", norelaunch: true}
+	w.Attach(m)
+	s, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		what   string
+		caller uint32
+		dry    bool
+	}{{"a dry run", 0, true}, {"a rewind", 0, false}, {"a deferred rewind", 4242, false}} {
+		m.inside = 4242
+		rep, err := w.Restore(ctl.Caller{Pid: tc.caller}, ctl.RestoreArgs{Ref: s.ID, DryRun: tc.dry})
+		if err != nil || !rep.Stopped || rep.Relaunch {
+			t.Errorf("%s = %+v, %v; want Stopped, not Relaunch", tc.what, rep, err)
+		}
+	}
+}
+
+// TestRewindResolvesAgain: what a rewind restores is resolved once the
+// command is stopped, under the operation lock: a snapshot deleted and a
+// branch switched away from meanwhile restore nothing, and the
+// supervisor is told so (it starts the command again on the state it
+// had).
+func TestRewindResolvesAgain(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a.txt": "a\n"})
+	m := &fakeMount{shown: w.View(), bound: map[int]*overlay.FS{}, supervised: "main"}
+	w.Attach(m)
+	s, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, w.View(), "a.txt", "changed\n")
+	// Deferred: the snapshot is deleted (retention, a person) while the
+	// command is being stopped.
+	m.inside = 4242
+	m.duringStop = func() {
+		if _, err := w.DeleteSnapshot(self, s.ID); err != nil {
+			t.Errorf("deleting the snapshot during the stop: %v", err)
+		}
+	}
+	if rep, err := w.Restore(ctl.Caller{Pid: 4242}, ctl.RestoreArgs{Ref: s.ID}); err != nil || !rep.Deferred {
+		t.Fatalf("the deferred rewind = %+v, %v", rep, err)
+	}
+	if !waitFor(func() bool { return len(m.told()) == 2 }) {
+		t.Fatalf("the deferred rewind told the mount %q", m.told())
+	}
+	if got := m.told()[1]; !strings.Contains(got, "not found") && !strings.Contains(got, "no snapshot") {
+		t.Errorf("the supervisor was told %q, want the snapshot's absence", got)
+	}
+	if got, _ := readFile(t, w.View(), "a.txt"); got != "changed\n" {
+		t.Errorf("a.txt after a rewind to a deleted snapshot = %q, want it unchanged", got)
+	}
+	// Synchronous: the branch is switched away from meanwhile.
+	s2, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.CreateBranch(self, ctl.BranchCreateArgs{Name: "side"}); err != nil {
+		t.Fatal(err)
+	}
+	m.inside = 0
+	m.duringStop = func() {
+		if _, err := w.SwitchBranch(self, "side"); err != nil {
+			t.Errorf("switching during the stop: %v", err)
+		}
+	}
+	writeFile(t, w.View(), "a.txt", "after s2\n")
+	_, err = w.Restore(self, ctl.RestoreArgs{Ref: s2.ID})
+	isKind(t, "a rewind of a branch switched away from during the stop", err, ErrBusy, "nothing was restored")
+	if got := m.told(); len(got) != 4 || !strings.Contains(got[3], "switched away") {
+		t.Errorf("the supervisor was told %q, want the failure", got)
+	}
+}
+
+// TestRewindPanic: a restore that panics still tells the supervisor its
+// outcome (the next rewind waits for it) and releases the operation
+// lock; a deferred one does not end the process.
+func TestRewindPanic(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a.txt": "a\n"})
+	m := &fakeMount{shown: w.View(), bound: map[int]*overlay.FS{}, supervised: "main", panicInvalidate: true}
+	w.Attach(m)
+	s, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the restore did not panic")
+			}
+		}()
+		_, _ = w.Restore(self, ctl.RestoreArgs{Ref: s.ID})
+	}()
+	if got := m.told(); len(got) != 2 || !strings.Contains(got[1], "panic") {
+		t.Errorf("after a panic the supervisor was told %q, want the failure", got)
+	}
+	if _, err := w.Snapshots(); err != nil {
+		t.Errorf("an operation after the panic: %v", err)
+	}
+	m.inside = 4242
+	if _, err := w.Restore(ctl.Caller{Pid: 4242}, ctl.RestoreArgs{Ref: s.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { return len(m.told()) == 4 }) {
+		t.Fatalf("the deferred rewind that panicked told the mount %q", m.told())
+	}
+	if got := m.told()[3]; !strings.Contains(got, "panic") {
+		t.Errorf("after a deferred panic the supervisor was told %q", got)
 	}
 }
 

@@ -76,15 +76,22 @@ func runRestore(ctx context.Context, o *restoreOptions, args []string) error {
 		return printChanges(o.stdout, rep.Changes)
 	}
 	if rep.Deferred {
-		fmt.Fprintf(o.stdout, "restoring snapshot %s%s into branch %s now: this command is one of the session's command's processes, which are stopped first; the supervisor starts the command again\n", s.ID, label, printable(rep.Branch))
+		next := "the supervisor starts the command again"
+		if !rep.Relaunch {
+			next = "the supervisor does not start the command again (--max-restarts is used up): the run ends"
+		}
+		fmt.Fprintf(o.stdout, "restoring snapshot %s%s into branch %s now: this command is one of the session's command's processes, which are stopped first; %s\n", s.ID, label, printable(rep.Branch), next)
 		return nil
 	}
 	fmt.Fprintf(o.stdout, "restored snapshot %s%s into branch %s\n", s.ID, label, printable(rep.Branch))
 	if rep.Safety != nil {
 		fmt.Fprintf(o.stdout, "to undo: agentfs restore %s\n", rep.Safety.ID)
 	}
-	if rep.Relaunch {
+	switch {
+	case rep.Stopped && rep.Relaunch:
 		fmt.Fprintf(o.stdout, "the session's command was stopped before the restore; its supervisor starts it again\n")
+	case rep.Stopped:
+		fmt.Fprintf(o.stdout, "the session's command was stopped before the restore; its supervisor does not start it again (--max-restarts is used up, or it had ended by itself): the run ends\n")
 	}
 	return nil
 }

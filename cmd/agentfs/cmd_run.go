@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/agentfs/agentfs/daemon"
 	"github.com/agentfs/agentfs/session"
 )
 
@@ -37,8 +38,8 @@ func (o *runOptions) supervision() (*session.Supervision, error) {
 	if o.maxRestarts < 0 {
 		return nil, usagef("--max-restarts %d: give a count of 0 or more", o.maxRestarts)
 	}
-	if o.stopGrace < 0 {
-		return nil, usagef("--stop-grace %v: give a duration of 0 or more", o.stopGrace)
+	if o.stopGrace < 0 || o.stopGrace > daemon.MaxGrace {
+		return nil, usagef("--stop-grace %v: give a duration from 0 to %v (a rewind waits at most %v for the agent to stop)", o.stopGrace, daemon.MaxGrace, daemon.StopWait)
 	}
 	return &session.Supervision{MaxRestarts: o.maxRestarts, Grace: o.stopGrace}, nil
 }
@@ -50,7 +51,7 @@ func (o *runOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.IntVar(&o.nsGid, "ns-gid", -1, "internal: the user's gid outside the user namespace")
 	flags.BoolVar(&o.supervise, "supervise", false, "run COMMAND under a supervisor: a restore of the session's branch (agentfs restore -s,\nthe MCP rewind tool) stops every process of COMMAND and starts it again")
 	flags.IntVar(&o.maxRestarts, "max-restarts", session.DefaultMaxRestarts, "with --supervise: start COMMAND again at most `N` times")
-	flags.DurationVar(&o.stopGrace, "stop-grace", session.DefaultGrace, "with --supervise: how long COMMAND's processes have after SIGTERM\nbefore they are killed, a `DURATION`")
+	flags.DurationVar(&o.stopGrace, "stop-grace", session.DefaultGrace, "with --supervise: how long COMMAND's processes have after SIGTERM\nbefore they are killed, a `DURATION` (at most "+daemon.MaxGrace.String()+")")
 	o.activity.AddFlags(flags)
 	mustHide(flags, "session-process")
 	mustHide(flags, "ns-uid")
@@ -89,8 +90,11 @@ session's branch while it runs (agentfs restore -s SESSION ID, or the
 MCP rewind tool, the agent's own included) stops every process of
 COMMAND (SIGTERM, --stop-grace, SIGKILL; background and double-forked
 ones too), restores, and starts COMMAND again, with AGENTFS_RELAUNCH and
-AGENTFS_RELAUNCH_SNAPSHOT in its environment. It needs a cgroup (v2):
-root, or one delegated to the user.
+AGENTFS_RELAUNCH_SNAPSHOT in its environment and the terminal as it was
+at the start. Past --max-restarts relaunches, or when Ctrl-C, SIGTERM or
+SIGHUP comes during a rewind, the run ends instead. It needs a cgroup
+(v2) it can make (root, or one delegated to the user) and Linux 5.7 or
+later; agentfs run checks both before it mounts anything.
 
 As root, run needs no setup. As a normal user it works in a user
 namespace, where the kernel allows unprivileged ones and /dev/fuse is

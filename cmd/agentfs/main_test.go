@@ -38,6 +38,8 @@ func TestExitCodesAndHelp(t *testing.T) {
 		// Usage errors the library finds (daemon.UsageError) exit 2 too.
 		{[]string{"mount", "--lower", "/", "--backstore", "floppy", "/mnt"}, exitUsage, "", `--backstore "floppy": must be hostfs or ramdisk: run 'agentfs help mount'`},
 		{[]string{"run", "--quiet-period", "soon", "--", "true"}, exitUsage, "", "--quiet-period soon: not a duration"},
+		// A stop longer than the daemon waits for it is refused.
+		{[]string{"run", "--supervise", "--stop-grace", "2m", "--", "true"}, exitUsage, "", "--stop-grace 2m0s: give a duration from 0 to 1m30s"},
 		{[]string{"status", "extra"}, exitUsage, "", "status takes no arguments"},
 		{[]string{"version"}, exitOK, "agentfs " + version, ""},
 		{[]string{"--version"}, exitOK, "agentfs " + version, ""},
