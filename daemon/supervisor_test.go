@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentfs/agentfs/internal/testenv"
 	"github.com/agentfs/agentfs/procgroup"
 )
 
@@ -78,7 +79,7 @@ func TestSupervisorLinkInGroup(t *testing.T) {
 	l, sup, _ := linkPair(t)
 	self := procgroup.Of(os.Getpid())
 	if self == "" {
-		t.Skip("no version-2 cgroup here")
+		testenv.Skip(t, testenv.Cgroups, "no version-2 cgroup here")
 	}
 	cases := []struct {
 		group string
@@ -106,7 +107,7 @@ func TestSupervisorLinkInGroup(t *testing.T) {
 func TestSupervisorLinkInLeaf(t *testing.T) {
 	g, err := procgroup.New(fmt.Sprintf("agentfs-daemon-test-%d", time.Now().UnixNano()))
 	if err != nil {
-		requireRoot(t)
+		testenv.RequireRoot(t, "a cgroup")
 		t.Fatal(err)
 	}
 	cmd := exec.Command("sleep", "60")

@@ -19,10 +19,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/internal/testenv"
 	"github.com/agentfs/agentfs/procfs"
-	"golang.org/x/sys/unix"
 )
 
 // mcpRewinderEnv makes this test binary an MCP client that calls the
@@ -520,7 +521,7 @@ func openPty(t *testing.T) (master, slave *os.File) {
 	t.Helper()
 	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminal: %v", err)
+		testenv.Skip(t, testenv.Pty, "no pseudo-terminal: %v", err)
 	}
 	t.Cleanup(func() { _ = master.Close() }) // the test's
 	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {

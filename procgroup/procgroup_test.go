@@ -156,7 +156,7 @@ func TestStartAfterKill(t *testing.T) {
 		t.Run(fmt.Sprintf("cgroup.kill=%v", canKill), func(t *testing.T) {
 			g := newGroup(t)
 			if canKill && !g.canKill {
-				t.Skip("this kernel has no cgroup.kill")
+				testenv.Skip(t, testenv.CgroupKill, "this kernel has no cgroup.kill")
 			}
 			g.canKill = canKill
 			pidfile := filepath.Join(t.TempDir(), "pids")

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfs/agentfs/internal/testenv"
 	"github.com/agentfs/agentfs/procgroup"
 )
 
@@ -89,8 +90,8 @@ func startSupervised(t *testing.T, opts Supervision, script string) *supervised 
 	sv := &supervised{starts: filepath.Join(out, "starts"), stderr: &lockedBuffer{}, code: make(chan int, 1)}
 	sv.s = &process{rec: rec, stderr: sv.stderr}
 	if err := sv.s.prepareSupervision(opts); err != nil {
-		if errors.Is(err, procgroup.ErrUnavailable) && os.Geteuid() != 0 && os.Getenv("AGENTFS_REQUIRE_FUSE") != "1" {
-			t.Skipf("no cgroup here: %v", err)
+		if errors.Is(err, procgroup.ErrUnavailable) {
+			testenv.Skip(t, testenv.Cgroups, "no cgroup here: %v", err)
 		}
 		t.Fatal(err)
 	}

@@ -69,6 +69,8 @@ const (
 	LoopDevices     Condition = "loop devices"
 	UserNamespaces  Condition = "user namespaces for unprivileged users"
 	EBPF            Condition = "eBPF tracing" // root, a kernel of 5.17 or later with BTF, no lockdown
+	CgroupKill      Condition = "cgroup.kill"  // Linux 5.14
+	Pty             Condition = "a pseudo-terminal"
 )
 
 // Program is the condition that program name is installed.
