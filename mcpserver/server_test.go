@@ -304,3 +304,24 @@ func TestChangesBounds(t *testing.T) {
 		t.Errorf("the text has %d lines, want at most %d", lines, maxTextChanges+3)
 	}
 }
+
+// TestRewindNote: the note says truthfully what happens to the agent.
+func TestRewindNote(t *testing.T) {
+	for _, tc := range []struct {
+		dryRun, deferred, stopped, relaunch bool
+		want                                string
+	}{
+		{false, false, false, false, "no process is stopped"},
+		{false, false, true, true, "starts the agent again"},
+		{false, false, true, false, "the run ends"},
+		{false, true, true, true, "with AGENTFS_RELAUNCH set"},
+		{false, true, true, false, "so the run then ends"},
+		{true, false, true, true, "would stop every process of the agent and start it again"},
+		{true, false, true, false, "the run would end"},
+		{true, false, false, false, "nothing was changed"},
+	} {
+		if got := rewindNote(tc.dryRun, tc.deferred, tc.stopped, tc.relaunch); !strings.Contains(got, tc.want) {
+			t.Errorf("rewindNote(%v, %v, %v, %v) = %q, want %q in it", tc.dryRun, tc.deferred, tc.stopped, tc.relaunch, got, tc.want)
+		}
+	}
+}

@@ -306,6 +306,29 @@ type RewindOut struct {
 	Note     string   `json:"note"`
 }
 
+// rewindNote says, for a model, what a rewind did to the agent's
+// processes (or would do): none stopped; stopped and started again;
+// or stopped for good (the supervisor's relaunches are used up).
+func rewindNote(dryRun, deferred, stopped, relaunch bool) string {
+	switch {
+	case dryRun && stopped && relaunch:
+		return "nothing was changed; a rewind would stop every process of the agent and start it again on the rewound files"
+	case dryRun && stopped:
+		return "nothing was changed; a rewind would stop every process of the agent for good: the supervisor has no relaunch left (--max-restarts), so the run would end"
+	case dryRun:
+		return "nothing was changed"
+	case deferred && relaunch:
+		return "you are one of the agent's processes: the rewind happens right after this reply, once the session's supervisor has stopped every one of them; the agent is then started again on the rewound files, with AGENTFS_RELAUNCH set"
+	case deferred:
+		return "you are one of the agent's processes: the rewind happens right after this reply, once the session's supervisor has stopped every one of them; the supervisor has no relaunch left (--max-restarts), so the run then ends"
+	case stopped && relaunch:
+		return "the session's supervisor stopped every process of the agent before the rewind and starts the agent again on the rewound files"
+	case stopped:
+		return "the session's supervisor stopped every process of the agent before the rewind; it has no relaunch left (--max-restarts, or the agent had ended), so the run ends"
+	}
+	return "no process is stopped: programs still running keep the files they have open, and see the rewound files from their next open"
+}
+
 func (t *target) rewind(ctx context.Context, _ *mcp.CallToolRequest, in RewindIn) (*mcp.CallToolResult, RewindOut, error) {
 	out, err := call(ctx, t, func(c *workspace.Client) (RewindOut, error) {
 		st, err := c.Status()
@@ -316,26 +339,18 @@ func (t *target) rewind(ctx context.Context, _ *mcp.CallToolRequest, in RewindIn
 		if err != nil {
 			return RewindOut{}, err
 		}
-		out := RewindOut{DryRun: in.DryRun, Relaunch: st.Supervised && me.Branch == st.Branch && !in.DryRun}
+		supervised := st.Supervised && me.Branch == st.Branch
 		rep, err := c.Restore(ctl.RestoreArgs{Ref: in.Checkpoint, DryRun: in.DryRun})
 		if err != nil {
 			return RewindOut{}, err
 		}
-		if !in.DryRun {
-			out.Relaunch = rep.Relaunch
+		out := RewindOut{DryRun: in.DryRun, Relaunch: rep.Relaunch}
+		stopped := rep.Stopped
+		if in.DryRun && supervised && !rep.Stopped {
+			// A daemon that does not say: the supervisor would.
+			stopped, out.Relaunch = true, true
 		}
-		switch {
-		case rep.Deferred:
-			out.Note = "you are one of the agent's processes: the rewind happens right after this reply, once the session's supervisor has stopped every one of them; the agent is then started again on the rewound files, with AGENTFS_RELAUNCH set"
-		case in.DryRun && out.Relaunch:
-			out.Note = "nothing was changed; a rewind would stop every process of the agent and start it again on the rewound files"
-		case in.DryRun:
-			out.Note = "nothing was changed"
-		case out.Relaunch:
-			out.Note = "the session's supervisor stopped every process of the agent before the rewind and starts the agent again on the rewound files"
-		default:
-			out.Note = "no process is stopped: programs still running keep the files they have open, and see the rewound files from their next open"
-		}
+		out.Note = rewindNote(in.DryRun, rep.Deferred, stopped, out.Relaunch)
 		out.Checkpoint, out.Branch = checkpointOf(rep.Snapshot), rep.Branch
 		if rep.Safety != nil {
 			s := checkpointOf(*rep.Safety)
