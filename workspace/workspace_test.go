@@ -436,6 +436,12 @@ func TestBindings(t *testing.T) {
 		_ = child.Wait()         // killed: its status says so
 	})
 	pid := child.Process.Pid
+	// Until the child has exec'd, its command line is not sleep's.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(b), "sleep\x0060") {
+			break
+		}
+	}
 	_, err = w.Bind(self, ctl.BindArgs{Pid: -3, Branch: "side"})
 	isKind(t, "a negative pid", err, ErrInvalid, "bad process id")
 	_, err = w.Bind(self, ctl.BindArgs{Pid: os.Getpid(), Branch: "side"})
