@@ -40,6 +40,9 @@ func appendEntry(b []byte, e *Entry) []byte {
 		b = append(b, `,"argv_cut":true`...)
 	}
 	b = appendString(b, "cwd", e.Cwd, true)
+	if e.CwdCut {
+		b = append(b, `,"cwd_cut":true`...)
+	}
 	if !e.Start.IsZero() {
 		b = append(b, `,"start":"`...)
 		b = e.Start.AppendFormat(b, time.RFC3339Nano)

@@ -18,7 +18,7 @@ func TestAppendEntryIsJSON(t *testing.T) {
 		{Time: time.Now(), Op: OpRewind, Branch: "main", Detail: "snapshot 1a2b3c4d, safety snapshot 5e6f7a8b"},
 		{Time: time.Now(), Op: "unlink", Path: odd, Command: odd, Branch: odd},
 		{Time: time.Now(), Op: OpExec, Pid: 7, Ppid: 6, Uid: 1000, Argv: []string{"make", "-j2", "build"}, Cwd: "/work/proj"},
-		{Time: time.Now(), Op: OpExec, Pid: 7, Argv: []string{"sh", "-c", "a \"b\""}, ArgvCut: true, Cwd: "/"},
+		{Time: time.Now(), Op: OpExec, Pid: 7, Argv: []string{"sh", "-c", "a \"b\""}, ArgvCut: true, Cwd: "/", CwdCut: true},
 		{Time: time.Now(), Op: OpExit, Pid: 7, Ppid: 6, Argv: []string{"true"}, Cwd: "/x", Start: time.Now().Add(-time.Second), Exit: new(0), DurationNs: 1e9},
 		{Time: time.Now(), Op: OpExit, Pid: 8, Exit: new(3)},
 		{Time: time.Now(), Op: OpExit, Pid: 9, Signal: 9, DurationNs: 5},
@@ -37,7 +37,7 @@ func TestAppendEntryIsJSON(t *testing.T) {
 		}
 		if !a.Time.Equal(b.Time) || a.Path != b.Path || a.Command != b.Command || a.Branch != b.Branch || a.Op != b.Op ||
 			a.Pid != b.Pid || a.Tid != b.Tid || a.Uid != b.Uid || a.Path2 != b.Path2 || a.Attrs != b.Attrs || a.Count != b.Count || a.Detail != b.Detail ||
-			a.Ppid != b.Ppid || !slices.Equal(a.Argv, b.Argv) || a.ArgvCut != b.ArgvCut || a.Cwd != b.Cwd || !a.Start.Equal(b.Start) ||
+			a.Ppid != b.Ppid || !slices.Equal(a.Argv, b.Argv) || a.ArgvCut != b.ArgvCut || a.Cwd != b.Cwd || a.CwdCut != b.CwdCut || !a.Start.Equal(b.Start) ||
 			(a.Exit == nil) != (b.Exit == nil) || (a.Exit != nil && *a.Exit != *b.Exit) || a.Signal != b.Signal || a.DurationNs != b.DurationNs {
 			t.Errorf("appendEntry = %s\nencoding/json = %s", got, want)
 		}

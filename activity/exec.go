@@ -22,6 +22,11 @@ import (
 // not; the daemon writes one when it starts.
 const OpTrace = "trace"
 
+// Replaced is the Detail ReadExecs gives an exec entry whose process
+// went on to start another program: that program replaced it (its
+// DurationNs is how long it ran).
+const Replaced = "replaced"
+
 // started is when the command of e started.
 func (e *Entry) started() time.Time {
 	if e.Op == OpExit && !e.Start.IsZero() {
@@ -80,12 +85,27 @@ func (p *execPairs) add(l Line) error {
 	}
 	switch l.Op {
 	case OpExec:
+		if i, ok := p.running[l.Pid]; ok {
+			// The process started another program (sh -c 'exec
+			// ...', env, a launcher script): the first ended there.
+			prev := &p.out[i]
+			prev.Detail, prev.DurationNs = Replaced, int64(l.Time.Sub(prev.Time))
+		}
 		p.running[l.Pid] = len(p.out)
 	case OpExit:
+		// Its exec is the pid's one that started when it did (an exec
+		// record lost, the exit stands alone).
 		if i, ok := p.running[l.Pid]; ok {
-			p.out[i] = l
+			if l.Start.IsZero() || p.out[i].Time.Equal(l.Start) {
+				p.out[i] = l
+				delete(p.running, l.Pid)
+				return nil
+			}
+			// The pid's earlier program was replaced by the one that
+			// ended, when that one started.
+			prev := &p.out[i]
+			prev.Detail, prev.DurationNs = Replaced, int64(l.Start.Sub(prev.Time))
 			delete(p.running, l.Pid)
-			return nil
 		}
 	}
 	p.out = append(p.out, l)

@@ -23,6 +23,12 @@ func TestReadExecs(t *testing.T) {
 	l.Add(Entry{Time: at(4), Pid: 12, Op: OpExit, Start: at(3), Argv: []string{"cc", "a.c"}, Exit: new(0)})
 	l.Add(Entry{Time: at(9), Pid: 11, Op: OpExit, Start: at(2), Argv: []string{"make"}, Exit: new(2)})
 	l.Add(Entry{Time: at(10), Pid: 12, Ppid: 10, Op: OpExec, Argv: []string{"ls"}}) // pid 12 again
+	// An exec chain: env starts make in the same process.
+	l.Add(Entry{Time: at(11), Pid: 13, Ppid: 10, Op: OpExec, Argv: []string{"env", "A=1", "make"}})
+	l.Add(Entry{Time: at(12), Pid: 13, Ppid: 10, Op: OpExec, Argv: []string{"make"}})
+	l.Add(Entry{Time: at(13), Pid: 13, Op: OpExit, Start: at(12), Argv: []string{"make"}, Exit: new(0)})
+	// An exit whose exec was lost: it stands alone.
+	l.Add(Entry{Time: at(14), Pid: 10, Op: OpExit, Start: at(13), Exit: new(0)})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +40,7 @@ func TestReadExecs(t *testing.T) {
 	for _, l := range lines {
 		got = append(got, l.Op+":"+CommandLine(l.Argv, 100))
 	}
-	want := []string{"trace:", "exec:agent", "exit:make", "exit:cc a.c", "exec:ls"}
+	want := []string{"trace:", "exec:agent", "exit:make", "exit:cc a.c", "exec:ls", "exec:env A=1 make", "exit:make", "exit:"}
 	if len(got) != len(want) {
 		t.Fatalf("ReadExecs = %q, want %q", got, want)
 	}
@@ -43,12 +49,18 @@ func TestReadExecs(t *testing.T) {
 			t.Fatalf("ReadExecs = %q, want %q", got, want)
 		}
 	}
+	if env := lines[5]; env.Detail != Replaced || env.DurationNs != int64(time.Second) {
+		t.Errorf("env's line, replaced by make: %+v", env)
+	}
+	if agent := lines[1]; agent.Detail != Replaced || agent.DurationNs != int64(12*time.Second) {
+		t.Errorf("the agent's exec line (its exit's start does not match: replaced by a program whose exec was lost): %+v", agent)
+	}
 	// make started before 5s but ended after: still shown.
 	lines, _ = ReadExecs(dir, Selection{Since: at(5)})
-	if len(lines) != 2 || lines[0].Argv[0] != "make" || lines[1].Argv[0] != "ls" {
+	if len(lines) != 5 || lines[0].Argv[0] != "make" || lines[1].Argv[0] != "ls" {
 		t.Errorf("since 5s: %+v", lines)
 	}
-	if lines, _ = ReadExecs(dir, Selection{Tail: 1}); len(lines) != 1 || lines[0].Argv[0] != "ls" {
+	if lines, _ = ReadExecs(dir, Selection{Tail: 1}); len(lines) != 1 || lines[0].Op != OpExit || len(lines[0].Argv) != 0 {
 		t.Errorf("tail 1: %+v", lines)
 	}
 

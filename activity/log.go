@@ -115,7 +115,10 @@ type Entry struct {
 	// exectrace.ArgvMax bytes (ArgvCut says so).
 	Argv    []string `json:"argv,omitempty"`
 	ArgvCut bool     `json:"argv_cut,omitempty"`
-	Cwd     string   `json:"cwd,omitempty"`
+	// Cwd is the working directory; CwdCut says it is only its end
+	// (deeper or longer than exectrace.CwdMax).
+	Cwd    string `json:"cwd,omitempty"`
+	CwdCut bool   `json:"cwd_cut,omitempty"`
 	// Start is when an exited program started; Exit its exit code, or
 	// Signal the signal that ended it; DurationNs the time between.
 	Start      time.Time `json:"start,omitzero"`

@@ -3,6 +3,7 @@ package autosnap
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,15 +61,17 @@ var DefaultBuildPatterns = []string{
 	"pytest", "py.test", "python* -m pytest", "tox", "nox",
 	"dotnet build", "dotnet test", "swift build", "swift test", "zig build",
 	"mix compile", "mix test", "rake", "rspec", "bundle exec rspec", "bundle exec rake",
-	"ctest", "just", "task",
+	"ctest", "just",
 }
 
 // Pattern is a command that counts as a build: words, each a glob
 // (path.Match), the first matched against the program's base name and
-// the others against its later arguments, in order (others may come
-// between: "go test" matches "go test -run X ./..." and "go -C dir
-// test"). An interpreter running a script (sh ./gradlew, node
-// /usr/bin/npm, env) is looked through: the script is the program.
+// the others against the arguments that follow it in a row, after
+// options: "go test" matches "go test -run X ./..." and "go -v test",
+// not "go run ./cmd test"; "python* -m pytest" matches "python3 -m
+// pytest", not "python3 -m pip install pytest". An interpreter running
+// a script (sh ./gradlew, node /usr/bin/npm, env) is looked through:
+// the script is the program.
 type Pattern struct {
 	text  string
 	words []string
@@ -100,21 +103,39 @@ func (p Pattern) Match(argv []string) bool {
 		return false
 	}
 	rest := p.words[1:]
-	for _, a := range argv[1:] {
-		if len(rest) == 0 {
-			break
+	if len(rest) == 0 {
+		return true
+	}
+	// The words match a run of arguments that starts after options
+	// only (an option of the pattern matches where it stands).
+	for k := 1; k+len(rest) <= len(argv); k++ {
+		if matchRun(rest, argv[k:]) {
+			return true
 		}
-		if ok, _ := path.Match(rest[0], a); ok {
-			rest = rest[1:]
+		if !strings.HasPrefix(argv[k], "-") {
+			break // past the options: the subcommand did not match
 		}
 	}
-	return len(rest) == 0
+	return false
+}
+
+// matchRun reports whether words match the first len(words) args.
+func matchRun(words, args []string) bool {
+	for i, w := range words {
+		if ok, _ := path.Match(w, args[i]); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // interpreters run a script named by their first argument: the script
 // is the program.
 var interpreters = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true,
 	"node": true, "nodejs": true, "ruby": true, "perl": true, "python": true, "python3": true, "python2": true}
+
+// envWithValue are env's options that take the next argument.
+var envWithValue = map[string]bool{"-u": true, "--unset": true, "-C": true, "--chdir": true, "-S": true, "--split-string": true}
 
 // program strips what runs a command without being it: env (its
 // options and NAME=VALUE assignments) and an interpreter given a
@@ -127,6 +148,9 @@ func program(argv []string) []string {
 		case base == "env":
 			argv = argv[1:]
 			for len(argv) > 0 && (strings.HasPrefix(argv[0], "-") || strings.Contains(argv[0], "=")) {
+				if envWithValue[argv[0]] {
+					argv = argv[1:] // and its value
+				}
 				argv = argv[1:]
 			}
 		case (interpreters[base] || strings.HasPrefix(base, "python3.")) && len(argv) > 1 && !strings.HasPrefix(argv[1], "-"):
@@ -167,9 +191,12 @@ type Command struct {
 	Time      time.Time
 	Pid, Ppid int
 	Argv      []string // of a start
-	End       bool
-	OK        bool      // of an end: exit code 0
-	Start     time.Time // of an end: when its program started
+	// Branch is the branch a build works on ("" the default), found
+	// as it starts (IsBuild says whether the caller need look).
+	Branch string
+	End    bool
+	OK     bool      // of an end: exit code 0
+	Start  time.Time // of an end: when its program started
 }
 
 // Commands decides the snapshots of the command triggers.
@@ -180,20 +207,17 @@ type Commands struct {
 	BuildPatterns []Pattern
 	// Idle is the idle trigger's threshold; 0 turns it off.
 	Idle time.Duration
-	// BranchOf names the branch a process works on (called once per
-	// build command, as it starts); nil or "" is the default branch.
-	BranchOf func(pid int) string
 
 	procs map[int]*proc
 	order []int // pids in the order they started, to forget the oldest
 	due   []Due
 
 	// The idle period.
-	last     time.Time // the last activity
-	active   bool      // activity since the last idle snapshot
-	branches []string  // changed since the last idle snapshot
-	lastCmd  string    // the last command started
-	building int       // builds running
+	last     time.Time     // the last activity
+	active   bool          // activity since the last idle snapshot
+	branches []string      // changed since the last idle snapshot
+	lastCmd  string        // the last command started
+	builds   map[int]*proc // the builds running, by pid
 
 	git *gitCommand // the last git command that moves refs
 }
@@ -201,9 +225,9 @@ type Commands struct {
 type proc struct {
 	pid, ppid int
 	argv      []string
+	start     time.Time
 	build     bool // it matches a build pattern
 	branch    string
-	ended     bool // forgotten: no longer counted among the builds running
 }
 
 type gitCommand struct {
@@ -226,15 +250,14 @@ func DefaultPatterns() []Pattern {
 	return ps
 }
 
-func (c *Commands) patterns() []Pattern {
-	if c.BuildPatterns == nil {
-		c.BuildPatterns = DefaultPatterns()
+// IsBuild reports whether argv runs a build, with the build trigger on.
+// It only reads the patterns: safe beside Add once they are set (Runner
+// sets them when it starts).
+func (c *Commands) IsBuild(argv []string) bool {
+	if !c.Build {
+		return false
 	}
-	return c.BuildPatterns
-}
-
-func (c *Commands) isBuild(argv []string) bool {
-	for _, p := range c.patterns() {
+	for _, p := range c.BuildPatterns {
 		if p.Match(argv) {
 			return true
 		}
@@ -242,11 +265,18 @@ func (c *Commands) isBuild(argv []string) bool {
 	return false
 }
 
+func (c *Commands) init() {
+	if c.procs == nil {
+		c.procs, c.builds = map[int]*proc{}, map[int]*proc{}
+	}
+	if c.BuildPatterns == nil {
+		c.BuildPatterns = DefaultPatterns()
+	}
+}
+
 // Add records what the trace saw.
 func (c *Commands) Add(cmd Command) {
-	if c.procs == nil {
-		c.procs = map[int]*proc{}
-	}
+	c.init()
 	if cmd.End {
 		c.end(cmd)
 		return
@@ -256,17 +286,18 @@ func (c *Commands) Add(cmd Command) {
 	if sub := gitSubcommand(cmd.Argv); gitCommands[sub] {
 		c.git = &gitCommand{pid: cmd.Pid, command: c.lastCmd, start: cmd.Time}
 	}
+	p := &proc{pid: cmd.Pid, ppid: cmd.Ppid, argv: cmd.Argv, start: cmd.Time, build: c.IsBuild(cmd.Argv), branch: cmd.Branch}
 	if old := c.procs[cmd.Pid]; old != nil {
-		// A second program in the same process (sh -c exec'ing make).
+		// A second program in the same process: sh -c exec'ing make
+		// (make is the build), or mvn's script exec'ing java (the
+		// build it started goes on: still mvn, to its end).
+		if old.build && !p.build {
+			p.argv, p.start, p.build, p.branch = old.argv, old.start, true, old.branch
+		}
 		c.forget(old)
 	}
-	p := &proc{pid: cmd.Pid, ppid: cmd.Ppid, argv: cmd.Argv}
-	if c.Build && c.isBuild(cmd.Argv) {
-		p.build = true
-		c.building++
-		if c.BranchOf != nil {
-			p.branch = c.BranchOf(cmd.Pid)
-		}
+	if p.build {
+		c.builds[p.pid] = p
 	}
 	c.procs[cmd.Pid] = p
 	c.order = append(c.order, cmd.Pid)
@@ -287,11 +318,22 @@ func (c *Commands) end(cmd Command) {
 	if !p.build || !cmd.OK || c.underBuild(p) {
 		return
 	}
-	d := Due{Branch: p.branch, Kind: KindBuild, Command: commandLabel(p.argv)}
-	if !cmd.Start.IsZero() {
-		d.Took = cmd.Time.Sub(cmd.Start)
+	d := Due{Branch: p.branch, Kind: KindBuild, Command: commandLabel(p.argv), Took: cmd.Time.Sub(p.start)}
+	// Several builds that end together: one snapshot of the branch.
+	for i := range c.due {
+		if c.due[i].Kind == KindBuild && c.due[i].Branch == d.Branch {
+			d.More = c.due[i].More + 1
+			c.due = append(c.due[:i], c.due[i+1:]...)
+			break
+		}
 	}
 	c.due = append(c.due, d)
+	// The build's snapshot holds what its branch did so far: the idle
+	// period starts again (for that branch).
+	c.branches = slices.DeleteFunc(c.branches, func(b string) bool { return b == d.Branch })
+	if len(c.branches) == 0 {
+		c.active = false
+	}
 }
 
 // forget drops p from the processes followed.
@@ -299,10 +341,9 @@ func (c *Commands) forget(p *proc) {
 	if c.procs[p.pid] == p {
 		delete(c.procs, p.pid)
 	}
-	if p.build && !p.ended {
-		c.building--
+	if c.builds[p.pid] == p {
+		delete(c.builds, p.pid)
 	}
-	p.ended = true
 }
 
 // underBuild reports whether a build that is still running started p.
@@ -360,22 +401,41 @@ func (c *Commands) activity(at time.Time) {
 	c.active = true
 }
 
+// idleAt is when the idle snapshot falls due: Idle after the last
+// activity, and not while a build that started less than
+// idleBuildSpan ago runs (a build can run long without a word; one
+// that runs for ever, make serve or a watcher, or whose end was lost,
+// stops holding the mount busy then).
+func (c *Commands) idleAt() (time.Time, bool) {
+	if c.Idle <= 0 || !c.active {
+		return time.Time{}, false
+	}
+	at := c.last.Add(c.Idle)
+	for _, b := range c.builds {
+		if until := b.start.Add(idleBuildSpan * c.Idle); until.After(at) {
+			at = until
+		}
+	}
+	return at, true
+}
+
+// idleBuildSpan is how many idle thresholds a running build keeps the
+// mount from being idle.
+const idleBuildSpan = 10
+
 // Next returns when the next snapshot is due; false when none is.
 func (c *Commands) Next() (time.Time, bool) {
 	if len(c.due) > 0 {
 		return time.Time{}, true // now
 	}
-	if c.Idle > 0 && c.active && c.building == 0 {
-		return c.last.Add(c.Idle), true
-	}
-	return time.Time{}, false
+	return c.idleAt()
 }
 
 // Take returns the snapshots due at now.
 func (c *Commands) Take(now time.Time) []Due {
 	due := c.due
 	c.due = nil
-	if c.Idle > 0 && c.active && c.building == 0 && !now.Before(c.last.Add(c.Idle)) {
+	if at, ok := c.idleAt(); ok && !now.Before(at) {
 		branches := c.branches
 		if len(branches) == 0 {
 			branches = []string{""}

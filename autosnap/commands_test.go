@@ -27,7 +27,12 @@ func TestPatternMatch(t *testing.T) {
 		{"make", "/usr/bin/make -j4 all", true},
 		{"make", "cmake ..", false},
 		{"go test", "go test -run X ./...", true},
-		{"go test", "go -C sub test ./...", true},
+		{"go test", "go -v test ./...", true},
+		{"go test", "go -C sub test ./...", false}, // -C's value reads as a subcommand
+		{"go test", "go run ./cmd test", false},
+		{"python* -m pytest", "python3 -m pip install pytest", false},
+		{"cargo build", "cargo watch -x build", false},
+		{"make", "env -u HOME make", true},
 		{"go test", "go build ./...", false},
 		{"go test", "go", false},
 		{"npm run build*", "npm run build:prod", true},
@@ -73,7 +78,12 @@ type clock struct{ now time.Time }
 func (c *clock) at(d time.Duration) time.Time { c.now = c.now.Add(d); return c.now }
 
 func start(c *Commands, at time.Time, pid, ppid int, argv string) {
-	c.Add(Command{Time: at, Pid: pid, Ppid: ppid, Argv: strings.Fields(argv)})
+	startOn(c, at, pid, ppid, argv, "")
+}
+
+// startOn starts argv, a command working on branch.
+func startOn(c *Commands, at time.Time, pid, ppid int, argv, branch string) {
+	c.Add(Command{Time: at, Pid: pid, Ppid: ppid, Argv: strings.Fields(argv), Branch: branch})
 }
 
 func end(c *Commands, at time.Time, pid int, ok bool, started time.Time) {
@@ -82,11 +92,11 @@ func end(c *Commands, at time.Time, pid int, ok bool, started time.Time) {
 
 func TestBuildTrigger(t *testing.T) {
 	clk := &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	c := &Commands{Build: true, BranchOf: func(pid int) string { return map[int]string{10: "main", 30: "exp"}[pid] }}
+	c := &Commands{Build: true}
 	t0 := clk.at(0)
 	start(c, t0, 1, 0, "claude")
 	// make runs a shell that runs go build: only make's end counts.
-	start(c, clk.at(time.Second), 10, 1, "make -j2 build")
+	startOn(c, clk.at(time.Second), 10, 1, "make -j2 build", "main")
 	start(c, clk.at(time.Millisecond), 11, 10, "/bin/sh -c go build ./...")
 	start(c, clk.at(time.Millisecond), 12, 11, "go build ./...")
 	end(c, clk.at(time.Second), 12, true, t0)
@@ -117,7 +127,7 @@ func TestBuildTrigger(t *testing.T) {
 		t.Fatalf("due = %+v", due)
 	}
 	// Another branch's build.
-	start(c, clk.at(time.Second), 30, 1, "cargo test")
+	startOn(c, clk.at(time.Second), 30, 1, "cargo test", "exp")
 	end(c, clk.at(time.Second), 30, true, clk.now)
 	if due := c.Take(clk.now); len(due) != 1 || due[0].Branch != "exp" {
 		t.Fatalf("due = %+v", due)
@@ -142,8 +152,23 @@ func TestBuildTriggerExecInPlace(t *testing.T) {
 	if due := c.Take(clk.now); len(due) != 1 || due[0].Command != "make" || due[0].Branch != "" {
 		t.Fatalf("due = %+v", due)
 	}
-	if c.building != 0 {
-		t.Errorf("%d builds still counted as running", c.building)
+	if len(c.builds) != 0 {
+		t.Errorf("%d builds still counted as running", len(c.builds))
+	}
+	// mvn's script replaces itself with java: still the build, to its end.
+	start(c, clk.at(time.Second), 6, 1, "/bin/sh /usr/bin/mvn -q package")
+	start(c, clk.at(time.Millisecond), 6, 1, "/usr/lib/jvm/bin/java -classpath boot.jar org.codehaus.plexus.classworlds.launcher.Launcher -q package")
+	end(c, clk.at(time.Second), 6, true, clk.now)
+	if due := c.Take(clk.now); len(due) != 1 || due[0].Command != "/bin/sh /usr/bin/mvn -q package" {
+		t.Fatalf("mvn's build: %+v", due)
+	}
+	// Two builds of one branch that end together: one snapshot.
+	start(c, clk.at(time.Second), 7, 1, "make a")
+	start(c, clk.now, 8, 1, "make b")
+	end(c, clk.at(time.Second), 7, true, clk.now)
+	end(c, clk.now, 8, true, clk.now)
+	if due := c.Take(clk.now); len(due) != 1 || due[0].Command != "make b" || due[0].Label(nil) != "make b: succeeded in 1s (and 1 more build)" {
+		t.Fatalf("two builds at once: %+v", due)
 	}
 }
 
@@ -189,16 +214,28 @@ func TestIdleTrigger(t *testing.T) {
 	}
 	// A build that runs long and quiet keeps the mount from being idle;
 	// its end (a failure) starts the idle period.
-	start(c, clk.at(time.Minute), 3, 1, "go test ./...")
-	if _, ok := c.Next(); ok {
-		t.Fatal("idle due while a test runs")
+	testStart := clk.at(time.Minute)
+	start(c, testStart, 3, 1, "go test ./...")
+	if next, ok := c.Next(); !ok || !next.Equal(testStart.Add(5*time.Minute)) {
+		t.Fatalf("Next() while a test runs = %v, %v; want 10 idle thresholds after it started", next, ok)
 	}
-	if due := c.Take(clk.now.Add(10 * time.Minute)); len(due) != 0 {
+	if due := c.Take(testStart.Add(4 * time.Minute)); len(due) != 0 {
 		t.Fatalf("idle while a test runs: %+v", due)
 	}
-	end(c, clk.at(5*time.Minute), 3, false, clk.now)
+	end(c, clk.at(4*time.Minute), 3, false, testStart)
 	if next, ok := c.Next(); !ok || !next.Equal(clk.now.Add(30*time.Second)) {
 		t.Fatalf("Next() after the test = %v, %v", next, ok)
+	}
+	c.Take(clk.now.Add(time.Hour))
+	// A build that never ends (make serve, a watcher, a lost exit)
+	// holds the mount busy for 10 idle thresholds, no longer.
+	serveStart := clk.at(time.Hour)
+	start(c, serveStart, 4, 1, "make serve")
+	if due := c.Take(serveStart.Add(4 * time.Minute)); len(due) != 0 {
+		t.Fatalf("idle while make serve is young: %+v", due)
+	}
+	if due := c.Take(serveStart.Add(5 * time.Minute)); len(due) != 1 || due[0].Kind != KindIdle {
+		t.Fatalf("idle after make serve ran 10 thresholds: %+v", due)
 	}
 	// Off.
 	c.Idle = 0
@@ -267,11 +304,14 @@ func TestSchedulerKinds(t *testing.T) {
 // ends, and drops the changes pending on its branch.
 func TestRunnerCommands(t *testing.T) {
 	got := make(chan Due, 4)
-	r := Start(&Scheduler{Quiet: time.Hour}, &Commands{Build: true, BranchOf: func(int) string { return "main" }}, func(d Due) { got <- d })
+	r := Start(&Scheduler{Quiet: time.Hour}, &Commands{Build: true}, func(d Due) { got <- d })
 	defer r.Stop()
 	now := time.Now()
 	r.Add(Change{Time: now, Branch: "main", Paths: []string{"out.o"}})
-	r.AddCommand(Command{Time: now, Pid: 9, Ppid: 1, Argv: []string{"make"}})
+	if !r.IsBuild([]string{"make"}) || r.IsBuild([]string{"ls"}) {
+		t.Fatal("IsBuild")
+	}
+	r.AddCommand(Command{Time: now, Pid: 9, Ppid: 1, Argv: []string{"make"}, Branch: "main"})
 	r.AddCommand(Command{Time: now.Add(time.Millisecond), Pid: 9, End: true, OK: true, Start: now})
 	select {
 	case d := <-got:

@@ -34,11 +34,19 @@ const runnerQueue = 8192
 // Start starts a runner that calls take with each due snapshot; c,
 // when not nil, adds the command triggers.
 func Start(s *Scheduler, c *Commands, take func(Due)) *Runner {
+	if c != nil {
+		c.init() // IsBuild reads the patterns from now on
+	}
 	r := &Runner{s: s, c: c, take: take, queue: make(chan Change, runnerQueue), cmds: make(chan Command, runnerQueue),
 		stop: make(chan struct{}), done: make(chan struct{}), lost: map[string]int{}}
 	go r.run()
 	return r
 }
+
+// IsBuild reports whether argv runs a build the build trigger counts
+// (the caller then finds its branch for Command.Branch). Safe from any
+// goroutine.
+func (r *Runner) IsBuild(argv []string) bool { return r.c != nil && r.c.IsBuild(argv) }
 
 // AddCommand queues what the exec trace saw; it never blocks. Without
 // command triggers it does nothing.

@@ -77,7 +77,11 @@ type Due struct {
 func (d Due) Label(read ReadFunc) string {
 	switch d.Kind {
 	case KindBuild:
-		return fmt.Sprintf("%s: succeeded in %s", d.Command, roundDuration(d.Took))
+		l := fmt.Sprintf("%s: succeeded in %s", d.Command, roundDuration(d.Took))
+		if d.More > 0 {
+			l += " (and " + plural(d.More, "more build") + ")"
+		}
+		return l
 	case KindIdle:
 		if d.Command == "" {
 			return fmt.Sprintf("idle for %s", roundDuration(d.Took))

@@ -26,7 +26,8 @@
 //	post-run = true          (agentfs run: a snapshot of the end, kind post-run, if it changed since the last one)
 //
 //	[trace]
-//	enabled = true           (trace the commands of a session or mount: needs root and eBPF)
+//	enabled = true           (trace the commands of a session or mount: needs root and eBPF;
+//	                          the user's file only: a project cannot turn it off)
 //	size = 16M               (the exec log's bound)
 //
 //	[log]
@@ -74,6 +75,8 @@ type Config struct {
 	Triggers
 	// Files are the configuration files read, in order.
 	Files []string
+
+	project bool // the file being read is the project's
 }
 
 // Triggers are the settings of the exec trace and of the snapshots that
@@ -135,10 +138,11 @@ func UserFile() string {
 // (those that exist) over the defaults. lowerDir is the project.
 func Load(lowerDir string) (Config, error) {
 	c := Default()
-	for _, p := range []string{UserFile(), filepath.Join(lowerDir, ProjectFile)} {
+	for i, p := range []string{UserFile(), filepath.Join(lowerDir, ProjectFile)} {
 		if p == "" {
 			continue
 		}
+		c.project = i == 1
 		f, err := hostpath.OpenNoatime(p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -252,6 +256,11 @@ func (c *Config) set(section, key, value string) error {
 	case "auto-snapshot.post-run":
 		c.PostRun, err = parseConfigBool(key, value)
 	case "trace.enabled":
+		if c.project {
+			// The trace is the record of what ran in the project: a
+			// project (an agent's change to it) must not turn it off.
+			return fmt.Errorf("enabled in [trace] is not the project's to set: put it in your own configuration file (%s), or use --trace=false", UserFile())
+		}
 		c.Trace, err = parseConfigBool(key, value)
 	case "trace.size":
 		c.ExecLogSize, err = ParseLogSize(value)

@@ -108,8 +108,8 @@ func TestLoadConfigTriggers(t *testing.T) {
 	if c.Idle != 30*time.Second || !c.Trace || !c.Build || !c.Git || !c.PostRun || c.ExecLogSize != 16<<20 || len(c.BuildCommands) != 0 {
 		t.Errorf("default triggers = %+v", c.Triggers)
 	}
-	write(t, user, "[auto-snapshot]\nbuild-command = just ci\nidle = 2m\ngit = false\n[trace]\nsize = 1M\n")
-	write(t, filepath.Join(lower, ProjectFile), "[auto-snapshot]\nbuild-command = ./build.sh\nidle = off\npost-run = no\nbuild = false\n[trace]\nenabled = false\n")
+	write(t, user, "[auto-snapshot]\nbuild-command = just ci\nidle = 2m\ngit = false\n[trace]\nsize = 1M\nenabled = false\n")
+	write(t, filepath.Join(lower, ProjectFile), "[auto-snapshot]\nbuild-command = ./build.sh\nidle = off\npost-run = no\nbuild = false\n")
 	if c, err = Load(lower); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +124,11 @@ func TestLoadConfigTriggers(t *testing.T) {
 	}
 	if !s.Trace || s.Idle != 0 {
 		t.Errorf("--trace over a file that turned it off: %+v", s.Triggers)
+	}
+	// A project cannot turn the trace off.
+	write(t, filepath.Join(lower, ProjectFile), "[trace]\nenabled = false\n")
+	if _, err := Load(lower); err == nil || !strings.Contains(err.Error(), "not the project's to set") {
+		t.Errorf("a project's [trace] enabled = false: %v", err)
 	}
 }
 

@@ -13,8 +13,9 @@ type SnapshotCreateArgs struct {
 	// starts) or "post-run" (after it ended).
 	Kind string `json:"kind,omitempty"`
 	// IfChanged takes it only if the branch changed since its newest
-	// snapshot (or, without one, differs from the project); the reply
-	// has an empty ID when it did not.
+	// snapshot that retention keeps (not an automatic one; without
+	// one, since the project); the reply has an empty ID when it did
+	// not.
 	IfChanged bool `json:"if_changed,omitempty"`
 }
 

@@ -67,7 +67,7 @@ func (d *Daemon) startActivity() error {
 			}
 			patterns = append(patterns, p)
 		}
-		cmds = &autosnap.Commands{Build: s.Build, BuildPatterns: patterns, Idle: s.Idle, BranchOf: d.branchOf}
+		cmds = &autosnap.Commands{Build: s.Build, BuildPatterns: patterns, Idle: s.Idle}
 	}
 	a.auto = autosnap.Start(sched, cmds, a.takeAuto)
 	d.log.Info("automatic snapshots on", "quiet_period", s.QuietPeriod, "keep", s.Keep, "ignore_patterns", ignore.Len(),

@@ -60,7 +60,7 @@ func (t *traceHook) start() {
 		t.off("agentfs runs as a normal user (in a user namespace), and tracing needs root (eBPF): run agentfs as root to trace commands")
 		return
 	}
-	o := exectrace.Options{Cgroup: d.plan.TraceCgroup, Sink: t.record, Logger: d.log}
+	o := exectrace.Options{Cgroup: d.plan.TraceCgroup, Sink: t.record, Lost: t.lost, Logger: d.log}
 	var st unix.Stat_t
 	if err := unix.Stat(d.plan.Mountpoint, &st); err == nil {
 		o.MountDev = st.Dev
@@ -117,10 +117,14 @@ func (t *traceHook) Status() string {
 // record writes one record of the trace and hands it to the command
 // triggers. It runs on the tracer's goroutine.
 func (t *traceHook) record(r exectrace.Record) {
+	auto := (*autosnap.Runner)(nil)
+	if a := t.d.activity; a != nil {
+		auto = a.auto
+	}
 	var cmd autosnap.Command
 	if r.Exec {
 		e := &activity.Entry{Time: r.Time, Pid: r.Pid, Ppid: r.Ppid, Uid: r.Uid, Op: activity.OpExec,
-			Argv: r.Argv, ArgvCut: r.ArgvTruncated, Cwd: r.Cwd}
+			Argv: r.Argv, ArgvCut: r.ArgvTruncated, Cwd: r.Cwd, CwdCut: r.CwdTruncated}
 		if len(t.running) >= maxRunning {
 			for pid := range t.running { // forget one: its exit is lost
 				delete(t.running, pid)
@@ -130,12 +134,19 @@ func (t *traceHook) record(r exectrace.Record) {
 		t.running[r.Pid] = e
 		t.log.Add(*e)
 		cmd = autosnap.Command{Time: r.Time, Pid: r.Pid, Ppid: r.Ppid, Argv: r.Argv}
+		if auto != nil && auto.IsBuild(r.Argv) {
+			// The branch it works on, while it runs (a build that
+			// ends before the triggers look would be gone).
+			cmd.Branch = t.d.branchOf(r.Pid)
+		}
 	} else {
 		e := activity.Entry{Time: r.Time, Pid: r.Pid, Op: activity.OpExit, Start: r.Start}
-		if ex := t.running[r.Pid]; ex != nil {
-			e.Ppid, e.Uid, e.Argv, e.ArgvCut, e.Cwd = ex.Ppid, ex.Uid, ex.Argv, ex.ArgvCut, ex.Cwd
-			delete(t.running, r.Pid)
+		// Its exec: the one of the same pid that started when it did
+		// (an exec record lost, the pid's earlier program is not it).
+		if ex := t.running[r.Pid]; ex != nil && ex.Time.Equal(r.Start) {
+			e.Ppid, e.Uid, e.Argv, e.ArgvCut, e.Cwd, e.CwdCut = ex.Ppid, ex.Uid, ex.Argv, ex.ArgvCut, ex.Cwd, ex.CwdCut
 		}
+		delete(t.running, r.Pid)
 		switch {
 		case r.Status.Exited():
 			code := r.Status.ExitStatus()
@@ -149,9 +160,16 @@ func (t *traceHook) record(r exectrace.Record) {
 		t.log.Add(e)
 		cmd = autosnap.Command{Time: r.Time, Pid: r.Pid, End: true, OK: e.Exit != nil && *e.Exit == 0, Start: r.Start}
 	}
-	if a := t.d.activity; a != nil && a.auto != nil {
-		a.auto.AddCommand(cmd)
+	if auto != nil {
+		auto.AddCommand(cmd)
 	}
+}
+
+// lost writes to the exec log that n records did not fit in the ring
+// buffer (the tracer's goroutine).
+func (t *traceHook) lost(n uint64) {
+	t.log.Add(activity.Entry{Time: time.Now(), Op: activity.OpDropped, Count: int64(n)})
+	t.d.log.Warn("exec records dropped: the trace's ring buffer was full", "count", n)
 }
 
 // close stops the trace and closes the exec log (what is queued is
@@ -161,9 +179,6 @@ func (t *traceHook) close() {
 		return
 	}
 	if t.tracer != nil {
-		if n := t.tracer.Dropped(); n > 0 {
-			t.d.log.Warn("exec records dropped: the trace's ring buffer was full", "count", n)
-		}
 		if err := t.tracer.Close(); err != nil {
 			t.d.log.Warn("stopping the exec trace", "err", err)
 		}

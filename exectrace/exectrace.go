@@ -70,8 +70,12 @@ type Options struct {
 	// MountDev (a st_dev), when not 0: processes whose working
 	// directory is on it are traced.
 	MountDev uint64
-	// Sink gets each record, in order, on the tracer's goroutine.
+	// Sink gets each record, in order, on the tracer's goroutine; Lost
+	// (on the same goroutine) the count of records the ring buffer had
+	// no room for since it was last called, at most once a second and
+	// once more at Close.
 	Sink   func(Record)
+	Lost   func(uint64)
 	Logger *slog.Logger
 }
 
@@ -85,8 +89,10 @@ type Record struct {
 	Uid           uint32
 	Argv          []string
 	ArgvTruncated bool
-	Cwd           string
-	CwdTruncated  bool
+	// Cwd is the working directory; when CwdTruncated (deeper than 256
+	// names, longer than CwdMax, or unreadable) only its end, after "…".
+	Cwd          string
+	CwdTruncated bool
 	// Of an exit: when its program started (its last exec), and the
 	// status, as wait(2) gives it.
 	Start  time.Time
@@ -175,7 +181,7 @@ func Start(o Options) (*Tracer, error) {
 		t.links = append(t.links, l)
 	}
 	t.reading = true
-	go t.read(o.Sink)
+	go t.read(o.Sink, o.Lost)
 	return t, nil
 }
 
@@ -206,15 +212,20 @@ func (t *Tracer) Close() error {
 			errs = append(errs, l.Close())
 		}
 		if t.reader != nil {
+			// The reader delivers what is queued, then sees
+			// ErrFlushed; or, if that fails, ErrClosed at once.
+			flushed := false
 			if t.reading {
-				// The reader delivers what is queued, then sees ErrFlushed.
-				if err := t.reader.Flush(); err != nil {
-					errs = append(errs, err)
-				} else {
+				err := t.reader.Flush()
+				errs = append(errs, err)
+				if flushed = err == nil; flushed {
 					<-t.done
 				}
 			}
 			errs = append(errs, t.reader.Close())
+			if t.reading && !flushed {
+				<-t.done
+			}
 		}
 		if t.cgroup != nil {
 			errs = append(errs, t.cgroup.Close())
@@ -225,16 +236,30 @@ func (t *Tracer) Close() error {
 }
 
 // read delivers records until the reader is closed, or has delivered
-// what was queued when Close flushed it.
-func (t *Tracer) read(sink func(Record)) {
+// what was queued when Close flushed it; and, at most once a second
+// while records come and once at the end, the count of those lost.
+func (t *Tracer) read(sink func(Record), lost func(uint64)) {
 	defer close(t.done)
 	var rec ringbuf.Record
+	var dropped uint64
+	var checked time.Time
+	checkLost := func(now time.Time) {
+		checked = now
+		if n := t.Dropped(); n > dropped && lost != nil {
+			lost(n - dropped)
+			dropped = n
+		}
+	}
 	for {
 		if err := t.reader.ReadInto(&rec); err != nil {
 			if !errors.Is(err, ringbuf.ErrFlushed) && !errors.Is(err, ringbuf.ErrClosed) {
 				t.log.Error("reading exec records", "err", err)
 			}
+			checkLost(time.Now())
 			return
+		}
+		if now := time.Now(); now.Sub(checked) >= time.Second {
+			checkLost(now)
 		}
 		r, err := t.decode(rec.RawSample)
 		if err != nil {
@@ -268,6 +293,9 @@ func (t *Tracer) decode(b []byte) (Record, error) {
 			ArgvTruncated: h.Flags&1 != 0, CwdTruncated: h.Flags&2 != 0}
 		r.Argv = splitArgv(data[:h.ArgvLen])
 		r.Cwd = joinCwd(data[h.ArgvLen : h.ArgvLen+h.CwdLen])
+		if r.CwdTruncated {
+			r.Cwd = "…" + r.Cwd // its end only
+		}
 		return r, nil
 	case 2:
 		var e exectraceExitEvent

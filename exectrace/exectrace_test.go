@@ -2,8 +2,10 @@ package exectrace
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -177,7 +179,7 @@ func TestTraceMountDev(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := unix.Unmount(dir, 0); err != nil {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 			t.Error(err)
 		}
 	})
@@ -196,6 +198,54 @@ func TestTraceMountDev(t *testing.T) {
 	cmd.Dir = dir
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
+	}
+	// An orphan: its parent has exited before it starts a program.
+	orphan := exec.Command("/bin/sh", "-c", "(sleep 0.3; cd /; exec /bin/echo orphan) & exit 0")
+	orphan.Dir = dir
+	if err := orphan.Run(); err != nil {
+		t.Fatal(err)
+	}
+	// A deep directory (60 levels): the whole path; one longer than
+	// CwdMax: cut, and said so.
+	deep := dir
+	for i := range 60 {
+		deep = filepath.Join(deep, fmt.Sprintf("d%02d", i))
+	}
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command("/bin/true", "in-deep")
+	c.Dir = deep
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	// Past PATH_MAX: made one name at a time, entered by descriptor.
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		name := fmt.Sprintf("%03d%s", i, strings.Repeat("x", 250))
+		if err := unix.Mkdirat(fd, name, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	c = exec.Command("/bin/true", "in-deep")
+	c.Dir = fmt.Sprintf("/proc/self/fd/%d", fd) // the child's, before it execs
+	err = c.Run()
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && !slices.ContainsFunc(rec.all(), func(r Record) bool { return r.Exec && strings.Join(r.Argv, " ") == "/bin/echo orphan" }) {
+		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond) // let the reader catch up before Close
 	if err := tr.Close(); err != nil {
@@ -218,6 +268,22 @@ func TestTraceMountDev(t *testing.T) {
 	}
 	if !found {
 		t.Error("the echo a subshell started in /tmp was not traced")
+	}
+	var orphanSeen bool
+	var deepCwds []Record
+	for _, r := range rec.all() {
+		switch {
+		case r.Exec && strings.Join(r.Argv, " ") == "/bin/echo orphan":
+			orphanSeen = true
+		case r.Exec && strings.Join(r.Argv, " ") == "/bin/true in-deep":
+			deepCwds = append(deepCwds, r)
+		}
+	}
+	if !orphanSeen {
+		t.Error("a program started by an orphan (its traced parent gone) was not traced")
+	}
+	if len(deepCwds) != 2 || deepCwds[0].Cwd != deep || deepCwds[0].CwdTruncated || !deepCwds[1].CwdTruncated || !strings.HasPrefix(deepCwds[1].Cwd, "…/") || len(deepCwds[1].Cwd) > CwdMax+len("…")+1 {
+		t.Errorf("the deep directories: %+v; want %s whole, and the long one cut", deepCwds, deep)
 	}
 }
 

@@ -48,7 +48,7 @@ func (w *Workspace) createSnapshotLocked(c ctl.Caller, a ctl.SnapshotCreateArgs)
 		}
 	}
 	if a.IfChanged {
-		changed, err := w.changedSinceSnapshotLocked(v)
+		changed, err := w.changedSinceSnapshotLocked(v, true)
 		if err != nil {
 			return ctl.SnapshotInfo{}, err
 		}
@@ -414,6 +414,19 @@ func (w *Workspace) AutoSnapshot(name, kind string, label func(v *overlay.FS) st
 		w.log.Warn("automatic snapshot skipped: the branch is not shown by this mount any more", "branch", name)
 		return
 	}
+	if kind == branch.KindBuild || kind == branch.KindIdle {
+		// A build that changed nothing, an idle period after one that
+		// was snapshotted already: the same state again is no point.
+		changed, err := w.changedSinceSnapshotLocked(v, false)
+		if err != nil {
+			w.log.Error("automatic snapshot: comparing with the newest snapshot", "branch", name, "kind", kind, "err", err)
+			return
+		}
+		if !changed {
+			w.log.Info("automatic snapshot not taken: nothing changed since the branch's newest snapshot", "branch", name, "kind", kind)
+			return
+		}
+	}
 	snap, err := v.Snapshot(label(v), kind)
 	if err != nil {
 		w.log.Error("automatic snapshot", "branch", name, "kind", kind, "id", snap.ID, "err", err)
@@ -432,16 +445,18 @@ func (w *Workspace) AutoSnapshot(name, kind string, label func(v *overlay.FS) st
 var errChanged = errors.New("changed")
 
 // changedSinceSnapshotLocked reports whether v's branch differs from
-// its newest snapshot (from the project, when it has none). opMu is
-// held.
-func (w *Workspace) changedSinceSnapshotLocked(v *overlay.FS) (bool, error) {
+// its newest snapshot (from the project, when it has none); with kept,
+// from its newest one that retention never deletes (not automatic:
+// the state the caller snapshots must not depend on one that may go).
+// opMu is held.
+func (w *Workspace) changedSinceSnapshotLocked(v *overlay.FS, kept bool) (bool, error) {
 	snaps, err := w.meta.Snapshots()
 	if err != nil {
 		return false, storeError(err, "listing snapshots")
 	}
 	ref := LowerRef
 	for _, s := range snaps { // in the order taken: the last one wins
-		if s.Branch == v.BranchName() {
+		if s.Branch == v.BranchName() && (!kept || !autosnap.Automatic(s.Kind)) {
 			ref = s.ID
 		}
 	}

@@ -69,7 +69,8 @@ With --exec, log shows the exec trace instead: every program the
 session's processes started (for a plain mount, the processes working
 in the mount, and what they started), inside the project or not, one
 line per command in the order they started: the start time, pid,
-parent pid, how it ended (exit N, or the signal), how long it ran, its
+parent pid, how it ended (exit N, the signal, or exec'd: the process
+went on to another program, on the next line), how long it ran, its
 working directory and its arguments (the first 4096 bytes; "…" marks
 a cut). A command still running shows "running". The first line says
 whether commands are traced, and why not: tracing needs root and a
@@ -240,6 +241,9 @@ func formatExec(e activity.Entry) string {
 		return fmt.Sprintf("%s  %s (%s)", e.Time.Local().Format("2006-01-02 15:04:05.000"), what, printable(e.Detail))
 	}
 	start, status, took := e.Time, "running", "-"
+	if e.Op == activity.OpExec && e.Detail == activity.Replaced {
+		status, took = "exec'd", formatTook(time.Duration(e.DurationNs)) // replaced by its next program
+	}
 	if e.Op == activity.OpExit {
 		if !e.Start.IsZero() {
 			start = e.Start

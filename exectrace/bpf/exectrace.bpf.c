@@ -26,7 +26,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define ARGV_MAX 4096 // bytes of argv kept (a power of two)
 #define CWD_MAX 4096  // bytes of the working directory kept (a power of two)
 #define NAME_MAX_ 256 // bytes of one path component copied
-#define DEPTH 48      // path components walked
+#define DEPTH 256     // path components and mount points walked
 #define DATA_MASK (ARGV_MAX + CWD_MAX - 1)
 
 enum { KIND_EXEC = 1, KIND_EXIT = 2 };
@@ -128,7 +128,7 @@ static __always_inline void count_drop(void)
 }
 
 // wanted reports whether the current process (task) is to be traced.
-static __always_inline int wanted(struct task_struct *task, u32 ppid)
+static __always_inline int wanted(struct task_struct *task, u32 pid, u32 ppid)
 {
 	u32 zero = 0;
 	struct trace_config *cfg = bpf_map_lookup_elem(&settings, &zero);
@@ -136,7 +136,10 @@ static __always_inline int wanted(struct task_struct *task, u32 ppid)
 		return 0;
 	if (cfg->use_cgroup && bpf_current_task_under_cgroup(&cgroups, 0) == 1)
 		return 1;
-	if (bpf_map_lookup_elem(&traced, &ppid))
+	// Itself (forked by a traced process, or traced before this
+	// program), or its parent: a process whose parent has exited (a
+	// daemon, setsid -f) is still traced.
+	if (bpf_map_lookup_elem(&traced, &pid) || bpf_map_lookup_elem(&traced, &ppid))
 		return 1;
 	if (cfg->dev) {
 		struct super_block *sb = BPF_CORE_READ(task, fs, pwd.dentry, d_sb);
@@ -154,6 +157,7 @@ struct walk {
 	struct exec_event *e;
 	u32 base; // where the directory's bytes start in e->data
 	u32 off;  // bytes written
+	u32 done; // the walk reached the root
 };
 
 // walk_step takes one step up from w->d: it writes the name of a
@@ -170,8 +174,10 @@ static long walk_step(u64 i, void *arg)
 	struct dentry *parent = BPF_CORE_READ(d, d_parent);
 	if (d == root || d == parent) {
 		struct mount *up = BPF_CORE_READ(mnt, mnt_parent);
-		if (up == mnt || !up)
-			return 1; // the root of it all
+		if (up == mnt || !up) {
+			w->done = 1; // the root of it all
+			return 1;
+		}
 		w->d = BPF_CORE_READ(mnt, mnt_mountpoint);
 		w->mnt = up;
 		w->vm = &up->mnt;
@@ -206,6 +212,8 @@ static __always_inline void walk_cwd(struct task_struct *task, struct exec_event
 	};
 	w.mnt = container_of(w.vm, struct mount, mnt);
 	bpf_loop(DEPTH, walk_step, &w, 0);
+	if (!w.done)
+		e->h.flags |= 2; // cut: too deep, too long, or unreadable
 	e->h.cwd_len = w.off < CWD_MAX ? w.off : CWD_MAX;
 }
 
@@ -214,7 +222,7 @@ int BPF_PROG(handle_exec, struct task_struct *task)
 {
 	u32 pid = bpf_get_current_pid_tgid() >> 32;
 	u32 ppid = BPF_CORE_READ(task, real_parent, tgid);
-	if (!wanted(task, ppid))
+	if (!wanted(task, pid, ppid))
 		return 0;
 	u64 now = bpf_ktime_get_boot_ns();
 	bpf_map_update_elem(&traced, &pid, &now, BPF_ANY);
