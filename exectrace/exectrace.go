@@ -223,26 +223,62 @@ func (t *Tracer) Close() error {
 	return errors.Join(errs...)
 }
 
+// readInterval is how long the reader lets records gather while
+// programs start: it then reads what came every readInterval, not at
+// every record.
+//
+// The ring buffer wakes its reader when a record comes and the reader
+// has read everything before it: with a reader that waits for each
+// record, that is every record, and each wake-up costs the traced
+// program an interrupt (the kernel's irq_work) and the daemon a switch
+// to its thread. On the project's machine, a virtual one, a shell loop
+// of 5,000 /bin/true spent 13 µs of each exec and 10 µs of each exit
+// in the trace's programs (kernel.bpf_stats_enabled), and the daemon
+// 60–140 µs of CPU a program; the loop took 15% longer than with the
+// trace off (agentfs-bench --only spawn). A reader that
+// sleeps is not woken: only the first record after it caught up
+// interrupts. Reading every 10 ms, the same loop spends 2.4 µs in an
+// exec, 0.9 µs in an exit and 10–16 µs of the daemon's CPU a program.
+const readInterval = 10 * time.Millisecond
+
 // read delivers records until the reader is closed, or has delivered
-// what was queued when Close flushed it.
+// what was queued when Close flushed it. Idle, it waits for a record,
+// and delivers it at once; then, while records come, it reads what
+// came every readInterval.
 func (t *Tracer) read(sink func(Record)) {
 	defer close(t.done)
 	var rec ringbuf.Record
+	busy := false
 	for {
-		if err := t.reader.ReadInto(&rec); err != nil {
-			if !errors.Is(err, ringbuf.ErrFlushed) && !errors.Is(err, ringbuf.ErrClosed) {
-				t.log.Error("reading exec records", "err", err)
+		if busy {
+			time.Sleep(readInterval)
+			t.reader.SetDeadline(time.Now()) // what came, without waiting
+		} else {
+			t.reader.SetDeadline(time.Time{}) // wait for a record
+		}
+		n := 0
+		for {
+			err := t.reader.ReadInto(&rec)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break
 			}
-			return
+			if err != nil {
+				if !errors.Is(err, ringbuf.ErrFlushed) && !errors.Is(err, ringbuf.ErrClosed) {
+					t.log.Error("reading exec records", "err", err)
+				}
+				return
+			}
+			n++
+			if r, err := t.decode(rec.RawSample); err != nil {
+				t.log.Warn("an exec record", "err", err)
+			} else if sink != nil {
+				sink(r)
+			}
+			if !busy {
+				break // the first after a quiet spell; the rest in a moment
+			}
 		}
-		r, err := t.decode(rec.RawSample)
-		if err != nil {
-			t.log.Warn("an exec record", "err", err)
-			continue
-		}
-		if sink != nil {
-			sink(r)
-		}
+		busy = n > 0
 	}
 }
 
