@@ -69,7 +69,9 @@ type Options struct {
 	// MountDev (a st_dev), when not 0: processes whose working
 	// directory is on it are traced.
 	MountDev uint64
-	// Sink gets each record, in order, on the tracer's goroutine.
+	// Sink gets each record, in order, on the tracer's goroutine: the
+	// first after a quiet spell at once, those that follow it every
+	// 10 ms (readInterval), in batches.
 	Sink   func(Record)
 	Logger *slog.Logger
 }
