@@ -70,10 +70,11 @@ type Options struct {
 	// MountDev (a st_dev), when not 0: processes whose working
 	// directory is on it are traced.
 	MountDev uint64
-	// Sink gets each record, in order, on the tracer's goroutine; Lost
-	// (on the same goroutine) the count of records the ring buffer had
-	// no room for since it was last called, at most once a second and
-	// once more at Close.
+	// Sink gets each record, in order, on the tracer's goroutine: the
+	// first after a quiet spell at once, those that follow it every
+	// 10 ms (readInterval), in batches. Lost (on the same goroutine)
+	// gets the count of records the ring buffer had no room for since
+	// it was last called, at most once a second and once more at Close.
 	Sink   func(Record)
 	Lost   func(uint64)
 	Logger *slog.Logger
@@ -235,12 +236,33 @@ func (t *Tracer) Close() error {
 	return errors.Join(errs...)
 }
 
+// readInterval is how long the reader lets records gather while
+// programs start: it then reads what came every readInterval, not at
+// every record.
+//
+// The ring buffer wakes its reader when a record comes and the reader
+// has read everything before it: with a reader that waits for each
+// record, that is every record, and each wake-up costs the traced
+// program an interrupt (the kernel's irq_work) and the daemon a switch
+// to its thread. On the project's machine, a virtual one, a shell loop
+// of 5,000 /bin/true spent 13 µs of each exec and 10 µs of each exit
+// in the trace's programs (kernel.bpf_stats_enabled), and the daemon
+// 60–140 µs of CPU a program; the loop took 15% longer than with the
+// trace off (agentfs-bench --only spawn). A reader that
+// sleeps is not woken: only the first record after it caught up
+// interrupts. Reading every 10 ms, the same loop spends 2.4 µs in an
+// exec, 0.9 µs in an exit and 10–16 µs of the daemon's CPU a program.
+const readInterval = 10 * time.Millisecond
+
 // read delivers records until the reader is closed, or has delivered
-// what was queued when Close flushed it; and, at most once a second
-// while records come and once at the end, the count of those lost.
+// what was queued when Close flushed it. Idle, it waits for a record,
+// and delivers it at once; then, while records come, it reads what
+// came every readInterval. At most once a second while records come,
+// and once at the end, it gives lost the count of those lost.
 func (t *Tracer) read(sink func(Record), lost func(uint64)) {
 	defer close(t.done)
 	var rec ringbuf.Record
+	busy := false
 	var dropped uint64
 	var checked time.Time
 	checkLost := func(now time.Time) {
@@ -251,23 +273,38 @@ func (t *Tracer) read(sink func(Record), lost func(uint64)) {
 		}
 	}
 	for {
-		if err := t.reader.ReadInto(&rec); err != nil {
-			if !errors.Is(err, ringbuf.ErrFlushed) && !errors.Is(err, ringbuf.ErrClosed) {
-				t.log.Error("reading exec records", "err", err)
+		if busy {
+			time.Sleep(readInterval)
+			t.reader.SetDeadline(time.Now()) // what came, without waiting
+		} else {
+			t.reader.SetDeadline(time.Time{}) // wait for a record
+		}
+		n := 0
+		for {
+			err := t.reader.ReadInto(&rec)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break
 			}
-			checkLost(time.Now())
-			return
+			if err != nil {
+				if !errors.Is(err, ringbuf.ErrFlushed) && !errors.Is(err, ringbuf.ErrClosed) {
+					t.log.Error("reading exec records", "err", err)
+				}
+				checkLost(time.Now())
+				return
+			}
+			n++
+			if r, err := t.decode(rec.RawSample); err != nil {
+				t.log.Warn("an exec record", "err", err)
+			} else if sink != nil {
+				sink(r)
+			}
+			if !busy {
+				break // the first after a quiet spell; the rest in a moment
+			}
 		}
-		if now := time.Now(); now.Sub(checked) >= time.Second {
+		busy = n > 0
+		if now := time.Now(); busy && now.Sub(checked) >= time.Second {
 			checkLost(now)
-		}
-		r, err := t.decode(rec.RawSample)
-		if err != nil {
-			t.log.Warn("an exec record", "err", err)
-			continue
-		}
-		if sink != nil {
-			sink(r)
 		}
 	}
 }

@@ -155,6 +155,44 @@ exit 0`, dir)
 	}
 }
 
+// TestTraceAfterQuiet: the reader reads at intervals while records
+// come and waits for the next one once they stop: a burst is delivered
+// whole without Close, and so is a lone command that follows a quiet
+// spell.
+func TestTraceAfterQuiet(t *testing.T) {
+	_, g, rec := startTracer(t)
+	run := func(script string) {
+		t.Helper()
+		cmd := exec.Command("/bin/sh", "-c", script)
+		if err := g.Start(cmd); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitExits := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); exits(rec.all()) < want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d exit records, want %d", exits(rec.all()), want)
+			}
+		}
+	}
+	run(`i=0; while [ $i -lt 100 ]; do /bin/true; i=$((i+1)); done`)
+	waitExits(101)               // the /bin/true and the shell
+	time.Sleep(5 * readInterval) // the reader goes back to waiting
+	run("/bin/true lone")
+	waitExits(102)
+	found := false
+	for _, r := range rec.all() {
+		found = found || r.Exec && strings.HasSuffix(strings.Join(r.Argv, " "), "/bin/true lone")
+	}
+	if !found {
+		t.Error("no exec record of the lone command")
+	}
+}
+
 func exits(rs []Record) int {
 	n := 0
 	for _, r := range rs {

@@ -22,6 +22,11 @@
 // timed region. The others share one mount per filesystem for all their
 // runs.
 //
+// agentfs-untraced is agentfs mounted with --trace=false: beside agentfs,
+// it shows what the exec trace costs each workload (a line under the
+// first table; spawn, a shell loop of programs, is the workload the
+// trace records most of).
+//
 // With --baseline, a second agentfs binary runs as one more filesystem,
 // agentfs-baseline, mounted as agentfs is, so that two builds are
 // compared in one interleaved run (the first table only).
@@ -66,9 +71,10 @@ func (e usageError) Error() string { return e.msg }
 func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
 
 const usageText = `agentfs-bench runs developer workloads (git status, find, grep, small
-files, large sequential I/O, copy-up, rm -rf, untar, go vet) on a native
-directory, overlayfs, fuse-overlayfs and agentfs, interleaved, and
-reports medians and ratios to native. A second table times agentfs's
+files, large sequential I/O, copy-up, rm -rf, untar, go vet, a shell loop
+of 5,000 programs) on a native directory, overlayfs, fuse-overlayfs,
+agentfs and agentfs-untraced (--trace=false: what the exec trace
+costs), interleaved, and reports medians and ratios to native. A second table times agentfs's
 snapshot, branch and restore commands (agentfs only) beside cp -a of the
 same changed set on native. With --baseline, a second agentfs binary
 runs beside the first as agentfs-baseline, for an A/B comparison.
@@ -83,6 +89,7 @@ Examples:
   agentfs-bench --only snapshot-5k,restore-5k --runs 3
   agentfs-bench --baseline /tmp/agentfs-main          # A/B: agentfs beside another build
   agentfs-bench --quick --only find --fs native,agentfs,agentfs-baseline --baseline /tmp/agentfs-main
+  agentfs-bench --only spawn --fs native,agentfs,agentfs-untraced --runs 10   # the exec trace's cost
 
 Overlayfs and cold reads need root; fuse-overlayfs needs the
 fuse-overlayfs program. A filesystem that cannot run is left out with a

@@ -94,8 +94,9 @@ func TestQuickDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.runs != quickRuns || c.bigSize != quickBigSize || c.smallFiles != quickSmallFiles {
-		t.Errorf("--quick: runs %d, big %d, small files %d; want %d, %d, %d", c.runs, c.bigSize, c.smallFiles, quickRuns, quickBigSize, quickSmallFiles)
+	if c.runs != quickRuns || c.bigSize != quickBigSize || c.smallFiles != quickSmallFiles || c.spawns != quickSpawns {
+		t.Errorf("--quick: runs %d, big %d, small files %d, spawns %d; want %d, %d, %d, %d",
+			c.runs, c.bigSize, c.smallFiles, c.spawns, quickRuns, quickBigSize, quickSmallFiles, quickSpawns)
 	}
 	if len(c.workloads) != len(workloads) {
 		t.Errorf("%d workloads, want all %d", len(c.workloads), len(workloads))
@@ -132,10 +133,10 @@ func TestBaselineFilesystems(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--baseline", bin}, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-baseline,agentfs-bound,agentfs-bound-root"},
+		{[]string{"--baseline", bin}, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-untraced,agentfs-baseline,agentfs-bound,agentfs-bound-root"},
 		{[]string{"--baseline", bin, "--fs", "agentfs-baseline,native,agentfs"}, "native,agentfs,agentfs-baseline"},
 		{[]string{"--baseline", bin, "--fs", "native,agentfs-baseline"}, "native,agentfs-baseline"},
-		{nil, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-bound,agentfs-bound-root"},
+		{nil, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-untraced,agentfs-bound,agentfs-bound-root"},
 	} {
 		o := &options{}
 		flags := newFlagSet(o)
@@ -159,6 +160,60 @@ func TestBaselineFilesystems(t *testing.T) {
 		}
 		if got := c.agentfsBinary(fsAgentfsBaseline); got != wantBin {
 			t.Errorf("agentfs-bench %s: agentfsBinary(%s) = %q, want %q", strings.Join(tc.args, " "), fsAgentfsBaseline, got, wantBin)
+		}
+	}
+}
+
+// TestUntracedFilesystem checks agentfs-untraced: agentfs's binary,
+// mounted with --trace=false, also without agentfs in --fs; and the
+// spawn workload's size, full and --quick.
+func TestUntracedFilesystem(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "agentfs")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args      []string
+		fs        string
+		workloads string
+		spawns    int
+	}{
+		{[]string{"--fs", "native,agentfs-untraced,agentfs", "--only", "spawn"}, "native,agentfs,agentfs-untraced", "spawn", fullSpawns},
+		{[]string{"--fs", "native,agentfs-untraced", "--only", "spawn,find", "--quick"}, "native,agentfs-untraced", "find,spawn", quickSpawns},
+	} {
+		o := &options{}
+		flags := newFlagSet(o)
+		args := append([]string{"--agentfs", bin, "--workdir", t.TempDir(), "--out", t.TempDir()}, tc.args...)
+		if err := flags.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		c, err := o.config(flags)
+		if err != nil {
+			t.Fatalf("agentfs-bench %s: %v", strings.Join(tc.args, " "), err)
+		}
+		if got := strings.Join(c.filesystems, ","); got != tc.fs {
+			t.Errorf("agentfs-bench %s: filesystems %s, want %s", strings.Join(tc.args, " "), got, tc.fs)
+		}
+		var names []string
+		for _, w := range c.workloads {
+			names = append(names, w.name)
+		}
+		if got := strings.Join(names, ","); got != tc.workloads {
+			t.Errorf("agentfs-bench %s: workloads %s, want %s", strings.Join(tc.args, " "), got, tc.workloads)
+		}
+		if c.spawns != tc.spawns {
+			t.Errorf("agentfs-bench %s: spawns %d, want %d", strings.Join(tc.args, " "), c.spawns, tc.spawns)
+		}
+		if got := c.agentfsBinary(fsAgentfsUntraced); got != bin {
+			t.Errorf("agentfs-bench %s: agentfsBinary(%s) = %q, want %q", strings.Join(tc.args, " "), fsAgentfsUntraced, got, bin)
+		}
+	}
+	if !agentfsMount(fsAgentfsUntraced) || boundVariant(fsAgentfsUntraced) {
+		t.Errorf("%s: agentfsMount %v, boundVariant %v; want true, false", fsAgentfsUntraced, agentfsMount(fsAgentfsUntraced), boundVariant(fsAgentfsUntraced))
+	}
+	for filesystem, want := range map[string]string{fsAgentfsUntraced: "--trace=false", fsAgentfs: "", fsAgentfsBaseline: "", fsAgentfsBound: ""} {
+		if got := strings.Join(mountFlags(filesystem), " "); got != want {
+			t.Errorf("mountFlags(%s) = %q, want %q", filesystem, got, want)
 		}
 	}
 }

@@ -21,7 +21,9 @@ type report struct {
 	// restore commands beside cp -a of the same changed set.
 	Snapshots []*snapResult `json:"snapshots,omitempty"`
 	// Memory is the agentfs daemon's memory over walks of a large tree.
-	Memory          *memResult         `json:"memory,omitempty"`
+	Memory *memResult `json:"memory,omitempty"`
+	// TraceCost is agentfs over agentfs-untraced (tracecost.go).
+	TraceCost       *traceCost         `json:"trace_cost,omitempty"`
 	CopyUpSeconds   map[string]float64 `json:"copy_up_seconds,omitempty"`
 	Notes           []string           `json:"notes,omitempty"`
 	DurationSeconds float64            `json:"duration_seconds"`
@@ -146,6 +148,7 @@ func (r *report) finish() {
 			}
 		}
 	}
+	r.finishTraceCost()
 	for _, op := range r.Snapshots {
 		op.finish(r)
 	}
@@ -278,6 +281,7 @@ func (r *report) markdown() string {
 
 	if len(r.Workloads) > 0 {
 		r.workloadMarkdown(&b)
+		r.traceMarkdown(&b)
 		r.bindingMarkdown(&b)
 	}
 	if len(r.Snapshots) > 0 {

@@ -291,3 +291,88 @@ func TestWrite(t *testing.T) {
 		t.Errorf("stdout does not start with results.md")
 	}
 }
+
+// traceRun is sampleRun with agentfs-untraced beside agentfs (its trace
+// as agentfs status said it, traced) and a spawn workload.
+func traceRun(traced string) *report {
+	r := sampleRun()
+	r.Filesystems[3].Trace = traced
+	r.Filesystems = append(r.Filesystems, fsStatus{Name: fsAgentfsUntraced, Available: true, Version: "agentfs 0.1.0", Trace: "off: turned off (--trace=false)"})
+	r.Workloads[0].Results[fsAgentfsUntraced] = &fsResult{Runs: []float64{0.2, 0.2, 0.2}, Check: "11477 files"}
+	r.Workloads[1].Results[fsAgentfsUntraced] = &fsResult{Runs: []float64{0.5}}
+	r.Workloads = append(r.Workloads,
+		&workloadResult{Name: "grep", Title: "grep -r EINVAL", Results: map[string]*fsResult{
+			fsNative:          {Runs: []float64{0.1}},
+			fsAgentfs:         {Runs: []float64{0.303}},
+			fsAgentfsUntraced: {Runs: []float64{0.3}},
+		}},
+		&workloadResult{Name: spawnWorkload, Title: "spawn /bin/true 5,000 times (sh loop)", FreshPerRun: true, Results: map[string]*fsResult{
+			fsNative:          {Runs: []float64{1.9, 2.0, 2.1}, Check: "5000 programs"},
+			fsOverlayfs:       {Runs: []float64{2.0}, Check: "5000 programs"},
+			fsAgentfs:         {Runs: []float64{2.1, 2.2, 2.0}, Check: "5000 programs"},
+			fsAgentfsUntraced: {Runs: []float64{1.9, 2.0, 2.1}, Check: "5000 programs"},
+		}})
+	r.finish()
+	return r
+}
+
+// TestTraceCost checks agentfs over agentfs-untraced: a ratio for each
+// workload both ran (not the failed copy-up, not the skipped cold read),
+// their median and highest, the column pair and the line under the
+// table, and the line's warning when agentfs ran untraced.
+func TestTraceCost(t *testing.T) {
+	r := traceRun("on: the processes working in the mount, and what they start")
+	c := r.TraceCost
+	if c == nil {
+		t.Fatal("no trace cost")
+	}
+	want := map[string]float64{"find": 1, "grep": 1.01, spawnWorkload: 1.05}
+	if len(c.Ratios) != len(want) {
+		t.Errorf("ratios %v, want those of %v", c.Ratios, want)
+	}
+	for name, q := range want {
+		if got, ok := c.Ratios[name]; !ok || math.Abs(got-q) > 1e-9 {
+			t.Errorf("ratio of %s = %v (%v), want %v", name, got, ok, q)
+		}
+	}
+	if math.Abs(c.Median-1.01) > 1e-9 || math.Abs(c.Highest-1.05) > 1e-9 || c.HighestWorkload != spawnWorkload {
+		t.Errorf("median %v, highest %v (%s); want 1.01, 1.05 (%s)", c.Median, c.Highest, c.HighestWorkload, spawnWorkload)
+	}
+	md := r.markdown()
+	for _, want := range []string{
+		"| workload | native | overlayfs | ratio | agentfs | ratio | agentfs-untraced | ratio |\n",
+		"| spawn /bin/true 5,000 times (sh loop) | 2.00 s | 2.00 s | 1.00× | 2.10 s | 1.05× | 2.00 s | 1.00× |\n",
+		"\nExec trace: agentfs (traced, the default) / agentfs-untraced (`--trace=false`), same run: find 1.00×, grep 1.01×, spawn 1.05×; median 1.01×, highest 1.05× (spawn).\n",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q; it is:\n%s", want, md)
+		}
+	}
+
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceCost struct {
+			Ratios          map[string]float64 `json:"ratios"`
+			Median          float64            `json:"median"`
+			HighestWorkload string             `json:"highest_workload"`
+			Traced          string             `json:"traced"`
+		} `json:"trace_cost"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if got := doc.TraceCost; math.Abs(got.Ratios[spawnWorkload]-1.05) > 1e-9 || got.HighestWorkload != spawnWorkload || !strings.HasPrefix(got.Traced, "on: ") {
+		t.Errorf("results.json trace_cost = %+v", got)
+	}
+
+	off := traceRun("off: tracing needs root (eBPF)").markdown()
+	if want := "same run: the trace did not run in agentfs's mount (off: tracing needs root (eBPF)), so the two columns differ in nothing.\n"; !strings.Contains(off, want) {
+		t.Errorf("markdown lacks %q; it is:\n%s", want, off)
+	}
+	if r := sampleReport(); r.TraceCost != nil || strings.Contains(r.markdown(), "Exec trace") {
+		t.Errorf("a run without agentfs-untraced has a trace cost: %+v", r.TraceCost)
+	}
+}

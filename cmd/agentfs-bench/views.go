@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -35,6 +36,9 @@ type fsStatus struct {
 	Available bool   `json:"available"`
 	Version   string `json:"version,omitempty"`
 	Note      string `json:"note,omitempty"`
+	// Trace is what agentfs status said of the exec trace in the test
+	// mount of an agentfs filesystem: "on: whose" or "off: why".
+	Trace string `json:"trace,omitempty"`
 }
 
 // probeFilesystems checks each requested filesystem once, by mounting it
@@ -56,16 +60,19 @@ func (b *bench) probeFilesystems(ctx context.Context) []fsStatus {
 				st.Version = toolVersion("fuse-overlayfs", "--version")
 				st.Version = strings.TrimPrefix(st.Version, "fuse-overlayfs: ")
 			}
-		case fsAgentfs, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
+		}
+		if agentfsMount(name) {
 			st.Version = toolVersion(b.cfg.agentfsBinary(name), "version")
 		}
 		if _, err := os.Stat("/dev/fuse"); err != nil && st.Available && (name == fsFuseOverlayfs || agentfsMount(name)) {
 			st.Available, st.Note = false, "skipped: /dev/fuse is missing (load the fuse module, or run the container with --device /dev/fuse)"
 		}
 		if st.Available && name != fsNative {
-			if err := b.probeMount(ctx, name); err != nil {
+			trace, err := b.probeMount(ctx, name)
+			if err != nil {
 				st.Available, st.Note = false, "skipped: a test mount failed: "+err.Error()
 			}
+			st.Trace = trace
 		}
 		if !st.Available {
 			b.logf("%s: %s", name, st.Note)
@@ -75,17 +82,38 @@ func (b *bench) probeFilesystems(ctx context.Context) []fsStatus {
 	return out
 }
 
-func (b *bench) probeMount(ctx context.Context, filesystem string) (err error) {
+// probeMount mounts filesystem over an empty lower directory and
+// unmounts it. For an agentfs filesystem it returns what agentfs status
+// says of the exec trace there ("" when it cannot say).
+func (b *bench) probeMount(ctx context.Context, filesystem string) (trace string, err error) {
 	lower := filepath.Join(b.runsDir(), "probe-lower")
 	if err := os.MkdirAll(lower, 0o755); err != nil {
-		return err
+		return "", err
 	}
 	defer func() { joinCleanup(&err, os.RemoveAll(lower)) }()
 	v, err := b.mountView(ctx, filesystem, lower)
-	if err != nil {
-		return err
+	if err == nil && agentfsMount(filesystem) {
+		trace = b.traceStatus(ctx, filesystem, v.root)
 	}
-	return b.closeView(v)
+	return trace, errors.Join(err, b.closeView(v))
+}
+
+// traceStatus is the "trace" field of agentfs status --json in the
+// agentfs mount mnt, or "" (the status failed, or an older agentfs
+// does not say).
+func (b *bench) traceStatus(ctx context.Context, filesystem, mnt string) string {
+	out, err := output(ctx, "", b.env, b.cfg.agentfsBinary(filesystem), "status", "--json", "-C", mnt)
+	if err != nil {
+		b.logf("%s: agentfs status: %v", filesystem, err)
+		return ""
+	}
+	var st struct {
+		Trace string `json:"trace"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		b.logf("%s: agentfs status --json: %v", filesystem, err)
+	}
+	return st.Trace
 }
 
 func kernelRelease() string {
@@ -153,10 +181,11 @@ func (b *bench) mountView(ctx context.Context, filesystem, lower string) (*view,
 		if err := runQuiet(ctx, "", b.env, "fuse-overlayfs", "-o", overlayOpts, mnt); err != nil {
 			return v, err
 		}
-	case fsAgentfs, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
+	case fsAgentfs, fsAgentfsUntraced, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
 		// The default backstore (hostfs) in a private store, which
 		// AGENTFS_PRIVATE_DIR puts in the work directory.
-		if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBinary(filesystem), "mount", "--lower", lower, mnt); err != nil {
+		args := append(append([]string{"mount"}, mountFlags(filesystem)...), "--lower", lower, mnt)
+		if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBinary(filesystem), args...); err != nil {
 			return v, err
 		}
 		if boundVariant(filesystem) {
@@ -245,7 +274,7 @@ func (b *bench) unmountLeftover(dir string) error {
 func (b *bench) unmount(ctx context.Context, filesystem, mnt string) error {
 	try := func() error {
 		switch filesystem {
-		case fsAgentfs, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
+		case fsAgentfs, fsAgentfsUntraced, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
 			if bin := b.cfg.agentfsBinary(filesystem); bin != "" {
 				return runQuiet(ctx, "", b.env, bin, "unmount", mnt)
 			}

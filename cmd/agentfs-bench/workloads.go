@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // A workload is one row of the table. Only run is timed; prepare and
@@ -195,6 +196,43 @@ var workloads = []*workload{
 			return "", err
 		},
 	},
+	{
+		// A shell loop that starts a program each time round, working
+		// in the tree: on agentfs, every exec, fork and exit is traced
+		// (agentfs-untraced shows the same without the trace). A fresh
+		// view for each run, though nothing is changed, so that no other
+		// mount is up during a run: the trace's programs run in every
+		// exec, fork and exit of the machine while a traced mount is up,
+		// and would otherwise be charged to agentfs-untraced too.
+		name: spawnWorkload,
+		title: func(b *bench) string {
+			return fmt.Sprintf("spawn /bin/true %s times (sh loop)", thousands(b.cfg.spawns))
+		},
+		fresh:      true,
+		nativeCopy: noCopy,
+		warm:       func(r *runEnv) error { return exec.Command("/bin/sh", "-c", "/bin/true").Run() },
+		run:        spawnTrue,
+	},
+}
+
+// spawnWorkload is the workload whose programs the exec trace records.
+const spawnWorkload = "spawn"
+
+// spawnScript runs /bin/true $1 times, a program and not the shell's
+// builtin, and prints how many times it did.
+const spawnScript = `i=0; while [ "$i" -lt "$1" ]; do /bin/true || exit 1; i=$((i+1)); done; echo "$i"`
+
+// spawnTrue runs spawnScript with /bin/sh in the view's root.
+func spawnTrue(ctx context.Context, r *runEnv) (string, error) {
+	out, err := output(ctx, r.root, r.env(), "/bin/sh", "-c", spawnScript, "sh", strconv.Itoa(r.b.cfg.spawns))
+	if err != nil {
+		return "", err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil || n != r.b.cfg.spawns {
+		return "", fmt.Errorf("the loop says it ran /bin/true %q times, want %d", strings.TrimSpace(out), r.b.cfg.spawns)
+	}
+	return fmt.Sprintf("%d programs", n), nil
 }
 
 func fixedTitle(s string) func(*bench) string { return func(*bench) string { return s } }
