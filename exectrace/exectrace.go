@@ -46,6 +46,8 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
@@ -124,6 +126,11 @@ func Available() error {
 	}
 	if b, err := os.ReadFile("/sys/kernel/security/lockdown"); err == nil && strings.Contains(string(b), "[confidentiality]") {
 		return fmt.Errorf("%w: the kernel is locked down (confidentiality), which forbids reading process memory from BPF", ErrUnavailable)
+	}
+	// bpf_loop is every program type's (the kprobe is one cilium/ebpf
+	// can probe): without it the trace's program would not load.
+	if err := features.HaveProgramHelper(ebpf.Kprobe, asm.FnLoop); err != nil {
+		return fmt.Errorf("%w: the kernel lacks bpf_loop (Linux 5.17): %v", ErrUnavailable, err)
 	}
 	return nil
 }

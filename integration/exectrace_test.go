@@ -10,8 +10,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentfs/agentfs/exectrace"
 	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/internal/testenv"
 )
+
+// requireTrace skips (or, on CI, fails) a test of the exec trace where
+// it cannot run.
+func requireTrace(t *testing.T) {
+	t.Helper()
+	if err := exectrace.Available(); err != nil {
+		testenv.Skip(t, testenv.EBPF, "%v", err)
+	}
+}
 
 // execLine is an object of agentfs log --exec --json.
 type execLine struct {
@@ -52,6 +63,7 @@ func parseExecLog(t *testing.T, out string) []execLine {
 // pre-run, build, git, idle and post-run, labelled as they should be.
 func TestRunExecTrace(t *testing.T) {
 	e := newRunEnv(t)
+	requireTrace(t)
 	requireTool(t, "make")
 	harness.WriteFile(t, filepath.Join(e.project, "Makefile"), "build:\n\techo built > out.txt\ntest:\n\t@echo 'a test failed'; exit 1\n")
 	e.git("add", "-A")
@@ -191,6 +203,7 @@ func commandIn(e *runEnv, cfg string, args []string) *exec.Cmd {
 // --trace=false log --exec says they are not.
 func TestMountExecTrace(t *testing.T) {
 	harness.RequireFUSE(t)
+	requireTrace(t)
 	lower, mnt := harness.NewMountpoint(t), harness.NewMountpoint(t)
 	harness.WriteFile(t, filepath.Join(lower, "a.txt"), "a\n")
 	if r := harness.Run(t, "mount", "--lower", lower, mnt); r.Code != 0 {
@@ -208,15 +221,16 @@ func TestMountExecTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lines []execLine
+	argvs := map[string]string{}
 	ok := harness.WaitFor(func() bool {
 		r := harness.Run(t, "log", "-C", mnt, "--exec", "--json")
 		lines = parseExecLog(t, r.Stdout)
-		return len(lines) >= 4
+		clear(argvs)
+		for _, l := range lines {
+			argvs[strings.Join(l.Argv, " ")] = l.Op + " " + l.Cwd
+		}
+		return strings.HasPrefix(argvs["/bin/cat a.txt"], "exit") && strings.HasPrefix(argvs["/bin/echo elsewhere"], "exit")
 	})
-	argvs := map[string]string{}
-	for _, l := range lines {
-		argvs[strings.Join(l.Argv, " ")] = l.Op + " " + l.Cwd
-	}
 	if !ok || argvs["/bin/cat a.txt"] != "exit "+mnt || argvs["/bin/echo elsewhere"] != "exit /" {
 		t.Errorf("log --exec of the mount: %v", argvs)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,9 +137,14 @@ func runLog(ctx context.Context, o *logOptions, args []string) (err error) {
 		if o.json {
 			raw := l.Raw
 			if filled {
-				if raw, err = json.Marshal(l.Entry); err != nil {
+				// As the log writes it: no HTML escaping.
+				var buf bytes.Buffer
+				enc := json.NewEncoder(&buf)
+				enc.SetEscapeHTML(false)
+				if err := enc.Encode(l.Entry); err != nil {
 					return err
 				}
+				raw = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 			}
 			if _, err := w.Write(raw); err != nil {
 				return err
