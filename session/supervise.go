@@ -132,6 +132,16 @@ func (s *process) prepareSupervision(o Supervision) error {
 		_ = g.Close() // empty: nothing was started in it
 		return fmt.Errorf("making the supervisor's line to the daemon: %w", err)
 	}
+	// Our end is non-blocking, so that Go's poller holds it: Close then
+	// closes it at once, under serve's pending read, and the daemon sees
+	// the line end (a blocking file would stay open until that read
+	// returned). The daemon's end stays blocking.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		_ = unix.Close(fds[0]) // just made
+		_ = unix.Close(fds[1])
+		_ = g.Close()
+		return fmt.Errorf("making the supervisor's line to the daemon: %w", err)
+	}
 	s.super = &supervisor{opts: o, group: g, conn: os.NewFile(uintptr(fds[0]), "supervisor"),
 		daemonEnd: os.NewFile(uintptr(fds[1]), "supervisor-daemon"),
 		lines:     make(chan supLine, 8), signals: make(chan os.Signal, 8), tty: saveTerminal(os.Stdin),

@@ -502,3 +502,50 @@ func TestSuperviseLongStopError(t *testing.T) {
 	sv.daemon.expect("stopped 2 relaunch")
 }
 
+// TestAbandonClosesLineFirst: a session abandoned before its command
+// ran closes the supervisor's line before it stops the daemon, so that
+// a daemon waiting on the line for a rewind's stop (here: one that
+// ignores SIGTERM and ends only when the line closes) ends at once.
+func TestAbandonClosesLineFirst(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	project := t.TempDir()
+	rec, err := Create(project, project, []string{"true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &lockedBuffer{}
+	s := &process{rec: rec, stderr: stderr}
+	if err := s.prepareSupervision(Supervision{MaxRestarts: 1, Grace: time.Second}); err != nil {
+		if errors.Is(err, procgroup.ErrUnavailable) {
+			testenv.Skip(t, testenv.Cgroups, "no cgroup here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	ready := filepath.Join(t.TempDir(), "ready")
+	fake := exec.Command("sh", "-c", `trap '' TERM; : > "$1"; cat <&3 >/dev/null`, "fake-daemon", ready)
+	fake.ExtraFiles = []*os.File{s.super.daemonEnd}
+	if err := fake.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(ready); err == nil {
+			break // it ignores SIGTERM from now
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fake daemon did not start")
+		}
+	}
+	s.daemon = fake
+	s.super.closeDaemonEnd() // the fake daemon's now
+	start := time.Now()
+	want := errors.New("the command could not start")
+	if got := s.abandon(want); got != want {
+		t.Errorf("abandon returned %v, want its error", got)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("abandon took %v: the daemon waited on the supervisor's line\n%s", took, stderr)
+	}
+	if _, err := os.Stat(rec.SessionDir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the abandoned session's directory is left: %v", err)
+	}
+}
