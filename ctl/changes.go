@@ -30,8 +30,10 @@ type RestoreReply struct {
 	// used up, or the command ended by itself meanwhile).
 	Relaunch bool `json:"relaunch,omitempty"`
 	// Deferred: the caller is one of the processes a supervised
-	// restore stops, so the restore is carried out after this reply
-	// (Safety is not known yet).
+	// restore stops (a self-rewind), so the restore is carried out
+	// after this reply (Safety is not known yet), unless another rewind
+	// stops the command first or the run ends first: it is then dropped,
+	// and the activity log has a rewind line saying so.
 	Deferred bool `json:"deferred,omitempty"`
 }
 

@@ -258,14 +258,18 @@ func TestRunSuperviseCtrlC(t *testing.T) {
 }
 
 // restoreAsync runs agentfs restore -s ID SNAPSHOT in the background.
-func restoreAsync(e *runEnv, id, snap string) chan harness.Result {
+func restoreAsync(t *testing.T, e *runEnv, id, snap string) (*exec.Cmd, chan harness.Result) {
+	t.Helper()
+	cmd := exec.Command(harness.Bin(), "restore", "-s", id, snap)
+	cmd.Dir, cmd.Env = e.project, e.env()
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
 	res := make(chan harness.Result, 1)
 	go func() {
-		cmd := exec.Command(harness.Bin(), "restore", "-s", id, snap)
-		cmd.Dir, cmd.Env = e.project, e.env()
-		var stdout, stderr strings.Builder
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
+		err := cmd.Wait()
 		code := 0
 		if err != nil {
 			code = -1
@@ -275,7 +279,7 @@ func restoreAsync(e *runEnv, id, snap string) chan harness.Result {
 		}
 		res <- harness.Result{Code: code, Stdout: stdout.String(), Stderr: stderr.String()}
 	}()
-	return res
+	return cmd, res
 }
 
 // result waits for a restoreAsync.
@@ -357,7 +361,8 @@ exit 7
 		t.Fatalf("the agent did not start:\n%s", output)
 	}
 	s := e.sessions()[0]
-	a, b := restoreAsync(e, s.ID, s.PreRun), restoreAsync(e, s.ID, s.PreRun)
+	_, a := restoreAsync(t, e, s.ID, s.PreRun)
+	_, b := restoreAsync(t, e, s.ID, s.PreRun)
 	for _, r := range []harness.Result{result(t, a), result(t, b)} {
 		if r.Code != 0 || !strings.Contains(r.Stdout, "its supervisor starts it again") {
 			t.Errorf("one of two rewinds at once:\n%s", r)
@@ -390,13 +395,13 @@ func TestRunSuperviseControlCallDuringStop(t *testing.T) {
 trap '' TERM
 echo "start ${AGENTFS_RELAUNCH:-0}" >> $out/starts
 if [ -n "$AGENTFS_RELAUNCH" ]; then exit 5; fi
-while :; do %s snapshot list >/dev/null 2>&1; done
+while :; do %s snapshot list >/dev/null 2>&1; echo c >> $out/calls; done
 `, out, harness.Bin()))
 	run, output := startRun(t, e, "--supervise", "--stop-grace", "1s", "--", agent)
-	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 1 }) {
-		t.Fatalf("the agent did not start:\n%s", output)
+	// Control calls under way: one has ended, the next has begun.
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "calls"))) >= 1 }) {
+		t.Fatalf("the agent made no control call:\n%s", output)
 	}
-	time.Sleep(200 * time.Millisecond) // control calls under way
 	s := e.sessions()[0]
 	if r := e.agentfs("restore", "-s", s.ID, s.PreRun); r.Code != 0 {
 		t.Fatalf("agentfs restore -s of an agent in control calls:\n%s", r)
@@ -411,34 +416,92 @@ while :; do %s snapshot list >/dev/null 2>&1; done
 
 // TestRunSuperviseSignalDuringRewind: SIGTERM to agentfs run while a
 // rewind is stopping the agent ends the run: the agent is not started
-// again.
+// again. SIGTERM to the agentfs restore that asked, during its call,
+// takes effect once it has printed the outcome.
 func TestRunSuperviseSignalDuringRewind(t *testing.T) {
 	e := newRunEnv(t)
 	out := t.TempDir()
 	agent := e.script("agent.sh", fmt.Sprintf(`out=%s
-trap '' TERM
+trap 'echo t >> $out/terms' TERM
 echo "start ${AGENTFS_RELAUNCH:-0}" >> $out/starts
 while :; do sleep 0.05; done
 `, out))
-	run, output := startRun(t, e, "--supervise", "--stop-grace", "3s", "--", agent)
+	run, output := startRun(t, e, "--supervise", "--stop-grace", "10s", "--", agent)
 	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 1 }) {
 		t.Fatalf("the agent did not start:\n%s", output)
 	}
 	s := e.sessions()[0]
-	res := restoreAsync(e, s.ID, s.PreRun)
-	time.Sleep(time.Second) // the agent ignores the rewind's SIGTERM: within its grace
+	restore, res := restoreAsync(t, e, s.ID, s.PreRun)
+	// The rewind is stopping the agent, within its grace: the agent has
+	// had the SIGTERM it ignores, and the restore waits for the stop.
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "terms"))) >= 1 }) {
+		t.Fatalf("the agent got no SIGTERM from the rewind:\n%s", output)
+	}
+	mustf(t, restore.Process.Signal(syscall.SIGTERM), "SIGTERM to agentfs restore")
 	mustf(t, run.Process.Signal(syscall.SIGTERM), "SIGTERM to agentfs run")
 	if code := waitCode(t, run); code != 137 {
 		t.Errorf("agentfs run exited %d, want 137 (the agent killed after its grace)\n%s", code, output)
 	}
-	if r := result(t, res); r.Code != 0 || !strings.Contains(r.Stdout, "does not start it again") {
-		t.Errorf("the rewind during which the run was ended:\n%s", r)
+	if r := result(t, res); r.Code != 143 || !strings.Contains(r.Stdout, "restored snapshot "+s.PreRun) || !strings.Contains(r.Stdout, "does not start it again") {
+		t.Errorf("the rewind during which the run was ended, its agentfs restore sent SIGTERM: want the outcome printed, then exit 143:\n%s", r)
 	}
 	if n := len(lines(filepath.Join(out, "starts"))); n != 1 {
 		t.Errorf("the agent started %d times, want once\n%s", n, output)
 	}
 	if !strings.Contains(output.String(), "during a rewind: not starting") {
 		t.Errorf("the run does not say why it ended:\n%s", output)
+	}
+}
+
+// TestRunSuperviseSelfRewindTwice: two self-rewinds the agent asks at
+// once are one stop and one relaunch: the second, asked by the start
+// the first stopped, is dropped, and agentfs log says so.
+func TestRunSuperviseSelfRewindTwice(t *testing.T) {
+	e := newRunEnv(t)
+	out := t.TempDir()
+	agent := e.script("agent.sh", fmt.Sprintf(`out=%s
+echo "start ${AGENTFS_RELAUNCH:-0} $(cat a.txt)" >> $out/starts
+if [ -n "$AGENTFS_RELAUNCH" ]; then
+	while [ ! -e $out/quit ]; do sleep 0.05; done
+	exit 4
+fi
+echo "changed" > a.txt
+pre=$(%s snapshot list --json | tr -d ' \n' | sed 's/.*"id":"\([0-9a-f]*\)","label":"[^"]*","branch":"main","kind":"pre-run".*/\1/')
+%s restore $pre > $out/r1 2>&1 &
+%s restore $pre > $out/r2 2>&1 &
+sleep 600
+`, out, harness.Bin(), harness.Bin(), harness.Bin()))
+	run, output := startRun(t, e, "--supervise", "--", agent)
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) >= 2 }) {
+		t.Fatalf("the agent did not start again: %q\n%s", lines(filepath.Join(out, "starts")), output)
+	}
+	s := e.sessions()[0]
+	// Each answer printed is a rewind asked. On a loaded machine the
+	// second agentfs restore may not have asked before the stop.
+	asked := 0
+	for _, f := range []string{"r1", "r2"} {
+		if strings.Contains(strings.Join(lines(filepath.Join(out, f)), " "), "restoring snapshot") {
+			asked++
+		}
+	}
+	if asked == 2 {
+		if !harness.WaitFor(func() bool {
+			return strings.Contains(e.agentfs("log", "-s", s.ID).Stdout, "dropped: the start of the command that asked it (run-1) is no longer running")
+		}) {
+			t.Errorf("agentfs log has no line of the second self-rewind dropped:\n%s", e.agentfs("log", "-s", s.ID))
+		}
+	} else {
+		t.Logf("only %d of the two self-rewinds was asked before the stop", asked)
+	}
+	must(t, os.WriteFile(filepath.Join(out, "quit"), nil, 0o644))
+	if code := waitCode(t, run); code != 4 {
+		t.Errorf("agentfs run exited %d, want the relaunched agent's 4\n%s", code, output)
+	}
+	if got := strings.Join(lines(filepath.Join(out, "starts")), " | "); got != "start 0 hello | start 1 hello" {
+		t.Errorf("starts = %q: want one relaunch, on the rewound a.txt", got)
+	}
+	if rl := e.session(s.ID).Relaunches; len(rl) != 1 {
+		t.Errorf("relaunches = %+v, want one", rl)
 	}
 }
 

@@ -306,6 +306,9 @@ type RewindOut struct {
 	Note     string   `json:"note"`
 }
 
+// selfRewindCaveat is what a self-rewind's answer cannot know yet.
+const selfRewindCaveat = "if another rewind stops the agent first, or the run ends first, this rewind is dropped (the activity log says so)"
+
 // rewindNote says, for a model, what a rewind did to the agent's
 // processes (or would do): none stopped; stopped and started again;
 // or stopped for good (the supervisor's relaunches are used up).
@@ -318,9 +321,9 @@ func rewindNote(dryRun, deferred, stopped, relaunch bool) string {
 	case dryRun:
 		return "nothing was changed"
 	case deferred && relaunch:
-		return "you are one of the agent's processes: the rewind happens right after this reply, once the session's supervisor has stopped every one of them; the agent is then started again on the rewound files, with AGENTFS_RELAUNCH set"
+		return "you are one of the agent's processes: in a moment the session's supervisor stops every one of them, you too, rewinds, and starts the agent again on the rewound files, with AGENTFS_RELAUNCH set; " + selfRewindCaveat
 	case deferred:
-		return "you are one of the agent's processes: the rewind happens right after this reply, once the session's supervisor has stopped every one of them; the supervisor has no relaunch left (--max-restarts), so the run then ends"
+		return "you are one of the agent's processes: in a moment the session's supervisor stops every one of them, you too, and rewinds; it has no relaunch left (--max-restarts), so the run then ends; " + selfRewindCaveat
 	case stopped && relaunch:
 		return "the session's supervisor stopped every process of the agent before the rewind and starts the agent again on the rewound files"
 	case stopped:

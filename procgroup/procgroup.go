@@ -96,25 +96,38 @@ func New(name string) (*Group, error) {
 }
 
 // probe checks that the kernel starts a process into the group
-// (CLONE_INTO_CGROUP, Linux 5.7): it clones a process into the top and
-// has it exec the top's directory, which fails at once (EACCES); any
-// other error is the clone's.
+// (CLONE_INTO_CGROUP, Linux 5.7, and the right to move a process into
+// the cgroup): it clones a process into the top and has it exec a path
+// through a file that is no directory (the top's cgroup.procs), which
+// fails at once with ENOTDIR. clone3 never returns ENOTDIR, while it
+// does return EACCES, EPERM or ENOENT when the migration into the
+// cgroup is not permitted (a cgroup delegated wrongly): any error but
+// ENOTDIR is the clone's.
 func (g *Group) probe() error {
 	fd, err := unix.Open(g.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("opening the cgroup %s: %w", g.dir, err)
 	}
 	defer unix.Close(fd)
-	_, err = syscall.ForkExec(g.dir, []string{g.dir}, &syscall.ProcAttr{
+	target := filepath.Join(g.dir, "cgroup.procs", "probe")
+	_, err = syscall.ForkExec(target, []string{target}, &syscall.ProcAttr{
 		Sys: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd},
 	})
-	if errors.Is(err, syscall.EACCES) {
+	return probeOutcome(g.dir, err)
+}
+
+// probeOutcome says what the probe's ForkExec error err means (see
+// probe).
+func probeOutcome(dir string, err error) error {
+	switch {
+	case errors.Is(err, syscall.ENOTDIR):
 		return nil
+	case err == nil:
+		return fmt.Errorf("probing CLONE_INTO_CGROUP: executing %s succeeded", filepath.Join(dir, "cgroup.procs", "probe"))
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM), errors.Is(err, syscall.ENOENT):
+		return fmt.Errorf("%w: starting a process into the cgroup %s was refused: %v: run as root, or in a cgroup delegated to you (its cgroup.procs and the one above writable by you)", ErrUnavailable, dir, err)
 	}
-	if err == nil {
-		return fmt.Errorf("probing CLONE_INTO_CGROUP: executing the directory %s succeeded", g.dir)
-	}
-	return fmt.Errorf("%w: starting a process into the cgroup %s (clone3 with CLONE_INTO_CGROUP) failed: %v: it needs Linux 5.7 or later (this is %s)", ErrUnavailable, g.dir, err, kernelRelease())
+	return fmt.Errorf("%w: starting a process into the cgroup %s (clone3 with CLONE_INTO_CGROUP) failed: %v: it needs Linux 5.7 or later (this is %s)", ErrUnavailable, dir, err, kernelRelease())
 }
 
 // kernelRelease is uname -r, for messages.
@@ -157,6 +170,32 @@ func Of(pid int) string {
 	return ""
 }
 
+// Leaf is the name of the leaf the last Start made ("run-N"), "" before
+// the first. A process of that start is in it or below it (LeafOf).
+func (g *Group) Leaf() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.runs == 0 {
+		return ""
+	}
+	return leafName(g.runs)
+}
+
+// leafName is the name of the leaf of the n-th Start.
+func leafName(n int) string { return fmt.Sprintf("run-%d", n) }
+
+// LeafOf returns the name of the leaf of group top that cgroup path p
+// (as Of returns it) is in or below: which Start's processes it is
+// among; "" when p is top itself or not below it.
+func LeafOf(p, top string) string {
+	rest, ok := strings.CutPrefix(p, strings.TrimSuffix(top, "/")+"/")
+	if !ok || p == "" {
+		return ""
+	}
+	leaf, _, _ := strings.Cut(rest, "/")
+	return leaf
+}
+
 // Start starts cmd inside the group, in a leaf of its own (see Layout),
 // and removes the leaves of earlier runs that are empty.
 func (g *Group) Start(cmd *exec.Cmd) error {
@@ -167,7 +206,7 @@ func (g *Group) Start(cmd *exec.Cmd) error {
 	}
 	g.removeEmptyLeavesLocked()
 	g.runs++
-	leaf := filepath.Join(g.dir, fmt.Sprintf("run-%d", g.runs))
+	leaf := filepath.Join(g.dir, leafName(g.runs))
 	if err := os.Mkdir(leaf, 0o755); err != nil {
 		return fmt.Errorf("making the cgroup %s: %w", leaf, err)
 	}
@@ -186,16 +225,25 @@ func (g *Group) Start(cmd *exec.Cmd) error {
 }
 
 // removeEmptyLeavesLocked removes the leaves (and what their processes
-// made below them) that no process is in any more; a busy one stays for
-// a later call. g.mu is held.
+// made below them) that no process is in any more. A busy one stays
+// whole for a later call: removing the empty cgroups below it would
+// take from its processes what they made. g.mu is held.
 func (g *Group) removeEmptyLeavesLocked() {
 	kept := g.leaves[:0]
 	for _, leaf := range g.leaves {
-		if removeTree(leaf) != nil {
+		if populated(leaf) || removeTree(leaf) != nil {
 			kept = append(kept, leaf)
 		}
 	}
 	g.leaves = kept
+}
+
+// populated reports whether a process is in cgroup dir or below it, as
+// its cgroup.events says; when that cannot be read (the cgroup is gone),
+// false.
+func populated(dir string) bool {
+	v, err := event(dir, "populated")
+	return err == nil && v == "1"
 }
 
 // removeTree removes cgroup dir and the cgroups below it, deepest first.

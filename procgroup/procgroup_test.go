@@ -6,11 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/internal/testenv"
 	"github.com/agentfs/agentfs/procfs"
@@ -359,4 +362,94 @@ func TestProbe(t *testing.T) {
 		t.Errorf("probe of a plain directory = %v; want ErrUnavailable naming CLONE_INTO_CGROUP and Linux 5.7", err)
 	}
 	t.Logf("the refusal: %v", err)
+}
+
+// TestProbeRefused: where the caller may not move a process into the
+// cgroup (clone3 fails with EACCES, as it does in a cgroup delegated
+// wrongly), the probe refuses: that EACCES is not taken for the exec's.
+// The probe runs on a thread whose uid is nobody's, against root's
+// group.
+func TestProbeRefused(t *testing.T) {
+	testenv.RequireRoot(t, "probing as another user")
+	g := newGroup(t)
+	res := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with the goroutine, and its
+		// uid with it.
+		runtime.LockOSThread()
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, 65534, 65534, 65534); errno != 0 {
+			res <- fmt.Errorf("setresuid: %w", errno)
+			return
+		}
+		res <- g.probe()
+	}()
+	err := <-res
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("probe as nobody of root's cgroup = %v; want ErrUnavailable saying the start was refused", err)
+	}
+	if empty, e := g.Empty(); e != nil || !empty {
+		t.Errorf("the refused probe left a process in the group: empty %v, %v", empty, e)
+	}
+}
+
+// TestStartKeepsBusyLeaf: a Start removes the leaves of earlier runs
+// that are empty, but leaves a busy one whole: the empty cgroups its
+// processes made below it stay.
+func TestStartKeepsBusyLeaf(t *testing.T) {
+	g := newGroup(t)
+	first := exec.Command("sleep", "300")
+	if err := g.Start(first); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Leaf(); got != "run-1" {
+		t.Errorf("Leaf after the first start = %q, want run-1", got)
+	}
+	empty := filepath.Join(g.Dir(), "run-1", "made-by-the-command")
+	must(t, os.Mkdir(empty, 0o755))
+	second := exec.Command("sh", "-c", "exit 0")
+	if err := g.Start(second); err != nil {
+		t.Fatal(err)
+	}
+	_ = second.Wait() // its exit is not the point
+	if _, err := os.Stat(empty); err != nil {
+		t.Errorf("the empty cgroup below the busy leaf run-1 was removed by the next start: %v", err)
+	}
+	if got := g.Leaf(); got != "run-2" {
+		t.Errorf("Leaf after the second start = %q, want run-2", got)
+	}
+	must(t, g.Stop(time.Minute))
+	_ = first.Wait() // stopped
+}
+
+// TestLeafOf: the leaf a cgroup path is in or below, for the top of a
+// group.
+func TestLeafOf(t *testing.T) {
+	for _, tc := range []struct{ p, top, want string }{
+		{"/a/g/run-3", "/a/g", "run-3"},
+		{"/a/g/run-3/sub/x", "/a/g", "run-3"},
+		{"/a/g", "/a/g", ""},
+		{"/a/gx/run-1", "/a/g", ""},
+		{"/a", "/a/g", ""},
+		{"", "/a/g", ""},
+	} {
+		if got := LeafOf(tc.p, tc.top); got != tc.want {
+			t.Errorf("LeafOf(%q, %q) = %q, want %q", tc.p, tc.top, got, tc.want)
+		}
+	}
+}
+
+// TestPidList: an error lists at most maxListedPids pids, and how many
+// more.
+func TestPidList(t *testing.T) {
+	pids := make([]int, 5000)
+	for i := range pids {
+		pids[i] = 100000 + i
+	}
+	got := pidList(pids)
+	if len(got) > 200 || !strings.HasSuffix(got, "and 4980 more") {
+		t.Errorf("pidList of 5000 = %q (%d bytes), want 20 of them and the count", got, len(got))
+	}
+	if got := pidList([]int{1, 2}); got != "[1 2]" {
+		t.Errorf("pidList of two = %q", got)
+	}
 }

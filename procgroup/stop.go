@@ -53,8 +53,11 @@ func (g *Group) Empty() (bool, error) {
 }
 
 // event reads the value of key in the top's cgroup.events.
-func (g *Group) event(key string) (string, error) {
-	f, err := os.Open(filepath.Join(g.dir, "cgroup.events"))
+func (g *Group) event(key string) (string, error) { return event(g.dir, key) }
+
+// event reads the value of key in cgroup dir's cgroup.events.
+func event(dir, key string) (string, error) {
+	f, err := os.Open(filepath.Join(dir, "cgroup.events"))
 	if err != nil {
 		return "", err
 	}
@@ -68,7 +71,7 @@ func (g *Group) event(key string) (string, error) {
 	if err := sc.Err(); err != nil {
 		return "", err
 	}
-	return "", fmt.Errorf("%s/cgroup.events has no %s line", g.dir, key)
+	return "", fmt.Errorf("%s/cgroup.events has no %s line", dir, key)
 }
 
 // KillWait bounds how long Stop waits for the processes to be gone
@@ -119,7 +122,7 @@ func (g *Group) Stop(grace time.Duration) error {
 	}
 	if !g.waitEmpty(KillWait) {
 		left, _ := g.Pids() // for the message only
-		return fmt.Errorf("the processes of %s did not end within %v of SIGKILL: %v", g.dir, KillWait, left)
+		return fmt.Errorf("the processes of %s did not end within %v of SIGKILL: %s", g.dir, KillWait, pidList(left))
 	}
 	return nil
 }
@@ -183,4 +186,17 @@ func (g *Group) waitEmpty(d time.Duration) bool {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// maxListedPids bounds the pids an error lists: it is one line to the
+// daemon, and a group can hold thousands.
+const maxListedPids = 20
+
+// pidList lists pids for a message, the first maxListedPids of them and
+// how many more.
+func pidList(pids []int) string {
+	if len(pids) <= maxListedPids {
+		return fmt.Sprint(pids)
+	}
+	return fmt.Sprintf("%v and %d more", pids[:maxListedPids], len(pids)-maxListedPids)
 }

@@ -20,14 +20,19 @@ import (
 // on trust, as root may run with another user's environment (sudo -E:
 // HOME and XDG_STATE_HOME the user's):
 //
-//   - the sessions directory, the session's directory and every
-//     directory above them belong to the caller (or root) and no one
-//     else can write them (a sticky directory such as /tmp aside), and
-//     the record is read again once that is known;
+//   - the session's directory is resolved (symbolic links followed: a
+//     user's link, XDG_STATE_HOME=/tmp/link, could be pointed elsewhere
+//     between a check and a read); the sessions directory, the
+//     session's directory and every directory above them, as resolved,
+//     belong to the caller (or root) and no one else can write them (a
+//     sticky directory such as /tmp aside), none a symbolic link
+//     (Lstat), and the record is read again from the resolved path
+//     once that is known;
 //   - the daemon is held through a pidfd, so that a later process with
 //     its pid cannot stand in for it: its start time is the record's
-//     (checked while the pidfd shows it alive) and its binary is
-//     agentfs;
+//     (checked while the pidfd shows it alive) and its binary is this
+//     one, the same file (an agentfs replaced since the session started
+//     cannot enter it: run the command from inside);
 //   - its mount namespace is owned by the caller's user namespace
 //     (NS_GET_USERNS), whatever the record says: a namespace a user made
 //     in a user namespace of their own holds what that user mounted;
@@ -107,7 +112,10 @@ func (r *Record) openDaemon() (*daemonHandle, error) {
 	if err := r.refuseEnter(euid); err != nil {
 		return nil, err
 	}
-	dir := r.SessionDir()
+	dir, err := filepath.EvalSymlinks(r.SessionDir())
+	if err != nil {
+		return nil, fmt.Errorf("session %s: its directory: %w", r.ID, err)
+	}
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		if err := checkPrivateDir(d, euid); err != nil {
 			return nil, fmt.Errorf("session %s: %w", r.ID, err)
@@ -134,7 +142,9 @@ func (r *Record) openDaemon() (*daemonHandle, error) {
 // checkPrivateDir checks that dir belongs to euid and no one else can
 // write it, and that every directory above it belongs to euid or root
 // and is writable by no one else, or is sticky (as /tmp is): no other
-// user can then replace dir or what it holds.
+// user can then replace dir or what it holds. dir is a resolved path
+// (filepath.EvalSymlinks): a symbolic link on it is refused, as its
+// owner could point it elsewhere after the check.
 func checkPrivateDir(dir string, euid int) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(dir, &st); err != nil {
@@ -149,10 +159,14 @@ func checkPrivateDir(dir string, euid int) error {
 		return fmt.Errorf("the directory %s can be written by other users (mode %o): chmod go-w %s", dir, st.Mode&0o7777, dir)
 	}
 	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
-		if err := unix.Stat(p, &st); err != nil {
+		if err := unix.Lstat(p, &st); err != nil {
 			return fmt.Errorf("the directory %s: %w", p, err)
 		}
 		switch {
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			return fmt.Errorf("%s, above %s, is a symbolic link, which its owner could point elsewhere after the check: run agentfs exec -s again", p, dir)
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			return fmt.Errorf("%s, above %s, is not a directory", p, dir)
 		case int(st.Uid) != euid && st.Uid != 0:
 			return fmt.Errorf("the directory %s, above %s, belongs to uid %d, who could replace what it holds: as root, use root's own sessions (sudo without -E, or XDG_STATE_HOME set to a directory of root's)", p, dir, st.Uid)
 		case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
@@ -215,25 +229,33 @@ func (d *daemonHandle) check(start uint64) error {
 	return checkNamespaceOwner(d.nsfd, d.pid)
 }
 
-// checkAgentfsBinary checks that process pid runs agentfs: the binary
-// of this process (the same file), or one named agentfs.
+// checkAgentfsBinary checks that process pid runs the binary of this
+// process: the same file (device and inode), not merely one named
+// agentfs, which anyone can build.
 func checkAgentfsBinary(pid int) error {
 	exe := "/proc/" + strconv.Itoa(pid) + "/exe"
 	var st, self unix.Stat_t
 	if err := unix.Stat(exe, &st); err != nil {
 		return fmt.Errorf("the binary of its daemon (pid %d): %w", pid, err)
 	}
-	if err := unix.Stat("/proc/self/exe", &self); err == nil && st.Dev == self.Dev && st.Ino == self.Ino {
+	if err := unix.Stat("/proc/self/exe", &self); err != nil {
+		return fmt.Errorf("this process's binary: %w", err)
+	}
+	if st.Dev == self.Dev && st.Ino == self.Ino {
 		return nil
 	}
 	target, err := os.Readlink(exe)
 	if err != nil {
-		return fmt.Errorf("the binary of its daemon (pid %d): %w", pid, err)
+		target = "another binary"
+	}
+	mine, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		mine = "this one"
 	}
 	if filepath.Base(strings.TrimSuffix(target, " (deleted)")) == "agentfs" {
-		return nil
+		return fmt.Errorf("process %d runs %s, not this agentfs (%s): if agentfs was replaced since the session started, run the command from inside the session", pid, target, mine)
 	}
-	return fmt.Errorf("process %d runs %s, not agentfs: it is not the session's daemon (its record is wrong)", pid, target)
+	return fmt.Errorf("process %d runs %s, not agentfs (%s): it is not the session's daemon (its record is wrong)", pid, target, mine)
 }
 
 // checkNamespaceOwner checks that the mount namespace nsfd (process

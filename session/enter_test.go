@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 		time.Sleep(time.Minute)
 		os.Exit(0)
 	}
+	if report := os.Getenv(terminalEnv); report != "" {
+		os.Exit(terminalScenario(report))
+	}
 	os.Exit(m.Run())
 }
 
@@ -141,6 +144,25 @@ func TestOpenDaemonProcess(t *testing.T) {
 	if _, err := openDaemonProcess(pid, st); err == nil || !strings.Contains(err.Error(), "not agentfs") {
 		t.Errorf("a process of sleep: error %v, want one saying it is not agentfs", err)
 	}
+	// A binary named agentfs is not enough: anyone can build one.
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := filepath.Join(t.TempDir(), "agentfs")
+	if err := os.WriteFile(copied, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(copied)
+	cmd.Env = append(os.Environ(), sleeperEnv+"=1")
+	pid, st = startProcess(t, cmd)
+	if _, err := openDaemonProcess(pid, st); err == nil || !strings.Contains(err.Error(), "not this agentfs") {
+		t.Errorf("a process of another binary named agentfs: error %v, want one saying it is not this agentfs", err)
+	}
 
 	pid, st = sleeper(t, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},
@@ -154,6 +176,50 @@ func TestOpenDaemonProcess(t *testing.T) {
 		t.Fatalf("a sleeper in this process's namespaces: %v", err)
 	}
 	d.close()
+}
+
+// TestEnterThroughSymlink: the sessions directory reached through a
+// symbolic link (XDG_STATE_HOME=/tmp/link) is checked and read as
+// resolved, so that the link, whoever owns it, cannot be pointed
+// elsewhere between the check and the read; the check of a path does
+// not follow a link on it.
+func TestEnterThroughSymlink(t *testing.T) {
+	testenv.RequireRoot(t, "a link another user owns")
+	base := t.TempDir()
+	state := filepath.Join(base, "state")
+	link := filepath.Join(base, "link")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(state, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(link, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(state, "sessions"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPrivateDir(filepath.Join(link, "sessions"), 0); err == nil || !strings.Contains(err.Error(), "is a symbolic link") {
+		t.Errorf("a path through a link of uid 65534: error %v, want the link refused", err)
+	}
+	t.Setenv("XDG_STATE_HOME", link)
+	project := t.TempDir()
+	r, err := Create(project, project, []string{"agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(r.SessionDir(), link) {
+		t.Fatalf("the session's directory %s is not through the link %s", r.SessionDir(), link)
+	}
+	pid, start := sleeper(t, nil)
+	r.State, r.DaemonPid, r.DaemonStart = StateRunning, pid, start
+	if err := r.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CheckEnter(); err != nil {
+		t.Errorf("CheckEnter of a session whose state directory is reached through a link: %v", err)
+	}
 }
 
 // TestRefuseEnter: what the record alone refuses, and the record read

@@ -287,12 +287,7 @@ func RunProcess(o ProcessOptions) (*Ended, error) {
 		return nil, &daemon.UsageError{Msg: err.Error()}
 	}
 	s := &process{rec: rec, stderr: o.Stderr, activity: settings}
-	abandon := func(err error) error {
-		s.stopDaemon()
-		s.closeSupervision()
-		rec.remove()
-		return err
-	}
+	abandon := s.abandon
 	if o.Supervise != nil {
 		if err := s.prepareSupervision(*o.Supervise); err != nil {
 			return nil, abandon(err)
@@ -341,6 +336,18 @@ func RunProcess(o ProcessOptions) (*Ended, error) {
 	onSignal.Store(&forward)
 	_ = cmd.Wait() // its exit status is what counts, read below
 	return s.finish(ExitCodeOf(cmd.ProcessState)), nil
+}
+
+// abandon ends a session whose command never ran, with err: the
+// supervisor's line is closed first, so that a rewind the daemon has in
+// flight ends at once (the supervisor is gone) instead of holding up
+// the daemon's exit for up to daemon.StopWait; then the daemon is
+// stopped and the session removed.
+func (s *process) abandon(err error) error {
+	s.closeSupervision()
+	s.stopDaemon()
+	s.rec.remove()
+	return err
 }
 
 // start starts cmd: in the supervisor's group of processes when there

@@ -52,10 +52,16 @@ func (t *terminal) agentHolds(g *procgroup.Group) bool {
 
 // restore gives the terminal back: the foreground to the run's process
 // group, when the command held it (agentHeld, see agentHolds) or the
-// group that has it has no process left, and the modes. SIGTTOU, which the kernel sends a process
-// outside the foreground that changes the terminal, is blocked in this
-// thread meanwhile (blocked, not ignored: os/signal cannot undo an
-// ignore, and an ignored signal is inherited by the commands started).
+// group that has it has no process left, and then the modes, but only
+// when the foreground is the run's (given back just now, or never
+// taken): the modes belong to whoever holds the foreground, and another
+// group holding it (the shell, after agentfs run was suspended and
+// resumed in the background) keeps its own. SIGTTOU, which the kernel
+// sends a process outside the foreground that changes the terminal, is
+// blocked in this thread meanwhile (blocked, not ignored: os/signal
+// cannot undo an ignore, and an ignored signal is inherited by the
+// commands started); with it blocked the kernel lets such a change
+// through, hence the check.
 func (t *terminal) restore(agentHeld bool) error {
 	if t == nil {
 		return nil
@@ -69,13 +75,19 @@ func (t *terminal) restore(agentHeld bool) error {
 	}
 	defer func() { _ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil) }() // the mask it had
 	var errs []error
-	if cur, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP); err == nil && cur != t.pgrp && (agentHeld || errors.Is(unix.Kill(-cur, 0), unix.ESRCH)) {
+	cur, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP)
+	if err == nil && cur != t.pgrp && (agentHeld || errors.Is(unix.Kill(-cur, 0), unix.ESRCH)) {
 		if err := unix.IoctlSetPointerInt(t.fd, unix.TIOCSPGRP, t.pgrp); err != nil {
 			errs = append(errs, fmt.Errorf("making process group %d the terminal's foreground again: %w", t.pgrp, err))
 		}
+		cur, err = unix.IoctlGetInt(t.fd, unix.TIOCGPGRP)
 	}
-	if err := unix.IoctlSetTermios(t.fd, unix.TCSETS, &t.termios); err != nil {
-		errs = append(errs, fmt.Errorf("setting the terminal's modes back: %w", err))
+	// A foreground that cannot be read (the terminal hung up) is not
+	// known to be the run's.
+	if err == nil && cur == t.pgrp {
+		if err := unix.IoctlSetTermios(t.fd, unix.TCSETS, &t.termios); err != nil {
+			errs = append(errs, fmt.Errorf("setting the terminal's modes back: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -47,8 +47,8 @@
 // orders them with snapshots, restores and switches.
 //
 // Lock order: the Mount's rewind lock (a supervised restore's: Mount.
-// Rewinding takes it without opMu, the rewind's Done releases it with
-// opMu held), then Workspace.opMu, then the Mount's own locks (the
+// Rewinding takes it without opMu, the rewind's Done releases it once
+// opMu has been released), then Workspace.opMu, then the Mount's own locks (the
 // daemon's branch-mount table), then a view's lock (overlay), then the
 // branch store's. The Mount never calls back into the Workspace. ApplyProgress
 // and Status take no lock an operation holds (they are asked while an

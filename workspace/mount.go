@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/agentfs/agentfs/branch"
@@ -12,7 +13,8 @@ import (
 // process sees, the kernel's caches, the processes bound to branches
 // and the branch mounts. The daemon implements it; offline there is
 // none. The workspace calls it with opMu held, but Describe and
-// Bindings, which Status calls without it; it never calls back.
+// Bindings, which Status calls without it, and Rewinding (see there);
+// it never calls back.
 type Mount interface {
 	// Resolve returns the view process pid sees at the mount root and
 	// the pid whose binding decides it (0 when none does: the view the
@@ -57,14 +59,23 @@ type Mount interface {
 	// the mount shows), as seen from process pid.
 	Supervised(name string, pid uint32) Supervision
 	// Rewinding stops the supervised command before a restore of branch
-	// name. It is called without opMu (the command's processes may be
-	// in control calls that wait for it), and serializes rewinds: the
-	// next one waits until this one's Done has been called, which the
-	// workspace does, with opMu held, whatever the restore's outcome.
-	// An error means the command could not be stopped; nothing is
+	// name to snapshot, asked from outside the command (asker "") or by
+	// a process of its start asker (Supervision.Run: a self-rewind,
+	// answered already, which the supervisor drops, with an error of
+	// ErrRewindDropped, when that start is no longer the one running).
+	// It is called without opMu (the command's processes may be in
+	// control calls that wait for it), and serializes rewinds: the next
+	// one waits until this one's Done has been called, which the
+	// workspace does, once it has released opMu, whatever the restore's
+	// outcome. An error means the command was not stopped; nothing is
 	// restored then.
-	Rewinding(name string) (Rewind, error)
+	Rewinding(name, snapshot, asker string) (Rewind, error)
 }
+
+// ErrRewindDropped: the supervisor dropped a self-rewind, as the start
+// of the command that asked it is no longer the one running (another
+// rewind stopped it, or the run ended).
+var ErrRewindDropped = errors.New("the rewind was dropped")
 
 // Supervision is what a restore of a branch does to a supervised
 // command.
@@ -73,8 +84,10 @@ type Supervision struct {
 	// command first.
 	Supervised bool
 	// Inside: the caller is one of those processes, so it cannot wait
-	// for the restore (see Workspace.Restore).
+	// for the restore (see Workspace.Restore); Run is the start of the
+	// command it belongs to (its cgroup leaf, "run-N").
 	Inside bool
+	Run    string
 	// Relaunch: the supervisor would start the command again after (it
 	// has relaunches left).
 	Relaunch bool

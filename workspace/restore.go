@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"time"
 
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
@@ -33,10 +32,18 @@ import (
 // prune, a switch or a deletion may have come in between).
 //
 // A process of that command asking for a rewind (an agent rewinding
-// itself) cannot wait for it, as it is among those stopped: its reply
-// comes at once (reply.Deferred, without the safety snapshot; Relaunch
-// says what the supervisor would do), and the rewind follows once the
-// reply is on its way.
+// itself: a self-rewind) cannot wait for it, as it is among those
+// stopped: its reply comes at once (reply.Deferred, without the safety
+// snapshot; Relaunch says what the supervisor will do), and the rewind
+// is handed to the supervisor right after (restoreLater), tied to the
+// start of the command the asker belongs to (Supervision.Run). The
+// supervisor owns it from then on (daemon/supervisor.go, Self-rewinds):
+// it lets the reply reach its reader before it stops the command, and
+// drops the rewind (nothing stopped, nothing restored, a rewind line in
+// the activity log saying why) when that start is no longer the one
+// running: another rewind stopped it first, or the run has ended. So a
+// self-rewind never stops a command started after the one that asked
+// it, nor applies a snapshot its asker chose to a later start.
 func (w *Workspace) Restore(c ctl.Caller, a ctl.RestoreArgs) (ctl.RestoreReply, error) {
 	var rewind bool // supervised, asked from outside the command: stop, then restore
 	reply, err := locked(w, func() (ctl.RestoreReply, error) {
@@ -70,7 +77,7 @@ func (w *Workspace) Restore(c ctl.Caller, a ctl.RestoreArgs) (ctl.RestoreReply, 
 		switch {
 		case sup.Inside:
 			reply.Stopped, reply.Relaunch, reply.Deferred = true, sup.Relaunch, true
-			go w.restoreLater(c, snap.ID, cur)
+			go w.restoreLater(c, snap.ID, cur, sup.Run)
 			return reply, nil
 		case sup.Supervised:
 			rewind = true
@@ -88,7 +95,7 @@ func (w *Workspace) Restore(c ctl.Caller, a ctl.RestoreArgs) (ctl.RestoreReply, 
 	if err != nil || !rewind {
 		return reply, err
 	}
-	rw, err := w.attached().Rewinding(reply.Branch)
+	rw, err := w.attached().Rewinding(reply.Branch, reply.Snapshot.ID, "")
 	if err != nil {
 		return ctl.RestoreReply{}, eioErrorf(err, "restoring snapshot %s: %v: nothing was restored", reply.Snapshot.ID, err)
 	}
@@ -98,7 +105,7 @@ func (w *Workspace) Restore(c ctl.Caller, a ctl.RestoreArgs) (ctl.RestoreReply, 
 // rewindStopped restores snapshot ref into branch cur, whose supervised
 // command rw has stopped: under opMu, with the snapshot and the branch
 // resolved again. rw.Done is told the outcome whatever happens, a panic
-// included (the next rewind waits for it).
+// included (the next rewind waits for it), once opMu is released.
 func (w *Workspace) rewindStopped(c ctl.Caller, ref, cur string, rw Rewind) (ctl.RestoreReply, error) {
 	snapID, safetyID := ref, ""
 	outcome := errors.New("the restore ended in a panic (the daemon's log has it)")
@@ -144,33 +151,31 @@ func (w *Workspace) restoreLocked(view *overlay.FS, snap branch.Snapshot) (branc
 	return safety, stale, nil
 }
 
-// deferredStopDelay is how long a deferred rewind lets its reply reach
-// the process that asked before the stop begins.
-const deferredStopDelay = 250 * time.Millisecond
-
-// restoreLater is a deferred rewind (see Restore), asked by process c
-// of the supervised command for branch cur: once the reply is on its
-// way it stops the command and restores, then makes the change durable,
-// as the control server does after an operation. A panic is logged, not
-// let to end the daemon.
-func (w *Workspace) restoreLater(c ctl.Caller, ref, cur string) {
+// restoreLater is a self-rewind (see Restore), asked by process c of
+// the supervised command's start asker for branch cur: once the reply
+// is made it has the supervisor stop the command and restores, then
+// makes the change durable, as the control server does after an
+// operation. The supervisor waits for the reply to reach its reader
+// before it stops anything (agentfs restore holds SIGTERM until it has
+// printed it). A panic is logged, not let to end the daemon.
+func (w *Workspace) restoreLater(c ctl.Caller, ref, cur, asker string) {
 	defer func() {
 		if r := recover(); r != nil {
 			w.log.Error("deferred restore: panic", "snapshot", ref, "branch", cur, "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
-	// Restore holds opMu until it has returned the reply; the caller
-	// then needs a moment to read it and act on it (print it, pass it
-	// on to its model) before it is sent SIGTERM with the others: a Go
-	// program, agentfs restore included, ends at once on SIGTERM.
+	// Restore holds opMu until it has made the reply.
 	w.opMu.Lock()
 	closed := w.closed
 	w.opMu.Unlock()
 	if closed {
 		return
 	}
-	time.Sleep(deferredStopDelay)
-	rw, err := w.attached().Rewinding(cur)
+	rw, err := w.attached().Rewinding(cur, ref, asker)
+	if errors.Is(err, ErrRewindDropped) {
+		w.log.Info("deferred restore dropped", "snapshot", ref, "branch", cur, "pid", c.Pid, "start", asker, "why", err)
+		return
+	}
 	if err != nil {
 		w.log.Error("deferred restore: stopping the command", "snapshot", ref, "branch", cur, "pid", c.Pid, "err", err)
 		return

@@ -347,7 +347,7 @@ type fakeMount struct {
 	// inside Rewinding (what the command's processes do while they are
 	// being stopped).
 	supervised string
-	inside     uint32 // a process of the supervised command
+	inside     uint32 // a process of the supervised command, of start run-1
 	stopErr    error
 	norelaunch bool
 	duringStop func()
@@ -359,7 +359,11 @@ type fakeMount struct {
 
 func (m *fakeMount) Supervised(name string, pid uint32) Supervision {
 	on := name == m.supervised && m.shown.Layer().Name() == name // as the daemon: the branch it shows
-	return Supervision{Supervised: on, Inside: on && pid == m.inside, Relaunch: !m.norelaunch}
+	sup := Supervision{Supervised: on, Inside: on && pid == m.inside, Relaunch: !m.norelaunch}
+	if sup.Inside {
+		sup.Run = "run-1"
+	}
+	return sup
 }
 
 func (m *fakeMount) told() []string {
@@ -368,16 +372,21 @@ func (m *fakeMount) told() []string {
 	return append([]string(nil), m.rewinds...)
 }
 
-func (m *fakeMount) Rewinding(name string) (Rewind, error) {
+func (m *fakeMount) Rewinding(name, snapshot, asker string) (Rewind, error) {
 	if m.duringStop != nil {
 		m.duringStop()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.stopErr != nil {
+		m.rewinds = append(m.rewinds, fmt.Sprintf("not stopped for %s (%s): %v", snapshot, asker, m.stopErr))
 		return Rewind{}, m.stopErr
 	}
-	m.rewinds = append(m.rewinds, "stopped")
+	if asker != "" {
+		m.rewinds = append(m.rewinds, "stopped, asked by "+asker)
+	} else {
+		m.rewinds = append(m.rewinds, "stopped")
+	}
 	return Rewind{Relaunch: !m.norelaunch, Done: func(snap, safety string, err error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -684,6 +693,9 @@ func TestSupervisedRestore(t *testing.T) {
 	if got, _ := readFile(t, w.View(), "a.txt"); got != "a\n" {
 		t.Errorf("a.txt after the deferred restore = %q", got)
 	}
+	if got := m.told()[2]; got != "stopped, asked by run-1" {
+		t.Errorf("the deferred restore stopped the command as %q, want it tied to the asker's start run-1", got)
+	}
 	m.inside = 0
 	writeFile(t, w.View(), "a.txt", "again\n")
 	m.mu.Lock()
@@ -697,6 +709,37 @@ func TestSupervisedRestore(t *testing.T) {
 	}
 	if after, _ := w.Snapshots(); len(after.Snapshots) != len(before.Snapshots) {
 		t.Errorf("the refused restore took a snapshot: %d, then %d", len(before.Snapshots), len(after.Snapshots))
+	}
+}
+
+// TestSelfRewindDropped: a self-rewind the supervisor drops (the start
+// that asked it no longer runs) restores nothing and takes no safety
+// snapshot.
+func TestSelfRewindDropped(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a.txt": "a\n"})
+	m := &fakeMount{shown: w.View(), bound: map[int]*overlay.FS{}, supervised: "main", inside: 4242}
+	w.Attach(m)
+	s, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, w.View(), "a.txt", "changed\n")
+	before, _ := w.Snapshots()
+	m.stopErr = fmt.Errorf("%w: an earlier rewind stopped run-1", ErrRewindDropped)
+	if rep, err := w.Restore(ctl.Caller{Pid: 4242}, ctl.RestoreArgs{Ref: s.ID}); err != nil || !rep.Deferred {
+		t.Fatalf("the self-rewind = %+v, %v; want Deferred", rep, err)
+	}
+	if !waitFor(func() bool { return len(m.told()) == 1 }) {
+		t.Fatalf("the self-rewind told the mount %q", m.told())
+	}
+	if got, want := m.told()[0], "not stopped for "+s.ID+" (run-1)"; !strings.HasPrefix(got, want) {
+		t.Errorf("the mount was told %q, want %q...", got, want)
+	}
+	if got, _ := readFile(t, w.View(), "a.txt"); got != "changed\n" {
+		t.Errorf("a.txt after a dropped self-rewind = %q, want it unchanged", got)
+	}
+	if after, _ := w.Snapshots(); len(after.Snapshots) != len(before.Snapshots) {
+		t.Errorf("the dropped self-rewind took a snapshot: %d, then %d", len(before.Snapshots), len(after.Snapshots))
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/pflag"
 
@@ -40,6 +43,13 @@ file, as if it had been deleted and replaced: it reads what it read
 before, and what it writes reaches neither the restored state nor any
 snapshot.
 
+A restore, once asked, is carried out whatever happens to this command:
+SIGTERM that comes during it takes effect once the outcome is printed
+(exit code 143). Under agentfs run --supervise, a restore asked from one
+of the session's command's processes is answered at once and carried
+out right after, when its supervisor has stopped them all, this command
+included (see "Agents in control" in the guide).
+
 Examples:
   agentfs restore --dry-run 1a2b
   agentfs restore 1a2b3c4d
@@ -56,8 +66,25 @@ func runRestore(ctx context.Context, o *restoreOptions, args []string) error {
 	if len(args) != 1 {
 		return usagef("restore takes one snapshot ID, got %d arguments", len(args))
 	}
+	// The outcome is printed before SIGTERM ends this command: a
+	// self-rewind's answer comes just before the supervisor's SIGTERM,
+	// and a restore goes on without its caller anyway.
+	term := holdSignal(syscall.SIGTERM)
+	err := restore(o, args[0])
+	if !term.release() {
+		return err
+	}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	return exitCodeError{code: 128 + int(syscall.SIGTERM), msg: msg}
+}
+
+// restore restores snapshot ref as o says, and prints the outcome.
+func restore(o *restoreOptions, ref string) error {
 	rep, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.RestoreReply, error) {
-		return c.Restore(ctl.RestoreArgs{Ref: args[0], DryRun: o.dryRun})
+		return c.Restore(ctl.RestoreArgs{Ref: ref, DryRun: o.dryRun})
 	})
 	if err != nil {
 		return err
@@ -76,11 +103,11 @@ func runRestore(ctx context.Context, o *restoreOptions, args []string) error {
 		return printChanges(o.stdout, rep.Changes)
 	}
 	if rep.Deferred {
-		next := "the supervisor starts the command again"
+		next := "and starts the command again"
 		if !rep.Relaunch {
-			next = "the supervisor does not start the command again (--max-restarts is used up): the run ends"
+			next = "and does not start the command again (--max-restarts is used up): the run ends"
 		}
-		fmt.Fprintf(o.stdout, "restoring snapshot %s%s into branch %s now: this command is one of the session's command's processes, which are stopped first; %s\n", s.ID, label, printable(rep.Branch), next)
+		fmt.Fprintf(o.stdout, "restoring snapshot %s%s into branch %s next: this command is one of the session's command's processes, which its supervisor stops in a moment (this one too), then it restores %s. If another rewind stops the command first, or the run ends first, this one is dropped: agentfs log says what became of it\n", s.ID, label, printable(rep.Branch), next)
 		return nil
 	}
 	fmt.Fprintf(o.stdout, "restored snapshot %s%s into branch %s\n", s.ID, label, printable(rep.Branch))
@@ -94,4 +121,27 @@ func runRestore(ctx context.Context, o *restoreOptions, args []string) error {
 		fmt.Fprintf(o.stdout, "the session's command was stopped before the restore; its supervisor does not start it again (--max-restarts is used up, or it had ended by itself): the run ends\n")
 	}
 	return nil
+}
+
+// heldSignal is a signal held: while it is, the signal does not end the
+// process.
+type heldSignal struct{ ch chan os.Signal }
+
+// holdSignal holds sig until release.
+func holdSignal(sig os.Signal) *heldSignal {
+	h := &heldSignal{ch: make(chan os.Signal, 1)}
+	signal.Notify(h.ch, sig)
+	return h
+}
+
+// release stops holding the signal, and reports whether it came
+// meanwhile.
+func (h *heldSignal) release() bool {
+	signal.Stop(h.ch)
+	select {
+	case <-h.ch:
+		return true
+	default:
+		return false
+	}
 }
