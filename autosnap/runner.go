@@ -105,6 +105,10 @@ func (r *Runner) run() {
 			r.c.Add(c)
 			r.drain()
 		case <-timer.C:
+			// What was queued meanwhile first: a change that came
+			// before the due time belongs in the snapshot (or delays
+			// it), whichever of the two select saw first.
+			r.drain()
 			r.takeDue(time.Now())
 		case <-r.stop:
 			timer.Stop()
