@@ -51,6 +51,8 @@ deps:
 	command -v gcc >/dev/null || missing="$$missing gcc"; \
 	command -v zsh >/dev/null || missing="$$missing zsh"; \
 	command -v fish >/dev/null || missing="$$missing fish"; \
+	command -v node >/dev/null || missing="$$missing nodejs"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
 	[ -e /usr/share/bash-completion/bash_completion ] || missing="$$missing bash-completion"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -61,6 +63,16 @@ deps:
 		fi; \
 	fi
 	@if [ "$$(id -u)" = 0 ] && [ ! -e /dev/fuse ]; then modprobe fuse 2>/dev/null || true; fi
+	@# DuckDB (its npm package), the independent Parquet reader of the
+	@# record tests (integration/record_test.go).
+	@if [ ! -d integration/duckdb/node_modules/@duckdb/node-api ]; then \
+		if command -v npm >/dev/null; then \
+			echo "installing: @duckdb/node-api (integration/duckdb)"; \
+			(cd integration/duckdb && npm install --no-audit --no-fund --no-package-lock --silent) || echo "note: could not install @duckdb/node-api: the record tests need it"; \
+		else \
+			echo "note: npm is missing: the record tests need @duckdb/node-api (cd integration/duckdb && npm install)"; \
+		fi; \
+	fi
 
 # test prints go test's summary: one "ok" (or "FAIL") line per package.
 # The first pass runs every test at full strength; the repeats (race

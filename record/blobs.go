@@ -14,6 +14,10 @@ type blobRow struct {
 	Content []byte `parquet:"content"`
 }
 
+// blobSchema is the table's schema: key (a string), content (binary);
+// the root is named "schema", as pyarrow names it.
+var blobSchema = parquet.NewSchema("schema", parquet.SchemaOf(blobRow{}))
+
 // writeBlobs writes the contents of blobs to the Parquet file at p, in
 // row groups of at most rowGroupBytes of contents (one larger blob is a
 // row group of its own), reading one blob at a time. It returns the
@@ -29,7 +33,7 @@ func writeBlobs(p string, blobs []blobRef, rowGroupBytes int64) (total int64, er
 		}
 	}()
 	bw := bufio.NewWriterSize(f, 1<<20)
-	w := parquet.NewGenericWriter[blobRow](bw, parquet.Compression(&parquet.Snappy), parquet.CreatedBy("agentfs", "", ""))
+	w := parquet.NewGenericWriter[blobRow](bw, blobSchema, parquet.Compression(&parquet.Snappy), parquet.CreatedBy("agentfs", "", ""))
 	var buffered int64
 	for _, b := range blobs {
 		content, err := b.tree.ReadFile(b.path)

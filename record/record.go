@@ -91,7 +91,7 @@ type Result struct {
 }
 
 // ErrTarget is the error of a bundle directory that cannot be used.
-var ErrTarget = errors.New("the bundle directory cannot be used")
+var ErrTarget = errors.New("the record directory cannot be used")
 
 // CheckTarget checks that dir can take a bundle: it does not exist, or
 // is an empty directory.
@@ -101,18 +101,18 @@ func CheckTarget(dir string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("the bundle directory %s: %w", dir, err)
+		return fmt.Errorf("the record directory %s: %w", dir, err)
 	}
 	if !st.IsDir() {
 		return fmt.Errorf("%w: %s exists and is not a directory: give a path that does not exist, or an empty directory", ErrTarget, dir)
 	}
 	f, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("the bundle directory %s: %w", dir, err)
+		return fmt.Errorf("the record directory %s: %w", dir, err)
 	}
 	defer f.Close()
 	if names, _ := f.Readdirnames(1); len(names) > 0 {
-		return fmt.Errorf("%w: %s is not empty: give a path that does not exist, or an empty directory (a bundle is never written over another)", ErrTarget, dir)
+		return fmt.Errorf("%w: %s is not empty: give a path that does not exist, or an empty directory (a record is never written over another)", ErrTarget, dir)
 	}
 	return nil
 }
