@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,6 +62,11 @@ type Options struct {
 	// t, to tell whether they changed between the two trees (nil:
 	// SHA256, reading the file).
 	Hash func(t Tree, p string) ([]byte, error)
+	// BeforeTime, when set, is when the before-state was taken: a
+	// before-state changed later (its ctime says so) is not that state
+	// (a snapshot reads the project's unchanged files through, and the
+	// project changed since); Result.Stale lists such paths.
+	BeforeTime time.Time
 	// RowGroupBytes bounds the contents buffered in one row group of
 	// blobs.parquet (0: DefaultRowGroupBytes). One blob larger than it
 	// is a row group of its own.
@@ -88,6 +94,9 @@ type Result struct {
 	BlobBytes int64 // their contents, before compression
 	// Repos are the Git repositories recorded.
 	Repos int
+	// Stale are the paths (absolute) whose before-state changed after
+	// Options.BeforeTime.
+	Stale []string
 }
 
 // ErrTarget is the error of a bundle directory that cannot be used.
@@ -137,14 +146,14 @@ func Write(dir string, in Input, o Options) (Result, error) {
 	if o.RowGroupBytes <= 0 {
 		o.RowGroupBytes = DefaultRowGroupBytes
 	}
-	m, blobs, err := build(in, o)
+	m, blobs, stale, err := build(in, o)
 	if err != nil {
 		return Result{}, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("making the bundle directory: %w", err)
 	}
-	res := Result{Files: len(m.Files), Blobs: len(blobs), Repos: len(m.GitRepositories)}
+	res := Result{Files: len(m.Files), Blobs: len(blobs), Repos: len(m.GitRepositories), Stale: stale}
 	if len(blobs) > 0 {
 		n, err := writeBlobs(filepath.Join(dir, BlobsName), blobs, o.RowGroupBytes)
 		if err != nil {
@@ -168,8 +177,9 @@ type observed struct {
 	changed bool // the diff says it differs
 }
 
-// build makes the manifest and the list of contents to capture.
-func build(in Input, o Options) (*Manifest, []blobRef, error) {
+// build makes the manifest and the list of contents to capture, and
+// lists the before-states changed after o.BeforeTime.
+func build(in Input, o Options) (m *Manifest, blobs []blobRef, stale []string, err error) {
 	seen := map[string]*observed{}
 	keep := func(p string) bool {
 		return !inGitDir(p) && (o.Hidden == nil || p == "" || !o.Hidden(p))
@@ -217,23 +227,22 @@ func build(in Input, o Options) (*Manifest, []blobRef, error) {
 		}
 		return path.Join(in.Project, p)
 	}
-	m := &Manifest{Command: in.Command, ExitStatus: in.ExitStatus, StartCwd: jsonName(in.StartCwd),
+	m = &Manifest{Command: in.Command, ExitStatus: in.ExitStatus, StartCwd: jsonName(in.StartCwd),
 		Uid: in.Uid, Gid: in.Gid, GitRepositories: []Repo{}, Files: make([]File, 0, len(paths))}
 	if m.Command == nil {
 		m.Command = []string{}
 	}
 	git := newGitScan(in.Before, in.After)
 	repos := map[*repo]bool{}
-	var blobs []blobRef
 	for _, p := range paths {
 		ob := seen[p]
 		bst, bok, err := lstat(in.Before, p)
 		if err != nil {
-			return nil, nil, fmt.Errorf("the before-state of %s: %w", abs(p), err)
+			return nil, nil, nil, fmt.Errorf("the before-state of %s: %w", abs(p), err)
 		}
 		ast, aok, err := lstat(in.After, p)
 		if err != nil {
-			return nil, nil, fmt.Errorf("the after-state of %s: %w", abs(p), err)
+			return nil, nil, nil, fmt.Errorf("the after-state of %s: %w", abs(p), err)
 		}
 		f := File{Path: jsonName(abs(p))}
 		isDir := bok && bst.Mode&unix.S_IFMT == unix.S_IFDIR || aok && ast.Mode&unix.S_IFMT == unix.S_IFDIR
@@ -250,6 +259,9 @@ func build(in Input, o Options) (*Manifest, []blobRef, error) {
 		if bok {
 			before = &bst
 			f.Before = stateOf(&bst)
+			if !o.BeforeTime.IsZero() && time.Unix(bst.Ctim.Unix()).After(o.BeforeTime) {
+				stale = append(stale, abs(p))
+			}
 		}
 		if aok {
 			f.After = stateOf(&ast)
@@ -267,7 +279,7 @@ func build(in Input, o Options) (*Manifest, []blobRef, error) {
 		}
 		changed, err := contentsChanged(in, o, p, before, aok, &ast, ob.changed)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		needed := ob.ops[OpRead] || ob.ops[OpWrite] || ob.ops[OpDelete] || changed
 		if bok && bst.Mode&unix.S_IFMT == unix.S_IFREG && needed && !clean {
@@ -281,7 +293,7 @@ func build(in Input, o Options) (*Manifest, []blobRef, error) {
 		m.Files = append(m.Files, f)
 	}
 	slices.SortFunc(m.GitRepositories, func(a, b Repo) int { return strings.Compare(a.Root, b.Root) })
-	return m, blobs, nil
+	return m, blobs, stale, nil
 }
 
 // contentsChanged reports whether the regular file p has other

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/parquet-go/parquet-go"
 	"golang.org/x/sys/unix"
@@ -366,5 +367,36 @@ func TestCheckTarget(t *testing.T) {
 	}
 	if names, _ := os.ReadDir(filepath.Join(dir, "full")); len(names) != 1 {
 		t.Errorf("the full directory holds %d names, want 1", len(names))
+	}
+}
+
+// TestStaleBeforeStates: a before-state changed after Options.BeforeTime
+// (the tree read the project through, and it changed since) is listed.
+func TestStaleBeforeStates(t *testing.T) {
+	before, _, in := scenario(t)
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(before, "old.txt"), &st); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Unix(st.Ctim.Unix()) // the newest file of the before-tree
+	// Change dirty.txt's ctime until the (coarse) clock has moved past.
+	for i := 0; ; i++ {
+		if err := os.Chmod(filepath.Join(before, "dirty.txt"), 0o600|os.FileMode(i%2)<<6); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Lstat(filepath.Join(before, "dirty.txt"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if time.Unix(st.Ctim.Unix()).After(since) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	res, err := Write(filepath.Join(t.TempDir(), "b"), in, Options{BeforeTime: since})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Stale, []string{"/repo/dirty.txt"}) {
+		t.Errorf("stale = %q, want /repo/dirty.txt", res.Stale)
 	}
 }

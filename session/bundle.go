@@ -1,10 +1,11 @@
 package session
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/agentfs/agentfs/activity"
@@ -48,6 +49,24 @@ type BundleResult struct {
 	Dropped int64
 }
 
+// Warnings says what the record may not hold right, one line each: the
+// operations of dropped log entries, before-states the project changed
+// since the run started.
+func (b BundleResult) Warnings() []string {
+	var out []string
+	if b.Dropped > 0 {
+		out = append(out, fmt.Sprintf("%d entries of the activity log were dropped (its queue was full): the record may miss some operations", b.Dropped))
+	}
+	if n := len(b.Stale); n > 0 {
+		list := strings.Join(b.Stale[:min(n, 5)], ", ")
+		if n > 5 {
+			list += fmt.Sprintf(" and %d more", n-5)
+		}
+		out = append(out, fmt.Sprintf("%d paths of the project changed after the run started (%s): their before-states are the project's files as they are now, not as the command found them", n, list))
+	}
+	return out
+}
+
 // hiddenPaths returns the filter of paths hidden from the session's
 // mount, which never appear in a record. TODO(issue 26, part 3): the
 // hide package's matcher of the session's patterns; nil hides none.
@@ -65,6 +84,8 @@ func (r *Record) WriteBundle(dir, version string) (BundleResult, error) {
 		return BundleResult{}, fmt.Errorf("session %s ran without reads logged: its activity log lacks what the command read, which a record needs; run the command again with agentfs run --record DIR (or --log-reads)", r.ID)
 	case r.PreRun == "":
 		return BundleResult{}, fmt.Errorf("session %s has no pre-run snapshot: there is no before-state to record", r.ID)
+	case st == StateApplied:
+		return BundleResult{}, fmt.Errorf("session %s was applied: the project now holds its changes, and its pre-run snapshot reads the project's files through, so its before-states are gone; record a session before applying it (agentfs run --record DIR records it at its end)", r.ID)
 	}
 	if err := CheckBundleTarget(dir, r.Project); err != nil {
 		return BundleResult{}, err
@@ -98,7 +119,7 @@ func (r *Record) WriteBundle(dir, version string) (BundleResult, error) {
 		return res, err
 	}
 	defer func() { _ = closeStore() }() // only read: the record's outcome stands
-	after, err := r.afterRef(w)
+	pre, after, err := r.recordedStates(w)
 	if err != nil {
 		return res, err
 	}
@@ -111,7 +132,7 @@ func (r *Record) WriteBundle(dir, version string) (BundleResult, error) {
 	}
 	err = w.ReadTrees([]string{r.PreRun, after}, func(trees []*workspace.RefTree) error {
 		in.Before, in.After = trees[0], trees[1]
-		res.Result, err = record.Write(dir, in, record.Options{Hidden: hiddenPaths(r)})
+		res.Result, err = record.Write(dir, in, record.Options{Hidden: hiddenPaths(r), BeforeTime: pre.Created})
 		return err
 	})
 	if err != nil {
@@ -120,20 +141,21 @@ func (r *Record) WriteBundle(dir, version string) (BundleResult, error) {
 	return res, nil
 }
 
-// afterRef names the state at the end of the run: the post-run
-// snapshot, else the branch the pre-run snapshot was taken of.
-func (r *Record) afterRef(w *workspace.Workspace) (string, error) {
-	if r.PostRun != "" {
-		return r.PostRun, nil
-	}
+// recordedStates returns the pre-run snapshot and names the state at
+// the end of the run: the post-run snapshot, else the branch the
+// pre-run snapshot was taken of.
+func (r *Record) recordedStates(w *workspace.Workspace) (pre ctl.SnapshotInfo, after string, err error) {
 	list, err := w.Snapshots()
 	if err != nil {
-		return "", fmt.Errorf("session %s: listing its snapshots: %w", r.ID, err)
+		return pre, "", fmt.Errorf("session %s: listing its snapshots: %w", r.ID, err)
 	}
-	for _, s := range list.Snapshots {
-		if s.ID == r.PreRun {
-			return s.Branch, nil
-		}
+	i := slices.IndexFunc(list.Snapshots, func(s ctl.SnapshotInfo) bool { return s.ID == r.PreRun })
+	if i < 0 {
+		return pre, "", fmt.Errorf("session %s: its pre-run snapshot %s is gone (deleted or pruned): there is no before-state to record", r.ID, r.PreRun)
 	}
-	return "", errors.New("session " + r.ID + ": its pre-run snapshot " + r.PreRun + " is gone (deleted or pruned): there is no before-state to record")
+	pre = list.Snapshots[i]
+	if r.PostRun != "" {
+		return pre, r.PostRun, nil
+	}
+	return pre, pre.Branch, nil
 }

@@ -53,7 +53,9 @@ func TestWriteBundle(t *testing.T) {
 	r.LogReads = true
 	r.State, r.RunPid, r.RunStart = StateRunning, os.Getpid(), procfs.StartTime(os.Getpid())
 	refused("a running session", "still running")
-	r.State, r.RunPid, r.RunStart = StateEnded, 0, 0
+	r.State, r.RunPid, r.RunStart = StateApplied, 0, 0
+	refused("an applied session", "was applied")
+	r.State = StateEnded
 	if _, err := r.WriteBundle(filepath.Join(r.Project, "rec"), "test"); err == nil || !strings.Contains(err.Error(), "inside the project") {
 		t.Errorf("a record in the project: %v", err)
 	}

@@ -199,8 +199,8 @@ func recordRun(o RunOptions, rec *Record, runErr error) error {
 	res, err := r.WriteBundle(o.Record, o.Version)
 	if err == nil {
 		fmt.Fprintf(o.Stderr, "agentfs run: the record of session %s is in %s (%d paths, %d contents, %d bytes)\n", r.ID, o.Record, res.Files, res.Blobs, res.BlobBytes)
-		if res.Dropped > 0 {
-			fmt.Fprintf(o.Stderr, "agentfs run: %d entries of the activity log were dropped (its queue was full): the record may miss some operations\n", res.Dropped)
+		for _, w := range res.Warnings() {
+			fmt.Fprintf(o.Stderr, "agentfs run: note: %s\n", w)
 		}
 		return runErr
 	}

@@ -79,8 +79,8 @@ func runRecord(_ context.Context, o *recordOptions, args []string) error {
 		return err
 	}
 	fmt.Fprintf(o.stdout, "the record of session %s is in %s (%d paths, %d contents, %d bytes)\n", r.ID, to, res.Files, res.Blobs, res.BlobBytes)
-	if res.Dropped > 0 {
-		fmt.Fprintf(o.stdout, "note: %d entries of the activity log were dropped (its queue was full): the record may miss some operations\n", res.Dropped)
+	for _, w := range res.Warnings() {
+		fmt.Fprintf(o.stdout, "note: %s\n", w)
 	}
 	return nil
 }
