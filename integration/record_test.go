@@ -157,7 +157,8 @@ mv old.txt moved.txt
 test -e missing.txt || true
 ls src > /dev/null
 echo appended >> build.log
-stat -c '%n %f %Y' a.txt dirty.txt notes.txt build.log src/main.go new.txt moved.txt src > "$1"
+ln -s a.txt link
+stat -c '%n %f %Y' a.txt dirty.txt notes.txt build.log src/main.go new.txt moved.txt src link > "$1"
 exit 3
 `
 
@@ -263,6 +264,7 @@ func TestRunRecord(t *testing.T) {
 		"old.txt":     {ops: []string{"delete"}, beforeExists: true, before: "untracked, to be renamed\n", tombstone: true},
 		"moved.txt":   {ops: []string{"write"}, afterExists: true, after: "untracked, to be renamed\n"},
 		"missing.txt": {ops: []string{"existence"}, exactOps: true},
+		"link":        {ops: []string{"write"}, afterExists: true, after: none},
 		"src":         {ops: []string{"directory"}, beforeExists: true, before: none, afterExists: true, after: none, tracked: true, exactOps: true},
 	}
 	var paths, wantPaths []string

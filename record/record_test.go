@@ -400,3 +400,41 @@ func TestStaleBeforeStates(t *testing.T) {
 		t.Errorf("stale = %q, want /repo/dirty.txt", res.Stale)
 	}
 }
+
+// TestNestedRepository: a repository below the project's root
+// classifies the paths below it; a path outside any repository has no
+// Git classification.
+func TestNestedRepository(t *testing.T) {
+	testenv.RequireProgram(t, "git")
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "top.txt"), "top\n")
+	write(t, filepath.Join(dir, "sub/x.txt"), "x\n")
+	run(t, filepath.Join(dir, "sub"), "git", "init", "-q")
+	run(t, filepath.Join(dir, "sub"), "git", "add", ".")
+	run(t, filepath.Join(dir, "sub"), "git", "commit", "-q", "-m", "x")
+	if err := os.Symlink("x.txt", filepath.Join(dir, "sub/link")); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "b")
+	in := Input{Project: "/p", Before: dirTree(dir), After: dirTree(dir), Events: []Event{
+		{Op: "open", Path: "top.txt"}, {Op: "open", Path: "sub/x.txt"}, {Op: "lookup", Path: "sub/link"}, {Op: "readdir", Path: "sub"}}}
+	if _, err := Write(out, in, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	m, blobs := readBundle(t, out)
+	if len(m.GitRepositories) != 1 || m.GitRepositories[0].Root != "/p/sub" {
+		t.Errorf("repositories %+v, want /p/sub", m.GitRepositories)
+	}
+	if f := fileOf(t, m, "/p/top.txt"); f.Git != nil || f.Before.Blob == "" || blobs[f.Before.Blob] != "top\n" {
+		t.Errorf("top.txt: %+v, git %+v", f, f.Git)
+	}
+	if f := fileOf(t, m, "/p/sub/x.txt"); f.Git == nil || f.Git.Root != "/p/sub" || f.Git.RelativePath != "x.txt" || !f.Git.Tracked || f.Git.Dirty || f.Before.Blob != "" {
+		t.Errorf("sub/x.txt: %+v, git %+v", f, f.Git)
+	}
+	if f := fileOf(t, m, "/p/sub/link"); f.Before.Type != TypeSymlink || f.Git == nil || f.Git.Tracked || f.Before.Blob != "" || !slices.Equal(f.Operations, []string{"existence"}) {
+		t.Errorf("sub/link: %+v, git %+v", f, f.Git)
+	}
+	if f := fileOf(t, m, "/p/sub"); f.Git == nil || f.Git.RelativePath != "." || !f.Git.Tracked || !slices.Equal(f.Operations, []string{"directory"}) {
+		t.Errorf("sub: %+v, git %+v", f, f.Git)
+	}
+}
