@@ -70,6 +70,12 @@ type RunOptions struct {
 	Stderr  io.Writer
 }
 
+// RecordLogSize is the activity log's bound of agentfs run --record
+// (unless --log-size says, or the configuration more): the record's
+// operations are the log's entries, lookups included, and a bounded log
+// drops its oldest ones.
+const RecordLogSize = 256 << 20
+
 // Run runs a session, as agentfs run does: it checks the request,
 // creates the session, starts the session process in new namespaces
 // (agentfs run --session-process) and waits for it. It returns the
@@ -107,6 +113,11 @@ func Run(o RunOptions) error {
 	settings, err := config.Resolve(cfg, o.Activity, true)
 	if err != nil {
 		return &daemon.UsageError{Msg: err.Error()}
+	}
+	if o.Record != "" && o.Activity.LogSize == "" {
+		// The record's operations are the log's: it must keep them
+		// all (every lookup is logged).
+		settings.LogSize = max(settings.LogSize, RecordLogSize)
 	}
 	root := os.Geteuid() == 0
 	if err := daemon.CheckFuseDevice(!root); err != nil {

@@ -95,8 +95,8 @@ project) in the agent-snapshot bundle format: manifest.json (the
 command, its exit status, every path it looked up, read, wrote or
 deleted, with its state before and after and its Git classification)
 and blobs.parquet (the contents needed to rebuild those states). It
-logs reads for that (--log-reads). agentfs record -s ID --to DIR writes
-the same record later.
+logs reads for that (--log-reads), in a log of 256M unless --log-size
+says. agentfs record -s ID --to DIR writes the same record later.
 
 With --supervise, COMMAND runs under a supervisor: a restore of the
 session's branch while it runs (agentfs restore -s SESSION ID, or the
