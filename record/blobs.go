@@ -33,7 +33,10 @@ func writeBlobs(p string, blobs []blobRef, rowGroupBytes int64) (total int64, er
 		}
 	}()
 	bw := bufio.NewWriterSize(f, 1<<20)
-	w := parquet.NewGenericWriter[blobRow](bw, blobSchema, parquet.Compression(&parquet.Snappy), parquet.CreatedBy("agentfs", "", ""))
+	// Statistics and bounds of contents would copy each blob into the
+	// page headers and the column index (min and max): none for them.
+	w := parquet.NewGenericWriter[blobRow](bw, blobSchema, parquet.Compression(&parquet.Snappy), parquet.CreatedBy("agentfs", "", ""),
+		parquet.SkipPageBounds("content"), parquet.SkipPageStatistics("content"))
 	var buffered int64
 	for _, b := range blobs {
 		content, err := b.tree.ReadFile(b.path)
