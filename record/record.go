@@ -55,7 +55,8 @@ type Change struct {
 // Options tune Write.
 type Options struct {
 	// Hidden reports whether a project path (relative, '/'-separated)
-	// is hidden from the mount: such a path never appears in a record,
+	// is hidden from the mount (the one filter point of hidden paths):
+	// such a path, and every path below it, never appears in a record,
 	// neither its file record nor its contents. nil: none is.
 	Hidden func(p string) bool
 	// Hash returns a hash of the contents of the regular file at p in
@@ -181,9 +182,7 @@ type observed struct {
 // lists the before-states changed after o.BeforeTime.
 func build(in Input, o Options) (m *Manifest, blobs []blobRef, stale []string, err error) {
 	seen := map[string]*observed{}
-	keep := func(p string) bool {
-		return !inGitDir(p) && (o.Hidden == nil || p == "" || !o.Hidden(p))
-	}
+	keep := func(p string) bool { return !inGitDir(p) && !hidden(o.Hidden, p) }
 	add := func(raw, op string) {
 		p, ok := cleanRel(raw)
 		if !ok || op == "" || !keep(p) {
@@ -294,6 +293,20 @@ func build(in Input, o Options) (m *Manifest, blobs []blobRef, stale []string, e
 	}
 	slices.SortFunc(m.GitRepositories, func(a, b Repo) int { return strings.Compare(a.Root, b.Root) })
 	return m, blobs, stale, nil
+}
+
+// hidden reports whether path p or a directory above it is hidden by
+// filter (nil: none is).
+func hidden(filter func(string) bool, p string) bool {
+	if filter == nil {
+		return false
+	}
+	for ; p != "." && p != ""; p = path.Dir(p) {
+		if filter(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // contentsChanged reports whether the regular file p has other
