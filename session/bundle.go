@@ -101,19 +101,6 @@ func (r *Record) WriteBundle(dir, version string) (BundleResult, error) {
 			in.Uid, in.Gid = sys.Uid, sys.Gid
 		}
 	}
-	err := activity.Read(r.Store, activity.Activity, func(l activity.Line) error {
-		switch l.Op {
-		case activity.OpDropped:
-			res.Dropped += l.Count
-		case activity.OpRewind:
-		default:
-			in.Events = append(in.Events, record.Event{Op: l.Op, Path: l.Path, Path2: l.Path2})
-		}
-		return nil
-	})
-	if err != nil {
-		return res, fmt.Errorf("session %s: reading its activity log: %w", r.ID, err)
-	}
 	w, closeStore, err := r.openStore(version)
 	if err != nil {
 		return res, err
@@ -122,6 +109,21 @@ func (r *Record) WriteBundle(dir, version string) (BundleResult, error) {
 	pre, after, err := r.recordedStates(w)
 	if err != nil {
 		return res, err
+	}
+	// The operations on the session's branch (agentfs exec -b may
+	// have worked in others of its store).
+	err = activity.Read(r.Store, activity.Activity, func(l activity.Line) error {
+		switch {
+		case l.Op == activity.OpDropped:
+			res.Dropped += l.Count
+		case l.Op == activity.OpRewind, l.Branch != "" && l.Branch != pre.Branch:
+		default:
+			in.Events = append(in.Events, record.Event{Op: l.Op, Path: l.Path, Path2: l.Path2})
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("session %s: reading its activity log: %w", r.ID, err)
 	}
 	diff, err := w.Diff(ctl.Caller{}, ctl.DiffArgs{From: r.PreRun, To: after})
 	if err != nil {

@@ -32,6 +32,7 @@ func TestWriteBundle(t *testing.T) {
 	r.PreRun, r.ExitCode = info.ID, &code
 	log := `{"time":"2026-11-28T05:00:00Z","uid":0,"op":"lookup","path":"a.txt"}
 {"time":"2026-11-28T05:00:00Z","uid":0,"op":"open","path":"a.txt"}
+{"time":"2026-11-28T05:00:00Z","uid":0,"branch":"other","op":"open","path":"elsewhere.txt"}
 {"time":"2026-11-28T05:00:00Z","uid":0,"op":"lookup","path":"nothing.txt"}
 {"time":"2026-11-28T05:00:01Z","uid":0,"op":"dropped","count":2}
 `
