@@ -151,25 +151,44 @@ func Write(dir string, in Input, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	_, statErr := os.Lstat(dir)
+	made := errors.Is(statErr, os.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return Result{}, fmt.Errorf("making the bundle directory: %w", err)
+		return Result{}, fmt.Errorf("making the record directory: %w", err)
 	}
 	res := Result{Files: len(m.Files), Blobs: len(blobs), Repos: len(m.GitRepositories), Stale: stale}
-	if len(blobs) > 0 {
-		n, err := writeBlobs(filepath.Join(dir, BlobsName), blobs, o.RowGroupBytes)
-		if err != nil {
-			return res, err
+	res.BlobBytes, err = writeBundle(dir, m, blobs, o.RowGroupBytes)
+	if err != nil {
+		// Nothing half written is left: only what Write made is
+		// removed (the directory was new or empty).
+		_ = os.Remove(filepath.Join(dir, BlobsName))
+		_ = os.Remove(filepath.Join(dir, ManifestName))
+		if made {
+			_ = os.Remove(dir)
 		}
-		res.BlobBytes = n
+		return res, err
+	}
+	return res, nil
+}
+
+// writeBundle writes blobs.parquet (when there are blobs), then the
+// manifest, and returns the bytes of the blobs' contents.
+func writeBundle(dir string, m *Manifest, blobs []blobRef, rowGroupBytes int64) (int64, error) {
+	var n int64
+	if len(blobs) > 0 {
+		var err error
+		if n, err = writeBlobs(filepath.Join(dir, BlobsName), blobs, rowGroupBytes); err != nil {
+			return n, err
+		}
 	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return res, fmt.Errorf("encoding the manifest: %w", err)
+		return n, fmt.Errorf("encoding the manifest: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, ManifestName), append(b, '\n'), 0o644); err != nil {
-		return res, fmt.Errorf("writing the manifest: %w", err)
+		return n, fmt.Errorf("writing the manifest: %w", err)
 	}
-	return res, nil
+	return n, nil
 }
 
 // observed is what build gathers of one path.

@@ -443,3 +443,42 @@ func TestNestedRepository(t *testing.T) {
 		t.Errorf("sub: %+v, git %+v", f, f.Git)
 	}
 }
+
+// failingTree fails to read one path.
+type failingTree struct {
+	dirTree
+	fail string
+}
+
+func (f failingTree) ReadFile(p string) ([]byte, error) {
+	if p == f.fail {
+		return nil, unix.EIO
+	}
+	return f.dirTree.ReadFile(p)
+}
+
+// TestWriteFailsWhole: a content that cannot be read fails the record,
+// and leaves nothing of it: no half bundle.
+func TestWriteFailsWhole(t *testing.T) {
+	_, after, in := scenario(t)
+	in.After = failingTree{dirTree(after), "new.txt"}
+	for _, made := range []bool{true, false} {
+		out := filepath.Join(t.TempDir(), "bundle")
+		if !made {
+			if err := os.Mkdir(out, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := Write(out, in, Options{})
+		if !errors.Is(err, unix.EIO) || !strings.Contains(err.Error(), "after:/repo/new.txt") {
+			t.Errorf("Write: %v, want the EIO of new.txt", err)
+		}
+		names, err := os.ReadDir(out)
+		switch {
+		case made && !errors.Is(err, os.ErrNotExist):
+			t.Errorf("the directory Write made is left: %v %v", names, err)
+		case !made && (err != nil || len(names) != 0):
+			t.Errorf("the empty directory given holds %v (%v) after a failed Write", names, err)
+		}
+	}
+}
