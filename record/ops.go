@@ -68,6 +68,54 @@ func opsOf(e Event) (p1, op1, p2, op2 string) {
 	return "", "", "", ""
 }
 
+// observed is what the log and the diff say of one path.
+type observed struct {
+	ops     opSet
+	changed bool // the diff says it differs
+}
+
+// observe gathers the paths the events name and the paths that changed,
+// with their operations, keeping those keep accepts (paths relative to
+// the project, "" for its root). A changed path the log has no write or
+// delete of (below a renamed directory, or an entry dropped) gets one.
+func observe(in Input, keep func(p string) bool) map[string]*observed {
+	seen := map[string]*observed{}
+	add := func(raw, op string) *observed {
+		p, ok := cleanRel(raw)
+		if !ok || op == "" || !keep(p) {
+			return nil
+		}
+		ob := seen[p]
+		if ob == nil {
+			ob = &observed{ops: opSet{}}
+			seen[p] = ob
+		}
+		ob.ops[op] = true
+		return ob
+	}
+	for _, e := range in.Events {
+		p1, op1, p2, op2 := opsOf(e)
+		add(p1, op1)
+		add(p2, op2)
+	}
+	for _, c := range in.Changed {
+		op := OpWrite
+		if c.Deleted {
+			op = OpDelete
+		}
+		p, ok := cleanRel(c.Path)
+		if !ok {
+			continue
+		}
+		if ob := seen[p]; ob != nil && (ob.ops[OpWrite] || ob.ops[OpDelete]) {
+			ob.changed = true
+		} else if ob := add(c.Path, op); ob != nil {
+			ob.changed = true
+		}
+	}
+	return seen
+}
+
 // cleanRel turns a log's path into a clean relative one ("" for the
 // root); ok is false for what is no path of the tree (a file unlinked
 // while open, "(deleted)").

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -191,53 +192,11 @@ func writeBundle(dir string, m *Manifest, blobs []blobRef, rowGroupBytes int64) 
 	return n, nil
 }
 
-// observed is what build gathers of one path.
-type observed struct {
-	ops     opSet
-	changed bool // the diff says it differs
-}
-
 // build makes the manifest and the list of contents to capture, and
 // lists the before-states changed after o.BeforeTime.
 func build(in Input, o Options) (m *Manifest, blobs []blobRef, stale []string, err error) {
-	seen := map[string]*observed{}
-	keep := func(p string) bool { return !inGitDir(p) && !hidden(o.Hidden, p) }
-	add := func(raw, op string) {
-		p, ok := cleanRel(raw)
-		if !ok || op == "" || !keep(p) {
-			return
-		}
-		ob := seen[p]
-		if ob == nil {
-			ob = &observed{ops: opSet{}}
-			seen[p] = ob
-		}
-		ob.ops[op] = true
-	}
-	for _, e := range in.Events {
-		p1, op1, p2, op2 := opsOf(e)
-		add(p1, op1)
-		add(p2, op2)
-	}
-	for _, c := range in.Changed {
-		op := OpWrite
-		if c.Deleted {
-			op = OpDelete
-		}
-		p, ok := cleanRel(c.Path)
-		if !ok || !keep(p) {
-			continue
-		}
-		if seen[p] == nil || !seen[p].ops[OpDelete] && !seen[p].ops[OpWrite] {
-			add(p, op)
-		}
-		seen[p].changed = true
-	}
-	paths := make([]string, 0, len(seen))
-	for p := range seen {
-		paths = append(paths, p)
-	}
-	slices.Sort(paths)
+	seen := observe(in, func(p string) bool { return !inGitDir(p) && !hidden(o.Hidden, p) })
+	paths := slices.Sorted(maps.Keys(seen))
 
 	abs := func(p string) string {
 		if p == "" {
