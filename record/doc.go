@@ -42,6 +42,17 @@
 // blobs.parquet is written with parquet-go, Snappy-compressed, one
 // blob read at a time and a row group flushed whenever the rows
 // buffered reach Options.RowGroupBytes: memory holds at most one row
-// group plus one blob. blobs.parquet is written first and manifest.json
-// last, so a bundle with a manifest is whole.
+// group plus one blob (statistics and page bounds of the content column
+// are off: they would copy every blob into the page headers and the
+// column index). blobs.parquet is written first and manifest.json last,
+// so a bundle with a manifest is whole; a Write that fails removes what
+// it wrote.
+//
+// # Before-states read through
+//
+// A snapshot of a branch reads the project's unchanged files through,
+// so a before-state is the project's file as it is when the record is
+// made: Options.BeforeTime names the time of the before-state, and
+// Result.Stale the paths whose ctime is later (the project changed
+// since; the caller says so).
 package record
