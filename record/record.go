@@ -62,7 +62,8 @@ type Options struct {
 	Hidden func(p string) bool
 	// Hash returns a hash of the contents of the regular file at p in
 	// t, to tell whether they changed between the two trees (nil:
-	// SHA256, reading the file).
+	// SHA256, reading the file). A store that keeps hashes can answer
+	// from them (a workspace.RefTree names its snapshot: Ref).
 	Hash func(t Tree, p string) ([]byte, error)
 	// BeforeTime, when set, is when the before-state was taken: a
 	// before-state changed later (its ctime says so) is not that state

@@ -19,7 +19,15 @@ import (
 // RefTree is a read-only tree of a ref. Paths are relative to the
 // project root, '/'-separated ("" is the root). Errors wrap ENOENT when
 // there is no such file.
-type RefTree struct{ v *overlay.FS }
+type RefTree struct {
+	v   *overlay.FS
+	ref string
+}
+
+// Ref is what the tree was opened for, as ReadTrees was given it (a
+// snapshot id, a tag, a branch, "lower"): a hash of its files can be
+// looked up by it.
+func (t *RefTree) Ref() string { return t.ref }
 
 // Lstat returns the attributes of the file at p (a final symlink not
 // followed).
@@ -43,7 +51,7 @@ func (w *Workspace) ReadTrees(refs []string, fn func(trees []*RefTree) error) er
 				return struct{}{}, err
 			}
 			defer v.close()
-			trees = append(trees, &RefTree{v.fs})
+			trees = append(trees, &RefTree{v: v.fs, ref: ref})
 		}
 		return struct{}{}, fn(trees)
 	})
