@@ -48,6 +48,12 @@ docs/guide.md says what the record holds and what it does not.
 Example:
   agentfs run --log-reads -- ./agent.sh
   agentfs record -s a3f9 --to /tmp/a3f9-record`,
+		exitCodes: `Exit codes:
+  0  the record was written
+  1  error (no such session, one still running, applied or run without
+     reads logged, DIR not empty or in the project): nothing was written
+  2  usage error
+`,
 		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &recordOptions{stdout: out.stdout}
 			o.AddFlags(flags)

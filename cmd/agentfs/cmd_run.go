@@ -124,7 +124,8 @@ Examples:
   agentfs apply -s ID                   # take the changes into the project
   agentfs discard -s ID                 # drop them`,
 		exitCodes: `Exit codes:
-  the command's own exit code once it ran (128+N when signal N killed it);
+  the command's own exit code once it ran (128+N when signal N killed it),
+  or 1 when it exited 0 and --record could not write the record;
   before it runs:
   1  error (the message says what went wrong and how to fix it)
   2  usage error (no command, unknown flag)
