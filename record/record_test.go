@@ -482,3 +482,52 @@ func TestWriteFailsWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestGitDirty: a tracked file is dirty when its contents, its
+// executable bit or its type differ from the index; a tracked symlink
+// is clean when its target is the index's.
+func TestGitDirty(t *testing.T) {
+	testenv.RequireProgram(t, "git")
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "run.sh"), "#!/bin/sh\n")
+	write(t, filepath.Join(dir, "mode.sh"), "#!/bin/sh\n")
+	write(t, filepath.Join(dir, "same.txt"), "same\n")
+	for _, p := range []string{"run.sh", "mode.sh"} {
+		if err := os.Chmod(filepath.Join(dir, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("same.txt", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("same.txt", filepath.Join(dir, "retarget")); err != nil {
+		t.Fatal(err)
+	}
+	run(t, dir, "git", "init", "-q")
+	run(t, dir, "git", "add", ".")
+	run(t, dir, "git", "commit", "-q", "-m", "x")
+	if err := os.Chmod(filepath.Join(dir, "mode.sh"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "retarget")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("run.sh", filepath.Join(dir, "retarget")); err != nil {
+		t.Fatal(err)
+	}
+	var events []Event
+	for _, p := range []string{"run.sh", "mode.sh", "same.txt", "link", "retarget"} {
+		events = append(events, Event{Op: "lookup", Path: p})
+	}
+	out := filepath.Join(t.TempDir(), "b")
+	if _, err := Write(out, Input{Project: "/p", Before: dirTree(dir), After: dirTree(dir), Events: events}, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := readBundle(t, out)
+	for p, dirty := range map[string]bool{"run.sh": false, "mode.sh": true, "same.txt": false, "link": false, "retarget": true} {
+		f := fileOf(t, m, "/p/"+p)
+		if f.Git == nil || !f.Git.Tracked || f.Git.Dirty != dirty {
+			t.Errorf("%s: git %+v, want tracked, dirty %v", p, f.Git, dirty)
+		}
+	}
+}
