@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"io"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,6 +51,19 @@ func (v *FS) BranchName() string {
 // data is read without changing atimes). An error wraps ENOENT when
 // there is no such file, EISDIR or EINVAL when p is not a regular file.
 func (v *FS) ReadFile(p string, max int) ([]byte, error) {
+	f, err := v.OpenPath(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, int64(max)))
+}
+
+// OpenPath opens the regular file at path p in the view for reading,
+// as ReadFile reads it, for a reader that streams it. An error wraps
+// ENOENT when there is no such file, EISDIR or EINVAL when p is not a
+// regular file.
+func (v *FS) OpenPath(p string) (*os.File, error) {
 	n, st, err := v.lookupPath(p)
 	if err != nil {
 		return nil, err
@@ -65,12 +79,7 @@ func (v *FS) ReadFile(p string, max int) ([]byte, error) {
 	default:
 		return nil, unix.EINVAL
 	}
-	f, err := v.openData(n)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, int64(max)))
+	return v.openData(n)
 }
 
 // StatPath returns the attributes of the file at path p in the view

@@ -44,7 +44,11 @@
 // buffered reach Options.RowGroupBytes: memory holds at most one row
 // group plus one blob (statistics and page bounds of the content column
 // are off: they would copy every blob into the page headers and the
-// column index). blobs.parquet is written first and manifest.json last,
+// column index). A blob is one Parquet value, written whole into one
+// page whose sizes are 32-bit: a file larger than Options.MaxBlobBytes
+// (1 GiB by default, under 2 GiB at most) gets no blob, and
+// Result.TooLarge names it. Files are hashed by streaming them when the
+// Tree is an Opener. blobs.parquet is written first and manifest.json last,
 // so a bundle with a manifest is whole; a Write that fails removes what
 // it wrote.
 //

@@ -2,6 +2,7 @@ package record
 
 import (
 	"bytes"
+	"io"
 	"path"
 	"strings"
 
@@ -148,7 +149,6 @@ func matchesIndex(t Tree, p string, st *unix.Stat_t, e *index.Entry) bool {
 	if st == nil {
 		return false
 	}
-	var content []byte
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		want := filemode.Regular
@@ -158,11 +158,17 @@ func matchesIndex(t Tree, p string, st *unix.Stat_t, e *index.Entry) bool {
 		if e.Mode != want {
 			return false
 		}
-		b, err := t.ReadFile(p)
+		// Streamed through Git's hash: a tracked file may be large.
+		f, err := open(t, p)
 		if err != nil {
 			return false
 		}
-		content = b
+		defer func() { _ = f.Close() }() // only read
+		h := plumbing.NewHasher(plumbing.BlobObject, st.Size)
+		if n, err := io.Copy(h, f); err != nil || n != st.Size {
+			return false
+		}
+		return h.Sum() == e.Hash
 	case unix.S_IFLNK:
 		if e.Mode != filemode.Symlink {
 			return false
@@ -171,9 +177,7 @@ func matchesIndex(t Tree, p string, st *unix.Stat_t, e *index.Entry) bool {
 		if err != nil {
 			return false
 		}
-		content = []byte(target)
-	default:
-		return false
+		return plumbing.ComputeHash(plumbing.BlobObject, []byte(target)) == e.Hash
 	}
-	return plumbing.ComputeHash(plumbing.BlobObject, content) == e.Hash
+	return false
 }

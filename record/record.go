@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path"
@@ -25,6 +26,26 @@ type Tree interface {
 	Lstat(p string) (unix.Stat_t, error)
 	ReadFile(p string) ([]byte, error)
 	Readlink(p string) (string, error)
+}
+
+// Opener is a Tree that can stream a regular file: a record hashes
+// files through it (Options.Hash's default, Git's dirtiness) rather
+// than holding them whole. workspace.RefTree is one.
+type Opener interface {
+	Open(p string) (io.ReadCloser, error)
+}
+
+// open returns a reader of the regular file at p in t: streamed when t
+// is an Opener, read whole otherwise.
+func open(t Tree, p string) (io.ReadCloser, error) {
+	if o, ok := t.(Opener); ok {
+		return o.Open(p)
+	}
+	b, err := t.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
 }
 
 // Input is what to record.
@@ -74,20 +95,43 @@ type Options struct {
 	// blobs.parquet (0: DefaultRowGroupBytes). One blob larger than it
 	// is a row group of its own.
 	RowGroupBytes int64
+	// MaxBlobBytes bounds the size of one blob (0:
+	// DefaultMaxBlobBytes; at most MaxBlobLimit): a state whose file
+	// is larger gets no blob (the format's blob is optional), and
+	// Result.TooLarge names it.
+	MaxBlobBytes int64
 }
 
 // DefaultRowGroupBytes is the default bound of a row group's contents.
 const DefaultRowGroupBytes = 64 << 20
 
+// A blob is one Parquet value, held whole in memory while it is written
+// (parquet-go writes a value whole, into one page) and stored whole in
+// one page, whose header gives its sizes as 32-bit signed integers: a
+// file of 2 GiB or more cannot be a blob at all.
+const (
+	// MaxBlobLimit is the largest blob a record writes: a page of
+	// one value, with room for its length and the page's header, under
+	// 2 GiB.
+	MaxBlobLimit = 1<<31 - 1<<20
+	// DefaultMaxBlobBytes is the default bound of one blob.
+	DefaultMaxBlobBytes = 1 << 30
+)
+
 // SHA256 is the default Options.Hash: the SHA-256 of the file's
 // contents.
+// The file is streamed when t is an Opener.
 func SHA256(t Tree, p string) ([]byte, error) {
-	b, err := t.ReadFile(p)
+	f, err := open(t, p)
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(b)
-	return sum[:], nil
+	defer func() { _ = f.Close() }() // only read
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), nil
 }
 
 // Result says what Write wrote.
@@ -100,6 +144,9 @@ type Result struct {
 	// Stale are the paths (absolute) whose before-state changed after
 	// Options.BeforeTime.
 	Stale []string
+	// TooLarge are the keys of the blobs left out, sorted: files larger
+	// than Options.MaxBlobBytes, whose states have no blob.
+	TooLarge []string
 }
 
 // ErrTarget is the error of a bundle directory that cannot be used.
@@ -122,7 +169,7 @@ func CheckTarget(dir string) error {
 	if err != nil {
 		return fmt.Errorf("the record directory %s: %w", dir, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // only read
 	if names, _ := f.Readdirnames(1); len(names) > 0 {
 		return fmt.Errorf("%w: %s is not empty: give a path that does not exist, or an empty directory (a record is never written over another)", ErrTarget, dir)
 	}
@@ -149,7 +196,11 @@ func Write(dir string, in Input, o Options) (Result, error) {
 	if o.RowGroupBytes <= 0 {
 		o.RowGroupBytes = DefaultRowGroupBytes
 	}
-	m, blobs, stale, err := build(in, o)
+	if o.MaxBlobBytes <= 0 {
+		o.MaxBlobBytes = DefaultMaxBlobBytes
+	}
+	o.MaxBlobBytes = min(o.MaxBlobBytes, MaxBlobLimit)
+	m, blobs, res, err := build(in, o)
 	if err != nil {
 		return Result{}, err
 	}
@@ -158,7 +209,7 @@ func Write(dir string, in Input, o Options) (Result, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("making the record directory: %w", err)
 	}
-	res := Result{Files: len(m.Files), Blobs: len(blobs), Repos: len(m.GitRepositories), Stale: stale}
+	res.Files, res.Blobs, res.Repos = len(m.Files), len(blobs), len(m.GitRepositories)
 	res.BlobBytes, err = writeBundle(dir, m, blobs, o.RowGroupBytes)
 	if err != nil {
 		// Nothing half written is left: only what Write made is
@@ -194,8 +245,9 @@ func writeBundle(dir string, m *Manifest, blobs []blobRef, rowGroupBytes int64) 
 }
 
 // build makes the manifest and the list of contents to capture, and
-// lists the before-states changed after o.BeforeTime.
-func build(in Input, o Options) (m *Manifest, blobs []blobRef, stale []string, err error) {
+// lists the before-states changed after o.BeforeTime (res.Stale) and
+// the blobs too large to capture (res.TooLarge).
+func build(in Input, o Options) (m *Manifest, blobs []blobRef, res Result, err error) {
 	seen := observe(in, func(p string) bool { return !inGitDir(p) && !hidden(o.Hidden, p) })
 	paths := slices.Sorted(maps.Keys(seen))
 
@@ -216,11 +268,11 @@ func build(in Input, o Options) (m *Manifest, blobs []blobRef, stale []string, e
 		ob := seen[p]
 		bst, bok, err := lstat(in.Before, p)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("the before-state of %s: %w", abs(p), err)
+			return nil, nil, res, fmt.Errorf("the before-state of %s: %w", abs(p), err)
 		}
 		ast, aok, err := lstat(in.After, p)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("the after-state of %s: %w", abs(p), err)
+			return nil, nil, res, fmt.Errorf("the after-state of %s: %w", abs(p), err)
 		}
 		f := File{Path: jsonName(abs(p))}
 		isDir := bok && bst.Mode&unix.S_IFMT == unix.S_IFDIR || aok && ast.Mode&unix.S_IFMT == unix.S_IFDIR
@@ -238,7 +290,7 @@ func build(in Input, o Options) (m *Manifest, blobs []blobRef, stale []string, e
 			before = &bst
 			f.Before = stateOf(&bst)
 			if !o.BeforeTime.IsZero() && time.Unix(bst.Ctim.Unix()).After(o.BeforeTime) {
-				stale = append(stale, abs(p))
+				res.Stale = append(res.Stale, abs(p))
 			}
 		}
 		if aok {
@@ -257,21 +309,29 @@ func build(in Input, o Options) (m *Manifest, blobs []blobRef, stale []string, e
 		}
 		changed, err := contentsChanged(in, o, p, before, aok, &ast, ob.changed)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, res, err
 		}
 		needed := ob.ops[OpRead] || ob.ops[OpWrite] || ob.ops[OpDelete] || changed
+		capture := func(s *State, state string, st *unix.Stat_t, t Tree) {
+			key := BlobKey(state, abs(p))
+			if st.Size > o.MaxBlobBytes {
+				res.TooLarge = append(res.TooLarge, key)
+				return
+			}
+			s.Blob = key
+			blobs = append(blobs, blobRef{key: key, tree: t, path: p})
+		}
 		if bok && bst.Mode&unix.S_IFMT == unix.S_IFREG && needed && !clean {
-			f.Before.Blob = BlobKey("before", abs(p))
-			blobs = append(blobs, blobRef{key: f.Before.Blob, tree: in.Before, path: p})
+			capture(&f.Before, "before", &bst, in.Before)
 		}
 		if aok && ast.Mode&unix.S_IFMT == unix.S_IFREG && (ob.ops[OpWrite] || changed || needed && !clean) {
-			f.After.Blob = BlobKey("after", abs(p))
-			blobs = append(blobs, blobRef{key: f.After.Blob, tree: in.After, path: p})
+			capture(&f.After, "after", &ast, in.After)
 		}
 		m.Files = append(m.Files, f)
 	}
 	slices.SortFunc(m.GitRepositories, func(a, b Repo) int { return strings.Compare(a.Root, b.Root) })
-	return m, blobs, stale, nil
+	slices.Sort(res.TooLarge)
+	return m, blobs, res, nil
 }
 
 // hidden reports whether path p or a directory above it is hidden by

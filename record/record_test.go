@@ -3,6 +3,8 @@ package record
 import (
 	"encoding/json"
 	"errors"
+	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -529,5 +531,90 @@ func TestGitDirty(t *testing.T) {
 		if f.Git == nil || !f.Git.Tracked || f.Git.Dirty != dirty {
 			t.Errorf("%s: git %+v, want tracked, dirty %v", p, f.Git, dirty)
 		}
+	}
+}
+
+// bigTree is a dirTree whose files named in big are as large as their
+// size says (Lstat), and which refuses to read them whole (ReadFile):
+// a record must stream what it hashes and leave out a blob larger than
+// a Parquet value can be.
+type bigTree struct {
+	dirTree
+	big map[string]int64
+}
+
+func (b bigTree) Lstat(p string) (unix.Stat_t, error) {
+	st, err := b.dirTree.Lstat(p)
+	if n, ok := b.big[p]; ok && err == nil {
+		st.Size = n
+	}
+	return st, err
+}
+
+func (b bigTree) ReadFile(p string) ([]byte, error) {
+	if _, ok := b.big[p]; ok {
+		return nil, errors.New("read whole: " + p)
+	}
+	return b.dirTree.ReadFile(p)
+}
+
+func (b bigTree) Open(p string) (io.ReadCloser, error) { return os.Open(b.path(p)) }
+
+// TestHugeFilesNotCaptured: a file larger than a blob may be (by
+// default less than the 2 GiB a Parquet page can hold) gets no blob,
+// the Result names it, and it is never read whole (its hash streams).
+func TestHugeFilesNotCaptured(t *testing.T) {
+	dir := t.TempDir()
+	before, after := filepath.Join(dir, "b"), filepath.Join(dir, "a")
+	write(t, filepath.Join(before, "same.bin"), "before")
+	write(t, filepath.Join(after, "same.bin"), "after!")
+	write(t, filepath.Join(after, "big.bin"), "big")
+	write(t, filepath.Join(after, "small.txt"), "small")
+	huge := map[string]int64{"same.bin": 3 << 30, "big.bin": 5 << 30}
+	in := Input{Project: "/p", Before: bigTree{dirTree(before), huge}, After: bigTree{dirTree(after), huge},
+		Events:  []Event{{Op: "create", Path: "big.bin"}, {Op: "create", Path: "small.txt"}, {Op: "open", Path: "same.bin"}},
+		Changed: []Change{{Path: "big.bin"}, {Path: "small.txt"}, {Path: "same.bin"}}}
+	out := filepath.Join(dir, "bundle")
+	res, err := Write(out, in, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"after:/p/big.bin", "after:/p/same.bin", "before:/p/same.bin"}
+	if !slices.Equal(res.TooLarge, want) {
+		t.Errorf("TooLarge = %v, want %v", res.TooLarge, want)
+	}
+	m, blobs := readBundle(t, out)
+	if len(blobs) != 1 || blobs["after:/p/small.txt"] != "small" {
+		t.Errorf("blobs = %v, want small.txt's alone", blobs)
+	}
+	for _, p := range []string{"/p/big.bin", "/p/same.bin"} {
+		if f := fileOf(t, m, p); f.Before.Blob != "" || f.After.Blob != "" || !f.After.Exists {
+			t.Errorf("%s: %+v", p, f)
+		}
+	}
+	if f := fileOf(t, m, "/p/same.bin"); !slices.Equal(f.Operations, []string{"read", "write"}) {
+		t.Errorf("same.bin's operations %v: its change (by a streamed hash) is not seen", f.Operations)
+	}
+}
+
+// TestGitDirtyStreams: whether a tracked file is dirty is decided by
+// streaming it through Git's hash, never by reading it whole.
+func TestGitDirtyStreams(t *testing.T) {
+	testenv.RequireProgram(t, "git")
+	dir := t.TempDir()
+	data := strings.Repeat("tracked and clean\n", 1000)
+	write(t, filepath.Join(dir, "big.txt"), data)
+	run(t, dir, "git", "init", "-q", "-b", "main")
+	run(t, dir, "git", "add", ".")
+	run(t, dir, "git", "commit", "-q", "-m", "first")
+	tree := bigTree{dirTree(dir), map[string]int64{"big.txt": int64(len(data))}}
+	in := Input{Project: "/p", Before: tree, After: tree, Events: []Event{{Op: "open", Path: "big.txt"}}}
+	out := filepath.Join(t.TempDir(), "bundle")
+	if _, err := Write(out, in, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	m, blobs := readBundle(t, out)
+	if f := fileOf(t, m, "/p/big.txt"); f.Git == nil || !f.Git.Tracked || f.Git.Dirty || len(blobs) != 0 {
+		t.Errorf("big.txt: %+v %+v, blobs %v: want tracked, clean, no blob", f, f.Git, slices.Collect(maps.Keys(blobs)))
 	}
 }

@@ -64,6 +64,13 @@ func (b BundleResult) Warnings() []string {
 		}
 		out = append(out, fmt.Sprintf("%d paths of the project changed after the run started (%s): their before-states are the project's files as they are now, not as the command found them", n, list))
 	}
+	if n := len(b.TooLarge); n > 0 {
+		list := strings.Join(b.TooLarge[:min(n, 5)], ", ")
+		if n > 5 {
+			list += fmt.Sprintf(" and %d more", n-5)
+		}
+		out = append(out, fmt.Sprintf("%d contents are larger than a blob may be (%d bytes) and are not in the record (%s): their states have no blob; the session's snapshots still hold them (agentfs export -s)", n, record.DefaultMaxBlobBytes, list))
+	}
 	return out
 }
 

@@ -89,3 +89,12 @@ func TestWriteBundle(t *testing.T) {
 		t.Errorf("a second record into %s: %v", to, err)
 	}
 }
+
+// TestBundleWarnings: the contents a record leaves out, too large for a
+// blob, are named.
+func TestBundleWarnings(t *testing.T) {
+	w := BundleResult{Result: record.Result{TooLarge: []string{"after:/p/big.iso"}}}.Warnings()
+	if len(w) != 1 || !strings.Contains(w[0], "after:/p/big.iso") {
+		t.Errorf("warnings %q do not name the blob left out", w)
+	}
+}

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"io"
 	"math"
 
 	"golang.org/x/sys/unix"
@@ -35,6 +36,16 @@ func (t *RefTree) Lstat(p string) (unix.Stat_t, error) { return t.v.StatPath(p) 
 
 // ReadFile returns the contents of the regular file at p.
 func (t *RefTree) ReadFile(p string) ([]byte, error) { return t.v.ReadFile(p, math.MaxInt) }
+
+// Open opens the regular file at p for reading, for a reader that
+// streams it.
+func (t *RefTree) Open(p string) (io.ReadCloser, error) {
+	f, err := t.v.OpenPath(p)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
 
 // Readlink returns the target of the symlink at p.
 func (t *RefTree) Readlink(p string) (string, error) { return t.v.ReadlinkPath(p) }
