@@ -3,7 +3,9 @@ package record
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/parquet-go/parquet-go"
 )
@@ -36,7 +38,8 @@ func writeBlobs(p string, blobs []blobRef, rowGroupBytes int64) (total int64, er
 	// Statistics and bounds of contents would copy each blob into the
 	// page headers and the column index (min and max): none for them.
 	w := parquet.NewGenericWriter[blobRow](bw, blobSchema, parquet.Compression(&parquet.Snappy), parquet.CreatedBy("agentfs", "", ""),
-		parquet.SkipPageBounds("content"), parquet.SkipPageStatistics("content"))
+		parquet.SkipPageBounds("content"), parquet.SkipPageStatistics("content"),
+		parquet.ColumnPageBuffers(spillPool{dir: filepath.Dir(p)}))
 	var buffered int64
 	for _, b := range blobs {
 		content, err := b.tree.ReadFile(b.path)
@@ -63,3 +66,32 @@ func writeBlobs(p string, blobs []blobRef, rowGroupBytes int64) (total int64, er
 	}
 	return total, f.Sync()
 }
+
+// spillPool is parquet-go's pool of page buffers of a row group being
+// written: files beside blobs.parquet, unlinked as soon as they are
+// made (nothing of them outlives the writer, even killed), so that the
+// compressed pages of a row group are not held in memory until it is
+// flushed.
+type spillPool struct{ dir string }
+
+func (s spillPool) GetBuffer() io.ReadWriteSeeker {
+	f, err := os.CreateTemp(s.dir, ".blobs-*.tmp")
+	if err != nil {
+		return errBuffer{err}
+	}
+	_ = os.Remove(f.Name())
+	return f
+}
+
+func (spillPool) PutBuffer(b io.ReadWriteSeeker) {
+	if f, ok := b.(*os.File); ok {
+		_ = f.Close()
+	}
+}
+
+// errBuffer is a buffer that could not be made: every call fails.
+type errBuffer struct{ err error }
+
+func (b errBuffer) Read([]byte) (int, error)       { return 0, b.err }
+func (b errBuffer) Write([]byte) (int, error)      { return 0, b.err }
+func (b errBuffer) Seek(int64, int) (int64, error) { return 0, b.err }

@@ -41,8 +41,10 @@
 //
 // blobs.parquet is written with parquet-go, Snappy-compressed, one
 // blob read at a time and a row group flushed whenever the rows
-// buffered reach Options.RowGroupBytes: memory holds at most one row
-// group plus one blob (statistics and page bounds of the content column
+// buffered reach Options.RowGroupBytes: the compressed pages of the
+// row group being written wait in files beside blobs.parquet, unlinked
+// as they are made, so memory holds one blob and parquet-go's copies of
+// it, not a row group (statistics and page bounds of the content column
 // are off: they would copy every blob into the page headers and the
 // column index). A blob is one Parquet value, written whole into one
 // page whose sizes are 32-bit: a file larger than Options.MaxBlobBytes

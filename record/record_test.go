@@ -299,6 +299,11 @@ func TestRowGroupsBounded(t *testing.T) {
 	if _, err := Write(out, Input{Project: "/p", Before: dirTree(before), After: dirTree(after), Events: events}, Options{RowGroupBytes: 6000}); err != nil {
 		t.Fatal(err)
 	}
+	// The row groups' page buffers (files beside blobs.parquet) are
+	// gone.
+	if names, err := os.ReadDir(out); err != nil || len(names) != 2 {
+		t.Errorf("the bundle holds %v (%v), want blobs.parquet and manifest.json", names, err)
+	}
 	f, err := os.Open(filepath.Join(out, BlobsName))
 	if err != nil {
 		t.Fatal(err)
