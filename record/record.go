@@ -204,24 +204,41 @@ func Write(dir string, in Input, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	_, statErr := os.Lstat(dir)
-	made := errors.Is(statErr, os.ErrNotExist)
+	// made is the topmost directory Write makes ("" when dir exists).
+	made := ""
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) || d == filepath.Dir(d) {
+			break
+		}
+		made = d
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		unmake(dir, made)
 		return Result{}, fmt.Errorf("making the record directory: %w", err)
 	}
 	res.Files, res.Blobs, res.Repos = len(m.Files), len(blobs), len(m.GitRepositories)
 	res.BlobBytes, err = writeBundle(dir, m, blobs, o.RowGroupBytes)
 	if err != nil {
 		// Nothing half written is left: only what Write made is
-		// removed (the directory was new or empty).
+		// removed (the directory was new or empty, and so were the
+		// directories above it that Write made).
 		_ = os.Remove(filepath.Join(dir, BlobsName))
 		_ = os.Remove(filepath.Join(dir, ManifestName))
-		if made {
-			_ = os.Remove(dir)
-		}
+		unmake(dir, made)
 		return res, err
 	}
 	return res, nil
+}
+
+// unmake removes the empty directories from dir up to made, which
+// Write made ("": none).
+func unmake(dir, made string) {
+	if made == "" {
+		return
+	}
+	for d := filepath.Clean(dir); len(d) >= len(made); d = filepath.Dir(d) {
+		_ = os.Remove(d)
+	}
 }
 
 // writeBundle writes blobs.parquet (when there are blobs), then the

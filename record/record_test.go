@@ -623,3 +623,17 @@ func TestGitDirtyStreams(t *testing.T) {
 		t.Errorf("big.txt: %+v %+v, blobs %v: want tracked, clean, no blob", f, f.Git, slices.Collect(maps.Keys(blobs)))
 	}
 }
+
+// TestWriteFailsWholeParents: a Write that fails removes the parent
+// directories it made for the bundle too.
+func TestWriteFailsWholeParents(t *testing.T) {
+	_, after, in := scenario(t)
+	in.After = failingTree{dirTree(after), "new.txt"}
+	base := t.TempDir()
+	if _, err := Write(filepath.Join(base, "a", "b", "bundle"), in, Options{}); !errors.Is(err, unix.EIO) {
+		t.Fatalf("Write: %v, want the EIO of new.txt", err)
+	}
+	if names, _ := os.ReadDir(base); len(names) != 0 {
+		t.Errorf("a failed Write left %v", names)
+	}
+}
