@@ -88,6 +88,16 @@ func TestWriteBundle(t *testing.T) {
 	if _, err := r.WriteBundle(to, "test"); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("a second record into %s: %v", to, err)
 	}
+	// agentfs run --record whose record fails at the end of the run
+	// (the directory was filled meanwhile) says how to write it again.
+	if err := r.Save(); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	again := "agentfs record -s " + r.ID + " --to"
+	if err := recordRun(RunOptions{Record: to, Version: "test", Stderr: &stderr}, r, nil); err == nil || !strings.Contains(err.Error(), again) {
+		t.Errorf("run --record, its record failing: %v, want it to say %q", err, again)
+	}
 }
 
 // TestBundleWarnings: the contents a record leaves out, too large for a

@@ -215,6 +215,8 @@ func recordRun(o RunOptions, rec *Record, runErr error) error {
 		}
 		return runErr
 	}
+	// The session is kept: its record can be written again.
+	err = fmt.Errorf("%w (the session is kept: once that is fixed, write its record with agentfs record -s %s --to DIR)", err, r.ID)
 	if runErr == nil {
 		return err
 	}
