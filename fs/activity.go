@@ -40,7 +40,7 @@ const (
 	// Change is a successful mutating operation.
 	Change EventClass = iota
 	// Read is a lookup (one that found the name, or did not), an open
-	// for reading or a directory listing
+	// for reading (O_RDONLY, or O_RDWR) or a directory listing
 	// (reported with Options.ActivityReads only).
 	Read
 	// CloseWrite is the release of a file opened for writing.
@@ -157,13 +157,17 @@ func (s *Server) recordCopy(in *fuse.CopyFileRangeIn, src, dst *handle, err erro
 
 // recordOpen reports an open: a truncate for O_TRUNC, a write for an
 // open for writing whose writes the kernel passes through, a read
-// otherwise. A writable handle that is not passed through reports its
-// first write (recordWrite).
+// otherwise; an open for reading and writing (O_RDWR without O_TRUNC)
+// is a read too, whether or not it writes. A writable handle that is
+// not passed through reports its first write (recordWrite).
 func (s *Server) recordOpen(in *fuse.OpenIn, hd *handle) {
 	if s.opts.Activity == nil {
 		return
 	}
 	writable := in.Flags&unix.O_ACCMODE != unix.O_RDONLY
+	if in.Flags&unix.O_ACCMODE == unix.O_RDWR && in.Flags&unix.O_TRUNC == 0 {
+		s.record(&in.InHeader, OpOpen, hd.ino.n, "")
+	}
 	switch {
 	case in.Flags&unix.O_TRUNC != 0 && writable:
 		s.record(&in.InHeader, OpTruncate, hd.ino.n, "")

@@ -231,8 +231,22 @@ func TestActivityReads(t *testing.T) {
 	if _, err := os.ReadDir(filepath.Join(m.mnt, "dir")); err != nil {
 		t.Fatal(err)
 	}
+	// A file opened for reading and writing is read (an agent's
+	// database, a file edited in place), whether or not it is written.
+	f, err := os.OpenFile(filepath.Join(m.mnt, "old.txt"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Read(make([]byte, 3)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	// A lookup that finds nothing is an existence check too.
+	if _, err := os.Stat(filepath.Join(m.mnt, "nothing.txt")); !os.IsNotExist(err) {
+		t.Fatalf("stat nothing.txt: %v", err)
+	}
 	got := strings.Join(rec.take(t), "|")
-	for _, want := range []string{"lookup dir", "lookup dir/x", "open dir/x", "readdir dir"} {
+	for _, want := range []string{"lookup dir", "lookup dir/x", "open dir/x", "readdir dir", "open old.txt", "lookup nothing.txt"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("events %s: no %q", got, want)
 		}
