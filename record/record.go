@@ -274,10 +274,12 @@ func build(in Input, o Options) (m *Manifest, blobs []blobRef, res Result, err e
 		}
 		return path.Join(in.Project, p)
 	}
-	m = &Manifest{Command: in.Command, ExitStatus: in.ExitStatus, StartCwd: jsonName(in.StartCwd),
+	m = &Manifest{ExitStatus: in.ExitStatus, StartCwd: jsonName(in.StartCwd),
 		Uid: in.Uid, Gid: in.Gid, GitRepositories: []Repo{}, Files: make([]File, 0, len(paths))}
-	if m.Command == nil {
-		m.Command = []string{}
+	// The arguments are names too (files, mostly): as the paths are.
+	m.Command = make([]string, len(in.Command))
+	for i, a := range in.Command {
+		m.Command[i] = jsonName(a)
 	}
 	git := newGitScan(in.Before, in.After)
 	repos := map[*repo]bool{}

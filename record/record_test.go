@@ -341,7 +341,7 @@ func TestNoBlobsNoParquet(t *testing.T) {
 	name := "caf\xe9"
 	write(t, filepath.Join(dir, name), "x")
 	out := filepath.Join(t.TempDir(), "bundle")
-	in := Input{Project: "/p", Before: dirTree(dir), After: dirTree(dir), Events: []Event{{Op: "lookup", Path: name}}}
+	in := Input{Project: "/p", Command: []string{"cat", name}, Before: dirTree(dir), After: dirTree(dir), Events: []Event{{Op: "lookup", Path: name}}}
 	if _, err := Write(out, in, Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -349,6 +349,9 @@ func TestNoBlobsNoParquet(t *testing.T) {
 		t.Errorf("blobs.parquet without blobs: %v", err)
 	}
 	m, _ := readBundle(t, out)
+	if !slices.Equal(m.Command, []string{"cat", "café"}) {
+		t.Errorf("command %q: a name in it is not read as Latin-1", m.Command)
+	}
 	if len(m.Files) != 1 || m.Files[0].Path != "/p/café" || !slices.Equal(m.Files[0].Operations, []string{"existence"}) || m.Files[0].Git != nil {
 		t.Errorf("files = %+v", m.Files)
 	}
