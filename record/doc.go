@@ -31,7 +31,8 @@
 // (go-git's decoder), the ignore rules (autosnap.Ignore). A regular
 // file gets a before-blob when its contents were needed (read, written,
 // deleted, or changed) and Git cannot give them back (untracked,
-// ignored, outside a repository, or tracked and dirty); an after-blob
+// ignored, outside a repository, tracked and dirty, or in a repository
+// the command made); an after-blob
 // when it was written or changed, or when its contents were needed and
 // Git cannot give them back. Whether contents changed is decided by a
 // content hash (Options.Hash: SHA-256 by default, a function that the

@@ -30,9 +30,12 @@ import (
 
 // repo is one repository, read from one tree.
 type repo struct {
-	root   string // relative to the project ("" for its root)
-	head   string
-	tree   Tree
+	root string // relative to the project ("" for its root)
+	head string
+	tree Tree
+	// before: the repository is in the before-tree (else the command
+	// made it, and it cannot give back what its files were before).
+	before bool
 	index  map[string]*index.Entry // by path relative to root
 	dirs   map[string]bool         // the directories of the index's paths
 	ignore *autosnap.Ignore
@@ -62,9 +65,10 @@ func (g *gitScan) repoOfDir(d string) *repo {
 		return r
 	}
 	var r *repo
-	for _, t := range []Tree{g.before, g.after} {
+	for i, t := range []Tree{g.before, g.after} {
 		if st, err := t.Lstat(path.Join(d, ".git")); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			r = readRepo(t, d)
+			r.before = i == 0
 			g.repos = append(g.repos, r)
 			break
 		}

@@ -320,7 +320,7 @@ func build(in Input, o Options) (m *Manifest, blobs []blobRef, res Result, err e
 		var clean bool // Git gives the before contents back
 		if r := git.repoOf(p); r != nil {
 			f.Git = r.classify(git, p, before, isDir, abs)
-			clean = f.Git.Tracked && !f.Git.Dirty
+			clean = f.Git.Tracked && !f.Git.Dirty && r.before
 			if !repos[r] {
 				repos[r] = true
 				m.GitRepositories = append(m.GitRepositories, Repo{Root: jsonName(abs(r.root)), Head: r.head})

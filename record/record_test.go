@@ -640,3 +640,27 @@ func TestWriteFailsWholeParents(t *testing.T) {
 		t.Errorf("a failed Write left %v", names)
 	}
 }
+
+// TestRepositoryMadeByTheRun: a repository the command made (git init)
+// cannot give back what its files were before: a file read and then
+// committed by the command has its contents captured.
+func TestRepositoryMadeByTheRun(t *testing.T) {
+	testenv.RequireProgram(t, "git")
+	base := t.TempDir()
+	before, after := filepath.Join(base, "before"), filepath.Join(base, "after")
+	write(t, filepath.Join(before, "a.txt"), "data\n")
+	run(t, base, "cp", "-a", before, after)
+	run(t, after, "git", "init", "-q", "-b", "main")
+	run(t, after, "git", "add", ".")
+	run(t, after, "git", "commit", "-q", "-m", "first")
+	in := Input{Project: "/p", Before: dirTree(before), After: dirTree(after), Events: []Event{{Op: "open", Path: "a.txt"}}}
+	out := filepath.Join(base, "bundle")
+	if _, err := Write(out, in, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	m, blobs := readBundle(t, out)
+	f := fileOf(t, m, "/p/a.txt")
+	if f.Before.Blob == "" || blobs[f.Before.Blob] != "data\n" {
+		t.Errorf("a.txt: %+v, blobs %v: its before contents are not captured", f, slices.Collect(maps.Keys(blobs)))
+	}
+}
