@@ -111,3 +111,31 @@ func (v *FS) ReadlinkPath(p string) (string, error) {
 	defer v.release(n)
 	return v.Readlink(n)
 }
+
+// ReadDirPath returns the names in the directory at path p in the view
+// ("." and ".." left out). An error wraps ENOENT when there is no such
+// file, ENOTDIR when it is no directory.
+func (v *FS) ReadDirPath(p string) ([]string, error) {
+	n, st, err := v.lookupPath(p)
+	if err != nil {
+		return nil, err
+	}
+	if n == nil {
+		return nil, unix.ENOENT
+	}
+	defer v.release(n)
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, unix.ENOTDIR
+	}
+	ents, err := v.ReadDir(n)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if e.Name != "." && e.Name != ".." {
+			names = append(names, e.Name)
+		}
+	}
+	return names, nil
+}

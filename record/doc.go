@@ -27,7 +27,8 @@
 // # Contents captured
 //
 // Git classification reads each repository (a directory holding a .git
-// directory, inside the project) from the before-tree: HEAD, the index
+// directory, inside the project) from the before-tree: HEAD and its
+// commit's tree (go-git, from the repository's objects), the index
 // (go-git's decoder), the ignore rules (autosnap.Ignore). A regular
 // file gets a before-blob when its contents were needed (read, written,
 // deleted, or changed) and Git cannot give them back (untracked,

@@ -7,8 +7,11 @@ import (
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/index"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/autosnap"
@@ -23,8 +26,13 @@ import (
 // repository did not exist before: the command made it): HEAD, the
 // index, the ignore rules. A path is tracked when the index has it (a
 // directory when the index has a path below it); dirty when it is
-// tracked and its before-state is not what the index holds (missing,
-// another type, other contents, another executable bit); ignored when
+// tracked and its before-state is not what HEAD's commit holds (missing
+// there or in the before-state, another type, other contents, another
+// executable bit): a change staged but not committed is dirty, since
+// Git gives back HEAD's contents, the commit the record names (HEAD's
+// tree is read with go-git from the repository's objects, loose and
+// packed, through gitFS; when it cannot be read, a tracked file is
+// dirty, so that its contents are captured); ignored when
 // it is untracked and the repository's ignore rules (.gitignore at any
 // depth, .git/info/exclude, the user's excludes file) ignore it.
 
@@ -37,8 +45,11 @@ type repo struct {
 	// made it, and it cannot give back what its files were before).
 	before bool
 	index  map[string]*index.Entry // by path relative to root
-	dirs   map[string]bool         // the directories of the index's paths
-	ignore *autosnap.Ignore
+	// headTree is HEAD's commit's tree (nil: no commit, or it cannot
+	// be read).
+	headTree *object.Tree
+	dirs     map[string]bool // the directories of the index's paths
+	ignore   *autosnap.Ignore
 }
 
 // gitScan finds and reads the repositories of the paths asked about.
@@ -90,6 +101,12 @@ func readRepo(t Tree, root string) *repo {
 	r := &repo{root: root, tree: t, index: map[string]*index.Entry{}, dirs: map[string]bool{}}
 	read := func(p string) ([]byte, error) { return t.ReadFile(p) }
 	r.head = autosnap.GitHead(read, root)
+	if r.head != "" {
+		st := filesystem.NewStorage(gitFS{t: t, root: path.Join(root, ".git")}, cache.NewObjectLRUDefault())
+		if c, err := object.GetCommit(st, plumbing.NewHash(r.head)); err == nil {
+			r.headTree, _ = c.Tree() // nil when it cannot be read: dirty
+		}
+	}
 	if b, err := t.ReadFile(path.Join(root, ".git", "index")); err == nil {
 		var idx index.Index
 		if index.NewDecoder(bytes.NewReader(b)).Decode(&idx) == nil {
@@ -138,7 +155,7 @@ func (r *repo) classify(g *gitScan, p string, before *unix.Stat_t, isDir bool, a
 	default:
 		if e := r.index[rel]; e != nil {
 			c.Tracked = true
-			c.Dirty = !matchesIndex(g.before, p, before, e)
+			c.Dirty = !r.matchesHead(g.before, p, rel, before)
 		}
 	}
 	if !c.Tracked && rel != "." {
@@ -147,10 +164,14 @@ func (r *repo) classify(g *gitScan, p string, before *unix.Stat_t, isDir bool, a
 	return c
 }
 
-// matchesIndex reports whether the file at p in tree t, with attributes
-// st (nil: missing), is what index entry e holds.
-func matchesIndex(t Tree, p string, st *unix.Stat_t, e *index.Entry) bool {
-	if st == nil {
+// matchesHead reports whether the file at p in tree t, with attributes
+// st (nil: missing), is what HEAD's commit holds at rel.
+func (r *repo) matchesHead(t Tree, p, rel string, st *unix.Stat_t) bool {
+	if st == nil || r.headTree == nil {
+		return false
+	}
+	e, err := r.headTree.FindEntry(rel)
+	if err != nil {
 		return false
 	}
 	switch st.Mode & unix.S_IFMT {

@@ -31,6 +31,14 @@ func (d dirTree) Lstat(p string) (unix.Stat_t, error) {
 }
 func (d dirTree) ReadFile(p string) ([]byte, error) { return os.ReadFile(d.path(p)) }
 func (d dirTree) Readlink(p string) (string, error) { return os.Readlink(d.path(p)) }
+func (d dirTree) ReadDir(p string) ([]string, error) {
+	f, err := os.Open(d.path(p))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
 
 func run(t *testing.T, dir string, args ...string) {
 	t.Helper()
@@ -662,5 +670,35 @@ func TestRepositoryMadeByTheRun(t *testing.T) {
 	f := fileOf(t, m, "/p/a.txt")
 	if f.Before.Blob == "" || blobs[f.Before.Blob] != "data\n" {
 		t.Errorf("a.txt: %+v, blobs %v: its before contents are not captured", f, slices.Collect(maps.Keys(blobs)))
+	}
+}
+
+// TestGitStagedIsDirty: a file whose change is staged but not committed
+// is dirty (Git gives back HEAD's contents, which the record names, not
+// the index's), and its contents are captured; a committed file read in
+// a repository with packed objects is clean.
+func TestGitStagedIsDirty(t *testing.T) {
+	testenv.RequireProgram(t, "git")
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "staged.txt"), "committed\n")
+	write(t, filepath.Join(dir, "sub/clean.txt"), "clean\n")
+	run(t, dir, "git", "init", "-q", "-b", "main")
+	run(t, dir, "git", "add", ".")
+	run(t, dir, "git", "commit", "-q", "-m", "first")
+	run(t, dir, "git", "gc", "-q") // HEAD's objects packed
+	write(t, filepath.Join(dir, "staged.txt"), "staged, not committed\n")
+	run(t, dir, "git", "add", "staged.txt")
+	in := Input{Project: "/p", Before: dirTree(dir), After: dirTree(dir),
+		Events: []Event{{Op: "open", Path: "staged.txt"}, {Op: "open", Path: "sub/clean.txt"}}}
+	out := filepath.Join(t.TempDir(), "bundle")
+	if _, err := Write(out, in, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	m, blobs := readBundle(t, out)
+	if f := fileOf(t, m, "/p/staged.txt"); f.Git == nil || !f.Git.Tracked || !f.Git.Dirty || blobs[f.Before.Blob] != "staged, not committed\n" {
+		t.Errorf("staged.txt: %+v %+v: want tracked, dirty, its contents captured", f, f.Git)
+	}
+	if f := fileOf(t, m, "/p/sub/clean.txt"); f.Git == nil || !f.Git.Tracked || f.Git.Dirty || f.Before.Blob != "" {
+		t.Errorf("sub/clean.txt: %+v %+v: want tracked, clean, no blob", f, f.Git)
 	}
 }

@@ -47,6 +47,9 @@ func (t *RefTree) Open(p string) (io.ReadCloser, error) {
 	return f, nil
 }
 
+// ReadDir returns the names in the directory at p.
+func (t *RefTree) ReadDir(p string) ([]string, error) { return t.v.ReadDirPath(p) }
+
 // Readlink returns the target of the symlink at p.
 func (t *RefTree) Readlink(p string) (string, error) { return t.v.ReadlinkPath(p) }
 
