@@ -64,22 +64,31 @@ func (v *FS) ReadFile(p string, max int) ([]byte, error) {
 // ENOENT when there is no such file, EISDIR or EINVAL when p is not a
 // regular file.
 func (v *FS) OpenPath(p string) (*os.File, error) {
+	return atPath(v, p, func(n *Node, st *unix.Stat_t) (*os.File, error) {
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+		case unix.S_IFDIR:
+			return nil, unix.EISDIR
+		default:
+			return nil, unix.EINVAL
+		}
+		return v.openData(n)
+	})
+}
+
+// atPath calls fn with the node at path p in view v and its attributes,
+// and releases the node after: ENOENT when there is no such file.
+func atPath[T any](v *FS, p string, fn func(n *Node, st *unix.Stat_t) (T, error)) (T, error) {
+	var zero T
 	n, st, err := v.lookupPath(p)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	if n == nil {
-		return nil, unix.ENOENT
+		return zero, unix.ENOENT
 	}
 	defer v.release(n)
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
-	case unix.S_IFDIR:
-		return nil, unix.EISDIR
-	default:
-		return nil, unix.EINVAL
-	}
-	return v.openData(n)
+	return fn(n, &st)
 }
 
 // StatPath returns the attributes of the file at path p in the view
@@ -101,41 +110,27 @@ func (v *FS) StatPath(p string) (unix.Stat_t, error) {
 // An error wraps ENOENT when there is no such file, EINVAL when it is
 // no symlink.
 func (v *FS) ReadlinkPath(p string) (string, error) {
-	n, _, err := v.lookupPath(p)
-	if err != nil {
-		return "", err
-	}
-	if n == nil {
-		return "", unix.ENOENT
-	}
-	defer v.release(n)
-	return v.Readlink(n)
+	return atPath(v, p, func(n *Node, _ *unix.Stat_t) (string, error) { return v.Readlink(n) })
 }
 
 // ReadDirPath returns the names in the directory at path p in the view
 // ("." and ".." left out). An error wraps ENOENT when there is no such
 // file, ENOTDIR when it is no directory.
 func (v *FS) ReadDirPath(p string) ([]string, error) {
-	n, st, err := v.lookupPath(p)
-	if err != nil {
-		return nil, err
-	}
-	if n == nil {
-		return nil, unix.ENOENT
-	}
-	defer v.release(n)
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return nil, unix.ENOTDIR
-	}
-	ents, err := v.ReadDir(n)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(ents))
-	for _, e := range ents {
-		if e.Name != "." && e.Name != ".." {
-			names = append(names, e.Name)
+	return atPath(v, p, func(n *Node, st *unix.Stat_t) ([]string, error) {
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return nil, unix.ENOTDIR
 		}
-	}
-	return names, nil
+		ents, err := v.ReadDir(n)
+		if err != nil {
+			return nil, err
+		}
+		names := make([]string, 0, len(ents))
+		for _, e := range ents {
+			if e.Name != "." && e.Name != ".." {
+				names = append(names, e.Name)
+			}
+		}
+		return names, nil
+	})
 }
