@@ -60,6 +60,14 @@ func (s Stream) old() string { return string(s) + ".1" }
 func (s Stream) newName() string { return string(s) + ".new" }
 func (s Stream) tmpName() string { return s.old() + ".tmp" }
 
+// Rotated reports whether the log in store dir has rotated at least
+// once (it reached half its bound): its oldest entries may be gone (a
+// second rotation drops them).
+func (s Stream) Rotated(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, s.old()))
+	return err == nil
+}
+
 // FileNames are every name the log may leave in the store directory.
 func (s Stream) FileNames() []string { return []string{s.cur(), s.old(), s.newName(), s.tmpName()} }
 

@@ -47,6 +47,10 @@ type BundleResult struct {
 	// log's queue was full): operations of the record may be missing
 	// (the states are whole: every path changed is recorded).
 	Dropped int64
+	// LogRotated: the activity log reached half its bound and rotated,
+	// so its oldest entries may be gone: operations of the start of
+	// the run may be missing (the states are whole).
+	LogRotated bool
 }
 
 // Warnings says what the record may not hold right, one line each: the
@@ -54,6 +58,9 @@ type BundleResult struct {
 // since the run started.
 func (b BundleResult) Warnings() []string {
 	var out []string
+	if b.LogRotated {
+		out = append(out, "the activity log reached half its bound and rotated: its oldest entries may be gone, and with them operations of the start of the run (the states are whole); run it again with a larger --log-size to record them all")
+	}
 	if b.Dropped > 0 {
 		out = append(out, fmt.Sprintf("%d entries of the activity log were dropped (its queue was full): the record may miss some operations", b.Dropped))
 	}
@@ -132,6 +139,7 @@ func (r *Record) WriteBundle(dir, version string) (BundleResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("session %s: reading its activity log: %w", r.ID, err)
 	}
+	res.LogRotated = activity.Activity.Rotated(r.Store)
 	diff, err := w.Diff(ctl.Caller{}, ctl.DiffArgs{From: r.PreRun, To: after})
 	if err != nil {
 		return res, fmt.Errorf("session %s: the changes of the run: %w", r.ID, err)

@@ -61,12 +61,20 @@ func TestWriteBundle(t *testing.T) {
 		t.Errorf("a record in the project: %v", err)
 	}
 
+	// The log rotated once (it reached half its bound): what came
+	// before its older segment may be gone.
+	if err := os.WriteFile(filepath.Join(r.Store, "activity.log.1"), []byte(`{"time":"2026-11-28T04:59:00Z","uid":0,"op":"lookup","path":"a.txt"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	res, err := r.WriteBundle(to, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Dropped != 2 || res.Files != 2 || res.Blobs != 2 {
 		t.Errorf("result %+v, want 2 dropped, 2 paths, 2 blobs", res)
+	}
+	if w := strings.Join(res.Warnings(), "\n"); !strings.Contains(w, "its oldest entries may be gone") {
+		t.Errorf("warnings %q do not say the log rotated", w)
 	}
 	b, err := os.ReadFile(filepath.Join(to, record.ManifestName))
 	if err != nil {
