@@ -94,7 +94,8 @@ type Event struct {
 	// Branch is the branch whose view the operation went to.
 	Branch string
 	// Attrs says which attributes a setattr changed: "mode", "uid",
-	// "gid", "size", "atime", "mtime" joined by ','.
+	// "gid", "size", "atime", "mtime" joined by ','; for a rename,
+	// RenameExchanged when it swapped its two paths.
 	Attrs string
 }
 
@@ -115,12 +116,16 @@ func (s *Server) recordErr(err error, h *fuse.InHeader, op string, dir *overlay.
 
 // recordRename reports a rename (or a link: from is then the existing
 // node and fromName "") when err is nil; it returns err.
-func (s *Server) recordRename(err error, h *fuse.InHeader, op string, from *overlay.Node, fromName string, to *overlay.Node, toName string) error {
+func (s *Server) recordRename(err error, h *fuse.InHeader, op string, from *overlay.Node, fromName string, to *overlay.Node, toName, attrs string) error {
 	if err == nil {
-		s.recordEvent(h, op, from, fromName, to, toName, "")
+		s.recordEvent(h, op, from, fromName, to, toName, attrs)
 	}
 	return err
 }
+
+// RenameExchanged is the Attrs of a rename that swapped its two paths
+// (RENAME_EXCHANGE): both exist after it.
+const RenameExchanged = "exchange"
 
 // recordSetattr reports a setattr, naming the attributes it changed.
 func (s *Server) recordSetattr(in *fuse.SetAttrIn, n *overlay.Node) {

@@ -155,6 +155,12 @@ func TestActivityEvents(t *testing.T) {
 				want string
 			}{
 				{func() error { return os.Rename(p("new.txt"), p("dir/moved.txt")) }, "rename new.txt -> dir/moved.txt"},
+				{func() error {
+					return unix.Renameat2(unix.AT_FDCWD, p("dir/moved.txt"), unix.AT_FDCWD, p("dir/x"), unix.RENAME_EXCHANGE)
+				}, "rename dir/moved.txt -> dir/x (exchange)"},
+				{func() error {
+					return unix.Renameat2(unix.AT_FDCWD, p("dir/moved.txt"), unix.AT_FDCWD, p("dir/x"), unix.RENAME_EXCHANGE)
+				}, "rename dir/moved.txt -> dir/x (exchange)"},
 				{func() error { return os.Chmod(p("dir/moved.txt"), 0600) }, "setattr dir/moved.txt (mode)"},
 				{func() error { return os.Truncate(p("dir/moved.txt"), 1) }, "setattr dir/moved.txt (size)"},
 				{func() error { return os.Chtimes(p("dir/moved.txt"), time.Unix(1, 0), time.Unix(2, 0)) }, "setattr dir/moved.txt (atime,mtime)"},

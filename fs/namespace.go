@@ -87,7 +87,7 @@ func (s *Server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out 
 		return fuse.Status(unix.EXDEV) // a file of another branch
 	}
 	attr, err := src.n.FS().Link(src.n, dir.n, name)
-	if s.recordRename(err, &in.InHeader, OpLink, src.n, "", dir.n, name) != nil {
+	if s.recordRename(err, &in.InHeader, OpLink, src.n, "", dir.n, name, "") != nil {
 		return errno(err)
 	}
 	s.fillEntry(out, in.NodeId, src.n, &attr)
@@ -134,7 +134,11 @@ func (s *Server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newN
 	if odir.vs != ndir.vs {
 		return fuse.Status(unix.EXDEV) // a directory of another branch
 	}
-	return errno(s.recordRename(odir.n.FS().Rename(odir.n, oldName, ndir.n, newName, in.Flags), &in.InHeader, OpRename, odir.n, oldName, ndir.n, newName))
+	attrs := ""
+	if in.Flags&unix.RENAME_EXCHANGE != 0 {
+		attrs = RenameExchanged
+	}
+	return errno(s.recordRename(odir.n.FS().Rename(odir.n, oldName, ndir.n, newName, in.Flags), &in.InHeader, OpRename, odir.n, oldName, ndir.n, newName, attrs))
 }
 
 // Readlink implements fuse.RawFileSystem.

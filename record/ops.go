@@ -12,6 +12,9 @@ type Event struct {
 	Op    string
 	Path  string
 	Path2 string
+	// Attrs is the log's attrs: "exchange" for a rename that swapped
+	// its two paths.
+	Attrs string
 }
 
 // opSet is the operations seen on one path.
@@ -45,6 +48,7 @@ const lookupOp = "lookup"
 //	link                                        existence of Path, write of Path2
 //	copy_file_range                             read of Path, write of Path2
 //	rename                                      delete of Path, write of Path2
+//	rename (exchange)                           write of Path, write of Path2
 //	unlink rmdir                                delete of Path
 func opsOf(e Event) (p1, op1, p2, op2 string) {
 	switch e.Op {
@@ -61,6 +65,9 @@ func opsOf(e Event) (p1, op1, p2, op2 string) {
 	case "copy_file_range":
 		return e.Path, OpRead, e.Path2, OpWrite
 	case "rename":
+		if e.Attrs == "exchange" {
+			return e.Path, OpWrite, e.Path2, OpWrite
+		}
 		return e.Path, OpDelete, e.Path2, OpWrite
 	case "unlink", "rmdir":
 		return e.Path, OpDelete, "", ""

@@ -702,3 +702,28 @@ func TestGitStagedIsDirty(t *testing.T) {
 		t.Errorf("sub/clean.txt: %+v %+v: want tracked, clean, no blob", f, f.Git)
 	}
 }
+
+// TestRenameExchange: a rename that swaps two paths (RENAME_EXCHANGE)
+// writes both, and deletes neither.
+func TestRenameExchange(t *testing.T) {
+	dir := t.TempDir()
+	before, after := filepath.Join(dir, "b"), filepath.Join(dir, "a")
+	write(t, filepath.Join(before, "x"), "x")
+	write(t, filepath.Join(before, "y"), "y")
+	write(t, filepath.Join(after, "x"), "y")
+	write(t, filepath.Join(after, "y"), "x")
+	in := Input{Project: "/p", Before: dirTree(before), After: dirTree(after),
+		Events:  []Event{{Op: "rename", Path: "x", Path2: "y", Attrs: "exchange"}},
+		Changed: []Change{{Path: "x"}, {Path: "y"}}}
+	out := filepath.Join(dir, "bundle")
+	if _, err := Write(out, in, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	m, blobs := readBundle(t, out)
+	for _, p := range []string{"/p/x", "/p/y"} {
+		f := fileOf(t, m, p)
+		if !slices.Equal(f.Operations, []string{"write"}) || !f.After.Exists || f.After.Tombstone || blobs[f.After.Blob] == "" {
+			t.Errorf("%s: %+v, want a write and its after contents", p, f)
+		}
+	}
+}

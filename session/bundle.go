@@ -132,7 +132,7 @@ func (r *Record) WriteBundle(dir, version string) (BundleResult, error) {
 			res.Dropped += l.Count
 		case l.Op == activity.OpRewind, l.Branch != "" && l.Branch != pre.Branch:
 		default:
-			in.Events = append(in.Events, record.Event{Op: l.Op, Path: l.Path, Path2: l.Path2})
+			in.Events = append(in.Events, record.Event{Op: l.Op, Path: l.Path, Path2: l.Path2, Attrs: l.Attrs})
 		}
 		return nil
 	})
