@@ -11,7 +11,8 @@
 // record (Input): the before-state and the after-state as two read-only
 // trees (the pre-run snapshot and the end of the run, which package
 // session opens through workspace), the operations as the activity
-// log's entries, the paths the run changed (a diff of the two trees).
+// log's entries (a list, or read one at a time: a long run's log is never
+// held whole), the paths the run changed (a diff of the two trees).
 // It knows nothing of sessions, stores, FUSE or the CLI.
 //
 // # Observed paths

@@ -85,7 +85,7 @@ type observed struct {
 // with their operations, keeping those keep accepts (paths relative to
 // the project, "" for its root). A changed path the log has no write or
 // delete of (below a renamed directory, or an entry dropped) gets one.
-func observe(in Input, keep func(p string) bool) map[string]*observed {
+func observe(in Input, keep func(p string) bool) (map[string]*observed, error) {
 	seen := map[string]*observed{}
 	add := func(raw, op string) *observed {
 		p, ok := cleanRel(raw)
@@ -100,10 +100,19 @@ func observe(in Input, keep func(p string) bool) map[string]*observed {
 		ob.ops[op] = true
 		return ob
 	}
-	for _, e := range in.Events {
+	event := func(e Event) error {
 		p1, op1, p2, op2 := opsOf(e)
 		add(p1, op1)
 		add(p2, op2)
+		return nil
+	}
+	if in.ReadEvents != nil {
+		if err := in.ReadEvents(event); err != nil {
+			return nil, err
+		}
+	}
+	for _, e := range in.Events {
+		_ = event(e) // never fails
 	}
 	for _, c := range in.Changed {
 		op := OpWrite
@@ -120,7 +129,7 @@ func observe(in Input, keep func(p string) bool) map[string]*observed {
 			ob.changed = true
 		}
 	}
-	return seen
+	return seen, nil
 }
 
 // cleanRel turns a log's path into a clean relative one ("" for the

@@ -63,6 +63,11 @@ type Input struct {
 	Before, After Tree
 	// Events are the activity log's entries of the run, in order.
 	Events []Event
+	// ReadEvents, when set, gives the entries instead of Events, one
+	// at a time (a log read as it goes, never held whole): it calls fn
+	// with each, and its error (fn's or its own) fails Write before
+	// anything is written.
+	ReadEvents func(fn func(Event) error) error
 	// Changed are the paths that differ between Before and After.
 	Changed []Change
 }
@@ -265,7 +270,10 @@ func writeBundle(dir string, m *Manifest, blobs []blobRef, rowGroupBytes int64) 
 // lists the before-states changed after o.BeforeTime (res.Stale) and
 // the blobs too large to capture (res.TooLarge).
 func build(in Input, o Options) (m *Manifest, blobs []blobRef, res Result, err error) {
-	seen := observe(in, func(p string) bool { return !inGitDir(p) && !hidden(o.Hidden, p) })
+	seen, err := observe(in, func(p string) bool { return !inGitDir(p) && !hidden(o.Hidden, p) })
+	if err != nil {
+		return nil, nil, res, fmt.Errorf("reading the operations: %w", err)
+	}
 	paths := slices.Sorted(maps.Keys(seen))
 
 	abs := func(p string) string {

@@ -727,3 +727,36 @@ func TestRenameExchange(t *testing.T) {
 		}
 	}
 }
+
+// TestReadEvents: the operations can be read one at a time (from a log
+// read as it goes); an error reading them fails Write, which writes
+// nothing.
+func TestReadEvents(t *testing.T) {
+	_, _, in := scenario(t)
+	events := in.Events
+	in.Events = nil
+	in.ReadEvents = func(fn func(Event) error) error {
+		for _, e := range events {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	out := filepath.Join(t.TempDir(), "bundle")
+	if _, err := Write(out, in, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := readBundle(t, out)
+	if f := fileOf(t, m, "/repo/clean.txt"); !slices.Equal(f.Operations, []string{"read", "existence"}) {
+		t.Errorf("clean.txt: operations %q", f.Operations)
+	}
+	in.ReadEvents = func(func(Event) error) error { return unix.EIO }
+	out = filepath.Join(t.TempDir(), "bundle")
+	if _, err := Write(out, in, Options{}); !errors.Is(err, unix.EIO) {
+		t.Errorf("Write with the log unreadable: %v, want EIO", err)
+	}
+	if _, err := os.Lstat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a Write that could not read the log made %s (%v)", out, err)
+	}
+}

@@ -125,19 +125,24 @@ func (r *Record) WriteBundle(dir, version string) (BundleResult, error) {
 		return res, err
 	}
 	// The operations on the session's branch (agentfs exec -b may
-	// have worked in others of its store).
-	err = activity.Read(r.Store, activity.Activity, func(l activity.Line) error {
-		switch {
-		case l.Op == activity.OpDropped:
-			res.Dropped += l.Count
-		case l.Op == activity.OpRewind, l.Branch != "" && l.Branch != pre.Branch:
-		default:
-			in.Events = append(in.Events, record.Event{Op: l.Op, Path: l.Path, Path2: l.Path2, Attrs: l.Attrs})
+	// have worked in others of its store), read from the log as the
+	// record takes them, never held whole.
+	in.ReadEvents = func(fn func(record.Event) error) error {
+		res.Dropped = 0
+		err := activity.Read(r.Store, activity.Activity, func(l activity.Line) error {
+			switch {
+			case l.Op == activity.OpDropped:
+				res.Dropped += l.Count
+			case l.Op == activity.OpRewind, l.Branch != "" && l.Branch != pre.Branch:
+			default:
+				return fn(record.Event{Op: l.Op, Path: l.Path, Path2: l.Path2, Attrs: l.Attrs})
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("session %s: reading its activity log: %w", r.ID, err)
 		}
 		return nil
-	})
-	if err != nil {
-		return res, fmt.Errorf("session %s: reading its activity log: %w", r.ID, err)
 	}
 	res.LogRotated = activity.Activity.Rotated(r.Store)
 	diff, err := w.Diff(ctl.Caller{}, ctl.DiffArgs{From: r.PreRun, To: after})
