@@ -177,6 +177,9 @@ func (r *Record) recordedStates(w *workspace.Workspace) (pre ctl.SnapshotInfo, a
 	}
 	pre = list.Snapshots[i]
 	if r.PostRun != "" {
+		if !slices.ContainsFunc(list.Snapshots, func(s ctl.SnapshotInfo) bool { return s.ID == r.PostRun }) {
+			return pre, "", fmt.Errorf("session %s: its post-run snapshot %s is gone (deleted or pruned): there is no after-state to record", r.ID, r.PostRun)
+		}
 		return pre, r.PostRun, nil
 	}
 	return pre, pre.Branch, nil

@@ -61,6 +61,10 @@ func TestWriteBundle(t *testing.T) {
 		t.Errorf("a record in the project: %v", err)
 	}
 
+	// A post-run snapshot deleted since: no after-state.
+	r.PostRun = "20260101-000000-dead"
+	refused("a post-run snapshot gone", "its post-run snapshot 20260101-000000-dead is gone")
+	r.PostRun = ""
 	// The log rotated once (it reached half its bound): what came
 	// before its older segment may be gone.
 	if err := os.WriteFile(filepath.Join(r.Store, "activity.log.1"), []byte(`{"time":"2026-11-28T04:59:00Z","uid":0,"op":"lookup","path":"a.txt"}`+"\n"), 0o600); err != nil {
