@@ -36,9 +36,10 @@
 // ignored, outside a repository, tracked and dirty, or in a repository
 // the command made); an after-blob
 // when it was written or changed, or when its contents were needed and
-// Git cannot give them back. Whether contents changed is decided by a
-// content hash (Options.Hash: SHA-256 by default, a function that the
-// store's hashes can replace).
+// Git cannot give them back. Whether contents changed is decided, for
+// a path the diff lists (one it does not list did not change, and is
+// not read), by a content hash (Options.Hash: SHA-256 by default, a
+// function that the store's hashes can replace).
 //
 // # Bounds
 //

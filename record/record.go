@@ -68,7 +68,9 @@ type Input struct {
 	// with each, and its error (fn's or its own) fails Write before
 	// anything is written.
 	ReadEvents func(fn func(Event) error) error
-	// Changed are the paths that differ between Before and After.
+	// Changed are the paths that differ between Before and After; a
+	// path not listed is the same in both (its contents are not
+	// compared).
 	Changed []Change
 }
 
@@ -376,10 +378,13 @@ func hidden(filter func(string) bool, p string) bool {
 }
 
 // contentsChanged reports whether the regular file p has other
-// contents after than before (a file that is regular on one side only
-// changed when the diff says so).
+// contents after than before: never when the diff does not list it (it
+// is the comparison of the two trees: a file the command only read is
+// not hashed); when it does, a file regular on both sides changed when
+// its size or hash differs (rewritten with the same contents, it did
+// not).
 func contentsChanged(in Input, o Options, p string, before *unix.Stat_t, aok bool, after *unix.Stat_t, diffSays bool) (bool, error) {
-	if before == nil || !aok || before.Mode&unix.S_IFMT != unix.S_IFREG || after.Mode&unix.S_IFMT != unix.S_IFREG {
+	if !diffSays || before == nil || !aok || before.Mode&unix.S_IFMT != unix.S_IFREG || after.Mode&unix.S_IFMT != unix.S_IFREG {
 		return diffSays, nil
 	}
 	if before.Size != after.Size {

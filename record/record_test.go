@@ -760,3 +760,23 @@ func TestReadEvents(t *testing.T) {
 		t.Errorf("a Write that could not read the log made %s (%v)", out, err)
 	}
 }
+
+// TestUnchangedNotHashed: a file the diff does not list is not hashed
+// (reading every file the command read, twice, to learn what the diff
+// already says); one it lists is.
+func TestUnchangedNotHashed(t *testing.T) {
+	_, _, in := scenario(t)
+	var hashed []string
+	hash := func(tr Tree, p string) ([]byte, error) {
+		hashed = append(hashed, p)
+		return SHA256(tr, p)
+	}
+	if _, err := Write(filepath.Join(t.TempDir(), "bundle"), in, Options{Hash: hash}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range hashed {
+		if !slices.ContainsFunc(in.Changed, func(c Change) bool { return c.Path == p }) {
+			t.Errorf("%s, which the diff does not list, was hashed", p)
+		}
+	}
+}
