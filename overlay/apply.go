@@ -270,7 +270,8 @@ func (v *FS) lowerViewOfSameFd() (*FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apply: %w", err)
 	}
-	lv, err := newWithFd(Config{Lower: v.cfg.Lower, Objects: v.objs, Logger: v.log}, fd)
+	lv, err := newWithFd(Config{Lower: v.cfg.Lower, Objects: v.objs, Logger: v.log,
+		Hide: v.cfg.Hide, HiddenInodes: v.cfg.HiddenInodes}, fd)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
@@ -355,7 +356,16 @@ func (a *applier) plan() error {
 			}
 		}
 	}
-	// Conflicts, parents first.
+	// Hidden project paths (apply_hold.go), then the other conflicts,
+	// parents first.
+	for _, it := range a.items {
+		if it.state != stateApply {
+			continue
+		}
+		if why := a.hiddenConflict(it); why != "" {
+			it.state, it.reason = stateConflict, why
+		}
+	}
 	for _, it := range a.items {
 		if it.state != stateApply || a.o.Force {
 			continue

@@ -11,7 +11,11 @@ import (
 
 // openLower opens a lower path read-only without updating its atime
 // (O_NOATIME needs ownership or CAP_FOWNER; without it, plain O_RDONLY).
+// A hidden path (hide.go) is refused with ENOENT, and never opened.
 func (v *FS) openLower(p string, flags int) (*os.File, error) {
+	if v.hiddenBeforeOpen(p, flags) {
+		return nil, unix.ENOENT
+	}
 	rel := lowerRel(p)
 	flags |= unix.O_CLOEXEC | unix.O_NOFOLLOW
 	fd, err := unix.Openat(v.lowerFd, rel, flags|unix.O_NOATIME, 0)
@@ -21,7 +25,7 @@ func (v *FS) openLower(p string, flags int) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return os.NewFile(uintptr(fd), rel), nil
+	return v.checkOpenLower(p, os.NewFile(uintptr(fd), rel))
 }
 
 // copyUpDirLocked gives directory n (and its ancestors) an upper entry.

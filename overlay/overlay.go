@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/hide"
 )
 
 // Config describes one view: a lower directory and a branch layer.
@@ -33,7 +34,12 @@ type Config struct {
 	// overlay.
 	AllocIno func() (uint64, error)
 	// Sync makes committed metadata durable (called on fsync).
-	Sync   func() error
+	Sync func() error
+	// Hide hides lower paths (hide.go); HiddenInodes are the lower
+	// inodes hidden paths name (hide.Scan), shared by the views of one
+	// store. Nil: nothing is hidden.
+	Hide         *hide.Rules
+	HiddenInodes *hide.Inodes
 	Logger *slog.Logger
 }
 
