@@ -38,6 +38,15 @@
 //	gitignore = true         (honour the project's .gitignore and .git/info/exclude)
 //	pattern = build/         (a gitignore-style pattern; repeat the key for more)
 //
+//	[hide]
+//	pattern = .env           (a gitignore-style pattern of project paths that do not
+//	                          exist in the view; repeat the key for more)
+//
+// Hide patterns add up too, and none takes back what another file hides:
+// the user's patterns, the project's and --hide are each matched on
+// their own, and a path any of them hides is hidden (package hide), so
+// that a project's "!" cannot show what the user's file hides.
+//
 // A file that cannot be read or parsed is an error that names the file
 // and the line: nothing is mounted.
 package config
@@ -56,6 +65,7 @@ import (
 
 	"github.com/agentfs/agentfs/activity"
 	"github.com/agentfs/agentfs/autosnap"
+	"github.com/agentfs/agentfs/hide"
 	"github.com/agentfs/agentfs/hostpath"
 )
 
@@ -72,6 +82,9 @@ type Config struct {
 	LogReads        bool
 	Gitignore       bool     // honour the project's .gitignore
 	Ignore          []string // patterns of the config files
+	// Hide are the hide patterns of the config files, the user's then
+	// the project's, each with its source.
+	Hide []hide.Pattern
 	Triggers
 	// Files are the configuration files read, in order.
 	Files []string
@@ -171,6 +184,7 @@ var configKeys = map[string][]string{
 	"auto-snapshot": {"enabled", "quiet-period", "keep", "git", "build", "build-command", "idle", "post-run"},
 	"log":           {"size", "reads"},
 	"ignore":        {"gitignore", "pattern"},
+	"hide":          {"pattern"},
 	"trace":         {"enabled", "size"},
 }
 
@@ -284,6 +298,15 @@ func (c *Config) set(section, key, value string) error {
 			return fmt.Errorf("pattern = %s: %v: write a gitignore-style pattern (see gitignore(5))", value, err)
 		}
 		c.Ignore = append(c.Ignore, value)
+	case "hide.pattern":
+		if err := hide.Check(value); err != nil {
+			return fmt.Errorf("pattern = %q: %v", value, err)
+		}
+		from := hide.FromUser
+		if c.project {
+			from = hide.FromProject
+		}
+		c.Hide = append(c.Hide, hide.Pattern{Pattern: value, From: from})
 	default:
 		return fmt.Errorf("unknown key %q in [%s]: the keys there are %s", key, section, strings.Join(configKeys[section], ", "))
 	}

@@ -2,7 +2,10 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/agentfs/agentfs/hide"
 )
 
 // Settings are the effective settings of a mount's activity log and
@@ -16,6 +19,9 @@ type Settings struct {
 	LogReads     bool
 	Gitignore    bool     // honour the project's .gitignore and .git/info/exclude
 	Ignore       []string // the configuration's patterns
+	// Hide are the hide patterns: the configuration's, then --hide's
+	// (From hide.FromFlag).
+	Hide []hide.Pattern
 	Triggers
 }
 
@@ -28,6 +34,8 @@ type Overrides struct {
 	LogSize      string // a size, as ParseLogSize reads it
 	LogReads     *bool
 	Trace        *bool
+	// Hide are the patterns of --hide, added to the configuration's.
+	Hide []string
 }
 
 // FlagError is a flag's value that cannot be used: Flag names it
@@ -53,6 +61,7 @@ func Resolve(c Config, o Overrides, autoDefault bool) (Settings, error) {
 		LogReads:     c.LogReads,
 		Gitignore:    c.Gitignore,
 		Ignore:       c.Ignore,
+		Hide:         slices.Clone(c.Hide),
 		Triggers:     c.Triggers,
 	}
 	if o.Trace != nil {
@@ -60,6 +69,12 @@ func Resolve(c Config, o Overrides, autoDefault bool) (Settings, error) {
 	}
 	if o.AutoSnapshot != nil {
 		s.AutoSnapshot = *o.AutoSnapshot
+	}
+	for _, p := range o.Hide {
+		if err := hide.Check(p); err != nil {
+			return s, &FlagError{"--hide", p, err}
+		}
+		s.Hide = append(s.Hide, hide.Pattern{Pattern: p, From: hide.FromFlag})
 	}
 	if o.LogReads != nil {
 		s.LogReads = *o.LogReads

@@ -201,6 +201,18 @@ type Status struct {
 	Objects int64 `json:"objects"`        // upper objects in the backstore
 	Bytes   int64 `json:"bytes"`          // bytes they occupy
 	FsFree  int64 `json:"backstore_free"` // free bytes where they live
+
+	// Hide are the hide patterns of the mount (the store's): the project
+	// paths they match do not exist in the view.
+	Hide []HidePattern `json:"hide"`
+}
+
+// HidePattern is one hide pattern and where it came from: "user" (the
+// user's configuration file), "project" (the project's .agentfs.conf)
+// or "flag" (--hide).
+type HidePattern struct {
+	Pattern string `json:"pattern"`
+	From    string `json:"from"`
 }
 
 // UnmountReply is the reply of OpUnmount.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentfs/agentfs/config"
+	"github.com/agentfs/agentfs/hide"
 )
 
 // StartTimeout bounds how long Start waits for the daemon to report.
@@ -140,7 +141,7 @@ func daemonArgs(p *Plan, store string, ephemeral bool) []string {
 // daemon exactly the settings s (the configuration files only add the
 // ignore patterns there).
 func SettingsArgs(s config.Settings) []string {
-	return []string{
+	args := []string{
 		"--auto-snapshot=" + strconv.FormatBool(s.AutoSnapshot),
 		"--quiet-period", s.QuietPeriod.String(),
 		"--auto-snapshot-keep", strconv.Itoa(s.Keep),
@@ -148,4 +149,10 @@ func SettingsArgs(s config.Settings) []string {
 		"--log-reads=" + strconv.FormatBool(s.LogReads),
 		"--trace=" + strconv.FormatBool(s.Trace),
 	}
+	for _, p := range s.Hide {
+		if p.From == hide.FromFlag { // the files' patterns it reads again
+			args = append(args, "--hide", p.Pattern)
+		}
+	}
+	return args
 }

@@ -147,24 +147,24 @@ func (h *holds) holdBack(it *planned) string {
 // the changes refused hold back follows as for any conflict.
 
 // hiddenConflict says why change it may not be applied because of the
-// hide rules ("" when it may).
-func (a *applier) hiddenConflict(it *planned) string {
+// hide rules ("" when it may), and whether Force would apply it.
+func (a *applier) hiddenConflict(it *planned) (why string, forced bool) {
 	v := a.v
 	if v.cfg.Hide.Empty() {
-		return ""
+		return "", false
 	}
 	if it.lexists && v.hidesLower(it.Path, &it.lower) {
-		return "the project's file there is hidden (a hide pattern): apply never changes it"
+		return "the project's file there is hidden by a hide pattern: apply never changes it", false
 	}
-	if it.Old != nil && it.Old.Type == "dir" && it.New == nil || it.Kind == TypeChanged && it.Old != nil && it.Old.Type == "dir" {
+	if it.Old != nil && it.Old.Type == "dir" && (it.New == nil || it.Kind == TypeChanged) {
 		if name := a.hiddenIn(it.Path); name != "" {
-			return fmt.Sprintf("the project's directory holds a hidden file (%s, a hide pattern): apply never removes it", name)
+			return fmt.Sprintf("the project's directory holds %s, hidden by a hide pattern: apply never removes it", displayPath(name)), false
 		}
 	}
 	if it.Hidden && !a.o.Force {
-		return "a hidden path (a hide pattern): agentfs apply --force writes it"
+		return "a path a hide pattern hides: agentfs apply --force writes it", true
 	}
-	return ""
+	return "", false
 }
 
 // hiddenIn returns a hidden name in lower directory p ("" for none):

@@ -13,6 +13,7 @@ import (
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/hide"
 	"github.com/agentfs/agentfs/overlay"
 )
 
@@ -48,6 +49,11 @@ type Options struct {
 	ReadOnly bool
 	// Version is the agentfs version, for Status.
 	Version string
+	// Hide are the mount's hide rules, which Open records in the store
+	// (replacing what an earlier mount of it recorded); nil for a
+	// command that opens a store without mounting it, which reads the
+	// rules recorded (hide.go).
+	Hide *hide.Rules
 	// ProgressGate holds each long operation until its progress was
 	// asked (progress.go): for the tests of the progress bars only.
 	ProgressGate bool
@@ -61,6 +67,10 @@ type Workspace struct {
 	meta   *branch.Store
 	objs   *backstore.Store
 	policy autosnap.Policy
+	// hide and hidden are the store's hide rules and the project's
+	// inodes they hide (hide.go), fixed once the store is open.
+	hide   *hide.Rules
+	hidden *hide.Inodes
 
 	// opMu serializes the operations (see the package doc). current is
 	// the branch the mount shows to unbound processes (read without
@@ -130,6 +140,9 @@ func (w *Workspace) open() error {
 	case string(prev) != o.Lower:
 		return fmt.Errorf("the store %s was made for the lower directory %s, not %s: mount it with --lower %s, or use another --store", o.Store, prev, o.Lower, prev)
 	}
+	if err := w.openHide(); err != nil {
+		return fmt.Errorf("the store %s: %w", o.Store, err)
+	}
 	layer, err := w.resumeBranch()
 	if err != nil {
 		return fmt.Errorf("the store %s: %w", o.Store, err)
@@ -161,7 +174,15 @@ func (w *Workspace) open() error {
 // newView opens a writable view of branch l.
 func (w *Workspace) newView(l *branch.Layer) (*overlay.FS, error) {
 	return overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l,
-		AllocIno: w.meta.AllocIno, Sync: w.meta.Sync, Logger: w.log})
+		AllocIno: w.meta.AllocIno, Sync: w.meta.Sync, Logger: w.log, Hide: w.hide, HiddenInodes: w.hidden})
+}
+
+// readView opens a view that an operation reads (nothing writes it):
+// of branch l, of snapshot snap, or, with neither, the plain project;
+// with the store's hide rules, as every view of the store.
+func (w *Workspace) readView(l *branch.Layer, snap *branch.View) (*overlay.FS, error) {
+	return overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l, Snapshot: snap,
+		Logger: w.log, Hide: w.hide, HiddenInodes: w.hidden})
 }
 
 // currentBranchKey is the store info key that names the branch a kept

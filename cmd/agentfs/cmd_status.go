@@ -35,7 +35,8 @@ func init() {
 its lower directory, the branch it shows, its store (kept, or private and deleted at
 unmount), the backstore and whether it can clone files (reflink), how
 file I/O is served (FUSE passthrough, or the page cache), how much the
-changed files take, and the daemon's pid.
+changed files take, the hide patterns (the project paths that do not
+exist in the view), and the daemon's pid.
 
 Examples:
   cd /mnt/ws && agentfs status
@@ -90,6 +91,16 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	if !st.Offline {
 		fmt.Fprintf(w, "daemon reads:\t%d (%d spliced, %d from the disk)\n", st.Reads, st.ReadsSpliced, st.ReadsFromDisk)
 	}
+	if len(st.Hide) == 0 {
+		fmt.Fprintf(w, "hide:\tnothing (no hide patterns)\n")
+	}
+	for i, p := range st.Hide {
+		label := ""
+		if i == 0 {
+			label = "hide:"
+		}
+		fmt.Fprintf(w, "%s\t%s (%s)\n", label, printable(p.Pattern), hideSource(p.From))
+	}
 	fmt.Fprintf(w, "usage:\t%d objects, %s; %s free in the backstore\n", st.Objects, humanBytes(st.Bytes), humanBytes(st.FsFree))
 	switch {
 	case strings.HasPrefix(st.Trace, "on"):
@@ -106,6 +117,19 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 		fmt.Fprintf(w, "daemon:\tpid %d, uid %d, agentfs %s\n", st.Pid, st.Owner, st.Version)
 	}
 	return w.Flush()
+}
+
+// hideSource says where a hide pattern came from, in words.
+func hideSource(from string) string {
+	switch from {
+	case "user":
+		return "your configuration"
+	case "project":
+		return "the project's .agentfs.conf"
+	case "flag":
+		return "--hide"
+	}
+	return from
 }
 
 func yesNo(b bool) string {

@@ -21,6 +21,7 @@ type activityFlags struct {
 	logSize      string
 	logReads     optBool
 	trace        optBool
+	hide         []string
 }
 
 func (o *activityFlags) AddFlags(flags *pflag.FlagSet) {
@@ -33,12 +34,13 @@ func (o *activityFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.Lookup("log-reads").NoOptDefVal = "true"
 	flags.Var(&o.trace, "trace", "trace every command the processes run (agentfs log --exec; as root, with eBPF)\n(default: on, unless the configuration turns it off; --trace=false turns it off)")
 	flags.Lookup("trace").NoOptDefVal = "true"
+	flags.StringArrayVar(&o.hide, "hide", nil, "hide the project paths that gitignore-style `PATTERN` matches (.env, *.pem, secrets/):\nthey do not exist in the view; repeat for more; added to [hide] of the configuration")
 }
 
 // overrides are the flags as configuration overrides: unset ones
 // leave the configuration's value.
 func (o *activityFlags) overrides() config.Overrides {
-	c := config.Overrides{QuietPeriod: o.quietPeriod, Keep: o.keep, LogSize: o.logSize}
+	c := config.Overrides{QuietPeriod: o.quietPeriod, Keep: o.keep, LogSize: o.logSize, Hide: o.hide}
 	if o.autoSnapshot.set {
 		c.AutoSnapshot = &o.autoSnapshot.v
 	}
