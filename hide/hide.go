@@ -157,7 +157,7 @@ func Scan(r *Rules, dir string) (*Inodes, error) {
 	if r.Empty() {
 		return in, nil
 	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := openDirNoatime(unix.AT_FDCWD, dir, 0) // dir may be /proc/self/fd/N
 	if err != nil {
 		return nil, fmt.Errorf("scanning %s for hidden files: %w", dir, err)
 	}
@@ -181,7 +181,7 @@ func (in *Inodes) scanDir(r *Rules, fd int, p string, hidden bool) error {
 		h := hidden || r.Hidden(cp, de.IsDir())
 		switch {
 		case de.IsDir():
-			sub, err := unix.Openat(fd, de.Name(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			sub, err := openDirNoatime(fd, de.Name(), unix.O_NOFOLLOW)
 			if err != nil {
 				continue // unreadable, or gone meanwhile
 			}
@@ -196,6 +196,19 @@ func (in *Inodes) scanDir(r *Rules, fd int, p string, hidden bool) error {
 		}
 	}
 	return nil
+}
+
+// openDirNoatime opens directory name of dirfd for listing (with more
+// flags) without updating its atime (a directory of the project, which
+// agentfs never changes); O_NOATIME needs ownership or CAP_FOWNER, so
+// without them it opens it plainly.
+func openDirNoatime(dirfd int, name string, more int) (int, error) {
+	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | more
+	fd, err := unix.Openat(dirfd, name, flags|unix.O_NOATIME, 0)
+	if err == unix.EPERM {
+		fd, err = unix.Openat(dirfd, name, flags, 0)
+	}
+	return fd, err
 }
 
 // Saw records a hidden regular file's inode.

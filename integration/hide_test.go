@@ -6,6 +6,7 @@ package integration
 // diff and status honour them, on a mount and on an ended session.
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -292,8 +293,9 @@ func TestHideRoutes(t *testing.T) {
 	}
 }
 
-// checkExportHides checks an exported tree: no hidden file, no secret.
-func checkExportHides(t *testing.T, to string) {
+// checkExportHides checks an exported tree: no hidden file but the
+// branch's own ones (own), no secret.
+func checkExportHides(t *testing.T, to string, own ...string) {
 	t.Helper()
 	err := filepath.Walk(to, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
@@ -301,7 +303,7 @@ func checkExportHides(t *testing.T, to string) {
 		}
 		rel, _ := filepath.Rel(to, p)
 		for _, h := range hiddenPaths {
-			if rel == h {
+			if rel == h && !slices.Contains(own, rel) {
 				t.Errorf("export %s holds hidden %s", to, rel)
 			}
 		}
@@ -319,4 +321,180 @@ func checkExportHides(t *testing.T, to string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// hideStatus is the part of agentfs status --json about hiding.
+type hideStatus struct {
+	Hide []struct {
+		Pattern string `json:"pattern"`
+		From    string `json:"from"`
+	} `json:"hide"`
+}
+
+// statusHide returns the hide patterns agentfs status --json lists, as
+// "pattern from" lines.
+func statusHide(t *testing.T, args ...string) []string {
+	t.Helper()
+	r := harness.Run(t, append([]string{"status", "--json"}, args...)...)
+	if r.Code != 0 {
+		t.Fatalf("status:\n%s", r)
+	}
+	var st hideStatus
+	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.Stdout)
+	}
+	var out []string
+	for _, p := range st.Hide {
+		out = append(out, p.Pattern+" "+p.From)
+	}
+	return out
+}
+
+// TestHideApplyExportDiffStatus: status lists the patterns, diff marks
+// the branch's own files at hidden paths, apply never changes a hidden
+// project file and writes an own file at a hidden path only with
+// --force, export omits the hidden project files.
+func TestHideApplyExportDiffStatus(t *testing.T) {
+	lower := hideLower(t)
+	m := harness.NewMount(t, harness.WithExistingLower(lower), harness.WithArgs(hideArgs...))
+	if got, want := statusHide(t, "-C", m.Dir), []string{".env flag", "*.pem flag", "secrets/ flag", "/pub/config/prod.key flag"}; !slices.Equal(got, want) {
+		t.Errorf("status hide = %q, want %q", got, want)
+	}
+	if r := harness.Run(t, "status", "-C", m.Dir); !strings.Contains(r.Stdout, "hide:") || !strings.Contains(r.Stdout, "*.pem (--hide)") {
+		t.Errorf("status does not list the hide patterns:\n%s", r)
+	}
+	harness.WriteFile(t, m.Path("pub/.env"), "mine")      // over the hidden project file
+	harness.WriteFile(t, m.Path("pub/own.pem"), "my pem") // a hidden path, nothing in the project
+	harness.WriteFile(t, m.Path("pub/main.go"), "package main // changed")
+	if err := os.RemoveAll(m.Path("pub/app")); err != nil { // app/.env is hidden in it
+		t.Fatal(err)
+	}
+
+	d := harness.Run(t, "diff", "-C", m.Dir)
+	wantLines(t, "diff", d.Stdout, "A  pub/.env  (a hidden path: agentfs apply --force writes it)",
+		"A  pub/own.pem  (a hidden path: agentfs apply --force writes it)", "M  pub/main.go", "D  pub/app/")
+	dj := harness.Run(t, "diff", "-C", m.Dir, "--json")
+	if !strings.Contains(dj.Stdout, `"hidden": true`) && !strings.Contains(dj.Stdout, `"hidden":true`) {
+		t.Errorf("diff --json marks no change hidden:\n%s", dj)
+	}
+
+	r := harness.Run(t, "apply", "-C", m.Dir)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "at hidden paths") {
+		t.Errorf("apply with changes at hidden paths: exit %d, want 1 naming them:\n%s", r.Code, r)
+	}
+	wantLines(t, "apply", r.Stdout, "hidden paths, not applied (agentfs status lists the hide patterns):")
+	for _, p := range []string{"pub/.env", "pub/app/.env"} {
+		if b, err := os.ReadFile(filepath.Join(lower, p)); err != nil || !strings.HasPrefix(string(b), secretMark) {
+			t.Errorf("project %s after apply: %q, %v; want the hidden file unchanged", p, b, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(lower, "pub/own.pem")); !os.IsNotExist(err) {
+		t.Errorf("project pub/own.pem after apply without --force: %v, want none", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(lower, "pub/main.go")); string(b) != "package main // changed" {
+		t.Errorf("project pub/main.go after apply = %q, want the change applied", b)
+	}
+	r = harness.Run(t, "apply", "-C", m.Dir, "--force")
+	if r.Code == 0 {
+		t.Errorf("apply --force over a hidden project file: exit 0, want 1:\n%s", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(lower, "pub/own.pem")); err != nil || string(b) != "my pem" {
+		t.Errorf("project pub/own.pem after apply --force: %q, %v; want the branch's own file", b, err)
+	}
+	for _, p := range []string{"pub/.env", "pub/app/.env", "pub/leak.txt"} {
+		if b, err := os.ReadFile(filepath.Join(lower, p)); err != nil || !strings.HasPrefix(string(b), secretMark) {
+			t.Errorf("project %s after apply --force: %q, %v; want the hidden file unchanged", p, b, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(lower, "pub/app/a.go")); !os.IsNotExist(err) {
+		t.Errorf("project pub/app/a.go after apply: %v, want it removed (its directory stays for the hidden .env)", err)
+	}
+	m.AcceptLower()
+
+	to := filepath.Join(t.TempDir(), "x")
+	if r := harness.Run(t, "export", "-C", m.Dir, "main", "--to", to); r.Code != 0 {
+		t.Fatalf("export:\n%s", r)
+	}
+	checkExportHides(t, to, "pub/.env")
+	if b, err := os.ReadFile(filepath.Join(to, "pub/.env")); err != nil || string(b) != "mine" {
+		t.Errorf("exported pub/.env = %q, %v; want the branch's own file", b, err)
+	}
+}
+
+// TestHideConfig: [hide] of the user's and the project's configuration
+// files add up with --hide, and a project's "!" does not take back what
+// the user's file hides.
+func TestHideConfig(t *testing.T) {
+	cfg := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(cfg, "agentfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	harness.WriteFile(t, filepath.Join(cfg, "agentfs", "config"), "[hide]\npattern = .env\n")
+	t.Setenv("XDG_CONFIG_HOME", cfg)
+	lower := hideLower(t)
+	harness.WriteFile(t, filepath.Join(lower, ".agentfs.conf"), "[hide]\npattern = !.env\npattern = !pub/.env\npattern = *.key\n")
+	m := harness.NewMount(t, harness.WithExistingLower(lower), harness.WithArgs("--hide", "secrets/"))
+	want := []string{".env user", "!.env project", "!pub/.env project", "*.key project", "secrets/ flag"}
+	if got := statusHide(t, "-C", m.Dir); !slices.Equal(got, want) {
+		t.Errorf("status hide = %q, want %q", got, want)
+	}
+	ops := []harness.Op{harness.OpRead(m.Path("pub/.env")), harness.OpRead(m.Path("pub/app/.env")),
+		harness.OpRead(m.Path("pub/config/prod.key")), harness.OpRead(m.Path("pub/secrets/token"))}
+	wantErrno(t, "configured hiding", ops, runOps(t, hideRoot, "configured hiding", ops...), "ENOENT")
+	if b, err := os.ReadFile(m.Path("pub/certs/server.pem")); err != nil || !strings.HasPrefix(string(b), secretMark) {
+		t.Errorf("pub/certs/server.pem (no pattern hides it here) = %q, %v; want it shown", b, err)
+	}
+	// A bad pattern is refused before anything is mounted.
+	mp := harness.NewMountpoint(t)
+	if r := harness.Run(t, "mount", "--lower", lower, "--hide", "[abc", mp); r.Code == 0 || !strings.Contains(r.Stderr, "--hide") {
+		t.Errorf("mount --hide [abc: exit %d, want a usage error naming --hide:\n%s", r.Code, r)
+	}
+}
+
+// TestHideSession: agentfs run --hide: the agent does not see the
+// hidden files and may make its own; the session's store keeps the
+// patterns, so that status, diff, export and apply of the ended
+// session honour them.
+func TestHideSession(t *testing.T) {
+	e := newRunEnv(t)
+	harness.WriteFile(t, filepath.Join(e.project, ".env"), secretMark+" env")
+	if err := os.MkdirAll(filepath.Join(e.project, "secrets"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	harness.WriteFile(t, filepath.Join(e.project, "secrets/token"), secretMark+" token")
+	e.before = harness.SnapshotTree(e.project)
+	agent := e.script("agent.sh", `set -e
+test ! -e .env
+test ! -e secrets
+ls -a | grep -qv -e '^.env$' -e '^secrets$'
+echo mine > .env
+mkdir secrets && echo own > secrets/own.txt
+cat .env
+`)
+	r := e.agentfs("run", "--hide", ".env", "--hide", "secrets/", "--", agent)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "mine") || strings.Contains(r.Output(), secretMark) {
+		t.Fatalf("agentfs run --hide: exit %d, want 0 with the agent's own .env:\n%s", r.Code, r)
+	}
+	id := sessionIDOf(t, r)
+	st := e.agentfs("status", "-s", id, "--json")
+	if !strings.Contains(st.Stdout, `"pattern": ".env"`) || !strings.Contains(st.Stdout, `"pattern": "secrets/"`) {
+		t.Errorf("status -s of the ended session lacks the hide patterns:\n%s", st)
+	}
+	d := e.agentfs("diff", "-s", id)
+	wantLines(t, "diff -s", d.Stdout, "A  .env  (a hidden path: agentfs apply --force writes it)")
+	to := filepath.Join(t.TempDir(), "x")
+	if x := e.agentfs("export", "-s", id, "main", "--to", to); x.Code != 0 {
+		t.Fatalf("export -s:\n%s", x)
+	}
+	checkExportHides(t, to)
+	y := filepath.Join(t.TempDir(), "y")
+	if x := e.agentfs("export", "-s", id, "lower", "--to", y); x.Code != 0 {
+		t.Fatalf("export -s lower:\n%s", x)
+	}
+	checkExportHides(t, y)
+	a := e.agentfs("apply", "-s", id, "--force")
+	if a.Code == 0 || !strings.Contains(a.Stdout, "apply never changes it") {
+		t.Errorf("apply -s --force over hidden project files: exit %d, want 1 saying it never changes them:\n%s", a.Code, a)
+	}
+	e.checkProject() // nothing of the project changed
 }

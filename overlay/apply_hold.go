@@ -2,7 +2,6 @@ package overlay
 
 import (
 	"fmt"
-	"os"
 
 	"golang.org/x/sys/unix"
 
@@ -171,11 +170,10 @@ func (a *applier) hiddenConflict(it *planned) (why string, forced bool) {
 // read from the directory itself, as the view's listing leaves them out.
 func (a *applier) hiddenIn(p string) string {
 	v := a.v
-	fd, err := unix.Openat(v.lowerFd, lowerRel(p), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	f, err := v.openLower(p, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return ""
 	}
-	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
 	names, _ := f.Readdirnames(-1)
 	for _, name := range names {
