@@ -17,6 +17,11 @@
 // directories carry their lower path as Redirect, so renaming a lower
 // or merged directory is a metadata operation.
 //
+// A view given hide rules (Config.Hide) shows no lower file whose
+// project path they hide, nor another name of such a file's inode: see
+// "Hidden project paths" in hide.go, the one place a lower name is
+// judged, and apply_hold.go for what Apply never does to them.
+//
 // # Nodes
 //
 // Node is the identity the kernel sees (one FUSE inode): upper nodes are
