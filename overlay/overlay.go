@@ -40,7 +40,7 @@ type Config struct {
 	// store. Nil: nothing is hidden.
 	Hide         *hide.Rules
 	HiddenInodes *hide.Inodes
-	Logger *slog.Logger
+	Logger       *slog.Logger
 }
 
 // Caller is the identity that creates an inode.
