@@ -95,7 +95,29 @@ func TestHideLookupAndReaddir(t *testing.T) {
 		t.Fatal(err)
 	}
 	eq(t, "root st_nlink", st.Nlink, uint64(5))
-	// The view opens no hidden lower file, whatever asks.
+	// The same once the root is an upper directory (a file made in it).
+	_, f, _, err := e.view.Create(e.view.Root(), "new.txt", unix.O_RDWR, 0o644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, f)
+	if st, err = e.view.Getattr(e.view.Root()); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "upper root st_nlink", st.Nlink, uint64(5))
+
+	// The view opens no hidden lower file, whatever asks: not even to
+	// close it again (inotify would hear the open).
+	ino, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ino)
+	for _, p := range []string{".env", "secrets", "secrets/token", "certs/server.pem"} {
+		if _, err := unix.InotifyAddWatch(ino, filepath.Join(e.lower, p), unix.IN_OPEN); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, p := range []string{".env", "secrets/token", "certs/server.pem"} {
 		if f, err := e.view.openLower(p, unix.O_RDONLY); !errors.Is(err, unix.ENOENT) {
 			if f != nil {
@@ -109,6 +131,9 @@ func TestHideLookupAndReaddir(t *testing.T) {
 			f.Close()
 		}
 		t.Errorf("openLower(secrets/) = %v, want ENOENT", err)
+	}
+	if n, _ := unix.Read(ino, make([]byte, 4096)); n > 0 {
+		t.Errorf("a hidden lower file was opened (%d bytes of inotify events)", n)
 	}
 }
 
