@@ -141,8 +141,9 @@ func Unmarshal(b []byte) (*Rules, error) {
 // Inodes is the set of the lower inodes that hidden paths name (see
 // "Hidden inodes" in the package doc). A nil *Inodes holds nothing.
 type Inodes struct {
-	mu  sync.Mutex
-	set map[devIno]struct{}
+	mu   sync.Mutex
+	set  map[devIno]struct{}
+	inos map[uint64]struct{} // the numbers of set, whatever the device
 }
 
 type devIno struct{ dev, ino uint64 }
@@ -153,7 +154,7 @@ type devIno struct{ dev, ino uint64 }
 // from fstatat. A directory it cannot read is skipped (the view cannot
 // list it either: for root, nothing is refused).
 func Scan(r *Rules, dir string) (*Inodes, error) {
-	in := &Inodes{set: map[devIno]struct{}{}}
+	in := &Inodes{set: map[devIno]struct{}{}, inos: map[uint64]struct{}{}}
 	if r.Empty() {
 		return in, nil
 	}
@@ -218,9 +219,10 @@ func (in *Inodes) Saw(dev, ino uint64) {
 	}
 	in.mu.Lock()
 	if in.set == nil {
-		in.set = map[devIno]struct{}{}
+		in.set, in.inos = map[devIno]struct{}{}, map[uint64]struct{}{}
 	}
 	in.set[devIno{dev, ino}] = struct{}{}
+	in.inos[ino] = struct{}{}
 	in.mu.Unlock()
 }
 
@@ -232,6 +234,19 @@ func (in *Inodes) Hides(dev, ino uint64) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	_, ok := in.set[devIno{dev, ino}]
+	return ok
+}
+
+// HidesIno reports whether an inode of that number, on any device, is
+// one a hidden path names: a listing's d_ino tells it (a false positive
+// only costs the caller a stat).
+func (in *Inodes) HidesIno(ino uint64) bool {
+	if in == nil {
+		return false
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	_, ok := in.inos[ino]
 	return ok
 }
 

@@ -144,3 +144,15 @@ func TestScan(t *testing.T) {
 		t.Errorf("Scan with no rules = %d inodes, %v; want none", empty.Len(), err)
 	}
 }
+
+// BenchmarkHidden: judging one path three deep with four patterns in
+// two layers.
+func BenchmarkHidden(b *testing.B) {
+	r, err := New([]Pattern{{".env", FromUser}, {"*.pem", FromUser}, {"secrets/", FromProject}, {"/config/prod.key", FromFlag}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		r.Hidden("src/pkg/file0001.go", false)
+	}
+}

@@ -64,15 +64,20 @@ func (v *FS) unhiddenNames(lp string, names []DirEntry) []DirEntry {
 	out := names[:0]
 	for _, de := range names {
 		p := joinPath(lp, de.Name)
-		if de.Mode != 0 && de.Mode != unix.S_IFREG {
+		// A regular file whose inode number no hidden file has (d_ino
+		// is st_ino), and any other type, is judged by its path alone;
+		// an unknown type, or a regular file that may be another name
+		// of a hidden one, by its stat.
+		if de.Mode != 0 && (de.Mode != unix.S_IFREG || !v.cfg.HiddenInodes.HidesIno(de.Ino)) {
 			if v.cfg.Hide.Hidden(p, de.Mode == unix.S_IFDIR) {
+				if de.Mode == unix.S_IFREG {
+					v.hiddenSeen(p)
+				}
 				continue
 			}
 			out = append(out, de)
 			continue
 		}
-		// A regular file (or an unknown type): its inode may be a
-		// hidden one, and an unknown type needs its stat to be judged.
 		var st unix.Stat_t
 		if err := unix.Fstatat(v.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue // gone meanwhile
@@ -83,6 +88,15 @@ func (v *FS) unhiddenNames(lp string, names []DirEntry) []DirEntry {
 		out = append(out, de)
 	}
 	return out
+}
+
+// hiddenSeen records the inode of hidden regular file p (a listing
+// meets it): its other names are hidden from now on.
+func (v *FS) hiddenSeen(p string) {
+	var st unix.Stat_t
+	if unix.Fstatat(v.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		v.cfg.HiddenInodes.Saw(st.Dev, st.Ino)
+	}
 }
 
 // hiddenBeforeOpen is openLower's guard before it opens lower path p

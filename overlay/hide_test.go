@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,7 +33,7 @@ var hideFiles = map[string]string{
 // the user's configuration would), with the project scanned for its
 // hidden inodes as a store open does; prepare runs on the lower tree
 // before the scan.
-func newHideEnv(t *testing.T, files map[string]string, prepare func(lower string), patterns ...string) *env {
+func newHideEnv(t testing.TB, files map[string]string, prepare func(lower string), patterns ...string) *env {
 	t.Helper()
 	e := newEnv(t, files)
 	if prepare != nil {
@@ -326,5 +327,38 @@ func TestHideApply(t *testing.T) {
 	eq(t, "lower main.go", e.lowerContent("main.go"), "changed")
 	if _, err := os.Lstat(filepath.Join(e.lower, "app/main.go")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("lower app/main.go: %v, want it removed", err)
+	}
+}
+
+// BenchmarkLookupHidden: listing a directory of 1,000 project files and
+// looking each up, without hide patterns and with four (the cost of
+// judging each lower name).
+func BenchmarkLookupHidden(b *testing.B) {
+	files := map[string]string{}
+	for i := range 1000 {
+		files[fmt.Sprintf("src/pkg/file%04d.go", i)] = "package pkg"
+	}
+	for _, c := range []struct {
+		name     string
+		patterns []string
+	}{{"none", nil}, {"patterns", defaultHide}} {
+		b.Run(c.name, func(b *testing.B) {
+			e := newHideEnv(b, files, nil, c.patterns...)
+			dir := e.must("src/pkg")
+			b.ResetTimer()
+			for b.Loop() {
+				ents, err := e.view.ReadDir(dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, de := range ents[2:] {
+					n, _, err := e.view.Lookup(dir, de.Name)
+					if err != nil {
+						b.Fatal(err)
+					}
+					e.view.Forget(n, 1)
+				}
+			}
+		})
 	}
 }
