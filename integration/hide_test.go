@@ -471,9 +471,21 @@ echo mine > .env
 mkdir secrets && echo own > secrets/own.txt
 cat .env
 `)
-	r := e.agentfs("run", "--hide", ".env", "--hide", "secrets/", "--", agent)
+	rec := filepath.Join(t.TempDir(), "rec")
+	r := e.agentfs("run", "--hide", ".env", "--hide", "secrets/", "--record", rec, "--", agent)
 	if r.Code != 0 || !strings.Contains(r.Stdout, "mine") || strings.Contains(r.Output(), secretMark) {
 		t.Fatalf("agentfs run --hide: exit %d, want 0 with the agent's own .env:\n%s", r.Code, r)
+	}
+	// The record names no hidden path (the manifest lists every path
+	// the record holds a blob of).
+	manifest, err := os.ReadFile(filepath.Join(rec, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/.env", "/secrets", secretMark} {
+		if strings.Contains(string(manifest), p) {
+			t.Errorf("the record's manifest names %q:\n%s", p, manifest)
+		}
 	}
 	id := sessionIDOf(t, r)
 	st := e.agentfs("status", "-s", id, "--json")
