@@ -36,6 +36,23 @@ func (s *Server) setIOMode(h *handle, out *fuse.OpenOut) {
 	ino := h.ino
 	ino.mu.Lock()
 	defer ino.mu.Unlock()
+	// A view with a byte limit must see every write that may extend a
+	// file, to refuse the one that crosses the limit (overlay/quota.go):
+	// its files opened for writing are served by the daemon. Beside
+	// passthrough opens of the same inode (the kernel refuses to mix
+	// page-cache and passthrough opens) such a file is opened with
+	// direct I/O, which mixes with both: its writes reach the object
+	// the passthrough opens read, at once.
+	if h.f.Writable() && ino.n.FS().BytesLimited() {
+		if ino.pt > 0 {
+			h.direct = true
+			out.OpenFlags |= fuse.FOPEN_DIRECT_IO
+			return
+		}
+		ino.cached++
+		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
+		return
+	}
 	// Pin: the object must stay the node's own while the kernel uses it
 	// (a file on an object shared with a snapshot is refused).
 	if ino.cached == 0 && h.f.Upper() && s.Passthrough() && h.f.Pin() {
@@ -66,6 +83,9 @@ func (s *Server) endIOMode(h *handle) {
 	ino := h.ino
 	ino.mu.Lock()
 	defer ino.mu.Unlock()
+	if h.direct {
+		return
+	}
 	if !h.pt {
 		ino.cached--
 		return
@@ -90,7 +110,7 @@ func (s *Server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	}
 	f, err := ino.n.FS().Open(ino.n, int(in.Flags))
 	if err != nil {
-		return errno(err)
+		return errno(s.quotaErr(err, &in.InHeader, ino.n, ""))
 	}
 	if in.Flags&unix.O_TRUNC != 0 && in.Flags&unix.O_ACCMODE != unix.O_RDONLY {
 		// An O_TRUNC open is atomic in FUSE: the kernel clears nothing
@@ -129,7 +149,7 @@ func (s *Server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 	}
 	n, f, attr, err := dir.n.FS().Create(dir.n, name, int(in.Flags), in.Mode, caller(&in.InHeader))
 	if err != nil {
-		return errno(err)
+		return errno(s.quotaErr(err, &in.InHeader, dir.n, name))
 	}
 	s.record(&in.InHeader, OpCreate, dir.n, name)
 	s.fillEntry(&out.EntryOut, in.NodeId, n, &attr)
@@ -148,7 +168,7 @@ func (s *Server) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.Cr
 	}
 	n, f, attr, err := dir.n.FS().Tmpfile(dir.n, int(in.Flags), in.Mode, caller(&in.InHeader))
 	if err != nil {
-		return errno(err)
+		return errno(s.quotaErr(err, &in.InHeader, dir.n, ""))
 	}
 	s.fillEntry(&out.EntryOut, in.NodeId, n, &attr)
 	h := &handle{ino: s.known(n.ID), f: f}
@@ -251,7 +271,7 @@ func (s *Server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (u
 	}
 	n, err := h.f.WriteAt(data, int64(in.Offset))
 	s.recordWrite(&in.InHeader, h, err)
-	return uint32(n), errno(err)
+	return uint32(n), errno(s.quotaErr(err, &in.InHeader, h.ino.n, ""))
 }
 
 // Lseek implements fuse.RawFileSystem (SEEK_DATA and SEEK_HOLE).
@@ -271,7 +291,8 @@ func (s *Server) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.St
 	if h == nil {
 		return fuse.EBADF
 	}
-	return errno(s.recordErr(h.f.Allocate(in.Mode, int64(in.Offset), int64(in.Length)), &in.InHeader, OpFallocate, h.ino.n, ""))
+	err := s.recordErr(h.f.Allocate(in.Mode, int64(in.Offset), int64(in.Length)), &in.InHeader, OpFallocate, h.ino.n, "")
+	return errno(s.quotaErr(err, &in.InHeader, h.ino.n, ""))
 }
 
 // CopyFileRange implements fuse.RawFileSystem.
@@ -282,7 +303,7 @@ func (s *Server) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn)
 	}
 	n, err := src.f.CopyTo(int64(in.OffIn), dst.f, int64(in.OffOut), int(in.Len))
 	s.recordCopy(in, src, dst, err)
-	return uint32(n), errno(err)
+	return uint32(n), errno(s.quotaErr(err, &in.InHeader, dst.ino.n, ""))
 }
 
 // Flush implements fuse.RawFileSystem. There is nothing to do at a

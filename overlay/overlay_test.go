@@ -21,6 +21,9 @@ type env struct {
 	bs    *backstore.Store
 	meta  *branch.Store
 	view  *FS
+	// limits are the views' limits (quota_test.go); set them, then
+	// reopen.
+	limits Limits
 }
 
 // newEnv builds a view over a fresh lower tree made by files (path →
@@ -80,7 +83,7 @@ func (e *env) reopen() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	v, err := New(Config{Lower: e.lower, Objects: e.bs, Layer: layer, AllocIno: e.meta.AllocIno})
+	v, err := New(Config{Lower: e.lower, Objects: e.bs, Layer: layer, AllocIno: e.meta.AllocIno, Limits: e.limits})
 	if err != nil {
 		e.t.Fatal(err)
 	}
