@@ -38,6 +38,12 @@
 //	gitignore = true         (honour the project's .gitignore and .git/info/exclude)
 //	pattern = build/         (a gitignore-style pattern; repeat the key for more)
 //
+//	[limits]
+//	max-files = 300000       (objects a branch may hold: files, directories, links; off: none)
+//	max-bytes = 20G          (bytes of its files' data; a share of the backstore's free
+//	                          space such as 50%; off: none. agentfs run: 300000 and 50%
+//	                          unless set; agentfs mount: off unless set)
+//
 // A file that cannot be read or parsed is an error that names the file
 // and the line: nothing is mounted.
 package config
@@ -72,6 +78,13 @@ type Config struct {
 	LogReads        bool
 	Gitignore       bool     // honour the project's .gitignore
 	Ignore          []string // patterns of the config files
+	// MaxFiles and MaxBytes are the limits of a branch; when ...Set is
+	// false no file said, and the command decides (agentfs run has
+	// limits, agentfs mount none).
+	MaxFiles    int64
+	MaxFilesSet bool
+	MaxBytes    ByteLimit
+	MaxBytesSet bool
 	Triggers
 	// Files are the configuration files read, in order.
 	Files []string
@@ -172,6 +185,7 @@ var configKeys = map[string][]string{
 	"log":           {"size", "reads"},
 	"ignore":        {"gitignore", "pattern"},
 	"trace":         {"enabled", "size"},
+	"limits":        {"max-files", "max-bytes"},
 }
 
 // parseConfig reads one configuration file (named file in errors) over c.
@@ -272,6 +286,18 @@ func (c *Config) set(section, key, value string) error {
 		if err != nil {
 			err = fmt.Errorf("size = %s: %v", value, err)
 		}
+	case "limits.max-files":
+		c.MaxFiles, err = ParseMaxFiles(value)
+		if err != nil {
+			err = fmt.Errorf("max-files = %s: %v", value, err)
+		}
+		c.MaxFilesSet = true
+	case "limits.max-bytes":
+		c.MaxBytes, err = ParseMaxBytes(value)
+		if err != nil {
+			err = fmt.Errorf("max-bytes = %s: %v", value, err)
+		}
+		c.MaxBytesSet = true
 	case "log.reads":
 		c.LogReads, err = parseConfigBool(key, value)
 	case "ignore.gitignore":

@@ -16,6 +16,10 @@ type Settings struct {
 	LogReads     bool
 	Gitignore    bool     // honour the project's .gitignore and .git/info/exclude
 	Ignore       []string // the configuration's patterns
+	// MaxFiles and MaxBytes are the limits of each branch (0, off: no
+	// limit).
+	MaxFiles int64
+	MaxBytes ByteLimit
 	Triggers
 }
 
@@ -28,6 +32,8 @@ type Overrides struct {
 	LogSize      string // a size, as ParseLogSize reads it
 	LogReads     *bool
 	Trace        *bool
+	MaxFiles     string // a count or off, as ParseMaxFiles reads it
+	MaxBytes     string // a size, a share or off, as ParseMaxBytes reads it
 }
 
 // FlagError is a flag's value that cannot be used: Flag names it
@@ -41,12 +47,15 @@ func (e *FlagError) Error() string { return fmt.Sprintf("%s %s: %v", e.Flag, e.V
 
 func (e *FlagError) Unwrap() error { return e.Err }
 
-// Resolve applies o over c; autoDefault is the command's default for
-// automatic snapshots when neither a file nor a flag says (on for
-// agentfs run, off for agentfs mount). Its errors are *FlagError.
-func Resolve(c Config, o Overrides, autoDefault bool) (Settings, error) {
+// Resolve applies o over c; run says whose defaults apply where neither
+// a file nor a flag says: agentfs run's (automatic snapshots on, the
+// limits RunMaxFiles and RunMaxBytes) or agentfs mount's (no automatic
+// snapshots, no limits). Its errors are *FlagError.
+func Resolve(c Config, o Overrides, run bool) (Settings, error) {
 	s := Settings{
-		AutoSnapshot: c.AutoSnapshotOr(autoDefault),
+		AutoSnapshot: c.AutoSnapshotOr(run),
+		MaxFiles:     c.MaxFiles,
+		MaxBytes:     c.MaxBytes,
 		QuietPeriod:  c.QuietPeriod,
 		Keep:         c.Keep,
 		LogSize:      c.LogSize,
@@ -64,7 +73,23 @@ func Resolve(c Config, o Overrides, autoDefault bool) (Settings, error) {
 	if o.LogReads != nil {
 		s.LogReads = *o.LogReads
 	}
+	if run && !c.MaxFilesSet {
+		s.MaxFiles = RunMaxFiles
+	}
+	if run && !c.MaxBytesSet {
+		s.MaxBytes = RunMaxBytes
+	}
 	var err error
+	if o.MaxFiles != "" {
+		if s.MaxFiles, err = ParseMaxFiles(o.MaxFiles); err != nil {
+			return s, &FlagError{"--max-files", o.MaxFiles, err}
+		}
+	}
+	if o.MaxBytes != "" {
+		if s.MaxBytes, err = ParseMaxBytes(o.MaxBytes); err != nil {
+			return s, &FlagError{"--max-bytes", o.MaxBytes, err}
+		}
+	}
 	if o.QuietPeriod != "" {
 		if s.QuietPeriod, err = ParseQuietPeriod(o.QuietPeriod); err != nil {
 			return s, &FlagError{"--quiet-period", o.QuietPeriod, err}

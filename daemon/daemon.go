@@ -22,9 +22,9 @@ import (
 
 	"github.com/agentfs/agentfs/activity"
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/overlay"
 	"github.com/agentfs/agentfs/fs"
 	"github.com/agentfs/agentfs/hostpath"
-	"github.com/agentfs/agentfs/overlay"
 	"github.com/agentfs/agentfs/procfs"
 	"github.com/agentfs/agentfs/workspace"
 )
@@ -162,6 +162,8 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 	d.ws, err = workspace.Open(workspace.Options{Store: d.store, Lower: p.Lower, LowerDir: d.lowerDir, Mountpoint: p.Mountpoint,
 		Backstore: p.Backstore, RamdiskSize: p.RamdiskSize, Ephemeral: d.ephemeral, Session: p.Session,
 		Keep: p.Activity.Keep, Version: o.Version, Logger: logger,
+		Limits:     overlay.Limits{Files: p.Activity.MaxFiles, Bytes: p.Activity.MaxBytes.Bytes},
+		BytesShare: p.Activity.MaxBytes.Percent,
 		// Only the tests of the progress bars set it (workspace/progress.go).
 		ProgressGate: os.Getenv("AGENTFS_TEST_PROGRESS_GATE") == "1"})
 	if err != nil {

@@ -147,5 +147,14 @@ func SettingsArgs(s config.Settings) []string {
 		"--log-size", strconv.FormatInt(s.LogSize, 10),
 		"--log-reads=" + strconv.FormatBool(s.LogReads),
 		"--trace=" + strconv.FormatBool(s.Trace),
+		"--max-files", maxFilesArg(s.MaxFiles),
+		"--max-bytes", s.MaxBytes.String(),
 	}
+}
+
+func maxFilesArg(n int64) string {
+	if n == 0 {
+		return "off"
+	}
+	return strconv.FormatInt(n, 10)
 }

@@ -24,6 +24,11 @@ func (w *Workspace) Status() ctl.Status {
 		Reflink: info.Reflink, Objects: u.Objects, Bytes: u.Bytes, FsFree: u.FsFree,
 		Bindings: []ctl.BindInfo{},
 	}
+	if v := w.shown.Load(); v != nil {
+		u, l := v.Usage(), v.Limits()
+		st.BranchFiles, st.BranchBytes = u.Files, u.Bytes
+		st.MaxFiles, st.MaxBytes = l.Files, l.Bytes
+	}
 	// The mount is attached before it serves and never detached: read
 	// without opMu.
 	if m := w.attached(); m != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -82,7 +83,11 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	fmt.Fprintf(w, "store:\t%s\n", store)
 	fmt.Fprintf(w, "backstore:\t%s\n", back)
 	fmt.Fprintf(w, "reflink:\t%s\n", yesNo(st.Reflink))
-	fmt.Fprintf(w, "passthrough:\t%s\n", onOff(st.Passthrough))
+	pt := onOff(st.Passthrough)
+	if st.Passthrough && st.MaxBytes > 0 {
+		pt += " (for reads: files opened for writing are served by the daemon, which keeps the byte limit)"
+	}
+	fmt.Fprintf(w, "passthrough:\t%s\n", pt)
 	fmt.Fprintf(w, "io mode:\t%s\n", st.IOMode)
 	if !st.Offline {
 		fmt.Fprintf(w, "requests:\t%s\n", st.Transport)
@@ -91,6 +96,8 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 		fmt.Fprintf(w, "daemon reads:\t%d (%d spliced, %d from the disk)\n", st.Reads, st.ReadsSpliced, st.ReadsFromDisk)
 	}
 	fmt.Fprintf(w, "usage:\t%d objects, %s; %s free in the backstore\n", st.Objects, humanBytes(st.Bytes), humanBytes(st.FsFree))
+	fmt.Fprintf(w, "branch holds:\t%s files of %s, %s of %s\n", strconv.FormatInt(st.BranchFiles, 10), limitOf(st.MaxFiles, strconv.FormatInt(st.MaxFiles, 10)),
+		humanBytes(st.BranchBytes), limitOf(st.MaxBytes, humanBytes(st.MaxBytes)))
 	switch {
 	case strings.HasPrefix(st.Trace, "on"):
 		fmt.Fprintf(w, "commands:\ttraced (agentfs log --exec), %s\n", printable(strings.TrimPrefix(st.Trace, "on: ")))
@@ -133,4 +140,12 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// limitOf writes a limit of status: s, or "no limit" for 0.
+func limitOf(n int64, s string) string {
+	if n == 0 {
+		return "no limit"
+	}
+	return s + " allowed"
 }
