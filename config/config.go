@@ -377,18 +377,25 @@ func ParseKeep(s string) (int, error) {
 	return n, nil
 }
 
-// ParseLogSize parses the activity log's bound: 16M, 512K, 1G.
-func ParseLogSize(s string) (int64, error) {
+// splitSize splits a size such as 16M, 512KiB, 20GB or 4096 into its
+// number and the multiplier of its suffix (K, M, G, T: powers of 1024).
+func splitSize(s string) (v, mult int64, err error) {
 	t := strings.ToUpper(strings.TrimSpace(s))
 	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
-	mult := int64(1)
+	mult = 1
 	if n := len(t); n > 0 {
-		if i := strings.IndexByte("KMG", t[n-1]); i >= 0 {
+		if i := strings.IndexByte("KMGT", t[n-1]); i >= 0 {
 			mult = int64(1) << (10 * (i + 1))
 			t = t[:n-1]
 		}
 	}
-	v, err := strconv.ParseInt(t, 10, 64)
+	v, err = strconv.ParseInt(strings.TrimSpace(t), 10, 64)
+	return v, mult, err
+}
+
+// ParseLogSize parses the activity log's bound: 16M, 512K, 1G.
+func ParseLogSize(s string) (int64, error) {
+	v, mult, err := splitSize(s)
 	if err != nil || v <= 0 || v > (1<<40)/mult {
 		return 0, errors.New("not a size: write e.g. 512K, 16M or 1G")
 	}

@@ -89,15 +89,7 @@ func ParseMaxBytes(s string) (ByteLimit, error) {
 		}
 		return ByteLimit{Percent: n}, nil
 	}
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		if i := strings.IndexByte("KMGT", t[n-1]); i >= 0 {
-			mult = int64(1) << (10 * (i + 1))
-			t = t[:n-1]
-		}
-	}
-	v, err := strconv.ParseInt(strings.TrimSpace(t), 10, 64)
+	v, mult, err := splitSize(t)
 	if err != nil || v < 1 || v > (1<<62)/mult {
 		return ByteLimit{}, fmt.Errorf("not a size: write e.g. 500M, 20G or 1T, a share of the backstore's free space such as 50%%, or off")
 	}

@@ -258,18 +258,16 @@ func (v *FS) unreserveBytes(size int64) {
 // growFd runs op, which changes the size of n's data through fd (a
 // descriptor of n's object), with the byte limit kept: endOf gives the
 // size op asks for, from the size now (nil when op cannot extend the
-// file); partial says
-// op may extend it less (a write), in which case op is given the end it
-// may reach (maxEnd), else it fails with EDQUOT unless all of it fits.
-// op returns the file's size after it, when it knows it (-1: stat it).
-// Without a byte limit op just runs (maxEnd -1: no bound).
+// file); partial says op may extend it less (a write), in which case op
+// is given the end it may reach (maxEnd), else it fails with EDQUOT
+// unless all of it fits. op returns the file's size after it when it
+// knows it (-1: stat it). Without a byte limit op just runs (maxEnd -1:
+// no bound).
 func (v *FS) growFd(n *Node, fd int, endOf func(size int64) int64, partial bool, op func(maxEnd int64) (int64, error)) error {
-	if !v.BytesLimited() {
-		_, err := op(-1)
-		return err
+	if v.BytesLimited() {
+		v.mu.RLock()
+		defer v.mu.RUnlock()
 	}
-	v.mu.RLock()
-	defer v.mu.RUnlock()
 	return v.growFdLocked(n, fd, endOf, partial, op)
 }
 

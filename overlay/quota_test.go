@@ -257,6 +257,10 @@ func TestQuotaManyWriters(t *testing.T) {
 			for {
 				n, err := f.WriteAt(buf, written[i])
 				written[i] += int64(n)
+				if err == nil && written[i] > limit {
+					errs <- fmt.Errorf("%d bytes written, past the limit", written[i])
+					return
+				}
 				if err != nil {
 					if !isQuota(err) {
 						errs <- err
