@@ -22,9 +22,9 @@ import (
 
 	"github.com/agentfs/agentfs/activity"
 	"github.com/agentfs/agentfs/ctl"
-	"github.com/agentfs/agentfs/overlay"
 	"github.com/agentfs/agentfs/fs"
 	"github.com/agentfs/agentfs/hostpath"
+	"github.com/agentfs/agentfs/overlay"
 	"github.com/agentfs/agentfs/procfs"
 	"github.com/agentfs/agentfs/workspace"
 )
