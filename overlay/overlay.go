@@ -179,6 +179,7 @@ func (v *FS) loadLocked() error {
 	v.anchors = map[uint64]int{}
 	v.ndirs = map[string]int{}
 	v.resetQuotaLocked()
+	defer v.sizeLoadedLocked()
 	return v.sourceLocked().Load(func(p string, e *branch.Entry) error {
 		v.indexPut(p, e)
 		return nil

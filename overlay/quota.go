@@ -101,6 +101,10 @@ type quota struct {
 	bytes    int64
 	reserved int64
 	charged  map[string]int64
+	// loading: the index is being (re)loaded; quotaIn leaves the sizes
+	// of the data objects to sizeLoadedLocked, which stats them side by
+	// side. Changed under FS.mu held exclusively.
+	loading bool
 
 	// hit says an EDQUOT was reported since the usage last went down
 	// (QuotaReport).
@@ -158,6 +162,7 @@ func (v *FS) QuotaReport(err error) (limit string, report bool) {
 // v.mu is held exclusively.
 func (v *FS) resetQuotaLocked() {
 	v.quota.files.Store(0)
+	v.quota.loading = true
 	if v.BytesLimited() {
 		v.quota.mu.Lock()
 		v.quota.bytes = 0
@@ -174,6 +179,10 @@ func (v *FS) quotaIn(e *branch.Entry) {
 	if !v.BytesLimited() || e.Type != branch.TypeFile || e.Metacopy {
 		return
 	}
+	if v.quota.loading {
+		v.quota.charged[e.Object] = 0 // sized by sizeLoadedLocked
+		return
+	}
 	var size int64
 	if st, err := v.objs.Lstat(e.Object); err == nil {
 		size = st.Size
@@ -182,6 +191,45 @@ func (v *FS) quotaIn(e *branch.Entry) {
 	v.quota.charged[e.Object] = size
 	v.quota.bytes += size
 	v.quota.mu.Unlock()
+}
+
+// loadWorkers is how many lstat calls sizeLoadedLocked makes at once:
+// on a cold cache each may wait for the disk.
+const loadWorkers = 8
+
+// sizeLoadedLocked stats the data objects the index loaded and counts
+// their sizes in. v.mu is held exclusively.
+func (v *FS) sizeLoadedLocked() {
+	q := &v.quota
+	q.loading = false
+	if !v.BytesLimited() || len(q.charged) == 0 {
+		return
+	}
+	ids := make(chan string, loadWorkers)
+	sizes := make(chan map[string]int64, loadWorkers)
+	for range loadWorkers {
+		go func() {
+			m := map[string]int64{}
+			for id := range ids {
+				if st, err := v.objs.Lstat(id); err == nil {
+					m[id] = st.Size
+				}
+			}
+			sizes <- m
+		}()
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for id := range q.charged {
+		ids <- id
+	}
+	close(ids)
+	for range loadWorkers {
+		for id, size := range <-sizes {
+			q.charged[id] = size
+			q.bytes += size
+		}
+	}
 }
 
 // quotaOut counts out object e.Object, which no entry names any more.
