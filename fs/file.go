@@ -38,24 +38,13 @@ func (s *Server) setIOMode(h *handle, out *fuse.OpenOut) {
 	defer ino.mu.Unlock()
 	// A view with a byte limit must see every write that may extend a
 	// file, to refuse the one that crosses the limit (overlay/quota.go):
-	// its files opened for writing are served by the daemon. Beside
-	// passthrough opens of the same inode (the kernel refuses to mix
-	// page-cache and passthrough opens) such a file is opened with
-	// direct I/O, which mixes with both: its writes reach the object
-	// the passthrough opens read, at once.
-	if h.f.Writable() && ino.n.FS().BytesLimited() {
-		if ino.pt > 0 {
-			h.direct = true
-			out.OpenFlags |= fuse.FOPEN_DIRECT_IO
-			return
-		}
-		ino.cached++
-		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
-		return
-	}
+	// its files are served through the page cache, never passed
+	// through. Not even read-only opens: the kernel refuses any open
+	// but a passthrough one of an inode that has a backing file, and a
+	// later open for writing could not be served by the daemon.
 	// Pin: the object must stay the node's own while the kernel uses it
 	// (a file on an object shared with a snapshot is refused).
-	if ino.cached == 0 && h.f.Upper() && s.Passthrough() && h.f.Pin() {
+	if ino.cached == 0 && h.f.Upper() && s.Passthrough() && !ino.n.FS().BytesLimited() && h.f.Pin() {
 		if ino.pt == 0 {
 			id, err := s.srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(h.f.Fd())})
 			if err == 0 {
@@ -83,9 +72,6 @@ func (s *Server) endIOMode(h *handle) {
 	ino := h.ino
 	ino.mu.Lock()
 	defer ino.mu.Unlock()
-	if h.direct {
-		return
-	}
 	if !h.pt {
 		ino.cached--
 		return

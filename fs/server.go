@@ -99,13 +99,10 @@ type inode struct {
 }
 
 type handle struct {
-	ino *inode
-	f   *overlay.File
-	pt  bool
-	// direct: served with direct I/O, beside passthrough opens of the
-	// inode (a file written under a byte limit, setIOMode).
-	direct bool
-	wrote  atomic.Bool // a write was reported (activity.go)
+	ino   *inode
+	f     *overlay.File
+	pt    bool
+	wrote atomic.Bool // a write was reported (activity.go)
 }
 
 // Init implements fuse.RawFileSystem: it runs after INIT, before any

@@ -336,3 +336,70 @@ func TestQuotaConfigAndRunDefaults(t *testing.T) {
 		t.Errorf("agentfs run --max-files 5, touching 6 files: want 'Disk quota exceeded':\n%s", r)
 	}
 }
+
+// TestQuotaWriterBesideReaders: a file opened for writing while
+// read-only opens of it are passed through (direct I/O beside them)
+// keeps the limit, and the readers see what it wrote; a shared mapping
+// of a file opened for writing alone writes through.
+func TestQuotaWriterBesideReaders(t *testing.T) {
+	m := harness.NewMount(t, harness.WithArgs("--max-bytes", "8K"))
+	if err := os.WriteFile(m.Path("r"), []byte("start"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := os.Open(m.Path("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	w, err := os.OpenFile(m.Path("r"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var total int
+	for {
+		n, err := w.Write(bytes.Repeat([]byte("w"), 1000))
+		total += n
+		if err != nil {
+			wantEDQUOT(t, "the write past 8K beside a reader", err)
+			break
+		}
+		if total > 8192 {
+			t.Fatalf("%d bytes written past the limit beside a passthrough reader", total)
+		}
+	}
+	if total != 8192-len("start") {
+		t.Errorf("written beside the reader: %d, want %d", total, 8192-len("start"))
+	}
+	got := make([]byte, 9000)
+	n, err := reader.ReadAt(got, 0)
+	if n != 8192 || string(got[:5]) != "start" || got[8191] != 'w' {
+		t.Errorf("the reader reads %d bytes (%v), want the 8192 written", n, err)
+	}
+
+	if err := os.Remove(m.Path("r")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(m.Path("mapped"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(4096); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("a shared writable mapping under a byte limit: %v", err)
+	}
+	copy(mem, "mapped")
+	if err := unix.Msync(mem, unix.MS_SYNC); err != nil {
+		t.Error(err)
+	}
+	if err := unix.Munmap(mem); err != nil {
+		t.Error(err)
+	}
+	if got := harness.ReadFile(t, m.Path("mapped")); !strings.HasPrefix(got, "mapped") {
+		t.Errorf("mapped file reads %q, want what the mapping wrote", got[:16])
+	}
+}
