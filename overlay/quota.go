@@ -34,7 +34,7 @@ import (
 //
 // Bytes are counted only with a byte limit (quota.charged holds the
 // size counted for each data object): the view then sees every change
-// of a file's size, because the fs package serves writes of such a
+// of a file's size, because the fs package serves the files of such a
 // view through the daemon (no passthrough). Files are always counted.
 //
 // The operation that would cross a limit fails with EDQUOT before it

@@ -94,8 +94,8 @@ project's .agentfs.conf (see docs/guide.md); flags override both.
 --max-files and --max-bytes limit what each branch may hold in the
 backstore (files, directories and links it made or changed; the bytes
 of their data): past a limit, the operation that would cross it fails
-with EDQUOT. With --max-bytes, files opened for writing are served by
-the daemon instead of FUSE passthrough, so that it sees every write.
+with EDQUOT. With --max-bytes, files are served through the page cache
+instead of FUSE passthrough, so that the daemon sees every write.
 
 Every flag has a mount(8) spelling, for -o and for mount -t fuse.agentfs
 and /etc/fstab (through mount.fuse.agentfs, which make install puts in

@@ -83,11 +83,7 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	fmt.Fprintf(w, "store:\t%s\n", store)
 	fmt.Fprintf(w, "backstore:\t%s\n", back)
 	fmt.Fprintf(w, "reflink:\t%s\n", yesNo(st.Reflink))
-	pt := onOff(st.Passthrough)
-	if st.Passthrough && st.MaxBytes > 0 {
-		pt += " (for reads: files opened for writing are served by the daemon, which keeps the byte limit)"
-	}
-	fmt.Fprintf(w, "passthrough:\t%s\n", pt)
+	fmt.Fprintf(w, "passthrough:\t%s\n", onOff(st.Passthrough))
 	fmt.Fprintf(w, "io mode:\t%s\n", st.IOMode)
 	if !st.Offline {
 		fmt.Fprintf(w, "requests:\t%s\n", st.Transport)
