@@ -130,18 +130,21 @@ func (v *FS) Usage() Usage {
 		v.quota.mu.Unlock()
 		return u
 	}
+	// The objects are listed under the lock and stat'ed after it, so
+	// that namespace changes wait for the listing only.
 	v.rlockAside()
-	defer v.mu.RUnlock()
 	seen := map[string]bool{}
 	for _, m := range v.dirs {
 		for _, e := range m {
-			if e.Type != branch.TypeFile || e.Metacopy || e.Object == "" || seen[e.Object] {
-				continue
+			if e.Type == branch.TypeFile && !e.Metacopy && e.Object != "" {
+				seen[e.Object] = true
 			}
-			seen[e.Object] = true
-			if st, err := v.objs.Lstat(e.Object); err == nil {
-				u.Bytes += st.Size
-			}
+		}
+	}
+	v.mu.RUnlock()
+	for id := range seen {
+		if st, err := v.objs.Lstat(id); err == nil {
+			u.Bytes += st.Size
 		}
 	}
 	return u
