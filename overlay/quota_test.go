@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
 )
 
 // quotaEnv is newEnv with a view that has limits l.
@@ -335,4 +337,60 @@ func TestQuotaOffCountsFilesAndBytesOnDemand(t *testing.T) {
 	eq(t, "files", u.Files, int64(2))
 	eq(t, "bytes", u.Bytes, int64(10))
 	eq(t, "counted", u.BytesCounted, false)
+}
+
+// TestQuotaSnapshotThawRestore: a snapshot shares the branch's files
+// (they count once, for the branch); a write to a shared file thaws it
+// (the copy replaces it: same count); a restore counts the branch again.
+func TestQuotaSnapshotThawRestore(t *testing.T) {
+	e := quotaEnv(t, nil, Limits{Files: 10, Bytes: 1000})
+	f, err := e.create("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAt(t, f, make([]byte, 300), 0)
+	release(t, f)
+	snap, err := e.view.Snapshot("", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.write("a", strings.Repeat("x", 500)) // thaws a, then O_TRUNC and 500 bytes
+	f, err = e.create("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAt(t, f, make([]byte, 400), 0)
+	release(t, f)
+	if u := e.usage(); u.Files != 2 || u.Bytes != 900 {
+		t.Errorf("usage after the thaw and a new file: %+v, want 2 files, 900 bytes", u)
+	}
+	if _, err := e.view.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if u := e.usage(); u.Files != 1 || u.Bytes != 300 {
+		t.Errorf("usage after restoring the snapshot: %+v, want 1 file, 300 bytes", u)
+	}
+}
+
+// TestQuotaCopyFileRange: copy_file_range into a file is a write: short
+// up to the limit, then EDQUOT.
+func TestQuotaCopyFileRange(t *testing.T) {
+	e := quotaEnv(t, map[string]string{"src": strings.Repeat("s", 500)}, Limits{Bytes: 300})
+	src, err := e.view.Open(e.must("src"), unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(t, src)
+	dst, err := e.create("dst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(t, dst)
+	if n, err := src.CopyTo(0, dst, 0, 500); err != nil || n != 300 {
+		t.Errorf("copy_file_range of 500 with 300 allowed: %d, %v; want a short copy of 300", n, err)
+	}
+	if n, err := src.CopyTo(300, dst, 300, 100); !isQuota(err) || n != 0 {
+		t.Errorf("copy_file_range past the limit: %d, %v; want 0, EDQUOT", n, err)
+	}
+	eq(t, "bytes", e.usage().Bytes, int64(300))
 }
