@@ -179,6 +179,9 @@ func TestQuotaFiles(t *testing.T) {
 	if q := quotaOf(t, m.Dir); q.BranchFiles != 5 || q.MaxFiles != 5 {
 		t.Errorf("status at the limit: %+v, want 5 files of 5", q)
 	}
+	if r := mustC(t, m.Dir, "status"); !strings.Contains(r.Stdout, "5 files of 5 allowed") {
+		t.Errorf("agentfs status does not say '5 files of 5 allowed':\n%s", r.Stdout)
+	}
 	wantEDQUOT(t, "create", os.WriteFile(m.Path("g"), nil, 0o644))
 	wantEDQUOT(t, "mkdir", os.Mkdir(m.Path("d2"), 0o755))
 	wantEDQUOT(t, "symlink", os.Symlink("f", m.Path("s2")))
