@@ -45,30 +45,29 @@ func wantEDQUOT(t *testing.T, what string, err error) {
 }
 
 // quotaEvents returns the log's quota entries, once the log has the
-// entry of a later marker operation (the log is written in batches).
-func quotaEvents(t *testing.T, m *harness.Mount) []logEntry {
+// entry of a later change: a chmod of marker, a file the branch holds
+// already (the log is written in batches; a chmod takes no new object).
+func quotaEvents(t *testing.T, m *harness.Mount, marker string) []logEntry {
 	t.Helper()
-	marker := fmt.Sprintf("marker-%d", os.Getpid())
-	if err := os.Mkdir(m.Path(marker), 0o755); err != nil && !errors.Is(err, syscall.EDQUOT) {
-		t.Fatal(err)
-	}
-	if err := os.Remove(m.Path(marker)); err != nil && !os.IsNotExist(err) {
+	if err := os.Chmod(m.Path(marker), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	var quota []logEntry
-	harness.WaitFor(func() bool {
+	if !harness.WaitFor(func() bool {
 		quota = nil
 		done := false
 		for _, e := range readLog(t, m.Dir) {
 			switch {
 			case e.Op == "quota":
 				quota = append(quota, e)
-			case e.Path == marker:
+			case e.Op == "setattr" && e.Path == marker:
 				done = true
 			}
 		}
 		return done
-	})
+	}) {
+		t.Fatalf("the chmod of %s is not in the activity log", marker)
+	}
 	return quota
 }
 
@@ -116,7 +115,7 @@ func TestQuotaBytes(t *testing.T) {
 		t.Errorf("status: branch_bytes %d, want %d", q.BranchBytes, limit)
 	}
 	// One record for all the refusals above.
-	ev := quotaEvents(t, m)
+	ev := quotaEvents(t, m, "a")
 	if len(ev) != 1 || ev[0].Attrs != "bytes" || ev[0].Path != "a" {
 		t.Errorf("quota entries in the log: %+v, want one, bytes, on a", ev)
 	}
@@ -195,7 +194,7 @@ func TestQuotaFiles(t *testing.T) {
 	if got := harness.ReadFile(t, m.Path("lower.txt")); got != "changed" {
 		t.Errorf("lower.txt = %q, want changed", got)
 	}
-	if ev := quotaEvents(t, m); len(ev) != 1 || ev[0].Attrs != "files" {
+	if ev := quotaEvents(t, m, "f"); len(ev) != 1 || ev[0].Attrs != "files" {
 		t.Errorf("quota entries in the log: %+v, want one, files", ev)
 	}
 	checkFsckClean(t, m.Dir)
