@@ -183,7 +183,9 @@ func (v *FS) quotaIn(e *branch.Entry) {
 		return
 	}
 	if v.quota.loading {
+		v.quota.mu.Lock()
 		v.quota.charged[e.Object] = 0 // sized by sizeLoadedLocked
+		v.quota.mu.Unlock()
 		return
 	}
 	var size int64
@@ -239,7 +241,6 @@ func (v *FS) sizeLoadedLocked() {
 // v.mu is held exclusively.
 func (v *FS) quotaOut(e *branch.Entry) {
 	v.quota.files.Add(-1)
-	v.quota.hit.Store(false)
 	if !v.BytesLimited() {
 		return
 	}
@@ -249,6 +250,29 @@ func (v *FS) quotaOut(e *branch.Entry) {
 		delete(v.quota.charged, e.Object)
 	}
 	v.quota.mu.Unlock()
+}
+
+// quotaMark is the usage before an operation, which rearmQuota compares
+// with the usage after it.
+type quotaMark struct{ files, bytes int64 }
+
+func (v *FS) quotaMark() quotaMark {
+	m := quotaMark{files: v.quota.files.Load()}
+	if v.BytesLimited() {
+		v.quota.mu.Lock()
+		m.bytes = v.quota.bytes
+		v.quota.mu.Unlock()
+	}
+	return m
+}
+
+// rearmQuota has the next EDQUOT reported (QuotaReport) when an
+// operation that began at mark left the usage lower: a delete, not a
+// rename or a thaw, which take an object out and put one in.
+func (v *FS) rearmQuota(mark quotaMark) {
+	if now := v.quotaMark(); now.files < mark.files || now.bytes < mark.bytes {
+		v.quota.hit.Store(false)
+	}
 }
 
 // needFilesLocked fails with EDQUOT when one more object would cross

@@ -310,7 +310,16 @@ func TestQuotaReportedOnceUntilUsageGoesDown(t *testing.T) {
 		}
 	}
 	eq(t, "reports of three refusals", strings.Join(reports, ","), "files")
-	if err := e.view.Unlink(e.view.Root(), "a"); err != nil {
+	// A rename takes an object out of the count and puts it back: the
+	// usage did not go down.
+	if err := e.view.Rename(e.view.Root(), "a", e.view.Root(), "a2", 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.create("b")
+	if limit, ok := e.view.QuotaReport(err); ok {
+		t.Errorf("a refusal after a rename was reported again (%s)", limit)
+	}
+	if err := e.view.Unlink(e.view.Root(), "a2"); err != nil {
 		t.Fatal(err)
 	}
 	f, err = e.create("a")
