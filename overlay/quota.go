@@ -54,9 +54,10 @@ import (
 // files changes only under FS.mu held exclusively (in the index);
 // bytes, reserved and charged under quota.mu, taken after FS.mu and
 // Node.growMu (FS.mu → Node.growMu → quota.mu). An operation that may
-// extend a file holds FS.mu shared and the node's growMu from the size
-// it reads to the size it charges, so that no unlink or reload counts
-// the object out in between. A copy-up reserves its bytes (reserved)
+// extend a file holds the node's growMu from the size it reads to the
+// size it charges (every change of a file's size takes it), and
+// charges what it reserved only if the object is still counted in
+// then (an unlink or a reload may have counted it out meanwhile). A copy-up reserves its bytes (reserved)
 // before it copies, without FS.mu, and gives the reservation back
 // under FS.mu held exclusively, when its entry counts the object in.
 
@@ -339,11 +340,14 @@ func (v *FS) unreserveBytes(size int64) {
 // knows it (-1: stat it). Without a byte limit op just runs (maxEnd -1:
 // no bound).
 func (v *FS) growFd(n *Node, fd int, endOf func(size int64) int64, partial bool, op func(maxEnd int64) (int64, error)) error {
-	if v.BytesLimited() {
-		v.mu.RLock()
-		defer v.mu.RUnlock()
+	if !v.BytesLimited() {
+		_, err := op(-1)
+		return err
 	}
-	return v.growFdLocked(n, fd, endOf, partial, op)
+	v.mu.RLock()
+	obj := n.object
+	v.mu.RUnlock()
+	return v.growObject(n, obj, fd, endOf, partial, op)
 }
 
 // growFdLocked is growFd with v.mu held (shared is enough).
@@ -352,6 +356,14 @@ func (v *FS) growFdLocked(n *Node, fd int, endOf func(size int64) int64, partial
 		_, err := op(-1)
 		return err
 	}
+	return v.growObject(n, n.object, fd, endOf, partial, op)
+}
+
+// growObject is growFd on n's object obj. It holds n.growMu, not v.mu,
+// while op runs (a write may wait for the kernel's writeback): an
+// unlink or a reload may count obj out meanwhile, and then what op
+// changed is not counted.
+func (v *FS) growObject(n *Node, obj string, fd int, endOf func(size int64) int64, partial bool, op func(maxEnd int64) (int64, error)) error {
 	n.growMu.Lock()
 	defer n.growMu.Unlock()
 	var st unix.Stat_t
@@ -360,7 +372,6 @@ func (v *FS) growFdLocked(n *Node, fd int, endOf func(size int64) int64, partial
 	}
 	size := st.Size
 	q := &v.quota
-	obj := n.object
 	q.mu.Lock()
 	_, charged := q.charged[obj]
 	var got int64
@@ -398,8 +409,10 @@ func (v *FS) growFdLocked(n *Node, fd int, endOf func(size int64) int64, partial
 	delta := after - size
 	q.mu.Lock()
 	if charged {
-		q.bytes += delta - got
-		q.charged[obj] += delta - got
+		if _, still := q.charged[obj]; still {
+			q.bytes += delta - got
+			q.charged[obj] += delta - got
+		}
 	} else {
 		q.reserved -= got
 	}
