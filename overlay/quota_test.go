@@ -407,3 +407,87 @@ func TestQuotaCopyFileRange(t *testing.T) {
 	}
 	eq(t, "bytes", e.usage().Bytes, int64(300))
 }
+
+// TestQuotaCountMatchesRecount: after writers, truncates, unlinks,
+// renames, links and snapshots running at once, the running count is
+// what a fresh count of the branch finds (a remount's).
+func TestQuotaCountMatchesRecount(t *testing.T) {
+	e := quotaEnv(t, map[string]string{"lower0": strings.Repeat("l", 3000), "lower1": "short"}, Limits{Files: 40, Bytes: 64 << 10})
+	root := e.view.Root()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 150 {
+				name := fmt.Sprintf("f%d", (i*7+w)%12)
+				n, _, err := e.view.Lookup(root, name)
+				switch (i + w) % 7 {
+				case 0, 1, 2:
+					var f *File
+					if err != nil {
+						var nn *Node
+						nn, f, _, err = e.view.Create(root, name, unix.O_CREAT|unix.O_RDWR, 0o644, Caller{})
+						if err == nil {
+							e.view.Forget(nn, 1)
+						}
+					} else {
+						f, err = e.view.Open(n, unix.O_RDWR)
+						e.view.Forget(n, 1)
+					}
+					if err != nil {
+						continue
+					}
+					_, _ = f.WriteAt(make([]byte, 700*(i%5+1)), int64(300*(i%7)))
+					if i%4 == 0 {
+						_, _ = e.view.Setattr(f.n, SetAttr{Size: ptr(uint64(100 * (i % 9)))}, f)
+					}
+					_ = f.Release()
+				case 3:
+					if err == nil {
+						e.view.Forget(n, 1)
+					}
+					_ = e.view.Unlink(root, name)
+				case 4:
+					if err == nil {
+						e.view.Forget(n, 1)
+					}
+					_ = e.view.Rename(root, name, root, fmt.Sprintf("f%d", (i+5)%12), 0)
+				case 5:
+					if err == nil {
+						_, _ = e.view.Link(n, root, fmt.Sprintf("l%d", i%6))
+						e.view.Forget(n, 1)
+					}
+					if lo, _, err := e.view.Lookup(root, fmt.Sprintf("lower%d", i%2)); err == nil {
+						if f, err := e.view.Open(lo, unix.O_WRONLY); err == nil {
+							_ = f.Release()
+						}
+						e.view.Forget(lo, 1)
+					}
+				case 6:
+					if err == nil {
+						e.view.Forget(n, 1)
+					}
+					if i%20 == 6 {
+						if _, err := e.view.Snapshot("", branch.KindManual); err != nil {
+							t.Error(err)
+						}
+					}
+					_ = e.view.Unlink(root, fmt.Sprintf("l%d", i%6))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	counted := e.usage()
+	if counted.Bytes > 64<<10 || counted.Files > 40 {
+		t.Errorf("usage %+v past the limits", counted)
+	}
+	e.reopen()
+	if recount := e.usage(); recount != counted {
+		t.Errorf("running count %+v, a fresh count %+v", counted, recount)
+	}
+	if p := problems(e.fsck(false)); len(p) != 0 {
+		t.Errorf("fsck: %v", p)
+	}
+}
