@@ -337,6 +337,12 @@ func TestQuotaConfigAndRunDefaults(t *testing.T) {
 	if !strings.Contains(r.Stdout, "Disk quota exceeded") {
 		t.Errorf("agentfs run --max-files 5, touching 6 files: want 'Disk quota exceeded':\n%s", r)
 	}
+	// A runaway writer stops at the limit (8M asked: bounded, should the
+	// limit not hold).
+	r = e.agentfs("run", "--max-bytes", "1M", "--", "sh", "-c", "head -c 8M /dev/zero > big; echo exit=$?; stat -c size=%s big")
+	if !strings.Contains(r.Output(), "Disk quota exceeded") || !strings.Contains(r.Stdout, "exit=1") || !strings.Contains(r.Stdout, "size=1048576") {
+		t.Errorf("agentfs run --max-bytes 1M, writing 8M: want EDQUOT and a 1M file:\n%s", r)
+	}
 }
 
 // TestQuotaWriterBesideReaders: a file opened for writing while
