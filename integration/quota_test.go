@@ -158,7 +158,7 @@ func TestQuotaShortWrite(t *testing.T) {
 }
 
 func TestQuotaFiles(t *testing.T) {
-	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("lower.txt", "lower"), harness.LowerDir("ldir")),
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("lower.txt", "lower"), harness.LowerFile("ldir/x", "x")),
 		harness.WithArgs("--max-files", "5"))
 	steps := []struct {
 		what string
@@ -207,6 +207,15 @@ func TestQuotaFiles(t *testing.T) {
 	if q := quotaOf(t, m.Dir); q.BranchFiles != 5 {
 		t.Errorf("status: %d files, want 5", q.BranchFiles)
 	}
+	// A delete is never refused, even one that copies a directory up
+	// past the limit.
+	if err := os.Remove(m.Path("ldir/x")); err != nil {
+		t.Errorf("rm of a project file in a project directory at the limit: %v", err)
+	}
+	if q := quotaOf(t, m.Dir); q.BranchFiles != 6 {
+		t.Errorf("status after the delete: %d files, want 6 (ldir copied up)", q.BranchFiles)
+	}
+	checkFsckClean(t, m.Dir)
 }
 
 // TestQuotaManyWriters: writers racing for the last bytes write the

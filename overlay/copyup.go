@@ -68,8 +68,10 @@ func (v *FS) copyUpMetaLocked(t *tx, n *Node) (*branch.Entry, error) {
 func (v *FS) metaCopyLocked(t *tx, lower string, ino uint64) (*branch.Entry, error) {
 	var st unix.Stat_t
 	rel := lowerRel(lower)
-	if err := v.needFilesLocked(); err != nil {
-		return nil, err
+	if !t.deleting {
+		if err := v.needFilesLocked(); err != nil {
+			return nil, err
+		}
 	}
 	if err := unix.Fstatat(v.lowerFd, rel, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, fmt.Errorf("copy-up %s: %w", rel, err)

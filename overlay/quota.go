@@ -38,7 +38,9 @@ import (
 // view through the daemon (no passthrough). Files are always counted.
 //
 // The operation that would cross a limit fails with EDQUOT before it
-// changes anything: a create, mkdir, symlink, mknod, link of an
+// changes anything (but a delete, which is never refused: the
+// directories an unlink or rmdir copies up to hold its whiteout may
+// take the usage past the file limit): a create, mkdir, symlink, mknod, link of an
 // O_TMPFILE file, or a copy-up (of the file and of the directories above
 // it) past the file limit; a copy-up with data, a truncate or fallocate
 // that extends a file, past the byte limit. A write or copy_file_range

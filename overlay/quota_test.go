@@ -113,22 +113,28 @@ func TestQuotaFilesCreateKinds(t *testing.T) {
 }
 
 func TestQuotaFilesCountsDirectoriesCopiedUp(t *testing.T) {
-	e := quotaEnv(t, map[string]string{"a/b/f": "x"}, Limits{Files: 2})
-	// Creating in a/b copies up a and b: 3 objects with room for 2. The
+	e := quotaEnv(t, map[string]string{"a/b/f": "x", "a/b/g": "y"}, Limits{Files: 1})
+	// Creating in a/b copies up a and b: 3 objects with room for 1. The
 	// operation fails whole: nothing is copied up.
 	if _, err := e.create("a/b/new"); !isQuota(err) {
-		t.Fatalf("create below two lower directories with room for 2: %v, want EDQUOT", err)
+		t.Fatalf("create below two lower directories with room for 1: %v, want EDQUOT", err)
 	}
 	eq(t, "files", e.usage().Files, int64(0))
 	if p := problems(e.fsck(false)); len(p) != 0 {
 		t.Errorf("fsck after EDQUOT: %v", p)
 	}
-	eq(t, "names", strings.Join(e.names("a/b"), " "), "f")
+	eq(t, "names", strings.Join(e.names("a/b"), " "), "f g")
+	// A delete is never refused, though it copies a and b up, past the
+	// limit.
+	if err := e.view.Unlink(e.must("a/b"), "f"); err != nil {
+		t.Errorf("unlink of a lower file below two lower directories at the limit: %v", err)
+	}
+	eq(t, "files after the delete", e.usage().Files, int64(2))
 	e.limits.Files = 3
 	e.reopen()
 	f, err := e.create("a/b/new")
 	if err != nil {
-		t.Fatalf("create with room for 3: %v", err)
+		t.Fatalf("create with room for 1 more: %v", err)
 	}
 	release(t, f)
 	eq(t, "files", e.usage().Files, int64(3))

@@ -32,6 +32,10 @@ type tx struct {
 	deleted map[string]bool
 	err     error     // a failure of put, reported by commit
 	quota0  quotaMark // the usage before (quota.go)
+	// deleting: the operation is an unlink or rmdir, which the file
+	// limit never refuses (the directories it copies up to hold a
+	// whiteout may take the usage past it: quota.go).
+	deleting bool
 }
 
 // copyRec is an object copied up from a lower inode whose ctime was
