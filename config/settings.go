@@ -22,6 +22,10 @@ type Settings struct {
 	// Hide are the hide patterns: the configuration's, then --hide's
 	// (From hide.FromFlag).
 	Hide []hide.Pattern
+	// MaxFiles and MaxBytes are the limits of each branch (0, off: no
+	// limit).
+	MaxFiles int64
+	MaxBytes ByteLimit
 	Triggers
 }
 
@@ -35,7 +39,9 @@ type Overrides struct {
 	LogReads     *bool
 	Trace        *bool
 	// Hide are the patterns of --hide, added to the configuration's.
-	Hide []string
+	Hide     []string
+	MaxFiles string // a count or off, as ParseMaxFiles reads it
+	MaxBytes string // a size, a share or off, as ParseMaxBytes reads it
 }
 
 // FlagError is a flag's value that cannot be used: Flag names it
@@ -49,12 +55,15 @@ func (e *FlagError) Error() string { return fmt.Sprintf("%s %s: %v", e.Flag, e.V
 
 func (e *FlagError) Unwrap() error { return e.Err }
 
-// Resolve applies o over c; autoDefault is the command's default for
-// automatic snapshots when neither a file nor a flag says (on for
-// agentfs run, off for agentfs mount). Its errors are *FlagError.
-func Resolve(c Config, o Overrides, autoDefault bool) (Settings, error) {
+// Resolve applies o over c; run says whose defaults apply where neither
+// a file nor a flag says: agentfs run's (automatic snapshots on, the
+// limits RunMaxFiles and RunMaxBytes) or agentfs mount's (no automatic
+// snapshots, no limits). Its errors are *FlagError.
+func Resolve(c Config, o Overrides, run bool) (Settings, error) {
 	s := Settings{
-		AutoSnapshot: c.AutoSnapshotOr(autoDefault),
+		AutoSnapshot: c.AutoSnapshotOr(run),
+		MaxFiles:     c.MaxFiles,
+		MaxBytes:     c.MaxBytes,
 		QuietPeriod:  c.QuietPeriod,
 		Keep:         c.Keep,
 		LogSize:      c.LogSize,
@@ -79,7 +88,23 @@ func Resolve(c Config, o Overrides, autoDefault bool) (Settings, error) {
 	if o.LogReads != nil {
 		s.LogReads = *o.LogReads
 	}
+	if run && !c.MaxFilesSet {
+		s.MaxFiles = RunMaxFiles
+	}
+	if run && !c.MaxBytesSet {
+		s.MaxBytes = RunMaxBytes
+	}
 	var err error
+	if o.MaxFiles != "" {
+		if s.MaxFiles, err = ParseMaxFiles(o.MaxFiles); err != nil {
+			return s, &FlagError{"--max-files", o.MaxFiles, err}
+		}
+	}
+	if o.MaxBytes != "" {
+		if s.MaxBytes, err = ParseMaxBytes(o.MaxBytes); err != nil {
+			return s, &FlagError{"--max-bytes", o.MaxBytes, err}
+		}
+	}
 	if o.QuietPeriod != "" {
 		if s.QuietPeriod, err = ParseQuietPeriod(o.QuietPeriod); err != nil {
 			return s, &FlagError{"--quiet-period", o.QuietPeriod, err}

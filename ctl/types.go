@@ -198,6 +198,16 @@ type Status struct {
 	ReadsSpliced  uint64 `json:"reads_spliced"`
 	ReadsFromDisk uint64 `json:"reads_from_disk"`
 
+	// BranchFiles and BranchBytes are what the branch the mount shows
+	// holds in the backstore: the objects its entries name, and the
+	// bytes of its files' data (overlay's quotas). MaxFiles and
+	// MaxBytes are its limits (0: none); past one, the operation that
+	// would cross it fails with EDQUOT.
+	BranchFiles int64 `json:"branch_files"`
+	BranchBytes int64 `json:"branch_bytes"`
+	MaxFiles    int64 `json:"max_files"`
+	MaxBytes    int64 `json:"max_bytes"`
+
 	Objects int64 `json:"objects"`        // upper objects in the backstore
 	Bytes   int64 `json:"bytes"`          // bytes they occupy
 	FsFree  int64 `json:"backstore_free"` // free bytes where they live

@@ -167,6 +167,8 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 	d.ws, err = workspace.Open(workspace.Options{Store: d.store, Lower: p.Lower, LowerDir: d.lowerDir, Mountpoint: p.Mountpoint,
 		Backstore: p.Backstore, RamdiskSize: p.RamdiskSize, Ephemeral: d.ephemeral, Session: p.Session,
 		Keep: p.Activity.Keep, Version: o.Version, Logger: logger, Hide: rules,
+		Limits:     overlay.Limits{Files: p.Activity.MaxFiles, Bytes: p.Activity.MaxBytes.Bytes},
+		BytesShare: p.Activity.MaxBytes.Percent,
 		// Only the tests of the progress bars set it (workspace/progress.go).
 		ProgressGate: os.Getenv("AGENTFS_TEST_PROGRESS_GATE") == "1"})
 	if err != nil {

@@ -148,6 +148,8 @@ func SettingsArgs(s config.Settings) []string {
 		"--log-size", strconv.FormatInt(s.LogSize, 10),
 		"--log-reads=" + strconv.FormatBool(s.LogReads),
 		"--trace=" + strconv.FormatBool(s.Trace),
+		"--max-files", maxFilesArg(s.MaxFiles),
+		"--max-bytes", s.MaxBytes.String(),
 	}
 	for _, p := range s.Hide {
 		if p.From == hide.FromFlag { // the files' patterns it reads again
@@ -155,4 +157,11 @@ func SettingsArgs(s config.Settings) []string {
 		}
 	}
 	return args
+}
+
+func maxFilesArg(n int64) string {
+	if n == 0 {
+		return "off"
+	}
+	return strconv.FormatInt(n, 10)
 }

@@ -57,9 +57,16 @@
 // through the lower directory outside the apply group (what it checks,
 // and what it cannot see, is written there).
 //
+// # Quotas
+//
+// A view may have limits on the objects and bytes its branch holds; the
+// usage is counted in the in-memory index, and the operation that would
+// cross a limit fails with EDQUOT (quota.go).
+//
 // # Locking
 //
-// Lock order: Node.copyMu → FS.mu → FS.nodesMu.
+// Lock order: Node.copyMu → FS.mu → FS.nodesMu; FS.mu → Node.growMu →
+// the quota's mu (quota.go).
 // FS.mu (RWMutex) guards the namespace: the upper index, every Node's
 // parent/name/entry/unlinked fields, and the persistent layer. Lookups
 // and reads take it shared; namespace changes take it exclusive.

@@ -25,6 +25,9 @@ type env struct {
 	// hide and hidden are the views' hide rules (hide_test.go).
 	hide   *hide.Rules
 	hidden *hide.Inodes
+	// limits are the views' limits (quota_test.go); set them, then
+	// reopen.
+	limits Limits
 }
 
 // newEnv builds a view over a fresh lower tree made by files (path →
@@ -84,7 +87,7 @@ func (e *env) reopen() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	v, err := New(Config{Lower: e.lower, Objects: e.bs, Layer: layer, AllocIno: e.meta.AllocIno, Hide: e.hide, HiddenInodes: e.hidden})
+	v, err := New(Config{Lower: e.lower, Objects: e.bs, Layer: layer, AllocIno: e.meta.AllocIno, Hide: e.hide, HiddenInodes: e.hidden, Limits: e.limits})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -155,6 +155,7 @@ func (v *FS) Rmdir(dir *Node, name string) error {
 func (v *FS) removeLocked(dir *Node, name string, r *resolved) error {
 	n := v.existingNodeLocked(r)
 	t := v.newTx()
+	t.deleting = true
 	if err := v.copyUpDirLocked(t, dir); err != nil {
 		return t.fail(err)
 	}

@@ -27,6 +27,11 @@ func (w *Workspace) Status() ctl.Status {
 	for _, p := range w.HidePatterns() {
 		st.Hide = append(st.Hide, ctl.HidePattern{Pattern: p.Pattern, From: p.From})
 	}
+	if v := w.shown.Load(); v != nil {
+		u, l := v.Usage(), v.Limits()
+		st.BranchFiles, st.BranchBytes = u.Files, u.Bytes
+		st.MaxFiles, st.MaxBytes = l.Files, l.Bytes
+	}
 	// The mount is attached before it serves and never detached: read
 	// without opMu.
 	if m := w.attached(); m != nil {

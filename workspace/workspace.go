@@ -44,6 +44,11 @@ type Options struct {
 	// Keep bounds the automatic snapshots the retention policy keeps
 	// (0: autosnap.DefaultKeep).
 	Keep int
+	// Limits bound what each branch's view may hold (overlay's quotas);
+	// BytesShare, when not 0, sets Limits.Bytes to that percentage of
+	// the space free on the backstore's file system at Open.
+	Limits     overlay.Limits
+	BytesShare int
 	// ReadOnly opens the branch metadata read-only: every operation
 	// that would change the store fails with ErrReadOnly.
 	ReadOnly bool
@@ -80,6 +85,7 @@ type Workspace struct {
 	// still hold files of (gc spares their objects).
 	opMu    sync.Mutex
 	current atomic.Pointer[branch.Layer]
+	shown   atomic.Pointer[overlay.FS] // view, for Status (without opMu)
 	view    *overlay.FS
 	views   map[string]*overlay.FS
 	retired []*overlay.FS
@@ -163,10 +169,18 @@ func (w *Workspace) open() error {
 		w.objs.Recovered()
 		w.log.Info("collected what the daemon before this one left", "objects", r.Objects, "removed", r.Removed, "freed", r.Freed)
 	}
+	if o.BytesShare > 0 {
+		free, err := w.objs.FsFree()
+		if err != nil {
+			return fmt.Errorf("the byte limit, a share of the backstore's free space: %w", err)
+		}
+		w.opts.Limits.Bytes = max(free/100*int64(o.BytesShare), 1)
+	}
 	w.view, err = w.newView(layer)
 	if err != nil {
 		return err
 	}
+	w.shown.Store(w.view)
 	w.views = map[string]*overlay.FS{layer.Name(): w.view}
 	return nil
 }
@@ -174,7 +188,7 @@ func (w *Workspace) open() error {
 // newView opens a writable view of branch l.
 func (w *Workspace) newView(l *branch.Layer) (*overlay.FS, error) {
 	return overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l,
-		AllocIno: w.meta.AllocIno, Sync: w.meta.Sync, Logger: w.log, Hide: w.hide, HiddenInodes: w.hidden})
+		AllocIno: w.meta.AllocIno, Sync: w.meta.Sync, Limits: w.opts.Limits, Logger: w.log, Hide: w.hide, HiddenInodes: w.hidden})
 }
 
 // readView opens a view that an operation reads (nothing writes it):

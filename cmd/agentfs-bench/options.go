@@ -35,13 +35,20 @@ const (
 	// fsAgentfsBoundRoot is the same with the other process bound
 	// through the mount root (agentfs branch bind, exec --no-namespace).
 	fsAgentfsBoundRoot = "agentfs-bound-root"
+	// fsAgentfsQuota is agentfs with agentfs run's default limits
+	// (--max-files 300000 --max-bytes 50%): files opened for writing
+	// are then served by the daemon, not passed through. Not in the
+	// default list: ask for it with --fs.
+	fsAgentfsQuota = "agentfs-quota"
 )
 
-var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsUntraced, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot}
+var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsUntraced, fsAgentfsQuota, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot}
 
 // defaultFilesystems is --fs's default: all but the baseline, which
-// --baseline adds.
-var defaultFilesystems = slices.DeleteFunc(slices.Clone(allFilesystems), func(filesystem string) bool { return filesystem == fsAgentfsBaseline })
+// --baseline adds, and the quota variant.
+var defaultFilesystems = slices.DeleteFunc(slices.Clone(allFilesystems), func(filesystem string) bool {
+	return filesystem == fsAgentfsBaseline || filesystem == fsAgentfsQuota
+})
 
 // boundVariant reports whether filesystem is agentfs with another branch bound.
 func boundVariant(filesystem string) bool {
@@ -50,14 +57,17 @@ func boundVariant(filesystem string) bool {
 
 // agentfsMount reports whether filesystem is mounted by an agentfs binary.
 func agentfsMount(filesystem string) bool {
-	return filesystem == fsAgentfs || filesystem == fsAgentfsUntraced || filesystem == fsAgentfsBaseline || boundVariant(filesystem)
+	return filesystem == fsAgentfs || filesystem == fsAgentfsUntraced || filesystem == fsAgentfsQuota || filesystem == fsAgentfsBaseline || boundVariant(filesystem)
 }
 
 // mountFlags are the flags of agentfs mount for filesystem, an agentfs
 // filesystem, beyond --lower.
 func mountFlags(filesystem string) []string {
-	if filesystem == fsAgentfsUntraced {
+	switch filesystem {
+	case fsAgentfsUntraced:
 		return []string{"--trace=false"}
+	case fsAgentfsQuota:
+		return []string{"--max-files", "300000", "--max-bytes", "50%"}
 	}
 	return nil
 }
@@ -190,7 +200,7 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 		}
 		c.snapOps, c.memory = nil, false
 	}
-	if slices.Contains(c.filesystems, fsAgentfs) || slices.Contains(c.filesystems, fsAgentfsUntraced) {
+	if slices.Contains(c.filesystems, fsAgentfs) || slices.Contains(c.filesystems, fsAgentfsUntraced) || slices.Contains(c.filesystems, fsAgentfsQuota) {
 		if c.agentfsBin, err = findAgentfs(o.agentfs); err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -102,6 +103,8 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 		fmt.Fprintf(w, "%s\t%s (%s)\n", label, printable(p.Pattern), hideSource(p.From))
 	}
 	fmt.Fprintf(w, "usage:\t%d objects, %s; %s free in the backstore\n", st.Objects, humanBytes(st.Bytes), humanBytes(st.FsFree))
+	fmt.Fprintf(w, "branch holds:\t%s files of %s, %s of %s\n", strconv.FormatInt(st.BranchFiles, 10), limitOf(st.MaxFiles, strconv.FormatInt(st.MaxFiles, 10)),
+		humanBytes(st.BranchBytes), limitOf(st.MaxBytes, humanBytes(st.MaxBytes)))
 	switch {
 	case strings.HasPrefix(st.Trace, "on"):
 		fmt.Fprintf(w, "commands:\ttraced (agentfs log --exec), %s\n", printable(strings.TrimPrefix(st.Trace, "on: ")))
@@ -157,4 +160,12 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// limitOf writes a limit of status: s, or "no limit" for 0.
+func limitOf(n int64, s string) string {
+	if n == 0 {
+		return "no limit"
+	}
+	return s + " allowed"
 }
