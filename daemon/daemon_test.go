@@ -397,3 +397,30 @@ func TestScanKernelOptions(t *testing.T) {
 		t.Errorf("configSays of an unreadable configuration is known")
 	}
 }
+
+// The kernel options' cache answers the boot it was written in, and
+// only with what it holds.
+func TestKernelOptionsCache(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agentfs", kernelCacheName)
+	if _, ok := cachedKernelOptions(path, "boot-1 6.18", []string{"CONFIG_A"}); ok {
+		t.Errorf("a missing cache answered")
+	}
+	cacheKernelOptions(path, "boot-1 6.18", map[string]string{"CONFIG_A": "y", "CONFIG_B": ""})
+	got, ok := cachedKernelOptions(path, "boot-1 6.18", []string{"CONFIG_B", "CONFIG_A"})
+	if want := map[string]string{"CONFIG_A": "y", "CONFIG_B": ""}; !ok || !maps.Equal(got, want) {
+		t.Errorf("cached options = %v, %v; want %v", got, ok, want)
+	}
+	if _, ok := cachedKernelOptions(path, "boot-2 6.18", []string{"CONFIG_A"}); ok {
+		t.Errorf("the cache of another boot answered")
+	}
+	if _, ok := cachedKernelOptions(path, "boot-1 6.18", []string{"CONFIG_A", "CONFIG_C"}); ok {
+		t.Errorf("the cache answered for an option it does not hold")
+	}
+	if bootKey() == "" {
+		t.Errorf("no boot key: /proc/sys/kernel/random/boot_id unreadable?")
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	if p := kernelCacheFile(); !strings.HasPrefix(p, os.Getenv("XDG_CACHE_HOME")) {
+		t.Errorf("kernelCacheFile = %q, want it in XDG_CACHE_HOME", p)
+	}
+}

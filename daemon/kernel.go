@@ -28,9 +28,9 @@ type KernelFeature struct {
 // itself. Nothing here fails: what cannot be read says so.
 //
 // The kernel's build options are read only for what the running
-// kernel does not show otherwise (kernelOptions): inflating
-// /proc/config.gz whole costs about a millisecond, more than the rest
-// of agentfs version together.
+// kernel does not show otherwise (kernelOptions), and once a boot
+// (kernelcache.go): inflating /proc/config.gz whole costs about a
+// millisecond, more than the rest of agentfs version together.
 func KernelFeatures() []KernelFeature {
 	var uts unix.Utsname
 	release, machine := "unknown", ""
@@ -51,7 +51,7 @@ func KernelFeatures() []KernelFeature {
 	if bpfSysctl == "" {
 		wanted = append(wanted, "CONFIG_BPF_SYSCALL")
 	}
-	cfg := kernelOptions(wanted)
+	cfg := cachedOrReadKernelOptions(wanted)
 	return []KernelFeature{
 		{"kernel", strings.TrimSpace("Linux " + release + " " + machine)},
 		{"passthrough", passthroughFeature(release, cfg)},
@@ -70,6 +70,21 @@ func kernelAtLeast(release string, major, minor int) bool {
 		return false
 	}
 	return ma > major || ma == major && mi >= minor
+}
+
+// cachedOrReadKernelOptions is kernelOptions through the cache of this
+// boot (kernelcache.go).
+func cachedOrReadKernelOptions(wanted []string) map[string]string {
+	if len(wanted) == 0 {
+		return nil
+	}
+	path, key := kernelCacheFile(), bootKey()
+	if cfg, ok := cachedKernelOptions(path, key, wanted); ok {
+		return cfg
+	}
+	cfg := kernelOptions(wanted)
+	cacheKernelOptions(path, key, cfg)
+	return cfg
 }
 
 // kernelOptions reads the kernel's build options named in wanted
