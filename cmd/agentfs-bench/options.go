@@ -128,7 +128,7 @@ type config struct {
 	snapFiles, snapManyFiles int
 	// memory: measure the daemon's memory (memory.go) over walks of a
 	// tree of memFiles files.
-	memory   bool
+	memory bool
 	// cliStart: time the CLI's start (clistart.go).
 	cliStart bool
 	memFiles int
