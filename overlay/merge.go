@@ -365,11 +365,11 @@ func (m *merger) oursRemovedAbove(p string) string {
 }
 
 // oursChangedBelow returns a path below directory p that ours changed
-// and theirs did not; "" when none.
+// other than by deleting it; "" when none.
 func (m *merger) oursChangedBelow(p string) string {
 	var found []string
-	for q := range m.ours.changes {
-		if strings.HasPrefix(q, p+"/") && m.theirs.changes[q] == nil {
+	for q, c := range m.ours.changes {
+		if strings.HasPrefix(q, p+"/") && c.Kind != Deleted {
 			found = append(found, q)
 		}
 	}

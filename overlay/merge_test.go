@@ -203,3 +203,25 @@ func TestMergePlanChangesNothing(t *testing.T) {
 	eq(t, "f before applying", m.ours.read("f"), "base\n")
 	eq(t, "g before applying", m.ours.exists("g"), false)
 }
+
+// A directory one side deleted and the other changed inside is a
+// conflict, whichever side deleted it, and nothing inside is lost.
+func TestMergeDeletedDirectory(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"d/x": "x\n", "d/y": "y\n", "e/x": "x\n", "f/x": "x\n"})
+	m.theirs.remove("d")
+	m.ours.put("d/x", "ours\n")
+	m.theirs.remove("e")
+	m.ours.put("e/new", "ours new\n")
+	m.ours.remove("f")
+	m.theirs.put("f/x", "theirs\n")
+	m.theirs.put("f/new", "theirs new\n")
+	p := m.merge(t, MergeOptions{})
+	want := "delete d\ndelete e\ndelete f/new\ndelete f/x\n"
+	if got := conflictSummary(p); got != want {
+		t.Errorf("conflicts:\n%s\nwant:\n%s", got, want)
+	}
+	eq(t, "d/x", m.ours.read("d/x"), "ours\n")
+	eq(t, "d/y", m.ours.read("d/y"), "y\n")
+	eq(t, "e/new", m.ours.read("e/new"), "ours new\n")
+	eq(t, "f exists", m.ours.exists("f"), false)
+}
