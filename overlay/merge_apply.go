@@ -122,8 +122,19 @@ func (v *FS) takePath(theirs *FS, p string) error {
 	if err := v.copyXattrs(theirs, tn, n); err != nil {
 		return err
 	}
-	mode, uid, gid := tst.Mode, tst.Uid, tst.Gid
-	in := SetAttr{Mode: &mode, Uid: &uid, Gid: &gid}
+	cur, err := v.Getattr(n)
+	if err != nil {
+		return err
+	}
+	in := SetAttr{}
+	// Only what differs: a daemon that is not root cannot give an
+	// object another owner, and need not when it already has it.
+	if mode := tst.Mode; cur.Mode&07777 != mode&07777 {
+		in.Mode = &mode
+	}
+	if uid, gid := tst.Uid, tst.Gid; cur.Uid != uid || cur.Gid != gid {
+		in.Uid, in.Gid = &uid, &gid
+	}
 	if n.mode != unix.S_IFDIR {
 		// A directory's times are its contents' business; a file takes
 		// theirs' times, as cp -p would.
@@ -233,8 +244,21 @@ func (v *FS) setAttrsPath(p string, a *FileInfo) error {
 		return unix.ENOENT
 	}
 	defer v.release(n)
-	mode, uid, gid := a.Mode, a.Uid, a.Gid
-	_, err = v.Setattr(n, SetAttr{Mode: &mode, Uid: &uid, Gid: &gid}, nil)
+	cur, err := v.Getattr(n)
+	if err != nil {
+		return err
+	}
+	in := SetAttr{}
+	if mode := a.Mode; cur.Mode&07777 != mode&07777 {
+		in.Mode = &mode
+	}
+	if uid, gid := a.Uid, a.Gid; cur.Uid != uid || cur.Gid != gid {
+		in.Uid, in.Gid = &uid, &gid
+	}
+	if in.Mode == nil && in.Uid == nil {
+		return nil
+	}
+	_, err = v.Setattr(n, in, nil)
 	return err
 }
 

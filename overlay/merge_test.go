@@ -225,3 +225,40 @@ func TestMergeDeletedDirectory(t *testing.T) {
 	eq(t, "e/new", m.ours.read("e/new"), "ours new\n")
 	eq(t, "f exists", m.ours.exists("f"), false)
 }
+
+func (e *env) chmod(p string, mode uint32) {
+	e.t.Helper()
+	if _, err := e.view.Setattr(e.must(p), SetAttr{Mode: &mode}, nil); err != nil {
+		e.t.Fatalf("chmod %q: %v", p, err)
+	}
+}
+
+func (e *env) mode(p string) uint32 {
+	e.t.Helper()
+	st, err := e.view.Getattr(e.must(p))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st.Mode & 07777
+}
+
+// Modes: one side's chmod is taken beside the other side's data; two
+// different chmods are a conflict that keeps ours.
+func TestMergeModes(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"a": "a\n", "b": "b\n", "c": "c\n"})
+	m.theirs.chmod("a", 0o600)
+	m.ours.put("a", "ours a\n")
+	m.theirs.put("b", "theirs b\n")
+	m.ours.chmod("b", 0o640)
+	m.theirs.chmod("c", 0o600)
+	m.ours.chmod("c", 0o755)
+	p := m.merge(t, MergeOptions{})
+	if got := conflictSummary(p); got != "mode c\n" {
+		t.Errorf("conflicts:\n%s\nwant mode c", got)
+	}
+	eq(t, "a data", m.ours.read("a"), "ours a\n")
+	eq(t, "a mode", m.ours.mode("a"), uint32(0o600))
+	eq(t, "b data", m.ours.read("b"), "theirs b\n")
+	eq(t, "b mode", m.ours.mode("b"), uint32(0o640))
+	eq(t, "c mode", m.ours.mode("c"), uint32(0o755))
+}
