@@ -16,6 +16,12 @@ import (
 // with the three names (the base's lines too, as git's diff3 style
 // shows them), and clean is false.
 //
+// GNU diff3 is the maintained diff3 (Patch runs diff -u of the same
+// package): no Go library of it could be had as a module here
+// (github.com/epiclabs-io/diff3, github.com/nasdf/diff3 and the
+// diferenco package of github.com/antgroup/hugescm were all refused),
+// go-git v5 has no merge, and the merge is not to be hand-written.
+//
 // diff3 compares its inputs with diff(1) twice, so it is given files,
 // not pipes: the three texts are written to a private temporary
 // directory, removed before diff3 returns.
