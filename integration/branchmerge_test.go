@@ -242,7 +242,7 @@ func TestTournamentMerge(t *testing.T) {
 	if r.Code != 1 {
 		t.Fatalf("tournament --merge with a conflict: exit %d, want 1:\n%s", r.Code, r)
 	}
-	for _, want := range []string{"winner: candidate 1", "merged branch t-1 into main", "merged branch t-2 into main", "content  VERSION", "merge    code.go"} {
+	for _, want := range []string{"winner: candidate 1", "merged branch t-1 into main", "merged branch t-2 into main", "content  VERSION", "merge    code.go", "to undo every merge: agentfs restore"} {
 		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("tournament output lacks %q:\n%s", want, r)
 		}
@@ -258,6 +258,17 @@ func TestTournamentMerge(t *testing.T) {
 		if _, err := os.Stat(m.Path(p)); err != nil {
 			t.Errorf("%s after merging both attempts: %v", p, err)
 		}
+	}
+	undo := regexp.MustCompile(`to undo every merge: agentfs restore ([0-9a-f]{8})`).FindStringSubmatch(r.Stdout)
+	if undo == nil {
+		t.Fatalf("no undo of every merge:\n%s", r)
+	}
+	mustC(t, m.Dir, "restore", undo[1])
+	if got := harness.ReadFile(t, m.Path("code.go")); got != goFuncs {
+		t.Errorf("code.go after undoing every merge = %q, want the start", got)
+	}
+	if _, err := os.Stat(m.Path("notes-a")); !os.IsNotExist(err) {
+		t.Errorf("notes-a after undoing every merge: %v, want it gone", err)
 	}
 	m.AssertLowerUnchanged()
 }

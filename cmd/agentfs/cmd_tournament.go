@@ -144,6 +144,9 @@ func runTournament(ctx context.Context, o *tournamentOptions, args []string) (er
 			return err
 		}
 	}
+	if len(r.Merges) > 1 && r.Merges[0].Reply.Safety != nil {
+		fmt.Fprintf(o.stdout, "to undo every merge: agentfs restore %s\n", r.Merges[0].Reply.Safety.ID)
+	}
 	if o.prune {
 		for _, err := range r.PruneErrors {
 			fmt.Fprintf(o.stderr, "agentfs: %v\n", err)
@@ -154,7 +157,7 @@ func runTournament(ctx context.Context, o *tournamentOptions, args []string) (er
 		return mergeErr
 	}
 	if n := r.MergeConflicts(); n > 0 {
-		return exitCodeError{code: 1, msg: fmt.Sprintf("the winners' merges left %d conflicts: resolve them in this branch", n)}
+		return exitCodeError{code: 1, msg: fmt.Sprintf("the winners' merges left conflicts (%d): resolve them in this branch", n)}
 	}
 	return nil
 }
