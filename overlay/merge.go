@@ -139,6 +139,7 @@ const maxMergeText = 64 << 20
 type side struct {
 	view    *FS
 	changes map[string]*Change
+	order   []string // the changed paths in Diff's order (a subtree after its directory)
 	renames map[string]string // source → destination
 	renamed map[string]string // destination → source
 }
@@ -149,6 +150,7 @@ func loadSide(base, v *FS) (*side, error) {
 	var made []*Change
 	err := Diff(base, v, func(c Change) error {
 		s.changes[c.Path] = &c
+		s.order = append(s.order, c.Path)
 		switch {
 		case c.Kind == Deleted && c.Old.Type != "dir":
 			gone[c.Old.Ino] = c.Path
@@ -160,6 +162,7 @@ func loadSide(base, v *FS) (*side, error) {
 	if err != nil {
 		return nil, err
 	}
+	slices.SortFunc(s.order, comparePaths) // as Diff gives them; made sure of, for the binary searches
 	for _, c := range made {
 		if src, ok := gone[c.New.Ino]; ok {
 			s.renames[src], s.renamed[c.Path] = c.Path, src
@@ -194,7 +197,7 @@ func PlanMerge(base, ours, theirs *FS, o MergeOptions) (*MergePlan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("merge: comparing theirs with the base: %w", err)
 	}
-	m := &merger{base: base, o: o, ours: so, theirs: st, plan: &MergePlan{theirs: theirs}}
+	m := &merger{base: base, o: o, ours: so, theirs: st, plan: &MergePlan{theirs: theirs}, decided: map[string]bool{}}
 	paths := make([]string, 0, len(st.changes))
 	for p := range st.changes {
 		paths = append(paths, p)
@@ -246,7 +249,20 @@ type merger struct {
 	plan         *MergePlan
 	// decided: paths below which nothing more is done (a conflict on a
 	// directory, or its removal).
-	decided []string
+	decided map[string]bool
+}
+
+// decide marks p as a path below which nothing more is done.
+func (m *merger) decide(p string) { m.decided[p] = true }
+
+// decidedAbove reports whether a directory above p was decided.
+func (m *merger) decidedAbove(p string) bool {
+	for d := parentPath(p); d != ""; d = parentPath(d) {
+		if m.decided[d] {
+			return true
+		}
+	}
+	return false
 }
 
 // under reports whether p is at or below a path of ps ("" and "." are
@@ -285,7 +301,7 @@ func (m *merger) conflict(p string, kind ConflictKind, markers []byte, format st
 	}
 	m.plan.Conflicts = append(m.plan.Conflicts, c)
 	if c.Resolved != "theirs" {
-		m.decided = append(m.decided, p)
+		m.decide(p)
 	}
 }
 
@@ -294,12 +310,12 @@ func (m *merger) take(p string) {
 	c := m.theirs.changes[p]
 	switch {
 	case c == nil:
-		// A path theirs did not change (ours renamed onto it): theirs
-		// has it as the base had it.
+		// A path theirs did not change: theirs has it as the base had
+		// it.
 		m.op(mergeOp{path: p, action: MergeTake})
 	case c.Kind == Deleted:
 		m.op(mergeOp{path: p, action: MergeDelete})
-		m.decided = append(m.decided, p)
+		m.decide(p)
 	case c.Kind == ModeChanged:
 		m.op(mergeOp{path: p, action: MergeAttrs, attrs: c.New})
 	default:
@@ -311,10 +327,8 @@ func (m *merger) path(p string) error {
 	if p == "" {
 		return nil // the root's own mode: ours stays
 	}
-	for _, d := range m.decided {
-		if strings.HasPrefix(p, d+"/") {
-			return nil
-		}
+	if m.decidedAbove(p) {
+		return nil
 	}
 	t, o := m.theirs.changes[p], m.ours.changes[p]
 	// A rename of theirs whose source ours changed, or renamed
@@ -331,7 +345,7 @@ func (m *merger) path(p string) error {
 	}
 	if _, ok := m.theirs.renames[p]; ok && o != nil && o.Kind != Deleted {
 		// Reported at the destination; ours keeps its source.
-		m.decided = append(m.decided, p)
+		m.decide(p)
 		return nil
 	}
 	if o == nil {
@@ -365,19 +379,24 @@ func (m *merger) oursRemovedAbove(p string) string {
 }
 
 // oursChangedBelow returns a path below directory p that ours changed
-// other than by deleting it; "" when none.
+// other than by deleting it; "" when none. The paths below p follow p
+// in Diff's order.
 func (m *merger) oursChangedBelow(p string) string {
-	var found []string
-	for q, c := range m.ours.changes {
-		if strings.HasPrefix(q, p+"/") && c.Kind != Deleted {
-			found = append(found, q)
+	order := m.ours.order
+	i, _ := slices.BinarySearchFunc(order, p, comparePaths)
+	for ; i < len(order); i++ {
+		q := order[i]
+		if q == p {
+			continue
+		}
+		if !strings.HasPrefix(q, p+"/") {
+			break
+		}
+		if m.ours.changes[q].Kind != Deleted {
+			return q
 		}
 	}
-	if len(found) == 0 {
-		return ""
-	}
-	slices.SortFunc(found, comparePaths)
-	return found[0]
+	return ""
 }
 
 func parentPath(p string) string {
