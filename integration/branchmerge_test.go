@@ -6,6 +6,7 @@ package integration
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -60,11 +61,26 @@ func TestMergeCleanAndUndo(t *testing.T) {
 		harness.LowerFile("keep.txt", "keep\n"),
 		harness.LowerFile("gone.txt", "gone\n"),
 		harness.LowerFile("ours.txt", "ours\n"),
+		harness.LowerFile("sub/s.txt", "s\n"),
 	))
 	base := branchesFrom(t, m, "try")
 	inBranch(t, m, "try", `sed -i 's/return 1/return 10/' code.go && echo new > new.txt && rm gone.txt && echo theirs > keep.txt && mkdir -p pkg/sub && echo x > pkg/sub/x.go`)
+	inBranch(t, m, "try", `echo theirs > sub/t.txt`)
 	harness.WriteFile(t, m.Path("code.go"), strings.Replace(goFuncs, "return 3", "return 30", 1))
 	harness.WriteFile(t, m.Path("ours.txt"), "ours changed\n")
+	// A program working in a directory of the target: it lists it
+	// before and after the merge, from the same working directory.
+	worker := exec.Command("sh", "-c", "ls; read go; ls; cat s.txt t.txt")
+	worker.Dir = m.Path("sub")
+	workerIn, err := worker.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var workerOut strings.Builder
+	worker.Stdout, worker.Stderr = &workerOut, &workerOut
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
 	before := map[string]string{"code.go": harness.ReadFile(t, m.Path("code.go")), "keep.txt": harness.ReadFile(t, m.Path("keep.txt"))}
 
 	dry := mustC(t, m.Dir, "merge", "--dry-run", "try")
@@ -84,8 +100,14 @@ func TestMergeCleanAndUndo(t *testing.T) {
 	if strings.Contains(r.Stdout, "conflicts") {
 		t.Errorf("a clean merge lists conflicts:\n%s", r)
 	}
+	if _, err := workerIn.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Wait(); err != nil || workerOut.String() != "s.txt\ns.txt\nt.txt\ns\ntheirs\n" {
+		t.Errorf("a program working in sub/ during the merge saw %q (%v), want its directory before and after", workerOut.String(), err)
+	}
 	want := strings.Replace(strings.Replace(goFuncs, "return 1", "return 10", 1), "return 3", "return 30", 1)
-	checks := map[string]string{"code.go": want, "new.txt": "new\n", "keep.txt": "theirs\n", "ours.txt": "ours changed\n", "pkg/sub/x.go": "x\n"}
+	checks := map[string]string{"code.go": want, "new.txt": "new\n", "keep.txt": "theirs\n", "ours.txt": "ours changed\n", "pkg/sub/x.go": "x\n", "sub/t.txt": "theirs\n"}
 	for p, w := range checks {
 		if got := harness.ReadFile(t, m.Path(p)); got != w {
 			t.Errorf("%s after the merge = %q, want %q", p, got, w)

@@ -11,13 +11,21 @@ import (
 
 // ApplyMerge makes plan p's changes in view v (the branch the plan's
 // ours showed), in path order, through v's own operations: each is an
-// ordinary change of the branch. It stops at the first error and says
-// which path it was at; the caller undoes what was done before (the
-// workspace restores the snapshot it took first). v's kernel caches are
-// the caller's to drop (Reload).
-func (v *FS) ApplyMerge(p *MergePlan) error {
+// ordinary change of the branch. A file whose data changes is replaced
+// by a new one (unlinked, then made again), as an editor saves: a
+// program holding the old one open keeps it, and the kernel's pages of
+// it are never served for the new one. It stops at the first error and
+// says which path it was at; the caller undoes what was done before
+// (the workspace restores the snapshot it took first).
+//
+// It returns what the kernel must drop (fs.Server.Invalidate): the
+// name of every path it changed in its directory, the node now there
+// (attributes), and the directories (their times and listings). The
+// other nodes of the view stay as they are: a process whose working
+// directory is in the branch keeps it.
+func (v *FS) ApplyMerge(p *MergePlan) ([]Stale, error) {
 	if v.ReadOnly() {
-		return unix.EROFS
+		return nil, unix.EROFS
 	}
 	for _, op := range p.ops {
 		var err error
@@ -32,10 +40,37 @@ func (v *FS) ApplyMerge(p *MergePlan) error {
 			err = v.writePath(op.path, op.data)
 		}
 		if err != nil {
-			return fmt.Errorf("merge: %s (%s): %w", op.path, op.action, err)
+			return nil, fmt.Errorf("merge: %s (%s): %w", op.path, op.action, err)
 		}
 	}
-	return nil
+	return v.mergeStale(p), nil
+}
+
+// mergeStale lists what the kernel must drop after p was applied.
+func (v *FS) mergeStale(p *MergePlan) []Stale {
+	var stale []Stale
+	dirs := map[*Node]bool{}
+	for _, op := range p.ops {
+		dirPath, name := splitPath(op.path)
+		dir, _, err := v.lookupPath(dirPath)
+		if err != nil || dir == nil {
+			continue // gone with a directory removed above it
+		}
+		n, _, err := v.lookupChild(dir, name)
+		if err != nil || n == nil {
+			n = dir // removed: its name is dropped, the directory's attributes too
+		}
+		stale = append(stale, Stale{Node: n, Parent: dir, Name: name})
+		if !dirs[dir] {
+			dirs[dir] = true
+			stale = append(stale, Stale{Node: dir})
+		}
+		if n != dir {
+			v.release(n)
+		}
+		v.release(dir)
+	}
+	return stale
 }
 
 // parentOf looks up the directory of path p; the caller releases it.
@@ -100,8 +135,8 @@ func (v *FS) takePath(theirs *FS, p string) error {
 	if err != nil {
 		return err
 	}
-	if n != nil && (n.mode != tn.mode || n.mode != unix.S_IFDIR && n.mode != unix.S_IFREG) {
-		// Another type, or a symlink or device: made anew.
+	if n != nil && (n.mode != tn.mode || n.mode != unix.S_IFDIR) {
+		// Anything but a directory is made anew (see ApplyMerge).
 		v.release(n)
 		if err := v.removeAllPath(p); err != nil {
 			return err
@@ -262,21 +297,49 @@ func (v *FS) setAttrsPath(p string, a *FileInfo) error {
 	return err
 }
 
-// writePath replaces the data of regular file p with data.
+// writePath replaces regular file p with a new one holding data, with
+// the old one's mode, owner and xattrs.
 func (v *FS) writePath(p string, data []byte) error {
-	n, _, err := v.lookupPath(p)
+	old, st, err := v.lookupPath(p)
 	if err != nil {
 		return err
 	}
-	if n == nil {
+	if old == nil {
 		return unix.ENOENT
 	}
-	defer v.release(n)
-	f, err := v.Open(n, unix.O_WRONLY|unix.O_TRUNC)
+	xattrs, err := v.xattrs(old)
+	v.release(old)
 	if err != nil {
 		return err
 	}
+	if err := v.removeAllPath(p); err != nil {
+		return err
+	}
+	dir, name, err := v.parentOf(p)
+	if err != nil {
+		return err
+	}
+	defer v.release(dir)
+	n, f, _, err := v.Create(dir, name, unix.O_WRONLY|unix.O_EXCL, st.Mode&07777, Caller{Uid: st.Uid, Gid: st.Gid})
+	if err != nil {
+		return err
+	}
+	defer v.release(n)
 	w := &fileWriter{f: f}
 	_, err = w.Write(data)
-	return errors.Join(err, f.Release())
+	if err = errors.Join(err, f.Release()); err != nil {
+		return err
+	}
+	for name, val := range xattrs {
+		if err := v.Setxattr(n, name, []byte(val), 0); err != nil {
+			return fmt.Errorf("setting xattr %s: %w", name, err)
+		}
+	}
+	// The mode exactly (a create may have left out setid bits).
+	if cur, err := v.Getattr(n); err != nil || cur.Mode&07777 == st.Mode&07777 {
+		return err
+	}
+	mode := st.Mode
+	_, err = v.Setattr(n, SetAttr{Mode: &mode}, nil)
+	return err
 }

@@ -74,7 +74,7 @@ func (m *mergeEnv) merge(t *testing.T, o MergeOptions) *MergePlan {
 	if err != nil {
 		t.Fatalf("PlanMerge: %v", err)
 	}
-	if err := m.ours.view.ApplyMerge(p); err != nil {
+	if _, err := m.ours.view.ApplyMerge(p); err != nil {
 		t.Fatalf("ApplyMerge: %v", err)
 	}
 	return p

@@ -22,9 +22,10 @@ import (
 // undoes the merge), plans against that snapshot (a program writing
 // the branch meanwhile does not change what is merged), and makes the
 // plan's changes; if one fails, the branch is restored to the safety
-// snapshot and the error says nothing was merged. The kernel's caches
-// of the target are then dropped, as a restore drops them, so that
-// every process bound to the branch sees the merge at once. With
+// snapshot and the error says nothing was merged. What the kernel
+// cached of the paths the merge changed is then dropped, so that every
+// process bound to the branch sees the merge at once (and only that:
+// a process working in a directory of the branch keeps it). With
 // a.DryRun it answers the plan and changes nothing. The reply's
 // Unresolved counts the conflicts that remain.
 func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error) {
@@ -93,21 +94,17 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 			w.dropSnapshotLocked(safety.ID, "merge of "+a.Branch)
 			return ctl.MergeReply{}, eioErrorf(err, "merging branch %q into %q: %v: nothing was merged", a.Branch, into, err)
 		}
-		applyErr := applyMerge(target, plan)
+		stale, applyErr := applyMerge(target, plan)
 		if applyErr != nil {
 			w.log.Error("merge failed: restoring the safety snapshot", "branch", a.Branch, "into", into, "safety", safety.ID, "err", applyErr)
-			stale, err := target.Restore(safety)
-			w.invalidate(stale)
+			restored, err := target.Restore(safety)
+			w.invalidate(restored)
 			if err != nil {
 				return ctl.MergeReply{}, storeError(err, fmt.Sprintf("merging branch %q into %q failed (%v), and so did undoing it: the state before is in snapshot %s: agentfs restore %s", a.Branch, into, applyErr, safety.ID, safety.ID))
 			}
 			return ctl.MergeReply{}, eioErrorf(applyErr, "merging branch %q into %q: %v: nothing was merged (the branch is as it was, snapshot %s)", a.Branch, into, applyErr, safety.ID)
 		}
-		stale, err := target.Reload()
 		w.invalidate(stale)
-		if err != nil {
-			return ctl.MergeReply{}, storeError(err, fmt.Sprintf("merging branch %q into %q: reloading the branch after the merge (the state before is in snapshot %s: agentfs restore %s)", a.Branch, into, safety.ID, safety.ID))
-		}
 		reply = mergeReply(reply, plan)
 		w.log.Info("branch merged", "branch", a.Branch, "into", into, "base", reply.Base, "safety", safety.ID,
 			"changes", len(reply.Changes), "conflicts", reply.Unresolved, "pid", c.Pid)

@@ -133,12 +133,12 @@ func TestMergeAllOrNothing(t *testing.T) {
 	}
 	writeFile(t, try, "f", "theirs\n")
 	writeFile(t, try, "g", "new\n")
-	defer func(orig func(*overlay.FS, *overlay.MergePlan) error) { applyMerge = orig }(applyMerge)
-	applyMerge = func(v *overlay.FS, p *overlay.MergePlan) error {
-		if err := v.ApplyMerge(p); err != nil {
-			return err
+	defer func(orig func(*overlay.FS, *overlay.MergePlan) ([]overlay.Stale, error)) { applyMerge = orig }(applyMerge)
+	applyMerge = func(v *overlay.FS, p *overlay.MergePlan) ([]overlay.Stale, error) {
+		if _, err := v.ApplyMerge(p); err != nil {
+			return nil, err
 		}
-		return errors.New("the disk failed")
+		return nil, errors.New("the disk failed")
 	}
 	_, err = w.Merge(self, ctl.MergeArgs{Branch: "try"})
 	isKind(t, "a merge that fails halfway", err, ErrIO, "nothing was merged")
