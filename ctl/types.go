@@ -101,6 +101,9 @@ const (
 	// OpProgress answers the Progress of the long operation running
 	// (apply, export, gc, fsck, diff), if any; it does not wait for it.
 	OpProgress Op = 54
+	// OpMerge merges a branch into another (MergeArgs); it answers a
+	// MergeReply.
+	OpMerge Op = 55
 )
 
 var opNames = map[Op]string{
@@ -134,6 +137,7 @@ var opNames = map[Op]string{
 	OpApplyProgress: "apply progress",
 	OpActivity:      "activity",
 	OpProgress:      "progress",
+	OpMerge:         "merge",
 }
 
 func (op Op) String() string {

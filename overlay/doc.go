@@ -34,7 +34,9 @@
 //
 // A view shows a branch, a snapshot (read-only) or the plain lower
 // tree (LowerView, read-only); see views.go. Diff and Patch compare two
-// views of one lower directory (diff.go, patch.go), Export writes a
+// views of one lower directory (diff.go, patch.go), PlanMerge and
+// ApplyMerge merge one view into another three-way from a third
+// (merge.go, merge_text.go, merge_apply.go), Export writes a
 // view out as a plain tree (export.go), and Fsck checks a whole store:
 // entries against objects and the lower tree, and garbage (fsck.go).
 // They read views through Lookup, ReadDir and Getattr, as the kernel

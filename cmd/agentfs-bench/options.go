@@ -138,7 +138,9 @@ type config struct {
 	snapFiles, snapManyFiles int
 	// memory: measure the daemon's memory (memory.go) over walks of a
 	// tree of memFiles files.
-	memory   bool
+	memory bool
+	// cliStart: time the CLI's start (clistart.go).
+	cliStart bool
 	memFiles int
 }
 
@@ -172,6 +174,7 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 	if c.workloads, c.snapOps, c.memory, err = selectWorkloads(o.only); err != nil {
 		return nil, err
 	}
+	c.cliStart = strings.TrimSpace(o.only) == "" || slices.Contains(splitList(o.only), cliStartOp)
 	list := o.filesystems
 	if o.baseline != "" && !flags.Changed("fs") {
 		list += "," + fsAgentfsBaseline
@@ -188,17 +191,19 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 	if len(c.workloads) == 0 {
 		// Only agentfs's tables: the other filesystems have no part in
 		// them (and need not be probed).
-		c.filesystems = slices.DeleteFunc(c.filesystems, func(filesystem string) bool { return filesystem != fsNative && filesystem != fsAgentfs })
+		c.filesystems = slices.DeleteFunc(c.filesystems, func(filesystem string) bool {
+			return filesystem != fsNative && filesystem != fsAgentfs && (!c.cliStart || filesystem != fsAgentfsBaseline)
+		})
 	}
 	if slices.ContainsFunc(c.filesystems, boundVariant) && !slices.Contains(c.filesystems, fsAgentfs) {
 		return nil, usagef("--fs %s and %s need agentfs too: the binding overhead is against agentfs", fsAgentfsBound, fsAgentfsBoundRoot)
 	}
 	if !slices.Contains(c.filesystems, fsAgentfs) {
 		// The snapshot table and the memory row are agentfs's alone.
-		if (len(c.snapOps) > 0 || c.memory) && strings.TrimSpace(o.only) != "" {
-			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory): add agentfs to --fs", o.only)
+		if (len(c.snapOps) > 0 || c.memory || c.cliStart) && strings.TrimSpace(o.only) != "" {
+			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory, cli-start): add agentfs to --fs", o.only)
 		}
-		c.snapOps, c.memory = nil, false
+		c.snapOps, c.memory, c.cliStart = nil, false, false
 	}
 	if slices.Contains(c.filesystems, fsAgentfs) || slices.Contains(c.filesystems, fsAgentfsUntraced) || slices.Contains(c.filesystems, fsAgentfsQuota) {
 		if c.agentfsBin, err = findAgentfs(o.agentfs); err != nil {
@@ -255,11 +260,11 @@ func selectWorkloads(only string) ([]*workload, []*snapOp, bool, error) {
 			for _, op := range snapOps {
 				want[op.name] = true
 			}
-		case name == memoryOp:
+		case name == memoryOp || name == cliStartOp:
 			want[name] = true
 		case findWorkload(name) == nil && findSnapOp(name) == nil:
-			return nil, nil, false, usagef("--only %q: unknown workload %q; choose from %s, the snapshot table's %s (%s: all of them), or %s",
-				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup, memoryOp)
+			return nil, nil, false, usagef("--only %q: unknown workload %q; choose from %s, the snapshot table's %s (%s: all of them), %s or %s",
+				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup, memoryOp, cliStartOp)
 		default:
 			want[name] = true
 		}
