@@ -299,18 +299,26 @@ func (c *Config) set(section, key, value string) error {
 		if err != nil {
 			err = fmt.Errorf("size = %s: %v", value, err)
 		}
-	case "limits.max-files":
+	case "limits.max-files", "limits.max-bytes":
+		if c.project {
+			// The limits protect the machine from what runs in the
+			// project: a project (or an agent's change to it) must not
+			// lift or raise them.
+			return fmt.Errorf("%s in [limits] is not the project's to set: put it in your own configuration file (%s), or use --%s", key, UserFile(), key)
+		}
+		if key == "max-bytes" {
+			c.MaxBytes, err = ParseMaxBytes(value)
+			if err != nil {
+				err = fmt.Errorf("max-bytes = %s: %v", value, err)
+			}
+			c.MaxBytesSet = true
+			break
+		}
 		c.MaxFiles, err = ParseMaxFiles(value)
 		if err != nil {
 			err = fmt.Errorf("max-files = %s: %v", value, err)
 		}
 		c.MaxFilesSet = true
-	case "limits.max-bytes":
-		c.MaxBytes, err = ParseMaxBytes(value)
-		if err != nil {
-			err = fmt.Errorf("max-bytes = %s: %v", value, err)
-		}
-		c.MaxBytesSet = true
 	case "log.reads":
 		c.LogReads, err = parseConfigBool(key, value)
 	case "ignore.gitignore":

@@ -61,8 +61,7 @@ func TestResolveLimits(t *testing.T) {
 		t.Errorf("run's defaults: %d files, %v bytes, %v; want %d and %v", s.MaxFiles, s.MaxBytes, err, RunMaxFiles, RunMaxBytes)
 	}
 	user, lower := configDirs(t)
-	write(t, user, "[limits]\nmax-files = 1000\n")
-	write(t, filepath.Join(lower, ProjectFile), "[limits]\nmax-bytes = off\n")
+	write(t, user, "[limits]\nmax-files = 1000\nmax-bytes = off\n")
 	c, err := Load(lower)
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +71,14 @@ func TestResolveLimits(t *testing.T) {
 	}
 	if s, _ = Resolve(c, Overrides{MaxFiles: "off", MaxBytes: "1G"}, false); s.MaxFiles != 0 || s.MaxBytes.Bytes != 1<<30 {
 		t.Errorf("flags over the files: %d files, %v bytes; want off and 1G", s.MaxFiles, s.MaxBytes)
+	}
+	// The project's file may not set them: they protect the machine
+	// from what runs in the project.
+	for _, key := range []string{"max-bytes = off", "max-files = 10"} {
+		write(t, filepath.Join(lower, ProjectFile), "[limits]\n"+key+"\n")
+		if _, err := Load(lower); err == nil || !strings.Contains(err.Error(), "not the project's to set") {
+			t.Errorf("a project's %q: %v, want a refusal", key, err)
+		}
 	}
 	for _, c := range []struct {
 		o    Overrides

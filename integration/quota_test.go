@@ -316,19 +316,28 @@ func TestQuotaBadInput(t *testing.T) {
 			t.Errorf("mount %v: want exit 2 and %q:\n%s", tc.args, tc.want, r)
 		}
 	}
-	conf := harness.NewLowerDir(t, harness.LowerFile(".agentfs.conf", "[limits]\nmax-files = 10\nmax-bytes = lots\n"))
+	conf := harness.NewLowerDir(t, harness.LowerFile(".agentfs.conf", "[limits]\nmax-bytes = off\n"))
 	r := harness.Run(t, "mount", "--lower", conf, mp)
-	if r.Code == 0 || !strings.Contains(r.Stderr, ".agentfs.conf:3: max-bytes = lots: not a size") {
-		t.Errorf("mount with max-bytes = lots in the project's file: want a failure naming file and line:\n%s", r)
+	if r.Code == 0 || !strings.Contains(r.Stderr, ".agentfs.conf:2: max-bytes in [limits] is not the project's to set") {
+		t.Errorf("mount with max-bytes = off in the project's file: want a refusal naming file and line:\n%s", r)
 	}
 }
 
 // TestQuotaConfigAndRunDefaults: the configuration's limits apply to a
 // mount; agentfs run has limits unless told otherwise.
 func TestQuotaConfigAndRunDefaults(t *testing.T) {
-	m := harness.NewMount(t, harness.WithLower(harness.LowerFile(".agentfs.conf", "[limits]\nmax-files = 7\nmax-bytes = 2M\n")))
+	cfg := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(cfg, "agentfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	harness.WriteFile(t, filepath.Join(cfg, "agentfs", "config"), "[limits]\nmax-files = 7\nmax-bytes = 2M\n")
+	t.Setenv("XDG_CONFIG_HOME", cfg)
+	m := harness.NewMount(t)
 	if q := quotaOf(t, m.Dir); q.MaxFiles != 7 || q.MaxBytes != 2<<20 {
-		t.Errorf("status of a mount with [limits]: %+v, want 7 files and 2 MiB", q)
+		t.Errorf("status of a mount with [limits] in the user's file: %+v, want 7 files and 2 MiB", q)
+	}
+	if err := os.Unsetenv("XDG_CONFIG_HOME"); err != nil {
+		t.Fatal(err)
 	}
 	e := newRunEnv(t)
 	r := e.agentfs("run", "--", harness.Bin(), "status", "--json")
