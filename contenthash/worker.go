@@ -1,0 +1,155 @@
+package contenthash
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// # The worker
+//
+// One goroutine, locked to its own thread, which it gives the lowest
+// CPU priority (nice 19) and the idle I/O class: file operations never
+// wait for it, and it takes the CPU and disk time they leave. Each
+// kick (a snapshot was taken) makes it compute, oldest first, the root
+// of every snapshot that has none; the snapshots already done cost a
+// read of their root key. A snapshot deleted while its root is being
+// computed is skipped.
+
+// Start starts the worker, which computes at once the roots missing
+// (of snapshots taken before a crash, or while hashing was off).
+func (h *Hasher) Start() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.running || h.cfg.ReadOnly {
+		return
+	}
+	h.running = true
+	h.kick = make(chan struct{}, 1)
+	h.stop = make(chan struct{})
+	h.done = make(chan struct{})
+	h.kick <- struct{}{}
+	go h.work()
+}
+
+// Kick tells the worker that a snapshot was taken. It never waits.
+func (h *Hasher) Kick() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.running {
+		return
+	}
+	h.busy = true
+	select {
+	case h.kick <- struct{}{}:
+	default: // one is pending: it will see this snapshot too
+	}
+}
+
+// Close stops the worker (the computation running is abandoned: its
+// snapshot's root is computed again later) and waits for it.
+func (h *Hasher) Close() {
+	h.mu.Lock()
+	if !h.running {
+		h.mu.Unlock()
+		return
+	}
+	h.running = false
+	close(h.stop)
+	h.mu.Unlock()
+	<-h.done
+}
+
+// Idle reports whether the worker has nothing left to compute.
+func (h *Hasher) Idle() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.busy
+}
+
+func (h *Hasher) work() {
+	defer close(h.done)
+	runtime.LockOSThread() // never unlocked: the thread's priority dies with it
+	tid := unix.Gettid()
+	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, 19); err != nil {
+		h.log.Warn("hash worker: lowering its priority", "err", err)
+	}
+	setIdleIO(tid)
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-h.kick:
+		}
+		h.mu.Lock()
+		h.busy = true
+		h.mu.Unlock()
+		h.computeMissing()
+		h.mu.Lock()
+		if len(h.kick) == 0 {
+			h.busy = false
+		}
+		h.mu.Unlock()
+	}
+}
+
+// computeMissing computes the root of every snapshot without one.
+func (h *Hasher) computeMissing() {
+	snaps, err := h.cfg.Meta.Snapshots()
+	if err != nil {
+		h.log.Error("hash worker: listing snapshots", "err", err)
+		return
+	}
+	for _, snap := range snaps {
+		select {
+		case <-h.stop:
+			return
+		default:
+		}
+		if _, ok, err := h.cfg.Meta.SnapshotRootOf(snap); err != nil || ok {
+			continue
+		}
+		if !h.waitGate() {
+			return
+		}
+		if _, err := h.compute(snap); err != nil {
+			if errors.Is(err, branch.ErrNotFound) || errors.Is(err, branch.ErrClosed) {
+				continue // deleted meanwhile, or the store is closing
+			}
+			h.log.Error("hash worker: computing a snapshot's root", "id", snap.ID, "err", err)
+		}
+	}
+}
+
+// waitGate waits while the test gate file exists; false when stopped.
+func (h *Hasher) waitGate() bool {
+	if h.cfg.Gate == "" {
+		return true
+	}
+	for {
+		if _, err := os.Lstat(h.cfg.Gate); err != nil {
+			return true
+		}
+		select {
+		case <-h.stop:
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// setIdleIO puts thread tid in the idle I/O class (ioprio_set), where
+// the I/O scheduler supports classes.
+func setIdleIO(tid int) {
+	const (
+		ioprioWhoProcess = 1
+		ioprioClassIdle  = 3
+		ioprioClassShift = 13
+	)
+	_, _, _ = unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoProcess, uintptr(tid), ioprioClassIdle<<ioprioClassShift)
+}
