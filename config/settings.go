@@ -28,6 +28,7 @@ type Overrides struct {
 	LogSize      string // a size, as ParseLogSize reads it
 	LogReads     *bool
 	Trace        *bool
+	Hash         *bool
 }
 
 // FlagError is a flag's value that cannot be used: Flag names it
@@ -57,6 +58,9 @@ func Resolve(c Config, o Overrides, autoDefault bool) (Settings, error) {
 	}
 	if o.Trace != nil {
 		s.Trace = *o.Trace
+	}
+	if o.Hash != nil {
+		s.Hash = *o.Hash
 	}
 	if o.AutoSnapshot != nil {
 		s.AutoSnapshot = *o.AutoSnapshot

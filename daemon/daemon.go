@@ -163,7 +163,10 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 		Backstore: p.Backstore, RamdiskSize: p.RamdiskSize, Ephemeral: d.ephemeral, Session: p.Session,
 		Keep: p.Activity.Keep, Version: o.Version, Logger: logger,
 		// Only the tests of the progress bars set it (workspace/progress.go).
-		ProgressGate: os.Getenv("AGENTFS_TEST_PROGRESS_GATE") == "1"})
+		ProgressGate: os.Getenv("AGENTFS_TEST_PROGRESS_GATE") == "1",
+		NoHash:       !p.Activity.Hash,
+		// Only the tests that block the hash worker set it.
+		HashGate: os.Getenv("AGENTFS_TEST_HASH_GATE")})
 	if err != nil {
 		return err
 	}

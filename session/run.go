@@ -1,6 +1,8 @@
 package session
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -471,6 +473,11 @@ func (s *process) finish(code int) *Ended {
 		r.Summary = &sum
 	}
 	e.SummaryErr = err
+	if s.activity.Hash {
+		if err := s.recordRoots(); err != nil {
+			fmt.Fprintf(s.stderr, "agentfs run: recording the roots of the session's snapshots: %v\n", err)
+		}
+	}
 	e.UnmountErr = s.unmount()
 	s.closeSupervision()
 	r.State = StateEnded
@@ -481,6 +488,37 @@ func (s *process) finish(code int) *Ended {
 		fmt.Fprintf(s.stderr, "agentfs run: %v\n", err)
 	}
 	return e
+}
+
+// recordRoots records the chain of the roots of the session's
+// snapshots, once the daemon's hash worker has computed them all.
+func (s *process) recordRoots() error {
+	c, err := workspace.Dial(s.rec.Mountpoint)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }() // a control file, only asked
+	list, err := c.SnapshotsWith(ctl.SnapshotListArgs{WaitRoots: true})
+	if err != nil {
+		return err
+	}
+	s.rec.Roots, err = RootChain(list.Snapshots)
+	return err
+}
+
+// RootChain links the roots of snaps, in order (see RootLink).
+func RootChain(snaps []ctl.SnapshotInfo) ([]RootLink, error) {
+	var links []RootLink
+	var chain [32]byte
+	for _, sn := range snaps {
+		root, err := hex.DecodeString(sn.Root)
+		if err != nil || len(root) != 32 {
+			return links, fmt.Errorf("snapshot %s: no root (%s)", sn.ID, sn.RootStatus)
+		}
+		chain = sha256.Sum256(append(chain[:], root...))
+		links = append(links, RootLink{Snapshot: sn.ID, Kind: sn.Kind, Root: sn.Root, Chain: hex.EncodeToString(chain[:])})
+	}
+	return links, nil
 }
 
 // summary counts the changes from the project to the session's branch.

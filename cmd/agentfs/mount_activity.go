@@ -21,6 +21,7 @@ type activityFlags struct {
 	logSize      string
 	logReads     optBool
 	trace        optBool
+	hash         optBool
 }
 
 func (o *activityFlags) AddFlags(flags *pflag.FlagSet) {
@@ -33,6 +34,8 @@ func (o *activityFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.Lookup("log-reads").NoOptDefVal = "true"
 	flags.Var(&o.trace, "trace", "trace every command the processes run (agentfs log --exec; as root, with eBPF)\n(default: on, unless the configuration turns it off; --trace=false turns it off)")
 	flags.Lookup("trace").NoOptDefVal = "true"
+	flags.Var(&o.hash, "hash", "compute each snapshot's content hashes and Merkle root in the background (agentfs snapshot show, verify)\n(default: on, unless the configuration turns it off; --hash=false turns it off)")
+	flags.Lookup("hash").NoOptDefVal = "true"
 }
 
 // overrides are the flags as configuration overrides: unset ones
@@ -47,6 +50,9 @@ func (o *activityFlags) overrides() config.Overrides {
 	}
 	if o.trace.set {
 		c.Trace = &o.trace.v
+	}
+	if o.hash.set {
+		c.Hash = &o.hash.v
 	}
 	return c
 }
