@@ -24,6 +24,12 @@ const (
 	// the trace costs (agentfs over agentfs-untraced, measured in the same
 	// interleaved run; the issue allows it 5% of a traced workload).
 	fsAgentfsUntraced = "agentfs-untraced"
+	// fsAgentfsNohash is agentfs mounted with --hash=false: no worker
+	// computes content hashes and roots after a snapshot. Every agentfs
+	// mount takes a snapshot once mounted (as agentfs run takes its
+	// pre-run snapshot), so that beside it agentfs shows what hashing
+	// the whole tree in the background costs the workloads.
+	fsAgentfsNohash = "agentfs-nohash"
 	// fsAgentfsBaseline is agentfs run from --baseline, another build,
 	// mounted the same way: an A/B comparison in one interleaved run.
 	fsAgentfsBaseline = "agentfs-baseline"
@@ -37,7 +43,7 @@ const (
 	fsAgentfsBoundRoot = "agentfs-bound-root"
 )
 
-var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsUntraced, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot}
+var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsUntraced, fsAgentfsNohash, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot}
 
 // defaultFilesystems is --fs's default: all but the baseline, which
 // --baseline adds.
@@ -50,14 +56,17 @@ func boundVariant(filesystem string) bool {
 
 // agentfsMount reports whether filesystem is mounted by an agentfs binary.
 func agentfsMount(filesystem string) bool {
-	return filesystem == fsAgentfs || filesystem == fsAgentfsUntraced || filesystem == fsAgentfsBaseline || boundVariant(filesystem)
+	return filesystem == fsAgentfs || filesystem == fsAgentfsUntraced || filesystem == fsAgentfsNohash || filesystem == fsAgentfsBaseline || boundVariant(filesystem)
 }
 
 // mountFlags are the flags of agentfs mount for filesystem, an agentfs
 // filesystem, beyond --lower.
 func mountFlags(filesystem string) []string {
-	if filesystem == fsAgentfsUntraced {
+	switch filesystem {
+	case fsAgentfsUntraced:
 		return []string{"--trace=false"}
+	case fsAgentfsNohash:
+		return []string{"--hash=false"}
 	}
 	return nil
 }

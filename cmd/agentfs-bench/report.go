@@ -23,7 +23,9 @@ type report struct {
 	// Memory is the agentfs daemon's memory over walks of a large tree.
 	Memory *memResult `json:"memory,omitempty"`
 	// TraceCost is agentfs over agentfs-untraced (tracecost.go).
-	TraceCost       *traceCost         `json:"trace_cost,omitempty"`
+	TraceCost *traceCost `json:"trace_cost,omitempty"`
+	// HashCost is agentfs over agentfs-nohash (tracecost.go).
+	HashCost        *traceCost         `json:"hash_cost,omitempty"`
 	CopyUpSeconds   map[string]float64 `json:"copy_up_seconds,omitempty"`
 	Notes           []string           `json:"notes,omitempty"`
 	DurationSeconds float64            `json:"duration_seconds"`
@@ -149,6 +151,7 @@ func (r *report) finish() {
 		}
 	}
 	r.finishTraceCost()
+	r.finishHashCost()
 	for _, op := range r.Snapshots {
 		op.finish(r)
 	}
@@ -282,6 +285,7 @@ func (r *report) markdown() string {
 	if len(r.Workloads) > 0 {
 		r.workloadMarkdown(&b)
 		r.traceMarkdown(&b)
+		r.hashMarkdown(&b)
 		r.bindingMarkdown(&b)
 	}
 	if len(r.Snapshots) > 0 {
