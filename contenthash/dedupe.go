@@ -25,22 +25,20 @@ func (h *Hasher) dedupe(objs map[string]branch.ObjectHash) {
 			h.log.Warn("dedupe: finding objects of the same contents", "object", id, "err", err)
 			continue
 		}
-		for _, src := range same {
-			if src == id {
-				continue
-			}
-			n, err := h.cfg.Objects.Dedupe(src, id, oh.Size)
-			if err != nil {
-				h.log.Warn("dedupe", "object", id, "with", src, "err", err)
-				continue
-			}
-			if n > 0 {
-				h.mu.Lock()
-				h.deduped += n
-				h.mu.Unlock()
-				h.log.Info("dedupe: blocks shared", "object", id, "with", src, "bytes", n)
-			}
-			break
+		// Every copy shares the blocks of one: the first by id.
+		if len(same) < 2 || same[0] == id {
+			continue
+		}
+		n, err := h.cfg.Objects.Dedupe(same[0], id, oh.Size)
+		if err != nil {
+			h.log.Warn("dedupe", "object", id, "with", same[0], "err", err)
+			continue
+		}
+		if n > 0 {
+			h.mu.Lock()
+			h.deduped += n
+			h.mu.Unlock()
+			h.log.Info("dedupe: blocks shared", "object", id, "with", same[0], "bytes", n)
 		}
 	}
 }

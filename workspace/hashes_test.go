@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // referenceRoot computes the Merkle root of the tree at dir from its
@@ -260,5 +261,59 @@ func TestVerifyFindsChangedObjects(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestIdenticalCopiesShareBlocks measures what hashing saves on a
+// backstore that clones: 8 copies of one 4 MiB file written in the
+// view take the space of one once their snapshot is hashed, and read
+// the same.
+func TestIdenticalCopiesShareBlocks(t *testing.T) {
+	mnt := testenv.MountXFS(t)
+	w, err := Open(Options{Store: filepath.Join(mnt, "store"), Lower: t.TempDir(), Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if !w.Objects().Info().Reflink {
+		t.Fatalf("the backstore on XFS (reflink=1) cannot clone")
+	}
+	const size, copies = 4 << 20, 8
+	content := string(bytes.Repeat([]byte("0123456789abcdef"), size/16))
+	for i := range copies {
+		writeFile(t, w.View(), fmt.Sprintf("copy%d", i), content)
+	}
+	free := func() int64 {
+		unix.Sync()
+		var st unix.Statfs_t
+		if err := unix.Statfs(mnt, &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Bfree) * st.Bsize
+	}
+	before := free()
+	info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "copies"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ShowSnapshot(self, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	freed := free() - before
+	t.Logf("%d copies of %d MiB: %d KiB freed by sharing blocks (%d KiB shared by FIDEDUPERANGE)", copies, size>>20, freed>>10, w.Hashes().Deduped()>>10)
+	if w.Hashes().Deduped() != (copies-1)*size || freed < (copies-2)*size {
+		t.Errorf("deduped %d bytes, freed %d; want %d deduped and about as much freed", w.Hashes().Deduped(), freed, (copies-1)*size)
+	}
+	for i := range copies {
+		if got, err := w.View().ReadFile(fmt.Sprintf("copy%d", i), 2*size); err != nil || string(got) != content {
+			t.Errorf("copy%d reads other contents after sharing blocks", i)
+		}
+	}
+	if rep, err := w.Verify(self, ctl.VerifyArgs{}); err != nil || !rep.OK {
+		t.Errorf("verify after sharing blocks: %+v, %v", rep, err)
 	}
 }
