@@ -49,7 +49,15 @@ type Hasher struct {
 	done     chan struct{}
 	busy     bool // the worker is computing (or has work queued)
 	deduped  int64
+
+	// quit is closed by Close: a computation running stops at the next
+	// file (ErrClosed).
+	quit     chan struct{}
+	quitOnce sync.Once
 }
+
+// ErrClosed is what a computation stopped by Close returns.
+var ErrClosed = errors.New("content hashes: closed")
 
 // flight is one computation of a snapshot's root.
 type flight struct {
@@ -63,7 +71,7 @@ func New(cfg Config) *Hasher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Hasher{cfg: cfg, log: cfg.Logger, objects: map[string]branch.ObjectHash{}, inflight: map[string]*flight{}}
+	return &Hasher{cfg: cfg, log: cfg.Logger, objects: map[string]branch.ObjectHash{}, inflight: map[string]*flight{}, quit: make(chan struct{})}
 }
 
 // RootStatus says where a snapshot's root stands.
@@ -250,6 +258,11 @@ func (h *Hasher) tree(v *overlay.FS, o treeOptions) (Manifest, Digest, branch.Ha
 		defer func() { *o.memo = hs }()
 	}
 	err := overlay.Walk(v, func(e *overlay.WalkEntry) error {
+		select {
+		case <-h.quit:
+			return ErrClosed
+		default:
+		}
 		typ := typeLetter(e.Stat.Mode)
 		switch typ {
 		case "d":
@@ -400,8 +413,23 @@ func (h *Hasher) ObjectsWithHash(sum Digest) ([]string, error) {
 	return out, nil
 }
 
-// Forget drops the hashes of removed objects (after garbage
-// collection).
+// ForgetRemoved drops the hashes of the objects that no longer exist
+// (after garbage collection).
+func (h *Hasher) ForgetRemoved() error {
+	ids, err := h.cfg.Meta.HashedObjects()
+	if err != nil {
+		return err
+	}
+	var gone []string
+	for _, id := range ids {
+		if _, err := h.cfg.Objects.Lstat(id); isMissing(err) {
+			gone = append(gone, id)
+		}
+	}
+	return h.Forget(gone)
+}
+
+// Forget drops the hashes of removed objects ids.
 func (h *Hasher) Forget(ids []string) error {
 	h.mu.Lock()
 	for _, id := range ids {

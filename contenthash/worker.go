@@ -51,9 +51,11 @@ func (h *Hasher) Kick() {
 	}
 }
 
-// Close stops the worker (the computation running is abandoned: its
-// snapshot's root is computed again later) and waits for it.
+// Close stops the worker and any computation running (abandoned at
+// the next file: its snapshot's root is computed again later), and
+// waits for the worker. The Hasher computes nothing afterwards.
 func (h *Hasher) Close() {
+	h.quitOnce.Do(func() { close(h.quit) })
 	h.mu.Lock()
 	if !h.running {
 		h.mu.Unlock()
@@ -118,7 +120,7 @@ func (h *Hasher) computeMissing() {
 			return
 		}
 		if _, err := h.compute(snap); err != nil {
-			if errors.Is(err, branch.ErrNotFound) || errors.Is(err, branch.ErrClosed) {
+			if errors.Is(err, branch.ErrNotFound) || errors.Is(err, branch.ErrClosed) || errors.Is(err, ErrClosed) {
 				continue // deleted meanwhile, or the store is closing
 			}
 			h.log.Error("hash worker: computing a snapshot's root", "id", snap.ID, "err", err)
