@@ -15,7 +15,9 @@ import (
 //
 // One goroutine, locked to its own thread, which it gives the lowest
 // CPU priority (nice 19) and the idle I/O class: file operations never
-// wait for it, and it takes the CPU and disk time they leave. Each
+// wait for it, and it takes the CPU and disk time they leave. While it
+// runs, GOMAXPROCS is one higher: a thread the kernel keeps waiting
+// keeps its P, which the daemon's goroutines would otherwise miss. Each
 // kick (a snapshot was taken) makes it compute, oldest first, the root
 // of every snapshot that has none; the snapshots already done cost a
 // read of their root key. A snapshot deleted while its root is being
@@ -30,6 +32,10 @@ func (h *Hasher) Start() {
 		return
 	}
 	h.running = true
+	// The worker's thread keeps its P while the kernel lets it wait
+	// (it runs at nice 19): one more, so that the daemon's goroutines
+	// never wait for it (as fs does for its queues' threads).
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 1)
 	h.kick = make(chan struct{}, 1)
 	h.stop = make(chan struct{})
 	h.done = make(chan struct{})
@@ -65,6 +71,9 @@ func (h *Hasher) Close() {
 	close(h.stop)
 	h.mu.Unlock()
 	<-h.done
+	if n := runtime.GOMAXPROCS(0); n > 1 {
+		runtime.GOMAXPROCS(n - 1)
+	}
 }
 
 // Idle reports whether the worker has nothing left to compute.
