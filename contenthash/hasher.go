@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -25,6 +26,10 @@ type Config struct {
 	// ReadOnly: compute, but record nothing (the store is open
 	// read-only).
 	ReadOnly bool
+	// Helper, when set, is the command of the hashing process (the
+	// agentfs binary and HelperCommand), in which the worker reads and
+	// hashes (helper.go); without it, it hashes in its own thread.
+	Helper []string
 	// Gate, when set, is a file the worker waits for to disappear
 	// before it hashes each snapshot (for the tests that prove hashing
 	// is off the file operations' path).
@@ -49,6 +54,7 @@ type Hasher struct {
 	done     chan struct{}
 	busy     bool // the worker is computing (or has work queued)
 	deduped  int64
+	helper   *helper // the hashing process, while the worker runs
 
 	// quit is closed by Close: a computation running stops at the next
 	// file (ErrClosed).
@@ -318,7 +324,7 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 			return Digest{}, 0, err
 		}
 		defer f.Close()
-		sum, n, err := hashFile(f)
+		sum, n, err := h.hashData(f)
 		if err != nil {
 			return Digest{}, 0, err
 		}
@@ -350,7 +356,7 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 		return Digest{}, 0, err
 	}
 	defer f.Close()
-	sum, n, err := hashFile(f)
+	sum, n, err := h.hashData(f)
 	if err != nil {
 		return Digest{}, 0, err
 	}
@@ -364,6 +370,30 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 		hs.Lower = append(hs.Lower, branch.LowerHash{Dev: ls.Dev, Ino: ls.Ino, Size: n, Mtime: ls.Mtim.Nano(), Ctime: ls.Ctim.Nano(), Sum: sum})
 	}
 	return sum, n, nil
+}
+
+// hashData hashes what f holds: in the hashing process while there is
+// one, else here.
+func (h *Hasher) hashData(f *os.File) (Digest, int64, error) {
+	h.mu.Lock()
+	p := h.helper
+	h.mu.Unlock()
+	if p != nil {
+		sum, n, err := p.hash(f)
+		if err == nil || !p.gone() {
+			return sum, n, err
+		}
+		h.log.Warn("the hashing process stopped: hashing in the daemon from now on", "err", err)
+		h.mu.Lock()
+		if h.helper == p {
+			h.helper = nil
+		}
+		h.mu.Unlock()
+		if _, serr := f.Seek(0, io.SeekStart); serr != nil {
+			return Digest{}, 0, serr
+		}
+	}
+	return hashFile(f)
 }
 
 // objectHash returns the recorded hash of object id.

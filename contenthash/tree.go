@@ -217,8 +217,13 @@ func (b *builder) finish() (Manifest, Digest, error) {
 // hashFile returns the SHA-256 of what f holds from its offset on, and
 // the number of bytes read.
 func hashFile(f *os.File) (Digest, int64, error) {
+	return hashFileBuf(f, make([]byte, 256<<10))
+}
+
+// hashFileBuf is hashFile reading through buf.
+func hashFileBuf(f *os.File, buf []byte) (Digest, int64, error) {
 	h := sha256.New()
-	n, err := io.CopyBuffer(h, f, make([]byte, 256<<10))
+	n, err := io.CopyBuffer(h, f, buf)
 	var d Digest
 	h.Sum(d[:0])
 	return d, n, err

@@ -15,9 +15,10 @@ import (
 //
 // One goroutine, locked to its own thread, which it gives the lowest
 // CPU priority (nice 19) and the idle I/O class: file operations never
-// wait for it, and it takes the CPU and disk time they leave. While it
-// runs, GOMAXPROCS is one higher: a thread the kernel keeps waiting
-// keeps its P, which the daemon's goroutines would otherwise miss. Each
+// wait for it, and it takes the CPU and disk time they leave. In a
+// daemon it reads and hashes in a process of its own (helper.go), so
+// that its priority counts against other sessions' programs too; where
+// it hashes itself, GOMAXPROCS is one higher (morePs). Each
 // kick (a snapshot was taken) makes it compute, oldest first, the root
 // of every snapshot that has none; the snapshots already done cost a
 // read of their root key. A snapshot deleted while its root is being
@@ -32,10 +33,6 @@ func (h *Hasher) Start() {
 		return
 	}
 	h.running = true
-	// The worker's thread keeps its P while the kernel lets it wait
-	// (it runs at nice 19): one more, so that the daemon's goroutines
-	// never wait for it (as fs does for its queues' threads).
-	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 1)
 	h.kick = make(chan struct{}, 1)
 	h.stop = make(chan struct{})
 	h.done = make(chan struct{})
@@ -71,9 +68,6 @@ func (h *Hasher) Close() {
 	close(h.stop)
 	h.mu.Unlock()
 	<-h.done
-	if n := runtime.GOMAXPROCS(0); n > 1 {
-		runtime.GOMAXPROCS(n - 1)
-	}
 }
 
 // Idle reports whether the worker has nothing left to compute.
@@ -91,6 +85,29 @@ func (h *Hasher) work() {
 		h.log.Warn("hash worker: lowering its priority", "err", err)
 	}
 	setIdleIO(tid)
+	if len(h.cfg.Helper) == 0 {
+		morePs()
+	} else {
+		// Started from this locked thread, which lives as long as the
+		// worker: the process's Pdeathsig fires when the thread ends.
+		p, err := startHelper(h.cfg.Helper)
+		if err != nil {
+			h.log.Warn("hashing in the daemon: the hashing process did not start", "err", err)
+			morePs()
+		} else {
+			h.mu.Lock()
+			h.helper = p
+			h.mu.Unlock()
+			defer func() {
+				h.mu.Lock()
+				h.helper = nil
+				h.mu.Unlock()
+				if err := p.close(); err != nil {
+					h.log.Warn("the hashing process", "err", err)
+				}
+			}()
+		}
+	}
 	for {
 		select {
 		case <-h.stop:
@@ -153,6 +170,12 @@ func (h *Hasher) waitGate() bool {
 		}
 	}
 }
+
+// morePs gives the worker's thread a P of its own for as long as the
+// process lives, when it hashes itself: at nice 19 the kernel keeps it
+// waiting with its P, which the daemon's goroutines would otherwise
+// miss (fs does the same for its queues' threads).
+func morePs() { runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 1) }
 
 // setIdleIO puts thread tid in the idle I/O class (ioprio_set), where
 // the I/O scheduler supports classes.

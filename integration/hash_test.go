@@ -379,6 +379,7 @@ func TestHashingOffTheFilePath(t *testing.T) {
 			t.Errorf("snapshot %s with the worker blocked: root %q status %q, want pending", id, s.Root, s.RootStatus)
 		}
 	}
+	checkHashingProcess(t, m)
 	if err := os.Remove(gate); err != nil {
 		t.Fatal(err)
 	}
@@ -445,5 +446,35 @@ func TestSessionRootChain(t *testing.T) {
 	}
 	if v := e.agentfs("verify", "-s", id); v.Code != 0 {
 		t.Errorf("verify -s %s of an untouched session: \n%s", id, v)
+	}
+}
+
+// checkHashingProcess checks that the daemon of m reads and hashes in a
+// process of its own, in an autogroup of nice 19 and of scheduling
+// class SCHED_IDLE: the lowest priority against every other session.
+func checkHashingProcess(t *testing.T, m *harness.Mount) {
+	t.Helper()
+	st, err := m.FetchStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil || !strings.HasSuffix(string(b), "\x00__hash-helper\x00") {
+			continue
+		}
+		stat, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) < 39 || fields[1] != fmt.Sprint(st.Pid) {
+			continue
+		}
+		ag, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "autogroup"))
+		// fields[38] is the scheduling policy (5: SCHED_IDLE).
+		found = append(found, fmt.Sprintf("policy %s, %s", fields[38], strings.TrimSpace(string(ag))))
+	}
+	if len(found) != 1 || !strings.HasPrefix(found[0], "policy 5, ") || !strings.HasSuffix(found[0], "nice 19") {
+		t.Errorf("the daemon (pid %d) has hashing processes %q, want one of policy 5 (SCHED_IDLE) in an autogroup of nice 19", st.Pid, found)
 	}
 }

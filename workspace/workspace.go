@@ -57,6 +57,10 @@ type Options struct {
 	// still compute what they need. A store opened without a mount
 	// never runs the worker (hashes.go).
 	NoHash bool
+	// HashHelper is the command of the hashing process the worker
+	// reads and hashes in (contenthash.Config.Helper); empty: in the
+	// worker's own thread.
+	HashHelper []string
 	// HashGate is a file the hash worker waits for to disappear before
 	// each snapshot it hashes: for the tests only.
 	HashGate string
@@ -166,7 +170,7 @@ func (w *Workspace) open() error {
 	}
 	w.views = map[string]*overlay.FS{layer.Name(): w.view}
 	w.hashes = contenthash.New(contenthash.Config{Meta: w.meta, Objects: w.objs, LowerDir: o.LowerDir,
-		ReadOnly: o.ReadOnly, Gate: o.HashGate, Logger: w.log})
+		ReadOnly: o.ReadOnly, Gate: o.HashGate, Helper: o.HashHelper, Logger: w.log})
 	return nil
 }
 
