@@ -39,9 +39,11 @@
 //
 // Taking a snapshot computes nothing: the worker (Hasher.Start) is
 // kicked afterwards, and computes the roots of the snapshots that have
-// none, oldest first, one at a time, on one goroutine locked to a
-// thread of the lowest priority (nice 19, idle I/O class), so that it
-// takes what the workloads leave. Hashes are cached: an object's by
+// none, oldest first, one at a time, on one goroutine; in a daemon the
+// files are read and hashed by a process of its own at the lowest
+// priority there is (a session and autogroup of nice 19, SCHED_IDLE,
+// the idle I/O class: helper.go), so that it takes only what the
+// workloads leave. Hashes are cached: an object's by
 // its id (an object a snapshot names never changes: the branch clones
 // it before changing it), so a file unchanged since the previous
 // snapshot is not read again; a project file's by (dev, ino) with its
