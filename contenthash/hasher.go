@@ -54,7 +54,8 @@ type Hasher struct {
 	done     chan struct{}
 	busy     bool // the worker is computing (or has work queued)
 	deduped  int64
-	helper   *helper // the hashing process, while the worker runs
+	helper   *helper         // the hashing process, while the worker runs
+	failed   map[string]bool // snapshots whose root the worker failed to compute
 
 	// quit is closed by Close: a computation running stops at the next
 	// file (ErrClosed).
@@ -77,7 +78,7 @@ func New(cfg Config) *Hasher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Hasher{cfg: cfg, log: cfg.Logger, objects: map[string]branch.ObjectHash{}, inflight: map[string]*flight{}, quit: make(chan struct{})}
+	return &Hasher{cfg: cfg, log: cfg.Logger, objects: map[string]branch.ObjectHash{}, inflight: map[string]*flight{}, failed: map[string]bool{}, quit: make(chan struct{})}
 }
 
 // RootStatus says where a snapshot's root stands.
@@ -91,6 +92,9 @@ const (
 	// Off: not computed, and no worker runs (hashing is turned off, or
 	// nothing serves the store): Root(snap, true) computes it.
 	Off RootStatus = "off"
+	// Failed: the worker could not compute it (the log says why; Root
+	// with compute, or agentfs verify, tries again and says why).
+	Failed RootStatus = "failed"
 )
 
 // Recorded returns snap's root if it is recorded, and its status.
@@ -101,6 +105,9 @@ func (h *Hasher) Recorded(snap branch.Snapshot) (branch.SnapshotRoot, RootStatus
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.failed[snap.ID] {
+		return r, Failed, nil
+	}
 	if h.running {
 		return r, Pending, nil
 	}
@@ -153,6 +160,9 @@ func (h *Hasher) compute(snap branch.Snapshot) (branch.SnapshotRoot, error) {
 		f.err = err
 		return f.root, err
 	}
+	h.mu.Lock()
+	delete(h.failed, snap.ID)
+	h.mu.Unlock()
 	h.log.Info("snapshot root computed", "id", snap.ID, "root", Hex(root), "files", m.Files, "bytes", m.Bytes,
 		"hashed_objects", len(newHashes.Objects), "hashed_project_files", len(newHashes.Lower), "took", time.Since(start))
 	return f.root, nil

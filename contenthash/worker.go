@@ -139,6 +139,12 @@ func (h *Hasher) computeMissing() {
 			return
 		default:
 		}
+		h.mu.Lock()
+		failed := h.failed[snap.ID]
+		h.mu.Unlock()
+		if failed {
+			continue // tried: snapshot show and verify try again, and say why
+		}
 		if _, ok, err := h.cfg.Meta.SnapshotRootOf(snap); err != nil || ok {
 			continue
 		}
@@ -150,6 +156,9 @@ func (h *Hasher) computeMissing() {
 				continue // deleted meanwhile, or the store is closing
 			}
 			h.log.Error("hash worker: computing a snapshot's root", "id", snap.ID, "err", err)
+			h.mu.Lock()
+			h.failed[snap.ID] = true
+			h.mu.Unlock()
 		}
 	}
 }

@@ -40,9 +40,10 @@ type SnapshotInfo struct {
 	Tags      []string `json:"tags"` // sorted
 	// Root is the snapshot's Merkle root (64 hex digits) once it is
 	// computed; RootStatus says where it stands: "computed", "pending"
-	// (the mount's hash worker has not got to it yet) or "off" (no
-	// worker runs: agentfs snapshot show and agentfs verify compute
-	// it). Files and Bytes count the tree's paths and file bytes.
+	// (the mount's hash worker has not got to it yet), "off" (no
+	// worker runs) or "failed" (the worker could not compute it; its
+	// log says why): agentfs snapshot show and agentfs verify compute
+	// it then. Files and Bytes count the tree's paths and file bytes.
 	Root       string `json:"root,omitempty"`
 	RootStatus string `json:"root_status,omitempty"`
 	Files      int64  `json:"files,omitempty"`

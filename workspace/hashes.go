@@ -57,7 +57,7 @@ func (w *Workspace) ShowSnapshot(c ctl.Caller, ref string) (ctl.SnapshotInfo, er
 		info := snapshotInfo(snap, w.tags())
 		_, status, err := w.hashes.Recorded(snap)
 		if err == nil {
-			err = w.rootInfo(&info, snap, status == contenthash.Off)
+			err = w.rootInfo(&info, snap, status == contenthash.Off || status == contenthash.Failed)
 		}
 		if err != nil {
 			return ctl.SnapshotInfo{}, hashError(err, fmt.Sprintf("computing the root of snapshot %s", snap.ID))
