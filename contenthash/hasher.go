@@ -279,6 +279,14 @@ func (h *Hasher) tree(v *overlay.FS, o treeOptions) (Manifest, Digest, branch.Ha
 			return ErrClosed
 		default:
 		}
+		if e.Missing {
+			err := fmt.Errorf("%s: listed in the snapshot, but its file in the store is gone (agentfs fsck says more): %w", e.Path, unix.ENOENT)
+			if o.missing == nil {
+				return err
+			}
+			o.missing(e, err)
+			return nil
+		}
 		typ := typeLetter(e.Stat.Mode)
 		switch typ {
 		case "d":

@@ -56,6 +56,7 @@ func (h *Hasher) Verify(snaps []branch.Snapshot) (Report, error) {
 	fresh := branch.Hashes{Objects: map[string]branch.ObjectHash{}}
 	objPlaces := map[string][]Place{}
 	missing := map[string]bool{}
+	var missingPaths []Place
 	type lowerFile struct {
 		path  string
 		stat  unix.Stat_t
@@ -80,7 +81,11 @@ func (h *Hasher) Verify(snaps []branch.Snapshot) (Report, error) {
 		snapMissing := false
 		o := treeOptions{fresh: true, memo: &fresh, lowerMemo: lowerMemo,
 			missing: func(e *overlay.WalkEntry, err error) {
-				missing[e.Object] = true
+				if e.Missing { // no object id known: its path is
+					missingPaths = append(missingPaths, Place{Snapshot: snap.ID, Path: e.Path})
+				} else {
+					missing[e.Object] = true
+				}
 				snapMissing = true
 			}}
 		o.visitWalk = func(e *overlay.WalkEntry, sum Digest) {
@@ -144,6 +149,11 @@ func (h *Hasher) Verify(snaps []branch.Snapshot) (Report, error) {
 		for _, p := range objPlaces[id] {
 			bad[p.Snapshot] = true
 		}
+	}
+	for _, p := range missingPaths {
+		rep.Problems = append(rep.Problems, Problem{Kind: ProblemObjectMissing, Snapshot: p.Snapshot, Path: p.Path, Where: []Place{p},
+			Detail: fmt.Sprintf("snapshot %s lists %s, but its file in the store is gone (agentfs fsck says more)", p.Snapshot, p.Path)})
+		bad[p.Snapshot] = true
 	}
 	// Project files: changed contents under an unchanged size and times.
 	var lowerKeys [][2]uint64

@@ -31,6 +31,9 @@ type WalkEntry struct {
 	// LowerStat its own lstat (the project's device and inode).
 	Lower     string
 	LowerStat unix.Stat_t
+	// Missing: a snapshot lists the path, but it cannot be looked up
+	// (its object is gone from the store); nothing else is set.
+	Missing bool
 
 	v *FS
 	n *Node
@@ -47,7 +50,9 @@ func (e *WalkEntry) OpenData() (*os.File, error) {
 
 // Walk calls fn for every path of view v, parents before their
 // children, depth first, the names of a directory in byte order: the
-// root first (Path ""). A path removed while the walk runs is skipped.
+// root first (Path ""). A path removed while the walk runs is skipped;
+// in a snapshot, which never changes, a path listed that cannot be
+// looked up (its object gone) is reported with Missing set.
 func Walk(v *FS, fn func(e *WalkEntry) error) error {
 	root, st, err := v.lookupPath("")
 	if err != nil {
@@ -93,6 +98,13 @@ func (v *FS) walkNode(n *Node, st *unix.Stat_t, p string, fn func(e *WalkEntry) 
 			return fmt.Errorf("walk %s: %w", cp, err)
 		}
 		if c == nil {
+			if v.cfg.Snapshot != nil {
+				// A snapshot never changes: a name it lists and cannot
+				// look up has lost its object.
+				if err := fn(&WalkEntry{Path: cp, Missing: true, v: v}); err != nil {
+					return err
+				}
+			}
 			continue // removed meanwhile
 		}
 		err = v.walkNode(c, &cst, cp, fn)

@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -315,5 +317,58 @@ func TestIdenticalCopiesShareBlocks(t *testing.T) {
 	}
 	if rep, err := w.Verify(self, ctl.VerifyArgs{}); err != nil || !rep.OK {
 		t.Errorf("verify after sharing blocks: %+v, %v", rep, err)
+	}
+}
+
+// TestWorkerComputesRootsAndFails: the worker (started as a mount
+// starts it) computes the root of a snapshot taken after it started;
+// one it cannot compute (an object gone from the store) shows as
+// failed, not pending, and snapshot show says why.
+func TestWorkerComputesRootsAndFails(t *testing.T) {
+	w, info := hashedWorkspace(t)
+	w.hashes.Start()
+	waitStatus := func(id, want string) ctl.SnapshotInfo {
+		t.Helper()
+		for range 1000 {
+			list, err := w.Snapshots()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range list.Snapshots {
+				if s.ID == id && s.RootStatus == want {
+					return s
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		list, _ := w.Snapshots()
+		t.Fatalf("snapshot %s never showed root status %s: %+v", id, want, list)
+		return ctl.SnapshotInfo{}
+	}
+	if s := waitStatus(info.ID, "computed"); len(s.Root) != 64 {
+		t.Errorf("root %q", s.Root)
+	}
+	writeFile(t, w.View(), "gone.txt", "an object that will be lost")
+	e, err := w.View().Layer().Get("gone.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(w.Store(), "objects", e.Object[:2], e.Object)); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "lost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(lost.ID, "failed")
+	if _, err := w.ShowSnapshot(self, lost.ID); err == nil || !strings.Contains(err.Error(), "gone.txt") {
+		t.Errorf("snapshot show of a snapshot whose object is gone: %v, want an error naming gone.txt", err)
+	}
+	rep, err := w.Verify(self, ctl.VerifyArgs{Refs: []string{lost.ID}})
+	if err == nil && !rep.OK {
+		err = fmt.Errorf("%+v", rep.Problems)
+	}
+	if err == nil || !strings.Contains(err.Error(), "gone.txt") {
+		t.Errorf("verify of a snapshot whose object is gone: %v, want an error naming gone.txt", err)
 	}
 }
