@@ -473,12 +473,15 @@ func (s *process) finish(code int) *Ended {
 		r.Summary = &sum
 	}
 	e.SummaryErr = err
-	if s.activity.Hash {
+	e.UnmountErr = s.unmount()
+	if s.activity.Hash && e.UnmountErr == nil {
+		// Once the daemon is gone, so that the session's end waits for
+		// no snapshot being hashed while the mount is up (and takes no
+		// automatic snapshot after the post-run one meanwhile).
 		if err := s.recordRoots(); err != nil {
 			fmt.Fprintf(s.stderr, "agentfs run: recording the roots of the session's snapshots: %v\n", err)
 		}
 	}
-	e.UnmountErr = s.unmount()
 	s.closeSupervision()
 	r.State = StateEnded
 	if e.UnmountErr != nil {
@@ -491,13 +494,14 @@ func (s *process) finish(code int) *Ended {
 }
 
 // recordRoots records the chain of the roots of the session's
-// snapshots, once the daemon's hash worker has computed them all.
+// snapshots, from its store once the daemon has ended: the roots its
+// worker computed, and those it had not got to, computed here.
 func (s *process) recordRoots() error {
-	c, err := workspace.Dial(s.rec.Mountpoint)
+	c, err := s.rec.openOffline("")
 	if err != nil {
 		return err
 	}
-	defer func() { _ = c.Close() }() // a control file, only asked
+	defer func() { _ = c.Close() }() // what it changed, it settled
 	list, err := c.SnapshotsWith(ctl.SnapshotListArgs{WaitRoots: true})
 	if err != nil {
 		return err
