@@ -23,6 +23,11 @@ type Config struct {
 	Objects *backstore.Store
 	// LowerDir is the path by which the project is opened.
 	LowerDir string
+	// OpenSnapshot, when set, opens a read-only view of a snapshot as
+	// every view of the store is opened (with its hide rules: hidden
+	// project paths are no paths of a snapshot, and are never read or
+	// hashed); without it, a plain view over LowerDir.
+	OpenSnapshot func(branch.Snapshot) (*overlay.FS, error)
 	// ReadOnly: compute, but record nothing (the store is open
 	// read-only).
 	ReadOnly bool
@@ -211,6 +216,13 @@ type treeOptions struct {
 
 // openSnapshot opens a read-only view of snap.
 func (h *Hasher) openSnapshot(snap branch.Snapshot) (*overlay.FS, error) {
+	if h.cfg.OpenSnapshot != nil {
+		v, err := h.cfg.OpenSnapshot(snap)
+		if err != nil {
+			return nil, fmt.Errorf("opening snapshot %s: %w", snap.ID, err)
+		}
+		return v, nil
+	}
 	v, err := overlay.New(overlay.Config{Lower: h.cfg.LowerDir, Objects: h.cfg.Objects, Snapshot: h.cfg.Meta.SnapshotView(snap), Logger: h.log})
 	if err != nil {
 		return nil, fmt.Errorf("opening snapshot %s: %w", snap.ID, err)

@@ -159,7 +159,7 @@ type manifestJSON struct {
 	} `json:"entries"`
 }
 
-func readManifest(t *testing.T, p string) manifestJSON {
+func readHashManifest(t *testing.T, p string) manifestJSON {
 	t.Helper()
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -180,9 +180,12 @@ func checkExportedRoot(t *testing.T, dir, id, root string) {
 	out := filepath.Join(t.TempDir(), "export-"+id)
 	mustC(t, dir, "export", id, "--to", out, "--manifest")
 	sums := sha256sums(t, out)
-	m := readManifest(t, out+".manifest.json")
+	m := readHashManifest(t, out+".manifest.json")
 	files := 0
 	for _, e := range m.Entries {
+		if e.Path == ".env" {
+			t.Errorf("snapshot %s: the manifest lists the hidden project file .env", id)
+		}
 		if e.Type != "f" {
 			continue
 		}
@@ -209,7 +212,8 @@ func TestSnapshotRoots(t *testing.T) {
 		harness.LowerFile("src/main.go", "package main\n"),
 		harness.LowerFile("src/tool.sh", "#!/bin/sh\n", harness.WithMode(0o755)),
 		harness.LowerSymlink("latest", "src/main.go"),
-	), harness.WithStore(t.TempDir()))
+		harness.LowerFile(".env", "SECRET=hidden\n"),
+	), harness.WithStore(t.TempDir()), harness.WithArgs("--hide", ".env"))
 	harness.WriteFile(t, m.Path("src/main.go"), "package main\n\nfunc main() {}\n")
 	big := strings.Repeat("identical contents\n", 10000)
 	harness.WriteFile(t, m.Path("copy1"), big)

@@ -34,7 +34,7 @@ type refView struct {
 // refused as ambiguous. opMu is held.
 func (w *Workspace) openRefLocked(ref string) (refView, error) {
 	if ref == LowerRef {
-		v, err := overlay.LowerView(w.opts.LowerDir, w.objs)
+		v, err := w.readView(nil, nil)
 		if err != nil {
 			return refView{}, eioErrorf(err, "opening the project %s: %v", w.opts.Lower, err)
 		}
@@ -50,7 +50,7 @@ func (w *Workspace) openRefLocked(ref string) (refView, error) {
 			// Live: processes may be writing it.
 			return refView{fs: v, what: what, close: func() {}}, nil
 		}
-		v, err := overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l, Logger: w.log})
+		v, err := w.readView(l, nil)
 		if err != nil {
 			return refView{}, storeError(err, fmt.Sprintf("opening branch %q", ref))
 		}
@@ -66,7 +66,7 @@ func (w *Workspace) openRefLocked(ref string) (refView, error) {
 		}
 		return refView{}, err
 	}
-	v, err := overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Snapshot: w.meta.SnapshotView(snap), Logger: w.log})
+	v, err := w.readView(nil, w.meta.SnapshotView(snap))
 	if err != nil {
 		return refView{}, storeError(err, fmt.Sprintf("opening snapshot %s", snap.ID))
 	}
@@ -106,7 +106,7 @@ func changeInfos(cs []overlay.Change) []ctl.Change {
 	out := make([]ctl.Change, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, ctl.Change{Path: c.Path, Kind: string(c.Kind), Old: fileInfo(c.Old), New: fileInfo(c.New),
-			SizeDelta: c.SizeDelta, AttrsChanged: c.AttrsChanged})
+			SizeDelta: c.SizeDelta, AttrsChanged: c.AttrsChanged, Hidden: c.Hidden})
 	}
 	return out
 }

@@ -22,6 +22,8 @@ type report struct {
 	Snapshots []*snapResult `json:"snapshots,omitempty"`
 	// Memory is the agentfs daemon's memory over walks of a large tree.
 	Memory *memResult `json:"memory,omitempty"`
+	// CLIStart is the CLI's start (clistart.go).
+	CLIStart *cliStartResult `json:"cli_start,omitempty"`
 	// TraceCost is agentfs over agentfs-untraced (tracecost.go).
 	TraceCost *traceCost `json:"trace_cost,omitempty"`
 	// HashCost is agentfs over agentfs-nohash (tracecost.go).
@@ -299,6 +301,12 @@ func (r *report) markdown() string {
 			b.WriteString("\n")
 		}
 		r.memoryMarkdown(&b)
+	}
+	if r.CLIStart != nil {
+		if len(r.Workloads) > 0 || len(r.Snapshots) > 0 || r.Memory != nil {
+			b.WriteString("\n")
+		}
+		r.cliStartMarkdown(&b)
 	}
 
 	reflink := "no"
