@@ -127,12 +127,14 @@ func (h *Hasher) Root(snap branch.Snapshot, compute bool) (branch.SnapshotRoot, 
 	if err != nil || ok || !compute {
 		return r, ok, err
 	}
-	r, err = h.compute(snap)
+	r, err = h.compute(snap, false)
 	return r, err == nil, err
 }
 
-// compute computes snap's root once, however many ask at a time.
-func (h *Hasher) compute(snap branch.Snapshot) (branch.SnapshotRoot, error) {
+// compute computes snap's root once, however many ask at a time. The
+// worker's computations (background) read and hash in the hashing
+// process; one a command waits for, in the daemon itself.
+func (h *Hasher) compute(snap branch.Snapshot, background bool) (branch.SnapshotRoot, error) {
 	h.mu.Lock()
 	if f := h.inflight[snap.ID]; f != nil {
 		h.mu.Unlock()
@@ -154,7 +156,7 @@ func (h *Hasher) compute(snap branch.Snapshot) (branch.SnapshotRoot, error) {
 		return r, err
 	}
 	start := time.Now()
-	m, root, newHashes, err := h.snapshotTree(snap, treeOptions{})
+	m, root, newHashes, err := h.snapshotTree(snap, treeOptions{background: background})
 	if err != nil {
 		f.err = err
 		return branch.SnapshotRoot{}, err
@@ -197,6 +199,9 @@ type treeOptions struct {
 	entries bool
 	// fresh reads every file again, trusting no hash recorded (verify).
 	fresh bool
+	// background: the worker's: files are hashed in the hashing
+	// process, at the lowest priority.
+	background bool
 	// live: the view is a branch being written; its objects may change,
 	// so their hashes are neither taken from nor added to the cache.
 	live bool
@@ -354,7 +359,7 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 			return Digest{}, 0, err
 		}
 		defer f.Close()
-		sum, n, err := h.hashData(f)
+		sum, n, err := h.hashData(f, o.background)
 		if err != nil {
 			return Digest{}, 0, err
 		}
@@ -386,7 +391,7 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 		return Digest{}, 0, err
 	}
 	defer f.Close()
-	sum, n, err := h.hashData(f)
+	sum, n, err := h.hashData(f, o.background)
 	if err != nil {
 		return Digest{}, 0, err
 	}
@@ -402,12 +407,15 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 	return sum, n, nil
 }
 
-// hashData hashes what f holds: in the hashing process while there is
-// one, else here.
-func (h *Hasher) hashData(f *os.File) (Digest, int64, error) {
-	h.mu.Lock()
-	p := h.helper
-	h.mu.Unlock()
+// hashData hashes what f holds: for the worker (background) in the
+// hashing process while there is one, else here.
+func (h *Hasher) hashData(f *os.File, background bool) (Digest, int64, error) {
+	var p *helper
+	if background {
+		h.mu.Lock()
+		p = h.helper
+		h.mu.Unlock()
+	}
 	if p != nil {
 		sum, n, err := p.hash(f)
 		if err == nil || !p.gone() {

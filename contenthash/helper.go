@@ -25,7 +25,9 @@ import (
 // (autogroup nice 19, SCHED_IDLE, the idle I/O class), and handed each
 // file as a descriptor over a socket pair (SCM_RIGHTS): it needs no
 // path, no store and no privilege, and it only reads. When it cannot be
-// started or dies, the worker hashes in its own thread and logs why.
+// started or dies, the worker hashes in its own thread and logs why. A
+// computation a command waits for (snapshot show, verify) hashes in the
+// daemon, at the command's pace.
 //
 // The protocol: the worker sends one byte with the descriptor; the
 // process answers 41 bytes: 0, the size read (uint64), the SHA-256;

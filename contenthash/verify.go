@@ -72,7 +72,7 @@ func (h *Hasher) Verify(snaps []branch.Snapshot) (Report, error) {
 			return rep, err
 		}
 		if !ok {
-			if r, err = h.compute(snap); err != nil {
+			if r, err = h.compute(snap, false); err != nil {
 				return rep, err
 			}
 			check.ComputedNow = true

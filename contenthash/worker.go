@@ -151,7 +151,7 @@ func (h *Hasher) computeMissing() {
 		if !h.waitGate() {
 			return
 		}
-		if _, err := h.compute(snap); err != nil {
+		if _, err := h.compute(snap, true); err != nil {
 			if errors.Is(err, branch.ErrNotFound) || errors.Is(err, branch.ErrClosed) || errors.Is(err, ErrClosed) {
 				continue // deleted meanwhile, or the store is closing
 			}
