@@ -126,6 +126,9 @@ type ExportArgs struct {
 	// To is the absolute path of the directory to write: it must not
 	// exist, or be empty.
 	To string `json:"to"`
+	// Manifest also writes the tree's hashes and root, as JSON, to
+	// To + ".manifest.json" (beside the tree, not in it).
+	Manifest bool `json:"manifest,omitempty"`
 }
 
 // ExportReply is the reply of OpExport.
@@ -134,4 +137,8 @@ type ExportReply struct {
 	To   string `json:"to"`
 	// Skipped lists what could not be exported, and why ("path: why").
 	Skipped []string `json:"skipped,omitempty"`
+	// Manifest is the manifest's path and Root the tree's root, when
+	// one was asked for.
+	Manifest string `json:"manifest,omitempty"`
+	Root     string `json:"root,omitempty"`
 }
