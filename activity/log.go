@@ -109,8 +109,9 @@ type Entry struct {
 	Op      string `json:"op"`
 	Path    string `json:"path,omitempty"`
 	Path2   string `json:"path2,omitempty"`
-	// Attrs names the attributes a setattr changed; "exchange" for a
-	// rename that swapped its two paths.
+	// Attrs names the attributes a setattr changed, the limit a quota
+	// event reached; "exchange" for a rename that swapped its two
+	// paths.
 	Attrs string `json:"attrs,omitempty"`
 	// Count is the number of entries dropped (op "dropped").
 	Count int64 `json:"count,omitempty"`

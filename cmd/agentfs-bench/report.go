@@ -22,8 +22,12 @@ type report struct {
 	Snapshots []*snapResult `json:"snapshots,omitempty"`
 	// Memory is the agentfs daemon's memory over walks of a large tree.
 	Memory *memResult `json:"memory,omitempty"`
+	// CLIStart is the CLI's start (clistart.go).
+	CLIStart *cliStartResult `json:"cli_start,omitempty"`
 	// TraceCost is agentfs over agentfs-untraced (tracecost.go).
-	TraceCost       *traceCost         `json:"trace_cost,omitempty"`
+	TraceCost *traceCost `json:"trace_cost,omitempty"`
+	// HashCost is agentfs over agentfs-nohash (tracecost.go).
+	HashCost        *traceCost         `json:"hash_cost,omitempty"`
 	CopyUpSeconds   map[string]float64 `json:"copy_up_seconds,omitempty"`
 	Notes           []string           `json:"notes,omitempty"`
 	DurationSeconds float64            `json:"duration_seconds"`
@@ -149,6 +153,7 @@ func (r *report) finish() {
 		}
 	}
 	r.finishTraceCost()
+	r.finishHashCost()
 	for _, op := range r.Snapshots {
 		op.finish(r)
 	}
@@ -282,6 +287,7 @@ func (r *report) markdown() string {
 	if len(r.Workloads) > 0 {
 		r.workloadMarkdown(&b)
 		r.traceMarkdown(&b)
+		r.hashMarkdown(&b)
 		r.bindingMarkdown(&b)
 	}
 	if len(r.Snapshots) > 0 {
@@ -295,6 +301,12 @@ func (r *report) markdown() string {
 			b.WriteString("\n")
 		}
 		r.memoryMarkdown(&b)
+	}
+	if r.CLIStart != nil {
+		if len(r.Workloads) > 0 || len(r.Snapshots) > 0 || r.Memory != nil {
+			b.WriteString("\n")
+		}
+		r.cliStartMarkdown(&b)
 	}
 
 	reflink := "no"
