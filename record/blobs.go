@@ -24,7 +24,7 @@ var blobSchema = parquet.NewSchema("schema", parquet.SchemaOf(blobRow{}))
 // row groups of at most rowGroupBytes of contents (one larger blob is a
 // row group of its own), reading one blob at a time. It returns the
 // bytes of contents written.
-func writeBlobs(p string, blobs []blobRef, rowGroupBytes int64) (total int64, err error) {
+func writeBlobs(p string, blobs []blobRef, rowGroupBytes int64, done <-chan struct{}) (total int64, err error) {
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return 0, fmt.Errorf("writing %s: %w", BlobsName, err)
@@ -42,6 +42,9 @@ func writeBlobs(p string, blobs []blobRef, rowGroupBytes int64) (total int64, er
 		parquet.ColumnPageBuffers(spillPool{dir: filepath.Dir(p)}))
 	var buffered int64
 	for _, b := range blobs {
+		if err := interrupted(done); err != nil {
+			return total, err
+		}
 		content, err := b.tree.ReadFile(b.path)
 		if err != nil {
 			return total, fmt.Errorf("reading the contents of %s (%s): %w", b.path, b.key, err)

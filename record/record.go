@@ -107,6 +107,22 @@ type Options struct {
 	// is larger gets no blob (the format's blob is optional), and
 	// Result.TooLarge names it.
 	MaxBlobBytes int64
+	// Done, when it is closed, stops Write (an interrupt): it fails
+	// with ErrInterrupted, leaving nothing of itself. nil: never.
+	Done <-chan struct{}
+}
+
+// ErrInterrupted is the error of a Write that Options.Done stopped.
+var ErrInterrupted = errors.New("the record was interrupted: nothing of it was written")
+
+// interrupted returns ErrInterrupted once done is closed.
+func interrupted(done <-chan struct{}) error {
+	select {
+	case <-done:
+		return ErrInterrupted
+	default:
+		return nil
+	}
 }
 
 // DefaultRowGroupBytes is the default bound of a row group's contents.
@@ -224,7 +240,7 @@ func Write(dir string, in Input, o Options) (Result, error) {
 		return Result{}, fmt.Errorf("making the record directory: %w", err)
 	}
 	res.Files, res.Blobs, res.Repos = len(m.Files), len(blobs), len(m.GitRepositories)
-	res.BlobBytes, err = writeBundle(dir, m, blobs, o.RowGroupBytes)
+	res.BlobBytes, err = writeBundle(dir, m, blobs, o)
 	if err != nil {
 		// Nothing half written is left: only what Write made is
 		// removed (the directory was new or empty, and so were the
@@ -250,13 +266,16 @@ func unmake(dir, made string) {
 
 // writeBundle writes blobs.parquet (when there are blobs), then the
 // manifest, and returns the bytes of the blobs' contents.
-func writeBundle(dir string, m *Manifest, blobs []blobRef, rowGroupBytes int64) (int64, error) {
+func writeBundle(dir string, m *Manifest, blobs []blobRef, o Options) (int64, error) {
 	var n int64
 	if len(blobs) > 0 {
 		var err error
-		if n, err = writeBlobs(filepath.Join(dir, BlobsName), blobs, rowGroupBytes); err != nil {
+		if n, err = writeBlobs(filepath.Join(dir, BlobsName), blobs, o.RowGroupBytes, o.Done); err != nil {
 			return n, err
 		}
+	}
+	if err := interrupted(o.Done); err != nil {
+		return n, err
 	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -294,6 +313,9 @@ func build(in Input, o Options) (m *Manifest, blobs []blobRef, res Result, err e
 	git := newGitScan(in.Before, in.After)
 	repos := map[*repo]bool{}
 	for _, p := range paths {
+		if err := interrupted(o.Done); err != nil {
+			return nil, nil, res, err
+		}
 		ob := seen[p]
 		bst, bok, err := lstat(in.Before, p)
 		if err != nil {

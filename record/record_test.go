@@ -780,3 +780,42 @@ func TestUnchangedNotHashed(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteInterrupted: a Write stopped by Options.Done fails with
+// ErrInterrupted and leaves nothing of itself, whether it is stopped
+// before its first path or between its blobs.
+func TestWriteInterrupted(t *testing.T) {
+	_, after, in := scenario(t)
+	done := make(chan struct{})
+	close(done)
+	out := filepath.Join(t.TempDir(), "bundle")
+	if _, err := Write(out, in, Options{Done: done}); !errors.Is(err, ErrInterrupted) {
+		t.Errorf("Write stopped: %v, want ErrInterrupted", err)
+	}
+	if _, err := os.Lstat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a stopped Write made %s (%v)", out, err)
+	}
+	// Stopped between blobs.
+	stop := make(chan struct{})
+	in.After = &stopTree{dirTree: dirTree(after), stop: stop}
+	if _, err := Write(out, in, Options{Done: stop}); !errors.Is(err, ErrInterrupted) {
+		t.Errorf("Write stopped between blobs: %v, want ErrInterrupted", err)
+	}
+	if _, err := os.Lstat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a Write stopped between blobs left %s (%v)", out, err)
+	}
+}
+
+// stopTree closes stop when new.txt is read from it: only the blobs
+// read it (it is new: nothing hashes it), and blobs.parquet is begun.
+type stopTree struct {
+	dirTree
+	stop chan struct{}
+}
+
+func (s *stopTree) ReadFile(p string) ([]byte, error) {
+	if p == "new.txt" {
+		close(s.stop)
+	}
+	return s.dirTree.ReadFile(p)
+}

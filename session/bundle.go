@@ -95,8 +95,10 @@ func hiddenPaths(w *workspace.Workspace) func(p string) bool {
 }
 
 // WriteBundle writes the record of the ended session r to dir (absolute,
-// outside the project, new or empty). version is agentfs's.
-func (r *Record) WriteBundle(dir, version string) (BundleResult, error) {
+// outside the project, new or empty). version is agentfs's. When done
+// closes (an interrupt), the record stops and leaves nothing of itself
+// (record.ErrInterrupted).
+func (r *Record) WriteBundle(dir, version string, done <-chan struct{}) (BundleResult, error) {
 	switch st := r.Live(); {
 	case st == StateRunning || st == StateStarting:
 		return BundleResult{}, fmt.Errorf("session %s is still running: record it once its command has ended", r.ID)
@@ -162,7 +164,7 @@ func (r *Record) WriteBundle(dir, version string) (BundleResult, error) {
 	}
 	err = w.ReadTrees([]string{r.PreRun, after}, func(trees []*workspace.RefTree) error {
 		in.Before, in.After = trees[0], trees[1]
-		res.Result, err = record.Write(dir, in, record.Options{Hidden: hiddenPaths(w), BeforeTime: pre.Created})
+		res.Result, err = record.Write(dir, in, record.Options{Hidden: hiddenPaths(w), BeforeTime: pre.Created, Done: done})
 		return err
 	})
 	if err != nil {

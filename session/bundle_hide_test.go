@@ -50,7 +50,7 @@ func TestWriteBundleHides(t *testing.T) {
 		t.Fatal(err)
 	}
 	to := filepath.Join(t.TempDir(), "rec")
-	if _, err := r.WriteBundle(to, "test"); err != nil {
+	if _, err := r.WriteBundle(to, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(to, record.ManifestName))

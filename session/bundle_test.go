@@ -42,7 +42,7 @@ func TestWriteBundle(t *testing.T) {
 	to := filepath.Join(t.TempDir(), "rec")
 	refused := func(what, want string) {
 		t.Helper()
-		_, err := r.WriteBundle(to, "test")
+		_, err := r.WriteBundle(to, "test", nil)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want one saying %q", what, err, want)
 		}
@@ -57,7 +57,7 @@ func TestWriteBundle(t *testing.T) {
 	r.State, r.RunPid, r.RunStart = StateApplied, 0, 0
 	refused("an applied session", "was applied")
 	r.State = StateEnded
-	if _, err := r.WriteBundle(filepath.Join(r.Project, "rec"), "test"); err == nil || !strings.Contains(err.Error(), "inside the project") {
+	if _, err := r.WriteBundle(filepath.Join(r.Project, "rec"), "test", nil); err == nil || !strings.Contains(err.Error(), "inside the project") {
 		t.Errorf("a record in the project: %v", err)
 	}
 
@@ -70,7 +70,7 @@ func TestWriteBundle(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(r.Store, "activity.log.1"), []byte(`{"time":"2026-11-28T04:59:00Z","uid":0,"op":"lookup","path":"a.txt"}`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.WriteBundle(to, "test")
+	res, err := r.WriteBundle(to, "test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestWriteBundle(t *testing.T) {
 		t.Errorf("files %+v", m.Files)
 	}
 	// Once written, never over.
-	if _, err := r.WriteBundle(to, "test"); err == nil || !strings.Contains(err.Error(), "not empty") {
+	if _, err := r.WriteBundle(to, "test", nil); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("a second record into %s: %v", to, err)
 	}
 	// agentfs run --record whose record fails at the end of the run
@@ -107,7 +107,7 @@ func TestWriteBundle(t *testing.T) {
 	}
 	var stderr strings.Builder
 	again := "agentfs record -s " + r.ID + " --to"
-	if err := recordRun(RunOptions{Record: to, Version: "test", Stderr: &stderr}, r, nil); err == nil || !strings.Contains(err.Error(), again) {
+	if err := recordRun(RunOptions{Record: to, Version: "test", Stderr: &stderr}, r, nil, nil); err == nil || !strings.Contains(err.Error(), again) {
 		t.Errorf("run --record, its record failing: %v, want it to say %q", err, again)
 	}
 }

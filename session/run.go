@@ -194,7 +194,17 @@ func Run(o RunOptions) error {
 	}
 	err = finishRun(o.Stderr, rec, code)
 	if o.Record != "" {
-		err = recordRun(o, rec, err)
+		// The command has ended: an interrupt now stops the record
+		// (one that came before was the command's).
+		for len(sigs) > 0 {
+			<-sigs
+		}
+		stop := make(chan struct{})
+		go func() {
+			<-sigs
+			close(stop)
+		}()
+		err = recordRun(o, rec, err, stop)
 	}
 	return err
 }
@@ -203,13 +213,13 @@ func Run(o RunOptions) error {
 // (agentfs run --record), and returns the run's outcome: runErr, or the
 // record's error when the command succeeded (it is told on o.Stderr
 // otherwise, and the command's exit code stands).
-func recordRun(o RunOptions, rec *Record, runErr error) error {
+func recordRun(o RunOptions, rec *Record, runErr error, done <-chan struct{}) error {
 	r, err := Load(rec.SessionDir())
 	if err != nil {
 		// The session was removed: the command never ran.
 		return runErr
 	}
-	res, err := r.WriteBundle(o.Record, o.Version)
+	res, err := r.WriteBundle(o.Record, o.Version, done)
 	if err == nil {
 		fmt.Fprintf(o.Stderr, "agentfs run: the record of session %s is in %s (%d paths, %d contents, %d bytes)\n", r.ID, o.Record, res.Files, res.Blobs, res.BlobBytes)
 		for _, w := range res.Warnings() {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/pflag"
 
@@ -51,7 +54,8 @@ Example:
 		exitCodes: `Exit codes:
   0  the record was written
   1  error (no such session, one still running, applied or run without
-     reads logged, DIR not empty or in the project): nothing was written
+     reads logged, DIR not empty or in the project), or interrupted
+     (Ctrl-C, SIGTERM): nothing was written
   2  usage error
 `,
 		setup: func(flags *pflag.FlagSet, out streams) runFunc {
@@ -62,7 +66,7 @@ Example:
 	})
 }
 
-func runRecord(_ context.Context, o *recordOptions, args []string) error {
+func runRecord(ctx context.Context, o *recordOptions, args []string) error {
 	if len(args) != 0 {
 		return usagef("record takes no arguments: agentfs record -s SESSION --to DIR")
 	}
@@ -80,7 +84,11 @@ func runRecord(_ context.Context, o *recordOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := r.WriteBundle(to, version)
+	// An interrupt stops the record, which then leaves nothing of
+	// itself.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := r.WriteBundle(to, version, ctx.Done())
 	if err != nil {
 		return err
 	}
