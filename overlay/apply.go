@@ -270,7 +270,8 @@ func (v *FS) lowerViewOfSameFd() (*FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apply: %w", err)
 	}
-	lv, err := newWithFd(Config{Lower: v.cfg.Lower, Objects: v.objs, Logger: v.log}, fd)
+	lv, err := newWithFd(Config{Lower: v.cfg.Lower, Objects: v.objs, Logger: v.log,
+		Hide: v.cfg.Hide, Seal: v.cfg.Seal, DeviceSlot: v.cfg.DeviceSlot}, fd)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err

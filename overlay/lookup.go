@@ -50,7 +50,7 @@ func (v *FS) resolveLocked(dir *Node, name string) (resolved, error) {
 		return r, nil
 	}
 	lp := joinPath(dir.lower, name)
-	if err := unix.Fstatat(v.lowerFd, lp, &r.lowerSt, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := v.lowerChildStat(dir.lower, lp, &r.lowerSt); err != nil {
 		if err == unix.ENOENT || err == unix.ENOTDIR {
 			return r, nil
 		}
@@ -163,6 +163,8 @@ func (v *FS) statLocked(n *Node) (unix.Stat_t, error) {
 		}
 		if n.unlinked {
 			st.Nlink = 0
+		} else if n.mode == unix.S_IFDIR && st.Nlink > 1 && v.excl.any() {
+			st.Nlink -= uint64(v.excludedSubdirs(n.lower, &st))
 		} else if st.Nlink > 1 && n.mode == unix.S_IFREG {
 			st.Nlink = uint64(max(int64(st.Nlink)-int64(v.hiddenLinks[n.ino]), 1))
 		}
@@ -191,7 +193,7 @@ func (v *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
 		if err := unix.Fstatat(v.lowerFd, lowerRel(n.lower), &lst, unix.AT_SYMLINK_NOFOLLOW); err != nil || lst.Nlink < 2 {
 			return 1
 		}
-		nl = int64(lst.Nlink) + int64(v.ndirs[p])
+		nl = int64(lst.Nlink) + int64(v.ndirs[p]) - int64(v.excludedSubdirs(n.lower, &lst))
 		if upper := v.dirs[p]; len(upper) > 0 {
 			// Walk the smaller of the two: the kernel asks after each
 			// change, and rm -rf of a big merged directory would
@@ -224,14 +226,16 @@ func (v *FS) lowerSubdirsOf(lp string) map[string]bool {
 		return m
 	}
 	m := map[string]bool{}
-	if f, err := v.openLower(lp, unix.O_RDONLY|unix.O_DIRECTORY); err == nil {
+	if f, err := v.openLower(lp, unix.O_RDONLY|unix.O_DIRECTORY); err == nil && !v.excl.sealed(lp) {
 		ents, _ := f.ReadDir(-1)
 		f.Close()
 		for _, e := range ents {
-			if e.IsDir() {
+			if e.IsDir() && !v.excl.hidden(joinPath(lp, e.Name())) {
 				m[e.Name()] = true
 			}
 		}
+	} else if err == nil {
+		f.Close()
 	}
 	v.lowerSubdirs[lp] = m
 	return m

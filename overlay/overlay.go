@@ -33,8 +33,17 @@ type Config struct {
 	// overlay.
 	AllocIno func() (uint64, error)
 	// Sync makes committed metadata durable (called on fsync).
-	Sync   func() error
-	Logger *slog.Logger
+	Sync func() error
+	// Hide and Seal are lower paths the view leaves out, or shows as
+	// empty directories (exclude.go): agentfs run --system's own
+	// directories and the kernel's filesystems.
+	Hide, Seal []string
+	// DeviceSlot numbers the (device, high 16 bits of st_ino) pairs of
+	// lower files that are not on the lower root's filesystem, from 0,
+	// the same pair always the same number (ino.go). Nil: numbered in
+	// this view's memory.
+	DeviceSlot func(dev, high uint64) (uint64, error)
+	Logger     *slog.Logger
 }
 
 // Caller is the identity that creates an inode.
@@ -56,6 +65,8 @@ type FS struct {
 	log      *slog.Logger
 	lowerFd  int // O_PATH directory fd of the lower root
 	lowerDev uint64
+	excl     exclusions // lower paths left out (exclude.go)
+	slots    deviceSlots
 
 	// mu guards the namespace (see the package doc).
 	mu        sync.RWMutex
@@ -139,6 +150,8 @@ func newWithFd(cfg Config, fd int) (*FS, error) {
 		log:          cfg.Logger,
 		lowerFd:      fd,
 		lowerDev:     st.Dev,
+		excl:         newExclusions(cfg.Hide, cfg.Seal),
+		slots:        deviceSlots{of: cfg.DeviceSlot},
 		dirs:         map[string]map[string]*branch.Entry{},
 		links:        map[string]int{},
 		hardlinks:    map[uint64]*branch.Entry{},

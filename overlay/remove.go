@@ -14,7 +14,7 @@ var whiteout = &branch.Entry{Type: branch.TypeWhiteout}
 // layer has an inode there, no entry otherwise.
 func (v *FS) hideLocked(t *tx, dir *Node, name string, r *resolved) {
 	var st unix.Stat_t
-	if !dir.hasLower || unix.Fstatat(v.lowerFd, joinPath(dir.lower, name), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+	if !dir.hasLower || v.lowerChildStat(dir.lower, joinPath(dir.lower, name), &st) != nil {
 		if v.indexGet(r.path) != nil {
 			t.del(r.path)
 		}

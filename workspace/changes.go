@@ -33,7 +33,7 @@ type refView struct {
 // refused as ambiguous. opMu is held.
 func (w *Workspace) openRefLocked(ref string) (refView, error) {
 	if ref == LowerRef {
-		v, err := overlay.LowerView(w.opts.LowerDir, w.objs)
+		v, err := overlay.LowerViewOf(w.viewConfig())
 		if err != nil {
 			return refView{}, eioErrorf(err, "opening the project %s: %v", w.opts.Lower, err)
 		}
@@ -49,7 +49,9 @@ func (w *Workspace) openRefLocked(ref string) (refView, error) {
 			// Live: processes may be writing it.
 			return refView{fs: v, what: what, close: func() {}}, nil
 		}
-		v, err := overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l, Logger: w.log})
+		cfg := w.viewConfig()
+		cfg.Layer = l
+		v, err := overlay.New(cfg)
 		if err != nil {
 			return refView{}, storeError(err, fmt.Sprintf("opening branch %q", ref))
 		}
@@ -65,7 +67,9 @@ func (w *Workspace) openRefLocked(ref string) (refView, error) {
 		}
 		return refView{}, err
 	}
-	v, err := overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Snapshot: w.meta.SnapshotView(snap), Logger: w.log})
+	cfg := w.viewConfig()
+	cfg.Snapshot = w.meta.SnapshotView(snap)
+	v, err := overlay.New(cfg)
 	if err != nil {
 		return refView{}, storeError(err, fmt.Sprintf("opening snapshot %s", snap.ID))
 	}

@@ -40,6 +40,10 @@ type Options struct {
 	Ephemeral bool
 	// Session: the store is an agentfs run session's.
 	Session bool
+	// Hide and Seal are the lower paths every view leaves out, or shows
+	// as empty directories (overlay.Config): a system session's
+	// (agentfs run --system).
+	Hide, Seal []string
 	// Keep bounds the automatic snapshots the retention policy keeps
 	// (0: autosnap.DefaultKeep).
 	Keep int
@@ -160,8 +164,17 @@ func (w *Workspace) open() error {
 
 // newView opens a writable view of branch l.
 func (w *Workspace) newView(l *branch.Layer) (*overlay.FS, error) {
-	return overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l,
-		AllocIno: w.meta.AllocIno, Sync: w.meta.Sync, Logger: w.log})
+	cfg := w.viewConfig()
+	cfg.Layer, cfg.AllocIno, cfg.Sync = l, w.meta.AllocIno, w.meta.Sync
+	return overlay.New(cfg)
+}
+
+// viewConfig is what every view of the store shares: the project, the
+// objects, the lower paths left out and the numbering of other
+// filesystems' inodes.
+func (w *Workspace) viewConfig() overlay.Config {
+	return overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Logger: w.log,
+		Hide: w.opts.Hide, Seal: w.opts.Seal, DeviceSlot: w.meta.DeviceSlot}
 }
 
 // currentBranchKey is the store info key that names the branch a kept
