@@ -161,6 +161,7 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 	}
 	d.ws, err = workspace.Open(workspace.Options{Store: d.store, Lower: p.Lower, LowerDir: d.lowerDir, Mountpoint: p.Mountpoint,
 		Backstore: p.Backstore, RamdiskSize: p.RamdiskSize, Ephemeral: d.ephemeral, Session: p.Session,
+		System: p.System, Hide: p.Hide, Seal: p.Seal,
 		Keep: p.Activity.Keep, Version: o.Version, Logger: logger,
 		// Only the tests of the progress bars set it (workspace/progress.go).
 		ProgressGate: os.Getenv("AGENTFS_TEST_PROGRESS_GATE") == "1"})

@@ -40,9 +40,11 @@ type Options struct {
 	Ephemeral bool
 	// Session: the store is an agentfs run session's.
 	Session bool
+	// System: the store of an agentfs run --system session (system.go);
 	// Hide and Seal are the lower paths every view leaves out, or shows
-	// as empty directories (overlay.Config): a system session's
-	// (agentfs run --system).
+	// as empty directories (overlay.Config). A store that recorded them
+	// gives them when these are not set.
+	System     bool
 	Hide, Seal []string
 	// Keep bounds the automatic snapshots the retention policy keeps
 	// (0: autosnap.DefaultKeep).
@@ -133,6 +135,9 @@ func (w *Workspace) open() error {
 		return fmt.Errorf("the store %s: reading its lower directory: %w", o.Store, err)
 	case string(prev) != o.Lower:
 		return fmt.Errorf("the store %s was made for the lower directory %s, not %s: mount it with --lower %s, or use another --store", o.Store, prev, o.Lower, prev)
+	}
+	if err := w.loadSystem(); err != nil {
+		return err
 	}
 	layer, err := w.resumeBranch()
 	if err != nil {

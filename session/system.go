@@ -1,0 +1,226 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/daemon"
+	"github.com/agentfs/agentfs/hostpath"
+)
+
+// # System sessions (agentfs run --system)
+//
+// The command's whole file system is a copy-on-write view of /: its
+// root directory is the session's mount, whose lower directory is the
+// host's /, so that what it installs, edits or caches anywhere lands in
+// the session. The processes:
+//
+//   - the session process, in its private mount namespace (and as a
+//     normal user its user namespace), starts the daemon with lower /
+//     and mountpoint SESSION/root (daemon/system.go);
+//   - a thread of the session process, locked to its goroutine
+//     (systemRoot), then takes a mount namespace of its own, binds the
+//     kernel's filesystems (SystemView.Live) from the host over the
+//     view's directories, covers agentfs's own directories that show
+//     through them (Masks) with empty read-only tmpfs, and makes the
+//     view its root: pivot_root, the old root detached, so that the
+//     command's namespace holds nothing else;
+//   - the command is started from that thread (exec.Cmd.Start forks
+//     the calling thread): it has the thread's root, namespace and
+//     working directory, at the paths it had on the host. So is each
+//     relaunch of a supervised command.
+//
+// What the view leaves out (overlay.Config.Hide and Seal, recorded in
+// the store): agentfs's own directories (the sessions, private stores,
+// the registry of mounts) are hidden, so the view never shows its own
+// store or mountpoint; the kernel's filesystems (/proc, /sys, /dev,
+// /run, and /tmp with --shared-tmp) are sealed: shown as empty
+// directories, which the command never sees since they are covered
+// by the live ones, and which no walk of the view (diff, export)
+// enters.
+//
+// # /tmp
+//
+// /tmp is part of the session by default: what a package manager, a
+// compiler or an agent leaves there goes with the session, a restore
+// takes it back, and the host's /tmp never sees it. --shared-tmp shows
+// the host's /tmp live instead (sockets there, such as X11's and
+// ssh-agent's, work only so: a socket seen through the view is not the
+// listener's), at the price that what the command leaves in /tmp is
+// not versioned.
+
+// SystemView is what a system session's view shows live from the host
+// and leaves out, as lower paths (absolute).
+type SystemView struct {
+	// Live are the directories bound from the host over the view.
+	Live []string `json:"live"`
+	// Hide are the paths the view leaves out; Seal the directories it
+	// shows empty (Live among them).
+	Hide []string `json:"hide"`
+	Seal []string `json:"seal"`
+	// Masks are agentfs's directories inside Live that an empty tmpfs
+	// covers in the command's namespace.
+	Masks []string `json:"masks,omitempty"`
+	// SharedTmp: /tmp is the host's (--shared-tmp), not the session's.
+	SharedTmp bool `json:"shared_tmp,omitempty"`
+}
+
+// systemRootName is the name of a system session's mountpoint in its
+// directory.
+const systemRootName = "root"
+
+// kernelDirs are the kernel's filesystems, shown live.
+var kernelDirs = []string{"/proc", "/sys", "/dev", "/run"}
+
+// newSystemView computes what a system session's view shows live and
+// leaves out, for the sessions directory base.
+func newSystemView(base string, sharedTmp bool) *SystemView {
+	v := &SystemView{SharedTmp: sharedTmp}
+	live := kernelDirs
+	if sharedTmp {
+		live = append(slices.Clone(live), "/tmp")
+	}
+	for _, d := range live {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			real := hostpath.ResolveExisting(d)
+			v.Live = append(v.Live, real)
+			v.Seal = append(v.Seal, real)
+		}
+	}
+	for _, d := range append([]string{base}, daemon.OwnDirs()...) {
+		real := hostpath.ResolveExisting(filepath.Clean(d))
+		if real == "/" || slices.Contains(v.Hide, real) {
+			continue
+		}
+		if hostpath.InsideAny(real, v.Live) {
+			// Seen live, not through the view: covered where it exists.
+			if st, err := os.Stat(real); err == nil && st.IsDir() {
+				v.Masks = append(v.Masks, real)
+			}
+			continue
+		}
+		v.Hide = append(v.Hide, real)
+	}
+	return v
+}
+
+// systemRoot is the thread that system session r's commands start from
+// (see the package doc above).
+type systemRoot struct {
+	reqs chan func()
+}
+
+// startSystemRoot makes the thread, in the command's namespace and
+// root.
+func startSystemRoot(r *Record) (*systemRoot, error) {
+	sr := &systemRoot{reqs: make(chan func())}
+	ready := make(chan error)
+	go func() {
+		// Never unlocked: the thread's namespace and root are the
+		// command's; it ends with this goroutine.
+		runtime.LockOSThread()
+		if err := enterSystemRoot(r); err != nil {
+			ready <- err
+			return
+		}
+		ready <- nil
+		for f := range sr.reqs {
+			f()
+		}
+	}()
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return sr, nil
+}
+
+// do runs f on the thread.
+func (sr *systemRoot) do(f func() error) error {
+	done := make(chan error, 1)
+	sr.reqs <- func() { done <- f() }
+	return <-done
+}
+
+// close ends the thread.
+func (sr *systemRoot) close() { close(sr.reqs) }
+
+// enterSystemRoot moves the calling thread (locked) into a mount
+// namespace of its own whose root is the view at r.Mountpoint, with the
+// kernel's filesystems bound live from the host.
+func enterSystemRoot(r *Record) error {
+	sv := r.System
+	if sv == nil {
+		return fmt.Errorf("session %s: its record says nothing of its system view", r.ID)
+	}
+	// A thread shares its root and working directory with the others
+	// until it unshares them; the mount namespace is its own from here.
+	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("a mount namespace for the command: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making the command's mounts private: %w", err)
+	}
+	root := r.Mountpoint
+	for _, d := range sv.Live {
+		if err := unix.Mount(d, filepath.Join(root, d), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("showing the host's %s in the session: %w", d, err)
+		}
+	}
+	for _, d := range sv.Masks {
+		err := unix.Mount("tmpfs", filepath.Join(root, d), "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555")
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("covering agentfs's %s in the session: %w", d, err)
+		}
+	}
+	// pivot_root(".", ".") stacks the old root over the new one; the
+	// lazy unmount then takes it away, as runc does.
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("the session's root %s: %w", root, err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("making the view the command's root (pivot_root): %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the host's root from the command's namespace: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	// The command starts in its directory (exec.Cmd.Dir); relative
+	// names of the command are found from there too.
+	_ = unix.Chdir(r.Dir) // a missing one: exec.Cmd says so
+	return nil
+}
+
+// runSystem is Run of a system session whose command starts in dir.
+func runSystem(o RunOptions, dir string) error {
+	settings, err := loadSettings(dir, o.Activity)
+	if err != nil {
+		return err
+	}
+	base, err := BaseDir()
+	if err != nil {
+		return err
+	}
+	rec, err := create("/", dir, o.Command, true)
+	if err != nil {
+		return err
+	}
+	rec.System = newSystemView(hostpath.ResolveExisting(base), o.SharedTmp)
+	return runSession(o, rec, settings)
+}
+
+// configDir is where the session's configuration is read: the project,
+// or for a system session the directory its command started in.
+func (r *Record) configDir() string {
+	if r.KindOf() == KindSystem {
+		return r.Dir
+	}
+	return r.Project
+}
