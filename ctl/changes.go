@@ -123,6 +123,9 @@ type ExportArgs struct {
 	// To is the absolute path of the directory to write: it must not
 	// exist, or be empty.
 	To string `json:"to"`
+	// Paths, when set, are the only paths written (relative to the
+	// mount root), each at its path below To.
+	Paths []string `json:"paths,omitempty"`
 }
 
 // ExportReply is the reply of OpExport.
