@@ -136,3 +136,29 @@ func (v *FS) excludedSubdirs(lp string, st *unix.Stat_t) int {
 	}
 	return n
 }
+
+// KeepsMount reports whether n is a sealed directory that still shows
+// its lower directory: the kernel may have a filesystem mounted over
+// it (agentfs run --system binds /proc, /dev, ... there), and
+// invalidating its name would detach that mount, so neither a Reload
+// nor a change seen in the lower directory cuts it loose.
+func (v *FS) KeepsMount(n *Node) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	v.nodesMu.Lock()
+	defer v.nodesMu.Unlock()
+	return v.keepsMountLocked(n)
+}
+
+// keepsMountLocked is KeepsMount with v.mu and v.nodesMu held; the
+// branch's entries are the ones loaded (after a Reload, the new ones).
+func (v *FS) keepsMountLocked(n *Node) bool {
+	if v.excl.seal == nil || n.mode != unix.S_IFDIR || n.entry != nil || !n.hasLower || n.unlinked || n.parent != v.root {
+		return false
+	}
+	p := n.name
+	if n.lower != p || !v.excl.sealed(p) || v.indexGet(p) != nil {
+		return false
+	}
+	return v.rootEntry == nil || !v.rootEntry.Opaque
+}

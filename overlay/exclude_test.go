@@ -171,3 +171,30 @@ func TestDeviceSlotsKeptByTheStore(t *testing.T) {
 	eq(t, "dev 1002 met first after a reopen", v.mapIno(&unix.Stat_t{Dev: 1002, Ino: 9}), b)
 	eq(t, "dev 1001 after a reopen", v.mapIno(&unix.Stat_t{Dev: 1001, Ino: 9}), a)
 }
+
+// TestReloadKeepsSealedDirectories: a restore (Reload) cuts loose every
+// node but a sealed directory that still shows its lower one: agentfs
+// run --system mounts the kernel's filesystems over those, and the
+// kernel detaches a mount whose name is invalidated.
+func TestReloadKeepsSealedDirectories(t *testing.T) {
+	e := newExcludedEnv(t, map[string]string{"dev/null": "n", "etc/hosts": "h"}, nil, []string{"dev"})
+	dev, etc := e.must("dev"), e.must("etc")
+	if !e.view.KeepsMount(dev) || e.view.KeepsMount(etc) {
+		t.Fatalf("KeepsMount: dev %v, etc %v; want true, false", e.view.KeepsMount(dev), e.view.KeepsMount(etc))
+	}
+	stale, err := e.view.Reload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cut []string
+	for _, s := range stale {
+		if s.Node == dev {
+			t.Errorf("Reload cut loose the sealed directory dev")
+		}
+		cut = append(cut, s.Name)
+	}
+	eq(t, "nodes cut loose", cut, []string{"etc"})
+	if again := e.must("dev"); again != dev {
+		t.Errorf("dev after Reload is another node")
+	}
+}
