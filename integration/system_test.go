@@ -111,10 +111,10 @@ func TestRunSystem(t *testing.T) {
 	rel := func(p string) string { return strings.TrimPrefix(p, "/") }
 	etc, bin, extra := "/etc/"+tag, "/usr/local/bin/"+tag, "/usr/local/bin/"+tag+"-extra"
 	share, dot, tmp := "/usr/share/"+tag, filepath.Join(home, "."+tag), "/tmp/"+tag
-	after, second := "/etc/"+tag+"-after", "/etc/"+tag+"-second"
-	host := hostState(t, []string{etc, bin, extra, share, dot, tmp, after, second,
+	after, second, fromExec := "/etc/"+tag+"-after", "/etc/"+tag+"-second", "/etc/"+tag+"-exec"
+	host := hostState(t, []string{etc, bin, extra, share, dot, tmp, after, second, fromExec,
 		"/var/lib/dpkg/status", "/var/lib/dpkg/info/" + tag + ".list", "/var/log/dpkg.log"})
-	for _, p := range []string{etc, bin, extra, share, dot, tmp, after, second} {
+	for _, p := range []string{etc, bin, extra, share, dot, tmp, after, second, fromExec} {
 		if host[p] != "absent" {
 			t.Fatalf("%s exists on the host before the test: %s", p, host[p])
 		}
@@ -146,7 +146,7 @@ while [ ! -e %[9]s ]; do sleep 0.05; done
 # After the restore to the pre-run snapshot.
 cd %[10]s
 if dpkg-query -W %[2]s >/dev/null 2>&1; then echo "AGENT after: installed"; else echo "AGENT after: not installed"; fi
-for f in %[3]s %[11]s %[4]s %[5]s %[6]s; do
+for f in %[3]s %[11]s %[4]s %[5]s %[6]s %[3]s-exec; do
 	if [ -e "$f" ]; then echo "AGENT after: $f is there"; fi
 done
 if [ -e %[12]s ]; then echo "AGENT sees the second session's file"; fi
@@ -214,6 +214,14 @@ echo after > %[13]s
 	if _, err := os.Stat(filepath.Join(exp, "etc")); !os.IsNotExist(err) {
 		t.Errorf("the export holds etc, which was not asked: %v", err)
 	}
+
+	// agentfs exec -s runs a command in the session's system, as its
+	// own command runs (and the agent's /proc, /dev, ... stay: the
+	// binding drops the names of the root the kernel cached).
+	if x := e.agentfs("exec", "-s", s.ID, "-b", "main", "--", "sh", "-c", "cat "+etc+" && echo exec > "+fromExec+" && test -c /dev/null && pwd"); x.Code != 0 || x.Stdout != "etc\n"+e.project+"\n" {
+		t.Errorf("exec -s in the system session:\n%s", x)
+	}
+	checkHost(t, "after exec -s", host)
 
 	// A second system session at the same time: its own system.
 	r2 := e.agentfs("run", "--system", "--", "sh", "-c",

@@ -150,6 +150,18 @@ func (v *FS) KeepsMount(n *Node) bool {
 	return v.keepsMountLocked(n)
 }
 
+// KeepsMountName reports whether name in the root shows a sealed
+// directory that still shows its lower one (see KeepsMount), whether
+// the kernel holds its node or not.
+func (v *FS) KeepsMountName(name string) bool {
+	if v.excl.seal == nil || !v.excl.sealed(name) {
+		return false
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.indexGet(name) == nil && (v.rootEntry == nil || !v.rootEntry.Opaque)
+}
+
 // keepsMountLocked is KeepsMount with v.mu and v.nodesMu held; the
 // branch's entries are the ones loaded (after a Reload, the new ones).
 func (v *FS) keepsMountLocked(n *Node) bool {

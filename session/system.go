@@ -150,6 +150,17 @@ func (sr *systemRoot) do(f func() error) error {
 // close ends the thread.
 func (sr *systemRoot) close() { close(sr.reqs) }
 
+// EnterSystemRoot moves the calling thread, locked
+// (runtime.LockOSThread) and in the mount namespace of system session
+// r's daemon (Enter), into a namespace whose root is the session's
+// view, as the session's command is (agentfs exec -s).
+func (r *Record) EnterSystemRoot() error {
+	if err := enterSystemRoot(r); err != nil {
+		return fmt.Errorf("entering session %s: %w", r.ID, err)
+	}
+	return nil
+}
+
 // enterSystemRoot moves the calling thread (locked) into a mount
 // namespace of its own whose root is the view at r.Mountpoint, with the
 // kernel's filesystems bound live from the host.

@@ -79,6 +79,7 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 		return usagef("exec needs a command: agentfs exec -b %s -- COMMAND [ARGS...]", o.branch)
 	}
 	wd, _ := os.Getwd()
+	var system *session.Record // a system session entered
 	if o.session != "" {
 		// The command must see the session's mount at the project's
 		// path: this thread (and the command it becomes) enters the
@@ -97,6 +98,12 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 			return err
 		}
 		wd, o.mountFlag = r.Dir, mountFlag{dir: r.Dir}
+		if r.KindOf() == session.KindSystem {
+			// The view is at the session's mountpoint in the daemon's
+			// namespace; the command gets it as its root below.
+			o.mountFlag = mountFlag{dir: r.Mountpoint}
+			system = r
+		}
 	}
 	c, err := o.dial()
 	if err != nil {
@@ -113,6 +120,14 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 		// in a mount namespace of its own.
 		runtime.LockOSThread()
 		if err := daemon.EnterBranchMount(info.MountDir, root); err != nil {
+			return err
+		}
+	}
+	if system != nil {
+		// As the session's own command: the view is the root, the
+		// kernel's filesystems live (session/system.go).
+		runtime.LockOSThread()
+		if err := system.EnterSystemRoot(); err != nil {
 			return err
 		}
 	}
