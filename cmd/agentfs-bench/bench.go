@@ -79,8 +79,12 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 		joinCleanup(&err, b.closeAll())
 		joinCleanup(&err, os.RemoveAll(b.runsDir()))
 	}()
-	if b.tree, err = b.prepareTree(ctx); err != nil {
-		return err
+	b.tree = &tree{}
+	if len(cfg.workloads) > 0 || len(cfg.snapOps) > 0 {
+		// The system table alone needs no tree.
+		if b.tree, err = b.prepareTree(ctx); err != nil {
+			return err
+		}
 	}
 	rt := measureRoundTrips()
 	rep := &report{
@@ -115,6 +119,17 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 		if rep.Memory, err = b.runMemory(ctx, agentfsOK); err != nil {
 			return err
 		}
+	}
+	for _, op := range cfg.sysOps {
+		if !agentfsOK || os.Geteuid() != 0 {
+			rep.Notes = append(rep.Notes, op.name+": skipped: it needs agentfs and root (agentfs run --system as a normal user has no passthrough)")
+			continue
+		}
+		res, err := b.runSystemOp(ctx, op)
+		if err != nil {
+			return err
+		}
+		rep.System = append(rep.System, res)
 	}
 	if os.Geteuid() != 0 {
 		rep.Notes = append(rep.Notes, "not run as root: the page cache was not dropped before the runs in fresh views, so the times of untar and small-files depend on what was deleted just before them (see bench/README.md)")

@@ -22,6 +22,9 @@ type report struct {
 	Snapshots []*snapResult `json:"snapshots,omitempty"`
 	// Memory is the agentfs daemon's memory over walks of a large tree.
 	Memory *memResult `json:"memory,omitempty"`
+	// System is the table of programs started in a system session
+	// (system.go).
+	System []*sysResult `json:"system,omitempty"`
 	// TraceCost is agentfs over agentfs-untraced (tracecost.go).
 	TraceCost       *traceCost         `json:"trace_cost,omitempty"`
 	CopyUpSeconds   map[string]float64 `json:"copy_up_seconds,omitempty"`
@@ -149,6 +152,7 @@ func (r *report) finish() {
 		}
 	}
 	r.finishTraceCost()
+	r.finishSystem()
 	for _, op := range r.Snapshots {
 		op.finish(r)
 	}
@@ -295,6 +299,12 @@ func (r *report) markdown() string {
 			b.WriteString("\n")
 		}
 		r.memoryMarkdown(&b)
+	}
+	if len(r.System) > 0 {
+		if len(r.Workloads) > 0 || len(r.Snapshots) > 0 || r.Memory != nil {
+			b.WriteString("\n")
+		}
+		r.systemMarkdown(&b)
 	}
 
 	reflink := "no"
