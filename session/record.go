@@ -3,7 +3,9 @@
 // the command ends. It owns the session records (where they live,
 // their states, finding and listing them), reaching a session (its
 // daemon while it runs, its store in this process once it has ended),
-// and the processes of agentfs run (run.go).
+// and the processes of agentfs run (run.go); a system session
+// (agentfs run --system, system.go) shows the command the whole system
+// as its root directory.
 //
 // A session lives in SESSIONS/ID, SESSIONS being
 // ${XDG_STATE_HOME:-~/.local/state}/agentfs/sessions:

@@ -69,7 +69,7 @@ func (o *runOptions) AddFlags(flags *pflag.FlagSet) {
 func init() {
 	register(&command{
 		name:    "run",
-		summary: "run a command on a private copy-on-write view of the project, as a session",
+		summary: "run a command on a private copy-on-write view of the project (--system: of the whole system), as a session",
 		usage:   "[-C DIR] [--system [--shared-tmp]] [--] COMMAND [ARGS...]",
 		help: `Run runs COMMAND with the project (the current directory, or DIR) replaced,
 for COMMAND and everything it starts, by a copy-on-write view of it, at

@@ -26,7 +26,7 @@ func (o *sessionsOptions) AddFlags(flags *pflag.FlagSet) {
 func init() {
 	register(&command{
 		name:    "sessions",
-		summary: "list the agentfs run sessions and what each changed",
+		summary: "list the agentfs run sessions (project or system) and what each changed",
 		usage:   "[--all] [--json]",
 		help: `Sessions lists the sessions of agentfs run, oldest first: the id, the
 kind (project, or system for agentfs run --system), the
