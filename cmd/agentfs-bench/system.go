@@ -117,9 +117,9 @@ type sysResult struct {
 	FirstRuns    map[string][]float64 `json:"first_runs"`
 	FirstMedians map[string]float64   `json:"first_medians,omitempty"`
 	FirstRatios  map[string]float64   `json:"first_ratios,omitempty"`
-	Medians map[string]float64   `json:"medians,omitempty"`
-	Ratios  map[string]float64   `json:"ratios,omitempty"`
-	Error   string               `json:"error,omitempty"`
+	Medians      map[string]float64   `json:"medians,omitempty"`
+	Ratios       map[string]float64   `json:"ratios,omitempty"`
+	Error        string               `json:"error,omitempty"`
 }
 
 // systemDir holds the table's module and the sessions' state.
