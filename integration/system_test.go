@@ -377,3 +377,54 @@ exec %s run --system -- sh -c '%s'`, fuse, state, asNobody, agent))
 	}
 	checkHost(t, "after the refusal", host)
 }
+
+// TestRunSystemSupervise: a rewind of a supervised system session stops
+// the agent, restores the system (the file it wrote under /etc is gone)
+// and starts it again in the session's view, with the kernel's
+// filesystems live.
+func TestRunSystemSupervise(t *testing.T) {
+	testenv.RequireRoot(t, "agentfs run --system --supervise writes /etc in the session")
+	e := newRunEnv(t)
+	if st, err := os.Stat("/dev/shm"); err != nil || !st.IsDir() {
+		testenv.Skip(t, testenv.DevShmTmpfs, "no /dev/shm: %v", err)
+	}
+	// What the agent reports goes through /dev/shm, live in the session.
+	out, err := os.MkdirTemp("/dev/shm", "agentfs-test-")
+	must(t, err)
+	t.Cleanup(func() {
+		if err := os.RemoveAll(out); err != nil {
+			t.Error(err)
+		}
+	})
+	etc := "/etc/" + filepath.Base(out)
+	host := hostState(t, []string{etc})
+	agent := e.script("agent.sh", fmt.Sprintf(`out=%s
+if [ -e %s ]; then seen=yes; else seen=no; fi
+echo "start ${AGENTFS_RELAUNCH:-0} etc=$seen" >> $out/starts
+echo written > %s
+while [ ! -e $out/quit ]; do sleep 0.05; done
+exit 7
+`, out, etc, etc))
+	run, output := startRun(t, e, "--system", "--supervise", "--stop-grace", "2s", "--", agent)
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 1 }) {
+		t.Fatalf("the agent did not start:\n%s", output)
+	}
+	s := e.sessions()[0]
+	if r := e.agentfs("restore", "-s", s.ID, s.PreRun); r.Code != 0 || !strings.Contains(r.Stdout, "its supervisor starts it again") {
+		t.Fatalf("agentfs restore -s of the supervised system session:\n%s", r)
+	}
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 2 }) {
+		t.Fatalf("the agent did not start again: %q\n%s", lines(filepath.Join(out, "starts")), output)
+	}
+	if got := lines(filepath.Join(out, "starts")); got[0] != "start 0 etc=no" || got[1] != "start 1 etc=no" {
+		t.Errorf("the agent's starts: %q; want it to find no %s either time", got, etc)
+	}
+	must(t, os.WriteFile(filepath.Join(out, "quit"), nil, 0o644))
+	if code := waitCode(t, run); code != 7 {
+		t.Errorf("agentfs run --system --supervise exited %d, want the agent's 7\n%s", code, output)
+	}
+	checkHost(t, "after the supervised system session", host)
+	if d := e.agentfs("diff", "-s", s.ID); d.Stdout != "A  "+strings.TrimPrefix(etc, "/")+"\n" {
+		t.Errorf("diff -s of the supervised system session:\n%s", d)
+	}
+}
