@@ -39,7 +39,8 @@ type EventClass uint8
 const (
 	// Change is a successful mutating operation.
 	Change EventClass = iota
-	// Read is a lookup, an open for reading or a directory listing
+	// Read is a lookup (one that found the name, or did not), an open
+	// for reading or a directory listing
 	// (reported with Options.ActivityReads only).
 	Read
 	// CloseWrite is the release of a file opened for writing.

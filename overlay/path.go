@@ -72,3 +72,33 @@ func (v *FS) ReadFile(p string, max int) ([]byte, error) {
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, int64(max)))
 }
+
+// StatPath returns the attributes of the file at path p in the view
+// (the final name not followed, as lstat does). An error wraps ENOENT
+// when there is no such file.
+func (v *FS) StatPath(p string) (unix.Stat_t, error) {
+	n, st, err := v.lookupPath(p)
+	if err != nil {
+		return st, err
+	}
+	if n == nil {
+		return st, unix.ENOENT
+	}
+	v.release(n)
+	return st, nil
+}
+
+// ReadlinkPath returns the target of the symlink at path p in the view.
+// An error wraps ENOENT when there is no such file, EINVAL when it is
+// no symlink.
+func (v *FS) ReadlinkPath(p string) (string, error) {
+	n, _, err := v.lookupPath(p)
+	if err != nil {
+		return "", err
+	}
+	if n == nil {
+		return "", unix.ENOENT
+	}
+	defer v.release(n)
+	return v.Readlink(n)
+}

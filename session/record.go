@@ -98,6 +98,9 @@ type Record struct {
 	// last snapshot.
 	PreRun  string `json:"pre_run_snapshot,omitempty"`
 	PostRun string `json:"post_run_snapshot,omitempty"`
+	// LogReads: the activity log of the session records reads too
+	// (lookups, opens for reading, listings), as agentfs record needs.
+	LogReads bool `json:"log_reads,omitempty"`
 	// Summary is what the command changed, as computed when it ended.
 	Summary *Summary `json:"summary,omitempty"`
 	// Error says why a session ended without its command ending

@@ -65,8 +65,44 @@ type RunOptions struct {
 	// System: the command's whole file system is the session's view
 	// of / (system.go); SharedTmp leaves the host's /tmp live in it.
 	System, SharedTmp bool
-	Stderr            io.Writer
+	// Record, when set, is the directory (absolute) to write the
+	// session's record to once the command has ended (bundle.go); it
+	// turns reads logging on.
+	Record  string
+	Version string // agentfs's, for the record's store
+	Stderr  io.Writer
 }
+
+// prepareRecord checks the target of --record (a record needs reads
+// logged: it turns them on), before anything runs. project is the
+// project the target must be outside of ("" for a system session's,
+// whose project is the whole system).
+func prepareRecord(o *RunOptions, project string) error {
+	if o.Record == "" {
+		return nil
+	}
+	if err := CheckBundleTarget(o.Record, project); err != nil {
+		return err
+	}
+	on := true
+	o.Activity.LogReads = &on
+	return nil
+}
+
+// recordSettings keeps every entry of the log a record is made of.
+func recordSettings(o RunOptions, settings *config.Settings) {
+	if o.Record != "" && o.Activity.LogSize == "" {
+		// The record's operations are the log's: it must keep them
+		// all (every lookup is logged).
+		settings.LogSize = max(settings.LogSize, RecordLogSize)
+	}
+}
+
+// RecordLogSize is the activity log's bound of agentfs run --record
+// (unless --log-size says, or the configuration more): the record's
+// operations are the log's entries, lookups included, and a bounded log
+// drops its oldest ones.
+const RecordLogSize = 256 << 20
 
 // Run runs a session, as agentfs run does: it checks the request,
 // creates the session, starts the session process in new namespaces
@@ -95,11 +131,15 @@ func Run(o RunOptions) error {
 	if project == "/" {
 		return errors.New("the project directory is /: agentfs run shows a project directory, not the whole system; cd to the project, or give it with -C DIR (agentfs run --system shows the whole system)")
 	}
+	if err := prepareRecord(&o, project); err != nil {
+		return err
+	}
 	// A bad config file or flag is an error before anything is made.
 	settings, err := loadSettings(project, o.Activity)
 	if err != nil {
 		return err
 	}
+	recordSettings(o, &settings)
 	rec, err := Create(project, project, o.Command)
 	if err != nil {
 		return err
@@ -178,7 +218,36 @@ func runSession(o RunOptions, rec *Record, settings config.Settings) error {
 	if werr != nil && child.ProcessState == nil {
 		return fmt.Errorf("waiting for the session process: %w", werr)
 	}
-	return finishRun(o.Stderr, rec, code)
+	err = finishRun(o.Stderr, rec, code)
+	if o.Record != "" {
+		err = recordRun(o, rec, err)
+	}
+	return err
+}
+
+// recordRun writes the record of the session rec once it has ended
+// (agentfs run --record), and returns the run's outcome: runErr, or the
+// record's error when the command succeeded (it is told on o.Stderr
+// otherwise, and the command's exit code stands).
+func recordRun(o RunOptions, rec *Record, runErr error) error {
+	r, err := Load(rec.SessionDir())
+	if err != nil {
+		// The session was removed: the command never ran.
+		return runErr
+	}
+	res, err := r.WriteBundle(o.Record, o.Version)
+	if err == nil {
+		fmt.Fprintf(o.Stderr, "agentfs run: the record of session %s is in %s (%d paths, %d contents, %d bytes)\n", r.ID, o.Record, res.Files, res.Blobs, res.BlobBytes)
+		for _, w := range res.Warnings() {
+			fmt.Fprintf(o.Stderr, "agentfs run: note: %s\n", w)
+		}
+		return runErr
+	}
+	if runErr == nil {
+		return err
+	}
+	fmt.Fprintf(o.Stderr, "agentfs run: %v\n", err)
+	return runErr
 }
 
 // remove removes the session's directory: it never ran its command.
@@ -295,6 +364,7 @@ func RunProcess(o ProcessOptions) (*Ended, error) {
 	if err != nil {
 		return nil, err
 	}
+	rec.LogReads = settings.LogReads // saved with the running state
 	s := &process{rec: rec, stderr: o.Stderr, activity: settings}
 	abandon := s.abandon
 	if o.Supervise != nil {

@@ -211,10 +211,14 @@ func enterSystemRoot(r *Record) error {
 
 // runSystem is Run of a system session whose command starts in dir.
 func runSystem(o RunOptions, dir string) error {
+	if err := prepareRecord(&o, ""); err != nil {
+		return err
+	}
 	settings, err := loadSettings(dir, o.Activity)
 	if err != nil {
 		return err
 	}
+	recordSettings(o, &settings)
 	base, err := BaseDir()
 	if err != nil {
 		return err
@@ -232,6 +236,16 @@ func runSystem(o RunOptions, dir string) error {
 func (r *Record) configDir() string {
 	if r.KindOf() == KindSystem {
 		return r.Dir
+	}
+	return r.Project
+}
+
+// bundleProject is the project a record's target must be outside of:
+// none for a system session, whose project is the whole system (the
+// record is written to the host, as export -s is).
+func (r *Record) bundleProject() string {
+	if r.KindOf() == KindSystem {
+		return ""
 	}
 	return r.Project
 }

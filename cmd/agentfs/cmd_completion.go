@@ -274,7 +274,7 @@ func flagCandidates(flags *pflag.FlagSet) []candidate {
 // flagValues completes the value of flag f of command c.
 func flagValues(c *command, f *pflag.Flag, flags *pflag.FlagSet) ([]candidate, string) {
 	switch f.Name {
-	case "dir", "lower", "store", "to":
+	case "dir", "lower", "store", "to", "record":
 		return nil, completeDirs
 	case "session":
 		return sessionCandidates(), ""

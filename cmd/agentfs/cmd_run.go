@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -31,6 +32,8 @@ type runOptions struct {
 	// system: the command's whole file system is the session's view
 	// of /; sharedTmp leaves the host's /tmp live in it.
 	system, sharedTmp bool
+	// record: the directory to write the session's record to.
+	record string
 }
 
 // supervision is what --supervise and its flags ask for, or nil.
@@ -57,6 +60,7 @@ func (o *runOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.DurationVar(&o.stopGrace, "stop-grace", session.DefaultGrace, "with --supervise: how long COMMAND's processes have after SIGTERM\nbefore they are killed, a `DURATION` (at most "+daemon.MaxGrace.String()+")")
 	flags.BoolVar(&o.system, "system", false, "the command's whole file system is a copy-on-write view of /: what it installs\nor writes anywhere (/etc, /usr, the home directory, /tmp) lands in the session")
 	flags.BoolVar(&o.sharedTmp, "shared-tmp", false, "with --system: the host's /tmp, live, instead of the session's")
+	flags.StringVar(&o.record, "record", "", "when COMMAND has ended, write the session's record to `DIR` (new or empty), in the\nagent-snapshot bundle format (manifest.json, blobs.parquet); turns --log-reads on")
 	o.activity.AddFlags(flags)
 	mustHide(flags, "session-process")
 	mustHide(flags, "ns-uid")
@@ -90,6 +94,15 @@ session's store, ${XDG_STATE_HOME:-~/.local/state}/agentfs/sessions/ID,
 until the session is discarded. The session's id is in the command's
 environment as AGENTFS_SESSION.
 
+With --record DIR, once COMMAND has ended agentfs writes the session's
+record to DIR (which must not exist, or be empty, and be outside the
+project) in the agent-snapshot bundle format: manifest.json (the
+command, its exit status, every path it looked up, read, wrote or
+deleted, with its state before and after and its Git classification)
+and blobs.parquet (the contents needed to rebuild those states). It
+logs reads for that (--log-reads), in a log of 256M unless --log-size
+says. agentfs record -s ID --to DIR writes the same record later.
+
 With --supervise, COMMAND runs under a supervisor: a restore of the
 session's branch while it runs (agentfs restore -s SESSION ID, or the
 MCP rewind tool, the agent's own included) stops every process of
@@ -122,12 +135,14 @@ Examples:
   agentfs run --supervise -- claude     # a rewind restarts the agent
   agentfs run --system -- claude        # the whole system is the session's
   agentfs apply -s ID ~/proj            # a system session: only these paths
+  agentfs run --record /tmp/rec -- make # and write its record to /tmp/rec
   agentfs sessions                      # what ran, what it changed
   agentfs diff -s ID                    # review
   agentfs apply -s ID                   # take the changes into the project
   agentfs discard -s ID                 # drop them`,
 		exitCodes: `Exit codes:
-  the command's own exit code once it ran (128+N when signal N killed it);
+  the command's own exit code once it ran (128+N when signal N killed it),
+  or 1 when it exited 0 and --record could not write the record;
   before it runs:
   1  error (the message says what went wrong and how to fix it)
   2  usage error (no command, unknown flag)
@@ -152,8 +167,14 @@ func runRun(ctx context.Context, o *runOptions, args []string) error {
 	if o.sessionDir != "" {
 		return runSessionProcess(o, args, sup)
 	}
+	rec := ""
+	if o.record != "" {
+		if rec, err = filepath.Abs(o.record); err != nil {
+			return fmt.Errorf("--record %s: %w", o.record, err)
+		}
+	}
 	return runError(session.Run(session.RunOptions{Project: o.dir, Command: args, Activity: o.activity.overrides(), Supervise: sup,
-		System: o.system, SharedTmp: o.sharedTmp, Stderr: o.stderr}))
+		System: o.system, SharedTmp: o.sharedTmp, Record: rec, Version: version, Stderr: o.stderr}))
 }
 
 // runSessionProcess is the session process that agentfs run starts in
