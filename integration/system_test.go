@@ -428,3 +428,45 @@ exit 7
 		t.Errorf("diff -s of the supervised system session:\n%s", d)
 	}
 }
+
+// TestRunSystemRecord: run --system --record writes the record of the
+// system session (its target on the host, outside the mount): the file
+// the command wrote under /etc is in it, absent before and there after.
+func TestRunSystemRecord(t *testing.T) {
+	testenv.RequireRoot(t, "agentfs run --system writes /etc in the session")
+	e := newRunEnv(t)
+	etc := fmt.Sprintf("/etc/agentfs-test-%d", time.Now().UnixNano()%1_000_000_000)
+	host := hostState(t, []string{etc})
+	dir := filepath.Join(t.TempDir(), "record")
+	r := e.agentfs("run", "--system", "--record", dir, "--", "sh", "-c", "echo recorded > "+etc)
+	if r.Code != 0 || !strings.Contains(r.Stderr, "the record of session") {
+		t.Fatalf("agentfs run --system --record:\n%s", r)
+	}
+	checkHost(t, "after the recorded system session", host)
+	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	must(t, err)
+	var m struct {
+		Files []struct {
+			Path   string `json:"path"`
+			Before struct {
+				Exists bool `json:"exists"`
+			} `json:"before"`
+			After struct {
+				Exists bool `json:"exists"`
+			} `json:"after"`
+		} `json:"files"`
+	}
+	must(t, json.Unmarshal(b, &m))
+	found := false
+	for _, f := range m.Files {
+		if f.Path == etc {
+			found = true
+			if f.Before.Exists || !f.After.Exists {
+				t.Errorf("the record of %s: before exists %v, after exists %v; want false, true", etc, f.Before.Exists, f.After.Exists)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("the record has no %s:\n%s", etc, b)
+	}
+}
