@@ -406,16 +406,7 @@ while [ ! -e $out/quit ]; do sleep 0.05; done
 exit 7
 `, out, etc, etc))
 	run, output := startRun(t, e, "--system", "--supervise", "--stop-grace", "2s", "--", agent)
-	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 1 }) {
-		t.Fatalf("the agent did not start:\n%s", output)
-	}
-	s := e.sessions()[0]
-	if r := e.agentfs("restore", "-s", s.ID, s.PreRun); r.Code != 0 || !strings.Contains(r.Stdout, "its supervisor starts it again") {
-		t.Fatalf("agentfs restore -s of the supervised system session:\n%s", r)
-	}
-	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 2 }) {
-		t.Fatalf("the agent did not start again: %q\n%s", lines(filepath.Join(out, "starts")), output)
-	}
+	s := rewindSupervised(t, e, out, output)
 	if got := lines(filepath.Join(out, "starts")); got[0] != "start 0 etc=no" || got[1] != "start 1 etc=no" {
 		t.Errorf("the agent's starts: %q; want it to find no %s either time", got, etc)
 	}
