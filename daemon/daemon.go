@@ -193,6 +193,18 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 		}
 		defer RemoveRegistry(p.Mountpoint, pid)
 	}
+	if p.System && d.root() {
+		// The system session's command gets its namespace once the
+		// mount is ready: the directory of branch mounts must be a
+		// shared mount by then, for agentfs exec -b inside to see the
+		// branch mounts made later (session/system.go).
+		d.mu.Lock()
+		_, err := d.branchAnchorLocked()
+		d.mu.Unlock()
+		if err != nil {
+			logger.Warn("the directory of branch mounts: agentfs exec -b will not work inside the session", "err", err)
+		}
+	}
 	d.trace.start()
 	srv := d.srv.Load()
 	logger.Info("mounted", "lower", p.Lower, "mountpoint", p.Mountpoint, "store", d.store,

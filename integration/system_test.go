@@ -461,3 +461,42 @@ func TestRunSystemRecord(t *testing.T) {
 		t.Errorf("the record has no %s:\n%s", etc, b)
 	}
 }
+
+// TestRunSystemBranches: inside a system session, agentfs exec -b runs
+// a command in another branch of the session's system (its own root, the
+// kernel's filesystems live), and agentfs tournament runs candidates in
+// branches and picks the one that passes; the session's own view and
+// the host see none of the branches' files.
+func TestRunSystemBranches(t *testing.T) {
+	testenv.RequireRoot(t, "branch mounts (agentfs exec -b) need root")
+	e := newRunEnv(t)
+	tag := fmt.Sprintf("agentfs-test-%d", time.Now().UnixNano()%1_000_000_000)
+	main, inBranch, win, lose := "/etc/"+tag+"-main", "/etc/"+tag+"-branch", "/etc/"+tag+"-win", "/etc/"+tag+"-lose"
+	host := hostState(t, []string{main, inBranch, win, lose})
+	bin := harness.Bin()
+	agent := e.script("branches.sh", fmt.Sprintf(`set -e
+echo main > %[2]s
+%[1]s branch create b2 >/dev/null
+%[1]s exec -b b2 -- sh -c 'echo "BRANCH sees $(cat %[2]s)"; echo branch > %[3]s; test -c /dev/null && test -r /proc/self/status && echo "BRANCH kernel filesystems live"'
+if [ -e %[3]s ]; then echo "MAIN sees the branch's file"; fi
+test -c /dev/null && echo "MAIN kernel filesystems live"
+snap=$(%[1]s snapshot create -m base | tail -n 1)
+%[1]s tournament --from "$snap" --test 'test -e %[4]s' -- 'echo no > %[5]s' 'echo yes > %[4]s' > /dev/null
+echo "TOURNAMENT winner $(%[1]s tag | grep -c winner)"
+if [ -e %[4]s ] || [ -e %[5]s ]; then echo "MAIN sees a candidate's file"; fi
+`, bin, main, inBranch, win, lose))
+	r := e.agentfs("run", "--system", "--", agent)
+	if r.Code != 0 {
+		t.Fatalf("agentfs run --system with branches inside:\n%s", r)
+	}
+	wantLines(t, "the agent's output", r.Stdout, "BRANCH sees main", "BRANCH kernel filesystems live",
+		"MAIN kernel filesystems live", "TOURNAMENT winner 1")
+	if strings.Contains(r.Stdout, "MAIN sees") {
+		t.Errorf("the session's view shows a branch's files:\n%s", r.Stdout)
+	}
+	id := sessionIDOf(t, r)
+	if d := e.agentfs("diff", "-s", id, "lower", "b2"); !strings.Contains(d.Stdout, "A  "+strings.TrimPrefix(inBranch, "/")+"\n") {
+		t.Errorf("diff -s lower b2 does not list the branch's file:\n%s", d)
+	}
+	checkHost(t, "after the system session's branches", host)
+}

@@ -548,6 +548,7 @@ func (s *process) command(args []string, uid, gid int, extraEnv []string) *exec.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// The last of a name wins: PWD is the directory it starts in.
 	cmd.Env = append(os.Environ(), "PWD="+s.rec.Dir, "AGENTFS_SESSION="+s.rec.ID)
+	cmd.Env = append(cmd.Env, s.rec.systemEnv()...)
 	cmd.Env = append(cmd.Env, extraEnv...)
 	if s.rec.UserNamespace && uid >= 0 && gid >= 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -35,6 +36,14 @@ import (
 //     the calling thread): it has the thread's root, namespace and
 //     working directory, at the paths it had on the host. So is each
 //     relaunch of a supervised command.
+//
+// The command's mounts are slaves of the session's: the daemon's
+// directory of branch mounts (a shared mount, made before the command
+// starts), bound into the tmpfs that covers agentfs's runtime directory
+// (SystemView.BranchMounts), receives the branch mounts the daemon makes
+// later, so that agentfs exec -b inside the session (as root) finds its
+// branch mount there and makes it its root (EnterBranchSystemRoot); the
+// command's environment says where (systemEnv).
 //
 // What the view leaves out (overlay.Config.Hide and Seal, recorded in
 // the store): agentfs's own directories (the sessions, private stores,
@@ -69,6 +78,13 @@ type SystemView struct {
 	Masks []string `json:"masks,omitempty"`
 	// SharedTmp: /tmp is the host's (--shared-tmp), not the session's.
 	SharedTmp bool `json:"shared_tmp,omitempty"`
+	// BranchMounts is where the command sees the daemon's branch
+	// mounts (agentfs exec -b inside the session, as root): a
+	// directory in the tmpfs that covers agentfs's runtime directory
+	// (a Mask), bound to the store's directory of branch mounts. Empty
+	// when the session cannot have them (not root, or the runtime
+	// directory is not under a live directory).
+	BranchMounts string `json:"branch_mounts,omitempty"`
 }
 
 // systemRootName is the name of a system session's mountpoint in its
@@ -91,6 +107,13 @@ func newSystemView(base string, sharedTmp bool) *SystemView {
 			real := hostpath.ResolveExisting(d)
 			v.Live = append(v.Live, real)
 			v.Seal = append(v.Seal, real)
+		}
+	}
+	if os.Geteuid() == 0 {
+		// Made now, so that the tmpfs over it can hold the branch
+		// mounts' directory.
+		if rd, err := daemon.RuntimeDir(); err == nil && hostpath.InsideAny(hostpath.ResolveExisting(rd), v.Live) {
+			v.BranchMounts = filepath.Join(hostpath.ResolveExisting(rd), "session-branches")
 		}
 	}
 	for _, d := range append([]string{base}, daemon.OwnDirs()...) {
@@ -174,8 +197,11 @@ func enterSystemRoot(r *Record) error {
 	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("a mount namespace for the command: %w", err)
 	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making the command's mounts private: %w", err)
+	// Slaves: nothing made here reaches the session's namespace (or
+	// the host's), and the branch mounts the daemon makes later in its
+	// shared directory reach this one.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("making the command's mounts slaves: %w", err)
 	}
 	root := r.Mountpoint
 	for _, d := range sv.Live {
@@ -184,23 +210,20 @@ func enterSystemRoot(r *Record) error {
 		}
 	}
 	for _, d := range sv.Masks {
-		err := unix.Mount("tmpfs", filepath.Join(root, d), "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555")
+		holdsBranches := sv.BranchMounts != "" && filepath.Dir(sv.BranchMounts) == d
+		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+		if !holdsBranches {
+			flags |= unix.MS_RDONLY
+		}
+		err := unix.Mount("tmpfs", filepath.Join(root, d), "tmpfs", flags, "size=4k,mode=0555")
 		if err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("covering agentfs's %s in the session: %w", d, err)
 		}
+		if err == nil && holdsBranches {
+			bindBranchMounts(r, filepath.Join(root, sv.BranchMounts))
+		}
 	}
-	// pivot_root(".", ".") stacks the old root over the new one; the
-	// lazy unmount then takes it away, as runc does.
-	if err := unix.Chdir(root); err != nil {
-		return fmt.Errorf("the session's root %s: %w", root, err)
-	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("making the view the command's root (pivot_root): %w", err)
-	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detaching the host's root from the command's namespace: %w", err)
-	}
-	if err := unix.Chdir("/"); err != nil {
+	if err := pivotInto(root); err != nil {
 		return err
 	}
 	// The command starts in its directory (exec.Cmd.Dir); relative
@@ -248,4 +271,87 @@ func (r *Record) bundleProject() string {
 		return ""
 	}
 	return r.Project
+}
+
+// bindBranchMounts binds the daemon's directory of branch mounts (a
+// shared mount) at dir, in the command's namespace, as a slave: the
+// branch mounts the daemon makes there later show at dir. Without it
+// agentfs exec -b inside the session says it cannot (no error here).
+func bindBranchMounts(r *Record, dir string) {
+	src := filepath.Join(r.Store, "branches")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return
+	}
+	if err := unix.Mount(src, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		_ = os.Remove(dir) // in the command's own tmpfs
+	}
+}
+
+// systemEnv is what a system session's command learns of its session
+// in its environment, for agentfs exec -b inside it
+// (EnterBranchSystemRoot): the kernel's directories live from the host,
+// and where the daemon's branch mounts show.
+func (r *Record) systemEnv() []string {
+	sv := r.System
+	if r.KindOf() != KindSystem || sv == nil {
+		return nil
+	}
+	env := []string{SystemLiveEnv + "=" + strings.Join(sv.Live, ":")}
+	if sv.BranchMounts != "" {
+		env = append(env, BranchMountsEnv+"="+filepath.Join(r.Store, "branches")+"="+sv.BranchMounts)
+	}
+	return env
+}
+
+// The environment of a system session's command (systemEnv).
+const (
+	SystemLiveEnv   = "AGENTFS_SYSTEM_LIVE"
+	BranchMountsEnv = "AGENTFS_BRANCH_MOUNTS"
+)
+
+// InSystemSession reports whether this process runs in a system
+// session (its environment says so).
+func InSystemSession() bool { return os.Getenv(SystemLiveEnv) != "" }
+
+// EnterBranchSystemRoot moves the calling thread, locked, from inside
+// a system session into a mount namespace whose root is the branch
+// mount the daemon made at mountDir (a path in the daemon's namespace),
+// with the kernel's directories live, as the session's own command has
+// the session's view (agentfs exec -b inside a system session).
+func EnterBranchSystemRoot(mountDir string) error {
+	from, to, ok := strings.Cut(os.Getenv(BranchMountsEnv), "=")
+	rel, err := filepath.Rel(from, mountDir)
+	if !ok || err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return fmt.Errorf("the branch mount %s cannot be reached from inside this system session (agentfs exec -b inside a system session needs root and agentfs's runtime directory under /run): run it from outside, agentfs exec -s SESSION -b BRANCH", mountDir)
+	}
+	dir := filepath.Join(to, rel)
+	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("a mount namespace for the branch: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("making the branch's mounts slaves: %w", err)
+	}
+	for _, d := range filepath.SplitList(os.Getenv(SystemLiveEnv)) {
+		if err := unix.Mount(d, filepath.Join(dir, d), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("showing %s in the branch: %w", d, err)
+		}
+	}
+	return pivotInto(dir)
+}
+
+// pivotInto makes dir, a mount point, the root of the calling thread's
+// mount namespace, the old root detached: pivot_root(".", ".") stacks
+// the old root over the new one; the lazy unmount then takes it away,
+// as runc does.
+func pivotInto(dir string) error {
+	if err := unix.Chdir(dir); err != nil {
+		return fmt.Errorf("the new root %s: %w", dir, err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("making %s the root (pivot_root): %w", dir, err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the old root: %w", err)
+	}
+	return unix.Chdir("/")
 }

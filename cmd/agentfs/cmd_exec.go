@@ -105,6 +105,13 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 			system = r
 		}
 	}
+	inSystem := system == nil && session.InSystemSession()
+	if inSystem && (o.noNamespace || os.Geteuid() != 0) {
+		// A binding through the mount root would give the root's
+		// names another view's nodes, and the kernel would drop /proc,
+		// /dev, ... from the whole session.
+		return errors.New("inside a system session, agentfs exec -b needs root and a branch mount of its own (no --no-namespace): run it as root, or from outside with agentfs exec -s SESSION -b BRANCH")
+	}
 	c, err := o.dial()
 	if err != nil {
 		return err
@@ -115,7 +122,15 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	if info.MountDir != "" {
+	switch {
+	case info.MountDir != "" && inSystem:
+		// The branch mount becomes the root, as the session's view is
+		// the session's command's (session/system.go).
+		runtime.LockOSThread()
+		if err := session.EnterBranchSystemRoot(info.MountDir); err != nil {
+			return err
+		}
+	case info.MountDir != "":
 		// From here on this thread (and the command it becomes) lives
 		// in a mount namespace of its own.
 		runtime.LockOSThread()
