@@ -500,3 +500,40 @@ if [ -e %[4]s ] || [ -e %[5]s ]; then echo "MAIN sees a candidate's file"; fi
 	}
 	checkHost(t, "after the system session's branches", host)
 }
+
+// TestRunSystemOtherFilesystems: a filesystem mounted under / (here a
+// tmpfs in the test's directory) is seen through the view, its files'
+// inode numbers mapped so that they cannot collide with the root
+// filesystem's (at or above 1<<62), the same in stat and in listings
+// (d_ino), and what the command writes there lands in the session.
+func TestRunSystemOtherFilesystems(t *testing.T) {
+	testenv.RequireRoot(t, "mounting a tmpfs")
+	e := newRunEnv(t)
+	mnt := filepath.Join(t.TempDir(), "other")
+	must(t, os.Mkdir(mnt, 0o755))
+	must(t, unix.Mount("agentfs-test", mnt, "tmpfs", 0, "size=1m"))
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+			t.Error(err)
+		}
+	})
+	harness.WriteFile(t, filepath.Join(mnt, "f"), "on tmpfs\n")
+	host := hostState(t, []string{filepath.Join(mnt, "f"), filepath.Join(mnt, "new")})
+	r := e.agentfs("run", "--system", "--", "sh", "-c", fmt.Sprintf(
+		`cat %[1]s/f; echo "INO $(stat -c %%i %[1]s/f) $(ls -i %[1]s | awk '$2 == "f" {print $1}')"; echo new > %[1]s/new`, mnt))
+	if r.Code != 0 {
+		t.Fatalf("agentfs run --system:\n%s", r)
+	}
+	wantLines(t, "the command's output", r.Stdout, "on tmpfs")
+	var st, dino uint64
+	if _, err := fmt.Sscanf(r.Stdout[strings.Index(r.Stdout, "INO "):], "INO %d %d", &st, &dino); err != nil {
+		t.Fatalf("the command's output: %v\n%s", err, r.Stdout)
+	}
+	if st < 1<<62 || st >= 1<<63 || dino != st {
+		t.Errorf("a file of the tmpfs shows st_ino %#x and d_ino %#x; want one number from 1<<62 on, below 1<<63", st, dino)
+	}
+	checkHost(t, "after the session", host)
+	if d := e.agentfs("diff", "-s", sessionIDOf(t, r)); d.Stdout != "A  "+strings.TrimPrefix(mnt, "/")+"/new\n" {
+		t.Errorf("diff -s:\n%s", d)
+	}
+}
