@@ -36,8 +36,11 @@ DATADIR ?= $(PREFIX)/share
 
 all: build
 
+# The binary is linked statically (CGO_ENABLED=0: os/user and net in
+# pure Go): the dynamic loader alone took 0.8 ms of every command's
+# start (agentfs-bench --only cli-start).
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/agentfs
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/agentfs
 
 # deps installs what the tests and the demo need, when it is missing and
 # we are root (Debian/Ubuntu).

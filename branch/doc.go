@@ -25,7 +25,7 @@
 //	feature/<name>       an incompatible feature this store uses; Open
 //	                     refuses a store with a feature it does not know
 //	                     (feature/snapshots, see "Keeping versions")
-//	info/<key>           store-level facts (info/lower, ...), raw bytes
+//	info/<key>           store-level facts (info/lower, info/hide, ...), raw bytes
 //	layer/<name>         layer record (see "Layer records")
 //	seq/layer            next layer id to hand out, uint64
 //	seq/ino              first inode number not yet leased, uint64

@@ -104,6 +104,9 @@ type Change struct {
 	SizeDelta int64 `json:"size_delta"`
 	// AttrsChanged: a modified file's mode, owner or xattrs changed too.
 	AttrsChanged bool `json:"attrs_changed,omitempty"`
+	// Hidden: a file of the branch's own at a hidden project path (a
+	// hide pattern matches it): apply writes it only with --force.
+	Hidden bool `json:"hidden,omitempty"`
 }
 
 // FileInfo is one side of a Change.

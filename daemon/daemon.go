@@ -23,6 +23,7 @@ import (
 	"github.com/agentfs/agentfs/activity"
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/fs"
+	"github.com/agentfs/agentfs/hide"
 	"github.com/agentfs/agentfs/hostpath"
 	"github.com/agentfs/agentfs/overlay"
 	"github.com/agentfs/agentfs/procfs"
@@ -159,10 +160,16 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 		d.lowerDir = fmt.Sprintf("/proc/self/fd/%d", fd)
 		d.userns = procfs.InUserNamespace()
 	}
+	rules, err := hide.New(p.Activity.Hide)
+	if err != nil {
+		return err
+	}
 	d.ws, err = workspace.Open(workspace.Options{Store: d.store, Lower: p.Lower, LowerDir: d.lowerDir, Mountpoint: p.Mountpoint,
 		Backstore: p.Backstore, RamdiskSize: p.RamdiskSize, Ephemeral: d.ephemeral, Session: p.Session,
-		System: p.System, Hide: p.Hide, Seal: p.Seal,
-		Keep: p.Activity.Keep, Version: o.Version, Logger: logger,
+		System: p.System, Exclude: p.Exclude, Seal: p.Seal,
+		Keep: p.Activity.Keep, Version: o.Version, Logger: logger, Hide: rules,
+		Limits:     overlay.Limits{Files: p.Activity.MaxFiles, Bytes: p.Activity.MaxBytes.Bytes},
+		BytesShare: p.Activity.MaxBytes.Percent,
 		// Only the tests of the progress bars set it (workspace/progress.go).
 		ProgressGate: os.Getenv("AGENTFS_TEST_PROGRESS_GATE") == "1"})
 	if err != nil {

@@ -42,10 +42,10 @@ type Request struct {
 	TraceCgroup string
 	// System: the mount of an agentfs run --system session (Session
 	// too): the lower is /, the mountpoint and the store are inside
-	// paths the view hides (Hide), and Seal lists the directories it
+	// paths the view hides (Exclude), and Seal lists the directories it
 	// shows empty (system.go).
-	System     bool
-	Hide, Seal []string
+	System        bool
+	Exclude, Seal []string
 }
 
 // Plan is a validated mount request. Nothing changes it once made: what
@@ -64,7 +64,7 @@ type Plan struct {
 	Session           bool
 	TraceCgroup       string
 	System            bool
-	Hide, Seal        []string
+	Exclude, Seal     []string
 	Activity          config.Settings
 	MountFlags        []string
 }
@@ -92,7 +92,7 @@ func Validate(r Request) (*Plan, error) {
 	}
 	p := &Plan{Backstore: r.Backstore, Debug: r.Debug, Ephemeral: r.Ephemeral, NoPassthrough: r.NoPassthrough,
 		WritebackCache: r.WritebackCache, NoIOURing: r.NoIOURing, Session: r.Session, TraceCgroup: r.TraceCgroup,
-		System: r.System, Hide: r.Hide, Seal: r.Seal}
+		System: r.System, Exclude: r.Exclude, Seal: r.Seal}
 	for _, f := range r.MountFlags {
 		if !kernelMountFlags[f] {
 			return nil, usagef("mount flag %q: agentfs passes only nosuid, nodev, noexec, suid, dev and exec to the kernel", f)
@@ -151,6 +151,11 @@ func Validate(r Request) (*Plan, error) {
 	// when asked to.
 	if p.Activity, err = config.Resolve(cfg, r.Activity, p.Session); err != nil {
 		return nil, &UsageError{err.Error()}
+	}
+	if p.WritebackCache && !p.Activity.MaxBytes.Off() {
+		// The kernel would take writes into its cache and send them
+		// later: the write that crosses the limit could not fail.
+		return nil, usagef("--writeback-cache cannot keep a byte limit (--max-bytes %s): the write that crosses it must fail, not a later writeback; drop --writeback-cache, or give --max-bytes off", p.Activity.MaxBytes)
 	}
 	if !p.Session {
 		if err := checkNotMounted(p.Mountpoint); err != nil {

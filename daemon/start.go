@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentfs/agentfs/config"
+	"github.com/agentfs/agentfs/hide"
 )
 
 // StartTimeout bounds how long Start waits for the daemon to report.
@@ -131,8 +132,8 @@ func daemonArgs(p *Plan, store string, ephemeral bool) []string {
 	}
 	if p.System {
 		args = append(args, "--system-mount")
-		for _, h := range p.Hide {
-			args = append(args, "--hide", h)
+		for _, h := range p.Exclude {
+			args = append(args, "--exclude-path", h)
 		}
 		for _, s := range p.Seal {
 			args = append(args, "--seal", s)
@@ -149,12 +150,27 @@ func daemonArgs(p *Plan, store string, ephemeral bool) []string {
 // daemon exactly the settings s (the configuration files only add the
 // ignore patterns there).
 func SettingsArgs(s config.Settings) []string {
-	return []string{
+	args := []string{
 		"--auto-snapshot=" + strconv.FormatBool(s.AutoSnapshot),
 		"--quiet-period", s.QuietPeriod.String(),
 		"--auto-snapshot-keep", strconv.Itoa(s.Keep),
 		"--log-size", strconv.FormatInt(s.LogSize, 10),
 		"--log-reads=" + strconv.FormatBool(s.LogReads),
 		"--trace=" + strconv.FormatBool(s.Trace),
+		"--max-files", maxFilesArg(s.MaxFiles),
+		"--max-bytes", s.MaxBytes.String(),
 	}
+	for _, p := range s.Hide {
+		if p.From == hide.FromFlag { // the files' patterns it reads again
+			args = append(args, "--hide", p.Pattern)
+		}
+	}
+	return args
+}
+
+func maxFilesArg(n int64) string {
+	if n == 0 {
+		return "off"
+	}
+	return strconv.FormatInt(n, 10)
 }

@@ -63,9 +63,6 @@ func newExclusions(hide, seal []string) exclusions {
 	return x
 }
 
-// any reports whether the view leaves anything out.
-func (x *exclusions) any() bool { return x.hide != nil || x.seal != nil }
-
 // hidden reports whether lower path lp is left out of the view.
 func (x *exclusions) hidden(lp string) bool {
 	return x.hide != nil && x.hide[lp]

@@ -17,7 +17,7 @@ func newExcludedEnv(t *testing.T, files map[string]string, hide, seal []string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := New(Config{Lower: e.lower, Objects: e.bs, Layer: layer, AllocIno: e.meta.AllocIno, Hide: hide, Seal: seal})
+	v, err := New(Config{Lower: e.lower, Objects: e.bs, Layer: layer, AllocIno: e.meta.AllocIno, Exclude: hide, Seal: seal})
 	if err != nil {
 		t.Fatal(err)
 	}

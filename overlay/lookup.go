@@ -56,6 +56,10 @@ func (v *FS) resolveLocked(dir *Node, name string) (resolved, error) {
 		}
 		return r, err
 	}
+	if v.hidesLower(lp, &r.lowerSt) {
+		r.lowerSt = unix.Stat_t{}
+		return r, nil // a hidden project path does not exist in the view
+	}
 	r.lower, r.isLower = lp, true
 	if r.lowerSt.Nlink > 1 && r.lowerSt.Mode&unix.S_IFMT == unix.S_IFREG {
 		// Another name of this lower inode was copied up: this name is
@@ -163,10 +167,11 @@ func (v *FS) statLocked(n *Node) (unix.Stat_t, error) {
 		}
 		if n.unlinked {
 			st.Nlink = 0
-		} else if n.mode == unix.S_IFDIR && st.Nlink > 1 && v.excl.any() {
-			st.Nlink -= uint64(v.excludedSubdirs(n.lower, &st))
 		} else if st.Nlink > 1 && n.mode == unix.S_IFREG {
 			st.Nlink = uint64(max(int64(st.Nlink)-int64(v.hiddenLinks[n.ino]), 1))
+		} else if st.Nlink > 2 && n.mode == unix.S_IFDIR {
+			left := int64(st.Nlink) - int64(v.hiddenSubdirs(n.lower)) - int64(v.excludedSubdirs(n.lower, &st))
+			st.Nlink = uint64(max(left, 2))
 		}
 	}
 	st.Ino = n.ino
@@ -200,8 +205,8 @@ func (v *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
 			// otherwise walk all its whiteouts at every unlink.
 			subdirs := v.lowerSubdirsOf(n.lower)
 			if len(subdirs) < len(upper) {
-				for name := range subdirs {
-					if _, ok := upper[name]; ok {
+				for name, shown := range subdirs {
+					if _, ok := upper[name]; ok && shown {
 						nl-- // hidden or replaced by the upper entry
 					}
 				}
@@ -214,11 +219,30 @@ func (v *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
 			}
 		}
 	}
+	if n.hasLower {
+		nl -= int64(v.hiddenSubdirs(n.lower))
+	}
 	return uint64(max(nl, 2))
 }
 
+// hiddenSubdirs counts the hidden subdirectories of lower directory lp
+// (hide.go), which its st_nlink counts and the view does not show.
+func (v *FS) hiddenSubdirs(lp string) int {
+	if v.cfg.Hide.Empty() {
+		return 0
+	}
+	k := 0
+	for _, shown := range v.lowerSubdirsOf(lp) {
+		if !shown {
+			k++
+		}
+	}
+	return k
+}
+
 // lowerSubdirsOf returns the names of the subdirectories of lower
-// directory lp (cached).
+// directory lp (cached): true for those shown, false for the hidden
+// ones (hide.go).
 func (v *FS) lowerSubdirsOf(lp string) map[string]bool {
 	v.lowerSubdirsMu.Lock()
 	defer v.lowerSubdirsMu.Unlock()
@@ -230,8 +254,9 @@ func (v *FS) lowerSubdirsOf(lp string) map[string]bool {
 		ents, _ := f.ReadDir(-1)
 		f.Close()
 		for _, e := range ents {
-			if e.IsDir() && !v.excl.hidden(joinPath(lp, e.Name())) {
-				m[e.Name()] = true
+			// Excluded ones are left out (excludedSubdirs counts them).
+			if p := joinPath(lp, e.Name()); e.IsDir() && !v.excl.hidden(p) {
+				m[e.Name()] = !v.cfg.Hide.Hidden(p, true)
 			}
 		}
 	} else if err == nil {

@@ -81,6 +81,8 @@ func (v *FS) lowerNames(lp string) ([]DirEntry, error) {
 		}
 		out = parseDirents(buf[:nb], out, v.lowerDev)
 	}
+	// The hide rules judge the raw names and inode numbers (hide.go).
+	out = v.unhiddenNames(lp, out)
 	// A directory of another filesystem (mounted inside the lower
 	// tree) lists its own inode numbers: d_ino shows them as st_ino
 	// does (mapIno).

@@ -20,13 +20,6 @@ func LowerView(lower string, objs *backstore.Store) (*FS, error) {
 	return New(Config{Lower: lower, Objects: objs})
 }
 
-// LowerViewOf is LowerView with cfg's Lower, Objects, Logger, Hide,
-// Seal and DeviceSlot: the plain lower tree as views of cfg show it.
-func LowerViewOf(cfg Config) (*FS, error) {
-	return New(Config{Lower: cfg.Lower, Objects: cfg.Objects, Logger: cfg.Logger,
-		Hide: cfg.Hide, Seal: cfg.Seal, DeviceSlot: cfg.DeviceSlot})
-}
-
 // ReadOnly reports whether the view shows a snapshot or the plain
 // lower tree (changes fail with EROFS).
 func (v *FS) ReadOnly() bool {

@@ -68,9 +68,17 @@ func (b BundleResult) Warnings() []string {
 }
 
 // hiddenPaths returns the filter of paths hidden from the session's
-// mount, which never appear in a record. TODO(issue 26, part 3): the
-// hide package's matcher of the session's patterns; nil hides none.
-func hiddenPaths(*Record) func(p string) bool { return nil }
+// mount (the hide patterns its store recorded), which never appear in a
+// record: a path the patterns hide as a file or as a directory (the
+// filter is not told which), and so the branch's own files at hidden
+// paths too. nil when there are none.
+func hiddenPaths(w *workspace.Workspace) func(p string) bool {
+	rules, _ := w.HideRules()
+	if rules.Empty() {
+		return nil
+	}
+	return func(p string) bool { return rules.Hidden(p, false) || rules.Hidden(p, true) }
+}
 
 // WriteBundle writes the record of the ended session r to dir (absolute,
 // outside the project, new or empty). version is agentfs's.
@@ -134,7 +142,7 @@ func (r *Record) WriteBundle(dir, version string) (BundleResult, error) {
 	}
 	err = w.ReadTrees([]string{r.PreRun, after}, func(trees []*workspace.RefTree) error {
 		in.Before, in.After = trees[0], trees[1]
-		res.Result, err = record.Write(dir, in, record.Options{Hidden: hiddenPaths(r), BeforeTime: pre.Created})
+		res.Result, err = record.Write(dir, in, record.Options{Hidden: hiddenPaths(w), BeforeTime: pre.Created})
 		return err
 	})
 	if err != nil {

@@ -473,7 +473,7 @@ func (s *process) startDaemon() error {
 	r := s.rec
 	p := &daemon.Plan{Lower: r.Project, Mountpoint: r.Mountpoint, Store: r.Store, Backstore: "hostfs", Session: true, Activity: s.activity}
 	if sv := r.System; r.KindOf() == KindSystem && sv != nil {
-		p.System, p.Hide, p.Seal = true, sv.Hide, sv.Seal
+		p.System, p.Exclude, p.Seal = true, sv.Hide, sv.Seal
 		if os.Geteuid() == 0 {
 			// The system's setuid programs (sudo, su, ping) work as on
 			// the host; a user namespace's mount is nosuid whatever it

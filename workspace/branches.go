@@ -165,6 +165,7 @@ func (w *Workspace) SwitchBranch(c ctl.Caller, name string) (ctl.BranchInfo, err
 		}
 		old := w.current.Swap(l)
 		w.view = v
+		w.shown.Store(v)
 		if w.attached() != nil {
 			w.attached().Show(v)
 		}

@@ -33,7 +33,7 @@ type refView struct {
 // refused as ambiguous. opMu is held.
 func (w *Workspace) openRefLocked(ref string) (refView, error) {
 	if ref == LowerRef {
-		v, err := overlay.LowerViewOf(w.viewConfig())
+		v, err := w.readView(nil, nil)
 		if err != nil {
 			return refView{}, eioErrorf(err, "opening the project %s: %v", w.opts.Lower, err)
 		}
@@ -49,9 +49,7 @@ func (w *Workspace) openRefLocked(ref string) (refView, error) {
 			// Live: processes may be writing it.
 			return refView{fs: v, what: what, close: func() {}}, nil
 		}
-		cfg := w.viewConfig()
-		cfg.Layer = l
-		v, err := overlay.New(cfg)
+		v, err := w.readView(l, nil)
 		if err != nil {
 			return refView{}, storeError(err, fmt.Sprintf("opening branch %q", ref))
 		}
@@ -67,9 +65,7 @@ func (w *Workspace) openRefLocked(ref string) (refView, error) {
 		}
 		return refView{}, err
 	}
-	cfg := w.viewConfig()
-	cfg.Snapshot = w.meta.SnapshotView(snap)
-	v, err := overlay.New(cfg)
+	v, err := w.readView(nil, w.meta.SnapshotView(snap))
 	if err != nil {
 		return refView{}, storeError(err, fmt.Sprintf("opening snapshot %s", snap.ID))
 	}
@@ -109,7 +105,7 @@ func changeInfos(cs []overlay.Change) []ctl.Change {
 	out := make([]ctl.Change, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, ctl.Change{Path: c.Path, Kind: string(c.Kind), Old: fileInfo(c.Old), New: fileInfo(c.New),
-			SizeDelta: c.SizeDelta, AttrsChanged: c.AttrsChanged})
+			SizeDelta: c.SizeDelta, AttrsChanged: c.AttrsChanged, Hidden: c.Hidden})
 	}
 	return out
 }

@@ -154,6 +154,11 @@ func (c *Client) Restore(a ctl.RestoreArgs) (ctl.RestoreReply, error) {
 	return do[ctl.RestoreReply](c, ctl.OpRestore, a)
 }
 
+// Merge is Workspace.Merge.
+func (c *Client) Merge(a ctl.MergeArgs) (ctl.MergeReply, error) {
+	return do[ctl.MergeReply](c, ctl.OpMerge, a)
+}
+
 // Export is Workspace.Export.
 func (c *Client) Export(a ctl.ExportArgs) (ctl.ExportReply, error) {
 	return do[ctl.ExportReply](c, ctl.OpExport, a)

@@ -30,6 +30,7 @@ func (w *Workspace) Register(s *ctl.Server) {
 
 	handle(s, ctl.OpDiff, w.Diff)
 	handle(s, ctl.OpRestore, w.Restore)
+	handle(s, ctl.OpMerge, w.Merge)
 	handle(s, ctl.OpExport, w.Export)
 	handle(s, ctl.OpApply, w.Apply)
 	handle(s, ctl.OpApplyProgress, func(ctl.Caller, struct{}) (ctl.ApplyProgress, error) { return w.ApplyProgress(), nil })

@@ -14,7 +14,7 @@ import (
 // The store of an agentfs run --system session has the whole system
 // (/) as its lower directory, and every view of it leaves out the
 // lower paths it hides and shows empty the ones it seals (agentfs's
-// own directories, the kernel's filesystems: overlay.Config.Hide and
+// own directories, the kernel's filesystems: overlay.Config.Exclude and
 // Seal). The store records both (info/system) when it is made, so that
 // a command that opens it later (an ended session's diff, restore,
 // export, apply) shows the same tree as the daemon did. Apply on such a
@@ -46,17 +46,17 @@ func (w *Workspace) loadSystem() error {
 			return fmt.Errorf("the store %s: what its views leave out (info/system): %w", o.Store, err)
 		}
 		if !o.System {
-			o.System, o.Hide, o.Seal = true, info.Hide, info.Seal
+			o.System, o.Exclude, o.Seal = true, info.Hide, info.Seal
 			return nil
 		}
-		if slices.Equal(info.Hide, o.Hide) && slices.Equal(info.Seal, o.Seal) {
+		if slices.Equal(info.Hide, o.Exclude) && slices.Equal(info.Seal, o.Seal) {
 			return nil
 		}
 	}
 	if o.ReadOnly {
 		return nil
 	}
-	b, err = json.Marshal(systemInfo{Hide: o.Hide, Seal: o.Seal})
+	b, err = json.Marshal(systemInfo{Hide: o.Exclude, Seal: o.Seal})
 	if err == nil {
 		err = w.meta.SetInfo(systemInfoKey, b)
 	}

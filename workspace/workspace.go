@@ -13,6 +13,7 @@ import (
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/hide"
 	"github.com/agentfs/agentfs/overlay"
 )
 
@@ -41,19 +42,29 @@ type Options struct {
 	// Session: the store is an agentfs run session's.
 	Session bool
 	// System: the store of an agentfs run --system session (system.go);
-	// Hide and Seal are the lower paths every view leaves out, or shows
-	// as empty directories (overlay.Config). A store that recorded them
-	// gives them when these are not set.
-	System     bool
-	Hide, Seal []string
+	// Exclude and Seal are the lower paths every view leaves out, or
+	// shows as empty directories (overlay.Config). A store that recorded
+	// them gives them when these are not set.
+	System        bool
+	Exclude, Seal []string
 	// Keep bounds the automatic snapshots the retention policy keeps
 	// (0: autosnap.DefaultKeep).
 	Keep int
+	// Limits bound what each branch's view may hold (overlay's quotas);
+	// BytesShare, when not 0, sets Limits.Bytes to that percentage of
+	// the space free on the backstore's file system at Open.
+	Limits     overlay.Limits
+	BytesShare int
 	// ReadOnly opens the branch metadata read-only: every operation
 	// that would change the store fails with ErrReadOnly.
 	ReadOnly bool
 	// Version is the agentfs version, for Status.
 	Version string
+	// Hide are the mount's hide rules, which Open records in the store
+	// (replacing what an earlier mount of it recorded); nil for a
+	// command that opens a store without mounting it, which reads the
+	// rules recorded (hide.go).
+	Hide *hide.Rules
 	// ProgressGate holds each long operation until its progress was
 	// asked (progress.go): for the tests of the progress bars only.
 	ProgressGate bool
@@ -67,6 +78,10 @@ type Workspace struct {
 	meta   *branch.Store
 	objs   *backstore.Store
 	policy autosnap.Policy
+	// hide and hidden are the store's hide rules and the project's
+	// inodes they hide (hide.go), fixed once the store is open.
+	hide   *hide.Rules
+	hidden *hide.Inodes
 
 	// opMu serializes the operations (see the package doc). current is
 	// the branch the mount shows to unbound processes (read without
@@ -76,6 +91,7 @@ type Workspace struct {
 	// still hold files of (gc spares their objects).
 	opMu    sync.Mutex
 	current atomic.Pointer[branch.Layer]
+	shown   atomic.Pointer[overlay.FS] // view, for Status (without opMu)
 	view    *overlay.FS
 	views   map[string]*overlay.FS
 	retired []*overlay.FS
@@ -139,6 +155,9 @@ func (w *Workspace) open() error {
 	if err := w.loadSystem(); err != nil {
 		return err
 	}
+	if err := w.openHide(); err != nil {
+		return fmt.Errorf("the store %s: %w", o.Store, err)
+	}
 	layer, err := w.resumeBranch()
 	if err != nil {
 		return fmt.Errorf("the store %s: %w", o.Store, err)
@@ -159,10 +178,18 @@ func (w *Workspace) open() error {
 		w.objs.Recovered()
 		w.log.Info("collected what the daemon before this one left", "objects", r.Objects, "removed", r.Removed, "freed", r.Freed)
 	}
+	if o.BytesShare > 0 {
+		free, err := w.objs.FsFree()
+		if err != nil {
+			return fmt.Errorf("the byte limit, a share of the backstore's free space: %w", err)
+		}
+		w.opts.Limits.Bytes = max(free/100*int64(o.BytesShare), 1)
+	}
 	w.view, err = w.newView(layer)
 	if err != nil {
 		return err
 	}
+	w.shown.Store(w.view)
 	w.views = map[string]*overlay.FS{layer.Name(): w.view}
 	return nil
 }
@@ -170,16 +197,25 @@ func (w *Workspace) open() error {
 // newView opens a writable view of branch l.
 func (w *Workspace) newView(l *branch.Layer) (*overlay.FS, error) {
 	cfg := w.viewConfig()
-	cfg.Layer, cfg.AllocIno, cfg.Sync = l, w.meta.AllocIno, w.meta.Sync
+	cfg.Layer, cfg.AllocIno, cfg.Sync, cfg.Limits = l, w.meta.AllocIno, w.meta.Sync, w.opts.Limits
+	return overlay.New(cfg)
+}
+
+// readView opens a view that an operation reads (nothing writes it):
+// of branch l, of snapshot snap, or, with neither, the plain project;
+// with the store's hide rules, as every view of the store.
+func (w *Workspace) readView(l *branch.Layer, snap *branch.View) (*overlay.FS, error) {
+	cfg := w.viewConfig()
+	cfg.Layer, cfg.Snapshot = l, snap
 	return overlay.New(cfg)
 }
 
 // viewConfig is what every view of the store shares: the project, the
-// objects, the lower paths left out and the numbering of other
-// filesystems' inodes.
+// objects, the hide rules, the lower paths left out and the numbering
+// of other filesystems' inodes.
 func (w *Workspace) viewConfig() overlay.Config {
-	return overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Logger: w.log,
-		Hide: w.opts.Hide, Seal: w.opts.Seal, DeviceSlot: w.meta.DeviceSlot}
+	return overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Logger: w.log, Hide: w.hide, HiddenInodes: w.hidden,
+		Exclude: w.opts.Exclude, Seal: w.opts.Seal, DeviceSlot: w.meta.DeviceSlot}
 }
 
 // currentBranchKey is the store info key that names the branch a kept

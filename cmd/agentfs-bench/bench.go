@@ -79,12 +79,13 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 		joinCleanup(&err, b.closeAll())
 		joinCleanup(&err, os.RemoveAll(b.runsDir()))
 	}()
-	b.tree = &tree{}
-	if len(cfg.workloads) > 0 || len(cfg.snapOps) > 0 {
-		// The system table alone needs no tree.
-		if b.tree, err = b.prepareTree(ctx); err != nil {
-			return err
-		}
+	// The tree is the first two tables' and the memory row's (and
+	// describes the run); the CLI's start and the system table alone
+	// need none.
+	if len(cfg.workloads) == 0 && len(cfg.snapOps) == 0 && !cfg.memory {
+		b.tree = &tree{}
+	} else if b.tree, err = b.prepareTree(ctx); err != nil {
+		return err
 	}
 	rt := measureRoundTrips()
 	rep := &report{
@@ -130,6 +131,11 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 			return err
 		}
 		rep.System = append(rep.System, res)
+	}
+	if cfg.cliStart && agentfsOK {
+		if rep.CLIStart, err = b.runCLIStart(ctx); err != nil {
+			return err
+		}
 	}
 	if os.Geteuid() != 0 {
 		rep.Notes = append(rep.Notes, "not run as root: the page cache was not dropped before the runs in fresh views, so the times of untar and small-files depend on what was deleted just before them (see bench/README.md)")

@@ -35,13 +35,20 @@ const (
 	// fsAgentfsBoundRoot is the same with the other process bound
 	// through the mount root (agentfs branch bind, exec --no-namespace).
 	fsAgentfsBoundRoot = "agentfs-bound-root"
+	// fsAgentfsQuota is agentfs with agentfs run's default limits
+	// (--max-files 300000 --max-bytes 50%): files opened for writing
+	// are then served by the daemon, not passed through. Not in the
+	// default list: ask for it with --fs.
+	fsAgentfsQuota = "agentfs-quota"
 )
 
-var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsUntraced, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot}
+var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsUntraced, fsAgentfsQuota, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot}
 
 // defaultFilesystems is --fs's default: all but the baseline, which
-// --baseline adds.
-var defaultFilesystems = slices.DeleteFunc(slices.Clone(allFilesystems), func(filesystem string) bool { return filesystem == fsAgentfsBaseline })
+// --baseline adds, and the quota variant.
+var defaultFilesystems = slices.DeleteFunc(slices.Clone(allFilesystems), func(filesystem string) bool {
+	return filesystem == fsAgentfsBaseline || filesystem == fsAgentfsQuota
+})
 
 // boundVariant reports whether filesystem is agentfs with another branch bound.
 func boundVariant(filesystem string) bool {
@@ -50,14 +57,17 @@ func boundVariant(filesystem string) bool {
 
 // agentfsMount reports whether filesystem is mounted by an agentfs binary.
 func agentfsMount(filesystem string) bool {
-	return filesystem == fsAgentfs || filesystem == fsAgentfsUntraced || filesystem == fsAgentfsBaseline || boundVariant(filesystem)
+	return filesystem == fsAgentfs || filesystem == fsAgentfsUntraced || filesystem == fsAgentfsQuota || filesystem == fsAgentfsBaseline || boundVariant(filesystem)
 }
 
 // mountFlags are the flags of agentfs mount for filesystem, an agentfs
 // filesystem, beyond --lower.
 func mountFlags(filesystem string) []string {
-	if filesystem == fsAgentfsUntraced {
+	switch filesystem {
+	case fsAgentfsUntraced:
 		return []string{"--trace=false"}
+	case fsAgentfsQuota:
+		return []string{"--max-files", "300000", "--max-bytes", "50%"}
 	}
 	return nil
 }
@@ -129,7 +139,9 @@ type config struct {
 	snapFiles, snapManyFiles int
 	// memory: measure the daemon's memory (memory.go) over walks of a
 	// tree of memFiles files.
-	memory   bool
+	memory bool
+	// cliStart: time the CLI's start (clistart.go).
+	cliStart bool
 	memFiles int
 	// sysOps are the system table's rows (system.go), with their loops.
 	sysOps                 []*sysOp
@@ -171,6 +183,7 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 			return nil, err
 		}
 	}
+	c.cliStart = strings.TrimSpace(o.only) == "" || slices.Contains(splitList(o.only), cliStartOp)
 	list := o.filesystems
 	if o.baseline != "" && !flags.Changed("fs") {
 		list += "," + fsAgentfsBaseline
@@ -187,20 +200,22 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 	if len(c.workloads) == 0 {
 		// Only agentfs's tables: the other filesystems have no part in
 		// them (and need not be probed).
-		c.filesystems = slices.DeleteFunc(c.filesystems, func(filesystem string) bool { return filesystem != fsNative && filesystem != fsAgentfs })
+		c.filesystems = slices.DeleteFunc(c.filesystems, func(filesystem string) bool {
+			return filesystem != fsNative && filesystem != fsAgentfs && (!c.cliStart || filesystem != fsAgentfsBaseline)
+		})
 	}
 	if slices.ContainsFunc(c.filesystems, boundVariant) && !slices.Contains(c.filesystems, fsAgentfs) {
 		return nil, usagef("--fs %s and %s need agentfs too: the binding overhead is against agentfs", fsAgentfsBound, fsAgentfsBoundRoot)
 	}
 	if !slices.Contains(c.filesystems, fsAgentfs) {
-		// The snapshot table, the memory row and the system table are
-		// agentfs's alone.
-		if (len(c.snapOps) > 0 || c.memory || len(c.sysOps) > 0) && strings.TrimSpace(o.only) != "" {
-			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory, system): add agentfs to --fs", o.only)
+		// The snapshot table, the memory row, the CLI's start and the
+		// system table are agentfs's alone.
+		if (len(c.snapOps) > 0 || c.memory || c.cliStart || len(c.sysOps) > 0) && strings.TrimSpace(o.only) != "" {
+			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory, cli-start, system): add agentfs to --fs", o.only)
 		}
-		c.snapOps, c.memory, c.sysOps = nil, false, nil
+		c.snapOps, c.memory, c.cliStart, c.sysOps = nil, false, false, nil
 	}
-	if slices.Contains(c.filesystems, fsAgentfs) || slices.Contains(c.filesystems, fsAgentfsUntraced) {
+	if slices.Contains(c.filesystems, fsAgentfs) || slices.Contains(c.filesystems, fsAgentfsUntraced) || slices.Contains(c.filesystems, fsAgentfsQuota) {
 		if c.agentfsBin, err = findAgentfs(o.agentfs); err != nil {
 			return nil, err
 		}
@@ -255,11 +270,11 @@ func selectWorkloads(only string) ([]*workload, []*snapOp, bool, error) {
 			for _, op := range snapOps {
 				want[op.name] = true
 			}
-		case name == memoryOp:
+		case name == memoryOp || name == cliStartOp:
 			want[name] = true
 		case findWorkload(name) == nil && findSnapOp(name) == nil:
-			return nil, nil, false, usagef("--only %q: unknown workload %q; choose from %s, the snapshot table's %s (%s: all of them), or %s",
-				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup, memoryOp)
+			return nil, nil, false, usagef("--only %q: unknown workload %q; choose from %s, the snapshot table's %s (%s: all of them), %s or %s",
+				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup, memoryOp, cliStartOp)
 		default:
 			want[name] = true
 		}

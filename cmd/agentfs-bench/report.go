@@ -25,6 +25,8 @@ type report struct {
 	// System is the table of programs started in a system session
 	// (system.go).
 	System []*sysResult `json:"system,omitempty"`
+	// CLIStart is the CLI's start (clistart.go).
+	CLIStart *cliStartResult `json:"cli_start,omitempty"`
 	// TraceCost is agentfs over agentfs-untraced (tracecost.go).
 	TraceCost       *traceCost         `json:"trace_cost,omitempty"`
 	CopyUpSeconds   map[string]float64 `json:"copy_up_seconds,omitempty"`
@@ -300,8 +302,14 @@ func (r *report) markdown() string {
 		}
 		r.memoryMarkdown(&b)
 	}
-	if len(r.System) > 0 {
+	if r.CLIStart != nil {
 		if len(r.Workloads) > 0 || len(r.Snapshots) > 0 || r.Memory != nil {
+			b.WriteString("\n")
+		}
+		r.cliStartMarkdown(&b)
+	}
+	if len(r.System) > 0 {
+		if len(r.Workloads) > 0 || len(r.Snapshots) > 0 || r.Memory != nil || r.CLIStart != nil {
 			b.WriteString("\n")
 		}
 		r.systemMarkdown(&b)

@@ -181,7 +181,7 @@ func (b *bench) mountView(ctx context.Context, filesystem, lower string) (*view,
 		if err := runQuiet(ctx, "", b.env, "fuse-overlayfs", "-o", overlayOpts, mnt); err != nil {
 			return v, err
 		}
-	case fsAgentfs, fsAgentfsUntraced, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
+	case fsAgentfs, fsAgentfsUntraced, fsAgentfsQuota, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
 		// The default backstore (hostfs) in a private store, which
 		// AGENTFS_PRIVATE_DIR puts in the work directory.
 		args := append(append([]string{"mount"}, mountFlags(filesystem)...), "--lower", lower, mnt)
@@ -274,7 +274,7 @@ func (b *bench) unmountLeftover(dir string) error {
 func (b *bench) unmount(ctx context.Context, filesystem, mnt string) error {
 	try := func() error {
 		switch filesystem {
-		case fsAgentfs, fsAgentfsUntraced, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
+		case fsAgentfs, fsAgentfsUntraced, fsAgentfsQuota, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
 			if bin := b.cfg.agentfsBinary(filesystem); bin != "" {
 				return runQuiet(ctx, "", b.env, bin, "unmount", mnt)
 			}

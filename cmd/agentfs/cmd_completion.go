@@ -280,8 +280,10 @@ func flagValues(c *command, f *pflag.Flag, flags *pflag.FlagSet) ([]candidate, s
 		return sessionCandidates(), ""
 	case "backstore":
 		return []candidate{{"hostfs", "a directory in the store"}, {"ramdisk", "a size-limited tmpfs"}}, ""
-	case "branch":
+	case "branch", "into":
 		return fromMount(flags, branchCandidates), ""
+	case "base":
+		return fromMount(flags, refCandidates), ""
 	case "from":
 		if c.name == "branch create" {
 			return fromMount(flags, snapshotCandidates), ""
@@ -335,7 +337,7 @@ func positionals(c *command, flags *pflag.FlagSet, args []string) ([]candidate, 
 		if n == 0 {
 			return fromMount(flags, refCandidates), ""
 		}
-	case "branch delete", "branch switch", "branch bind":
+	case "branch delete", "branch switch", "branch bind", "merge":
 		if n == 0 {
 			return fromMount(flags, branchCandidates), ""
 		}

@@ -34,8 +34,8 @@ type mountOptions struct {
 	traceCgroup string
 	// system: the daemon of an agentfs run --system session, whose
 	// lower is / and which hides and seals the paths given.
-	system     bool
-	hide, seal []string
+	system        bool
+	exclude, seal []string
 	// options are -o lists (mount_options.go); flags are the flags
 	// they set, and mountFlags the kernel's.
 	options    []string
@@ -66,10 +66,10 @@ func (o *mountOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&o.traceCgroup, "trace-cgroup", "", "internal: trace the commands of the processes in the cgroup `DIR` (an agentfs run session's)")
 	mustHide(flags, "trace-cgroup")
 	flags.BoolVar(&o.system, "system-mount", false, "internal: serve an agentfs run --system session (lower /)")
-	flags.StringArrayVar(&o.hide, "hide", nil, "internal: a lower `PATH` the view leaves out")
+	flags.StringArrayVar(&o.exclude, "exclude-path", nil, "internal: a lower `PATH` the view leaves out")
 	flags.StringArrayVar(&o.seal, "seal", nil, "internal: a lower directory `PATH` the view shows empty")
 	mustHide(flags, "system-mount")
-	mustHide(flags, "hide")
+	mustHide(flags, "exclude-path")
 	mustHide(flags, "seal")
 }
 
@@ -77,7 +77,7 @@ func init() {
 	register(&command{
 		name:    "mount",
 		summary: "mount a copy-on-write view of a project",
-		usage:   "--lower DIR [--store DIR] [--backstore hostfs|ramdisk] [--ramdisk-size SIZE] [--auto-snapshot] [--quiet-period DUR] [--log-reads] [-o OPTIONS] [--foreground] [--debug] MOUNTPOINT",
+		usage:   "--lower DIR [--store DIR] [--backstore hostfs|ramdisk] [--ramdisk-size SIZE] [--auto-snapshot] [--quiet-period DUR] [--log-reads] [--max-files N] [--max-bytes SIZE] [-o OPTIONS] [--foreground] [--debug] MOUNTPOINT",
 		help: `Mount shows DIR at MOUNTPOINT. Reads pass through to DIR; the first write
 to a file copies it into the backstore; deletes hide the lower file. DIR
 itself is never modified. The command returns once the mount is ready; a
@@ -101,6 +101,12 @@ made inside it; older automatic snapshots thin out (agentfs snapshot
 prune). Defaults for these come from ~/.config/agentfs/config and the
 project's .agentfs.conf (see docs/guide.md); flags override both.
 
+--max-files and --max-bytes limit what each branch may hold in the
+backstore (files, directories and links it made or changed; the bytes
+of their data): past a limit, the operation that would cross it fails
+with EDQUOT. With --max-bytes, files are served through the page cache
+instead of FUSE passthrough, so that the daemon sees every write.
+
 Every flag has a mount(8) spelling, for -o and for mount -t fuse.agentfs
 and /etc/fstab (through mount.fuse.agentfs, which make install puts in
 /sbin): -o store=DIR,backstore=ramdisk,auto-snapshot. nosuid, nodev
@@ -112,6 +118,7 @@ Examples:
   agentfs mount --lower ~/proj --auto-snapshot --quiet-period 5s /mnt/ws
   agentfs mount --lower ~/proj --store ~/.ws1 /mnt/ws
   agentfs mount --lower ~/proj --backstore ramdisk --ramdisk-size 2G /mnt/ws
+  agentfs mount --lower ~/proj --max-files 100000 --max-bytes 10G /mnt/ws
   agentfs mount --lower ~/proj -o store=$HOME/.ws1,auto-snapshot /mnt/ws`,
 		setup: func(flags *pflag.FlagSet, _ streams) runFunc {
 			o := &mountOptions{flags: flags}
@@ -151,5 +158,5 @@ func (o *mountOptions) request(mountpoint string) daemon.Request {
 	return daemon.Request{Lower: o.lower, Mountpoint: mountpoint, Store: o.store, Backstore: o.backstore, RamdiskSize: o.ramdiskSize,
 		Debug: o.debug, NoPassthrough: o.noPT, WritebackCache: o.writeback, NoIOURing: o.noIOURing,
 		Activity: o.activity.overrides(), Ephemeral: o.ephemeral, Session: o.session, TraceCgroup: o.traceCgroup, MountFlags: o.mountFlags,
-		System: o.system, Hide: o.hide, Seal: o.seal}
+		System: o.system, Exclude: o.exclude, Seal: o.seal}
 }

@@ -103,6 +103,13 @@ and blobs.parquet (the contents needed to rebuild those states). It
 logs reads for that (--log-reads), in a log of 256M unless --log-size
 says. agentfs record -s ID --to DIR writes the same record later.
 
+A runaway command cannot fill the disk: the session's branch may hold
+at most 300,000 files (--max-files) and half of the space free on the
+backstore's file system when the run starts (--max-bytes); past a
+limit, the operation that would cross it fails with EDQUOT ("Disk quota
+exceeded"), nothing written before is lost, and the activity log says
+so once. --max-files off and --max-bytes off lift them.
+
 With --supervise, COMMAND runs under a supervisor: a restore of the
 session's branch while it runs (agentfs restore -s SESSION ID, or the
 MCP rewind tool, the agent's own included) stops every process of
@@ -132,6 +139,7 @@ page cache (no FUSE passthrough).
 Examples:
   cd ~/proj && agentfs run -- claude
   agentfs run -C ~/proj -- make test
+  agentfs run --max-bytes 20G --max-files 100000 -- claude
   agentfs run --supervise -- claude     # a rewind restarts the agent
   agentfs run --system -- claude        # the whole system is the session's
   agentfs apply -s ID ~/proj            # a system session: only these paths

@@ -21,6 +21,9 @@ type activityFlags struct {
 	logSize      string
 	logReads     optBool
 	trace        optBool
+	hide         []string
+	maxFiles     string
+	maxBytes     string
 }
 
 func (o *activityFlags) AddFlags(flags *pflag.FlagSet) {
@@ -33,12 +36,15 @@ func (o *activityFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.Lookup("log-reads").NoOptDefVal = "true"
 	flags.Var(&o.trace, "trace", "trace every command the processes run (agentfs log --exec; as root, with eBPF)\n(default: on, unless the configuration turns it off; --trace=false turns it off)")
 	flags.Lookup("trace").NoOptDefVal = "true"
+	flags.StringArrayVar(&o.hide, "hide", nil, "hide the project paths that gitignore-style `PATTERN` matches (.env, *.pem, secrets/):\nthey do not exist in the view; repeat for more; added to [hide] of the configuration")
+	flags.StringVar(&o.maxFiles, "max-files", "", "let the branch hold at most `N` files (directories, links... each counts; past it: EDQUOT), or off\n(default: 300000 for run, off for mount, unless the configuration says)")
+	flags.StringVar(&o.maxBytes, "max-bytes", "", "let the branch's files hold at most `SIZE` bytes, e.g. 20G, or a share of the backstore's free space, e.g. 50%, or off\n(default: 50% for run, off for mount, unless the configuration says)")
 }
 
 // overrides are the flags as configuration overrides: unset ones
 // leave the configuration's value.
 func (o *activityFlags) overrides() config.Overrides {
-	c := config.Overrides{QuietPeriod: o.quietPeriod, Keep: o.keep, LogSize: o.logSize}
+	c := config.Overrides{QuietPeriod: o.quietPeriod, Keep: o.keep, LogSize: o.logSize, Hide: o.hide, MaxFiles: o.maxFiles, MaxBytes: o.maxBytes}
 	if o.autoSnapshot.set {
 		c.AutoSnapshot = &o.autoSnapshot.v
 	}
