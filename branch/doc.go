@@ -39,6 +39,10 @@
 //	tag/<name>           a tag: the id of the snapshot it names
 //	base/<id><path>      what lower path looked like when layer id first
 //	                     shadowed it (see "Bases" in base.go)
+//	hash/o/<object id>   the SHA-256 of an object's data (hash.go)
+//	hash/c/<sha256><obj> the objects by contents, an index (hash.go)
+//	hash/l/<dev><ino>    the SHA-256 of a project file (hash.go)
+//	hash/s/<snap id>     a snapshot's Merkle root (hash.go)
 //
 // A branch name maps to a short numeric layer id, so that renaming a
 // branch is one small write and never rewrites entries. Layer ids are

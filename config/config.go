@@ -30,6 +30,10 @@
 //	                          the user's file only: a project cannot turn it off)
 //	size = 16M               (the exec log's bound)
 //
+//	[hash]
+//	enabled = true           (compute the content hashes and Merkle root of each snapshot in
+//	                          the background; the user's file only, as [trace])
+//
 //	[log]
 //	size = 16M               (the activity log's bound)
 //	reads = false            (also log lookups, opens for reading, listings)
@@ -108,6 +112,7 @@ type Config struct {
 // commands and git make.
 type Triggers struct {
 	Trace       bool  // trace the commands (as root)
+	Hash        bool  // compute snapshots' content hashes and roots in the background
 	ExecLogSize int64 // the exec log's bound, bytes
 	Git         bool  // git snapshots when a ref moves
 	Build       bool  // build snapshots when a build succeeds
@@ -120,7 +125,7 @@ type Triggers struct {
 
 // DefaultTriggers are the trigger settings without any file.
 func DefaultTriggers() Triggers {
-	return Triggers{Trace: true, ExecLogSize: activity.DefaultMaxBytes, Git: true, Build: true, Idle: autosnap.DefaultIdle, PostRun: true}
+	return Triggers{Trace: true, Hash: true, ExecLogSize: activity.DefaultMaxBytes, Git: true, Build: true, Idle: autosnap.DefaultIdle, PostRun: true}
 }
 
 // Default is the configuration without any file.
@@ -198,6 +203,7 @@ var configKeys = map[string][]string{
 	"ignore":        {"gitignore", "pattern"},
 	"hide":          {"pattern"},
 	"trace":         {"enabled", "size"},
+	"hash":          {"enabled"},
 	"limits":        {"max-files", "max-bytes"},
 }
 
@@ -289,6 +295,13 @@ func (c *Config) set(section, key, value string) error {
 			return fmt.Errorf("enabled in [trace] is not the project's to set: put it in your own configuration file (%s), or use --trace=false", UserFile())
 		}
 		c.Trace, err = parseConfigBool(key, value)
+	case "hash.enabled":
+		if c.project {
+			// The roots are what proves a snapshot is what it was: a
+			// project (an agent's change to it) must not turn them off.
+			return fmt.Errorf("enabled in [hash] is not the project's to set: put it in your own configuration file (%s), or use --hash=false", UserFile())
+		}
+		c.Hash, err = parseConfigBool(key, value)
 	case "trace.size":
 		c.ExecLogSize, err = ParseLogSize(value)
 		if err != nil {

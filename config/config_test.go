@@ -141,7 +141,7 @@ func TestLoadConfigErrors(t *testing.T) {
 	}{
 		{"[auto-snapshot]\nenabled = maybe\n", []string{":2:", "enabled = maybe", "true or false"}},
 		{"[auto-snapshot]\n\nquiet = 2s\n", []string{":3:", `unknown key "quiet" in [auto-snapshot]`, "enabled, quiet-period, keep"}},
-		{"[snapshots]\n", []string{":1:", "unknown section [snapshots]", "[auto-snapshot], [hide], [ignore], [limits], [log]"}},
+		{"[snapshots]\n", []string{":1:", "unknown section [snapshots]", "[auto-snapshot], [hash], [hide], [ignore], [limits], [log]"}},
 		{"enabled = true\n", []string{":1:", "before any section"}},
 		{"[log]\nsize\n", []string{":2:", "key = value"}},
 		{"[log]\nsize = lots\n", []string{":2:", "size = lots", "16M"}},
@@ -241,5 +241,30 @@ func TestLoadConfigHide(t *testing.T) {
 	}
 	if !rules.Hidden(".env", false) {
 		t.Errorf(".env not hidden: the project's !.env took back the user's pattern")
+	}
+}
+
+// TestLoadConfigHash: hashing is on by default, the user's file and
+// --hash turn it off and on, and a project cannot turn it off.
+func TestLoadConfigHash(t *testing.T) {
+	user, lower := configDirs(t)
+	c, err := Load(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Hash {
+		t.Errorf("default: Hash off, want on")
+	}
+	write(t, user, "[hash]\nenabled = false\n")
+	if c, err = Load(lower); err != nil || c.Hash {
+		t.Errorf("[hash] enabled = false in the user's file: Hash %v, err %v; want off", c.Hash, err)
+	}
+	on := true
+	if s, err := Resolve(c, Overrides{Hash: &on}, false); err != nil || !s.Hash {
+		t.Errorf("--hash over a file that turned it off: Hash %v, err %v", s.Hash, err)
+	}
+	write(t, filepath.Join(lower, ProjectFile), "[hash]\nenabled = false\n")
+	if _, err := Load(lower); err == nil || !strings.Contains(err.Error(), "not the project's to set") {
+		t.Errorf("a project's [hash] enabled = false: %v", err)
 	}
 }

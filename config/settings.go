@@ -38,6 +38,7 @@ type Overrides struct {
 	LogSize      string // a size, as ParseLogSize reads it
 	LogReads     *bool
 	Trace        *bool
+	Hash         *bool
 	// Hide are the patterns of --hide, added to the configuration's.
 	Hide     []string
 	MaxFiles string // a count or off, as ParseMaxFiles reads it
@@ -75,6 +76,9 @@ func Resolve(c Config, o Overrides, run bool) (Settings, error) {
 	}
 	if o.Trace != nil {
 		s.Trace = *o.Trace
+	}
+	if o.Hash != nil {
+		s.Hash = *o.Hash
 	}
 	if o.AutoSnapshot != nil {
 		s.AutoSnapshot = *o.AutoSnapshot

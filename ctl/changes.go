@@ -129,6 +129,9 @@ type ExportArgs struct {
 	// Paths, when set, are the only paths written (relative to the
 	// mount root), each at its path below To.
 	Paths []string `json:"paths,omitempty"`
+	// Manifest also writes the tree's hashes and root, as JSON, to
+	// To + ".manifest.json" (beside the tree, not in it).
+	Manifest bool `json:"manifest,omitempty"`
 }
 
 // ExportReply is the reply of OpExport.
@@ -137,4 +140,8 @@ type ExportReply struct {
 	To   string `json:"to"`
 	// Skipped lists what could not be exported, and why ("path: why").
 	Skipped []string `json:"skipped,omitempty"`
+	// Manifest is the manifest's path and Root the tree's root, when
+	// one was asked for.
+	Manifest string `json:"manifest,omitempty"`
+	Root     string `json:"root,omitempty"`
 }

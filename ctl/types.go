@@ -59,6 +59,14 @@ const (
 	// OpSnapshotPrune deletes automatic snapshots by the retention
 	// policy or beyond a count (PruneArgs); it answers a PruneReply.
 	OpSnapshotPrune Op = 23
+	// OpSnapshotShow answers the SnapshotInfo of one snapshot
+	// (SnapshotRef), with its root (computed then when no worker
+	// computes roots).
+	OpSnapshotShow Op = 24
+	// OpVerify checks snapshots against their content hashes and
+	// roots, or a directory against a snapshot (VerifyArgs); it answers
+	// a VerifyReply.
+	OpVerify Op = 25
 
 	// OpBranchCreate creates a branch (BranchCreateArgs); it answers
 	// its BranchInfo.
@@ -120,6 +128,8 @@ var opNames = map[Op]string{
 	OpGC:             "gc",
 	OpFsck:           "fsck",
 	OpSnapshotPrune:  "snapshot prune",
+	OpSnapshotShow:   "snapshot show",
+	OpVerify:         "verify",
 
 	OpBranchCreate:  "branch create",
 	OpBranchList:    "branch list",

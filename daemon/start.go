@@ -157,6 +157,7 @@ func SettingsArgs(s config.Settings) []string {
 		"--log-size", strconv.FormatInt(s.LogSize, 10),
 		"--log-reads=" + strconv.FormatBool(s.LogReads),
 		"--trace=" + strconv.FormatBool(s.Trace),
+		"--hash=" + strconv.FormatBool(s.Hash),
 		"--max-files", maxFilesArg(s.MaxFiles),
 		"--max-bytes", s.MaxBytes.String(),
 	}

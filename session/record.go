@@ -117,6 +117,22 @@ type Record struct {
 	Kind string `json:"kind,omitempty"`
 	// System is what a system session's view shows live or leaves out.
 	System *SystemView `json:"system,omitempty"`
+	// Roots is the chain of the Merkle roots of the session's
+	// snapshots, in the order taken, recorded when the command ended
+	// (see RootLink).
+	Roots []RootLink `json:"roots,omitempty"`
+}
+
+// RootLink is one snapshot in the session record's chain of roots:
+// its Merkle root (docs/store-format.md, "Content hashes") and Chain,
+// the SHA-256 of the previous link's Chain (32 zero bytes for the
+// first) followed by this Root, both as 32 bytes: the last Chain
+// commits to every root before it, in order.
+type RootLink struct {
+	Snapshot string `json:"snapshot"`
+	Kind     string `json:"kind"`
+	Root     string `json:"root"`
+	Chain    string `json:"chain"`
 }
 
 // Session kinds.

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -582,6 +584,14 @@ func (s *process) finish(code int) *Ended {
 	e.SummaryErr = err
 	s.closeRoot()
 	e.UnmountErr = s.unmount()
+	if s.activity.Hash && e.UnmountErr == nil {
+		// Once the daemon is gone, so that the session's end waits for
+		// no snapshot being hashed while the mount is up (and takes no
+		// automatic snapshot after the post-run one meanwhile).
+		if err := s.recordRoots(); err != nil {
+			fmt.Fprintf(s.stderr, "agentfs run: recording the roots of the session's snapshots: %v\n", err)
+		}
+	}
 	s.closeSupervision()
 	r.State = StateEnded
 	if e.UnmountErr != nil {
@@ -591,6 +601,38 @@ func (s *process) finish(code int) *Ended {
 		fmt.Fprintf(s.stderr, "agentfs run: %v\n", err)
 	}
 	return e
+}
+
+// recordRoots records the chain of the roots of the session's
+// snapshots, from its store once the daemon has ended: the roots its
+// worker computed, and those it had not got to, computed here.
+func (s *process) recordRoots() error {
+	c, err := s.rec.openOffline("")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }() // what it changed, it settled
+	list, err := c.SnapshotsWith(ctl.SnapshotListArgs{WaitRoots: true})
+	if err != nil {
+		return err
+	}
+	s.rec.Roots, err = RootChain(list.Snapshots)
+	return err
+}
+
+// RootChain links the roots of snaps, in order (see RootLink).
+func RootChain(snaps []ctl.SnapshotInfo) ([]RootLink, error) {
+	var links []RootLink
+	var chain [32]byte
+	for _, sn := range snaps {
+		root, err := hex.DecodeString(sn.Root)
+		if err != nil || len(root) != 32 {
+			return links, fmt.Errorf("snapshot %s: no root (%s)", sn.ID, sn.RootStatus)
+		}
+		chain = sha256.Sum256(append(chain[:], root...))
+		links = append(links, RootLink{Snapshot: sn.ID, Kind: sn.Kind, Root: sn.Root, Chain: hex.EncodeToString(chain[:])})
+	}
+	return links, nil
 }
 
 // summary counts the changes from the project to the session's branch.

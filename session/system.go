@@ -242,6 +242,12 @@ func runSystem(o RunOptions, dir string) error {
 		return err
 	}
 	recordSettings(o, &settings)
+	if o.Activity.Hash == nil {
+		// The hash worker hashes every file a snapshot holds: of a
+		// system session's, every file of the system. --hash asks for
+		// it.
+		settings.Hash = false
+	}
 	base, err := BaseDir()
 	if err != nil {
 		return err

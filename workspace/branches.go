@@ -40,6 +40,7 @@ func (w *Workspace) CreateBranch(c ctl.Caller, a ctl.BranchCreateArgs) (ctl.Bran
 				return ctl.BranchInfo{}, storeError(err, fmt.Sprintf("taking a snapshot of branch %q for branch %q", v.Layer().Name(), a.Name))
 			}
 			taken = true
+			w.hashes.Kick()
 		}
 		l, err := w.meta.CreateLayer(a.Name, from)
 		if err != nil {

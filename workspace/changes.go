@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -233,9 +234,17 @@ func (w *Workspace) Export(c ctl.Caller, a ctl.ExportArgs) (ctl.ExportReply, err
 	if err != nil {
 		return ctl.ExportReply{}, err
 	}
+	if a.Manifest && len(paths) > 0 {
+		return ctl.ExportReply{}, errorf(ErrInvalid, "export --manifest describes the whole tree: export it without PATHs")
+	}
 	return locked(w, func() (ctl.ExportReply, error) {
 		if err := w.checkExportTargetLocked(a.To); err != nil {
 			return ctl.ExportReply{}, err
+		}
+		if a.Manifest {
+			if _, err := os.Lstat(a.To + ".manifest.json"); err == nil {
+				return ctl.ExportReply{}, errorf(ErrExists, "the manifest %s.manifest.json exists already: export to another directory, or remove it first", a.To)
+			}
 		}
 		v, err := w.openRefLocked(a.Ref)
 		if err != nil {
@@ -252,6 +261,11 @@ func (w *Workspace) Export(c ctl.Caller, a ctl.ExportArgs) (ctl.ExportReply, err
 		w.log.Info("export", "what", v.what, "to", a.To, "skipped", len(reply.Skipped), "err", err, "pid", c.Pid)
 		if err != nil {
 			return ctl.ExportReply{}, ioErrorf(err, "exporting %s to %s: %v", v.what, a.To, err)
+		}
+		if a.Manifest {
+			if reply.Manifest, reply.Root, err = w.writeManifest(v, a.To); err != nil {
+				return ctl.ExportReply{}, ioErrorf(err, "%s exported to %s, but its manifest could not be written: %v", v.what, a.To, err)
+			}
 		}
 		return reply, nil
 	})

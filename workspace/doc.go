@@ -2,7 +2,7 @@
 // a store, as a typed Go API. A Workspace is one store (its branch
 // metadata, its backstore, the live view of every branch in use) over
 // one project; its methods are what `agentfs snapshot`, `branch`,
-// `diff`, `restore`, `merge`, `export`, `apply`, `gc`, `fsck` and the binding
+// `diff`, `restore`, `merge`, `export`, `apply`, `gc`, `fsck`, `verify` and the binding
 // commands do: the CLI, the daemon's control server, and later an MCP
 // server or a remote-storage client all call these, and none of them
 // holds rules of its own.

@@ -12,6 +12,7 @@ import (
 	"github.com/agentfs/agentfs/autosnap"
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/contenthash"
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/hide"
 	"github.com/agentfs/agentfs/overlay"
@@ -68,7 +69,19 @@ type Options struct {
 	// ProgressGate holds each long operation until its progress was
 	// asked (progress.go): for the tests of the progress bars only.
 	ProgressGate bool
-	Logger       *slog.Logger
+	// NoHash: no worker computes content hashes and roots after each
+	// snapshot (a mount's --hash=false); snapshot show and verify
+	// still compute what they need. A store opened without a mount
+	// never runs the worker (hashes.go).
+	NoHash bool
+	// HashHelper is the command of the hashing process the worker
+	// reads and hashes in (contenthash.Config.Helper); empty: in the
+	// worker's own thread.
+	HashHelper []string
+	// HashGate is a file the hash worker waits for to disappear before
+	// each snapshot it hashes: for the tests only.
+	HashGate string
+	Logger   *slog.Logger
 }
 
 // Workspace is one open store: see the package doc.
@@ -77,6 +90,7 @@ type Workspace struct {
 	log    *slog.Logger
 	meta   *branch.Store
 	objs   *backstore.Store
+	hashes *contenthash.Hasher
 	policy autosnap.Policy
 	// hide and hidden are the store's hide rules and the project's
 	// inodes they hide (hide.go), fixed once the store is open.
@@ -191,6 +205,9 @@ func (w *Workspace) open() error {
 	}
 	w.shown.Store(w.view)
 	w.views = map[string]*overlay.FS{layer.Name(): w.view}
+	w.hashes = contenthash.New(contenthash.Config{Meta: w.meta, Objects: w.objs, LowerDir: o.LowerDir,
+		ReadOnly: o.ReadOnly, Gate: o.HashGate, Helper: o.HashHelper, Logger: w.log,
+		OpenSnapshot: func(s branch.Snapshot) (*overlay.FS, error) { return w.readView(nil, w.meta.SnapshotView(s)) }})
 	return nil
 }
 
@@ -250,6 +267,9 @@ func (w *Workspace) Close() error {
 		return nil
 	}
 	w.closed = true
+	if w.hashes != nil {
+		w.hashes.Close()
+	}
 	var errs []error
 	for name, v := range w.views {
 		if err := v.Close(); err != nil {

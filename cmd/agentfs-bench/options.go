@@ -24,6 +24,12 @@ const (
 	// the trace costs (agentfs over agentfs-untraced, measured in the same
 	// interleaved run; the issue allows it 5% of a traced workload).
 	fsAgentfsUntraced = "agentfs-untraced"
+	// fsAgentfsNohash is agentfs mounted with --hash=false: no worker
+	// computes content hashes and roots after a snapshot. Every agentfs
+	// mount takes a snapshot once mounted (as agentfs run takes its
+	// pre-run snapshot), so that beside it agentfs shows what hashing
+	// the whole tree in the background costs the workloads.
+	fsAgentfsNohash = "agentfs-nohash"
 	// fsAgentfsBaseline is agentfs run from --baseline, another build,
 	// mounted the same way: an A/B comparison in one interleaved run.
 	fsAgentfsBaseline = "agentfs-baseline"
@@ -42,7 +48,7 @@ const (
 	fsAgentfsQuota = "agentfs-quota"
 )
 
-var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsUntraced, fsAgentfsQuota, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot}
+var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsUntraced, fsAgentfsNohash, fsAgentfsQuota, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot}
 
 // defaultFilesystems is --fs's default: all but the baseline, which
 // --baseline adds, and the quota variant.
@@ -57,7 +63,7 @@ func boundVariant(filesystem string) bool {
 
 // agentfsMount reports whether filesystem is mounted by an agentfs binary.
 func agentfsMount(filesystem string) bool {
-	return filesystem == fsAgentfs || filesystem == fsAgentfsUntraced || filesystem == fsAgentfsQuota || filesystem == fsAgentfsBaseline || boundVariant(filesystem)
+	return filesystem == fsAgentfs || filesystem == fsAgentfsUntraced || filesystem == fsAgentfsNohash || filesystem == fsAgentfsQuota || filesystem == fsAgentfsBaseline || boundVariant(filesystem)
 }
 
 // mountFlags are the flags of agentfs mount for filesystem, an agentfs
@@ -66,6 +72,8 @@ func mountFlags(filesystem string) []string {
 	switch filesystem {
 	case fsAgentfsUntraced:
 		return []string{"--trace=false"}
+	case fsAgentfsNohash:
+		return []string{"--hash=false"}
 	case fsAgentfsQuota:
 		return []string{"--max-files", "300000", "--max-bytes", "50%"}
 	}

@@ -28,7 +28,9 @@ type report struct {
 	// CLIStart is the CLI's start (clistart.go).
 	CLIStart *cliStartResult `json:"cli_start,omitempty"`
 	// TraceCost is agentfs over agentfs-untraced (tracecost.go).
-	TraceCost       *traceCost         `json:"trace_cost,omitempty"`
+	TraceCost *traceCost `json:"trace_cost,omitempty"`
+	// HashCost is agentfs over agentfs-nohash (tracecost.go).
+	HashCost        *traceCost         `json:"hash_cost,omitempty"`
 	CopyUpSeconds   map[string]float64 `json:"copy_up_seconds,omitempty"`
 	Notes           []string           `json:"notes,omitempty"`
 	DurationSeconds float64            `json:"duration_seconds"`
@@ -154,6 +156,7 @@ func (r *report) finish() {
 		}
 	}
 	r.finishTraceCost()
+	r.finishHashCost()
 	r.finishSystem()
 	for _, op := range r.Snapshots {
 		op.finish(r)
@@ -288,6 +291,7 @@ func (r *report) markdown() string {
 	if len(r.Workloads) > 0 {
 		r.workloadMarkdown(&b)
 		r.traceMarkdown(&b)
+		r.hashMarkdown(&b)
 		r.bindingMarkdown(&b)
 	}
 	if len(r.Snapshots) > 0 {

@@ -315,8 +315,12 @@ func positionals(c *command, flags *pflag.FlagSet, args []string) ([]candidate, 
 		}
 	case "apply":
 		return nil, completeFiles
-	case "restore", "snapshot delete":
+	case "restore", "snapshot delete", "snapshot show":
 		if n == 0 {
+			return fromMount(flags, snapshotCandidates), ""
+		}
+	case "verify":
+		if tree, _ := flags.GetString("tree"); tree == "" || n == 0 {
 			return fromMount(flags, snapshotCandidates), ""
 		}
 	case "tag":
