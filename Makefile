@@ -51,6 +51,8 @@ deps:
 	command -v mkfs.xfs >/dev/null || missing="$$missing xfsprogs"; \
 	command -v mkfs.ext4 >/dev/null || missing="$$missing e2fsprogs"; \
 	command -v git >/dev/null || missing="$$missing git"; \
+	command -v dpkg-deb >/dev/null || missing="$$missing dpkg"; \
+	command -v setpriv >/dev/null || missing="$$missing util-linux"; \
 	command -v gcc >/dev/null || missing="$$missing gcc"; \
 	command -v zsh >/dev/null || missing="$$missing zsh"; \
 	command -v fish >/dev/null || missing="$$missing fish"; \
@@ -127,8 +129,18 @@ bench: build bench-deps
 	bin/agentfs-bench --agentfs $(BIN) $(BENCHFLAGS)
 
 # bench-deps installs fuse-overlayfs when it is missing and we are root;
-# without it the benchmark leaves that column out.
+# without it the benchmark leaves that column out. python3 (the system
+# table's python3 row) likewise.
 bench-deps:
+	@if ! command -v python3 >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing: python3-minimal"; \
+			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-minimal >/dev/null) \
+				|| echo "note: could not install python3; the benchmark leaves its row out"; \
+		else \
+			echo "note: python3 is missing (apt-get install python3-minimal); the benchmark leaves its row out"; \
+		fi; \
+	fi
 	@if ! command -v fuse-overlayfs >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing: fuse-overlayfs"; \

@@ -49,7 +49,8 @@ func (s *Store) setAttrs(id string, st *unix.Stat_t, xattrSrc *os.File, exact bo
 // the package doc) to the object at l, whose type is typ.
 func (s *Store) copyAttrs(id string, l Loc, typ uint32, st *unix.Stat_t, xattrSrc *os.File, exact bool) error {
 	if s.root {
-		if err := unix.Fchownat(l.Dirfd, l.Name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		err := unmappedOwner(unix.Fchownat(l.Dirfd, l.Name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW))
+		if err != nil {
 			return fmt.Errorf("object %s: chown: %w", id, err)
 		}
 	}
@@ -271,4 +272,17 @@ func sizedRead(read func(buf []byte) (int, error)) ([]byte, error) {
 		}
 		return buf[:n], nil
 	}
+}
+
+// unmappedOwner is the error of a chown of an object to the owner of
+// another file: nil for EINVAL, which only the root of a user namespace
+// (agentfs run as a normal user) gets, for an owner its namespace does
+// not map (the overflow id, 65534, that such a file shows there, as
+// root's files do under agentfs run --system): the object then keeps
+// the daemon's own owner, the user's.
+func unmappedOwner(err error) error {
+	if errors.Is(err, unix.EINVAL) {
+		return nil
+	}
+	return err
 }

@@ -171,7 +171,7 @@ func (s *Store) setOwnerMode(fd int, have *unix.Stat_t, mode uint32, uid, gid in
 		return err
 	}
 	if s.root && (uid >= 0 && uint32(uid) != st.Uid || gid >= 0 && uint32(gid) != st.Gid) {
-		if err := unix.Fchown(fd, uid, gid); err != nil {
+		if err := unmappedOwner(unix.Fchown(fd, uid, gid)); err != nil {
 			return err
 		}
 		// After chown, which clears setuid and setgid.
@@ -228,7 +228,7 @@ func (s *Store) finishNew(id string, chmod bool, mode uint32, uid, gid int) erro
 	l := s.Loc(id)
 	var err error
 	if s.root && (uid >= 0 || gid >= 0) {
-		err = unix.Fchownat(l.Dirfd, l.Name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+		err = unmappedOwner(unix.Fchownat(l.Dirfd, l.Name, uid, gid, unix.AT_SYMLINK_NOFOLLOW))
 	}
 	if err == nil && chmod {
 		// The object is ours and not a symlink: following is safe.

@@ -29,6 +29,8 @@
 //	layer/<name>         layer record (see "Layer records")
 //	seq/layer            next layer id to hand out, uint64
 //	seq/ino              first inode number not yet leased, uint64
+//	dev/<dev><high>      the slot of a (device, inode range) pair of
+//	                     lower files on other filesystems (devslot.go)
 //	commit/pending       the timestamp of a split commit in progress
 //	e/<id><path>         the entry at path in layer id (8-byte id);
 //	                     value: Entry.Encode
@@ -286,13 +288,14 @@
 //
 // # Locking
 //
-// Lock order: Store.inoMu, then Store.commitMu, then the hand-off
+// Lock order: Store.inoMu (or Store.slotMu, never both), then
+// Store.commitMu, then the hand-off
 // queue's mu (handoffs), then Store.tsMu; handoffs.turn, then its mu; and
 // Store.mu (the layer cache), then Store.tsMu. mu and commitMu are never
 // held together. tsMu also guards the in-memory set of snapshot
 // timestamps. A wait for badger to write a commit may hold any lock
 // but tsMu (badger's callbacks take tsMu and nothing else), including
-// Store.mu, inoMu, commitMu and the callers' own locks. badger does its
+// Store.mu, inoMu, slotMu, commitMu and the callers' own locks. badger does its
 // own locking. A Store and its Layers are safe for concurrent use;
 // Close must not run concurrently with other calls.
 package branch

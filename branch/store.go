@@ -66,6 +66,11 @@ type Store struct {
 	inoNext uint64
 	inoEnd  uint64
 
+	// slotMu guards slots, the device slots known (devslot.go), nil
+	// until first asked.
+	slotMu sync.Mutex
+	slots  map[[2]uint64]uint64
+
 	// commitMu serializes commits and guards nextTs and broken.
 	commitMu sync.Mutex
 	nextTs   uint64 // timestamp of the next commit

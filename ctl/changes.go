@@ -126,6 +126,9 @@ type ExportArgs struct {
 	// To is the absolute path of the directory to write: it must not
 	// exist, or be empty.
 	To string `json:"to"`
+	// Paths, when set, are the only paths written (relative to the
+	// mount root), each at its path below To.
+	Paths []string `json:"paths,omitempty"`
 	// Manifest also writes the tree's hashes and root, as JSON, to
 	// To + ".manifest.json" (beside the tree, not in it).
 	Manifest bool `json:"manifest,omitempty"`

@@ -167,6 +167,7 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 	}
 	d.ws, err = workspace.Open(workspace.Options{Store: d.store, Lower: p.Lower, LowerDir: d.lowerDir, Mountpoint: p.Mountpoint,
 		Backstore: p.Backstore, RamdiskSize: p.RamdiskSize, Ephemeral: d.ephemeral, Session: p.Session,
+		System: p.System, Exclude: p.Exclude, Seal: p.Seal,
 		Keep: p.Activity.Keep, Version: o.Version, Logger: logger, Hide: rules,
 		Limits:     overlay.Limits{Files: p.Activity.MaxFiles, Bytes: p.Activity.MaxBytes.Bytes},
 		BytesShare: p.Activity.MaxBytes.Percent,
@@ -203,6 +204,18 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 			logger.Warn("recording the mount in the registry (agentfs unmount cannot clean up if this daemon dies)", "err", err)
 		}
 		defer RemoveRegistry(p.Mountpoint, pid)
+	}
+	if p.System && d.root() {
+		// The system session's command gets its namespace once the
+		// mount is ready: the directory of branch mounts must be a
+		// shared mount by then, for agentfs exec -b inside to see the
+		// branch mounts made later (session/system.go).
+		d.mu.Lock()
+		_, err := d.branchAnchorLocked()
+		d.mu.Unlock()
+		if err != nil {
+			logger.Warn("the directory of branch mounts: agentfs exec -b will not work inside the session", "err", err)
+		}
 	}
 	d.trace.start()
 	srv := d.srv.Load()

@@ -117,3 +117,20 @@ func OwnDir(dir string) (string, error) {
 	}
 	return dir, nil
 }
+
+// OwnDirs lists the directories where this user's agentfs keeps its
+// files outside the sessions: the bases of private stores and the
+// registry of mounts (they may not exist). A system session's view
+// hides them.
+func OwnDirs() []string {
+	dirs := privateStoreBases()
+	if d := os.Getenv("AGENTFS_RUNTIME_DIR"); d != "" {
+		dirs = append(dirs, filepath.Clean(d))
+	}
+	if os.Geteuid() == 0 {
+		dirs = append(dirs, "/run/agentfs")
+	} else if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
+		dirs = append(dirs, filepath.Join(x, "agentfs"))
+	}
+	return append(dirs, filepath.Join(os.TempDir(), fmt.Sprintf("agentfs-run-%d", os.Geteuid())))
+}

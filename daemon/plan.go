@@ -40,6 +40,12 @@ type Request struct {
 	// TraceCgroup is the session's cgroup: the exec trace follows its
 	// processes ("": the processes working in the mount only).
 	TraceCgroup string
+	// System: the mount of an agentfs run --system session (Session
+	// too): the lower is /, the mountpoint and the store are inside
+	// paths the view hides (Exclude), and Seal lists the directories it
+	// shows empty (system.go).
+	System        bool
+	Exclude, Seal []string
 }
 
 // Plan is a validated mount request. Nothing changes it once made: what
@@ -57,6 +63,8 @@ type Plan struct {
 	NoIOURing         bool
 	Session           bool
 	TraceCgroup       string
+	System            bool
+	Exclude, Seal     []string
 	Activity          config.Settings
 	MountFlags        []string
 }
@@ -83,7 +91,8 @@ func Validate(r Request) (*Plan, error) {
 		return nil, usagef("--lower DIR is required (the project to show)")
 	}
 	p := &Plan{Backstore: r.Backstore, Debug: r.Debug, Ephemeral: r.Ephemeral, NoPassthrough: r.NoPassthrough,
-		WritebackCache: r.WritebackCache, NoIOURing: r.NoIOURing, Session: r.Session, TraceCgroup: r.TraceCgroup}
+		WritebackCache: r.WritebackCache, NoIOURing: r.NoIOURing, Session: r.Session, TraceCgroup: r.TraceCgroup,
+		System: r.System, Exclude: r.Exclude, Seal: r.Seal}
 	for _, f := range r.MountFlags {
 		if !kernelMountFlags[f] {
 			return nil, usagef("mount flag %q: agentfs passes only nosuid, nodev, noexec, suid, dev and exec to the kernel", f)
@@ -117,7 +126,11 @@ func Validate(r Request) (*Plan, error) {
 	if p.Mountpoint, err = RealDir(r.Mountpoint, "mountpoint"); err != nil {
 		return nil, err
 	}
-	if p.Session {
+	if p.System {
+		if err := checkSystemPlan(p); err != nil {
+			return nil, err
+		}
+	} else if p.Session {
 		// agentfs run: the view goes over the project itself, in a
 		// mount namespace of its own (the project may well be a mount
 		// point: a bind mount, a volume).
@@ -149,7 +162,14 @@ func Validate(r Request) (*Plan, error) {
 			return nil, err
 		}
 	}
-	if r.Store != "" {
+	if r.Store != "" && p.System {
+		if p.Store = filepath.Clean(r.Store); !filepath.IsAbs(p.Store) {
+			return nil, fmt.Errorf("internal: a system session's store %s is not an absolute path", r.Store)
+		}
+		if err := checkSystemStore(p); err != nil {
+			return nil, err
+		}
+	} else if r.Store != "" {
 		if p.Store, err = checkStore(r.Store, p.Lower, p.Mountpoint); err != nil {
 			return nil, err
 		}

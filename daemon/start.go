@@ -130,6 +130,15 @@ func daemonArgs(p *Plan, store string, ephemeral bool) []string {
 	if p.TraceCgroup != "" {
 		args = append(args, "--trace-cgroup", p.TraceCgroup)
 	}
+	if p.System {
+		args = append(args, "--system-mount")
+		for _, h := range p.Exclude {
+			args = append(args, "--exclude-path", h)
+		}
+		for _, s := range p.Seal {
+			args = append(args, "--seal", s)
+		}
+	}
 	args = append(args, SettingsArgs(p.Activity)...)
 	if len(p.MountFlags) > 0 {
 		args = append(args, "-o", strings.Join(p.MountFlags, ","))

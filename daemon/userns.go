@@ -1,9 +1,11 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // User namespaces for agentfs run as a normal user.
@@ -42,6 +44,11 @@ func usernsRestrictions() []string {
 // what the kernel said), with the fix.
 func UsernsError(err error) error {
 	why := "the kernel does not allow unprivileged user namespaces here"
+	if errors.Is(err, syscall.ENOSPC) {
+		// clone(2) says ENOSPC for a count of user namespaces at its
+		// limit, 0 included: "no space left on device" misleads.
+		err = errors.New("the limit of user namespaces is reached (ENOSPC)")
+	}
 	if r := usernsRestrictions(); len(r) > 0 {
 		why += " (" + strings.Join(r, ", ") + ")"
 	}

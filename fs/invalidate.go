@@ -115,9 +115,25 @@ func (s *Server) dropRoot() {
 	}
 	s.negMu.Unlock()
 	for name := range names {
+		if keepsMount(views, name) {
+			// Something may be mounted over it (agentfs run --system):
+			// invalidating its name would detach that mount.
+			continue
+		}
 		s.notifyEntry(fuse.FUSE_ROOT_ID, name)
 	}
 	s.notifyInode(fuse.FUSE_ROOT_ID, 0, 0)
+}
+
+// keepsMount reports whether name in the root is, in every view, a
+// sealed directory that shows its lower one (overlay.FS.KeepsMount).
+func keepsMount(views []*overlay.FS, name string) bool {
+	for _, v := range views {
+		if !v.KeepsMountName(name) {
+			return false
+		}
+	}
+	return len(views) > 0
 }
 
 // notifyInode has the kernel drop what it cached of kernel node id: its

@@ -222,6 +222,12 @@ func (w *lowerWatch) flush() {
 		if !shown {
 			continue
 		}
+		if child != nil && v.KeepsMount(child) {
+			// Something may be mounted over it: its name stays
+			// (invalidating it would detach the mount).
+			w.s.notifyInode(iv.dir, -1, 0)
+			continue
+		}
 		if child != nil && w.s.writeback && child.Mode() == unix.S_IFREG {
 			// The kernel keeps its own size and times of a file it
 			// knows: only a new node (inode) shows the new ones.

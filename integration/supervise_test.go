@@ -84,6 +84,25 @@ func lines(p string) []string {
 	return strings.Split(s, "\n")
 }
 
+// rewindSupervised waits for the first start of a supervised agent that
+// appends a line to out/starts at each start, restores its session to
+// the pre-run snapshot, and waits for the agent's second start; it
+// returns the session.
+func rewindSupervised(t *testing.T, e *runEnv, out string, output *strings.Builder) runSessionInfo {
+	t.Helper()
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 1 }) {
+		t.Fatalf("the agent did not start:\n%s", output)
+	}
+	s := e.sessions()[0]
+	if r := e.agentfs("restore", "-s", s.ID, s.PreRun); r.Code != 0 || !strings.Contains(r.Stdout, "its supervisor starts it again") {
+		t.Fatalf("agentfs restore -s of the supervised session:\n%s", r)
+	}
+	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 2 }) {
+		t.Fatalf("the agent did not start again after the rewind: %q\n%s", lines(filepath.Join(out, "starts")), output)
+	}
+	return s
+}
+
 // startRun starts agentfs run with args in the project, its output
 // gathered.
 func startRun(t *testing.T, e *runEnv, args ...string) (*exec.Cmd, *strings.Builder) {
@@ -322,16 +341,7 @@ while [ ! -e $out/quit ]; do sleep 0.05; done
 exit 7
 `, out))
 	run, output := startRun(t, e, "--supervise", "--stop-grace", "500ms", "--", agent)
-	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 1 }) {
-		t.Fatalf("the agent did not start:\n%s", output)
-	}
-	s := e.sessions()[0]
-	if r := e.agentfs("restore", "-s", s.ID, s.PreRun); r.Code != 0 || !strings.Contains(r.Stdout, "its supervisor starts it again") {
-		t.Fatalf("agentfs restore -s:\n%s", r)
-	}
-	if !harness.WaitFor(func() bool { return len(lines(filepath.Join(out, "starts"))) == 2 }) {
-		t.Fatalf("the agent killed after its grace did not start again: %q\n%s", lines(filepath.Join(out, "starts")), output)
-	}
+	s := rewindSupervised(t, e, out, output)
 	must(t, os.WriteFile(filepath.Join(out, "quit"), nil, 0o644))
 	if code := waitCode(t, run); code != 7 {
 		t.Errorf("agentfs run exited %d, want the relaunched agent's 7\n%s", code, output)

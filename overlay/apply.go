@@ -277,7 +277,7 @@ func (v *FS) lowerViewOfSameFd() (*FS, error) {
 		return nil, fmt.Errorf("apply: %w", err)
 	}
 	lv, err := newWithFd(Config{Lower: v.cfg.Lower, Objects: v.objs, Logger: v.log,
-		Hide: v.cfg.Hide, HiddenInodes: v.cfg.HiddenInodes}, fd)
+		Hide: v.cfg.Hide, HiddenInodes: v.cfg.HiddenInodes, Exclude: v.cfg.Exclude, Seal: v.cfg.Seal, DeviceSlot: v.cfg.DeviceSlot}, fd)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err

@@ -15,7 +15,11 @@
 // file (chmod, chown, utimens, setxattr and rename of lower files copy
 // no data). Directories created in the overlay are opaque; copied-up
 // directories carry their lower path as Redirect, so renaming a lower
-// or merged directory is a metadata operation.
+// or merged directory is a metadata operation. A view may leave lower
+// paths out, or show lower directories empty (exclude.go: a view of the
+// whole system hides agentfs's own directories and seals the kernel's
+// filesystems); files of filesystems mounted inside the lower tree
+// show mapped inode numbers (ino.go).
 //
 // A view given hide rules (Config.Hide) shows no lower file whose
 // project path they hide, nor another name of such a file's inode: see

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -46,6 +48,17 @@ type ExportOptions struct {
 	// Progress, when set, is told after each file how many were
 	// written so far, and the bytes of their data.
 	Progress func(files, bytes int64)
+	// Paths, when set, are the only paths exported (view paths, ""
+	// for the root), each with what it holds, at the same path below
+	// the target; the directories above them are made with the view's
+	// attributes, and hold nothing else.
+	Paths []string
+	// IntoLower lets the target be inside the lower directory: a view
+	// of the whole system (agentfs run --system) has every directory of
+	// the host in its lower one. The lower directory the target is, as
+	// the view shows it, is then left out of the export (it would
+	// export itself).
+	IntoLower bool
 }
 
 // Export writes view v out as a plain directory tree at to, which must
@@ -59,7 +72,7 @@ func Export(v *FS, to string) error {
 func ExportWith(v *FS, to string, o ExportOptions) error {
 	// Nothing is made before the check: not even a parent directory
 	// may appear in the lower tree.
-	if err := v.refuseInsideLowerPath(existingAncestor(to), to); err != nil {
+	if err := v.refuseInsideLowerPath(existingAncestor(to), to); err != nil && !o.IntoLower {
 		return err
 	}
 	rootfd, made, err := openExportTarget(to)
@@ -67,7 +80,7 @@ func ExportWith(v *FS, to string, o ExportOptions) error {
 		return err
 	}
 	defer unix.Close(rootfd)
-	if err := v.refuseInsideLower(rootfd, to); err != nil {
+	if err := v.refuseInsideLower(rootfd, to); err != nil && !o.IntoLower {
 		if made {
 			// Undo the empty directory made above, as far as it goes:
 			// the caller gets the refusal.
@@ -76,6 +89,16 @@ func ExportWith(v *FS, to string, o ExportOptions) error {
 		return err
 	}
 	x := &exporter{v: v, o: o, rootfd: rootfd, asRoot: os.Geteuid() == 0, links: map[uint64]string{}}
+	if o.IntoLower {
+		var st unix.Stat_t
+		if err := unix.Fstat(rootfd, &st); err != nil {
+			return fmt.Errorf("export %s: %w", to, err)
+		}
+		x.target = &st
+	}
+	if len(o.Paths) > 0 {
+		return x.paths(o.Paths)
+	}
 	root, st, err := v.lookupPath("")
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
@@ -195,6 +218,9 @@ type exporter struct {
 	links map[uint64]string
 	// files and bytes count what was written, for o.Progress.
 	files, bytes int64
+	// target is the export's root, when it may be in the lower
+	// directory (ExportOptions.IntoLower): the export leaves it out.
+	target *unix.Stat_t
 }
 
 func (x *exporter) skip(p, why string) {
@@ -244,6 +270,10 @@ func (x *exporter) file(n *Node, st *unix.Stat_t, dirfd int, name, p string) err
 	var err error
 	switch n.mode {
 	case unix.S_IFDIR:
+		if x.isTarget(n) {
+			x.skip(p, "the export's own target")
+			return nil
+		}
 		return x.dir(n, st, dirfd, name, p)
 	case unix.S_IFREG:
 		err = x.regular(n, st, dirfd, name)
@@ -354,4 +384,130 @@ func keptXattr(name string, asRoot bool) bool {
 		return asRoot
 	}
 	return false
+}
+
+// isTarget reports whether directory n shows the export's own target
+// (its lower directory is the target).
+func (x *exporter) isTarget(n *Node) bool {
+	if x.target == nil {
+		return false
+	}
+	lower, ok := x.v.LowerDir(n)
+	if !ok {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Fstatat(x.v.lowerFd, lower, &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+		st.Dev == x.target.Dev && st.Ino == x.target.Ino
+}
+
+// paths exports the view paths ps (ExportOptions.Paths), each below
+// the directories above it, which get the view's attributes once
+// filled.
+func (x *exporter) paths(ps []string) error {
+	var clean []string
+	for _, p := range ps {
+		c := strings.TrimPrefix(path.Clean("/"+p), "/")
+		if isBelow(c, internalDir) && c != "" {
+			return fmt.Errorf("export: %q: the control file is not exported", p)
+		}
+		clean = append(clean, c)
+	}
+	slices.Sort(clean)
+	type made struct {
+		dirfd      int
+		name, path string
+	}
+	var dirs []made // the directories made above the paths, parents first
+	defer func() {
+		for _, d := range dirs {
+			if d.dirfd != x.rootfd {
+				unix.Close(d.dirfd)
+			}
+		}
+	}()
+	fds := map[string]int{"": x.rootfd}
+	var done []string
+	for _, p := range clean {
+		if slices.ContainsFunc(done, func(d string) bool { return d == "" || p == d || isBelow(p, d) }) {
+			continue // inside one exported whole
+		}
+		done = append(done, p)
+		if p == "" {
+			root, st, err := x.v.lookupPath("")
+			if err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			if err := x.fill(root, x.rootfd, ""); err != nil {
+				return err
+			}
+			if err := x.setAttrs(root, &st, x.rootfd, ".", ""); err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			continue
+		}
+		names := pathNames(p)
+		at := ""
+		for i, name := range names {
+			q := joinPath(at, name)
+			n, st, err := x.v.lookupPath(q)
+			if err == nil && n == nil {
+				err = fmt.Errorf("%s does not exist in %s", q, "the view")
+			}
+			if err != nil {
+				return fmt.Errorf("export %s: %w", q, err)
+			}
+			if i == len(names)-1 {
+				err = x.file(n, &st, fds[at], name, q)
+				x.v.release(n)
+				if err != nil {
+					return fmt.Errorf("export %s: %w", q, err)
+				}
+				break
+			}
+			x.v.release(n)
+			if _, ok := fds[q]; !ok {
+				if n.mode != unix.S_IFDIR {
+					return fmt.Errorf("export %s: %s is not a directory", p, q)
+				}
+				if err := unix.Mkdirat(fds[at], name, 0o700); err != nil {
+					return fmt.Errorf("export %s: %w", q, err)
+				}
+				fd, err := unix.Openat(fds[at], name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				if err != nil {
+					return fmt.Errorf("export %s: %w", q, err)
+				}
+				fds[q] = fd
+				dirs = append(dirs, made{dirfd: fds[at], name: name, path: q})
+			}
+			at = q
+		}
+	}
+	// The directories above, deepest first (a read-only one is filled
+	// before it gets its mode), then the root.
+	for i := len(dirs) - 1; i >= 0; i-- {
+		d := dirs[i]
+		n, st, err := x.v.lookupPath(d.path)
+		if err == nil && n == nil {
+			err = unix.ENOENT // removed meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("export %s: %w", d.path, err)
+		}
+		err = x.setAttrs(n, &st, d.dirfd, d.name, d.path)
+		x.v.release(n)
+		if err != nil {
+			return fmt.Errorf("export %s: %w", d.path, err)
+		}
+	}
+	if !slices.Contains(done, "") {
+		root, st, err := x.v.lookupPath("")
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		if err := x.setAttrs(root, &st, x.rootfd, ".", ""); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+	}
+	return nil
 }

@@ -50,7 +50,7 @@ func (v *FS) resolveLocked(dir *Node, name string) (resolved, error) {
 		return r, nil
 	}
 	lp := joinPath(dir.lower, name)
-	if err := unix.Fstatat(v.lowerFd, lp, &r.lowerSt, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := v.lowerChildStat(dir.lower, lp, &r.lowerSt); err != nil {
 		if err == unix.ENOENT || err == unix.ENOTDIR {
 			return r, nil
 		}
@@ -170,7 +170,8 @@ func (v *FS) statLocked(n *Node) (unix.Stat_t, error) {
 		} else if st.Nlink > 1 && n.mode == unix.S_IFREG {
 			st.Nlink = uint64(max(int64(st.Nlink)-int64(v.hiddenLinks[n.ino]), 1))
 		} else if st.Nlink > 2 && n.mode == unix.S_IFDIR {
-			st.Nlink = uint64(max(int64(st.Nlink)-int64(v.hiddenSubdirs(n.lower)), 2))
+			left := int64(st.Nlink) - int64(v.hiddenSubdirs(n.lower)) - int64(v.excludedSubdirs(n.lower, &st))
+			st.Nlink = uint64(max(left, 2))
 		}
 	}
 	st.Ino = n.ino
@@ -197,7 +198,7 @@ func (v *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
 		if err := unix.Fstatat(v.lowerFd, lowerRel(n.lower), &lst, unix.AT_SYMLINK_NOFOLLOW); err != nil || lst.Nlink < 2 {
 			return 1
 		}
-		nl = int64(lst.Nlink) + int64(v.ndirs[p])
+		nl = int64(lst.Nlink) + int64(v.ndirs[p]) - int64(v.excludedSubdirs(n.lower, &lst))
 		if upper := v.dirs[p]; len(upper) > 0 {
 			// Walk the smaller of the two: the kernel asks after each
 			// change, and rm -rf of a big merged directory would
@@ -249,14 +250,17 @@ func (v *FS) lowerSubdirsOf(lp string) map[string]bool {
 		return m
 	}
 	m := map[string]bool{}
-	if f, err := v.openLower(lp, unix.O_RDONLY|unix.O_DIRECTORY); err == nil {
+	if f, err := v.openLower(lp, unix.O_RDONLY|unix.O_DIRECTORY); err == nil && !v.excl.sealed(lp) {
 		ents, _ := f.ReadDir(-1)
 		f.Close()
 		for _, e := range ents {
-			if e.IsDir() {
-				m[e.Name()] = !v.cfg.Hide.Hidden(joinPath(lp, e.Name()), true)
+			// Excluded ones are left out (excludedSubdirs counts them).
+			if p := joinPath(lp, e.Name()); e.IsDir() && !v.excl.hidden(p) {
+				m[e.Name()] = !v.cfg.Hide.Hidden(p, true)
 			}
 		}
+	} else if err == nil {
+		f.Close()
 	}
 	v.lowerSubdirs[lp] = m
 	return m

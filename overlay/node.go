@@ -280,17 +280,6 @@ func (v *FS) promoteLocked(n *Node, e *branch.Entry) {
 	}
 }
 
-// mapIno returns the st_ino shown for a lower inode: its own number on
-// the lower root's filesystem, a number in a separate range for files on
-// filesystems mounted inside the lower tree.
-func (v *FS) mapIno(st *unix.Stat_t) uint64 {
-	if st.Dev == v.lowerDev {
-		return st.Ino
-	}
-	h := (st.Dev * 0x9E3779B97F4A7C15) >> 52 // 12 bits of the device
-	return 1<<62 | h<<48 | st.Ino&(1<<48-1)
-}
-
 func typeMode(t branch.Type) uint32 {
 	switch t {
 	case branch.TypeFile:

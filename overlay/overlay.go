@@ -42,7 +42,16 @@ type Config struct {
 	HiddenInodes *hide.Inodes
 	// Limits bound what the branch may hold in the backstore (quota.go).
 	Limits Limits
-	Logger *slog.Logger
+	// Exclude and Seal are lower paths the view leaves out, or shows as
+	// empty directories (exclude.go): agentfs run --system's own
+	// directories and the kernel's filesystems.
+	Exclude, Seal []string
+	// DeviceSlot numbers the (device, high 16 bits of st_ino) pairs of
+	// lower files that are not on the lower root's filesystem, from 0,
+	// the same pair always the same number (ino.go). Nil: numbered in
+	// this view's memory.
+	DeviceSlot func(dev, high uint64) (uint64, error)
+	Logger     *slog.Logger
 }
 
 // Caller is the identity that creates an inode.
@@ -64,6 +73,8 @@ type FS struct {
 	log      *slog.Logger
 	lowerFd  int // O_PATH directory fd of the lower root
 	lowerDev uint64
+	excl     exclusions // lower paths left out (exclude.go)
+	slots    deviceSlots
 
 	// mu guards the namespace (see the package doc).
 	mu        sync.RWMutex
@@ -149,6 +160,8 @@ func newWithFd(cfg Config, fd int) (*FS, error) {
 		log:          cfg.Logger,
 		lowerFd:      fd,
 		lowerDev:     st.Dev,
+		excl:         newExclusions(cfg.Exclude, cfg.Seal),
+		slots:        deviceSlots{of: cfg.DeviceSlot},
 		dirs:         map[string]map[string]*branch.Entry{},
 		links:        map[string]int{},
 		hardlinks:    map[uint64]*branch.Entry{},

@@ -58,6 +58,9 @@ func (v *FS) ReadDir(n *Node) ([]DirEntry, error) {
 
 // lowerNames lists a lower directory (without "." and "..").
 func (v *FS) lowerNames(lp string) ([]DirEntry, error) {
+	if v.excl.sealed(lp) {
+		return nil, nil
+	}
 	f, err := v.openLower(lp, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		if err == unix.ENOENT || err == unix.ENOTDIR {
@@ -74,10 +77,24 @@ func (v *FS) lowerNames(lp string) ([]DirEntry, error) {
 			return nil, err
 		}
 		if nb <= 0 {
-			return v.unhiddenNames(lp, out), nil
+			break
 		}
 		out = parseDirents(buf[:nb], out, v.lowerDev)
 	}
+	// The hide rules judge the raw names and inode numbers (hide.go).
+	out = v.unhiddenNames(lp, out)
+	// A directory of another filesystem (mounted inside the lower
+	// tree) lists its own inode numbers: d_ino shows them as st_ino
+	// does (mapIno).
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) == nil {
+		for i := range out {
+			if st.Dev != v.lowerDev || out[i].Ino >= inoMapped {
+				out[i].Ino = v.mapIno(&unix.Stat_t{Dev: st.Dev, Ino: out[i].Ino})
+			}
+		}
+	}
+	return v.excl.filter(lp, out), nil
 }
 
 // parseDirents appends the linux_dirent64 records in b to out.

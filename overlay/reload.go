@@ -44,14 +44,19 @@ func (v *FS) reloadLocked() ([]Stale, error) {
 	for _, n := range v.byObject {
 		add(n)
 	}
-	for _, n := range v.byLower {
+	kept := map[string]*Node{}
+	for lp, n := range v.byLower {
+		if v.keepsMountLocked(n) {
+			kept[lp] = n
+			continue
+		}
 		add(n)
 	}
 	for _, n := range v.byLowerIno {
 		add(n)
 	}
 	v.byObject = map[string]*Node{}
-	v.byLower = map[string]*Node{}
+	v.byLower = kept
 	v.byLowerIno = map[uint64]*Node{}
 	for _, s := range stale {
 		v.cutLooseLocked(s.Node)

@@ -15,7 +15,7 @@ var whiteout = &branch.Entry{Type: branch.TypeWhiteout}
 func (v *FS) hideLocked(t *tx, dir *Node, name string, r *resolved) {
 	var st unix.Stat_t
 	lp := joinPath(dir.lower, name)
-	if !dir.hasLower || unix.Fstatat(v.lowerFd, lp, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || v.hidesLower(lp, &st) {
+	if !dir.hasLower || v.lowerChildStat(dir.lower, lp, &st) != nil || v.hidesLower(lp, &st) {
 		if v.indexGet(r.path) != nil {
 			t.del(r.path)
 		}

@@ -111,7 +111,7 @@ func (r *Record) WriteBundle(dir, version string, done <-chan struct{}) (BundleR
 	case st == StateApplied:
 		return BundleResult{}, fmt.Errorf("session %s was applied: the project now holds its changes, and its pre-run snapshot reads the project's files through, so its before-states are gone; record a session before applying it (agentfs run --record DIR records it at its end)", r.ID)
 	}
-	if err := CheckBundleTarget(dir, r.Project); err != nil {
+	if err := CheckBundleTarget(dir, r.bundleProject()); err != nil {
 		return BundleResult{}, err
 	}
 	var res BundleResult

@@ -3,7 +3,9 @@
 // the command ends. It owns the session records (where they live,
 // their states, finding and listing them), reaching a session (its
 // daemon while it runs, its store in this process once it has ended),
-// and the processes of agentfs run (run.go).
+// and the processes of agentfs run (run.go); a system session
+// (agentfs run --system, system.go) shows the command the whole system
+// as its root directory.
 //
 // A session lives in SESSIONS/ID, SESSIONS being
 // ${XDG_STATE_HOME:-~/.local/state}/agentfs/sessions:
@@ -109,6 +111,12 @@ type Record struct {
 	// Relaunches say when, and from what.
 	Supervised bool       `json:"supervised,omitempty"`
 	Relaunches []Relaunch `json:"relaunches,omitempty"`
+	// Kind is KindProject (agentfs run) or KindSystem (agentfs run
+	// --system, system.go); records made before kinds have none and
+	// are a project's (KindOf).
+	Kind string `json:"kind,omitempty"`
+	// System is what a system session's view shows live or leaves out.
+	System *SystemView `json:"system,omitempty"`
 	// Roots is the chain of the Merkle roots of the session's
 	// snapshots, in the order taken, recorded when the command ended
 	// (see RootLink).
@@ -125,6 +133,20 @@ type RootLink struct {
 	Kind     string `json:"kind"`
 	Root     string `json:"root"`
 	Chain    string `json:"chain"`
+}
+
+// Session kinds.
+const (
+	KindProject = "project"
+	KindSystem  = "system"
+)
+
+// KindOf is the session's kind.
+func (r *Record) KindOf() string {
+	if r.Kind == "" {
+		return KindProject
+	}
+	return r.Kind
 }
 
 // Relaunch is one start of a supervised command after a rewind.
@@ -208,11 +230,17 @@ func newID(now time.Time) string {
 // Create makes the directory and the record (state starting) of
 // a new session of command on project.
 func Create(project, dir string, command []string) (*Record, error) {
+	return create(project, dir, command, false)
+}
+
+// create is Create; a system session's project is / (its sessions
+// directory is inside, and hidden from its view).
+func create(project, dir string, command []string, system bool) (*Record, error) {
 	base, err := BaseDir()
 	if err != nil {
 		return nil, err
 	}
-	if hostpath.InsideAny(base, []string{project}) {
+	if !system && hostpath.InsideAny(base, []string{project}) {
 		return nil, fmt.Errorf("the sessions directory %s is inside the project %s, which agentfs never writes to (and which the session's mount covers): set XDG_STATE_HOME to a directory outside the project", base, project)
 	}
 	if _, err := daemon.OwnDir(base); err != nil {
@@ -228,8 +256,15 @@ func Create(project, dir string, command []string) (*Record, error) {
 			return nil, fmt.Errorf("creating the session directory: %w", err)
 		}
 		r := &Record{ID: id, Project: project, Dir: dir, Command: command, Started: now.Round(0),
-			Store: filepath.Join(sdir, sessionStoreName), Mountpoint: project, State: StateStarting,
+			Store: filepath.Join(sdir, sessionStoreName), Mountpoint: project, State: StateStarting, Kind: KindProject,
 			RunPid: os.Getpid(), RunStart: procfs.StartTime(os.Getpid())}
+		if system {
+			r.Kind, r.Mountpoint = KindSystem, filepath.Join(sdir, systemRootName)
+			if err := os.Mkdir(r.Mountpoint, 0o700); err != nil {
+				r.remove()
+				return nil, fmt.Errorf("creating the session's root directory: %w", err)
+			}
+		}
 		if err := r.Save(); err != nil {
 			r.remove() // the session never started
 			return nil, err

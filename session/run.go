@@ -64,12 +64,40 @@ type RunOptions struct {
 	Activity config.Overrides
 	// Supervise, when set, runs the command under a supervisor.
 	Supervise *Supervision
+	// System: the command's whole file system is the session's view
+	// of / (system.go); SharedTmp leaves the host's /tmp live in it.
+	System, SharedTmp bool
 	// Record, when set, is the directory (absolute) to write the
 	// session's record to once the command has ended (bundle.go); it
 	// turns reads logging on.
 	Record  string
 	Version string // agentfs's, for the record's store
 	Stderr  io.Writer
+}
+
+// prepareRecord checks the target of --record (a record needs reads
+// logged: it turns them on), before anything runs. project is the
+// project the target must be outside of ("" for a system session's,
+// whose project is the whole system).
+func prepareRecord(o *RunOptions, project string) error {
+	if o.Record == "" {
+		return nil
+	}
+	if err := CheckBundleTarget(o.Record, project); err != nil {
+		return err
+	}
+	on := true
+	o.Activity.LogReads = &on
+	return nil
+}
+
+// recordSettings keeps every entry of the log a record is made of.
+func recordSettings(o RunOptions, settings *config.Settings) {
+	if o.Record != "" && o.Activity.LogSize == "" {
+		// The record's operations are the log's: it must keep them
+		// all (every lookup is logged).
+		settings.LogSize = max(settings.LogSize, RecordLogSize)
+	}
 }
 
 // RecordLogSize is the activity log's bound of agentfs run --record
@@ -95,38 +123,38 @@ func Run(o RunOptions) error {
 	if err != nil {
 		return err
 	}
-	if project == "/" {
-		return errors.New("the project directory is /: agentfs run shows a project directory, not the whole system; cd to the project, or give it with -C DIR")
+	if o.SharedTmp && !o.System {
+		return &daemon.UsageError{Msg: "--shared-tmp goes with --system: a project session shows the host's /tmp as it is"}
 	}
-	if o.Record != "" {
-		// A record needs reads logged; a bad target is refused before
-		// anything runs.
-		if err := CheckBundleTarget(o.Record, project); err != nil {
-			return err
-		}
-		on := true
-		o.Activity.LogReads = &on
+	if o.System {
+		// The command starts in dir; the view is of the whole system.
+		return runSystem(o, project)
+	}
+	if project == "/" {
+		return errors.New("the project directory is /: agentfs run shows a project directory, not the whole system; cd to the project, or give it with -C DIR (agentfs run --system shows the whole system)")
+	}
+	if err := prepareRecord(&o, project); err != nil {
+		return err
 	}
 	// A bad config file or flag is an error before anything is made.
-	cfg, err := config.Load(project)
+	settings, err := loadSettings(project, o.Activity)
 	if err != nil {
 		return err
 	}
-	settings, err := config.Resolve(cfg, o.Activity, true)
-	if err != nil {
-		return &daemon.UsageError{Msg: err.Error()}
-	}
-	if o.Record != "" && o.Activity.LogSize == "" {
-		// The record's operations are the log's: it must keep them
-		// all (every lookup is logged).
-		settings.LogSize = max(settings.LogSize, RecordLogSize)
-	}
-	root := os.Geteuid() == 0
-	if err := daemon.CheckFuseDevice(!root); err != nil {
-		return err
-	}
+	recordSettings(o, &settings)
 	rec, err := Create(project, project, o.Command)
 	if err != nil {
+		return err
+	}
+	return runSession(o, rec, settings)
+}
+
+// runSession is Run once the session is created: the session process,
+// and the end.
+func runSession(o RunOptions, rec *Record, settings config.Settings) error {
+	root := os.Geteuid() == 0
+	if err := daemon.CheckFuseDevice(!root); err != nil {
+		rec.remove()
 		return err
 	}
 	rec.Supervised = o.Supervise != nil
@@ -346,13 +374,9 @@ func RunProcess(o ProcessOptions) (*Ended, error) {
 		}
 	}()
 
-	cfg, err := config.Load(rec.Project)
+	settings, err := loadSettings(rec.configDir(), o.Activity)
 	if err != nil {
 		return nil, err
-	}
-	settings, err := config.Resolve(cfg, o.Activity, true)
-	if err != nil {
-		return nil, &daemon.UsageError{Msg: err.Error()}
 	}
 	rec.LogReads = settings.LogReads // saved with the running state
 	s := &process{rec: rec, stderr: o.Stderr, activity: settings}
@@ -379,6 +403,11 @@ func RunProcess(o ProcessOptions) (*Ended, error) {
 	}
 	if err := checkInterrupt(); err != nil {
 		return nil, err
+	}
+	if rec.KindOf() == KindSystem {
+		if s.root, err = startSystemRoot(rec); err != nil {
+			return nil, abandon(fmt.Errorf("making the session's view the command's root: %w", err))
+		}
 	}
 	cmd := s.command(o.Command, o.NsUid, o.NsGid, nil)
 	if err := s.start(cmd); err != nil {
@@ -413,6 +442,7 @@ func RunProcess(o ProcessOptions) (*Ended, error) {
 // the daemon's exit for up to daemon.StopWait; then the daemon is
 // stopped and the session removed.
 func (s *process) abandon(err error) error {
+	s.closeRoot()
 	s.closeSupervision()
 	s.stopDaemon()
 	s.rec.remove()
@@ -422,10 +452,23 @@ func (s *process) abandon(err error) error {
 // start starts cmd: in the supervisor's group of processes when there
 // is one.
 func (s *process) start(cmd *exec.Cmd) error {
+	start := cmd.Start
 	if s.super != nil {
-		return s.super.group.Start(cmd)
+		start = func() error { return s.super.group.Start(cmd) }
 	}
-	return cmd.Start()
+	if s.root != nil {
+		// From the thread whose root is the view (system.go).
+		return s.root.do(start)
+	}
+	return start()
+}
+
+// closeRoot ends a system session's root thread.
+func (s *process) closeRoot() {
+	if s.root != nil {
+		s.root.close()
+		s.root = nil
+	}
 }
 
 // process is the state of RunProcess.
@@ -435,6 +478,7 @@ type process struct {
 	daemon   *exec.Cmd
 	activity config.Settings // what agentfs run resolved (flags, config)
 	super    *supervisor     // with --supervise (supervise.go)
+	root     *systemRoot     // a system session's command root (system.go)
 }
 
 // startDaemon mounts the view over the project (a daemon serving it
@@ -442,6 +486,15 @@ type process struct {
 func (s *process) startDaemon() error {
 	r := s.rec
 	p := &daemon.Plan{Lower: r.Project, Mountpoint: r.Mountpoint, Store: r.Store, Backstore: "hostfs", Session: true, Activity: s.activity}
+	if sv := r.System; r.KindOf() == KindSystem && sv != nil {
+		p.System, p.Exclude, p.Seal = true, sv.Hide, sv.Seal
+		if os.Geteuid() == 0 {
+			// The system's setuid programs (sudo, su, ping) work as on
+			// the host; a user namespace's mount is nosuid whatever it
+			// asks.
+			p.MountFlags = []string{"suid"}
+		}
+	}
 	var line *os.File
 	if s.super != nil {
 		line = s.super.daemonEnd
@@ -509,6 +562,7 @@ func (s *process) command(args []string, uid, gid int, extraEnv []string) *exec.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// The last of a name wins: PWD is the directory it starts in.
 	cmd.Env = append(os.Environ(), "PWD="+s.rec.Dir, "AGENTFS_SESSION="+s.rec.ID)
+	cmd.Env = append(cmd.Env, s.rec.systemEnv()...)
 	cmd.Env = append(cmd.Env, extraEnv...)
 	if s.rec.UserNamespace && uid >= 0 && gid >= 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -540,6 +594,7 @@ func (s *process) finish(code int) *Ended {
 		r.Summary = &sum
 	}
 	e.SummaryErr = err
+	s.closeRoot()
 	e.UnmountErr = s.unmount()
 	if s.activity.Hash && e.UnmountErr == nil {
 		// Once the daemon is gone, so that the session's end waits for
@@ -664,4 +719,18 @@ func (s *process) waitDaemon(d time.Duration) error {
 	s.signalDaemon(syscall.SIGKILL)
 	<-done
 	return fmt.Errorf("the session's daemon (pid %d) did not exit when asked: it was killed; agentfs fsck -s %s checks its store", s.rec.DaemonPid, s.rec.ID)
+}
+
+// loadSettings reads the configuration of dir's project, with the
+// flags' overrides: a session's settings.
+func loadSettings(dir string, flags config.Overrides) (config.Settings, error) {
+	cfg, err := config.Load(dir)
+	if err != nil {
+		return config.Settings{}, err
+	}
+	settings, err := config.Resolve(cfg, flags, true)
+	if err != nil {
+		return config.Settings{}, &daemon.UsageError{Msg: err.Error()}
+	}
+	return settings, nil
 }

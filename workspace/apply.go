@@ -23,6 +23,9 @@ func (w *Workspace) Apply(c ctl.Caller, a ctl.ApplyArgs) (ctl.ApplyReply, error)
 	if err != nil {
 		return ctl.ApplyReply{}, err
 	}
+	if w.opts.System && len(paths) == 0 && !a.DryRun {
+		return ctl.ApplyReply{}, errorf(ErrInvalid, "this is a system session, whose changes are the whole system's: apply writes only the paths named (agentfs apply -s SESSION PATH...; agentfs diff -s SESSION lists them, apply --dry-run shows what would be written)")
+	}
 	return locked(w, func() (ctl.ApplyReply, error) {
 		if !a.DryRun {
 			if err := w.writable("applying a branch"); err != nil {

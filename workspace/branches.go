@@ -149,6 +149,11 @@ func (w *Workspace) SwitchBranch(c ctl.Caller, name string) (ctl.BranchInfo, err
 		if l == w.current.Load() {
 			return w.branchInfoLocked(c, name)
 		}
+		if w.opts.System && w.attached() != nil {
+			// Another view's names for /proc, /dev, ... would detach
+			// what the session mounted over them (system.go).
+			return ctl.BranchInfo{}, errorf(ErrBusy, "this is a running system session: its view cannot switch branches under its command (the kernel would drop /proc, /dev, /sys and /run from it); restore a snapshot instead (agentfs restore -s SESSION ID), or run a command in the branch with agentfs exec -s SESSION -b %s", name)
+		}
 		if n := w.namespacedUsersLocked(name); n > 0 {
 			return ctl.BranchInfo{}, errorf(ErrBusy, "branch %q is in use by %d process(es) started with agentfs exec -b in mount namespaces of their own: the mount cannot show it to everyone at the same time; wait until they end", name, n)
 		}

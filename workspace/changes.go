@@ -226,9 +226,17 @@ func (w *Workspace) Diff(c ctl.Caller, a ctl.DiffArgs) (ctl.DiffReply, error) {
 }
 
 // Export writes what a.Ref names as a plain directory tree at a.To (an
-// absolute path outside the project and the mount). A branch in use is
-// read live.
+// absolute path outside the project and the mount; a system store's
+// lower is the whole system, whose views leave out the target), or only
+// a.Paths of it. A branch in use is read live.
 func (w *Workspace) Export(c ctl.Caller, a ctl.ExportArgs) (ctl.ExportReply, error) {
+	paths, err := cleanPaths("export", a.Paths)
+	if err != nil {
+		return ctl.ExportReply{}, err
+	}
+	if a.Manifest && len(paths) > 0 {
+		return ctl.ExportReply{}, errorf(ErrInvalid, "export --manifest describes the whole tree: export it without PATHs")
+	}
 	return locked(w, func() (ctl.ExportReply, error) {
 		if err := w.checkExportTargetLocked(a.To); err != nil {
 			return ctl.ExportReply{}, err
@@ -248,7 +256,8 @@ func (w *Workspace) Export(c ctl.Caller, a ctl.ExportArgs) (ctl.ExportReply, err
 		defer end()
 		err = overlay.ExportWith(v.fs, a.To, overlay.ExportOptions{Skipped: func(path, why string) {
 			reply.Skipped = append(reply.Skipped, path+": "+why)
-		}, Progress: func(files, bytes int64) { progress.set(files, 0, bytes, 0) }})
+		}, Progress: func(files, bytes int64) { progress.set(files, 0, bytes, 0) },
+			Paths: paths, IntoLower: w.opts.System})
 		w.log.Info("export", "what", v.what, "to", a.To, "skipped", len(reply.Skipped), "err", err, "pid", c.Pid)
 		if err != nil {
 			return ctl.ExportReply{}, ioErrorf(err, "exporting %s to %s: %v", v.what, a.To, err)
@@ -272,7 +281,7 @@ func (w *Workspace) checkExportTargetLocked(to string) error {
 	}
 	lower, mp := w.opts.Lower, w.opts.Mountpoint
 	switch {
-	case hostpath.Inside(to, lower, w.opts.LowerDir):
+	case !w.opts.System && hostpath.Inside(to, lower, w.opts.LowerDir):
 		return errorf(ErrInvalid, "export target %s is inside the project %s, which agentfs never writes to: choose a directory outside it", to, lower)
 	case mp != "" && hostpath.Inside(to, mp, ""), w.attached() != nil && w.attached().Contains(hostpath.Existing(hostpath.ResolveExisting(to))):
 		return errorf(ErrInvalid, "export target %s is inside the mount %s: choose a directory outside it", to, mp)

@@ -42,6 +42,12 @@ type Options struct {
 	Ephemeral bool
 	// Session: the store is an agentfs run session's.
 	Session bool
+	// System: the store of an agentfs run --system session (system.go);
+	// Exclude and Seal are the lower paths every view leaves out, or
+	// shows as empty directories (overlay.Config). A store that recorded
+	// them gives them when these are not set.
+	System        bool
+	Exclude, Seal []string
 	// Keep bounds the automatic snapshots the retention policy keeps
 	// (0: autosnap.DefaultKeep).
 	Keep int
@@ -160,6 +166,9 @@ func (w *Workspace) open() error {
 	case string(prev) != o.Lower:
 		return fmt.Errorf("the store %s was made for the lower directory %s, not %s: mount it with --lower %s, or use another --store", o.Store, prev, o.Lower, prev)
 	}
+	if err := w.loadSystem(); err != nil {
+		return err
+	}
 	if err := w.openHide(); err != nil {
 		return fmt.Errorf("the store %s: %w", o.Store, err)
 	}
@@ -204,16 +213,26 @@ func (w *Workspace) open() error {
 
 // newView opens a writable view of branch l.
 func (w *Workspace) newView(l *branch.Layer) (*overlay.FS, error) {
-	return overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l,
-		AllocIno: w.meta.AllocIno, Sync: w.meta.Sync, Limits: w.opts.Limits, Logger: w.log, Hide: w.hide, HiddenInodes: w.hidden})
+	cfg := w.viewConfig()
+	cfg.Layer, cfg.AllocIno, cfg.Sync, cfg.Limits = l, w.meta.AllocIno, w.meta.Sync, w.opts.Limits
+	return overlay.New(cfg)
 }
 
 // readView opens a view that an operation reads (nothing writes it):
 // of branch l, of snapshot snap, or, with neither, the plain project;
 // with the store's hide rules, as every view of the store.
 func (w *Workspace) readView(l *branch.Layer, snap *branch.View) (*overlay.FS, error) {
-	return overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l, Snapshot: snap,
-		Logger: w.log, Hide: w.hide, HiddenInodes: w.hidden})
+	cfg := w.viewConfig()
+	cfg.Layer, cfg.Snapshot = l, snap
+	return overlay.New(cfg)
+}
+
+// viewConfig is what every view of the store shares: the project, the
+// objects, the hide rules, the lower paths left out and the numbering
+// of other filesystems' inodes.
+func (w *Workspace) viewConfig() overlay.Config {
+	return overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Logger: w.log, Hide: w.hide, HiddenInodes: w.hidden,
+		Exclude: w.opts.Exclude, Seal: w.opts.Seal, DeviceSlot: w.meta.DeviceSlot}
 }
 
 // currentBranchKey is the store info key that names the branch a kept

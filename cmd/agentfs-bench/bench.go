@@ -79,10 +79,10 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 		joinCleanup(&err, b.closeAll())
 		joinCleanup(&err, os.RemoveAll(b.runsDir()))
 	}()
-	// The tree is the first two tables' (and describes the run); the
-	// CLI's start alone needs none.
-	onlyCLIStart := cfg.cliStart && len(cfg.workloads) == 0 && len(cfg.snapOps) == 0 && !cfg.memory
-	if onlyCLIStart {
+	// The tree is the first two tables' and the memory row's (and
+	// describes the run); the CLI's start and the system table alone
+	// need none.
+	if len(cfg.workloads) == 0 && len(cfg.snapOps) == 0 && !cfg.memory {
 		b.tree = &tree{}
 	} else if b.tree, err = b.prepareTree(ctx); err != nil {
 		return err
@@ -120,6 +120,17 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 		if rep.Memory, err = b.runMemory(ctx, agentfsOK); err != nil {
 			return err
 		}
+	}
+	for _, op := range cfg.sysOps {
+		if !agentfsOK || os.Geteuid() != 0 {
+			rep.Notes = append(rep.Notes, op.name+": skipped: it needs agentfs and root (agentfs run --system as a normal user has no passthrough)")
+			continue
+		}
+		res, err := b.runSystemOp(ctx, op)
+		if err != nil {
+			return err
+		}
+		rep.System = append(rep.System, res)
 	}
 	if cfg.cliStart && agentfsOK {
 		if rep.CLIStart, err = b.runCLIStart(ctx); err != nil {

@@ -34,6 +34,9 @@
 // it shows what that costs the workloads (a line under the first
 // table).
 //
+// A third table times programs started in a loop on the host and in a
+// system session, agentfs run --system (see system.go).
+//
 // With --baseline, a second agentfs binary runs as one more filesystem,
 // agentfs-baseline, mounted as agentfs is, so that two builds are
 // compared in one interleaved run (the first table only).
@@ -84,7 +87,9 @@ agentfs, agentfs-untraced (--trace=false: what the exec trace
 costs) and agentfs-nohash (--hash=false: what hashing the snapshot
 taken at mount costs), interleaved, and reports medians and ratios to native. A second table times agentfs's
 snapshot, branch and restore commands (agentfs only) beside cp -a of the
-same changed set on native. With --baseline, a second agentfs binary
+same changed set on native. A third (as root) times bash -c true,
+python3 -c pass and a go build started in a loop on the host and in an
+agentfs run --system session (--only system). With --baseline, a second agentfs binary
 runs beside the first as agentfs-baseline, for an A/B comparison.
 
 Usage:
@@ -99,6 +104,7 @@ Examples:
   agentfs-bench --quick --only find --fs native,agentfs,agentfs-baseline --baseline /tmp/agentfs-main
   agentfs-bench --only spawn --fs native,agentfs,agentfs-untraced --runs 10   # the exec trace's cost
   agentfs-bench --only write-small,untar --fs native,agentfs,agentfs-nohash   # the hash worker's cost
+  agentfs-bench --only system --fs native,agentfs    # programs started in agentfs run --system
 
 Overlayfs and cold reads need root; fuse-overlayfs needs the
 fuse-overlayfs program. A filesystem that cannot run is left out with a

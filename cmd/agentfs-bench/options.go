@@ -118,7 +118,8 @@ func (o *options) AddFlags(flags *pflag.FlagSet) {
 	flags.IntVar(&o.warmup, "warmup", 1, "untimed warm-up runs before the timed ones (`N`; snapshot-100k: none)")
 	flags.StringVar(&o.only, "only", "", "run only these `WORKLOADS` (comma-separated): "+strings.Join(workloadNames(), ",")+
 		"; or of the snapshot table (agentfs): "+strings.Join(snapOpNames(), ",")+" ("+snapshotGroup+": all of these)"+
-		"; or "+memoryOp+" (the agentfs daemon's memory over walks of a large tree)")
+		"; or "+memoryOp+" (the agentfs daemon's memory over walks of a large tree)"+
+		"; or of the system table (agentfs run --system, as root): "+strings.Join(sysOpNames(), ",")+" ("+systemGroup+": all of these)")
 	flags.StringVar(&o.filesystems, "fs", strings.Join(defaultFilesystems, ","), "the filesystems to compare (`LIST`, comma-separated; must include native; with --baseline the default adds "+fsAgentfsBaseline+")")
 	flags.StringVar(&o.workdir, "workdir", defaultWorkdir, "`DIR` for the trees, uppers and mounts (on a disk filesystem, not tmpfs)")
 	flags.StringVar(&o.agentfs, "agentfs", "", "the agentfs binary (`PATH`; default: agentfs beside this program, else on $PATH)")
@@ -150,6 +151,9 @@ type config struct {
 	// cliStart: time the CLI's start (clistart.go).
 	cliStart bool
 	memFiles int
+	// sysOps are the system table's rows (system.go), with their loops.
+	sysOps                 []*sysOp
+	bashLoops, pythonLoops int
 }
 
 // agentfsBinary is the binary that mounts filesystem, an agentfs filesystem
@@ -165,9 +169,10 @@ func (c *config) agentfsBinary(filesystem string) string {
 // flags were given.
 func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 	c := &config{runs: o.runs, warmup: o.warmup, quick: o.quick, bigSize: fullBigSize, smallFiles: fullSmallFiles, spawns: fullSpawns,
-		snapFiles: fullSnapFiles, snapManyFiles: fullSnapManyFiles, memFiles: fullMemFiles}
+		snapFiles: fullSnapFiles, snapManyFiles: fullSnapManyFiles, memFiles: fullMemFiles, bashLoops: fullBashLoops, pythonLoops: fullPythonLoops}
 	if o.quick {
 		c.bigSize, c.smallFiles, c.spawns, c.snapManyFiles, c.memFiles = quickBigSize, quickSmallFiles, quickSpawns, quickSnapManyFiles, quickMemFiles
+		c.bashLoops, c.pythonLoops = quickBashLoops, quickPythonLoops
 		if !flags.Changed("runs") {
 			c.runs = quickRuns
 		}
@@ -179,8 +184,12 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 		return nil, usagef("--warmup %d: must be 0 or more", c.warmup)
 	}
 	var err error
-	if c.workloads, c.snapOps, c.memory, err = selectWorkloads(o.only); err != nil {
-		return nil, err
+	var rest string
+	c.sysOps, rest = splitSystemOps(o.only)
+	if strings.TrimSpace(o.only) == "" || rest != "" {
+		if c.workloads, c.snapOps, c.memory, err = selectWorkloads(rest); err != nil {
+			return nil, err
+		}
 	}
 	c.cliStart = strings.TrimSpace(o.only) == "" || slices.Contains(splitList(o.only), cliStartOp)
 	list := o.filesystems
@@ -207,11 +216,12 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 		return nil, usagef("--fs %s and %s need agentfs too: the binding overhead is against agentfs", fsAgentfsBound, fsAgentfsBoundRoot)
 	}
 	if !slices.Contains(c.filesystems, fsAgentfs) {
-		// The snapshot table and the memory row are agentfs's alone.
-		if (len(c.snapOps) > 0 || c.memory || c.cliStart) && strings.TrimSpace(o.only) != "" {
-			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory, cli-start): add agentfs to --fs", o.only)
+		// The snapshot table, the memory row, the CLI's start and the
+		// system table are agentfs's alone.
+		if (len(c.snapOps) > 0 || c.memory || c.cliStart || len(c.sysOps) > 0) && strings.TrimSpace(o.only) != "" {
+			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory, cli-start, system): add agentfs to --fs", o.only)
 		}
-		c.snapOps, c.memory, c.cliStart = nil, false, false
+		c.snapOps, c.memory, c.cliStart, c.sysOps = nil, false, false, nil
 	}
 	if slices.Contains(c.filesystems, fsAgentfs) || slices.Contains(c.filesystems, fsAgentfsUntraced) || slices.Contains(c.filesystems, fsAgentfsQuota) {
 		if c.agentfsBin, err = findAgentfs(o.agentfs); err != nil {

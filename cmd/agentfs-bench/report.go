@@ -22,6 +22,9 @@ type report struct {
 	Snapshots []*snapResult `json:"snapshots,omitempty"`
 	// Memory is the agentfs daemon's memory over walks of a large tree.
 	Memory *memResult `json:"memory,omitempty"`
+	// System is the table of programs started in a system session
+	// (system.go).
+	System []*sysResult `json:"system,omitempty"`
 	// CLIStart is the CLI's start (clistart.go).
 	CLIStart *cliStartResult `json:"cli_start,omitempty"`
 	// TraceCost is agentfs over agentfs-untraced (tracecost.go).
@@ -154,6 +157,7 @@ func (r *report) finish() {
 	}
 	r.finishTraceCost()
 	r.finishHashCost()
+	r.finishSystem()
 	for _, op := range r.Snapshots {
 		op.finish(r)
 	}
@@ -307,6 +311,12 @@ func (r *report) markdown() string {
 			b.WriteString("\n")
 		}
 		r.cliStartMarkdown(&b)
+	}
+	if len(r.System) > 0 {
+		if len(r.Workloads) > 0 || len(r.Snapshots) > 0 || r.Memory != nil || r.CLIStart != nil {
+			b.WriteString("\n")
+		}
+		r.systemMarkdown(&b)
 	}
 
 	reflink := "no"

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // applyOptions are the flags of agentfs apply.
@@ -84,19 +85,9 @@ func runApply(ctx context.Context, o *applyOptions, args []string) (err error) {
 		return err
 	}
 	defer closeClient(c)
-	var paths []string
-	if len(args) > 0 {
-		st, err := c.Status()
-		if err != nil {
-			return err
-		}
-		for _, a := range args {
-			p, err := mountRelative(a, c.Root(), st.Lower)
-			if err != nil {
-				return err
-			}
-			paths = append(paths, p)
-		}
+	paths, err := mountPaths(c, args)
+	if err != nil {
+		return err
 	}
 	req := ctl.ApplyArgs{Branch: o.branch, Paths: paths, DryRun: o.dryRun, Force: o.force}
 	stop := watchProgress(c, o.stderr, o.json)
@@ -135,6 +126,27 @@ func runApply(ctx context.Context, o *applyOptions, args []string) (err error) {
 		return o.markApplied()
 	}
 	return nil
+}
+
+// mountPaths turns PATH arguments into paths relative to the mount
+// root (mountRelative).
+func mountPaths(c *workspace.Client, args []string) ([]string, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	st, err := c.Status()
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, a := range args {
+		p, err := mountRelative(a, c.Root(), st.Lower)
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
 }
 
 // mountRelative turns a PATH argument (relative to the current

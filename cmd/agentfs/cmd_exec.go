@@ -79,6 +79,7 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 		return usagef("exec needs a command: agentfs exec -b %s -- COMMAND [ARGS...]", o.branch)
 	}
 	wd, _ := os.Getwd()
+	var system *session.Record // a system session entered
 	if o.session != "" {
 		// The command must see the session's mount at the project's
 		// path: this thread (and the command it becomes) enters the
@@ -97,6 +98,19 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 			return err
 		}
 		wd, o.mountFlag = r.Dir, mountFlag{dir: r.Dir}
+		if r.KindOf() == session.KindSystem {
+			// The view is at the session's mountpoint in the daemon's
+			// namespace; the command gets it as its root below.
+			o.mountFlag = mountFlag{dir: r.Mountpoint}
+			system = r
+		}
+	}
+	inSystem := system == nil && session.InSystemSession()
+	if inSystem && (o.noNamespace || os.Geteuid() != 0) {
+		// A binding through the mount root would give the root's
+		// names another view's nodes, and the kernel would drop /proc,
+		// /dev, ... from the whole session.
+		return errors.New("inside a system session, agentfs exec -b needs root and a branch mount of its own (no --no-namespace): run it as root, or from outside with agentfs exec -s SESSION -b BRANCH")
 	}
 	c, err := o.dial()
 	if err != nil {
@@ -108,11 +122,27 @@ func runExec(ctx context.Context, o *execOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	if info.MountDir != "" {
+	switch {
+	case info.MountDir != "" && inSystem:
+		// The branch mount becomes the root, as the session's view is
+		// the session's command's (session/system.go).
+		runtime.LockOSThread()
+		if err := session.EnterBranchSystemRoot(info.MountDir); err != nil {
+			return err
+		}
+	case info.MountDir != "":
 		// From here on this thread (and the command it becomes) lives
 		// in a mount namespace of its own.
 		runtime.LockOSThread()
 		if err := daemon.EnterBranchMount(info.MountDir, root); err != nil {
+			return err
+		}
+	}
+	if system != nil {
+		// As the session's own command: the view is the root, the
+		// kernel's filesystems live (session/system.go).
+		runtime.LockOSThread()
+		if err := system.EnterSystemRoot(); err != nil {
 			return err
 		}
 	}

@@ -30,13 +30,20 @@ func init() {
 	register(&command{
 		name:    "export",
 		summary: "write a snapshot or a branch out as a plain directory",
-		usage:   "[-C DIR] REF --to DIR [--manifest]",
+		usage:   "[-C DIR | -s SESSION] REF --to DIR [--manifest] [PATH...]",
 		help: `Export writes REF as a plain directory tree at DIR, as cp -a of the
 mount would: contents (holes kept, cloned where the filesystem can),
 modes, times, xattrs, hard links, and as root owners and device nodes.
 REF is a snapshot (an id, a prefix of at least 4 digits, or a tag), a
 branch, or "lower" (the project). DIR must not exist or be empty, and
-must be outside the project and the mount.
+must be outside the project and the mount. With PATHs, only these are
+written (each whole, at its path below DIR, the directories above it
+made with their attributes and nothing else).
+
+A system session's (agentfs run --system) REF is the whole system: DIR
+may be anywhere outside the mount (what the view shows of DIR itself is
+left out), and PATHs keep the export to what is wanted
+(agentfs export -s ID main --to DIR /usr/local /etc).
 
 A branch the mount shows is read as it is while programs may write it;
 for an exact copy of a moment, snapshot it and export the snapshot.
@@ -49,7 +56,8 @@ the tree against the snapshot later.
 Examples:
   agentfs export 1a2b3c4d --to /tmp/before
   agentfs export try2 --to ../try2-tree
-  agentfs export 1a2b --to /tmp/t --manifest`,
+  agentfs export 1a2b --to /tmp/t --manifest
+  agentfs export 1a2b3c4d --to /tmp/src-only src`,
 		setup: func(flags *pflag.FlagSet, out streams) runFunc {
 			o := &exportOptions{stdout: out.stdout, stderr: out.stderr}
 			o.AddFlags(flags)
@@ -59,8 +67,8 @@ Examples:
 }
 
 func runExport(ctx context.Context, o *exportOptions, args []string) error {
-	if len(args) != 1 {
-		return usagef("export takes one REF (a snapshot or a branch), got %d arguments", len(args))
+	if len(args) == 0 {
+		return usagef("export takes a REF (a snapshot or a branch), and PATHs to export only those")
 	}
 	if o.to == "" {
 		return usagef("--to DIR is required (where to write the tree)")
@@ -70,7 +78,11 @@ func runExport(ctx context.Context, o *exportOptions, args []string) error {
 		return fmt.Errorf("the export target %s: %w", o.to, err)
 	}
 	rep, err := callWithProgress(&o.mountFlag, o.stderr, false, func(c *workspace.Client) (ctl.ExportReply, error) {
-		return c.Export(ctl.ExportArgs{Ref: args[0], To: to, Manifest: o.manifest})
+		paths, err := mountPaths(c, args[1:])
+		if err != nil {
+			return ctl.ExportReply{}, err
+		}
+		return c.Export(ctl.ExportArgs{Ref: args[0], To: to, Paths: paths, Manifest: o.manifest})
 	})
 	if err != nil {
 		return err

@@ -32,6 +32,10 @@ type mountOptions struct {
 	// traceCgroup: the session's cgroup, whose processes the exec
 	// trace follows.
 	traceCgroup string
+	// system: the daemon of an agentfs run --system session, whose
+	// lower is / and which hides and seals the paths given.
+	system        bool
+	exclude, seal []string
 	// options are -o lists (mount_options.go); flags are the flags
 	// they set, and mountFlags the kernel's.
 	options    []string
@@ -61,6 +65,12 @@ func (o *mountOptions) AddFlags(flags *pflag.FlagSet) {
 	mustHide(flags, "supervisor-fd")
 	flags.StringVar(&o.traceCgroup, "trace-cgroup", "", "internal: trace the commands of the processes in the cgroup `DIR` (an agentfs run session's)")
 	mustHide(flags, "trace-cgroup")
+	flags.BoolVar(&o.system, "system-mount", false, "internal: serve an agentfs run --system session (lower /)")
+	flags.StringArrayVar(&o.exclude, "exclude-path", nil, "internal: a lower `PATH` the view leaves out")
+	flags.StringArrayVar(&o.seal, "seal", nil, "internal: a lower directory `PATH` the view shows empty")
+	mustHide(flags, "system-mount")
+	mustHide(flags, "exclude-path")
+	mustHide(flags, "seal")
 }
 
 func init() {
@@ -147,5 +157,6 @@ func runMount(ctx context.Context, o *mountOptions, args []string) error {
 func (o *mountOptions) request(mountpoint string) daemon.Request {
 	return daemon.Request{Lower: o.lower, Mountpoint: mountpoint, Store: o.store, Backstore: o.backstore, RamdiskSize: o.ramdiskSize,
 		Debug: o.debug, NoPassthrough: o.noPT, WritebackCache: o.writeback, NoIOURing: o.noIOURing,
-		Activity: o.activity.overrides(), Ephemeral: o.ephemeral, Session: o.session, TraceCgroup: o.traceCgroup, MountFlags: o.mountFlags}
+		Activity: o.activity.overrides(), Ephemeral: o.ephemeral, Session: o.session, TraceCgroup: o.traceCgroup, MountFlags: o.mountFlags,
+		System: o.system, Exclude: o.exclude, Seal: o.seal}
 }

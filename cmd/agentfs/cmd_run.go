@@ -29,6 +29,9 @@ type runOptions struct {
 	supervise   bool
 	maxRestarts int
 	stopGrace   time.Duration
+	// system: the command's whole file system is the session's view
+	// of /; sharedTmp leaves the host's /tmp live in it.
+	system, sharedTmp bool
 	// record: the directory to write the session's record to.
 	record string
 }
@@ -55,6 +58,8 @@ func (o *runOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.BoolVar(&o.supervise, "supervise", false, "run COMMAND under a supervisor: a restore of the session's branch (agentfs restore -s,\nthe MCP rewind tool) stops every process of COMMAND and starts it again")
 	flags.IntVar(&o.maxRestarts, "max-restarts", session.DefaultMaxRestarts, "with --supervise: start COMMAND again at most `N` times")
 	flags.DurationVar(&o.stopGrace, "stop-grace", session.DefaultGrace, "with --supervise: how long COMMAND's processes have after SIGTERM\nbefore they are killed, a `DURATION` (at most "+daemon.MaxGrace.String()+")")
+	flags.BoolVar(&o.system, "system", false, "the command's whole file system is a copy-on-write view of /: what it installs\nor writes anywhere (/etc, /usr, the home directory, /tmp) lands in the session")
+	flags.BoolVar(&o.sharedTmp, "shared-tmp", false, "with --system: the host's /tmp, live, instead of the session's")
 	flags.StringVar(&o.record, "record", "", "when COMMAND has ended, write the session's record to `DIR` (new or empty), in the\nagent-snapshot bundle format (manifest.json, blobs.parquet); turns --log-reads on")
 	o.activity.AddFlags(flags)
 	mustHide(flags, "session-process")
@@ -68,8 +73,8 @@ func (o *runOptions) AddFlags(flags *pflag.FlagSet) {
 func init() {
 	register(&command{
 		name:    "run",
-		summary: "run a command on a private copy-on-write view of the project, as a session",
-		usage:   "[-C DIR] [--] COMMAND [ARGS...]",
+		summary: "run a command on a private copy-on-write view of the project (--system: of the whole system), as a session",
+		usage:   "[-C DIR] [--system [--shared-tmp]] [--] COMMAND [ARGS...]",
 		help: `Run runs COMMAND with the project (the current directory, or DIR) replaced,
 for COMMAND and everything it starts, by a copy-on-write view of it, at
 the same path: tools, scripts and absolute paths work as usual, and
@@ -116,6 +121,16 @@ SIGHUP comes during a rewind, the run ends instead. It needs a cgroup
 (v2) it can make (root, or one delegated to the user) and Linux 5.7 or
 later; agentfs run checks both before it mounts anything.
 
+With --system, the command's whole file system is the session's: its
+root directory is a copy-on-write view of /, at the same paths, so that
+what it installs (apt-get, dpkg, pip), edits (/etc, ~/.bashrc) or
+leaves in caches and /tmp lands in the session, and a restore takes it
+back; the host is never written. The kernel's filesystems (/proc, /sys,
+/dev, /run) are the host's, live; /tmp is the session's (--shared-tmp:
+the host's, live). apply -s then writes only the paths it is given.
+What cannot be rolled back (processes, the network, devices, /run) is
+listed in docs/guide.md.
+
 As root, run needs no setup. As a normal user it works in a user
 namespace, where the kernel allows unprivileged ones and /dev/fuse is
 usable by all (it says so when not); file I/O then goes through the
@@ -126,6 +141,8 @@ Examples:
   agentfs run -C ~/proj -- make test
   agentfs run --max-bytes 20G --max-files 100000 -- claude
   agentfs run --supervise -- claude     # a rewind restarts the agent
+  agentfs run --system -- claude        # the whole system is the session's
+  agentfs apply -s ID ~/proj            # a system session: only these paths
   agentfs run --record /tmp/rec -- make # and write its record to /tmp/rec
   agentfs sessions                      # what ran, what it changed
   agentfs diff -s ID                    # review
@@ -165,7 +182,7 @@ func runRun(ctx context.Context, o *runOptions, args []string) error {
 		}
 	}
 	return runError(session.Run(session.RunOptions{Project: o.dir, Command: args, Activity: o.activity.overrides(), Supervise: sup,
-		Record: rec, Version: version, Stderr: o.stderr}))
+		System: o.system, SharedTmp: o.sharedTmp, Record: rec, Version: version, Stderr: o.stderr}))
 }
 
 // runSessionProcess is the session process that agentfs run starts in
@@ -213,7 +230,7 @@ func printSummary(w io.Writer, r *session.Record, serr error) {
 	case serr != nil:
 		fmt.Fprintf(w, "  what it changed could not be read: %v\n", serr)
 	case r.Summary.Total() == 0:
-		fmt.Fprintf(w, "  no changes; the project %s was not touched\n  drop the session:  agentfs discard -s %s\n", r.Project, r.ID)
+		fmt.Fprintf(w, "  no changes; %s was not touched\n  drop the session:  agentfs discard -s %s\n", touched(r), r.ID)
 		return
 	default:
 		sum := r.Summary
@@ -228,8 +245,21 @@ func printSummary(w io.Writer, r *session.Record, serr error) {
 		line("modified:", sum.Modified, humanBytes(sum.ModifiedBytes)+" now, "+signedBytes(sum.Delta-sum.CreatedBytes+sum.DeletedBytes))
 		line("deleted:", sum.Deleted, humanBytes(sum.DeletedBytes))
 	}
-	fmt.Fprintf(w, "  the project %s was not touched; the changes are in the session\n", r.Project)
+	fmt.Fprintf(w, "  %s was not touched; the changes are in the session\n", touched(r))
 	fmt.Fprintf(w, "  review:   agentfs diff -s %s\n", r.ID)
-	fmt.Fprintf(w, "  apply:    agentfs apply -s %s\n", r.ID)
+	if r.KindOf() == session.KindSystem {
+		fmt.Fprintf(w, "  apply:    agentfs apply -s %s PATH...   (only the paths named)\n", r.ID)
+	} else {
+		fmt.Fprintf(w, "  apply:    agentfs apply -s %s\n", r.ID)
+	}
 	fmt.Fprintf(w, "  discard:  agentfs discard -s %s\n", r.ID)
+}
+
+// touched names what a session never writes: the project, or the
+// system.
+func touched(r *session.Record) string {
+	if r.KindOf() == session.KindSystem {
+		return "the system"
+	}
+	return "the project " + r.Project
 }

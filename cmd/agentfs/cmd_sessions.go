@@ -26,9 +26,10 @@ func (o *sessionsOptions) AddFlags(flags *pflag.FlagSet) {
 func init() {
 	register(&command{
 		name:    "sessions",
-		summary: "list the agentfs run sessions and what each changed",
+		summary: "list the agentfs run sessions (project or system) and what each changed",
 		usage:   "[--all] [--json]",
 		help: `Sessions lists the sessions of agentfs run, oldest first: the id, the
+kind (project, or system for agentfs run --system), the
 state (running, ended, applied, discarded), the command's exit code,
 when it started and ended, how many snapshots the session holds, how
 many paths it created, modified and deleted in the project's view,
@@ -56,6 +57,9 @@ Examples:
 type sessionInfo struct {
 	session.Record
 	State string `json:"state"`
+	// Kind is the session's kind (project or system), for records made
+	// before kinds too.
+	Kind string `json:"kind"`
 	// Snapshots and Changes are read now (nil when the store is gone
 	// or could not be read: Problem says why).
 	Snapshots *int             `json:"snapshots,omitempty"`
@@ -82,7 +86,7 @@ func runSessions(ctx context.Context, o *sessionsOptions, args []string) error {
 		if state == session.StateDiscarded && !o.all {
 			continue
 		}
-		info := sessionInfo{Record: *r, State: state}
+		info := sessionInfo{Record: *r, State: state, Kind: r.KindOf()}
 		if state != session.StateDiscarded && state != session.StateStarting {
 			if err := readSessionNumbers(r, &info); err != nil {
 				info.Problem = err.Error()
@@ -98,7 +102,7 @@ func runSessions(ctx context.Context, o *sessionsOptions, args []string) error {
 		return nil
 	}
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tSTATE\tEXIT\tSTARTED\tENDED\tSNAPSHOTS\tCREATED\tMODIFIED\tDELETED\tPROJECT\tCOMMAND")
+	fmt.Fprintln(w, "ID\tKIND\tSTATE\tEXIT\tSTARTED\tENDED\tSNAPSHOTS\tCREATED\tMODIFIED\tDELETED\tPROJECT\tCOMMAND")
 	for _, s := range list.Sessions {
 		exit, ended, snaps := "-", "-", "-"
 		created, modified, deleted := "-", "-", "-"
@@ -119,7 +123,7 @@ func runSessions(ctx context.Context, o *sessionsOptions, args []string) error {
 			// A supervised run says so, with its relaunches.
 			state += fmt.Sprintf(" (supervised, %d relaunches)", len(s.Relaunches))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, state, exit, timeString(s.Started), ended,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.KindOf(), state, exit, timeString(s.Started), ended,
 			snaps, created, modified, deleted, printable(s.Project), printable(session.ShellQuote(s.Command)))
 	}
 	if err := w.Flush(); err != nil {
