@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -110,6 +111,35 @@ type MergePlan struct {
 	Conflicts []MergeConflict
 	ops       []mergeOp
 	theirs    *FS
+	// stamps: every path the plan changes or removes (a directory it
+	// removes or replaces with everything in it), as ours had it when
+	// planned; ApplyMerge checks them first (see ErrMergeStale).
+	stamps map[string]mergeStamp
+}
+
+// ErrMergeStale is ApplyMerge's error when a path the plan changes is
+// no longer as the plan saw it in ours (a program wrote the branch
+// after the plan was made): nothing was changed, and the merge is to
+// be planned again.
+var ErrMergeStale = errors.New("the branch changed while the merge was planned")
+
+// mergeStamp is what a path of ours was when a merge was planned:
+// enough to tell that it was changed since (any write changes the
+// ctime), not what it holds.
+type mergeStamp struct {
+	exists     bool
+	mode       uint32 // with the type
+	ino        uint64
+	size       int64
+	uid, gid   uint32
+	mtim, ctim unix.Timespec
+}
+
+func stampOf(n *Node, st *unix.Stat_t) mergeStamp {
+	if n == nil {
+		return mergeStamp{}
+	}
+	return mergeStamp{exists: true, mode: st.Mode, ino: st.Ino, size: st.Size, uid: st.Uid, gid: st.Gid, mtim: st.Mtim, ctim: st.Ctim}
 }
 
 // Unresolved counts the conflicts that remain.
@@ -139,7 +169,7 @@ const maxMergeText = 64 << 20
 type side struct {
 	view    *FS
 	changes map[string]*Change
-	order   []string // the changed paths in Diff's order (a subtree after its directory)
+	order   []string          // the changed paths in Diff's order (a subtree after its directory)
 	renames map[string]string // source → destination
 	renamed map[string]string // destination → source
 }
@@ -210,7 +240,55 @@ func PlanMerge(base, ours, theirs *FS, o MergeOptions) (*MergePlan, error) {
 		}
 	}
 	m.keepConflictingRenameSources()
+	if err := m.stamp(); err != nil {
+		return nil, fmt.Errorf("merge: reading ours: %w", err)
+	}
 	return m.plan, nil
+}
+
+// stamp records, for every path the plan changes, what ours has there
+// (see MergePlan.stamps); below a directory a delete or take may remove,
+// every path.
+func (m *merger) stamp() error {
+	m.plan.stamps = map[string]mergeStamp{}
+	var walk func(p string, deep bool) error
+	walk = func(p string, deep bool) error {
+		if _, ok := m.plan.stamps[p]; ok && !deep {
+			return nil
+		}
+		v := m.ours.view
+		n, st, err := v.lookupPath(p)
+		if err != nil {
+			return err
+		}
+		m.plan.stamps[p] = stampOf(n, &st)
+		if n == nil {
+			return nil
+		}
+		var names []string
+		if deep && n.mode == unix.S_IFDIR {
+			names, err = v.childNames(n)
+		}
+		v.release(n)
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			if err := walk(joinPath(p, name), true); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, op := range m.plan.ops {
+		if op.action == mergeKeepOurs {
+			continue
+		}
+		if err := walk(op.path, op.action == MergeDelete || op.action == MergeTake); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // keepConflictingRenameSources drops the deletion of the source of a
@@ -482,10 +560,14 @@ func (m *merger) attrs(p string, o, t *Change) error {
 		m.op(mergeOp{path: p, action: MergeAttrs, attrs: t.New})
 	case sameInfoAttrs(t.Old, t.New):
 	default:
-		m.conflict(p, ConflictMode, nil, "mode or owner of %s: %04o %d:%d in %s, %04o %d:%d in %s", p,
-			o.New.Mode, o.New.Uid, o.New.Gid, m.o.OursLabel, t.New.Mode, t.New.Uid, t.New.Gid, m.o.TheirsLabel)
+		m.modeConflict(p, o, t)
 	}
 	return nil
+}
+
+func (m *merger) modeConflict(p string, o, t *Change) {
+	m.conflict(p, ConflictMode, nil, "mode or owner of %s: %04o %d:%d in %s, %04o %d:%d in %s", p,
+		o.New.Mode, o.New.Uid, o.New.Gid, m.o.OursLabel, t.New.Mode, t.New.Uid, t.New.Gid, m.o.TheirsLabel)
 }
 
 // text merges regular file p, whose data both sides changed.

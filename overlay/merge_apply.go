@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -27,6 +28,9 @@ func (v *FS) ApplyMerge(p *MergePlan) ([]Stale, error) {
 	if v.ReadOnly() {
 		return nil, unix.EROFS
 	}
+	if err := v.checkMergeStamps(p); err != nil {
+		return nil, err
+	}
 	for _, op := range p.ops {
 		var err error
 		switch op.action {
@@ -44,6 +48,66 @@ func (v *FS) ApplyMerge(p *MergePlan) ([]Stale, error) {
 		}
 	}
 	return v.mergeStale(p), nil
+}
+
+// checkMergeStamps fails with ErrMergeStale, before anything is
+// changed, when a path p changes is not in v as it was in the plan's
+// ours: written since, by a program bound to the branch. Writing the
+// plan over it would lose what the program wrote.
+func (v *FS) checkMergeStamps(p *MergePlan) error {
+	paths := make([]string, 0, len(p.stamps))
+	for q := range p.stamps {
+		paths = append(paths, q)
+	}
+	slices.SortFunc(paths, comparePaths)
+	for _, q := range paths {
+		n, st, err := v.lookupPath(q)
+		if err != nil {
+			return fmt.Errorf("merge: %s: %w", q, err)
+		}
+		now := stampOf(n, &st)
+		v.release(n)
+		if now != p.stamps[q] {
+			return fmt.Errorf("merge: %s: %w", q, ErrMergeStale)
+		}
+	}
+	removed := map[string]bool{}
+	for _, op := range p.ops {
+		if op.action == MergeDelete || op.action == MergeTake {
+			removed[op.path] = true
+		}
+	}
+	for _, q := range paths {
+		// A path created below a directory the plan removes.
+		if s := p.stamps[q]; !s.exists || s.mode&unix.S_IFMT != unix.S_IFDIR || !removedAt(removed, q) {
+			continue
+		}
+		n, _, err := v.lookupPath(q)
+		if err != nil || n == nil {
+			return err
+		}
+		names, err := v.childNames(n)
+		v.release(n)
+		if err != nil {
+			return fmt.Errorf("merge: %s: %w", q, err)
+		}
+		for _, name := range names {
+			if _, ok := p.stamps[joinPath(q, name)]; !ok {
+				return fmt.Errorf("merge: %s: %w", joinPath(q, name), ErrMergeStale)
+			}
+		}
+	}
+	return nil
+}
+
+// removedAt reports whether q or a directory above it is in removed.
+func removedAt(removed map[string]bool, q string) bool {
+	for ; q != ""; q = parentPath(q) {
+		if removed[q] {
+			return true
+		}
+	}
+	return false
 }
 
 // mergeStale lists what the kernel must drop after p was applied.

@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -261,4 +262,43 @@ func TestMergeModes(t *testing.T) {
 	eq(t, "b data", m.ours.read("b"), "theirs b\n")
 	eq(t, "b mode", m.ours.mode("b"), uint32(0o640))
 	eq(t, "c mode", m.ours.mode("c"), uint32(0o755))
+}
+
+// A program writing ours between the plan (made against a snapshot of
+// ours, as the workspace does) and its application keeps what it
+// wrote: the merge refuses, changing nothing, rather than writing the
+// plan over it.
+func TestMergeRefusesPathsChangedSincePlan(t *testing.T) {
+	for _, tc := range []struct{ name, path string }{
+		{"a file theirs changed", "keep"},
+		{"a file both changed", "code.go"},
+		{"a file inside a directory theirs deleted", "d/x"},
+		{"a new file inside a directory theirs deleted", "d/new"},
+		{"a path theirs created", "new"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMergeEnv(t, map[string]string{"code.go": funcs, "keep": "k", "d/x": "x"})
+			m.theirs.put("new", "from theirs")
+			m.theirs.put("keep", "changed in theirs")
+			m.theirs.remove("d")
+			m.theirs.put("code.go", strings.Replace(funcs, "return 1", "return 10", 1))
+			m.ours.put("code.go", strings.Replace(funcs, "return 3", "return 30", 1))
+			safety, err := m.ours.view.Snapshot("safety", branch.KindSafety)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := PlanMerge(m.base.view, m.ours.snapView(safety).view, m.theirs.view, MergeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.ours.put(tc.path, "written meanwhile")
+			_, err = m.ours.view.ApplyMerge(p)
+			if !errors.Is(err, ErrMergeStale) {
+				t.Fatalf("ApplyMerge after %s changed: %v, want ErrMergeStale", tc.path, err)
+			}
+			eq(t, tc.path, m.ours.read(tc.path), "written meanwhile")
+			eq(t, "new taken", m.ours.exists("new"), tc.path == "new")
+			eq(t, "keep", m.ours.read("keep"), map[bool]string{true: "written meanwhile", false: "k"}[tc.path == "keep"])
+		})
+	}
 }

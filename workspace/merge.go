@@ -26,7 +26,10 @@ import (
 // cached of the paths the merge changed is then dropped, so that every
 // process bound to the branch sees the merge at once (and only that:
 // a process working in a directory of the branch keeps it). With
-// a.DryRun it answers the plan and changes nothing. The reply's
+// a.DryRun it answers the plan and changes nothing. A path the plan
+// changes that a program wrote after the safety snapshot fails the
+// merge before anything is changed (overlay.ErrMergeStale), and is
+// kept: the caller merges again. The reply's
 // Unresolved counts the conflicts that remain.
 func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error) {
 	return locked(w, func() (ctl.MergeReply, error) {
@@ -95,6 +98,12 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 			return ctl.MergeReply{}, eioErrorf(err, "merging branch %q into %q: %v: nothing was merged", a.Branch, into, err)
 		}
 		stale, applyErr := applyMerge(target, plan)
+		if errors.Is(applyErr, overlay.ErrMergeStale) {
+			// Nothing was changed, and a restore would undo what the
+			// program wrote.
+			w.dropSnapshotLocked(safety.ID, "merge of "+a.Branch)
+			return ctl.MergeReply{}, errorf(ErrBusy, "merging branch %q into %q: %v (a program bound to %q wrote it meanwhile): nothing was merged, and what it wrote is kept: merge again", a.Branch, into, applyErr, into)
+		}
 		if applyErr != nil {
 			w.log.Error("merge failed: restoring the safety snapshot", "branch", a.Branch, "into", into, "safety", safety.ID, "err", applyErr)
 			restored, err := target.Restore(safety)

@@ -120,6 +120,55 @@ func TestMergeUndo(t *testing.T) {
 // then an error) leaves the target as it was, and says so.
 func TestMergeAllOrNothing(t *testing.T) {
 	w := newWorkspace(t, map[string]string{"f": "base\n"})
+	tryBranch(t, w)
+	defer func(orig func(*overlay.FS, *overlay.MergePlan) ([]overlay.Stale, error)) { applyMerge = orig }(applyMerge)
+	applyMerge = func(v *overlay.FS, p *overlay.MergePlan) ([]overlay.Stale, error) {
+		if _, err := v.ApplyMerge(p); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("the disk failed")
+	}
+	_, err := w.Merge(self, ctl.MergeArgs{Branch: "try"})
+	isKind(t, "a merge that fails halfway", err, ErrIO, "nothing was merged")
+	if got, _ := readFile(t, w.View(), "f"); got != "base\n" {
+		t.Errorf("f after a failed merge = %q, want it as it was", got)
+	}
+	if _, ok := readFile(t, w.View(), "g"); ok {
+		t.Errorf("g is there after a failed merge")
+	}
+}
+
+// TestMergeKeepsWritesMadeMeanwhile: a program writing the target
+// after the merge was planned keeps what it wrote: the merge refuses,
+// changes nothing (no restore over the write) and says to merge again.
+func TestMergeKeepsWritesMadeMeanwhile(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"f": "base\n", "other": "o\n"})
+	tryBranch(t, w)
+	defer func(orig func(*overlay.FS, *overlay.MergePlan) ([]overlay.Stale, error)) { applyMerge = orig }(applyMerge)
+	applyMerge = func(v *overlay.FS, p *overlay.MergePlan) ([]overlay.Stale, error) {
+		writeFile(t, v, "f", "written meanwhile\n")
+		writeFile(t, v, "other", "also written meanwhile\n")
+		return v.ApplyMerge(p)
+	}
+	_, err := w.Merge(self, ctl.MergeArgs{Branch: "try"})
+	if err == nil || !strings.Contains(err.Error(), "merge again") {
+		t.Fatalf("merge over a write made meanwhile: %v, want an error saying to merge again", err)
+	}
+	if got, _ := readFile(t, w.View(), "f"); got != "written meanwhile\n" {
+		t.Errorf("f = %q: the write made during the merge was lost", got)
+	}
+	if got, _ := readFile(t, w.View(), "other"); got != "also written meanwhile\n" {
+		t.Errorf("other = %q: the write made during the merge was lost", got)
+	}
+	if _, ok := readFile(t, w.View(), "g"); ok {
+		t.Errorf("g is there after a refused merge")
+	}
+}
+
+// tryBranch creates branch try of w, in which f is changed and g
+// created.
+func tryBranch(t *testing.T, w *Workspace) {
+	t.Helper()
 	if _, err := w.CreateBranch(self, ctl.BranchCreateArgs{Name: "try"}); err != nil {
 		t.Fatal(err)
 	}
@@ -133,19 +182,4 @@ func TestMergeAllOrNothing(t *testing.T) {
 	}
 	writeFile(t, try, "f", "theirs\n")
 	writeFile(t, try, "g", "new\n")
-	defer func(orig func(*overlay.FS, *overlay.MergePlan) ([]overlay.Stale, error)) { applyMerge = orig }(applyMerge)
-	applyMerge = func(v *overlay.FS, p *overlay.MergePlan) ([]overlay.Stale, error) {
-		if _, err := v.ApplyMerge(p); err != nil {
-			return nil, err
-		}
-		return nil, errors.New("the disk failed")
-	}
-	_, err = w.Merge(self, ctl.MergeArgs{Branch: "try"})
-	isKind(t, "a merge that fails halfway", err, ErrIO, "nothing was merged")
-	if got, _ := readFile(t, w.View(), "f"); got != "base\n" {
-		t.Errorf("f after a failed merge = %q, want it as it was", got)
-	}
-	if _, ok := readFile(t, w.View(), "g"); ok {
-		t.Errorf("g is there after a failed merge")
-	}
 }
