@@ -531,9 +531,20 @@ func (m *merger) both(p string, o, t *Change) error {
 		// The data changed on one side at most: take it, and merge the
 		// attributes.
 		if t.Kind != ModeChanged {
-			m.op(mergeOp{path: p, action: MergeTake})
-			if oursAttrsChanged(o) {
+			switch {
+			case !oursAttrsChanged(o) || sameInfoAttrs(on, tn):
+				m.op(mergeOp{path: p, action: MergeTake})
+			case !oursAttrsChanged(t):
+				m.op(mergeOp{path: p, action: MergeTake})
 				m.op(mergeOp{path: p, action: MergeAttrs, attrs: on})
+			case under(p, m.o.Theirs):
+				m.modeConflict(p, o, t) // takes theirs, data and attributes
+			default:
+				// The data is theirs; the attributes are a conflict that
+				// keeps ours.
+				m.op(mergeOp{path: p, action: MergeTake})
+				m.op(mergeOp{path: p, action: MergeAttrs, attrs: on})
+				m.modeConflict(p, o, t)
 			}
 			return nil
 		}

@@ -302,3 +302,30 @@ func TestMergeRefusesPathsChangedSincePlan(t *testing.T) {
 		})
 	}
 }
+
+// Ours changed a file's mode only, theirs its data and its mode to
+// another: the modes conflict (the data is theirs), as when neither
+// changed the data.
+func TestMergeModeAgainstDataAndMode(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"f": "base\n"})
+	m.ours.chmod("f", 0o600)
+	m.theirs.put("f", "theirs\n")
+	m.theirs.chmod("f", 0o755)
+	p := m.merge(t, MergeOptions{})
+	eq(t, "conflicts", conflictSummary(p), "mode f\n")
+	eq(t, "data", m.ours.read("f"), "theirs\n")
+	eq(t, "mode (ours stays)", m.ours.mode("f"), uint32(0o600))
+}
+
+// The same with --theirs: theirs' data and mode, taken once.
+func TestMergeModeAgainstDataAndModeTheirs(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"f": "base\n"})
+	m.ours.chmod("f", 0o600)
+	m.theirs.put("f", "theirs\n")
+	m.theirs.chmod("f", 0o755)
+	p := m.merge(t, MergeOptions{Theirs: []string{"f"}})
+	eq(t, "conflicts", conflictSummary(p), "mode f resolved:theirs\n")
+	eq(t, "changes", len(p.Changes), 1)
+	eq(t, "data", m.ours.read("f"), "theirs\n")
+	eq(t, "mode", m.ours.mode("f"), uint32(0o755))
+}
