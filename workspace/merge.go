@@ -92,9 +92,29 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 		}
 		si := snapshotInfo(safety, nil)
 		reply.Safety = &si
-		plan, err := w.planAgainst(base.fs, safety, theirs.fs, opts)
+		// Theirs is merged as a snapshot shows it: what the plan saw is
+		// what is taken, whatever programs bound to it write meanwhile,
+		// and merging it again later from that snapshot takes only what
+		// changed since.
+		merged, err := theirs.fs.Snapshot(fmt.Sprintf("merged into %s", into), branch.KindSafety)
 		if err != nil {
 			w.dropSnapshotLocked(safety.ID, "merge of "+a.Branch)
+			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
+			return ctl.MergeReply{}, storeError(err, fmt.Sprintf("merging branch %q: taking a snapshot of it (nothing was merged)", a.Branch))
+		}
+		mi := snapshotInfo(merged, nil)
+		reply.Merged = &mi
+		theirsSnap, err := w.openRefLocked(merged.ID)
+		if err != nil {
+			w.dropSnapshotLocked(safety.ID, "merge of "+a.Branch)
+			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
+			return ctl.MergeReply{}, err
+		}
+		defer theirsSnap.close()
+		plan, err := w.planAgainst(base.fs, safety, theirsSnap.fs, opts)
+		if err != nil {
+			w.dropSnapshotLocked(safety.ID, "merge of "+a.Branch)
+			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
 			return ctl.MergeReply{}, eioErrorf(err, "merging branch %q into %q: %v: nothing was merged", a.Branch, into, err)
 		}
 		stale, applyErr := applyMerge(target, plan)

@@ -169,17 +169,55 @@ func TestMergeKeepsWritesMadeMeanwhile(t *testing.T) {
 // created.
 func tryBranch(t *testing.T, w *Workspace) {
 	t.Helper()
-	if _, err := w.CreateBranch(self, ctl.BranchCreateArgs{Name: "try"}); err != nil {
-		t.Fatal(err)
-	}
-	l, err := w.meta.Layer("try")
-	if err != nil {
-		t.Fatal(err)
-	}
-	try, err := w.viewOf(l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	try := newBranchView(t, w, "try")
 	writeFile(t, try, "f", "theirs\n")
 	writeFile(t, try, "g", "new\n")
+}
+
+// TestMergeTwice: a merge snapshots the branch it merges in and
+// answers it (Merged); merging the branch again from that snapshot
+// (--base) takes only what the branch changed since, with no conflict
+// on what the first merge took.
+func TestMergeTwice(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"f": "one\ntwo\nthree\n"})
+	try := newBranchView(t, w, "try")
+	writeFile(t, try, "f", "ONE\ntwo\nthree\n")
+	writeFile(t, try, "n", "n1\n")
+	rep, err := w.Merge(self, ctl.MergeArgs{Branch: "try"})
+	if err != nil || rep.Unresolved != 0 {
+		t.Fatalf("first merge: %+v, %v", rep, err)
+	}
+	if rep.Merged == nil {
+		t.Fatalf("the first merge answers no snapshot of try to merge again from")
+	}
+	writeFile(t, w.View(), "f", "ONE\ntwo\nTHREE\n")
+	writeFile(t, try, "f", "ONE!\ntwo\nthree\n")
+	writeFile(t, try, "n", "n2\n")
+	rep, err = w.Merge(self, ctl.MergeArgs{Branch: "try", Base: rep.Merged.ID})
+	if err != nil || rep.Unresolved != 0 {
+		t.Fatalf("second merge from %s: %+v, %v", rep.Base, rep.Conflicts, err)
+	}
+	if got, _ := readFile(t, w.View(), "f"); got != "ONE!\ntwo\nTHREE\n" {
+		t.Errorf("f after the second merge = %q", got)
+	}
+	if got, _ := readFile(t, w.View(), "n"); got != "n2\n" {
+		t.Errorf("n after the second merge = %q", got)
+	}
+}
+
+// newBranchView creates branch name of w and returns its view.
+func newBranchView(t *testing.T, w *Workspace, name string) *overlay.FS {
+	t.Helper()
+	if _, err := w.CreateBranch(self, ctl.BranchCreateArgs{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := w.meta.Layer(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := w.viewOf(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
