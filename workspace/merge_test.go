@@ -2,10 +2,13 @@ package workspace
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/hide"
 	"github.com/agentfs/agentfs/overlay"
 )
 
@@ -220,4 +223,46 @@ func newBranchView(t *testing.T, w *Workspace, name string) *overlay.FS {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestMergeHiddenPaths: a hidden project file is no file of either
+// side: a merge never writes its content into the target, and a file
+// the branch made of its own at the hidden path is taken like any
+// other.
+func TestMergeHiddenPaths(t *testing.T) {
+	lower := t.TempDir()
+	for name, content := range map[string]string{".env": "secret\n", "a.txt": "a\n"} {
+		if err := os.WriteFile(filepath.Join(lower, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rules, err := hide.New([]hide.Pattern{{Pattern: ".env", From: hide.FromUser}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test", Hide: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	try := newBranchView(t, w, "try")
+	writeFile(t, try, ".env", "own\n")
+	writeFile(t, try, "a.txt", "A\n")
+	rep, err := w.Merge(self, ctl.MergeArgs{Branch: "try"})
+	if err != nil || rep.Unresolved != 0 {
+		t.Fatalf("merge: %+v, %v", rep, err)
+	}
+	if got, _ := readFile(t, w.View(), ".env"); got != "own\n" {
+		t.Errorf(".env after the merge = %q, want the branch's own", got)
+	}
+	if got, _ := readFile(t, w.View(), "a.txt"); got != "A\n" {
+		t.Errorf("a.txt after the merge = %q", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(lower, ".env")); err != nil || string(b) != "secret\n" {
+		t.Errorf("the project's .env = %q, %v", b, err)
+	}
 }
