@@ -295,13 +295,22 @@ type fileWriter struct {
 	off int64
 }
 
+// A short write is written on from where it stopped, as write(2)'s
+// callers do: the next call says why it stopped (EDQUOT at a quota).
 func (w *fileWriter) Write(b []byte) (int, error) {
-	n, err := w.f.WriteAt(b, w.off)
-	w.off += int64(n)
-	if err == nil && n < len(b) {
-		err = io.ErrShortWrite
+	done := 0
+	for done < len(b) {
+		n, err := w.f.WriteAt(b[done:], w.off)
+		w.off += int64(n)
+		done += n
+		if err != nil {
+			return done, err
+		}
+		if n == 0 {
+			return done, io.ErrShortWrite
+		}
 	}
-	return n, err
+	return done, nil
 }
 
 // copyXattrs gives n theirs' xattrs of tn (the user's: internal names

@@ -122,10 +122,12 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 			// Nothing was changed, and a restore would undo what the
 			// program wrote.
 			w.dropSnapshotLocked(safety.ID, "merge of "+a.Branch)
+			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
 			return ctl.MergeReply{}, errorf(ErrBusy, "merging branch %q into %q: %v (a program bound to %q wrote it meanwhile): nothing was merged, and what it wrote is kept: merge again", a.Branch, into, applyErr, into)
 		}
 		if applyErr != nil {
 			w.log.Error("merge failed: restoring the safety snapshot", "branch", a.Branch, "into", into, "safety", safety.ID, "err", applyErr)
+			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
 			restored, err := target.Restore(safety)
 			w.invalidate(restored)
 			if err != nil {

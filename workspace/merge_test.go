@@ -266,3 +266,30 @@ func TestMergeHiddenPaths(t *testing.T) {
 		t.Errorf("the project's .env = %q, %v", b, err)
 	}
 }
+
+// TestMergeOverQuota: a merge that would take the target past its
+// quota fails whole (EDQUOT named), the target as it was.
+func TestMergeOverQuota(t *testing.T) {
+	w, err := Open(Options{Store: t.TempDir(), Lower: t.TempDir(), Version: "test", Limits: overlay.Limits{Bytes: 100 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	try := newBranchView(t, w, "try")
+	writeFile(t, try, "t", strings.Repeat("t", 60<<10))
+	writeFile(t, w.View(), "m", strings.Repeat("m", 60<<10))
+	_, err = w.Merge(self, ctl.MergeArgs{Branch: "try"})
+	if err == nil || !strings.Contains(err.Error(), "nothing was merged") || !strings.Contains(err.Error(), "limit of the branch is reached") {
+		t.Fatalf("a merge past the quota: %v, want an error naming the quota, nothing merged", err)
+	}
+	if _, ok := readFile(t, w.View(), "t"); ok {
+		t.Errorf("t is there after a merge that failed")
+	}
+	if got, _ := readFile(t, w.View(), "m"); len(got) != 60<<10 {
+		t.Errorf("m holds %d bytes after a failed merge", len(got))
+	}
+}
