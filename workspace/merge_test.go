@@ -240,15 +240,7 @@ func TestMergeHiddenPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test", Hide: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := w.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	w := openWorkspace(t, Options{Lower: lower, Hide: rules})
 	try := newBranchView(t, w, "try")
 	writeFile(t, try, ".env", "own\n")
 	writeFile(t, try, "a.txt", "A\n")
@@ -270,19 +262,11 @@ func TestMergeHiddenPaths(t *testing.T) {
 // TestMergeOverQuota: a merge that would take the target past its
 // quota fails whole (EDQUOT named), the target as it was.
 func TestMergeOverQuota(t *testing.T) {
-	w, err := Open(Options{Store: t.TempDir(), Lower: t.TempDir(), Version: "test", Limits: overlay.Limits{Bytes: 100 << 10}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := w.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	w := openWorkspace(t, Options{Lower: t.TempDir(), Limits: overlay.Limits{Bytes: 100 << 10}})
 	try := newBranchView(t, w, "try")
 	writeFile(t, try, "t", strings.Repeat("t", 60<<10))
 	writeFile(t, w.View(), "m", strings.Repeat("m", 60<<10))
-	_, err = w.Merge(self, ctl.MergeArgs{Branch: "try"})
+	_, err := w.Merge(self, ctl.MergeArgs{Branch: "try"})
 	if err == nil || !strings.Contains(err.Error(), "nothing was merged") || !strings.Contains(err.Error(), "limit of the branch is reached") {
 		t.Fatalf("a merge past the quota: %v, want an error naming the quota, nothing merged", err)
 	}
@@ -292,4 +276,21 @@ func TestMergeOverQuota(t *testing.T) {
 	if got, _ := readFile(t, w.View(), "m"); len(got) != 60<<10 {
 		t.Errorf("m holds %d bytes after a failed merge", len(got))
 	}
+}
+
+// openWorkspace opens a workspace of o in a new store, closed when the
+// test ends.
+func openWorkspace(t *testing.T, o Options) *Workspace {
+	t.Helper()
+	o.Store, o.Version = t.TempDir(), "test"
+	w, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return w
 }
