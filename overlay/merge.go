@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -33,8 +34,8 @@ import (
 //     deletion against a change, also of a path inside a deleted
 //     directory ("delete"), renames that collide ("rename": one file
 //     renamed to two names, two files renamed to one name, a file
-//     renamed on one side and changed on the other), and modes or
-//     owners changed differently ("mode").
+//     renamed on one side and changed on the other), and modes,
+//     owners or xattrs changed differently ("mode").
 //
 // A rename is a deletion and a creation of the same inode number in one
 // side (Diff reports it so; st_ino survives a rename). Times alone are
@@ -60,7 +61,7 @@ const (
 	ConflictType    ConflictKind = "type"    // a type changed on one side, the path changed on the other
 	ConflictDelete  ConflictKind = "delete"  // deleted on one side, changed on the other
 	ConflictRename  ConflictKind = "rename"  // renames that collide
-	ConflictMode    ConflictKind = "mode"    // mode or owner changed differently on both sides
+	ConflictMode    ConflictKind = "mode"    // mode, owner or xattrs changed differently on both sides
 )
 
 // MergeConflict is one path both sides changed in ways the merge cannot
@@ -82,7 +83,7 @@ type MergeAction string
 const (
 	MergeTake     MergeAction = "take"     // theirs' version written (created or replaced)
 	MergeDelete   MergeAction = "delete"   // removed, as theirs removed it
-	MergeAttrs    MergeAction = "attrs"    // theirs' mode and owner set
+	MergeAttrs    MergeAction = "attrs"    // theirs' mode, owner and xattrs set
 	MergeLines    MergeAction = "merge"    // both sides' changes combined line by line
 	MergeMarkers  MergeAction = "conflict" // written with conflict markers
 	mergeKeepOurs MergeAction = ""         // nothing done (internal)
@@ -157,8 +158,43 @@ func (p *MergePlan) Unresolved() int {
 type mergeOp struct {
 	path   string
 	action MergeAction
-	data   []byte // MergeLines, MergeMarkers: the file's new data
-	attrs  *FileInfo
+	data   []byte   // MergeLines, MergeMarkers: the file's new data
+	attrs  *attrSet // MergeAttrs: the mode, owner and xattrs to set
+}
+
+// attrSet is what a merge calls a path's attributes: mode, owner and
+// xattrs (x nil: the view has none to tell, and they are left alone).
+type attrSet struct {
+	info *FileInfo
+	x    map[string]string
+}
+
+func (a attrSet) same(b attrSet) bool {
+	return sameInfoAttrs(a.info, b.info) && maps.Equal(a.x, b.x)
+}
+
+// attrsAt returns p's attributes in v, fi being its FileInfo there.
+func attrsAt(v *FS, p string, fi *FileInfo) (attrSet, error) {
+	n, _, err := v.lookupPath(p)
+	if err != nil || n == nil {
+		return attrSet{info: fi}, err
+	}
+	defer v.release(n)
+	x, err := v.xattrs(n)
+	return attrSet{info: fi, x: x}, err
+}
+
+// attrSets returns p's attributes in base, ours and theirs, which all
+// have it (o and t are the sides' changes of p).
+func (m *merger) attrSets(p string, o, t *Change) (b, ours, theirs attrSet, err error) {
+	if b, err = attrsAt(m.base, p, o.Old); err != nil {
+		return
+	}
+	if ours, err = attrsAt(m.ours.view, p, o.New); err != nil {
+		return
+	}
+	theirs, err = attrsAt(m.theirs.view, p, t.New)
+	return
 }
 
 // maxMergeText is the largest file merged line by line; a larger one
@@ -235,7 +271,7 @@ func PlanMerge(base, ours, theirs *FS, o MergeOptions) (*MergePlan, error) {
 	// Paths only ours changed need nothing.
 	slices.SortFunc(paths, comparePaths)
 	for _, p := range paths {
-		if err := m.path(p); err != nil {
+		if err := errors.Join(m.path(p), m.err); err != nil {
 			return nil, err
 		}
 	}
@@ -328,6 +364,7 @@ type merger struct {
 	// decided: paths below which nothing more is done (a conflict on a
 	// directory, or its removal).
 	decided map[string]bool
+	err     error // of reading a view where no error can be returned
 }
 
 // decide marks p as a path below which nothing more is done.
@@ -395,7 +432,12 @@ func (m *merger) take(p string) {
 		m.op(mergeOp{path: p, action: MergeDelete})
 		m.decide(p)
 	case c.Kind == ModeChanged:
-		m.op(mergeOp{path: p, action: MergeAttrs, attrs: c.New})
+		a, err := attrsAt(m.theirs.view, p, c.New)
+		if err != nil {
+			m.err = errors.Join(m.err, err)
+			return
+		}
+		m.op(mergeOp{path: p, action: MergeAttrs, attrs: &a})
 	default:
 		m.op(mergeOp{path: p, action: MergeTake})
 	}
@@ -531,19 +573,23 @@ func (m *merger) both(p string, o, t *Change) error {
 		// The data changed on one side at most: take it, and merge the
 		// attributes.
 		if t.Kind != ModeChanged {
+			ba, oa, ta, err := m.attrSets(p, o, t)
+			if err != nil {
+				return err
+			}
 			switch {
-			case !oursAttrsChanged(o) || sameInfoAttrs(on, tn):
+			case ba.same(oa) || oa.same(ta):
 				m.op(mergeOp{path: p, action: MergeTake})
-			case !oursAttrsChanged(t):
+			case ba.same(ta):
 				m.op(mergeOp{path: p, action: MergeTake})
-				m.op(mergeOp{path: p, action: MergeAttrs, attrs: on})
+				m.op(mergeOp{path: p, action: MergeAttrs, attrs: &oa})
 			case under(p, m.o.Theirs):
 				m.modeConflict(p, o, t) // takes theirs, data and attributes
 			default:
 				// The data is theirs; the attributes are a conflict that
 				// keeps ours.
 				m.op(mergeOp{path: p, action: MergeTake})
-				m.op(mergeOp{path: p, action: MergeAttrs, attrs: on})
+				m.op(mergeOp{path: p, action: MergeAttrs, attrs: &oa})
 				m.modeConflict(p, o, t)
 			}
 			return nil
@@ -553,23 +599,24 @@ func (m *merger) both(p string, o, t *Change) error {
 	return m.text(p, o, t)
 }
 
-// oursAttrsChanged reports whether change c changed mode or owner.
-func oursAttrsChanged(c *Change) bool {
-	return c.Old != nil && c.New != nil && !sameInfoAttrs(c.Old, c.New)
-}
-
 func sameInfoAttrs(a, b *FileInfo) bool {
 	return a.Mode == b.Mode && a.Uid == b.Uid && a.Gid == b.Gid
 }
 
-// attrs merges the mode and owner of p, whose data needs nothing.
+// attrs merges the mode, owner and xattrs of p, whose data needs
+// nothing more.
 func (m *merger) attrs(p string, o, t *Change) error {
-	switch {
-	case o.Old == nil || t.Old == nil || sameInfoAttrs(o.New, t.New):
+	if o.Old == nil || t.Old == nil {
 		return nil
-	case sameInfoAttrs(o.Old, o.New):
-		m.op(mergeOp{path: p, action: MergeAttrs, attrs: t.New})
-	case sameInfoAttrs(t.Old, t.New):
+	}
+	ba, oa, ta, err := m.attrSets(p, o, t)
+	switch {
+	case err != nil:
+		return err
+	case oa.same(ta):
+	case ba.same(oa):
+		m.op(mergeOp{path: p, action: MergeAttrs, attrs: &ta})
+	case ba.same(ta):
 	default:
 		m.modeConflict(p, o, t)
 	}
@@ -577,7 +624,7 @@ func (m *merger) attrs(p string, o, t *Change) error {
 }
 
 func (m *merger) modeConflict(p string, o, t *Change) {
-	m.conflict(p, ConflictMode, nil, "mode or owner of %s: %04o %d:%d in %s, %04o %d:%d in %s", p,
+	m.conflict(p, ConflictMode, nil, "mode, owner or xattrs of %s: %04o %d:%d in %s, %04o %d:%d in %s", p,
 		o.New.Mode, o.New.Uid, o.New.Gid, m.o.OursLabel, t.New.Mode, t.New.Uid, t.New.Gid, m.o.TheirsLabel)
 }
 

@@ -320,6 +320,11 @@ func (v *FS) copyXattrs(theirs *FS, tn, n *Node) error {
 	if err != nil {
 		return err
 	}
+	return v.setXattrs(n, want)
+}
+
+// setXattrs makes n's xattrs want (security.* ones it has are kept).
+func (v *FS) setXattrs(n *Node, want map[string]string) error {
 	have, err := v.xattrs(n)
 	if err != nil {
 		return err
@@ -342,8 +347,10 @@ func (v *FS) copyXattrs(theirs *FS, tn, n *Node) error {
 	return nil
 }
 
-// setAttrsPath sets p's mode and owner to a's.
-func (v *FS) setAttrsPath(p string, a *FileInfo) error {
+// setAttrsPath sets p's mode, owner and (when a tells them) xattrs to
+// a's.
+func (v *FS) setAttrsPath(p string, as *attrSet) error {
+	a := as.info
 	n, _, err := v.lookupPath(p)
 	if err != nil {
 		return err
@@ -352,6 +359,11 @@ func (v *FS) setAttrsPath(p string, a *FileInfo) error {
 		return unix.ENOENT
 	}
 	defer v.release(n)
+	if as.x != nil {
+		if err := v.setXattrs(n, as.x); err != nil {
+			return err
+		}
+	}
 	cur, err := v.Getattr(n)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -328,4 +329,26 @@ func TestMergeModeAgainstDataAndModeTheirs(t *testing.T) {
 	eq(t, "changes", len(p.Changes), 1)
 	eq(t, "data", m.ours.read("f"), "theirs\n")
 	eq(t, "mode", m.ours.mode("f"), uint32(0o755))
+}
+
+// An xattr theirs set on a file whose data and mode nobody changed is
+// taken, as a chmod is; both setting it differently is a mode
+// conflict that keeps ours.
+func TestMergeXattrs(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"a": "a\n", "c": "c\n"})
+	setx := func(e *env, p, val string) {
+		t.Helper()
+		if err := e.view.Setxattr(e.must(p), "user.k", []byte(val), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setx(m.theirs, "a", "theirs")
+	setx(m.ours, "c", "ours")
+	setx(m.theirs, "c", "theirs")
+	p := m.merge(t, MergeOptions{})
+	eq(t, "conflicts", conflictSummary(p), "mode c\n")
+	xa, _ := m.ours.view.xattrs(m.ours.must("a"))
+	eq(t, "a's xattrs", fmt.Sprint(xa), "map[user.k:theirs]")
+	xc, _ := m.ours.view.xattrs(m.ours.must("c"))
+	eq(t, "c's xattrs (ours stays)", fmt.Sprint(xc), "map[user.k:ours]")
 }
