@@ -352,3 +352,20 @@ func TestMergeXattrs(t *testing.T) {
 	xc, _ := m.ours.view.xattrs(m.ours.must("c"))
 	eq(t, "c's xattrs (ours stays)", fmt.Sprint(xc), "map[user.k:ours]")
 }
+
+// Type changes one side made alone are taken: a directory made a file
+// (with what was in it), a file made a directory (with what is in it).
+func TestMergeTypeChangesTaken(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"d/x": "x", "d/e/y": "y", "f": "f"})
+	m.theirs.remove("d")
+	m.theirs.put("d", "now a file")
+	m.theirs.remove("f")
+	if _, _, err := m.theirs.view.Mkdir(m.theirs.must(""), "f", 0o755, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	m.theirs.put("f/z", "z")
+	p := m.merge(t, MergeOptions{})
+	eq(t, "conflicts", conflictSummary(p), "")
+	eq(t, "d", m.ours.read("d"), "now a file")
+	eq(t, "f/z", m.ours.read("f/z"), "z")
+}
