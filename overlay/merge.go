@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -49,8 +51,9 @@ import (
 // Applying a plan (ApplyMerge) writes through the view's own
 // operations, so a plan's changes are ordinary changes of the branch:
 // snapshots, diff and apply see them as if a program had made them. The
-// plan holds the merged texts in memory; the files taken from theirs
-// are read from the theirs view when applied.
+// plan holds the merged texts in files of its own (MergePlan.Close
+// removes them), not in memory; the files taken from theirs are read
+// from the theirs view when applied.
 
 // ConflictKind classifies a MergeConflict.
 type ConflictKind string
@@ -116,6 +119,32 @@ type MergePlan struct {
 	// removes or replaces with everything in it), as ours had it when
 	// planned; ApplyMerge checks them first (see ErrMergeStale).
 	stamps map[string]mergeStamp
+	// dir holds the merged texts, one file each (a plan of many large
+	// files holds none of them in memory); Close removes it.
+	dir   string
+	files int
+}
+
+// tempFile returns the name of a new file in p.dir, made on first use.
+func (p *MergePlan) tempFile() (string, error) {
+	if p.dir == "" {
+		dir, err := os.MkdirTemp("", "agentfs-merge-")
+		if err != nil {
+			return "", err
+		}
+		p.dir = dir
+	}
+	p.files++
+	return filepath.Join(p.dir, fmt.Sprintf("merged-%d", p.files)), nil
+}
+
+// Close removes the merged texts the plan holds: after ApplyMerge, or
+// when the plan is not applied.
+func (p *MergePlan) Close() error {
+	if p == nil || p.dir == "" {
+		return nil
+	}
+	return os.RemoveAll(p.dir)
 }
 
 // ErrMergeStale is ApplyMerge's error when a path the plan changes is
@@ -158,7 +187,7 @@ func (p *MergePlan) Unresolved() int {
 type mergeOp struct {
 	path   string
 	action MergeAction
-	data   []byte   // MergeLines, MergeMarkers: the file's new data
+	data   string   // MergeLines, MergeMarkers: the file holding the new data (in MergePlan.dir)
 	attrs  *attrSet // MergeAttrs: the mode, owner and xattrs to set
 }
 
@@ -402,7 +431,7 @@ func (m *merger) op(op mergeOp) {
 // conflict records a conflict at p. Unless a side is chosen for p, ours
 // stays (with markers: the merged data holds them); with --theirs,
 // theirs is taken.
-func (m *merger) conflict(p string, kind ConflictKind, markers []byte, format string, a ...any) {
+func (m *merger) conflict(p string, kind ConflictKind, markers string, format string, a ...any) {
 	c := MergeConflict{Path: p, Kind: kind, Detail: fmt.Sprintf(format, a...)}
 	switch {
 	case under(p, m.o.Theirs):
@@ -410,7 +439,7 @@ func (m *merger) conflict(p string, kind ConflictKind, markers []byte, format st
 		m.take(p)
 	case under(p, m.o.Ours):
 		c.Resolved = "ours"
-	case markers != nil:
+	case markers != "":
 		c.Markers = true
 		m.op(mergeOp{path: p, action: MergeMarkers, data: markers})
 	}
@@ -455,11 +484,11 @@ func (m *merger) path(p string) error {
 	// elsewhere.
 	if src, ok := m.theirs.renamed[p]; ok {
 		if dst, ok := m.ours.renames[src]; ok && dst != p {
-			m.conflict(p, ConflictRename, nil, "%s was renamed to %s in %s and to %s in %s", src, dst, m.o.OursLabel, p, m.o.TheirsLabel)
+			m.conflict(p, ConflictRename, "", "%s was renamed to %s in %s and to %s in %s", src, dst, m.o.OursLabel, p, m.o.TheirsLabel)
 			return nil
 		}
 		if oc := m.ours.changes[src]; oc != nil && oc.Kind != Deleted {
-			m.conflict(p, ConflictRename, nil, "%s renamed %s to %s; %s changed %s", m.o.TheirsLabel, src, p, m.o.OursLabel, src)
+			m.conflict(p, ConflictRename, "", "%s renamed %s to %s; %s changed %s", m.o.TheirsLabel, src, p, m.o.OursLabel, src)
 			return nil
 		}
 	}
@@ -472,12 +501,12 @@ func (m *merger) path(p string) error {
 		// Only theirs changed p. Ours may have removed a directory
 		// above it, or changed paths below a directory theirs removes.
 		if a := m.oursRemovedAbove(p); a != "" {
-			m.conflict(p, ConflictDelete, nil, "%s deleted %s; %s changed %s", m.o.OursLabel, a, m.o.TheirsLabel, p)
+			m.conflict(p, ConflictDelete, "", "%s deleted %s; %s changed %s", m.o.OursLabel, a, m.o.TheirsLabel, p)
 			return nil
 		}
 		if (t.Kind == Deleted || t.Kind == TypeChanged) && t.Old.Type == "dir" {
 			if q := m.oursChangedBelow(p); q != "" {
-				m.conflict(p, ConflictDelete, nil, "%s deleted the directory %s; %s changed %s inside it", m.o.TheirsLabel, p, m.o.OursLabel, q)
+				m.conflict(p, ConflictDelete, "", "%s deleted the directory %s; %s changed %s inside it", m.o.TheirsLabel, p, m.o.OursLabel, q)
 				return nil
 			}
 		}
@@ -534,25 +563,25 @@ func (m *merger) both(p string, o, t *Change) error {
 		return nil
 	case o.Kind == Deleted:
 		if dst, ok := m.ours.renames[p]; ok {
-			m.conflict(p, ConflictRename, nil, "%s renamed %s to %s; %s changed %s", ol, p, dst, tl, p)
+			m.conflict(p, ConflictRename, "", "%s renamed %s to %s; %s changed %s", ol, p, dst, tl, p)
 			return nil
 		}
-		m.conflict(p, ConflictDelete, nil, "%s deleted %s; %s changed it", ol, p, tl)
+		m.conflict(p, ConflictDelete, "", "%s deleted %s; %s changed it", ol, p, tl)
 		return nil
 	case t.Kind == Deleted:
-		m.conflict(p, ConflictDelete, nil, "%s deleted %s; %s changed it", tl, p, ol)
+		m.conflict(p, ConflictDelete, "", "%s deleted %s; %s changed it", tl, p, ol)
 		return nil
 	}
 	on, tn := o.New, t.New
 	if on.Type != tn.Type {
-		m.conflict(p, ConflictType, nil, "%s is a %s in %s and a %s in %s", p, on.Type, ol, tn.Type, tl)
+		m.conflict(p, ConflictType, "", "%s is a %s in %s and a %s in %s", p, on.Type, ol, tn.Type, tl)
 		return nil
 	}
 	if m.theirs.renamed[p] != "" || m.ours.renamed[p] != "" {
 		if same, err := m.sameFile(p); err != nil || same {
 			return err
 		}
-		m.conflict(p, ConflictRename, nil, "%s and %s both put a different file at %s (a rename, or a new file)", ol, tl, p)
+		m.conflict(p, ConflictRename, "", "%s and %s both put a different file at %s (a rename, or a new file)", ol, tl, p)
 		return nil
 	}
 	switch tn.Type {
@@ -566,7 +595,7 @@ func (m *merger) both(p string, o, t *Change) error {
 			}
 			return err
 		}
-		m.conflict(p, ConflictBinary, nil, "the %s %s differs in %s and %s", tn.Type, p, ol, tl)
+		m.conflict(p, ConflictBinary, "", "the %s %s differs in %s and %s", tn.Type, p, ol, tl)
 		return nil
 	}
 	if o.Kind == ModeChanged || t.Kind == ModeChanged {
@@ -624,7 +653,7 @@ func (m *merger) attrs(p string, o, t *Change) error {
 }
 
 func (m *merger) modeConflict(p string, o, t *Change) {
-	m.conflict(p, ConflictMode, nil, "mode, owner or xattrs of %s: %04o %d:%d in %s, %04o %d:%d in %s", p,
+	m.conflict(p, ConflictMode, "", "mode, owner or xattrs of %s: %04o %d:%d in %s, %04o %d:%d in %s", p,
 		o.New.Mode, o.New.Uid, o.New.Gid, m.o.OursLabel, t.New.Mode, t.New.Uid, t.New.Gid, m.o.TheirsLabel)
 }
 
@@ -640,7 +669,7 @@ func (m *merger) text(p string, o, t *Change) error {
 			if same, err := m.sameFile(p); err != nil || same {
 				return err
 			}
-			m.conflict(p, ConflictBinary, nil, "%s is not text (or larger than %d MiB), and %s and %s changed it differently", p, maxMergeText>>20, m.o.OursLabel, m.o.TheirsLabel)
+			m.conflict(p, ConflictBinary, "", "%s is not text (or larger than %d MiB), and %s and %s changed it differently", p, maxMergeText>>20, m.o.OursLabel, m.o.TheirsLabel)
 			return nil
 		}
 		data[i] = b
@@ -648,7 +677,11 @@ func (m *merger) text(p string, o, t *Change) error {
 	if bytes.Equal(data[1], data[2]) {
 		return m.attrs(p, o, t)
 	}
-	merged, clean, err := diff3(data[1], data[0], data[2], m.o.OursLabel, m.o.BaseLabel, m.o.TheirsLabel)
+	merged, err := m.plan.tempFile()
+	if err != nil {
+		return fmt.Errorf("merge: %s: %w", p, err)
+	}
+	clean, err := diff3(data[1], data[0], data[2], m.o.OursLabel, m.o.BaseLabel, m.o.TheirsLabel, merged)
 	if err != nil {
 		return fmt.Errorf("merge: %s: %w", p, err)
 	}

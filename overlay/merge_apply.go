@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 
@@ -382,9 +383,14 @@ func (v *FS) setAttrsPath(p string, as *attrSet) error {
 	return err
 }
 
-// writePath replaces regular file p with a new one holding data, with
-// the old one's mode, owner and xattrs.
-func (v *FS) writePath(p string, data []byte) error {
+// writePath replaces regular file p with a new one holding the data of
+// file src, with the old one's mode, owner and xattrs.
+func (v *FS) writePath(p, src string) error {
+	data, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
 	old, st, err := v.lookupPath(p)
 	if err != nil {
 		return err
@@ -410,8 +416,7 @@ func (v *FS) writePath(p string, data []byte) error {
 		return err
 	}
 	defer v.release(n)
-	w := &fileWriter{f: f}
-	_, err = w.Write(data)
+	_, err = io.Copy(&fileWriter{f: f}, data)
 	if err = errors.Join(err, f.Release()); err != nil {
 		return err
 	}

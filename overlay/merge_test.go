@@ -3,6 +3,7 @@ package overlay
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -76,10 +77,20 @@ func (m *mergeEnv) merge(t *testing.T, o MergeOptions) *MergePlan {
 	if err != nil {
 		t.Fatalf("PlanMerge: %v", err)
 	}
+	closeAtEnd(t, p)
 	if _, err := m.ours.view.ApplyMerge(p); err != nil {
 		t.Fatalf("ApplyMerge: %v", err)
 	}
 	return p
+}
+
+// closeAtEnd closes plan p when the test ends.
+func closeAtEnd(t *testing.T, p *MergePlan) {
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 func conflictSummary(p *MergePlan) string {
@@ -292,6 +303,7 @@ func TestMergeRefusesPathsChangedSincePlan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			closeAtEnd(t, p)
 			m.ours.put(tc.path, "written meanwhile")
 			_, err = m.ours.view.ApplyMerge(p)
 			if !errors.Is(err, ErrMergeStale) {
@@ -368,4 +380,46 @@ func TestMergeTypeChangesTaken(t *testing.T) {
 	eq(t, "conflicts", conflictSummary(p), "")
 	eq(t, "d", m.ours.read("d"), "now a file")
 	eq(t, "f/z", m.ours.read("f/z"), "z")
+}
+
+// A directory theirs made read-only, with files in it, is taken whole:
+// its mode is set after what goes in it.
+func TestMergeReadOnlyDirectory(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"f": "f"})
+	if _, _, err := m.theirs.view.Mkdir(m.theirs.must(""), "ro", 0o755, Caller{Uid: 1000, Gid: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	m.theirs.put("ro/x", "x")
+	m.theirs.chmod("ro", 0o555)
+	p := m.merge(t, MergeOptions{})
+	eq(t, "conflicts", conflictSummary(p), "")
+	eq(t, "ro/x", m.ours.read("ro/x"), "x")
+	eq(t, "ro's mode", m.ours.mode("ro"), uint32(0o555))
+}
+
+// A plan holds its merged texts in files of its own, not in memory;
+// Close removes them.
+func TestMergePlanClose(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"code.go": funcs})
+	m.theirs.put("code.go", strings.Replace(funcs, "return 1", "return 10", 1))
+	m.ours.put("code.go", strings.Replace(funcs, "return 3", "return 30", 1))
+	p, err := PlanMerge(m.base.view, m.ours.view, m.theirs.view, MergeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := os.ReadDir(p.dir)
+	if err != nil || len(names) != 1 {
+		t.Fatalf("the plan's directory %q holds %v, %v; want the merged code.go", p.dir, names, err)
+	}
+	if _, err := m.ours.view.ApplyMerge(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p.dir); !os.IsNotExist(err) {
+		t.Errorf("the plan's directory after Close: %v, want it gone", err)
+	}
+	want := strings.Replace(strings.Replace(funcs, "return 1", "return 10", 1), "return 3", "return 30", 1)
+	eq(t, "code.go", m.ours.read("code.go"), want)
 }

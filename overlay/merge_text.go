@@ -24,34 +24,39 @@ import (
 //
 // diff3 compares its inputs with diff(1) twice, so it is given files,
 // not pipes: the three texts are written to a private temporary
-// directory, removed before diff3 returns.
-func diff3(ours, base, theirs []byte, oursLabel, baseLabel, theirsLabel string) (merged []byte, clean bool, err error) {
+// directory, removed before diff3 returns. The merged text is written
+// to a new file named out.
+func diff3(ours, base, theirs []byte, oursLabel, baseLabel, theirsLabel, out string) (clean bool, err error) {
 	dir, err := os.MkdirTemp("", "agentfs-merge-")
 	if err != nil {
-		return nil, false, fmt.Errorf("diff3: %w", err)
+		return false, fmt.Errorf("diff3: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(dir) }() // our own temporary files
 	var names []string
 	for i, data := range [][]byte{ours, base, theirs} {
 		name := filepath.Join(dir, []string{"ours", "base", "theirs"}[i])
 		if err := os.WriteFile(name, data, 0o600); err != nil {
-			return nil, false, fmt.Errorf("diff3: %w", err)
+			return false, fmt.Errorf("diff3: %w", err)
 		}
 		names = append(names, name)
 	}
 	cmd := exec.Command("diff3", "-m", "-L", oursLabel, "-L", baseLabel, "-L", theirsLabel, names[0], names[1], names[2])
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	err = cmd.Run()
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return false, fmt.Errorf("diff3: %w", err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = f, &stderr
+	err = errors.Join(cmd.Run(), f.Close())
 	var exit *exec.ExitError
 	switch {
 	case errors.Is(err, exec.ErrNotFound):
-		return nil, false, fmt.Errorf("diff3(1) is missing: install GNU diffutils")
+		return false, fmt.Errorf("diff3(1) is missing: install GNU diffutils")
 	case errors.As(err, &exit) && exit.ExitCode() == 1:
-		return out.Bytes(), false, nil // conflicts: the markers are in the output
+		return false, nil // conflicts: the markers are in the output
 	case err != nil:
-		return nil, false, fmt.Errorf("diff3 -m: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return false, fmt.Errorf("diff3 -m: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
-	return out.Bytes(), true, nil
+	return true, nil
 }

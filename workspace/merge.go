@@ -83,6 +83,7 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 			if err != nil {
 				return ctl.MergeReply{}, eioErrorf(err, "merging branch %q into %q: %v: nothing was merged", a.Branch, into, err)
 			}
+			w.closePlan(plan)
 			return mergeReply(reply, plan), nil
 		}
 		safety, err := target.Snapshot(fmt.Sprintf("before merging %s", a.Branch), branch.KindSafety)
@@ -117,6 +118,7 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
 			return ctl.MergeReply{}, eioErrorf(err, "merging branch %q into %q: %v: nothing was merged", a.Branch, into, err)
 		}
+		defer w.closePlan(plan)
 		stale, applyErr := applyMerge(target, plan)
 		if errors.Is(applyErr, overlay.ErrMergeStale) {
 			// Nothing was changed, and a restore would undo what the
@@ -141,6 +143,13 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 			"changes", len(reply.Changes), "conflicts", reply.Unresolved, "pid", c.Pid)
 		return reply, nil
 	})
+}
+
+// closePlan removes the merged texts plan holds.
+func (w *Workspace) closePlan(plan *overlay.MergePlan) {
+	if err := plan.Close(); err != nil {
+		w.log.Warn("removing a merge's temporary files", "err", err)
+	}
 }
 
 // applyMerge makes a merge's plan (a variable: tests make it fail
