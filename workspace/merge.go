@@ -38,8 +38,15 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 				return ctl.MergeReply{}, err
 			}
 		}
+		var err error
 		if a.Branch == "" {
 			return ctl.MergeReply{}, errorf(ErrInvalid, "no branch to merge given: name one (agentfs branch list shows them)")
+		}
+		if a.Ours, err = cleanPaths("merge --ours", a.Ours); err != nil {
+			return ctl.MergeReply{}, err
+		}
+		if a.Theirs, err = cleanPaths("merge --theirs", a.Theirs); err != nil {
+			return ctl.MergeReply{}, err
 		}
 		theirsL, err := w.branchLayer(a.Branch)
 		if err != nil {

@@ -294,3 +294,21 @@ func openWorkspace(t *testing.T, o Options) *Workspace {
 	})
 	return w
 }
+
+// TestMergeBadSidePaths: --ours and --theirs paths outside the tree are
+// refused, naming the path, before anything is done.
+func TestMergeBadSidePaths(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"f": "base\n"})
+	tryBranch(t, w)
+	for _, a := range []ctl.MergeArgs{{Branch: "try", Theirs: []string{"../f"}}, {Branch: "try", Ours: []string{"/etc/passwd"}}} {
+		_, err := w.Merge(self, a)
+		isKind(t, "a side path outside the tree", err, ErrInvalid, "is not a path inside the mount")
+	}
+	if _, ok := readFile(t, w.View(), "g"); ok {
+		t.Errorf("a refused merge took g")
+	}
+	rep, err := w.Merge(self, ctl.MergeArgs{Branch: "try", Theirs: []string{"./f"}, DryRun: true})
+	if err != nil || rep.Unresolved != 0 {
+		t.Errorf("merge --theirs ./f: %+v, %v", rep, err)
+	}
+}
