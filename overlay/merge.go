@@ -123,6 +123,8 @@ type MergePlan struct {
 	// files holds none of them in memory); Close removes it.
 	dir   string
 	files int
+	// deep: the paths of stamps whose whole subtree is stamped.
+	deep map[string]bool
 }
 
 // tempFile returns the name of a new file in p.dir, made on first use.
@@ -312,44 +314,57 @@ func PlanMerge(base, ours, theirs *FS, o MergeOptions) (*MergePlan, error) {
 }
 
 // stamp records, for every path the plan changes, what ours has there
-// (see MergePlan.stamps); below a directory a delete or take may remove,
-// every path.
+// (see MergePlan.stamps); below a directory a delete or take may
+// remove, every path (walked down from it, not looked up from the root
+// each).
 func (m *merger) stamp() error {
-	m.plan.stamps = map[string]mergeStamp{}
-	var walk func(p string, deep bool) error
-	walk = func(p string, deep bool) error {
-		if _, ok := m.plan.stamps[p]; ok && !deep {
-			return nil
+	m.plan.stamps, m.plan.deep = map[string]mergeStamp{}, map[string]bool{}
+	v := m.ours.view
+	for _, op := range m.plan.ops {
+		deep := op.action == MergeDelete || op.action == MergeTake
+		if _, ok := m.plan.stamps[op.path]; ok && (!deep || m.plan.deep[op.path]) {
+			continue
 		}
-		v := m.ours.view
-		n, st, err := v.lookupPath(p)
+		n, st, err := v.lookupPath(op.path)
 		if err != nil {
 			return err
 		}
-		m.plan.stamps[p] = stampOf(n, &st)
-		if n == nil {
-			return nil
-		}
-		var names []string
-		if deep && n.mode == unix.S_IFDIR {
-			names, err = v.childNames(n)
+		m.plan.stamps[op.path] = stampOf(n, &st)
+		if deep && n != nil {
+			m.plan.deep[op.path] = true
+			err = walkStamps(v, n, op.path, func(q string, c *Node, st *unix.Stat_t) error {
+				m.plan.stamps[q] = stampOf(c, st)
+				return nil
+			})
 		}
 		v.release(n)
 		if err != nil {
 			return err
 		}
-		for _, name := range names {
-			if err := walk(joinPath(p, name), true); err != nil {
-				return err
-			}
-		}
+	}
+	return nil
+}
+
+// walkStamps calls fn for every path below n (path p) in v, parents
+// first; fn must not keep the node.
+func walkStamps(v *FS, n *Node, p string, fn func(q string, c *Node, st *unix.Stat_t) error) error {
+	if n.mode != unix.S_IFDIR {
 		return nil
 	}
-	for _, op := range m.plan.ops {
-		if op.action == mergeKeepOurs {
-			continue
+	names, err := v.childNames(n)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		q := joinPath(p, name)
+		c, st, err := v.lookupChild(n, name)
+		if err == nil && c != nil {
+			if err = fn(q, c, &st); err == nil {
+				err = walkStamps(v, c, q, fn)
+			}
+			v.release(c)
 		}
-		if err := walk(op.path, op.action == MergeDelete || op.action == MergeTake); err != nil {
+		if err != nil {
 			return err
 		}
 	}

@@ -53,62 +53,44 @@ func (v *FS) ApplyMerge(p *MergePlan) ([]Stale, error) {
 
 // checkMergeStamps fails with ErrMergeStale, before anything is
 // changed, when a path p changes is not in v as it was in the plan's
-// ours: written since, by a program bound to the branch. Writing the
-// plan over it would lose what the program wrote.
+// ours: written since, by a program bound to the branch, or, below a
+// directory the plan removes, created since. Writing the plan over it
+// would lose what the program wrote.
 func (v *FS) checkMergeStamps(p *MergePlan) error {
-	paths := make([]string, 0, len(p.stamps))
-	for q := range p.stamps {
-		paths = append(paths, q)
+	paths := make([]string, 0, len(p.ops))
+	for _, op := range p.ops {
+		paths = append(paths, op.path)
 	}
 	slices.SortFunc(paths, comparePaths)
+	paths = slices.Compact(paths)
+	stale := func(q string) error { return fmt.Errorf("merge: %s: %w", q, ErrMergeStale) }
 	for _, q := range paths {
+		want, ok := p.stamps[q]
+		if !ok {
+			continue // an op stamp left out (nothing done there)
+		}
 		n, st, err := v.lookupPath(q)
 		if err != nil {
 			return fmt.Errorf("merge: %s: %w", q, err)
 		}
-		now := stampOf(n, &st)
-		v.release(n)
-		if now != p.stamps[q] {
-			return fmt.Errorf("merge: %s: %w", q, ErrMergeStale)
+		if stampOf(n, &st) != want {
+			v.release(n)
+			return stale(q)
 		}
-	}
-	removed := map[string]bool{}
-	for _, op := range p.ops {
-		if op.action == MergeDelete || op.action == MergeTake {
-			removed[op.path] = true
+		if n != nil && p.deep[q] {
+			err = walkStamps(v, n, q, func(q string, c *Node, st *unix.Stat_t) error {
+				if want, ok := p.stamps[q]; !ok || stampOf(c, st) != want {
+					return stale(q)
+				}
+				return nil
+			})
 		}
-	}
-	for _, q := range paths {
-		// A path created below a directory the plan removes.
-		if s := p.stamps[q]; !s.exists || s.mode&unix.S_IFMT != unix.S_IFDIR || !removedAt(removed, q) {
-			continue
-		}
-		n, _, err := v.lookupPath(q)
-		if err != nil || n == nil {
-			return err
-		}
-		names, err := v.childNames(n)
 		v.release(n)
 		if err != nil {
-			return fmt.Errorf("merge: %s: %w", q, err)
-		}
-		for _, name := range names {
-			if _, ok := p.stamps[joinPath(q, name)]; !ok {
-				return fmt.Errorf("merge: %s: %w", joinPath(q, name), ErrMergeStale)
-			}
+			return err
 		}
 	}
 	return nil
-}
-
-// removedAt reports whether q or a directory above it is in removed.
-func removedAt(removed map[string]bool, q string) bool {
-	for ; q != ""; q = parentPath(q) {
-		if removed[q] {
-			return true
-		}
-	}
-	return false
 }
 
 // mergeStale lists what the kernel must drop after p was applied.
