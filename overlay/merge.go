@@ -594,6 +594,9 @@ func (m *merger) both(p string, o, t *Change) error {
 	}
 	if m.theirs.renamed[p] != "" || m.ours.renamed[p] != "" {
 		if same, err := m.sameFile(p); err != nil || same {
+			if err == nil {
+				return m.attrs(p, o, t)
+			}
 			return err
 		}
 		m.conflict(p, ConflictRename, "", "%s and %s both put a different file at %s (a rename, or a new file)", ol, tl, p)
@@ -682,6 +685,9 @@ func (m *merger) text(p string, o, t *Change) error {
 		}
 		if !ok {
 			if same, err := m.sameFile(p); err != nil || same {
+				if err == nil {
+					return m.attrs(p, o, t)
+				}
 				return err
 			}
 			m.conflict(p, ConflictBinary, "", "%s is not text (or larger than %d MiB), and %s and %s changed it differently", p, maxMergeText>>20, m.o.OursLabel, m.o.TheirsLabel)

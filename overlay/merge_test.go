@@ -423,3 +423,15 @@ func TestMergePlanClose(t *testing.T) {
 	want := strings.Replace(strings.Replace(funcs, "return 1", "return 10", 1), "return 3", "return 30", 1)
 	eq(t, "code.go", m.ours.read("code.go"), want)
 }
+
+// A binary file both sides changed to the same data, one of them its
+// mode too: the mode is taken, as for text.
+func TestMergeSameBinaryAttrs(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"bin": "a\x00b"})
+	m.ours.put("bin", "new\x00data")
+	m.theirs.put("bin", "new\x00data")
+	m.theirs.chmod("bin", 0o755)
+	p := m.merge(t, MergeOptions{})
+	eq(t, "conflicts", conflictSummary(p), "")
+	eq(t, "bin's mode", m.ours.mode("bin"), uint32(0o755))
+}
