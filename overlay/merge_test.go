@@ -435,3 +435,28 @@ func TestMergeSameBinaryAttrs(t *testing.T) {
 	eq(t, "conflicts", conflictSummary(p), "")
 	eq(t, "bin's mode", m.ours.mode("bin"), uint32(0o755))
 }
+
+// Files without a newline at their end: conflict markers stand on
+// lines of their own (diff3 glues them to the last line otherwise),
+// and a clean merge ends as the sides say (three-way, on the final
+// newline too).
+func TestMergeNoFinalNewline(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"c": "x\na", "both": "1\n2\n3\n4\n5", "added": "1\n2\n3\n4\n5", "removed": "1\n2\n3\n4\n5\n", "top": "1\n2\n3"})
+	m.ours.put("top", "1!\n2\n3")
+	m.theirs.put("top", "1?\n2\n3")
+	m.ours.put("c", "x\nb")
+	m.theirs.put("c", "x\nc")
+	m.ours.put("both", "1!\n2\n3\n4\n5")
+	m.theirs.put("both", "1\n2\n3\n4\n5!")
+	m.ours.put("added", "1!\n2\n3\n4\n5")
+	m.theirs.put("added", "1\n2\n3\n4\n5\n")
+	m.ours.put("removed", "1!\n2\n3\n4\n5\n")
+	m.theirs.put("removed", "1\n2\n3\n4\n5")
+	p := m.merge(t, MergeOptions{})
+	eq(t, "conflicts", conflictSummary(p), "content c\ncontent top\n")
+	eq(t, "top", m.ours.read("top"), "<<<<<<< ours\n1!\n||||||| base\n1\n=======\n1?\n>>>>>>> theirs\n2\n3")
+	eq(t, "c", m.ours.read("c"), "x\n<<<<<<< ours\nb\n||||||| base\na\n=======\nc\n>>>>>>> theirs\n")
+	eq(t, "both", m.ours.read("both"), "1!\n2\n3\n4\n5!")
+	eq(t, "added", m.ours.read("added"), "1!\n2\n3\n4\n5\n")
+	eq(t, "removed", m.ours.read("removed"), "1!\n2\n3\n4\n5")
+}
