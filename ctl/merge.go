@@ -29,6 +29,10 @@ type MergeReply struct {
 	// Safety is the snapshot of Into before the merge (nil for a dry
 	// run): restoring it undoes the merge.
 	Safety *SnapshotInfo `json:"safety,omitempty"`
+	// Merged is the snapshot of Branch the merge took and merged (nil
+	// for a dry run): merging Branch again later with it as the Base
+	// takes only what Branch changed since.
+	Merged *SnapshotInfo `json:"merged,omitempty"`
 	// Changes are what the merge did (a dry run: would do) to Into.
 	Changes   []MergeChange   `json:"changes"`
 	Conflicts []MergeConflict `json:"conflicts"`

@@ -294,3 +294,31 @@ func TestTournamentMerge(t *testing.T) {
 	}
 	m.AssertLowerUnchanged()
 }
+
+// A branch merged twice: the second merge, from the snapshot the first
+// prints (agentfs merge --base ID BRANCH), takes what the branch
+// changed since, and nothing the first merge took conflicts again.
+func TestMergeTwice(t *testing.T) {
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("code.go", goFuncs)))
+	branchesFrom(t, m, "try")
+	inBranch(t, m, "try", `sed -i 's/return 1/return 10/' code.go && echo one > new.txt`)
+	r := mustC(t, m.Dir, "merge", "try")
+	again := regexp.MustCompile(`to merge try again later \(only what it changes from now on\): agentfs merge --base ([0-9a-f]{8}) try`).FindStringSubmatch(r.Stdout)
+	if again == nil {
+		t.Fatalf("merge does not print how to merge the branch again:\n%s", r)
+	}
+	harness.WriteFile(t, m.Path("code.go"), strings.Replace(strings.Replace(goFuncs, "return 1", "return 10", 1), "return 3", "return 30", 1))
+	inBranch(t, m, "try", `sed -i 's/return 10/return 100/' code.go && echo two > new.txt`)
+	r = mustC(t, m.Dir, "merge", "--base", again[1], "try")
+	if strings.Contains(r.Stdout, "conflicts") {
+		t.Errorf("the second merge conflicts:\n%s", r)
+	}
+	want := strings.Replace(strings.Replace(goFuncs, "return 1", "return 100", 1), "return 3", "return 30", 1)
+	if got := harness.ReadFile(t, m.Path("code.go")); got != want {
+		t.Errorf("code.go after the second merge = %q, want %q", got, want)
+	}
+	if got := harness.ReadFile(t, m.Path("new.txt")); got != "two\n" {
+		t.Errorf("new.txt after the second merge = %q", got)
+	}
+	m.AssertLowerUnchanged()
+}

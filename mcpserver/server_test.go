@@ -270,6 +270,16 @@ func TestMergeBranch(t *testing.T) {
 	if len(ch.Changes) != 0 {
 		t.Errorf("try differs from main after merging main into it: %+v", ch.Changes)
 	}
+	// Main changes f again: merged again from the checkpoint the first
+	// merge answers, only that change is taken, without a conflict.
+	if out.Merged == nil {
+		t.Fatalf("merge_branch answers no checkpoint to merge main again from: %+v", out)
+	}
+	writeView(t, w, "f", "three\n")
+	var again MergeOut
+	if res := callTool(t, cs, "merge_branch", map[string]any{"branch": "main", "into": "try", "base": out.Merged.ID}, &again); res.IsError || again.Unresolved != 0 || again.Base != out.Merged.ID || len(again.Changes) != 1 {
+		t.Fatalf("merge_branch again from %s: %s %+v", out.Merged.ID, text(res), again)
+	}
 	if res := callTool(t, cs, "merge_branch", map[string]any{"branch": "nope"}, nil); !res.IsError || !strings.Contains(text(res), `no branch "nope"`) {
 		t.Errorf("merge_branch of a missing branch: %s", text(res))
 	}

@@ -381,6 +381,7 @@ func (t *target) rewind(ctx context.Context, _ *mcp.CallToolRequest, in RewindIn
 type MergeIn struct {
 	Branch string   `json:"branch" jsonschema:"the branch whose changes are merged in"`
 	Into   string   `json:"into,omitempty" jsonschema:"the branch merged into (default: yours)"`
+	Base   string   `json:"base,omitempty" jsonschema:"the checkpoint to compare both sides with (default: the one both started from); to merge a branch again, the merged checkpoint the last merge of it answered"`
 	DryRun bool     `json:"dry_run,omitempty" jsonschema:"only list what the merge would do"`
 	Ours   []string `json:"ours,omitempty" jsonschema:"paths whose conflicts (at or below them) keep the target's version; . is everything"`
 	Theirs []string `json:"theirs,omitempty" jsonschema:"paths whose conflicts (at or below them) take the branch's version; . is everything"`
@@ -398,6 +399,7 @@ type MergeOut struct {
 	Into       string              `json:"into"`
 	Base       string              `json:"base" jsonschema:"the checkpoint both sides were compared with, or lower (the project)"`
 	Safety     *Checkpoint         `json:"safety,omitempty" jsonschema:"the checkpoint of the target before the merge: rewinding to it undoes the merge"`
+	Merged     *Checkpoint         `json:"merged,omitempty" jsonschema:"the checkpoint of the branch that was merged: pass it as base to merge the branch again later, taking only what it changes from now on"`
 	DryRun     bool                `json:"dry_run,omitempty"`
 	Changes    []MergeStep         `json:"changes"`
 	Conflicts  []ctl.MergeConflict `json:"conflicts"`
@@ -406,7 +408,7 @@ type MergeOut struct {
 
 func (t *target) mergeBranch(ctx context.Context, _ *mcp.CallToolRequest, in MergeIn) (*mcp.CallToolResult, MergeOut, error) {
 	rep, err := call(ctx, t, func(c *workspace.Client) (ctl.MergeReply, error) {
-		return c.Merge(ctl.MergeArgs{Branch: in.Branch, Into: in.Into, DryRun: in.DryRun, Ours: in.Ours, Theirs: in.Theirs})
+		return c.Merge(ctl.MergeArgs{Branch: in.Branch, Into: in.Into, Base: in.Base, DryRun: in.DryRun, Ours: in.Ours, Theirs: in.Theirs})
 	})
 	if err != nil {
 		return nil, MergeOut{}, err
@@ -415,6 +417,10 @@ func (t *target) mergeBranch(ctx context.Context, _ *mcp.CallToolRequest, in Mer
 	if rep.Safety != nil {
 		s := checkpointOf(*rep.Safety)
 		out.Safety = &s
+	}
+	if rep.Merged != nil {
+		m := checkpointOf(*rep.Merged)
+		out.Merged = &m
 	}
 	for _, c := range rep.Changes {
 		out.Changes = append(out.Changes, MergeStep{Path: c.Path, Action: c.Action})

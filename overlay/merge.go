@@ -2,8 +2,12 @@ package overlay
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -32,8 +36,8 @@ import (
 //     deletion against a change, also of a path inside a deleted
 //     directory ("delete"), renames that collide ("rename": one file
 //     renamed to two names, two files renamed to one name, a file
-//     renamed on one side and changed on the other), and modes or
-//     owners changed differently ("mode").
+//     renamed on one side and changed on the other), and modes,
+//     owners or xattrs changed differently ("mode").
 //
 // A rename is a deletion and a creation of the same inode number in one
 // side (Diff reports it so; st_ino survives a rename). Times alone are
@@ -47,8 +51,9 @@ import (
 // Applying a plan (ApplyMerge) writes through the view's own
 // operations, so a plan's changes are ordinary changes of the branch:
 // snapshots, diff and apply see them as if a program had made them. The
-// plan holds the merged texts in memory; the files taken from theirs
-// are read from the theirs view when applied.
+// plan holds the merged texts in files of its own (MergePlan.Close
+// removes them), not in memory; the files taken from theirs are read
+// from the theirs view when applied.
 
 // ConflictKind classifies a MergeConflict.
 type ConflictKind string
@@ -59,7 +64,7 @@ const (
 	ConflictType    ConflictKind = "type"    // a type changed on one side, the path changed on the other
 	ConflictDelete  ConflictKind = "delete"  // deleted on one side, changed on the other
 	ConflictRename  ConflictKind = "rename"  // renames that collide
-	ConflictMode    ConflictKind = "mode"    // mode or owner changed differently on both sides
+	ConflictMode    ConflictKind = "mode"    // mode, owner or xattrs changed differently on both sides
 )
 
 // MergeConflict is one path both sides changed in ways the merge cannot
@@ -81,7 +86,7 @@ type MergeAction string
 const (
 	MergeTake     MergeAction = "take"     // theirs' version written (created or replaced)
 	MergeDelete   MergeAction = "delete"   // removed, as theirs removed it
-	MergeAttrs    MergeAction = "attrs"    // theirs' mode and owner set
+	MergeAttrs    MergeAction = "attrs"    // theirs' mode, owner and xattrs set
 	MergeLines    MergeAction = "merge"    // both sides' changes combined line by line
 	MergeMarkers  MergeAction = "conflict" // written with conflict markers
 	mergeKeepOurs MergeAction = ""         // nothing done (internal)
@@ -110,6 +115,63 @@ type MergePlan struct {
 	Conflicts []MergeConflict
 	ops       []mergeOp
 	theirs    *FS
+	// stamps: every path the plan changes or removes (a directory it
+	// removes or replaces with everything in it), as ours had it when
+	// planned; ApplyMerge checks them first (see ErrMergeStale).
+	stamps map[string]mergeStamp
+	// dir holds the merged texts, one file each (a plan of many large
+	// files holds none of them in memory); Close removes it.
+	dir   string
+	files int
+	// deep: the paths of stamps whose whole subtree is stamped.
+	deep map[string]bool
+}
+
+// tempFile returns the name of a new file in p.dir, made on first use.
+func (p *MergePlan) tempFile() (string, error) {
+	if p.dir == "" {
+		dir, err := os.MkdirTemp("", "agentfs-merge-")
+		if err != nil {
+			return "", err
+		}
+		p.dir = dir
+	}
+	p.files++
+	return filepath.Join(p.dir, fmt.Sprintf("merged-%d", p.files)), nil
+}
+
+// Close removes the merged texts the plan holds: after ApplyMerge, or
+// when the plan is not applied.
+func (p *MergePlan) Close() error {
+	if p == nil || p.dir == "" {
+		return nil
+	}
+	return os.RemoveAll(p.dir)
+}
+
+// ErrMergeStale is ApplyMerge's error when a path the plan changes is
+// no longer as the plan saw it in ours (a program wrote the branch
+// after the plan was made): nothing was changed, and the merge is to
+// be planned again.
+var ErrMergeStale = errors.New("the branch changed while the merge was planned")
+
+// mergeStamp is what a path of ours was when a merge was planned:
+// enough to tell that it was changed since (any write changes the
+// ctime), not what it holds.
+type mergeStamp struct {
+	exists     bool
+	mode       uint32 // with the type
+	ino        uint64
+	size       int64
+	uid, gid   uint32
+	mtim, ctim unix.Timespec
+}
+
+func stampOf(n *Node, st *unix.Stat_t) mergeStamp {
+	if n == nil {
+		return mergeStamp{}
+	}
+	return mergeStamp{exists: true, mode: st.Mode, ino: st.Ino, size: st.Size, uid: st.Uid, gid: st.Gid, mtim: st.Mtim, ctim: st.Ctim}
 }
 
 // Unresolved counts the conflicts that remain.
@@ -127,8 +189,43 @@ func (p *MergePlan) Unresolved() int {
 type mergeOp struct {
 	path   string
 	action MergeAction
-	data   []byte // MergeLines, MergeMarkers: the file's new data
-	attrs  *FileInfo
+	data   string   // MergeLines, MergeMarkers: the file holding the new data (in MergePlan.dir)
+	attrs  *attrSet // MergeAttrs: the mode, owner and xattrs to set
+}
+
+// attrSet is what a merge calls a path's attributes: mode, owner and
+// xattrs (x nil: the view has none to tell, and they are left alone).
+type attrSet struct {
+	info *FileInfo
+	x    map[string]string
+}
+
+func (a attrSet) same(b attrSet) bool {
+	return sameInfoAttrs(a.info, b.info) && maps.Equal(a.x, b.x)
+}
+
+// attrsAt returns p's attributes in v, fi being its FileInfo there.
+func attrsAt(v *FS, p string, fi *FileInfo) (attrSet, error) {
+	n, _, err := v.lookupPath(p)
+	if err != nil || n == nil {
+		return attrSet{info: fi}, err
+	}
+	defer v.release(n)
+	x, err := v.xattrs(n)
+	return attrSet{info: fi, x: x}, err
+}
+
+// attrSets returns p's attributes in base, ours and theirs, which all
+// have it (o and t are the sides' changes of p).
+func (m *merger) attrSets(p string, o, t *Change) (b, ours, theirs attrSet, err error) {
+	if b, err = attrsAt(m.base, p, o.Old); err != nil {
+		return
+	}
+	if ours, err = attrsAt(m.ours.view, p, o.New); err != nil {
+		return
+	}
+	theirs, err = attrsAt(m.theirs.view, p, t.New)
+	return
 }
 
 // maxMergeText is the largest file merged line by line; a larger one
@@ -139,7 +236,7 @@ const maxMergeText = 64 << 20
 type side struct {
 	view    *FS
 	changes map[string]*Change
-	order   []string // the changed paths in Diff's order (a subtree after its directory)
+	order   []string          // the changed paths in Diff's order (a subtree after its directory)
 	renames map[string]string // source → destination
 	renamed map[string]string // destination → source
 }
@@ -205,12 +302,73 @@ func PlanMerge(base, ours, theirs *FS, o MergeOptions) (*MergePlan, error) {
 	// Paths only ours changed need nothing.
 	slices.SortFunc(paths, comparePaths)
 	for _, p := range paths {
-		if err := m.path(p); err != nil {
+		if err := errors.Join(m.path(p), m.err); err != nil {
 			return nil, err
 		}
 	}
 	m.keepConflictingRenameSources()
+	if err := m.stamp(); err != nil {
+		return nil, fmt.Errorf("merge: reading ours: %w", err)
+	}
 	return m.plan, nil
+}
+
+// stamp records, for every path the plan changes, what ours has there
+// (see MergePlan.stamps); below a directory a delete or take may
+// remove, every path (walked down from it, not looked up from the root
+// each).
+func (m *merger) stamp() error {
+	m.plan.stamps, m.plan.deep = map[string]mergeStamp{}, map[string]bool{}
+	v := m.ours.view
+	for _, op := range m.plan.ops {
+		deep := op.action == MergeDelete || op.action == MergeTake
+		if _, ok := m.plan.stamps[op.path]; ok && (!deep || m.plan.deep[op.path]) {
+			continue
+		}
+		n, st, err := v.lookupPath(op.path)
+		if err != nil {
+			return err
+		}
+		m.plan.stamps[op.path] = stampOf(n, &st)
+		if deep && n != nil {
+			m.plan.deep[op.path] = true
+			err = walkStamps(v, n, op.path, func(q string, c *Node, st *unix.Stat_t) error {
+				m.plan.stamps[q] = stampOf(c, st)
+				return nil
+			})
+		}
+		v.release(n)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// walkStamps calls fn for every path below n (path p) in v, parents
+// first; fn must not keep the node.
+func walkStamps(v *FS, n *Node, p string, fn func(q string, c *Node, st *unix.Stat_t) error) error {
+	if n.mode != unix.S_IFDIR {
+		return nil
+	}
+	names, err := v.childNames(n)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		q := joinPath(p, name)
+		c, st, err := v.lookupChild(n, name)
+		if err == nil && c != nil {
+			if err = fn(q, c, &st); err == nil {
+				err = walkStamps(v, c, q, fn)
+			}
+			v.release(c)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // keepConflictingRenameSources drops the deletion of the source of a
@@ -250,6 +408,7 @@ type merger struct {
 	// decided: paths below which nothing more is done (a conflict on a
 	// directory, or its removal).
 	decided map[string]bool
+	err     error // of reading a view where no error can be returned
 }
 
 // decide marks p as a path below which nothing more is done.
@@ -287,7 +446,7 @@ func (m *merger) op(op mergeOp) {
 // conflict records a conflict at p. Unless a side is chosen for p, ours
 // stays (with markers: the merged data holds them); with --theirs,
 // theirs is taken.
-func (m *merger) conflict(p string, kind ConflictKind, markers []byte, format string, a ...any) {
+func (m *merger) conflict(p string, kind ConflictKind, markers string, format string, a ...any) {
 	c := MergeConflict{Path: p, Kind: kind, Detail: fmt.Sprintf(format, a...)}
 	switch {
 	case under(p, m.o.Theirs):
@@ -295,7 +454,7 @@ func (m *merger) conflict(p string, kind ConflictKind, markers []byte, format st
 		m.take(p)
 	case under(p, m.o.Ours):
 		c.Resolved = "ours"
-	case markers != nil:
+	case markers != "":
 		c.Markers = true
 		m.op(mergeOp{path: p, action: MergeMarkers, data: markers})
 	}
@@ -317,7 +476,12 @@ func (m *merger) take(p string) {
 		m.op(mergeOp{path: p, action: MergeDelete})
 		m.decide(p)
 	case c.Kind == ModeChanged:
-		m.op(mergeOp{path: p, action: MergeAttrs, attrs: c.New})
+		a, err := attrsAt(m.theirs.view, p, c.New)
+		if err != nil {
+			m.err = errors.Join(m.err, err)
+			return
+		}
+		m.op(mergeOp{path: p, action: MergeAttrs, attrs: &a})
 	default:
 		m.op(mergeOp{path: p, action: MergeTake})
 	}
@@ -335,11 +499,11 @@ func (m *merger) path(p string) error {
 	// elsewhere.
 	if src, ok := m.theirs.renamed[p]; ok {
 		if dst, ok := m.ours.renames[src]; ok && dst != p {
-			m.conflict(p, ConflictRename, nil, "%s was renamed to %s in %s and to %s in %s", src, dst, m.o.OursLabel, p, m.o.TheirsLabel)
+			m.conflict(p, ConflictRename, "", "%s was renamed to %s in %s and to %s in %s", src, dst, m.o.OursLabel, p, m.o.TheirsLabel)
 			return nil
 		}
 		if oc := m.ours.changes[src]; oc != nil && oc.Kind != Deleted {
-			m.conflict(p, ConflictRename, nil, "%s renamed %s to %s; %s changed %s", m.o.TheirsLabel, src, p, m.o.OursLabel, src)
+			m.conflict(p, ConflictRename, "", "%s renamed %s to %s; %s changed %s", m.o.TheirsLabel, src, p, m.o.OursLabel, src)
 			return nil
 		}
 	}
@@ -352,12 +516,12 @@ func (m *merger) path(p string) error {
 		// Only theirs changed p. Ours may have removed a directory
 		// above it, or changed paths below a directory theirs removes.
 		if a := m.oursRemovedAbove(p); a != "" {
-			m.conflict(p, ConflictDelete, nil, "%s deleted %s; %s changed %s", m.o.OursLabel, a, m.o.TheirsLabel, p)
+			m.conflict(p, ConflictDelete, "", "%s deleted %s; %s changed %s", m.o.OursLabel, a, m.o.TheirsLabel, p)
 			return nil
 		}
 		if (t.Kind == Deleted || t.Kind == TypeChanged) && t.Old.Type == "dir" {
 			if q := m.oursChangedBelow(p); q != "" {
-				m.conflict(p, ConflictDelete, nil, "%s deleted the directory %s; %s changed %s inside it", m.o.TheirsLabel, p, m.o.OursLabel, q)
+				m.conflict(p, ConflictDelete, "", "%s deleted the directory %s; %s changed %s inside it", m.o.TheirsLabel, p, m.o.OursLabel, q)
 				return nil
 			}
 		}
@@ -414,25 +578,28 @@ func (m *merger) both(p string, o, t *Change) error {
 		return nil
 	case o.Kind == Deleted:
 		if dst, ok := m.ours.renames[p]; ok {
-			m.conflict(p, ConflictRename, nil, "%s renamed %s to %s; %s changed %s", ol, p, dst, tl, p)
+			m.conflict(p, ConflictRename, "", "%s renamed %s to %s; %s changed %s", ol, p, dst, tl, p)
 			return nil
 		}
-		m.conflict(p, ConflictDelete, nil, "%s deleted %s; %s changed it", ol, p, tl)
+		m.conflict(p, ConflictDelete, "", "%s deleted %s; %s changed it", ol, p, tl)
 		return nil
 	case t.Kind == Deleted:
-		m.conflict(p, ConflictDelete, nil, "%s deleted %s; %s changed it", tl, p, ol)
+		m.conflict(p, ConflictDelete, "", "%s deleted %s; %s changed it", tl, p, ol)
 		return nil
 	}
 	on, tn := o.New, t.New
 	if on.Type != tn.Type {
-		m.conflict(p, ConflictType, nil, "%s is a %s in %s and a %s in %s", p, on.Type, ol, tn.Type, tl)
+		m.conflict(p, ConflictType, "", "%s is a %s in %s and a %s in %s", p, on.Type, ol, tn.Type, tl)
 		return nil
 	}
 	if m.theirs.renamed[p] != "" || m.ours.renamed[p] != "" {
 		if same, err := m.sameFile(p); err != nil || same {
+			if err == nil {
+				return m.attrs(p, o, t)
+			}
 			return err
 		}
-		m.conflict(p, ConflictRename, nil, "%s and %s both put a different file at %s (a rename, or a new file)", ol, tl, p)
+		m.conflict(p, ConflictRename, "", "%s and %s both put a different file at %s (a rename, or a new file)", ol, tl, p)
 		return nil
 	}
 	switch tn.Type {
@@ -446,16 +613,31 @@ func (m *merger) both(p string, o, t *Change) error {
 			}
 			return err
 		}
-		m.conflict(p, ConflictBinary, nil, "the %s %s differs in %s and %s", tn.Type, p, ol, tl)
+		m.conflict(p, ConflictBinary, "", "the %s %s differs in %s and %s", tn.Type, p, ol, tl)
 		return nil
 	}
 	if o.Kind == ModeChanged || t.Kind == ModeChanged {
 		// The data changed on one side at most: take it, and merge the
 		// attributes.
 		if t.Kind != ModeChanged {
-			m.op(mergeOp{path: p, action: MergeTake})
-			if oursAttrsChanged(o) {
-				m.op(mergeOp{path: p, action: MergeAttrs, attrs: on})
+			ba, oa, ta, err := m.attrSets(p, o, t)
+			if err != nil {
+				return err
+			}
+			switch {
+			case ba.same(oa) || oa.same(ta):
+				m.op(mergeOp{path: p, action: MergeTake})
+			case ba.same(ta):
+				m.op(mergeOp{path: p, action: MergeTake})
+				m.op(mergeOp{path: p, action: MergeAttrs, attrs: &oa})
+			case under(p, m.o.Theirs):
+				m.modeConflict(p, o, t) // takes theirs, data and attributes
+			default:
+				// The data is theirs; the attributes are a conflict that
+				// keeps ours.
+				m.op(mergeOp{path: p, action: MergeTake})
+				m.op(mergeOp{path: p, action: MergeAttrs, attrs: &oa})
+				m.modeConflict(p, o, t)
 			}
 			return nil
 		}
@@ -464,28 +646,33 @@ func (m *merger) both(p string, o, t *Change) error {
 	return m.text(p, o, t)
 }
 
-// oursAttrsChanged reports whether change c changed mode or owner.
-func oursAttrsChanged(c *Change) bool {
-	return c.Old != nil && c.New != nil && !sameInfoAttrs(c.Old, c.New)
-}
-
 func sameInfoAttrs(a, b *FileInfo) bool {
 	return a.Mode == b.Mode && a.Uid == b.Uid && a.Gid == b.Gid
 }
 
-// attrs merges the mode and owner of p, whose data needs nothing.
+// attrs merges the mode, owner and xattrs of p, whose data needs
+// nothing more.
 func (m *merger) attrs(p string, o, t *Change) error {
-	switch {
-	case o.Old == nil || t.Old == nil || sameInfoAttrs(o.New, t.New):
+	if o.Old == nil || t.Old == nil {
 		return nil
-	case sameInfoAttrs(o.Old, o.New):
-		m.op(mergeOp{path: p, action: MergeAttrs, attrs: t.New})
-	case sameInfoAttrs(t.Old, t.New):
+	}
+	ba, oa, ta, err := m.attrSets(p, o, t)
+	switch {
+	case err != nil:
+		return err
+	case oa.same(ta):
+	case ba.same(oa):
+		m.op(mergeOp{path: p, action: MergeAttrs, attrs: &ta})
+	case ba.same(ta):
 	default:
-		m.conflict(p, ConflictMode, nil, "mode or owner of %s: %04o %d:%d in %s, %04o %d:%d in %s", p,
-			o.New.Mode, o.New.Uid, o.New.Gid, m.o.OursLabel, t.New.Mode, t.New.Uid, t.New.Gid, m.o.TheirsLabel)
+		m.modeConflict(p, o, t)
 	}
 	return nil
+}
+
+func (m *merger) modeConflict(p string, o, t *Change) {
+	m.conflict(p, ConflictMode, "", "mode, owner or xattrs of %s: %04o %d:%d in %s, %04o %d:%d in %s", p,
+		o.New.Mode, o.New.Uid, o.New.Gid, m.o.OursLabel, t.New.Mode, t.New.Uid, t.New.Gid, m.o.TheirsLabel)
 }
 
 // text merges regular file p, whose data both sides changed.
@@ -498,9 +685,12 @@ func (m *merger) text(p string, o, t *Change) error {
 		}
 		if !ok {
 			if same, err := m.sameFile(p); err != nil || same {
+				if err == nil {
+					return m.attrs(p, o, t)
+				}
 				return err
 			}
-			m.conflict(p, ConflictBinary, nil, "%s is not text (or larger than %d MiB), and %s and %s changed it differently", p, maxMergeText>>20, m.o.OursLabel, m.o.TheirsLabel)
+			m.conflict(p, ConflictBinary, "", "%s is not text (or larger than %d MiB), and %s and %s changed it differently", p, maxMergeText>>20, m.o.OursLabel, m.o.TheirsLabel)
 			return nil
 		}
 		data[i] = b
@@ -508,7 +698,11 @@ func (m *merger) text(p string, o, t *Change) error {
 	if bytes.Equal(data[1], data[2]) {
 		return m.attrs(p, o, t)
 	}
-	merged, clean, err := diff3(data[1], data[0], data[2], m.o.OursLabel, m.o.BaseLabel, m.o.TheirsLabel)
+	merged, err := m.plan.tempFile()
+	if err != nil {
+		return fmt.Errorf("merge: %s: %w", p, err)
+	}
+	clean, err := diff3(data[1], data[0], data[2], m.o.OursLabel, m.o.BaseLabel, m.o.TheirsLabel, merged)
 	if err != nil {
 		return fmt.Errorf("merge: %s: %w", p, err)
 	}

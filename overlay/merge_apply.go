@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -27,6 +29,9 @@ func (v *FS) ApplyMerge(p *MergePlan) ([]Stale, error) {
 	if v.ReadOnly() {
 		return nil, unix.EROFS
 	}
+	if err := v.checkMergeStamps(p); err != nil {
+		return nil, err
+	}
 	for _, op := range p.ops {
 		var err error
 		switch op.action {
@@ -44,6 +49,48 @@ func (v *FS) ApplyMerge(p *MergePlan) ([]Stale, error) {
 		}
 	}
 	return v.mergeStale(p), nil
+}
+
+// checkMergeStamps fails with ErrMergeStale, before anything is
+// changed, when a path p changes is not in v as it was in the plan's
+// ours: written since, by a program bound to the branch, or, below a
+// directory the plan removes, created since. Writing the plan over it
+// would lose what the program wrote.
+func (v *FS) checkMergeStamps(p *MergePlan) error {
+	paths := make([]string, 0, len(p.ops))
+	for _, op := range p.ops {
+		paths = append(paths, op.path)
+	}
+	slices.SortFunc(paths, comparePaths)
+	paths = slices.Compact(paths)
+	stale := func(q string) error { return fmt.Errorf("merge: %s: %w", q, ErrMergeStale) }
+	for _, q := range paths {
+		want, ok := p.stamps[q]
+		if !ok {
+			continue // an op stamp left out (nothing done there)
+		}
+		n, st, err := v.lookupPath(q)
+		if err != nil {
+			return fmt.Errorf("merge: %s: %w", q, err)
+		}
+		if stampOf(n, &st) != want {
+			v.release(n)
+			return stale(q)
+		}
+		if n != nil && p.deep[q] {
+			err = walkStamps(v, n, q, func(q string, c *Node, st *unix.Stat_t) error {
+				if want, ok := p.stamps[q]; !ok || stampOf(c, st) != want {
+					return stale(q)
+				}
+				return nil
+			})
+		}
+		v.release(n)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // mergeStale lists what the kernel must drop after p was applied.
@@ -231,13 +278,22 @@ type fileWriter struct {
 	off int64
 }
 
+// A short write is written on from where it stopped, as write(2)'s
+// callers do: the next call says why it stopped (EDQUOT at a quota).
 func (w *fileWriter) Write(b []byte) (int, error) {
-	n, err := w.f.WriteAt(b, w.off)
-	w.off += int64(n)
-	if err == nil && n < len(b) {
-		err = io.ErrShortWrite
+	done := 0
+	for done < len(b) {
+		n, err := w.f.WriteAt(b[done:], w.off)
+		w.off += int64(n)
+		done += n
+		if err != nil {
+			return done, err
+		}
+		if n == 0 {
+			return done, io.ErrShortWrite
+		}
 	}
-	return n, err
+	return done, nil
 }
 
 // copyXattrs gives n theirs' xattrs of tn (the user's: internal names
@@ -247,6 +303,11 @@ func (v *FS) copyXattrs(theirs *FS, tn, n *Node) error {
 	if err != nil {
 		return err
 	}
+	return v.setXattrs(n, want)
+}
+
+// setXattrs makes n's xattrs want (security.* ones it has are kept).
+func (v *FS) setXattrs(n *Node, want map[string]string) error {
 	have, err := v.xattrs(n)
 	if err != nil {
 		return err
@@ -269,8 +330,10 @@ func (v *FS) copyXattrs(theirs *FS, tn, n *Node) error {
 	return nil
 }
 
-// setAttrsPath sets p's mode and owner to a's.
-func (v *FS) setAttrsPath(p string, a *FileInfo) error {
+// setAttrsPath sets p's mode, owner and (when a tells them) xattrs to
+// a's.
+func (v *FS) setAttrsPath(p string, as *attrSet) error {
+	a := as.info
 	n, _, err := v.lookupPath(p)
 	if err != nil {
 		return err
@@ -279,6 +342,11 @@ func (v *FS) setAttrsPath(p string, a *FileInfo) error {
 		return unix.ENOENT
 	}
 	defer v.release(n)
+	if as.x != nil {
+		if err := v.setXattrs(n, as.x); err != nil {
+			return err
+		}
+	}
 	cur, err := v.Getattr(n)
 	if err != nil {
 		return err
@@ -297,9 +365,14 @@ func (v *FS) setAttrsPath(p string, a *FileInfo) error {
 	return err
 }
 
-// writePath replaces regular file p with a new one holding data, with
-// the old one's mode, owner and xattrs.
-func (v *FS) writePath(p string, data []byte) error {
+// writePath replaces regular file p with a new one holding the data of
+// file src, with the old one's mode, owner and xattrs.
+func (v *FS) writePath(p, src string) error {
+	data, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
 	old, st, err := v.lookupPath(p)
 	if err != nil {
 		return err
@@ -325,8 +398,7 @@ func (v *FS) writePath(p string, data []byte) error {
 		return err
 	}
 	defer v.release(n)
-	w := &fileWriter{f: f}
-	_, err = w.Write(data)
+	_, err = io.Copy(&fileWriter{f: f}, data)
 	if err = errors.Join(err, f.Release()); err != nil {
 		return err
 	}

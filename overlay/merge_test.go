@@ -1,6 +1,9 @@
 package overlay
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -74,10 +77,20 @@ func (m *mergeEnv) merge(t *testing.T, o MergeOptions) *MergePlan {
 	if err != nil {
 		t.Fatalf("PlanMerge: %v", err)
 	}
+	closeAtEnd(t, p)
 	if _, err := m.ours.view.ApplyMerge(p); err != nil {
 		t.Fatalf("ApplyMerge: %v", err)
 	}
 	return p
+}
+
+// closeAtEnd closes plan p when the test ends.
+func closeAtEnd(t *testing.T, p *MergePlan) {
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 func conflictSummary(p *MergePlan) string {
@@ -261,4 +274,189 @@ func TestMergeModes(t *testing.T) {
 	eq(t, "b data", m.ours.read("b"), "theirs b\n")
 	eq(t, "b mode", m.ours.mode("b"), uint32(0o640))
 	eq(t, "c mode", m.ours.mode("c"), uint32(0o755))
+}
+
+// A program writing ours between the plan (made against a snapshot of
+// ours, as the workspace does) and its application keeps what it
+// wrote: the merge refuses, changing nothing, rather than writing the
+// plan over it.
+func TestMergeRefusesPathsChangedSincePlan(t *testing.T) {
+	for _, tc := range []struct{ name, path string }{
+		{"a file theirs changed", "keep"},
+		{"a file both changed", "code.go"},
+		{"a file inside a directory theirs deleted", "d/x"},
+		{"a new file inside a directory theirs deleted", "d/new"},
+		{"a path theirs created", "new"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMergeEnv(t, map[string]string{"code.go": funcs, "keep": "k", "d/x": "x"})
+			m.theirs.put("new", "from theirs")
+			m.theirs.put("keep", "changed in theirs")
+			m.theirs.remove("d")
+			m.theirs.put("code.go", strings.Replace(funcs, "return 1", "return 10", 1))
+			m.ours.put("code.go", strings.Replace(funcs, "return 3", "return 30", 1))
+			safety, err := m.ours.view.Snapshot("safety", branch.KindSafety)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := PlanMerge(m.base.view, m.ours.snapView(safety).view, m.theirs.view, MergeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			closeAtEnd(t, p)
+			m.ours.put(tc.path, "written meanwhile")
+			_, err = m.ours.view.ApplyMerge(p)
+			if !errors.Is(err, ErrMergeStale) {
+				t.Fatalf("ApplyMerge after %s changed: %v, want ErrMergeStale", tc.path, err)
+			}
+			eq(t, tc.path, m.ours.read(tc.path), "written meanwhile")
+			eq(t, "new taken", m.ours.exists("new"), tc.path == "new")
+			eq(t, "keep", m.ours.read("keep"), map[bool]string{true: "written meanwhile", false: "k"}[tc.path == "keep"])
+		})
+	}
+}
+
+// Ours changed a file's mode only, theirs its data and its mode to
+// another: the modes conflict (the data is theirs), as when neither
+// changed the data.
+func TestMergeModeAgainstDataAndMode(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"f": "base\n"})
+	m.ours.chmod("f", 0o600)
+	m.theirs.put("f", "theirs\n")
+	m.theirs.chmod("f", 0o755)
+	p := m.merge(t, MergeOptions{})
+	eq(t, "conflicts", conflictSummary(p), "mode f\n")
+	eq(t, "data", m.ours.read("f"), "theirs\n")
+	eq(t, "mode (ours stays)", m.ours.mode("f"), uint32(0o600))
+}
+
+// The same with --theirs: theirs' data and mode, taken once.
+func TestMergeModeAgainstDataAndModeTheirs(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"f": "base\n"})
+	m.ours.chmod("f", 0o600)
+	m.theirs.put("f", "theirs\n")
+	m.theirs.chmod("f", 0o755)
+	p := m.merge(t, MergeOptions{Theirs: []string{"f"}})
+	eq(t, "conflicts", conflictSummary(p), "mode f resolved:theirs\n")
+	eq(t, "changes", len(p.Changes), 1)
+	eq(t, "data", m.ours.read("f"), "theirs\n")
+	eq(t, "mode", m.ours.mode("f"), uint32(0o755))
+}
+
+// An xattr theirs set on a file whose data and mode nobody changed is
+// taken, as a chmod is; both setting it differently is a mode
+// conflict that keeps ours.
+func TestMergeXattrs(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"a": "a\n", "c": "c\n"})
+	setx := func(e *env, p, val string) {
+		t.Helper()
+		if err := e.view.Setxattr(e.must(p), "user.k", []byte(val), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setx(m.theirs, "a", "theirs")
+	setx(m.ours, "c", "ours")
+	setx(m.theirs, "c", "theirs")
+	p := m.merge(t, MergeOptions{})
+	eq(t, "conflicts", conflictSummary(p), "mode c\n")
+	xa, _ := m.ours.view.xattrs(m.ours.must("a"))
+	eq(t, "a's xattrs", fmt.Sprint(xa), "map[user.k:theirs]")
+	xc, _ := m.ours.view.xattrs(m.ours.must("c"))
+	eq(t, "c's xattrs (ours stays)", fmt.Sprint(xc), "map[user.k:ours]")
+}
+
+// Type changes one side made alone are taken: a directory made a file
+// (with what was in it), a file made a directory (with what is in it).
+func TestMergeTypeChangesTaken(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"d/x": "x", "d/e/y": "y", "f": "f"})
+	m.theirs.remove("d")
+	m.theirs.put("d", "now a file")
+	m.theirs.remove("f")
+	if _, _, err := m.theirs.view.Mkdir(m.theirs.must(""), "f", 0o755, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	m.theirs.put("f/z", "z")
+	p := m.merge(t, MergeOptions{})
+	eq(t, "conflicts", conflictSummary(p), "")
+	eq(t, "d", m.ours.read("d"), "now a file")
+	eq(t, "f/z", m.ours.read("f/z"), "z")
+}
+
+// A directory theirs made read-only, with files in it, is taken whole:
+// its mode is set after what goes in it.
+func TestMergeReadOnlyDirectory(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"f": "f"})
+	if _, _, err := m.theirs.view.Mkdir(m.theirs.must(""), "ro", 0o755, Caller{Uid: 1000, Gid: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	m.theirs.put("ro/x", "x")
+	m.theirs.chmod("ro", 0o555)
+	p := m.merge(t, MergeOptions{})
+	eq(t, "conflicts", conflictSummary(p), "")
+	eq(t, "ro/x", m.ours.read("ro/x"), "x")
+	eq(t, "ro's mode", m.ours.mode("ro"), uint32(0o555))
+}
+
+// A plan holds its merged texts in files of its own, not in memory;
+// Close removes them.
+func TestMergePlanClose(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"code.go": funcs})
+	m.theirs.put("code.go", strings.Replace(funcs, "return 1", "return 10", 1))
+	m.ours.put("code.go", strings.Replace(funcs, "return 3", "return 30", 1))
+	p, err := PlanMerge(m.base.view, m.ours.view, m.theirs.view, MergeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := os.ReadDir(p.dir)
+	if err != nil || len(names) != 1 {
+		t.Fatalf("the plan's directory %q holds %v, %v; want the merged code.go", p.dir, names, err)
+	}
+	if _, err := m.ours.view.ApplyMerge(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p.dir); !os.IsNotExist(err) {
+		t.Errorf("the plan's directory after Close: %v, want it gone", err)
+	}
+	want := strings.Replace(strings.Replace(funcs, "return 1", "return 10", 1), "return 3", "return 30", 1)
+	eq(t, "code.go", m.ours.read("code.go"), want)
+}
+
+// A binary file both sides changed to the same data, one of them its
+// mode too: the mode is taken, as for text.
+func TestMergeSameBinaryAttrs(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"bin": "a\x00b"})
+	m.ours.put("bin", "new\x00data")
+	m.theirs.put("bin", "new\x00data")
+	m.theirs.chmod("bin", 0o755)
+	p := m.merge(t, MergeOptions{})
+	eq(t, "conflicts", conflictSummary(p), "")
+	eq(t, "bin's mode", m.ours.mode("bin"), uint32(0o755))
+}
+
+// Files without a newline at their end: conflict markers stand on
+// lines of their own (diff3 glues them to the last line otherwise),
+// and a clean merge ends as the sides say (three-way, on the final
+// newline too).
+func TestMergeNoFinalNewline(t *testing.T) {
+	m := newMergeEnv(t, map[string]string{"c": "x\na", "both": "1\n2\n3\n4\n5", "added": "1\n2\n3\n4\n5", "removed": "1\n2\n3\n4\n5\n", "top": "1\n2\n3"})
+	m.ours.put("top", "1!\n2\n3")
+	m.theirs.put("top", "1?\n2\n3")
+	m.ours.put("c", "x\nb")
+	m.theirs.put("c", "x\nc")
+	m.ours.put("both", "1!\n2\n3\n4\n5")
+	m.theirs.put("both", "1\n2\n3\n4\n5!")
+	m.ours.put("added", "1!\n2\n3\n4\n5")
+	m.theirs.put("added", "1\n2\n3\n4\n5\n")
+	m.ours.put("removed", "1!\n2\n3\n4\n5\n")
+	m.theirs.put("removed", "1\n2\n3\n4\n5")
+	p := m.merge(t, MergeOptions{})
+	eq(t, "conflicts", conflictSummary(p), "content c\ncontent top\n")
+	eq(t, "top", m.ours.read("top"), "<<<<<<< ours\n1!\n||||||| base\n1\n=======\n1?\n>>>>>>> theirs\n2\n3")
+	eq(t, "c", m.ours.read("c"), "x\n<<<<<<< ours\nb\n||||||| base\na\n=======\nc\n>>>>>>> theirs\n")
+	eq(t, "both", m.ours.read("both"), "1!\n2\n3\n4\n5!")
+	eq(t, "added", m.ours.read("added"), "1!\n2\n3\n4\n5\n")
+	eq(t, "removed", m.ours.read("removed"), "1!\n2\n3\n4\n5")
 }

@@ -26,7 +26,10 @@ import (
 // cached of the paths the merge changed is then dropped, so that every
 // process bound to the branch sees the merge at once (and only that:
 // a process working in a directory of the branch keeps it). With
-// a.DryRun it answers the plan and changes nothing. The reply's
+// a.DryRun it answers the plan and changes nothing. A path the plan
+// changes that a program wrote after the safety snapshot fails the
+// merge before anything is changed (overlay.ErrMergeStale), and is
+// kept: the caller merges again. The reply's
 // Unresolved counts the conflicts that remain.
 func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error) {
 	return locked(w, func() (ctl.MergeReply, error) {
@@ -35,8 +38,15 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 				return ctl.MergeReply{}, err
 			}
 		}
+		var err error
 		if a.Branch == "" {
 			return ctl.MergeReply{}, errorf(ErrInvalid, "no branch to merge given: name one (agentfs branch list shows them)")
+		}
+		if a.Ours, err = cleanPaths("merge --ours", a.Ours); err != nil {
+			return ctl.MergeReply{}, err
+		}
+		if a.Theirs, err = cleanPaths("merge --theirs", a.Theirs); err != nil {
+			return ctl.MergeReply{}, err
 		}
 		theirsL, err := w.branchLayer(a.Branch)
 		if err != nil {
@@ -80,6 +90,7 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 			if err != nil {
 				return ctl.MergeReply{}, eioErrorf(err, "merging branch %q into %q: %v: nothing was merged", a.Branch, into, err)
 			}
+			w.closePlan(plan)
 			return mergeReply(reply, plan), nil
 		}
 		safety, err := target.Snapshot(fmt.Sprintf("before merging %s", a.Branch), branch.KindSafety)
@@ -89,14 +100,43 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 		}
 		si := snapshotInfo(safety, nil)
 		reply.Safety = &si
-		plan, err := w.planAgainst(base.fs, safety, theirs.fs, opts)
+		// Theirs is merged as a snapshot shows it: what the plan saw is
+		// what is taken, whatever programs bound to it write meanwhile,
+		// and merging it again later from that snapshot takes only what
+		// changed since.
+		merged, err := theirs.fs.Snapshot(fmt.Sprintf("merged into %s", into), branch.KindSafety)
 		if err != nil {
 			w.dropSnapshotLocked(safety.ID, "merge of "+a.Branch)
+			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
+			return ctl.MergeReply{}, storeError(err, fmt.Sprintf("merging branch %q: taking a snapshot of it (nothing was merged)", a.Branch))
+		}
+		mi := snapshotInfo(merged, nil)
+		reply.Merged = &mi
+		theirsSnap, err := w.openRefLocked(merged.ID)
+		if err != nil {
+			w.dropSnapshotLocked(safety.ID, "merge of "+a.Branch)
+			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
+			return ctl.MergeReply{}, err
+		}
+		defer theirsSnap.close()
+		plan, err := w.planAgainst(base.fs, safety, theirsSnap.fs, opts)
+		if err != nil {
+			w.dropSnapshotLocked(safety.ID, "merge of "+a.Branch)
+			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
 			return ctl.MergeReply{}, eioErrorf(err, "merging branch %q into %q: %v: nothing was merged", a.Branch, into, err)
 		}
+		defer w.closePlan(plan)
 		stale, applyErr := applyMerge(target, plan)
+		if errors.Is(applyErr, overlay.ErrMergeStale) {
+			// Nothing was changed, and a restore would undo what the
+			// program wrote.
+			w.dropSnapshotLocked(safety.ID, "merge of "+a.Branch)
+			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
+			return ctl.MergeReply{}, errorf(ErrBusy, "merging branch %q into %q: %v (a program bound to %q wrote it meanwhile): nothing was merged, and what it wrote is kept: merge again", a.Branch, into, applyErr, into)
+		}
 		if applyErr != nil {
 			w.log.Error("merge failed: restoring the safety snapshot", "branch", a.Branch, "into", into, "safety", safety.ID, "err", applyErr)
+			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
 			restored, err := target.Restore(safety)
 			w.invalidate(restored)
 			if err != nil {
@@ -112,13 +152,22 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 	})
 }
 
+// closePlan removes the merged texts plan holds.
+func (w *Workspace) closePlan(plan *overlay.MergePlan) {
+	if err := plan.Close(); err != nil {
+		w.log.Warn("removing a merge's temporary files", "err", err)
+	}
+}
+
 // applyMerge makes a merge's plan (a variable: tests make it fail
 // halfway).
 var applyMerge = (*overlay.FS).ApplyMerge
 
 // planAgainst plans the merge with ours read from snapshot ours.
 func (w *Workspace) planAgainst(base *overlay.FS, ours branch.Snapshot, theirs *overlay.FS, o overlay.MergeOptions) (*overlay.MergePlan, error) {
-	v, err := overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Snapshot: w.meta.SnapshotView(ours), Logger: w.log})
+	// With the hide rules of every other view: a hidden project file is
+	// no file of ours either.
+	v, err := w.readView(nil, w.meta.SnapshotView(ours))
 	if err != nil {
 		return nil, err
 	}

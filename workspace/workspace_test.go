@@ -30,16 +30,7 @@ func newWorkspace(t *testing.T, files map[string]string) *Workspace {
 			t.Fatal(err)
 		}
 	}
-	w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return w
+	return openWorkspace(t, Options{Lower: lower})
 }
 
 // writeFile writes name in the root of view v, creating it if needed.

@@ -140,6 +140,9 @@ func printMerge(w io.Writer, rep ctl.MergeReply, dryRun bool) error {
 	if rep.Safety != nil {
 		fmt.Fprintf(w, "to undo: agentfs restore %s\n", rep.Safety.ID)
 	}
+	if rep.Merged != nil {
+		fmt.Fprintf(w, "to merge %s again later (only what it changes from now on): agentfs merge --base %s %s\n", printable(rep.Branch), rep.Merged.ID, printable(rep.Branch))
+	}
 	if rep.Unresolved > 0 && !dryRun {
 		fmt.Fprintf(w, "resolve the conflicts in branch %s (edit the files, or merge again with --ours or --theirs after the undo)\n", printable(rep.Into))
 	}
