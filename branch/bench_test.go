@@ -114,7 +114,7 @@ func benchFill(b *testing.B, l *Layer, n, gen int) {
 // 100,000 entries: the store's part of agentfs branch create (issue
 // 29: at most 1 ms in the daemon, whatever the number). Run it with
 //
-//	go test -run '^$' -bench 'CreateLayer|ResetTo|DeepGet' ./branch/
+//	go test -run '^$' -bench 'CreateLayer|ResetTo|DeepRead' ./branch/
 func BenchmarkCreateLayer(b *testing.B) {
 	for _, n := range []int{5_000, 100_000} {
 		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
@@ -162,6 +162,57 @@ func BenchmarkResetTo(b *testing.B) {
 					b.Fatal(err)
 				}
 				i++
+			}
+		})
+	}
+}
+
+// BenchmarkDeepRead reads a branch of 10,000 entries through 1, 10 and
+// 16 levels (a branch of a branch of ...; each level changes 100
+// entries): Get of an entry of the bottom level, which every level is
+// asked for, and Load of the whole branch.
+func BenchmarkDeepRead(b *testing.B) {
+	for _, depth := range []int{1, 10, maxDepth} {
+		l := benchLayer(b)
+		benchFill(b, l, 10_000, 1)
+		for i := 1; i < depth; i++ {
+			snap, err := l.Snapshot("", KindAuto)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if l, err = l.s.CreateLayer(fmt.Sprintf("b%d", i), snap); err != nil {
+				b.Fatal(err)
+			}
+			var batch Batch
+			for j := range 100 {
+				batch.Put(fmt.Sprintf("src/pkg%03d/file%06d.go", 9, 9000+(i*100+j)%1000), &Entry{Type: TypeFile, Ino: uint64(j), Object: fmt.Sprintf("%016x", j)})
+			}
+			if err := l.Commit(&batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if got := 1 + len(l.state.Load().chain); got != depth {
+			b.Fatalf("depth %d, want %d", got, depth)
+		}
+		b.Run(fmt.Sprintf("get/depth=%d", depth), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				k := i % 8000
+				if _, err := l.Get(fmt.Sprintf("src/pkg%03d/file%06d.go", k/1000, k)); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("load/depth=%d", depth), func(b *testing.B) {
+			for b.Loop() {
+				n := 0
+				if err := l.Load(func(string, *Entry) error { n++; return nil }); err != nil {
+					b.Fatal(err)
+				}
+				if n != 10_000 {
+					b.Fatalf("loaded %d entries, want 10,000", n)
+				}
 			}
 		})
 	}

@@ -343,7 +343,8 @@
 // Lock order: Store.inoMu, then Store.commitMu, then the hand-off
 // queue's mu (handoffs), then Store.tsMu; handoffs.turn, then its mu; and
 // Store.mu (the layer cache), then Store.tsMu. mu and commitMu are never
-// held together. tsMu also guards the in-memory set of snapshot
+// held together. Store.pmu (the parents) is taken after mu or
+// commitMu, and nothing is taken while it is held. tsMu also guards the in-memory set of snapshot
 // timestamps. A wait for badger to write a commit may hold any lock
 // but tsMu (badger's callbacks take tsMu and nothing else), including
 // Store.mu, inoMu, commitMu and the callers' own locks. badger does its

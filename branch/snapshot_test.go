@@ -30,7 +30,7 @@ func TestSnapshot(t *testing.T) {
 		if !regexp.MustCompile(`^[0-9a-f]{8}$`).MatchString(snap.ID) {
 			t.Errorf("ID = %q, want 8 lowercase hex digits", snap.ID)
 		}
-		want := Snapshot{ID: snap.ID, Branch: "main", Layer: l.id, Ts: snap.Ts, Label: "before refactor", Kind: KindManual, Created: snap.Created, Epoch: 0}
+		want := Snapshot{ID: snap.ID, Branch: "main", Layer: l.id(), Ts: snap.Ts, Label: "before refactor", Kind: KindManual, Created: snap.Created, Epoch: 0}
 		if snap != want || snap.Created.Before(before) || time.Since(snap.Created) > time.Minute {
 			t.Errorf("Snapshot = %+v, want %+v taken just now", snap, want)
 		}
@@ -586,7 +586,7 @@ func TestDiscardBeforeOldestSnapshot(t *testing.T) {
 				}
 			}
 		}
-		key := l.r.key("k")
+		key := appendPath(layerPrefix(l.id()), "k")
 		put(10)
 		snap := snapshot(t, l, "")
 		put(10)
