@@ -102,6 +102,9 @@ func (s *Store) start() error {
 		if err := s.ensureLayer("main"); err != nil {
 			return err
 		}
+		if err := s.sweepLayers(); err != nil {
+			return err
+		}
 	}
 	s.publish(s.readTs)
 	return nil

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -307,4 +309,83 @@ func (m *mergeIter) settle() {
 		}
 		m.skip()
 	}
+}
+
+// sweepLayers deletes the keys of the layer ids that are not live (see
+// "Layers" in the package doc) and holds the parents of the live ones
+// only: at Open, before anything reads.
+func (s *Store) sweepLayers() error {
+	var dead []uint64
+	err := s.transact(func(txn *badger.Txn) ([]op, func(), error) {
+		live := map[uint64]bool{}
+		err := scanLayerRecords(txn, func(_ string, rec layerRecord) error {
+			live[rec.id] = true
+			return nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		snaps, err := scanSnapshots(txn, snapPfx)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, snap := range snaps {
+			live[snap.Layer] = true
+		}
+		s.pmu.RLock()
+		parents := maps.Clone(s.parents)
+		s.pmu.RUnlock()
+		for id := range live {
+			for p, ok := parents[id]; ok && !live[p.id]; p, ok = parents[p.id] {
+				live[p.id] = true
+			}
+		}
+		var ops []op
+		for id := range parents {
+			if !live[id] {
+				ops = append(ops, op{key: parentKey(id), del: true})
+				dead = append(dead, id)
+			}
+		}
+		for _, pfx := range [][]byte{entryPfx, basePfx} {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: pfx})
+			for it.Rewind(); it.Valid(); {
+				k := it.Item().Key()
+				if len(k) < len(pfx)+8 {
+					it.Close()
+					return nil, nil, fmt.Errorf("corrupt key %q", k)
+				}
+				id := binary.BigEndian.Uint64(k[len(pfx):])
+				if live[id] {
+					if id == math.MaxUint64 {
+						break
+					}
+					it.Seek(binary.BigEndian.AppendUint64(slices.Clip(pfx), id+1))
+					continue
+				}
+				ops = append(ops, op{key: it.Item().KeyCopy(nil), del: true})
+				it.Next()
+			}
+			it.Close()
+		}
+		return ops, nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("store %s: deleting the layers nothing reads: %w", s.dir, err)
+	}
+	s.pmu.Lock()
+	for _, id := range dead {
+		delete(s.parents, id)
+	}
+	held := slices.Collect(maps.Values(s.parents))
+	s.pmu.Unlock()
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	s.parentHeld = false
+	for _, p := range held {
+		if !s.parentHeld || p.ts < s.parentOldest {
+			s.parentOldest, s.parentHeld = p.ts, true
+		}
+	}
+	return nil
 }

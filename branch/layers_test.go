@@ -615,3 +615,104 @@ func TestKillDuringLayers(t *testing.T) {
 		closeStore(t, s)
 	}
 }
+
+// liveKeys counts the keys below prefix that a read at the newest
+// timestamp sees.
+func liveKeys(t *testing.T, s *Store, prefix []byte) int {
+	t.Helper()
+	n := 0
+	if err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestLayerSweep: the layer id a restore leaves behind is kept while a
+// snapshot names it or a live layer reads through it, and its keys go
+// at the Open after the last of those went.
+func TestLayerSweep(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, Options{Dir: dir})
+	rng := seededRand(t)
+	main := mainLayer(t, s)
+	cm := newCopyModel()
+	cm.change(t, rng, main, 40)
+	s1 := snapshot(t, main, "s1")
+	s1m, frozen := cm.clone(), cm.clone()
+	cm.change(t, rng, main, 40)
+	old := main.id()
+	s2 := snapshot(t, main, "s2") // names old
+	if err := main.ResetTo(s1); err != nil {
+		t.Fatal(err)
+	}
+	mid := main.id() // reads through old at s1.Ts
+	frozen.change(t, rng, main, 10)
+	s3 := snapshot(t, main, "s3") // names mid
+	if err := main.ResetTo(s3); err != nil {
+		t.Fatal(err)
+	}
+	frozen.change(t, rng, main, 10)
+	reopen := func() {
+		t.Helper()
+		closeStore(t, s)
+		s = openDir(t, Options{Dir: dir})
+		main = mainLayer(t, s)
+	}
+	for _, id := range []uint64{old, mid} {
+		if liveKeys(t, s, layerPrefix(id)) == 0 {
+			t.Fatalf("layer %d has no keys before any deletion", id)
+		}
+	}
+	// s2 goes: old is still read through by mid (which s3 names).
+	if err := s.DeleteSnapshot(s2.ID); err != nil {
+		t.Fatal(err)
+	}
+	reopen()
+	if liveKeys(t, s, layerPrefix(old)) == 0 {
+		t.Errorf("the keys of layer %d went while a live layer reads through it", old)
+	}
+	frozen.check(t, "main after s2 went", main)
+	// s3 goes: main reads through mid (its parent is s3's level), and
+	// mid through old, so both stay.
+	if err := s.DeleteSnapshot(s3.ID); err != nil {
+		t.Fatal(err)
+	}
+	reopen()
+	frozen.check(t, "main after s3 went", main)
+	for _, id := range []uint64{old, mid} {
+		if liveKeys(t, s, layerPrefix(id)) == 0 {
+			t.Errorf("the keys of layer %d went while main reads through it", id)
+		}
+	}
+	// A restore to s1 leaves main's current id, and mid, read by
+	// nothing: main now reads through old, which s1 names.
+	cur := main.id()
+	if err := main.ResetTo(s1); err != nil {
+		t.Fatal(err)
+	}
+	reopen()
+	for _, id := range []uint64{cur, mid} {
+		if n := liveKeys(t, s, layerPrefix(id)); n != 0 {
+			t.Errorf("layer %d, which nothing reads, has %d keys after a reopen", id, n)
+		}
+		if n := liveKeys(t, s, parentKey(id)); n != 0 {
+			t.Errorf("layer %d, which nothing reads, keeps its parent key", id)
+		}
+		if _, ok := s.parents[id]; ok {
+			t.Errorf("layer %d, which nothing reads, is still held", id)
+		}
+	}
+	if liveKeys(t, s, layerPrefix(old)) == 0 {
+		t.Errorf("the keys of layer %d, which s1 names, went", old)
+	}
+	s1m.checkEntries(t, "s1 after the sweeps", s.SnapshotView(s1))
+	s1m.check(t, "main restored to s1, after the sweeps", main)
+	checkReferenced(t, s, objectsOf(t, main, s.SnapshotView(s1)))
+}
