@@ -320,3 +320,47 @@ func TestRestoreReopenThroughProc(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreKeepsWhatDidNotChange: a restore drops from the kernel
+// only what changed. A shell whose current directory the restore leaves
+// as it was stays in it (it lists the directory, not an empty deleted
+// one); a directory made after the snapshot, whose subtree the kernel
+// had cached, is gone with everything below it; a kept directory whose
+// entries changed lists the restored ones.
+func TestRestoreKeepsWhatDidNotChange(t *testing.T) {
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("keep/f", "f"), harness.LowerFile("mixed/old", "old")))
+	harness.WriteFile(t, m.Path("keep/mine"), "mine")
+	id := takeSnapshot(t, m.Dir, "")
+	if err := os.MkdirAll(m.Path("new/x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	harness.WriteFile(t, m.Path("new/x/y"), "y")
+	harness.WriteFile(t, m.Path("mixed/added"), "added")
+	harness.WriteFile(t, m.Path("mixed/old"), "changed")
+	for _, p := range []string{"new/x/y", "mixed/added", "mixed/old", "keep/f", "keep/mine"} {
+		if _, err := os.Stat(m.Path(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := harness.Bin() + " restore " + id + ` >/dev/null && echo "here: $(ls)"`
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = m.Path("keep")
+	out, err := cmd.CombinedOutput()
+	if want := "here: f mine\n"; err != nil || strings.ReplaceAll(string(out), "\n", " ") != strings.ReplaceAll(want, "\n", " ") {
+		t.Errorf("a shell in keep, which the restore leaves as it was, printed %q, %v; want %q", out, err, want)
+	}
+	for _, p := range []string{"new", "new/x", "new/x/y", "mixed/added"} {
+		if _, err := os.Lstat(m.Path(p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the restore: %v, want ENOENT", p, err)
+		}
+	}
+	if got, want := harness.ListDir(t, m.Path("mixed")), []string{"old"}; !equalStrings(got, want) {
+		t.Errorf("mixed lists %v after the restore, want %v", got, want)
+	}
+	if got := harness.ReadFile(t, m.Path("mixed/old")); got != "old" {
+		t.Errorf("mixed/old after the restore = %q, want %q", got, "old")
+	}
+	if got := harness.ReadFile(t, m.Path("keep/mine")); got != "mine" {
+		t.Errorf("keep/mine after the restore = %q, want %q", got, "mine")
+	}
+}

@@ -1,11 +1,26 @@
 package overlay
 
-// Stale is a node that a Reload cut loose from the view, with the name
-// the kernel knew it by.
+import (
+	"maps"
+	"slices"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// Stale is a node that a Reload or a Restore cut loose from the view,
+// with the name the kernel knew it by, or (Kept) a directory a Restore
+// kept whose entries changed.
 type Stale struct {
 	Node   *Node
 	Parent *Node // nil for a node that had no name (unlinked, or the root's)
 	Name   string
+	// Below: an ancestor of the node is cut loose too, with its name:
+	// dropping the ancestor's name from the kernel drops the node's, so
+	// the node needs no notification of its own.
+	Below bool
+	// Kept: the node stays in the view (a directory whose entries
+	// changed): only its cached attributes and listing are dropped.
+	Kept bool
 }
 
 // Reload rebuilds the view from its layer after the layer's entries
@@ -27,6 +42,12 @@ func (v *FS) reloadLocked() ([]Stale, error) {
 	if err := v.loadLocked(); err != nil {
 		return nil, err
 	}
+	return v.reloadFromIndexLocked()
+}
+
+// reloadFromIndexLocked cuts every node loose from the view, whose
+// index was just loaded. v.mu is held exclusively.
+func (v *FS) reloadFromIndexLocked() ([]Stale, error) {
 	v.nodesMu.Lock()
 	seen := map[*Node]bool{v.root: true}
 	var stale []Stale
@@ -62,13 +83,19 @@ func (v *FS) reloadLocked() ([]Stale, error) {
 	if e := v.rootEntry; e != nil {
 		v.promoteLocked(root, e)
 	}
+	v.clearCachesLocked()
+	return stale, nil
+}
+
+// clearCachesLocked drops what the view cached of the lower tree and of
+// copy-ups after its index was reloaded. v.mu is held exclusively.
+func (v *FS) clearCachesLocked() {
 	v.ctimeMu.Lock()
 	clear(v.copyCtimes)
 	v.ctimeMu.Unlock()
 	v.lowerSubdirsMu.Lock()
 	clear(v.lowerSubdirs)
 	v.lowerSubdirsMu.Unlock()
-	return stale, nil
 }
 
 // cutLooseLocked marks n cut loose from the view, as Reload leaves the
@@ -97,4 +124,180 @@ func (v *FS) CutLooseLower(n *Node) bool {
 	v.dropLowerLocked(n)
 	v.cutLooseLocked(n)
 	return true
+}
+
+// reloadChangedLocked is reloadLocked for a Restore: it rebuilds the
+// index from the layer, and cuts loose only the nodes whose entry
+// changed, those below a directory whose entry changed, and those of
+// an object a changed entry names; every other node stays, with the
+// kernel's caches of it. Directories whose entries changed come back
+// Kept. The work on nodes grows with what changed, not with what the
+// kernel knows. A change the kernel's names cannot be tied to (the
+// root's entry, the internal entries of hard links) falls back to
+// reloadLocked. v.mu is held exclusively.
+func (v *FS) reloadChangedLocked() ([]Stale, error) {
+	oldDirs, oldRoot := v.dirs, v.rootEntry
+	if err := v.loadLocked(); err != nil {
+		return nil, err
+	}
+	if !sameEntry(oldRoot, v.rootEntry) && !sameDir(oldRoot, v.rootEntry) {
+		return v.reloadFromIndexLocked()
+	}
+	changed := map[string]bool{} // paths whose entry changed
+	dirs := map[string]bool{}    // parents of those paths
+	objs := map[string]bool{}    // objects named by a changed entry, before or after
+	// retarget holds the directories whose entry changed in its object
+	// only (its attributes: a directory's mtime moves with every name
+	// made in it, and a snapshot's directory is cloned then): their
+	// nodes stay, given the object, as the tree below them is the same.
+	retarget := map[string]bool{}
+	if !sameEntry(oldRoot, v.rootEntry) {
+		retarget[""] = true
+	}
+	note := func(dir, name string, old, cur *branch.Entry) {
+		p := joinPath(dir, name)
+		dirs[dir] = true
+		if sameDir(old, cur) {
+			retarget[p] = true
+			return
+		}
+		changed[p] = true
+		for _, e := range []*branch.Entry{old, cur} {
+			if e != nil && e.Object != "" {
+				objs[e.Object] = true
+			}
+		}
+	}
+	for dir, m := range oldDirs {
+		cur := v.dirs[dir]
+		for name, e := range m {
+			if ce := cur[name]; !sameEntry(e, ce) {
+				note(dir, name, e, ce)
+			}
+		}
+	}
+	for dir, m := range v.dirs {
+		old := oldDirs[dir]
+		for name, e := range m {
+			if old[name] == nil {
+				note(dir, name, nil, e)
+			}
+		}
+	}
+	if len(changed) == 0 && len(retarget) == 0 {
+		return nil, nil
+	}
+	for p := range changed {
+		if isInternal(p) {
+			return v.reloadFromIndexLocked()
+		}
+	}
+	// under reports whether p, or one of its ancestors, changed.
+	under := func(p string) bool {
+		for {
+			if changed[p] {
+				return true
+			}
+			if p == "" {
+				return false
+			}
+			p, _ = splitPath(p)
+		}
+	}
+	v.nodesMu.Lock()
+	cut := map[*Node]bool{}
+	var kept []*Node
+	visit := func(n *Node) {
+		if cut[n] || n == v.root {
+			return
+		}
+		p, ok := n.pathLocked()
+		if !ok || under(p) || n.object != "" && objs[n.object] {
+			cut[n] = true
+			return
+		}
+		if n.entry != nil {
+			// The same entry, from the new index, or a directory's
+			// with another object.
+			e := v.indexGet(p)
+			if n.object != e.Object {
+				if v.byObject[n.object] == n {
+					delete(v.byObject, n.object)
+				}
+				n.object = e.Object
+				v.byObject[e.Object] = n
+			}
+			n.entry = e
+		}
+		if n.IsDir() && (dirs[p] || retarget[p]) {
+			kept = append(kept, n)
+		}
+	}
+	for _, n := range v.byLower {
+		visit(n)
+	}
+	for _, n := range v.byLowerIno {
+		cut[n] = true // a hard-linked lower file: its names are not tracked
+	}
+	for _, n := range slices.Collect(maps.Values(v.byObject)) {
+		visit(n)
+	}
+	if e := v.rootEntry; e != nil && v.root.object != e.Object {
+		if v.byObject[v.root.object] == v.root {
+			delete(v.byObject, v.root.object)
+		}
+		v.root.object = e.Object
+		v.byObject[e.Object] = v.root
+	}
+	v.root.entry = v.rootEntry
+	var stale []Stale
+	for n := range cut {
+		s := Stale{Node: n}
+		if !n.unlinked && n.parent != nil {
+			s.Parent, s.Name = n.parent, n.name
+			for a := n.parent; a != nil; a = a.parent {
+				if cut[a] {
+					s.Below = true
+					break
+				}
+			}
+		}
+		stale = append(stale, s)
+	}
+	for n := range cut {
+		v.dropLocked(n)
+		v.cutLooseLocked(n)
+	}
+	for _, n := range kept {
+		if cut[n] {
+			continue
+		}
+		stale = append(stale, Stale{Node: n, Kept: true})
+	}
+	v.nodesMu.Unlock()
+	if dirs[""] || retarget[""] {
+		stale = append(stale, Stale{Node: v.root, Kept: true})
+	}
+	v.clearCachesLocked()
+	return stale, nil
+}
+
+// sameDir reports whether a and b are directory entries that differ in
+// their object (and epoch) only: the same inode and the same tree
+// below, with other attributes.
+func sameDir(a, b *branch.Entry) bool {
+	if a == nil || b == nil || a.Type != branch.TypeDir || b.Type != branch.TypeDir {
+		return false
+	}
+	c := *b
+	c.Object, c.Epoch = a.Object, a.Epoch
+	return *a == c
+}
+
+// sameEntry reports whether a and b are the same entry (nil: none).
+func sameEntry(a, b *branch.Entry) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }

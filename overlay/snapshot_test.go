@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -449,4 +450,96 @@ func TestSnapshotUnlinkedWriter(t *testing.T) {
 	buf := make([]byte, 64)
 	k, _ := r.ReadAt(buf, 0)
 	eq(t, "a new read-only open reads", string(buf[:k]), "longer data")
+}
+
+// TestRestoreCutsLooseOnlyChanges: a restore cuts loose the nodes of
+// the paths that changed since the snapshot (and those below a changed
+// directory, which come back Below: their names go with the
+// directory's), reports the directories whose entries changed as Kept,
+// and leaves every other node as it was, with its name in the kernel.
+func TestRestoreCutsLooseOnlyChanges(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/a": "a1", "d/b": "b1", "e/c": "c1"})
+	r := e.view.Root()
+	e.write("d/a", "a2")
+	x, _, err := e.view.Mkdir(r, "x", 0o755, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, f, _, err := e.view.Create(x, "1", unix.O_RDWR, 0o644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, f)
+	before := map[string]*Node{}
+	for _, p := range []string{"d", "d/a", "d/b", "e", "e/c", "x", "x/1"} {
+		before[p] = e.must(p)
+	}
+	snap, err := e.view.Snapshot("s", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.write("d/a", "a3")
+	if _, f, _, err = e.view.Create(x, "2", unix.O_RDWR, 0o644, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	release(t, f)
+	y, _, err := e.view.Mkdir(r, "y", 0o755, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, f, _, err = e.view.Create(y, "f", unix.O_RDWR, 0o644, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	release(t, f)
+	after := map[string]*Node{"d/a": e.must("d/a"), "x/2": e.must("x/2"), "y": e.must("y"), "y/f": e.must("y/f")}
+
+	stale, err := e.view.Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[*Node]string{}
+	for _, s := range stale {
+		switch {
+		case s.Kept:
+			got[s.Node] = "kept"
+		case s.Below:
+			got[s.Node] = "below"
+		case s.Parent != nil:
+			got[s.Node] = "named " + s.Name
+		default:
+			got[s.Node] = "nameless"
+		}
+	}
+	want := map[*Node]string{
+		after["d/a"]: "named a", after["x/2"]: "named 2", after["y"]: "named y", after["y/f"]: "below",
+		before["d"]: "kept", before["x"]: "kept", r: "kept",
+	}
+	for n, w := range want {
+		if got[n] != w {
+			t.Errorf("node %d: %q, want %q", n.ID, got[n], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("restore returned %d nodes, want %d: %v", len(got), len(want), got)
+	}
+	for _, p := range []string{"d", "d/b", "e", "e/c", "x", "x/1"} {
+		if n := e.must(p); n != before[p] {
+			t.Errorf("%s: a new node after the restore; it did not change", p)
+		}
+	}
+	if e.must("d/a") == after["d/a"] {
+		t.Error("d/a keeps the node of its changed state")
+	}
+	eq(t, "restored d/a", e.read("d/a"), "a2")
+	eq(t, "restored d/b", e.read("d/b"), "b1")
+	eq(t, "restored x names", fmt.Sprint(e.names("x")), "[1]")
+	for _, p := range []string{"x/2", "y"} {
+		if _, err := e.walk(p); err != unix.ENOENT {
+			t.Errorf("%s after the restore: %v, want ENOENT", p, err)
+		}
+	}
+	// The kept nodes work on: a change through them lands in the branch.
+	e.write("x/1", "later")
+	eq(t, "x/1 written after the restore", e.read("x/1"), "later")
+	eq(t, "snapshot's x/1", e.snapView(snap).read("x/1"), "")
 }
