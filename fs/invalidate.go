@@ -43,7 +43,9 @@ func (s *Server) forgetNegatives(dir uint64) {
 // Invalidate drops everything the kernel cached about the view after
 // overlay.FS.Reload or Restore: the names and attributes of the stale
 // nodes, the attributes and listings of the directories kept (Kept),
-// the negative entries, and the root's attributes and listing. A node
+// the negative entries (after a Restore, only those of the names that
+// changed in kept directories: the others stay recorded), and the
+// root's attributes and listing. A node
 // whose ancestor goes with its name (Below) needs nothing of its own:
 // dropping a directory's name drops the names below it, and so do the
 // negative entries of a directory whose name goes. So the
@@ -58,8 +60,15 @@ func (s *Server) Invalidate(stale []overlay.Stale) {
 		return n.ID
 	}
 	gone := map[uint64]bool{} // directories whose names go, with what is below
+	// After a Restore (Kept nodes), only the negative entries of the
+	// names that changed in kept directories can be wrong.
+	var kept map[uint64]map[string]bool
 	for _, st := range stale {
 		if st.Kept {
+			if kept == nil {
+				kept = map[uint64]map[string]bool{}
+			}
+			kept[kernelID(st.Node)] = st.Names
 			continue
 		}
 		if st.Below {
@@ -80,7 +89,13 @@ func (s *Server) Invalidate(stale []overlay.Stale) {
 			continue
 		}
 		for name := range names {
-			s.notifyEntry(dir, name)
+			if kept == nil || kept[dir][name] {
+				s.notifyEntry(dir, name)
+			} else if !s.noteNegative(dir, name) {
+				// Still right, and still to drop should the name appear
+				// later; the record is full: drop it now.
+				s.notifyEntry(dir, name)
+			}
 		}
 	}
 	for _, st := range stale {

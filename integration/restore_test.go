@@ -364,3 +364,30 @@ func TestRestoreKeepsWhatDidNotChange(t *testing.T) {
 		t.Errorf("keep/mine after the restore = %q, want %q", got, "mine")
 	}
 }
+
+// TestRestoreNegativeEntries: a name the kernel knows to be absent
+// appears when a restore brings it back, also when a restore before
+// left it absent (and the kernel's negative entry in place).
+func TestRestoreNegativeEntries(t *testing.T) {
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("keep/f", "f")))
+	harness.WriteFile(t, m.Path("keep/later"), "later")
+	withLater := takeSnapshot(t, m.Dir, "")
+	if err := os.Remove(m.Path("keep/later")); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second lookup is answered by the kernel's negative entry
+		if _, err := os.Lstat(m.Path("keep/later")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("keep/later after rm: %v, want ENOENT", err)
+		}
+	}
+	without := takeSnapshot(t, m.Dir, "")
+	harness.WriteFile(t, m.Path("other"), "other")
+	mustC(t, m.Dir, "restore", without) // keep/later stays absent
+	if _, err := os.Lstat(m.Path("keep/later")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("keep/later after the first restore: %v, want ENOENT", err)
+	}
+	mustC(t, m.Dir, "restore", withLater)
+	if got := harness.ReadFile(t, m.Path("keep/later")); got != "later" {
+		t.Errorf("keep/later after the restore that brings it back = %q, want %q", got, "later")
+	}
+}

@@ -19,8 +19,12 @@ type Stale struct {
 	// the node needs no notification of its own.
 	Below bool
 	// Kept: the node stays in the view (a directory whose entries
-	// changed): only its cached attributes and listing are dropped.
-	Kept bool
+	// changed, or whose attributes did): only its cached attributes and
+	// listing are dropped, and the negative entries of Names, the names
+	// in it whose entries changed. A Restore returns at least the root,
+	// Kept, so that a kernel cache that is not named is known to stand.
+	Kept  bool
+	Names map[string]bool
 }
 
 // Reload rebuilds the view from its layer after the layer's entries
@@ -143,8 +147,8 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 	if !sameEntry(oldRoot, v.rootEntry) && !sameDir(oldRoot, v.rootEntry) {
 		return v.reloadFromIndexLocked()
 	}
-	changed := map[string]bool{} // paths whose entry changed
-	dirs := map[string]bool{}    // parents of those paths
+	changed := map[string]bool{}         // paths whose entry changed
+	dirs := map[string]map[string]bool{} // parents of those paths: their names
 	objs := map[string]bool{}    // objects named by a changed entry, before or after
 	// retarget holds the directories whose entry changed in its object
 	// only (its attributes: a directory's mtime moves with every name
@@ -156,7 +160,10 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 	}
 	note := func(dir, name string, old, cur *branch.Entry) {
 		p := joinPath(dir, name)
-		dirs[dir] = true
+		if dirs[dir] == nil {
+			dirs[dir] = map[string]bool{}
+		}
+		dirs[dir][name] = true
 		if sameDir(old, cur) {
 			retarget[p] = true
 			return
@@ -185,7 +192,7 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 		}
 	}
 	if len(changed) == 0 && len(retarget) == 0 {
-		return nil, nil
+		return []Stale{{Node: v.root, Kept: true}}, nil
 	}
 	for p := range changed {
 		if isInternal(p) {
@@ -229,7 +236,7 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 			}
 			n.entry = e
 		}
-		if n.IsDir() && (dirs[p] || retarget[p]) {
+		if n.IsDir() && (dirs[p] != nil || retarget[p]) {
 			kept = append(kept, n)
 		}
 	}
@@ -272,12 +279,11 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 		if cut[n] {
 			continue
 		}
-		stale = append(stale, Stale{Node: n, Kept: true})
+		p, _ := n.pathLocked()
+		stale = append(stale, Stale{Node: n, Kept: true, Names: dirs[p]})
 	}
 	v.nodesMu.Unlock()
-	if dirs[""] || retarget[""] {
-		stale = append(stale, Stale{Node: v.root, Kept: true})
-	}
+	stale = append(stale, Stale{Node: v.root, Kept: true, Names: dirs[""]})
 	v.clearCachesLocked()
 	return stale, nil
 }
