@@ -2,6 +2,9 @@ package branch
 
 import (
 	"fmt"
+	"io/fs"
+	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -216,4 +219,71 @@ func BenchmarkDeepRead(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkLongSession measures the metadata store's growth in a long
+// session that keeps its pre-run snapshot (issue 29): N metadata
+// changes (each an overwrite of one of 1,000 entries, one commit each)
+// after a snapshot, then a full compaction; it reports the bytes of the
+// database (LSM and value log) per change, with and without the
+// snapshot. With the snapshot, badger keeps every version written
+// after it (see "Keeping versions" in the package doc): the size grows
+// with N. Run it with
+//
+//	go test -run '^$' -bench LongSession -benchtime 1x ./branch/
+func BenchmarkLongSession(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		for _, snap := range []bool{false, true} {
+			b.Run(fmt.Sprintf("changes=%d/snapshot=%v", n, snap), func(b *testing.B) {
+				for b.Loop() {
+					dir := b.TempDir()
+					l, err := openMain(Options{Dir: dir})
+					if err != nil {
+						b.Fatal(err)
+					}
+					benchFill(b, l, 1000, 0)
+					if snap {
+						if _, err := l.Snapshot("pre-run", KindPreRun); err != nil {
+							b.Fatal(err)
+						}
+					}
+					var batch Batch
+					for i := range n {
+						batch.Reset()
+						k := i % 1000
+						batch.Put(fmt.Sprintf("src/pkg%03d/file%06d.go", k/1000, k), &Entry{Type: TypeFile, Ino: uint64(i), Object: fmt.Sprintf("%016x", i)})
+						if err := l.Commit(&batch); err != nil {
+							b.Fatal(err)
+						}
+					}
+					compactAll(b, l.s)
+					closeStore(b, l.s)
+					size := diskUsage(b, filepath.Join(dir, "meta"))
+					b.ReportMetric(float64(size)/float64(n), "bytes/change")
+					b.ReportMetric(float64(size)/(1<<20), "MiB")
+				}
+			})
+		}
+	}
+}
+
+// diskUsage returns the bytes the files below dir take on disk.
+func diskUsage(tb testing.TB, dir string) int64 {
+	tb.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += info.Sys().(*syscall.Stat_t).Blocks * 512
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }

@@ -495,7 +495,7 @@ func countVersions(t *testing.T, s *Store, prefix []byte) int {
 // overlap every table below; DropPrefix of one marker flushes the
 // memtables and compacts level 0 into the base level; Flatten merges
 // whatever other levels remain.
-func compactAll(t *testing.T, s *Store) {
+func compactAll(t testing.TB, s *Store) {
 	t.Helper()
 	marker := []byte("\x00test-compaction-marker")
 	if err := s.apply([]op{{key: marker, val: []byte{1}}, {key: []byte("\xfftest-compaction-marker"), val: []byte{1}}}); err != nil {
