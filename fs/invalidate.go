@@ -43,6 +43,8 @@ func (s *Server) forgetNegatives(dir uint64) {
 // Invalidate drops everything the kernel cached about the view after
 // overlay.FS.Reload or Restore: the names and attributes of the stale
 // nodes, the attributes and listings of the directories kept (Kept),
+// the names of those kept with one (a directory with many changes goes
+// whole),
 // the negative entries (after a Restore, only those of the names that
 // changed in kept directories: the others stay recorded), and the
 // root's attributes and listing. A node
@@ -69,7 +71,6 @@ func (s *Server) Invalidate(stale []overlay.Stale) {
 				kept = map[uint64]map[string]bool{}
 			}
 			kept[kernelID(st.Node)] = st.Names
-			continue
 		}
 		if st.Below {
 			gone[st.Node.ID] = true

@@ -391,3 +391,47 @@ func TestRestoreNegativeEntries(t *testing.T) {
 		t.Errorf("keep/later after the restore that brings it back = %q, want %q", got, "later")
 	}
 }
+
+// TestRestoreBusyDirectory: a directory in which many names changed is
+// dropped from the kernel whole: after the restore every file in it
+// reads as in the snapshot, the names made since are gone, and a shell
+// whose current directory it is still lists it.
+func TestRestoreBusyDirectory(t *testing.T) {
+	m := harness.NewMount(t)
+	if err := os.Mkdir(m.Path("busy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 50 {
+		name := fmt.Sprintf("f%02d", i)
+		harness.WriteFile(t, m.Path("busy/"+name), "old")
+		want = append(want, name)
+	}
+	id := takeSnapshot(t, m.Dir, "")
+	for i := range 50 {
+		harness.WriteFile(t, m.Path(fmt.Sprintf("busy/f%02d", i)), "new")
+		harness.WriteFile(t, m.Path(fmt.Sprintf("busy/n%02d", i)), "new")
+	}
+	for i := range 50 {
+		if got := harness.ReadFile(t, m.Path(fmt.Sprintf("busy/f%02d", i))); got != "new" {
+			t.Fatalf("busy/f%02d before the restore = %q", i, got)
+		}
+	}
+	cmd := exec.Command("sh", "-c", harness.Bin()+" restore "+id+` >/dev/null && ls | wc -l`)
+	cmd.Dir = m.Path("busy")
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "50" {
+		t.Errorf("a shell in busy across the restore counted %q, %v; want 50", out, err)
+	}
+	for i := range 50 {
+		if got := harness.ReadFile(t, m.Path(fmt.Sprintf("busy/f%02d", i))); got != "old" {
+			t.Errorf("busy/f%02d after the restore = %q, want %q", i, got, "old")
+		}
+		if _, err := os.Lstat(m.Path(fmt.Sprintf("busy/n%02d", i))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("busy/n%02d after the restore: %v, want ENOENT", i, err)
+		}
+	}
+	if got := harness.ListDir(t, m.Path("busy")); !equalStrings(got, want) {
+		t.Errorf("busy lists %v after the restore, want %v", got, want)
+	}
+}

@@ -21,8 +21,11 @@ type Stale struct {
 	// Kept: the node stays in the view (a directory whose entries
 	// changed, or whose attributes did): only its cached attributes and
 	// listing are dropped, and the negative entries of Names, the names
-	// in it whose entries changed. A Restore returns at least the root,
-	// Kept, so that a kernel cache that is not named is known to stand.
+	// in it whose entries changed; with Parent (a directory with many
+	// changed names), also its name, which drops all the kernel cached
+	// below it at once (the next lookup finds the same node). A Restore
+	// returns at least the root, Kept, so that a kernel cache that is not
+	// named is known to stand.
 	Kept  bool
 	Names map[string]bool
 }
@@ -257,17 +260,33 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 		v.byObject[e.Object] = v.root
 	}
 	v.root.entry = v.rootEntry
+	// A kept directory with many changed names goes from the kernel
+	// whole, with its name (the kernel looks it up again and finds the
+	// same node): one notification instead of one per name.
 	var stale []Stale
+	batched := map[*Node]bool{}
+	for _, n := range kept {
+		if cut[n] {
+			continue
+		}
+		p, _ := n.pathLocked()
+		s := Stale{Node: n, Kept: true, Names: dirs[p]}
+		if len(s.Names) >= batchNames && !n.unlinked && n.parent != nil {
+			s.Parent, s.Name = n.parent, n.name
+			batched[n] = true
+		}
+		stale = append(stale, s)
+	}
+	for i := range stale {
+		if stale[i].Parent != nil {
+			stale[i].Below = below(stale[i].Node, cut, batched)
+		}
+	}
 	for n := range cut {
 		s := Stale{Node: n}
 		if !n.unlinked && n.parent != nil {
 			s.Parent, s.Name = n.parent, n.name
-			for a := n.parent; a != nil; a = a.parent {
-				if cut[a] {
-					s.Below = true
-					break
-				}
-			}
+			s.Below = below(n, cut, batched)
 		}
 		stale = append(stale, s)
 	}
@@ -275,17 +294,25 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 		v.dropLocked(n)
 		v.cutLooseLocked(n)
 	}
-	for _, n := range kept {
-		if cut[n] {
-			continue
-		}
-		p, _ := n.pathLocked()
-		stale = append(stale, Stale{Node: n, Kept: true, Names: dirs[p]})
-	}
 	v.nodesMu.Unlock()
 	stale = append(stale, Stale{Node: v.root, Kept: true, Names: dirs[""]})
 	v.clearCachesLocked()
 	return stale, nil
+}
+
+// batchNames is the number of changed names from which a restore drops
+// a kept directory from the kernel whole (Stale.Kept with Parent).
+const batchNames = 32
+
+// below reports whether an ancestor of n goes from the kernel with its
+// name: cut loose, or a kept directory dropped whole.
+func below(n *Node, cut, batched map[*Node]bool) bool {
+	for a := n.parent; a != nil; a = a.parent {
+		if cut[a] || batched[a] {
+			return true
+		}
+	}
+	return false
 }
 
 // sameDir reports whether a and b are directory entries that differ in

@@ -543,3 +543,56 @@ func TestRestoreCutsLooseOnlyChanges(t *testing.T) {
 	eq(t, "x/1 written after the restore", e.read("x/1"), "later")
 	eq(t, "snapshot's x/1", e.snapView(snap).read("x/1"), "")
 }
+
+// TestRestoreBatchesBusyDirectories: a kept directory with many changed
+// names comes back with its name (the kernel drops it whole), and the
+// nodes cut loose below it come back Below.
+func TestRestoreBatchesBusyDirectories(t *testing.T) {
+	e := newEnv(t, nil)
+	busy, _, err := e.view.Mkdir(e.view.Root(), "busy", 0o755, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range batchNames {
+		_, f, _, err := e.view.Create(busy, fmt.Sprintf("f%02d", i), unix.O_RDWR, 0o644, Caller{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeAt(t, f, []byte("old"), 0)
+		release(t, f)
+	}
+	snap, err := e.view.Snapshot("s", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range batchNames {
+		e.write(fmt.Sprintf("busy/f%02d", i), "new")
+	}
+	changed := e.must("busy/f00")
+	stale, err := e.view.Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sawBusy, sawFile bool
+	for _, s := range stale {
+		switch s.Node {
+		case busy:
+			sawBusy = true
+			if !s.Kept || s.Parent != e.view.Root() || s.Name != "busy" || s.Below || len(s.Names) != batchNames {
+				t.Errorf("busy: %+v, want Kept with its name and %d names", s, batchNames)
+			}
+		case changed:
+			sawFile = true
+			if !s.Below {
+				t.Errorf("busy/f00: %+v, want Below", s)
+			}
+		}
+	}
+	if !sawBusy || !sawFile {
+		t.Errorf("restore returned busy: %v, busy/f00: %v; want both", sawBusy, sawFile)
+	}
+	if e.must("busy") != busy {
+		t.Error("busy has a new node after the restore")
+	}
+	eq(t, "restored busy/f07", e.read("busy/f07"), "old")
+}
