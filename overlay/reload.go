@@ -230,6 +230,10 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 			// The same entry, from the new index, or a directory's
 			// with another object.
 			e := v.indexGet(p)
+			if e == nil { // cannot be: its path did not change
+				cut[n] = true
+				return
+			}
 			if n.object != e.Object {
 				if v.byObject[n.object] == n {
 					delete(v.byObject, n.object)
