@@ -83,16 +83,29 @@ func BenchmarkCreateBranch(b *testing.B) {
 // as agentfs-bench's restore rows make it: n files in snapshot A, then
 // half of them rewritten and as many new ones; each timed restore goes
 // to A and the untimed one back to the changed state.
+//
+// The rows with few=true change 10 files of the n instead: what a
+// restore costs beyond the difference (the view's reload of every
+// entry).
 func BenchmarkRestoreDifference(b *testing.B) {
-	for _, n := range []int{5_000, 100_000} {
-		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) {
+	for _, c := range []struct {
+		n   int
+		few bool
+	}{{5_000, false}, {100_000, false}, {100_000, true}} {
+		b.Run(fmt.Sprintf("files=%d/few=%v", c.n, c.few), func(b *testing.B) {
+			n := c.n
 			w := benchWorkspace(b, n, 1)
 			a, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "A"})
 			if err != nil {
 				b.Fatal(err)
 			}
-			benchChange(b, w, 0, n/2, 2)
-			benchChange(b, w, n, n+n/2, 2)
+			if c.few {
+				benchChange(b, w, 0, 5, 2)
+				benchChange(b, w, n, n+5, 2)
+			} else {
+				benchChange(b, w, 0, n/2, 2)
+				benchChange(b, w, n, n+n/2, 2)
+			}
 			changed, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "changed"})
 			if err != nil {
 				b.Fatal(err)
