@@ -389,3 +389,82 @@ func (s *Store) sweepLayers() error {
 	}
 	return nil
 }
+
+// Changes calls fn with every path whose entry may differ between the
+// layer as it is now and snap, found from the layers' structure rather
+// than by reading every entry: the keys of the levels above the first
+// layer id the two chains share, and that id's keys written between
+// the two timestamps it is read at. A path may be named more than once,
+// or without a difference. It reports false, having called fn for
+// nothing, when the chains share no layer id (the caller compares
+// everything). Its cost grows with what changed on either side since
+// the shared level, plus a walk of the shared level's keys (without
+// their values).
+func (l *Layer) Changes(snap Snapshot, fn func(path string)) (bool, error) {
+	levels, release, err := l.levels()
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	unpin, err := l.s.pinSnapshot(&snap)
+	if err != nil {
+		return false, fmt.Errorf("snapshot %s: %w", snap.ID, err)
+	}
+	defer unpin()
+	other := append([]level{{id: snap.Layer, ts: snap.Ts}}, l.s.chainOf(snap.Layer)...)
+	ia, ib := -1, -1
+	for i, a := range levels {
+		if ib = slices.IndexFunc(other, func(b level) bool { return b.id == a.id }); ib >= 0 {
+			ia = i
+			break
+		}
+	}
+	if ia < 0 {
+		return false, nil
+	}
+	own := func(lv level) error {
+		txn := l.s.db.NewTransactionAt(lv.ts, false)
+		defer txn.Discard()
+		prefix := layerPrefix(lv.id)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			fn(pathOf(it.Item().Key()[len(prefix):]))
+		}
+		return nil
+	}
+	for _, lv := range levels[:ia] {
+		if err := own(lv); err != nil {
+			return false, err
+		}
+	}
+	for _, lv := range other[:ib] {
+		if err := own(lv); err != nil {
+			return false, err
+		}
+	}
+	lo, hi := levels[ia].ts, other[ib].ts
+	if lo > hi {
+		lo, hi = hi, lo
+	}
+	if lo == hi {
+		return true, nil
+	}
+	// The shared level's keys with a version in (lo, hi]: a write or a
+	// deletion between the two reads.
+	txn := l.s.db.NewTransactionAt(hi, false)
+	defer txn.Discard()
+	prefix := layerPrefix(levels[ia].id)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, AllVersions: true})
+	defer it.Close()
+	var last []byte
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		if item.Version() <= lo || bytes.Equal(item.Key(), last) {
+			continue
+		}
+		last = item.KeyCopy(last[:0])
+		fn(pathOf(last[len(prefix):]))
+	}
+	return true, nil
+}

@@ -427,6 +427,25 @@ func TestLayerRandomModel(t *testing.T) {
 			}
 		}
 		checkReferenced(t, s, want, taken...)
+		// Changes names every path that differs between a branch and a
+		// snapshot, when it can tell.
+		for name, cm := range branches {
+			for _, sm := range snaps {
+				seen := map[string]bool{}
+				ok, err := layer(name).Changes(sm.snap, func(p string) { seen[p] = true })
+				if err != nil {
+					t.Fatalf("%s: Changes(%s, %s): %v", what, name, sm.snap.ID, err)
+				}
+				if !ok {
+					continue
+				}
+				for p := range joinKeys(cm.entries, sm.cm.entries) {
+					if a, b := cm.entries[p], sm.cm.entries[p]; a != b && !seen[p] {
+						t.Errorf("%s: Changes(%s, snapshot %s of %s) misses %q (%+v, %+v)", what, name, sm.snap.ID, sm.snap.Branch, p, a, b)
+					}
+				}
+			}
+		}
 	}
 	next := 0
 	for step := range 300 {

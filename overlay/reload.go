@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"errors"
 	"maps"
 	"slices"
 
@@ -150,39 +151,15 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 	if !sameEntry(oldRoot, v.rootEntry) && !sameDir(oldRoot, v.rootEntry) {
 		return v.reloadFromIndexLocked()
 	}
-	changed := map[string]bool{}         // paths whose entry changed
-	dirs := map[string]map[string]bool{} // parents of those paths: their names
-	objs := map[string]bool{}    // objects named by a changed entry, before or after
-	// retarget holds the directories whose entry changed in its object
-	// only (its attributes: a directory's mtime moves with every name
-	// made in it, and a snapshot's directory is cloned then): their
-	// nodes stay, given the object, as the tree below them is the same.
-	retarget := map[string]bool{}
+	ch := newChangeSet()
 	if !sameEntry(oldRoot, v.rootEntry) {
-		retarget[""] = true
-	}
-	note := func(dir, name string, old, cur *branch.Entry) {
-		p := joinPath(dir, name)
-		if dirs[dir] == nil {
-			dirs[dir] = map[string]bool{}
-		}
-		dirs[dir][name] = true
-		if sameDir(old, cur) {
-			retarget[p] = true
-			return
-		}
-		changed[p] = true
-		for _, e := range []*branch.Entry{old, cur} {
-			if e != nil && e.Object != "" {
-				objs[e.Object] = true
-			}
-		}
+		ch.retarget[""] = true
 	}
 	for dir, m := range oldDirs {
 		cur := v.dirs[dir]
 		for name, e := range m {
 			if ce := cur[name]; !sameEntry(e, ce) {
-				note(dir, name, e, ce)
+				ch.note(dir, name, e, ce)
 			}
 		}
 	}
@@ -190,17 +167,124 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 		old := oldDirs[dir]
 		for name, e := range m {
 			if old[name] == nil {
-				note(dir, name, nil, e)
+				ch.note(dir, name, nil, e)
 			}
 		}
 	}
-	if len(changed) == 0 && len(retarget) == 0 {
-		return []Stale{{Node: v.root, Kept: true}}, nil
-	}
-	for p := range changed {
+	for p := range ch.changed {
 		if isInternal(p) {
 			return v.reloadFromIndexLocked()
 		}
+	}
+	return v.cutChangedLocked(ch), nil
+}
+
+// fewChanges: a restore that may change at most 1/fewChanges of the
+// entries reads only those (reloadPathsLocked); one that may change
+// more reads them all (reloadChangedLocked), which is faster then.
+const fewChanges = 8
+
+// entriesLocked counts the entries of the index. v.mu is held.
+func (v *FS) entriesLocked() int {
+	n := 0
+	for _, m := range v.dirs {
+		n += len(m)
+	}
+	return n
+}
+
+// reloadPathsLocked is reloadChangedLocked for a restore whose possible
+// changes are known: it reads the new entries of paths only, and
+// updates the index in place, so that its cost grows with paths rather
+// than with the branch. A change it cannot apply in place (the root's,
+// an internal entry's, a hard-linked copy's) falls back to
+// reloadChangedLocked, before the index is touched. v.mu is held
+// exclusively.
+func (v *FS) reloadPathsLocked(paths map[string]bool) ([]Stale, error) {
+	type change struct {
+		p        string
+		old, cur *branch.Entry
+	}
+	var changes []change
+	for p := range paths {
+		cur, err := v.layer.Get(p)
+		if errors.Is(err, branch.ErrNotFound) {
+			cur, err = nil, nil
+		}
+		if err != nil {
+			return v.reloadChangedLocked() // which reports a store that fails
+		}
+		old := v.indexGet(p)
+		if sameEntry(old, cur) {
+			continue
+		}
+		if p == "" || isInternal(p) || old != nil && old.Origin != "" || cur != nil && cur.Origin != "" {
+			return v.reloadChangedLocked()
+		}
+		changes = append(changes, change{p, old, cur})
+	}
+	if testHookReloadPaths != nil {
+		testHookReloadPaths(len(paths))
+	}
+	ch := newChangeSet()
+	for _, c := range changes {
+		if c.cur == nil {
+			v.indexDel(c.p)
+		} else {
+			v.indexPut(c.p, c.cur)
+		}
+		dir, name := splitPath(c.p)
+		ch.note(dir, name, c.old, c.cur)
+	}
+	return v.cutChangedLocked(ch), nil
+}
+
+// testHookReloadPaths, when set, is called by reloadPathsLocked with
+// the number of paths it reads, once it applies them.
+var testHookReloadPaths func(n int)
+
+// changeSet is what a restore changed in the index.
+type changeSet struct {
+	changed map[string]bool            // paths whose entry changed
+	dirs    map[string]map[string]bool // parents of those paths: their names
+	objs    map[string]bool            // objects named by a changed entry, before or after
+	// retarget holds the directories whose entry changed in its object
+	// only (its attributes: a directory's mtime moves with every name
+	// made in it, and a snapshot's directory is cloned then): their
+	// nodes stay, given the object, as the tree below them is the same.
+	retarget map[string]bool
+}
+
+func newChangeSet() *changeSet {
+	return &changeSet{changed: map[string]bool{}, dirs: map[string]map[string]bool{}, objs: map[string]bool{}, retarget: map[string]bool{}}
+}
+
+// note records that the entry at dir/name went from old to cur.
+func (ch *changeSet) note(dir, name string, old, cur *branch.Entry) {
+	p := joinPath(dir, name)
+	if ch.dirs[dir] == nil {
+		ch.dirs[dir] = map[string]bool{}
+	}
+	ch.dirs[dir][name] = true
+	if sameDir(old, cur) {
+		ch.retarget[p] = true
+		return
+	}
+	ch.changed[p] = true
+	for _, e := range []*branch.Entry{old, cur} {
+		if e != nil && e.Object != "" {
+			ch.objs[e.Object] = true
+		}
+	}
+}
+
+// cutChangedLocked cuts loose the nodes of what ch changed in the
+// index, which is the new one, and returns them with the kept
+// directories (see reloadChangedLocked). v.mu is held exclusively.
+func (v *FS) cutChangedLocked(ch *changeSet) []Stale {
+	changed, dirs, objs, retarget := ch.changed, ch.dirs, ch.objs, ch.retarget
+	if len(changed) == 0 && len(retarget) == 0 {
+		return []Stale{{Node: v.root, Kept: true}}
 	}
 	// under reports whether p, or one of its ancestors, changed.
 	under := func(p string) bool {
@@ -301,7 +385,7 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 	v.nodesMu.Unlock()
 	stale = append(stale, Stale{Node: v.root, Kept: true, Names: dirs[""]})
 	v.clearCachesLocked()
-	return stale, nil
+	return stale
 }
 
 // batchNames is the number of changed names from which a restore drops

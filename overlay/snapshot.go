@@ -99,8 +99,18 @@ func (v *FS) Restore(snap branch.Snapshot) ([]Stale, error) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	// What may differ, from the layers' structure (branch.Layer.Changes),
+	// before the branch moves.
+	paths := map[string]bool{}
+	known, err := v.layer.Changes(snap, func(p string) { paths[p] = true })
+	if err != nil {
+		return nil, err
+	}
 	if err := v.layer.ResetTo(snap); err != nil {
 		return nil, err
+	}
+	if known && len(paths) <= v.entriesLocked()/fewChanges {
+		return v.reloadPathsLocked(paths)
 	}
 	return v.reloadChangedLocked()
 }

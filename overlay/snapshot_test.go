@@ -2,7 +2,10 @@ package overlay
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -595,4 +598,143 @@ func TestRestoreBatchesBusyDirectories(t *testing.T) {
 		t.Error("busy has a new node after the restore")
 	}
 	eq(t, "restored busy/f07", e.read("busy/f07"), "old")
+}
+
+// indexState is the view's index and what is derived from it, as
+// values, for comparing an index updated in place with one loaded.
+type indexState struct {
+	Root        *branch.Entry
+	Dirs        map[string]map[string]*branch.Entry
+	Links       map[string]int
+	Hardlinks   map[uint64]*branch.Entry
+	HiddenLinks map[uint64]int
+	Anchors     map[uint64]int
+	Ndirs       map[string]int
+}
+
+func (v *FS) indexStateLocked() indexState {
+	return indexState{v.rootEntry, v.dirs, v.links, v.hardlinks, v.hiddenLinks, v.anchors, v.ndirs}
+}
+
+// exists reports whether p exists in the view.
+func (e *env) exists(p string) bool {
+	_, err := e.walk(p)
+	return err == nil
+}
+
+// checkIndexFresh compares the view's index with one loaded from its
+// layer.
+func (e *env) checkIndexFresh(what string) {
+	e.t.Helper()
+	v := e.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	got := v.indexStateLocked()
+	if err := v.loadLocked(); err != nil {
+		e.t.Fatal(err)
+	}
+	if want := v.indexStateLocked(); !reflect.DeepEqual(got, want) {
+		e.t.Errorf("%s: the index updated in place differs from the layer's:\n got %+v\nwant %+v", what, got, want)
+	}
+}
+
+// TestRestoreRandomFewChanges makes random changes to a tree of 200
+// files, takes snapshots now and then and restores random ones, each
+// after a few changes (so that the restore reads only the paths that
+// may have changed, and updates the index in place), and compares the
+// index with one loaded from the layer, and the files with what each
+// snapshot held.
+func TestRestoreRandomFewChanges(t *testing.T) {
+	files := map[string]string{}
+	for i := range 100 {
+		files[fmt.Sprintf("l%d/f%03d", i%4, i)] = fmt.Sprintf("lower %d", i)
+	}
+	e := newEnv(t, files)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	r := e.view.Root()
+	d, _, err := e.view.Mkdir(r, "u", 0o755, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		_, f, _, err := e.view.Create(d, fmt.Sprintf("f%03d", i), unix.O_RDWR, 0o644, Caller{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeAt(t, f, []byte(fmt.Sprintf("upper %d", i)), 0)
+		release(t, f)
+	}
+	// contents reads every file the tests touch.
+	contents := func() map[string]string {
+		m := map[string]string{}
+		for _, dir := range []string{"l0", "l1", "u", "new"} {
+			if _, err := e.walk(dir); err == unix.ENOENT {
+				continue
+			}
+			for _, name := range e.names(dir) {
+				m[dir+"/"+name] = e.read(dir + "/" + name)
+			}
+		}
+		return m
+	}
+	type taken struct {
+		snap branch.Snapshot
+		want map[string]string
+	}
+	var snaps []taken
+	fast := 0
+	testHookReloadPaths = func(int) { fast++ }
+	defer func() { testHookReloadPaths = nil }()
+	for step := range 60 {
+		for range 1 + rng.IntN(4) {
+			switch rng.IntN(5) {
+			case 0, 1:
+				i := 4*rng.IntN(25) + rng.IntN(2) // in l0 or l1
+				e.write(fmt.Sprintf("l%d/f%03d", i%4, i), fmt.Sprintf("step %d", step))
+			case 2:
+				if p := fmt.Sprintf("u/f%03d", rng.IntN(100)); e.exists(p) {
+					e.write(p, fmt.Sprintf("step %d", step))
+				}
+			case 3:
+				nd, err := e.walk("new")
+				if err != nil {
+					if nd, _, err = e.view.Mkdir(r, "new", 0o755, Caller{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, f, _, err := e.view.Create(nd, fmt.Sprintf("n%d", step), unix.O_RDWR, 0o644, Caller{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				release(t, f)
+			case 4:
+				name := fmt.Sprintf("f%03d", rng.IntN(100))
+				if err := e.view.Unlink(e.must("u"), name); err != nil && err != unix.ENOENT {
+					t.Fatal(err)
+				}
+			}
+		}
+		if len(snaps) == 0 || rng.IntN(3) == 0 {
+			snap, err := e.view.Snapshot("", branch.KindManual)
+			if err != nil {
+				t.Fatal(err)
+			}
+			snaps = append(snaps, taken{snap, contents()})
+			continue
+		}
+		s := snaps[rng.IntN(len(snaps))]
+		if _, err := e.view.Restore(s.snap); err != nil {
+			t.Fatal(err)
+		}
+		e.checkIndexFresh(fmt.Sprintf("step %d, restore of %s", step, s.snap.ID))
+		if got := contents(); !maps.Equal(got, s.want) {
+			t.Fatalf("step %d: after the restore of %s the files are\n%v\nwant\n%v", step, s.snap.ID, got, s.want)
+		}
+	}
+	if fast == 0 {
+		t.Error("no restore read only the paths that changed")
+	}
+	t.Logf("%d restores read only the paths that changed", fast)
 }
