@@ -140,23 +140,15 @@ func DecodeBase(v []byte) (*Base, error) {
 	return b, nil
 }
 
-// baseKey returns the key of the base of a valid path in layer l.
-func (l *Layer) baseKey(path string) []byte {
-	return appendPath(basePrefix(l.id), path)
-}
-
 // Base returns the base recorded for path; ErrNotFound if there is
-// none.
+// none. It reads through the layer's chain, as Get does.
 func (l *Layer) Base(path string) (*Base, error) {
 	if err := checkPath(path); err != nil {
 		return nil, fmt.Errorf("branch %q: %w", l.name, err)
 	}
 	var b *Base
-	err := l.read(func(txn *badger.Txn) error {
-		v, err := getValue(txn, l.baseKey(path))
-		if err != nil {
-			return err
-		}
+	err := l.br.getRaw(path, func(v []byte) error {
+		var err error
 		b, err = DecodeBase(v)
 		return err
 	})
@@ -169,37 +161,15 @@ func (l *Layer) Base(path string) (*Base, error) {
 	return b, nil
 }
 
-// Bases calls fn with every base of the layer, in path order. It reads
-// one consistent state; an error from fn stops it and is returned as
-// is.
+// Bases calls fn with every base of the layer, in path order, through
+// its chain. It reads one consistent state; an error from fn stops it
+// and is returned as is.
 func (l *Layer) Bases(fn func(path string, b *Base) error) error {
-	prefix := basePrefix(l.id)
-	var ferr error
-	err := l.read(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 64})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			path := pathOf(it.Item().Key()[len(prefix):])
-			v, err := it.Item().ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			b, err := DecodeBase(v)
-			if err != nil {
-				return fmt.Errorf("base of %q: %w", path, err)
-			}
-			if err := fn(path, b); err != nil {
-				ferr = err
-				return err
-			}
+	return l.br.walk(nil, false, func(path string, v []byte) error {
+		b, err := DecodeBase(v)
+		if err != nil {
+			return &walkError{fmt.Errorf("base of %q: %w", path, err)}
 		}
-		return nil
+		return fn(path, b)
 	})
-	if ferr != nil {
-		return ferr
-	}
-	if err != nil {
-		return fmt.Errorf("branch %q: reading bases: %w", l.name, err)
-	}
-	return nil
 }

@@ -112,7 +112,7 @@ func TestBasesFollowTheLayer(t *testing.T) {
 		}
 		n := 0
 		if err := s.view(func(txn *badger.Txn) error {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: basePrefix(br2.id)})
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: basePrefix(br2.id())})
 			defer it.Close()
 			for it.Rewind(); it.Valid(); it.Next() {
 				n++

@@ -1,6 +1,7 @@
 package branch
 
 import (
+	"errors"
 	"fmt"
 )
 
@@ -88,37 +89,68 @@ func (l *Layer) Commit(b *Batch) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	ops := make([]op, 0, b.Len())
-	for _, p := range b.order {
-		if err := checkPath(p); err != nil {
+	for attempt := 0; ; attempt++ {
+		st := l.state.Load()
+		ops, err := b.opsFor(l, st)
+		if err != nil {
+			return err
+		}
+		err = l.s.write(func() error {
+			if l.gone.Load() {
+				return errLayerGone
+			}
+			if l.state.Load() != st {
+				return errLayerMoved
+			}
+			return nil
+		}, ops)
+		if errors.Is(err, errLayerMoved) && attempt < 3 {
+			continue // a ResetTo moved the branch to a new layer id
+		}
+		if err != nil {
 			return fmt.Errorf("branch %q: %w", l.name, err)
 		}
+		return nil
+	}
+}
+
+// errLayerMoved: a ResetTo gave the branch a new layer id while a
+// Commit built its keys.
+var errLayerMoved = errors.New("the branch was reset meanwhile: commit again")
+
+// opsFor returns b's ops for layer state st: in a layer with a parent, a
+// deletion is a mask (see "Layers" in the package doc).
+func (b *Batch) opsFor(l *Layer, st *layerState) ([]op, error) {
+	ops := make([]op, 0, b.Len())
+	del := func(key []byte) op {
+		if len(st.chain) > 0 {
+			return op{key: key, val: maskValue}
+		}
+		return op{key: key, del: true}
+	}
+	for _, p := range b.order {
+		if err := checkPath(p); err != nil {
+			return nil, fmt.Errorf("branch %q: %w", l.name, err)
+		}
+		key := appendPath(layerPrefix(st.id), p)
 		if e := b.ops[p]; e != nil {
-			ops = append(ops, op{key: l.r.key(p), val: e.Encode()})
+			ops = append(ops, op{key: key, val: e.Encode()})
 		} else {
-			ops = append(ops, op{key: l.r.key(p), del: true})
+			ops = append(ops, del(key))
 		}
 	}
 	for _, p := range b.baseOrder {
 		if err := checkPath(p); err != nil {
-			return fmt.Errorf("branch %q: base: %w", l.name, err)
+			return nil, fmt.Errorf("branch %q: base: %w", l.name, err)
 		}
+		key := appendPath(basePrefix(st.id), p)
 		if base := b.bases[p]; base != nil {
-			ops = append(ops, op{key: l.baseKey(p), val: base.Encode()})
+			ops = append(ops, op{key: key, val: base.Encode()})
 		} else {
-			ops = append(ops, op{key: l.baseKey(p), del: true})
+			ops = append(ops, del(key))
 		}
 	}
-	err := l.s.write(func() error {
-		if l.gone.Load() {
-			return errLayerGone
-		}
-		return nil
-	}, ops)
-	if err != nil {
-		return fmt.Errorf("branch %q: %w", l.name, err)
-	}
-	return nil
+	return ops, nil
 }
 
 // Settle waits until every commit of the store so far is written (see

@@ -2,6 +2,9 @@ package branch
 
 import (
 	"fmt"
+	"io/fs"
+	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -93,4 +96,194 @@ func BenchmarkSnapshot(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchFill commits n entries to l, in batches of 10,000.
+func benchFill(b *testing.B, l *Layer, n, gen int) {
+	b.Helper()
+	var batch Batch
+	for i := range n {
+		batch.Put(fmt.Sprintf("src/pkg%03d/file%06d.go", i/1000, i), &Entry{Type: TypeFile, Ino: uint64(i), Object: fmt.Sprintf("%08x%08x", gen, i)})
+		if batch.Len() == 10_000 || i == n-1 {
+			if err := l.Commit(&batch); err != nil {
+				b.Fatal(err)
+			}
+			batch.Reset()
+		}
+	}
+}
+
+// BenchmarkCreateLayer creates branches from a snapshot of 5,000 and of
+// 100,000 entries: the store's part of agentfs branch create (issue
+// 29: at most 1 ms in the daemon, whatever the number). Run it with
+//
+//	go test -run '^$' -bench 'CreateLayer|ResetTo|DeepRead' ./branch/
+func BenchmarkCreateLayer(b *testing.B) {
+	for _, n := range []int{5_000, 100_000} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			l := benchLayer(b)
+			benchFill(b, l, n, 1)
+			snap, err := l.Snapshot("", KindAuto)
+			if err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			for b.Loop() {
+				if _, err := l.s.CreateLayer(fmt.Sprintf("b%d", i), snap); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkResetTo resets a branch of n entries, n/2 of which changed
+// since the snapshot, to that snapshot and back: the store's part of
+// agentfs restore.
+func BenchmarkResetTo(b *testing.B) {
+	for _, n := range []int{5_000, 100_000} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			l := benchLayer(b)
+			benchFill(b, l, n, 1)
+			a, err := l.Snapshot("", KindAuto)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchFill(b, l, n/2, 2)
+			c, err := l.Snapshot("", KindAuto)
+			if err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			for b.Loop() {
+				to := a
+				if i%2 == 1 {
+					to = c
+				}
+				if err := l.ResetTo(to); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkDeepRead reads a branch of 10,000 entries through 1, 10 and
+// 16 levels (a branch of a branch of ...; each level changes 100
+// entries): Get of an entry of the bottom level, which every level is
+// asked for, and Load of the whole branch.
+func BenchmarkDeepRead(b *testing.B) {
+	for _, depth := range []int{1, 10, maxDepth} {
+		l := benchLayer(b)
+		benchFill(b, l, 10_000, 1)
+		for i := 1; i < depth; i++ {
+			snap, err := l.Snapshot("", KindAuto)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if l, err = l.s.CreateLayer(fmt.Sprintf("b%d", i), snap); err != nil {
+				b.Fatal(err)
+			}
+			var batch Batch
+			for j := range 100 {
+				batch.Put(fmt.Sprintf("src/pkg%03d/file%06d.go", 9, 9000+(i*100+j)%1000), &Entry{Type: TypeFile, Ino: uint64(j), Object: fmt.Sprintf("%016x", j)})
+			}
+			if err := l.Commit(&batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if got := 1 + len(l.state.Load().chain); got != depth {
+			b.Fatalf("depth %d, want %d", got, depth)
+		}
+		b.Run(fmt.Sprintf("get/depth=%d", depth), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				k := i % 8000
+				if _, err := l.Get(fmt.Sprintf("src/pkg%03d/file%06d.go", k/1000, k)); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("load/depth=%d", depth), func(b *testing.B) {
+			for b.Loop() {
+				n := 0
+				if err := l.Load(func(string, *Entry) error { n++; return nil }); err != nil {
+					b.Fatal(err)
+				}
+				if n != 10_000 {
+					b.Fatalf("loaded %d entries, want 10,000", n)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLongSession measures the metadata store's growth in a long
+// session that keeps its pre-run snapshot (issue 29): N metadata
+// changes (each an overwrite of one of 1,000 entries, one commit each)
+// after a snapshot, then a full compaction; it reports the bytes of the
+// database (LSM and value log) per change, with and without the
+// snapshot. With the snapshot, badger keeps every version written
+// after it (see "Keeping versions" in the package doc): the size grows
+// with N. Run it with
+//
+//	go test -run '^$' -bench LongSession -benchtime 1x ./branch/
+func BenchmarkLongSession(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		for _, snap := range []bool{false, true} {
+			b.Run(fmt.Sprintf("changes=%d/snapshot=%v", n, snap), func(b *testing.B) {
+				for b.Loop() {
+					dir := b.TempDir()
+					l, err := openMain(Options{Dir: dir})
+					if err != nil {
+						b.Fatal(err)
+					}
+					benchFill(b, l, 1000, 0)
+					if snap {
+						if _, err := l.Snapshot("pre-run", KindPreRun); err != nil {
+							b.Fatal(err)
+						}
+					}
+					var batch Batch
+					for i := range n {
+						batch.Reset()
+						k := i % 1000
+						batch.Put(fmt.Sprintf("src/pkg%03d/file%06d.go", k/1000, k), &Entry{Type: TypeFile, Ino: uint64(i), Object: fmt.Sprintf("%016x", i)})
+						if err := l.Commit(&batch); err != nil {
+							b.Fatal(err)
+						}
+					}
+					compactAll(b, l.s)
+					closeStore(b, l.s)
+					size := diskUsage(b, filepath.Join(dir, "meta"))
+					b.ReportMetric(float64(size)/float64(n), "bytes/change")
+					b.ReportMetric(float64(size)/(1<<20), "MiB")
+				}
+			})
+		}
+	}
+}
+
+// diskUsage returns the bytes the files below dir take on disk.
+func diskUsage(tb testing.TB, dir string) int64 {
+	tb.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += info.Sys().(*syscall.Stat_t).Blocks * 512
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }

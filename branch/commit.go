@@ -43,22 +43,6 @@ func (s *Store) view(fn func(txn *badger.Txn) error) error {
 	return fn(txn)
 }
 
-// viewSnapshot runs fn in a read transaction at snap.Ts, which stays
-// readable until fn returns; ErrNotFound if snap no longer exists.
-func (s *Store) viewSnapshot(snap *Snapshot, fn func(txn *badger.Txn) error) error {
-	if err := s.usable(); err != nil {
-		return err
-	}
-	unpin, err := s.pinSnapshot(snap)
-	if err != nil {
-		return err
-	}
-	defer unpin()
-	txn := s.db.NewTransactionAt(snap.Ts, false)
-	defer txn.Discard()
-	return fn(txn)
-}
-
 func (s *Store) pin() uint64 {
 	s.wait() // a failed commit fails later commits; reads still read
 	s.tsMu.Lock()
@@ -112,6 +96,9 @@ func (s *Store) setDiscardTsLocked() {
 	}
 	if len(s.snapTs) > 0 {
 		d = min(d, s.snapOldest)
+	}
+	if s.parentHeld {
+		d = min(d, s.parentOldest)
 	}
 	s.db.SetDiscardTs(d)
 }

@@ -268,18 +268,7 @@ func TestKillDuringCommits(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testenv.Seed(t, branchSeedEnv), 0))
 	for round := range 4 {
 		dir := t.TempDir()
-		c := startChild(t, "commits", dir)
-		stopAfter := 3 + rng.IntN(25)
-		reported := -1
-		for reported < stopAfter {
-			line := c.line()
-			if line == "" {
-				t.Fatalf("child stopped: %s", c.errb)
-			}
-			reported, _ = strconv.Atoi(strings.TrimPrefix(line, "done "))
-		}
-		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-		c.kill(t)
+		reported := killAfter(t, rng, "commits", dir, 3+rng.IntN(25))
 
 		s := openDir(t, Options{Dir: dir})
 		_, m := loadAll(t, mainLayer(t, s))

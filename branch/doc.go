@@ -43,6 +43,8 @@
 //	hash/c/<sha256><obj> the objects by contents, an index (hash.go)
 //	hash/l/<dev><ino>    the SHA-256 of a project file (hash.go)
 //	hash/s/<snap id>     a snapshot's Merkle root (hash.go)
+//	parent/<id>          the parent of layer id: [1][parent layer id,
+//	                     uint64][Tp, uint64] (see "Layers")
 //
 // A branch name maps to a short numeric layer id, so that renaming a
 // branch is one small write and never rewrites entries. Layer ids are
@@ -118,8 +120,8 @@
 // when it cannot make a file, where it often stops the process anyway.
 //
 // badger's discard timestamp is the oldest of: the read timestamp, the
-// oldest timestamp still being read, and the oldest snapshot's (see
-// "Keeping versions").
+// oldest timestamp still being read, the oldest snapshot's and the
+// oldest parent's (see "Keeping versions").
 //
 // # Batch atomicity
 //
@@ -194,8 +196,9 @@
 //   - A snapshot outlives its branch: DeleteLayer deletes the entries at
 //     a new timestamp, and the snapshot still reads them at Ts.
 //   - Every entry has Epoch <= its layer's epoch (the overlay writes
-//     the current epoch, CreateLayer 0, ResetTo raises the epoch past
-//     every restored entry's), so a snapshot's entries have Epoch <= the
+//     the current epoch; CreateLayer and ResetTo give the layer an
+//     epoch above the snapshot's, which is above every entry it reads
+//     through), so a snapshot's entries have Epoch <= the
 //     record's Epoch, and the same commit raises the layer's epoch past
 //     it.
 //   - A tagged snapshot cannot be deleted: a tag pins it (so pruning
@@ -218,12 +221,13 @@
 // it saw when t was written: the newest version at or below t is either
 // above D, or the newest at or below D, which is kept.
 //
-// D is the oldest of the read timestamp, the reads in progress and the
-// snapshots' Ts. It never decreases: a read or a snapshot starts at the
-// current read timestamp, and a View's read at an existing snapshot's
-// Ts, both at least D. At Open, badger's D is 0
-// (it discards nothing) until start has loaded every snapshot's Ts, so
-// a reopen never lets a compaction run without them.
+// D is the oldest of the read timestamp, the reads in progress, the
+// snapshots' Ts and the parents' Tp (see "Layers"). It never decreases:
+// a read or a snapshot starts at the current read timestamp, and a
+// View's read at an existing snapshot's Ts, both at least D. At Open,
+// badger's D is 0 (it discards nothing) until start has loaded every
+// snapshot's Ts and parent's Tp, so a reopen never lets a compaction
+// run without them.
 //
 // The cost: with one discard timestamp, badger keeps every version
 // written after the oldest snapshot, also versions that no snapshot
@@ -249,24 +253,86 @@
 // with the current epoch. Entries with Epoch 0 encode as before
 // snapshots existed (see encode.go).
 //
-// # Branches from snapshots, restore, deletion
+// # Layers
 //
-// CreateLayer makes a new layer id holding copies of a snapshot's
-// entries with Epoch 0, and gives it epoch 1: every object is shared
-// with the snapshot. Its layer record names the origin snapshot. The
-// copy is one commit (split when big, see "Batch atomicity"): its cost
-// is the number of entries, never the size of files.
+// Branches from snapshots, restore and deletion.
 //
-// Layer.ResetTo makes a layer's entries exactly a snapshot's in one
-// commit: it deletes the entries the snapshot lacks, writes those that
-// differ (unchanged entries are not rewritten), and raises the epoch to
-// max(epoch, snapshot epoch, highest entry Epoch) + 1, so every restored
-// object counts as shared.
+// A layer id may have a parent: the key parent/<id> names another
+// layer id P and a timestamp Tp, and the layer's entries are its own
+// e/<id> keys laid over P's entries read at Tp (which are P's own keys
+// at Tp laid over P's parent, and so on: a chain of levels). A parent
+// is written in the commit that makes the layer id and never changes;
+// it is always a snapshot's (layer, Ts) or a level below one, so what
+// a level reads never changes either. Reading through the chain:
 //
-// DeleteLayer deletes a branch's record and its entries (one commit,
-// split when big). Making sure no process still uses the branch is the
-// caller's job. "main" cannot be deleted. A deleted Layer's methods fail
-// with ErrNotFound.
+//   - Get looks the key up level by level, top first; the first level
+//     that has the key answers.
+//   - Load and Children merge the levels' iterators in key order; at a
+//     key that several levels hold, the topmost wins.
+//   - In a layer with a parent, a deleted entry cannot just be deleted
+//     (the parent's would show through): Commit writes a mask instead,
+//     the one-byte value 0xff, which reads as "no entry here" and hides
+//     the levels below. Bases (base/<id>) are layered the same way,
+//     masks included. A layer without a parent (main, and every layer
+//     of a store from before layers) deletes as before.
+//
+// CreateLayer makes a new layer id whose parent is the snapshot's
+// (layer, Ts), with epoch snapshot epoch + 1 (every entry it reads
+// through names an object the snapshot shares: see "Epochs"), and
+// records the snapshot as its origin: one small commit, whatever the
+// number of entries.
+//
+// Layer.ResetTo re-points instead of rewriting: the branch gets a new
+// layer id, whose parent is the snapshot's (layer, Ts), with epoch
+// max(epoch, snapshot epoch) + 1, in one small commit that writes the
+// parent key and the layer record. The Layer switches to the new id
+// when the commit is done (a Commit that raced with it is retried on
+// the new id). The old id is frozen: nothing writes it again; the
+// snapshots that name it still read it, and the layers that have it as
+// parent.
+//
+// What a restore changes. Layer.Changes names the paths that may differ
+// between the layer as it is and a snapshot without reading every
+// entry: the two chains share a layer id (a branch and its own
+// snapshots share their id; a branch and its origin share the origin's
+// level), and what differs is the keys of the levels above that id on
+// either side, and the keys of that id with a version between the two
+// timestamps it is read at (a walk of its keys, without values; the
+// versions are there, as both timestamps are held). The overlay reads
+// only those paths when they are few.
+//
+// Depth. A level costs a lookup (Get) or an iterator (Load, Children).
+// Two rules bound the chain:
+//
+//   - A level that holds no key of its own at its timestamp reads as
+//     its parent, so CreateLayer and ResetTo skip it when they choose a
+//     parent (restoring a snapshot taken right after a restore adds no
+//     level).
+//   - When the chain would hold more than maxDepth (16) levels, CreateLayer
+//     and ResetTo copy the snapshot's entries (merged through its
+//     chain) into the new layer id, which then has no parent: one
+//     commit, split when big, as every branch was made before layers.
+//     So a chain holds at most maxDepth levels, and a copy is made at
+//     most once every maxDepth-1 layers stacked.
+//
+// Keeping parents readable: a parent's Tp is held as a snapshot's Ts
+// is (see "Keeping versions"), from the commit that writes the parent
+// key for as long as the store is open; Open holds the parents of the
+// live layer ids only. A layer id is live while a branch or a snapshot
+// names it, or it is the parent of a live layer id. Open deletes the
+// keys of the ids that are not (an id a ResetTo left that no snapshot
+// names, or whose last snapshot was deleted): one commit, split when
+// big.
+//
+// DeleteLayer deletes a branch's record and its own entries and bases
+// (one commit, split when big); its parent key stays while a snapshot
+// names the id. Making sure no process still uses the branch is the
+// caller's job. "main" cannot be deleted. A deleted Layer's methods
+// fail with ErrNotFound.
+//
+// A store with a parent key has feature/layers, written with the first
+// one: an agentfs that knows no layers would read a layered branch as
+// its own keys only.
 //
 // # Names
 //
@@ -283,8 +349,10 @@
 // snapshot refers to. It reads all versions of all entries once: for
 // each key, the version visible at each read point of its layer (the
 // current read timestamp for a live branch, the Ts of each of its
-// snapshots), skipping versions no read point sees, so an object shared
-// by many snapshots at one path is named once.
+// snapshots, the Tp of each layer it is the parent of), skipping
+// versions no read point sees, so an object shared by many snapshots
+// at one path is named once. A layer id that is not live has no read
+// point: its entries name nothing.
 //
 // # Locking
 //
@@ -292,7 +360,8 @@
 // Store.commitMu, then the hand-off
 // queue's mu (handoffs), then Store.tsMu; handoffs.turn, then its mu; and
 // Store.mu (the layer cache), then Store.tsMu. mu and commitMu are never
-// held together. tsMu also guards the in-memory set of snapshot
+// held together. Store.pmu (the parents) is taken after mu or
+// commitMu, and nothing is taken while it is held. tsMu also guards the in-memory set of snapshot
 // timestamps. A wait for badger to write a commit may hold any lock
 // but tsMu (badger's callbacks take tsMu and nothing else), including
 // Store.mu, inoMu, slotMu, commitMu and the callers' own locks. badger does its

@@ -13,7 +13,7 @@ import (
 const FormatVersion = 1
 
 // knownFeatures are the feature/<name> keys this build understands.
-var knownFeatures = map[string]bool{featureSnapshots: true}
+var knownFeatures = map[string]bool{featureSnapshots: true, featureLayers: true}
 
 // start checks the format of a freshly opened database, repairs a
 // commit a crash interrupted, and creates a new store's initial keys.
@@ -49,6 +49,9 @@ func (s *Store) start() error {
 		// latest, a torn commit's records count too: holding more than
 		// needed is safe.
 		if err := s.loadSnapshots(txn); err != nil {
+			return err
+		}
+		if err := s.loadParents(txn); err != nil {
 			return err
 		}
 		v, err := getValue(txn, pendingKey)
@@ -97,6 +100,9 @@ func (s *Store) start() error {
 	}
 	if !s.ro {
 		if err := s.ensureLayer("main"); err != nil {
+			return err
+		}
+		if err := s.sweepLayers(); err != nil {
 			return err
 		}
 	}

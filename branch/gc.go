@@ -46,7 +46,7 @@ func (s *Store) ReferencedObjects(fn func(obj string) error) error {
 			for len(pts) > 0 && pts[0] >= item.Version() {
 				seen, pts = true, pts[1:]
 			}
-			if !seen || item.IsDeletedOrExpired() {
+			if !seen || item.IsDeletedOrExpired() || isMask(item) {
 				continue
 			}
 			e, err := decodeItem(item)
@@ -72,8 +72,9 @@ func (s *Store) ReferencedObjects(fn func(obj string) error) error {
 	return nil
 }
 
-// readPoints returns, for each layer id, the timestamps its entries are
-// read at, newest first: txn's for a branch, each snapshot's Ts.
+// readPoints returns, for each live layer id, the timestamps its
+// entries are read at, newest first: txn's for a branch, each
+// snapshot's Ts, the Tp of each live layer it is the parent of.
 func readPoints(txn *badger.Txn) (map[uint64][]uint64, error) {
 	points := map[uint64][]uint64{}
 	err := scanLayerRecords(txn, func(name string, rec layerRecord) error {
@@ -89,6 +90,28 @@ func readPoints(txn *badger.Txn) (map[uint64][]uint64, error) {
 	}
 	for _, snap := range snaps {
 		points[snap.Layer] = append(points[snap.Layer], snap.Ts)
+	}
+	// The parents of the live layer ids, and theirs (see "Layers").
+	parents, err := scanParents(txn)
+	if err != nil {
+		return nil, err
+	}
+	var todo []uint64
+	for id := range points {
+		todo = append(todo, id)
+	}
+	done := map[uint64]bool{}
+	for len(todo) > 0 {
+		id := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if done[id] {
+			continue
+		}
+		done[id] = true
+		if p, ok := parents[id]; ok {
+			points[p.id] = append(points[p.id], p.ts)
+			todo = append(todo, p.id)
+		}
 	}
 	for id, pts := range points {
 		slices.Sort(pts)

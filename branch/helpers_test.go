@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Child processes: the test binary re-executes itself with
@@ -163,4 +166,23 @@ func openMain(o Options) (*Layer, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// killAfter starts a child in mode on dir, waits until it reports
+// "done N" with N >= stopAfter, kills it a random moment (up to 3 ms)
+// later and returns the last N it reported.
+func killAfter(t *testing.T, rng *rand.Rand, mode, dir string, stopAfter int) int {
+	t.Helper()
+	c := startChild(t, mode, dir)
+	reported := -1
+	for reported < stopAfter {
+		line := c.line()
+		if line == "" {
+			t.Fatalf("child stopped: %s", c.errb)
+		}
+		reported, _ = strconv.Atoi(strings.TrimPrefix(line, "done "))
+	}
+	time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+	c.kill(t)
+	return reported
 }

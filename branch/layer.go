@@ -20,12 +20,22 @@ const (
 type Layer struct {
 	s    *Store
 	name string
-	id   uint64
-	r    entryReader
+	r    entryReader // entries
+	br   entryReader // bases
 
-	epoch atomic.Uint64 // as in the layer record
-	gone  atomic.Bool   // deleted by DeleteLayer
+	state atomic.Pointer[layerState] // changed by ResetTo, under s.commitMu
+	epoch atomic.Uint64              // as in the layer record
+	gone  atomic.Bool                // deleted by DeleteLayer
 }
+
+// layerState is the layer id a Layer reads and writes, and its chain.
+type layerState struct {
+	id    uint64
+	chain []level // the parent levels, nearest first
+}
+
+// id returns the layer id the branch names now.
+func (l *Layer) id() uint64 { return l.state.Load().id }
 
 // layerRecord is the value of layer/<name>.
 type layerRecord struct {
@@ -91,10 +101,27 @@ func (s *Store) Layer(name string) (*Layer, error) {
 }
 
 func (s *Store) newLayer(name string, rec layerRecord) *Layer {
-	l := &Layer{s: s, name: name, id: rec.id}
-	l.r = entryReader{prefix: layerPrefix(rec.id), what: fmt.Sprintf("branch %q", name), read: l.read}
+	l := &Layer{s: s, name: name}
+	what := fmt.Sprintf("branch %q", name)
+	l.r = entryReader{s: s, kind: layerPrefix, what: what, open: l.levels}
+	l.br = entryReader{s: s, kind: basePrefix, what: what, open: l.levels}
+	l.state.Store(&layerState{id: rec.id, chain: s.chainOf(rec.id)})
 	l.epoch.Store(rec.epoch)
 	return l
+}
+
+// levels returns the levels a read of the layer reads: its own at the
+// current read timestamp, then its chain.
+func (l *Layer) levels() ([]level, func(), error) {
+	if l.gone.Load() {
+		return nil, nil, errLayerGone
+	}
+	if err := l.s.usable(); err != nil {
+		return nil, nil, err
+	}
+	st := l.state.Load()
+	ts := l.s.pin()
+	return append([]level{{id: st.id, ts: ts}}, st.chain...), func() { l.s.unpin(ts) }, nil
 }
 
 // getLayerRecord reads the record of branch name; an error wrapping
@@ -223,15 +250,6 @@ func (l *Layer) Name() string { return l.name }
 // doc). It changes only in Snapshot and ResetTo.
 func (l *Layer) Epoch() uint64 { return l.epoch.Load() }
 
-// read runs fn at the current read timestamp, unless the layer was
-// deleted.
-func (l *Layer) read(fn func(txn *badger.Txn) error) error {
-	if l.gone.Load() {
-		return errLayerGone
-	}
-	return l.s.view(fn)
-}
-
 var errLayerGone = fmt.Errorf("the branch was deleted: %w", ErrNotFound)
 
 // recordLocked reads the layer's record, checking that the branch still
@@ -241,7 +259,7 @@ func (l *Layer) recordLocked(txn *badger.Txn) (layerRecord, error) {
 		return layerRecord{}, errLayerGone
 	}
 	rec, err := getLayerRecord(txn, l.name)
-	if err == nil && rec.id != l.id {
+	if err == nil && rec.id != l.id() {
 		err = errLayerGone
 	}
 	return rec, err

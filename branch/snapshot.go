@@ -103,7 +103,7 @@ func (l *Layer) Snapshot(label, kind string) (Snapshot, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		snap = Snapshot{ID: id, Branch: l.name, Layer: l.id, Ts: l.s.readTs, Label: label, Kind: kind, Created: time.Now().Round(0), Epoch: rec.epoch} // Round(0): no monotonic reading, as decoded
+		snap = Snapshot{ID: id, Branch: l.name, Layer: l.id(), Ts: l.s.readTs, Label: label, Kind: kind, Created: time.Now().Round(0), Epoch: rec.epoch} // Round(0): no monotonic reading, as decoded
 		rec.epoch++
 		ops := []op{{key: snapKey(id), val: snap.encode()}, {key: layerKey(l.name), val: rec.encode()}}
 		if _, err := txn.Get(featureKey(featureSnapshots)); errors.Is(err, badger.ErrKeyNotFound) {
@@ -303,11 +303,16 @@ type View struct {
 // the snapshot is deleted its reads fail with ErrNotFound.
 func (s *Store) SnapshotView(snap Snapshot) *View {
 	v := &View{snap: snap}
-	v.r = entryReader{
-		prefix: layerPrefix(snap.Layer),
-		what:   "snapshot " + snap.ID,
-		read:   func(fn func(txn *badger.Txn) error) error { return s.viewSnapshot(&v.snap, fn) },
-	}
+	v.r = entryReader{s: s, kind: layerPrefix, what: "snapshot " + snap.ID, open: func() ([]level, func(), error) {
+		if err := s.usable(); err != nil {
+			return nil, nil, err
+		}
+		unpin, err := s.pinSnapshot(&v.snap)
+		if err != nil {
+			return nil, nil, err
+		}
+		return append([]level{{id: snap.Layer, ts: snap.Ts}}, s.chainOf(snap.Layer)...), unpin, nil
+	}}
 	return v
 }
 

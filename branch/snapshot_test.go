@@ -30,7 +30,7 @@ func TestSnapshot(t *testing.T) {
 		if !regexp.MustCompile(`^[0-9a-f]{8}$`).MatchString(snap.ID) {
 			t.Errorf("ID = %q, want 8 lowercase hex digits", snap.ID)
 		}
-		want := Snapshot{ID: snap.ID, Branch: "main", Layer: l.id, Ts: snap.Ts, Label: "before refactor", Kind: KindManual, Created: snap.Created, Epoch: 0}
+		want := Snapshot{ID: snap.ID, Branch: "main", Layer: l.id(), Ts: snap.Ts, Label: "before refactor", Kind: KindManual, Created: snap.Created, Epoch: 0}
 		if snap != want || snap.Created.Before(before) || time.Since(snap.Created) > time.Minute {
 			t.Errorf("Snapshot = %+v, want %+v taken just now", snap, want)
 		}
@@ -495,7 +495,7 @@ func countVersions(t *testing.T, s *Store, prefix []byte) int {
 // overlap every table below; DropPrefix of one marker flushes the
 // memtables and compacts level 0 into the base level; Flatten merges
 // whatever other levels remain.
-func compactAll(t *testing.T, s *Store) {
+func compactAll(t testing.TB, s *Store) {
 	t.Helper()
 	marker := []byte("\x00test-compaction-marker")
 	if err := s.apply([]op{{key: marker, val: []byte{1}}, {key: []byte("\xfftest-compaction-marker"), val: []byte{1}}}); err != nil {
@@ -586,7 +586,7 @@ func TestDiscardBeforeOldestSnapshot(t *testing.T) {
 				}
 			}
 		}
-		key := l.r.key("k")
+		key := appendPath(layerPrefix(l.id()), "k")
 		put(10)
 		snap := snapshot(t, l, "")
 		put(10)

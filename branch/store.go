@@ -61,6 +61,11 @@ type Store struct {
 	mu     sync.Mutex
 	layers map[string]*Layer
 
+	// pmu guards parents: every layer id's parent (see "Layers" in the
+	// package doc), as in its parent/ key.
+	pmu     sync.RWMutex
+	parents map[uint64]level
+
 	// inoMu guards the leased inode block [inoNext, inoEnd).
 	inoMu   sync.Mutex
 	inoNext uint64
@@ -76,16 +81,20 @@ type Store struct {
 	nextTs   uint64 // timestamp of the next commit
 	broken   error  // set when a failed split commit could not be rolled back
 
-	// tsMu guards readTs, readers, snapTs, snapOldest, flight, inFlight
-	// and lost, and orders SetDiscardTs calls.
+	// tsMu guards readTs, readers, snapTs, snapOldest, parentOldest,
+	// parentHeld, flight, inFlight and lost, and orders SetDiscardTs
+	// calls.
 	tsMu       sync.Mutex
 	readTs     uint64            // every commit at or below it is complete
 	readers    map[uint64]int    // read timestamps in use → count
 	snapTs     map[string]uint64 // snapshot id → Ts, of every snapshot
 	snapOldest uint64            // the least Ts in snapTs, when not empty
-	flight     *flight           // the last commit handed to badger, until written
-	inFlight   int               // commits handed to badger, not yet called back
-	lost       error             // set when a commit handed to badger failed
+	// parentOldest is the least Tp of parents, when parentHeld.
+	parentOldest uint64
+	parentHeld   bool
+	flight       *flight // the last commit handed to badger, until written
+	inFlight     int     // commits handed to badger, not yet called back
+	lost         error   // set when a commit handed to badger failed
 
 	// ho holds the commits queued for badger when a kick is set (see
 	// HandOffWith).
@@ -95,7 +104,7 @@ type Store struct {
 // Open opens the store, creating it (and Dir) if needed. A new store
 // has the branch "main".
 func Open(o Options) (*Store, error) {
-	s := &Store{dir: o.Dir, ro: o.ReadOnly, log: o.Logger, layers: map[string]*Layer{}, readers: map[uint64]int{}, snapTs: map[string]uint64{}}
+	s := &Store{dir: o.Dir, ro: o.ReadOnly, log: o.Logger, layers: map[string]*Layer{}, readers: map[uint64]int{}, snapTs: map[string]uint64{}, parents: map[uint64]level{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

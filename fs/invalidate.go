@@ -41,9 +41,18 @@ func (s *Server) forgetNegatives(dir uint64) {
 }
 
 // Invalidate drops everything the kernel cached about the view after
-// overlay.FS.Reload: the names and attributes of the stale nodes, the
-// negative entries, and the root's attributes and listing. It must be
-// called with no lock of the view held (the kernel may wait for
+// overlay.FS.Reload or Restore: the names and attributes of the stale
+// nodes, the attributes and listings of the directories kept (Kept),
+// the names of those kept with one (a directory with many changes goes
+// whole),
+// the negative entries (after a Restore, only those of the names that
+// changed in kept directories: the others stay recorded), and the
+// root's attributes and listing. A node
+// whose ancestor goes with its name (Below) needs nothing of its own:
+// dropping a directory's name drops the names below it, and so do the
+// negative entries of a directory whose name goes. So the
+// notifications grow with what changed, batched by directory. It must
+// be called with no lock of the view held (the kernel may wait for
 // requests that need them).
 func (s *Server) Invalidate(stale []overlay.Stale) {
 	kernelID := func(n *overlay.Node) uint64 {
@@ -52,9 +61,24 @@ func (s *Server) Invalidate(stale []overlay.Stale) {
 		}
 		return n.ID
 	}
+	gone := map[uint64]bool{} // directories whose names go, with what is below
+	// After a Restore (Kept nodes), only the negative entries of the
+	// names that changed in kept directories can be wrong.
+	var kept map[uint64]map[string]bool
 	for _, st := range stale {
+		if st.Kept {
+			if kept == nil {
+				kept = map[uint64]map[string]bool{}
+			}
+			kept[kernelID(st.Node)] = st.Names
+		}
+		if st.Below {
+			gone[st.Node.ID] = true
+			continue
+		}
 		if st.Parent != nil {
 			s.notifyEntry(kernelID(st.Parent), st.Name)
+			gone[st.Node.ID] = true
 		}
 	}
 	s.negMu.Lock()
@@ -62,12 +86,26 @@ func (s *Server) Invalidate(stale []overlay.Stale) {
 	s.negatives, s.negCount = map[uint64]map[string]struct{}{}, 0
 	s.negMu.Unlock()
 	for dir, names := range negs {
+		if gone[dir] {
+			continue
+		}
 		for name := range names {
-			s.notifyEntry(dir, name)
+			if kept == nil || kept[dir][name] {
+				s.notifyEntry(dir, name)
+			} else if !s.noteNegative(dir, name) {
+				// Still right, and still to drop should the name appear
+				// later; the record is full: drop it now.
+				s.notifyEntry(dir, name)
+			}
 		}
 	}
 	for _, st := range stale {
-		s.dropInode(st.Node.ID)
+		switch {
+		case st.Kept:
+			s.notifyInode(kernelID(st.Node), 0, 0)
+		case !st.Below:
+			s.dropInode(st.Node.ID)
+		}
 	}
 	s.notifyInode(fuse.FUSE_ROOT_ID, 0, 0)
 }

@@ -162,7 +162,7 @@ func (c *crashTest) checkSnapshots(l *crashLoad) []*crashSnap {
 		}
 		c.snapSeen[s.ID] = true
 		extra = append(extra, fmt.Sprintf("%s (%q)", s.ID, s.Label))
-		if !strings.HasPrefix(s.Label, prefix) {
+		if !strings.HasPrefix(s.Label, prefix) && !strings.HasPrefix(s.Label, crashSafetyLabel) {
 			t.Errorf("round %d: snapshot %s (%q) is listed; no create of this round made it", l.round, s.ID, s.Label)
 		}
 		fresh = append(fresh, &crashSnap{id: s.ID, label: s.Label, round: l.round})
@@ -171,6 +171,47 @@ func (c *crashTest) checkSnapshots(l *crashLoad) []*crashSnap {
 		t.Errorf("round %d: snapshots listed that no create acknowledged: %v (only the one in flight at the kill may be)", l.round, extra)
 	}
 	return fresh
+}
+
+// checkBranches checks that every branch created in a round so far is
+// listed and holds the tree of the snapshot it was created from (which
+// was taken with the load paused), and that at most one other branch
+// of this round appeared (the create in flight at the kill).
+func (c *crashTest) checkBranches(l *crashLoad, when string) {
+	t := c.t
+	t.Helper()
+	if l != nil {
+		c.branches = append(c.branches, l.branches...)
+	}
+	listed := map[string]bool{}
+	for _, b := range listBranches(t, c.m.Dir) {
+		listed[b.Name] = true
+	}
+	known := map[string]bool{}
+	for _, b := range c.branches {
+		known[b.id] = true
+		if !listed[b.id] {
+			t.Errorf("branch %s (%s, round %d) is not listed %s", b.id, b.label, b.round, when)
+			continue
+		}
+		diffs, err := c.exportDiffs(b)
+		if err != nil {
+			t.Errorf("branch %s (%s, round %d) %s: %v", b.id, b.label, b.round, when, err)
+		}
+		for _, d := range diffs {
+			t.Errorf("branch %s (%s, round %d) %s: %s", b.id, b.label, b.round, when, d)
+		}
+	}
+	var extra []string
+	for name := range listed {
+		if name != "main" && !known[name] && !c.branchSeen[name] {
+			c.branchSeen[name] = true
+			extra = append(extra, name)
+		}
+	}
+	if l != nil && len(extra) > 1 {
+		t.Errorf("round %d: branches listed that no create acknowledged: %v (only the one in flight at the kill may be)", l.round, extra)
+	}
 }
 
 // export runs agentfs export of a snapshot and, for one taken with the
@@ -227,6 +268,7 @@ func (c *crashTest) recheckSnapshots() {
 		}
 		c.export(s, " at the end")
 	}
+	c.checkBranches(nil, "at the end")
 	c.fsck(-1, "at the end", true)
 }
 

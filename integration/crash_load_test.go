@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,8 +61,12 @@ type crashLoad struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	acked  []*crashSnap
-	ends   []string // how each goroutine ended
-	log    []string // the snapshot goroutine's log
+	// branches are the branches created from a snapshot taken with the
+	// load paused: id is the branch's name, want the snapshot's tree.
+	branches []*crashSnap
+	restores int      // restores done (restoreRoundTrip)
+	ends     []string // how each goroutine ended
+	log      []string // the snapshot goroutine's log
 }
 
 func (l *crashLoad) note(format string, args ...any) {
@@ -116,17 +121,26 @@ func (l *crashLoad) snapshots(rng *rand.Rand) {
 		l.note("snapshot create %q (paused: %v)", label, paused)
 		id, err := crashSnapshotCreate(l.c.m.Dir, label)
 		l.note("snapshot create %q: %s %v", label, id, err)
+		s := &crashSnap{id: id, label: label, round: l.round, want: want}
+		if err == nil {
+			l.ack(s)
+			if paused && rng.IntN(3) == 0 {
+				err = l.restoreRoundTrip(s)
+			}
+		}
 		if paused {
 			l.world.Unlock()
 		}
 		if err != nil {
-			l.end("snapshot create", err)
+			l.end("snapshot create or restore", err)
 			return
 		}
-		s := &crashSnap{id: id, label: label, round: l.round, want: want}
-		l.mu.Lock()
-		l.acked = append(l.acked, s)
-		l.mu.Unlock()
+		if paused && rng.IntN(2) == 0 {
+			if err := l.branchCreate(s, n); err != nil {
+				l.end("branch create", err)
+				return
+			}
+		}
 		if paused {
 			// Export it at once, under the load: what differs now is
 			// wrong from the start, not the crash's doing.
@@ -142,6 +156,64 @@ func (l *crashLoad) snapshots(rng *rand.Rand) {
 			}
 		}
 	}
+}
+
+func (l *crashLoad) ack(s *crashSnap) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.acked = append(l.acked, s)
+}
+
+// restoreRoundTrip restores snapshot s right after it was taken, with
+// the load paused: the mount's content stays what the model says, while
+// the branch moves to a new layer over the snapshot, which the load
+// then writes. The safety snapshot the restore takes holds the same
+// tree.
+func (l *crashLoad) restoreRoundTrip(s *crashSnap) error {
+	l.note("restore %s", s.id)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, harness.Bin(), "restore", s.id, "-C", l.c.m.Dir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	l.note("restore %s: %v %s", s.id, err, strings.TrimSpace(string(out)))
+	if err != nil {
+		return fmt.Errorf("agentfs restore %s: %v: %s", s.id, err, strings.TrimSpace(stderr.String()))
+	}
+	m := crashUndoRe.FindStringSubmatch(string(out))
+	if m == nil {
+		return fmt.Errorf("agentfs restore %s exited 0 without a \"to undo\" line: %q", s.id, out)
+	}
+	l.ack(&crashSnap{id: m[1], label: crashSafetyLabel + s.id, round: l.round, want: s.want})
+	l.mu.Lock()
+	l.restores++
+	l.mu.Unlock()
+	return nil
+}
+
+// crashSafetyLabel starts the label of the safety snapshot of a
+// restore (workspace.restoreLocked).
+const crashSafetyLabel = "before restoring "
+
+var crashUndoRe = regexp.MustCompile(`(?m)^to undo: agentfs restore ([0-9a-f]{8})$`)
+
+// branchCreate creates a branch from snapshot s, taken with the load
+// paused: the branch must hold the snapshot's tree, after any crash.
+func (l *crashLoad) branchCreate(s *crashSnap, n int) error {
+	name := fmt.Sprintf("crash-r%d-n%d", l.round, n)
+	l.note("branch create %s --from %s", name, s.id)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, harness.Bin(), "branch", "create", name, "--from", s.id, "-C", l.c.m.Dir).CombinedOutput()
+	l.note("branch create %s: %v", name, err)
+	if err != nil {
+		return fmt.Errorf("agentfs branch create %s --from %s: %v: %s", name, s.id, err, strings.TrimSpace(string(out)))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.branches = append(l.branches, &crashSnap{id: name, label: "branch of " + s.id, round: l.round, want: s.want})
+	return nil
 }
 
 // checkLive compares the mount with the model while the load is paused

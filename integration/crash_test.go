@@ -38,7 +38,11 @@ const crashWorkers = 3
 // time with the workers paused so that the snapshot's exact content is
 // known (then the mount is compared with the model at that moment, and
 // the snapshot exported at once and compared too: a difference there is
-// no crash's doing). At a random point the daemon is killed with SIGKILL,
+// no crash's doing). Some of those snapshots are restored at once, with
+// the load still paused (the tree stays the same, while the branch
+// moves to a new layer over the snapshot, which the load then writes,
+// and the restore's safety snapshot holds that tree too), and some get
+// a branch created from them (agentfs branch create --from). At a random point the daemon is killed with SIGKILL,
 // but not before the load did a minimum of work (crashMinimum: each
 // worker an operation, later an acknowledged fsync, later a snapshot
 // taken with the load paused; a round whose load stalled fails); the load
@@ -56,6 +60,9 @@ const crashWorkers = 3
 //     label, and at most one other (the create in flight at the kill);
 //     each exports, and the export of one taken with the workers paused
 //     holds exactly the tree of that moment, hard links joined;
+//   - every branch whose create returned is listed and exports as the
+//     snapshot it was created from, and at most one other branch of the
+//     round appears (the create in flight at the kill);
 //   - agentfs gc --grace 1s (the shortest), run once the crash's
 //     garbage is older, succeeds; fsck then finds nothing at all, and
 //     the mount shows the same tree as before gc;
@@ -107,7 +114,7 @@ func TestCrashUnderLoad(t *testing.T) {
 		}
 	})
 	c := &crashTest{t: t, m: m, seed: seed, pristine: map[uint64]bool{}, byRoot: map[string]*crashWorker{},
-		snapSeen: map[string]bool{}, tmp: t.TempDir(), noLinks: noLinks}
+		snapSeen: map[string]bool{}, branchSeen: map[string]bool{}, tmp: t.TempDir(), noLinks: noLinks}
 	for i := 0; i < crashWorkers; i++ {
 		w := &crashWorker{c: c, root: fmt.Sprintf("w%d", i)}
 		c.workers = append(c.workers, w)
@@ -220,20 +227,22 @@ func crashLowerTree(rng *rand.Rand, links bool) []harness.Entry {
 
 // crashTest is the state of the whole test.
 type crashTest struct {
-	t        *testing.T
-	m        *harness.Mount
-	seed     uint64
-	workers  []*crashWorker
-	byRoot   map[string]*crashWorker
-	static   map[string]*crashName // paths no worker owns (the root's)
-	pristine map[uint64]bool       // st_ino of lower files never written
-	snaps    []*crashSnap          // acknowledged, all rounds
-	snapSeen map[string]bool       // ids listed so far (acknowledged or not)
-	tmp      string                // for exports
-	noLinks  bool                  // no hard links in the load nor in the project
-	nextID   atomic.Int64
-	seq      atomic.Int64 // orders the lines of the logs
-	logs     []string     // what the load did, round by round, for a failure's report
+	t          *testing.T
+	m          *harness.Mount
+	seed       uint64
+	workers    []*crashWorker
+	byRoot     map[string]*crashWorker
+	static     map[string]*crashName // paths no worker owns (the root's)
+	pristine   map[uint64]bool       // st_ino of lower files never written
+	snaps      []*crashSnap          // acknowledged, all rounds
+	branches   []*crashSnap          // created from a paused snapshot, all rounds (crashLoad.branches)
+	branchSeen map[string]bool       // branches listed that no create acknowledged
+	snapSeen   map[string]bool       // ids listed so far (acknowledged or not)
+	tmp        string                // for exports
+	noLinks    bool                  // no hard links in the load nor in the project
+	nextID     atomic.Int64
+	seq        atomic.Int64 // orders the lines of the logs
+	logs       []string     // what the load did, round by round, for a failure's report
 }
 
 // ---------------------------------------------------------------------
@@ -301,6 +310,7 @@ func (c *crashTest) round(r int, delay time.Duration) {
 		c.saveLogs()
 	}
 	newSnaps := c.checkSnapshots(l)
+	c.checkBranches(l, "after kill -9 and remount")
 
 	// gc's shortest grace is 1s: wait until what the crash left is older.
 	time.Sleep(time.Until(killed.Add(1500 * time.Millisecond)))
@@ -328,9 +338,9 @@ func (c *crashTest) round(r int, delay time.Duration) {
 		}
 	}
 	c.rebuild(obs)
-	t.Logf("round %d: kill after %v (drawn %v); %d operations, %d acknowledged fsyncs, %d snapshots acknowledged, %d compared with the model; load ended %s; "+
+	t.Logf("round %d: kill after %v (drawn %v); %d operations, %d acknowledged fsyncs, %d snapshots acknowledged (%d by restores), %d compared with the model, %d branches created; load ended %s; "+
 		"after recovery: %d objects of garbage, %d paths lost a change not yet durable (allowed)",
-		r, reached.Round(time.Microsecond), delay.Round(time.Microsecond), ops, acks, len(l.acked), compared, strings.Join(l.ends, ", "), garbage, lost)
+		r, reached.Round(time.Microsecond), delay.Round(time.Microsecond), ops, acks, len(l.acked), l.restores, compared, len(l.branches), strings.Join(l.ends, ", "), garbage, lost)
 }
 
 // crashWork is a minimum of work a round's load must have done before

@@ -320,3 +320,118 @@ func TestRestoreReopenThroughProc(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreKeepsWhatDidNotChange: a restore drops from the kernel
+// only what changed. A shell whose current directory the restore leaves
+// as it was stays in it (it lists the directory, not an empty deleted
+// one); a directory made after the snapshot, whose subtree the kernel
+// had cached, is gone with everything below it; a kept directory whose
+// entries changed lists the restored ones.
+func TestRestoreKeepsWhatDidNotChange(t *testing.T) {
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("keep/f", "f"), harness.LowerFile("mixed/old", "old")))
+	harness.WriteFile(t, m.Path("keep/mine"), "mine")
+	id := takeSnapshot(t, m.Dir, "")
+	if err := os.MkdirAll(m.Path("new/x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	harness.WriteFile(t, m.Path("new/x/y"), "y")
+	harness.WriteFile(t, m.Path("mixed/added"), "added")
+	harness.WriteFile(t, m.Path("mixed/old"), "changed")
+	for _, p := range []string{"new/x/y", "mixed/added", "mixed/old", "keep/f", "keep/mine"} {
+		if _, err := os.Stat(m.Path(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := harness.Bin() + " restore " + id + ` >/dev/null && echo "here: $(ls)"`
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = m.Path("keep")
+	out, err := cmd.CombinedOutput()
+	if want := "here: f mine\n"; err != nil || strings.ReplaceAll(string(out), "\n", " ") != strings.ReplaceAll(want, "\n", " ") {
+		t.Errorf("a shell in keep, which the restore leaves as it was, printed %q, %v; want %q", out, err, want)
+	}
+	for _, p := range []string{"new", "new/x", "new/x/y", "mixed/added"} {
+		if _, err := os.Lstat(m.Path(p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the restore: %v, want ENOENT", p, err)
+		}
+	}
+	if got, want := harness.ListDir(t, m.Path("mixed")), []string{"old"}; !equalStrings(got, want) {
+		t.Errorf("mixed lists %v after the restore, want %v", got, want)
+	}
+	if got := harness.ReadFile(t, m.Path("mixed/old")); got != "old" {
+		t.Errorf("mixed/old after the restore = %q, want %q", got, "old")
+	}
+	if got := harness.ReadFile(t, m.Path("keep/mine")); got != "mine" {
+		t.Errorf("keep/mine after the restore = %q, want %q", got, "mine")
+	}
+}
+
+// TestRestoreNegativeEntries: a name the kernel knows to be absent
+// appears when a restore brings it back, also when a restore before
+// left it absent (and the kernel's negative entry in place).
+func TestRestoreNegativeEntries(t *testing.T) {
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("keep/f", "f")))
+	harness.WriteFile(t, m.Path("keep/later"), "later")
+	withLater := takeSnapshot(t, m.Dir, "")
+	if err := os.Remove(m.Path("keep/later")); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second lookup is answered by the kernel's negative entry
+		if _, err := os.Lstat(m.Path("keep/later")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("keep/later after rm: %v, want ENOENT", err)
+		}
+	}
+	without := takeSnapshot(t, m.Dir, "")
+	harness.WriteFile(t, m.Path("other"), "other")
+	mustC(t, m.Dir, "restore", without) // keep/later stays absent
+	if _, err := os.Lstat(m.Path("keep/later")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("keep/later after the first restore: %v, want ENOENT", err)
+	}
+	mustC(t, m.Dir, "restore", withLater)
+	if got := harness.ReadFile(t, m.Path("keep/later")); got != "later" {
+		t.Errorf("keep/later after the restore that brings it back = %q, want %q", got, "later")
+	}
+}
+
+// TestRestoreBusyDirectory: a directory in which many names changed is
+// dropped from the kernel whole: after the restore every file in it
+// reads as in the snapshot, the names made since are gone, and a shell
+// whose current directory it is still lists it.
+func TestRestoreBusyDirectory(t *testing.T) {
+	m := harness.NewMount(t)
+	if err := os.Mkdir(m.Path("busy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 50 {
+		name := fmt.Sprintf("f%02d", i)
+		harness.WriteFile(t, m.Path("busy/"+name), "old")
+		want = append(want, name)
+	}
+	id := takeSnapshot(t, m.Dir, "")
+	for i := range 50 {
+		harness.WriteFile(t, m.Path(fmt.Sprintf("busy/f%02d", i)), "new")
+		harness.WriteFile(t, m.Path(fmt.Sprintf("busy/n%02d", i)), "new")
+	}
+	for i := range 50 {
+		if got := harness.ReadFile(t, m.Path(fmt.Sprintf("busy/f%02d", i))); got != "new" {
+			t.Fatalf("busy/f%02d before the restore = %q", i, got)
+		}
+	}
+	cmd := exec.Command("sh", "-c", harness.Bin()+" restore "+id+` >/dev/null && ls | wc -l`)
+	cmd.Dir = m.Path("busy")
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "50" {
+		t.Errorf("a shell in busy across the restore counted %q, %v; want 50", out, err)
+	}
+	for i := range 50 {
+		if got := harness.ReadFile(t, m.Path(fmt.Sprintf("busy/f%02d", i))); got != "old" {
+			t.Errorf("busy/f%02d after the restore = %q, want %q", i, got, "old")
+		}
+		if _, err := os.Lstat(m.Path(fmt.Sprintf("busy/n%02d", i))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("busy/n%02d after the restore: %v, want ENOENT", i, err)
+		}
+	}
+	if got := harness.ListDir(t, m.Path("busy")); !equalStrings(got, want) {
+		t.Errorf("busy lists %v after the restore, want %v", got, want)
+	}
+}

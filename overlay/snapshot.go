@@ -90,16 +90,27 @@ func (v *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 }
 
 // Restore makes the branch's entries those of snap (the caller takes a
-// safety snapshot first) and rebuilds the view. The returned stale
-// nodes must be dropped from the kernel's caches (fs.Server.Invalidate).
+// safety snapshot first) and rebuilds the view, cutting loose only the
+// nodes of what changed (reloadChangedLocked). The returned nodes must
+// be dropped from the kernel's caches (fs.Server.Invalidate).
 func (v *FS) Restore(snap branch.Snapshot) ([]Stale, error) {
 	if v.layer == nil {
 		return nil, fmt.Errorf("a snapshot's view cannot be restored into")
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	// What may differ, from the layers' structure (branch.Layer.Changes),
+	// before the branch moves.
+	paths := map[string]bool{}
+	known, err := v.layer.Changes(snap, func(p string) { paths[p] = true })
+	if err != nil {
+		return nil, err
+	}
 	if err := v.layer.ResetTo(snap); err != nil {
 		return nil, err
 	}
-	return v.reloadLocked()
+	if known && len(paths) <= v.entriesLocked()/fewChanges {
+		return v.reloadPathsLocked(paths)
+	}
+	return v.reloadChangedLocked()
 }

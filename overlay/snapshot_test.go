@@ -1,7 +1,11 @@
 package overlay
 
 import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -450,4 +454,288 @@ func TestSnapshotUnlinkedWriter(t *testing.T) {
 	buf := make([]byte, 64)
 	k, _ := r.ReadAt(buf, 0)
 	eq(t, "a new read-only open reads", string(buf[:k]), "longer data")
+}
+
+// TestRestoreCutsLooseOnlyChanges: a restore cuts loose the nodes of
+// the paths that changed since the snapshot (and those below a changed
+// directory, which come back Below: their names go with the
+// directory's), reports the directories whose entries changed as Kept,
+// and leaves every other node as it was, with its name in the kernel.
+func TestRestoreCutsLooseOnlyChanges(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/a": "a1", "d/b": "b1", "e/c": "c1"})
+	r := e.view.Root()
+	e.write("d/a", "a2")
+	x, _, err := e.view.Mkdir(r, "x", 0o755, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, f, _, err := e.view.Create(x, "1", unix.O_RDWR, 0o644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, f)
+	before := map[string]*Node{}
+	for _, p := range []string{"d", "d/a", "d/b", "e", "e/c", "x", "x/1"} {
+		before[p] = e.must(p)
+	}
+	snap, err := e.view.Snapshot("s", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.write("d/a", "a3")
+	if _, f, _, err = e.view.Create(x, "2", unix.O_RDWR, 0o644, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	release(t, f)
+	y, _, err := e.view.Mkdir(r, "y", 0o755, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, f, _, err = e.view.Create(y, "f", unix.O_RDWR, 0o644, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	release(t, f)
+	after := map[string]*Node{"d/a": e.must("d/a"), "x/2": e.must("x/2"), "y": e.must("y"), "y/f": e.must("y/f")}
+
+	stale, err := e.view.Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[*Node]string{}
+	for _, s := range stale {
+		switch {
+		case s.Kept:
+			got[s.Node] = "kept"
+		case s.Below:
+			got[s.Node] = "below"
+		case s.Parent != nil:
+			got[s.Node] = "named " + s.Name
+		default:
+			got[s.Node] = "nameless"
+		}
+	}
+	want := map[*Node]string{
+		after["d/a"]: "named a", after["x/2"]: "named 2", after["y"]: "named y", after["y/f"]: "below",
+		before["d"]: "kept", before["x"]: "kept", r: "kept",
+	}
+	for n, w := range want {
+		if got[n] != w {
+			t.Errorf("node %d: %q, want %q", n.ID, got[n], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("restore returned %d nodes, want %d: %v", len(got), len(want), got)
+	}
+	for _, p := range []string{"d", "d/b", "e", "e/c", "x", "x/1"} {
+		if n := e.must(p); n != before[p] {
+			t.Errorf("%s: a new node after the restore; it did not change", p)
+		}
+	}
+	if e.must("d/a") == after["d/a"] {
+		t.Error("d/a keeps the node of its changed state")
+	}
+	eq(t, "restored d/a", e.read("d/a"), "a2")
+	eq(t, "restored d/b", e.read("d/b"), "b1")
+	eq(t, "restored x names", fmt.Sprint(e.names("x")), "[1]")
+	for _, p := range []string{"x/2", "y"} {
+		if _, err := e.walk(p); err != unix.ENOENT {
+			t.Errorf("%s after the restore: %v, want ENOENT", p, err)
+		}
+	}
+	// The kept nodes work on: a change through them lands in the branch.
+	e.write("x/1", "later")
+	eq(t, "x/1 written after the restore", e.read("x/1"), "later")
+	eq(t, "snapshot's x/1", e.snapView(snap).read("x/1"), "")
+}
+
+// TestRestoreBatchesBusyDirectories: a kept directory with many changed
+// names comes back with its name (the kernel drops it whole), and the
+// nodes cut loose below it come back Below.
+func TestRestoreBatchesBusyDirectories(t *testing.T) {
+	e := newEnv(t, nil)
+	busy, _, err := e.view.Mkdir(e.view.Root(), "busy", 0o755, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range batchNames {
+		_, f, _, err := e.view.Create(busy, fmt.Sprintf("f%02d", i), unix.O_RDWR, 0o644, Caller{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeAt(t, f, []byte("old"), 0)
+		release(t, f)
+	}
+	snap, err := e.view.Snapshot("s", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range batchNames {
+		e.write(fmt.Sprintf("busy/f%02d", i), "new")
+	}
+	changed := e.must("busy/f00")
+	stale, err := e.view.Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sawBusy, sawFile bool
+	for _, s := range stale {
+		switch s.Node {
+		case busy:
+			sawBusy = true
+			if !s.Kept || s.Parent != e.view.Root() || s.Name != "busy" || s.Below || len(s.Names) != batchNames {
+				t.Errorf("busy: %+v, want Kept with its name and %d names", s, batchNames)
+			}
+		case changed:
+			sawFile = true
+			if !s.Below {
+				t.Errorf("busy/f00: %+v, want Below", s)
+			}
+		}
+	}
+	if !sawBusy || !sawFile {
+		t.Errorf("restore returned busy: %v, busy/f00: %v; want both", sawBusy, sawFile)
+	}
+	if e.must("busy") != busy {
+		t.Error("busy has a new node after the restore")
+	}
+	eq(t, "restored busy/f07", e.read("busy/f07"), "old")
+}
+
+// indexState is the view's index and what is derived from it, as
+// values, for comparing an index updated in place with one loaded.
+type indexState struct {
+	Root        *branch.Entry
+	Dirs        map[string]map[string]*branch.Entry
+	Links       map[string]int
+	Hardlinks   map[uint64]*branch.Entry
+	HiddenLinks map[uint64]int
+	Anchors     map[uint64]int
+	Ndirs       map[string]int
+}
+
+func (v *FS) indexStateLocked() indexState {
+	return indexState{v.rootEntry, v.dirs, v.links, v.hardlinks, v.hiddenLinks, v.anchors, v.ndirs}
+}
+
+// walkable reports whether p exists in the view.
+func (e *env) walkable(p string) bool {
+	_, err := e.walk(p)
+	return err == nil
+}
+
+// checkIndexFresh compares the view's index with one loaded from its
+// layer.
+func (e *env) checkIndexFresh(what string) {
+	e.t.Helper()
+	v := e.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	got := v.indexStateLocked()
+	if err := v.loadLocked(); err != nil {
+		e.t.Fatal(err)
+	}
+	if want := v.indexStateLocked(); !reflect.DeepEqual(got, want) {
+		e.t.Errorf("%s: the index updated in place differs from the layer's:\n got %+v\nwant %+v", what, got, want)
+	}
+}
+
+// TestRestoreRandomFewChanges makes random changes to a tree of 200
+// files, takes snapshots now and then and restores random ones, each
+// after a few changes (so that the restore reads only the paths that
+// may have changed, and updates the index in place), and compares the
+// index with one loaded from the layer, and the files with what each
+// snapshot held.
+func TestRestoreRandomFewChanges(t *testing.T) {
+	files := map[string]string{}
+	for i := range 100 {
+		files[fmt.Sprintf("l%d/f%03d", i%4, i)] = fmt.Sprintf("lower %d", i)
+	}
+	e := newEnv(t, files)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	r := e.view.Root()
+	d, _, err := e.view.Mkdir(r, "u", 0o755, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		_, f, _, err := e.view.Create(d, fmt.Sprintf("f%03d", i), unix.O_RDWR, 0o644, Caller{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeAt(t, f, []byte(fmt.Sprintf("upper %d", i)), 0)
+		release(t, f)
+	}
+	// contents reads every file the tests touch.
+	contents := func() map[string]string {
+		m := map[string]string{}
+		for _, dir := range []string{"l0", "l1", "u", "new"} {
+			if _, err := e.walk(dir); err == unix.ENOENT {
+				continue
+			}
+			for _, name := range e.names(dir) {
+				m[dir+"/"+name] = e.read(dir + "/" + name)
+			}
+		}
+		return m
+	}
+	type taken struct {
+		snap branch.Snapshot
+		want map[string]string
+	}
+	var snaps []taken
+	fast := 0
+	testHookReloadPaths = func(int) { fast++ }
+	defer func() { testHookReloadPaths = nil }()
+	for step := range 60 {
+		for range 1 + rng.IntN(4) {
+			switch rng.IntN(5) {
+			case 0, 1:
+				i := 4*rng.IntN(25) + rng.IntN(2) // in l0 or l1
+				e.write(fmt.Sprintf("l%d/f%03d", i%4, i), fmt.Sprintf("step %d", step))
+			case 2:
+				if p := fmt.Sprintf("u/f%03d", rng.IntN(100)); e.walkable(p) {
+					e.write(p, fmt.Sprintf("step %d", step))
+				}
+			case 3:
+				nd, err := e.walk("new")
+				if err != nil {
+					if nd, _, err = e.view.Mkdir(r, "new", 0o755, Caller{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, f, _, err := e.view.Create(nd, fmt.Sprintf("n%d", step), unix.O_RDWR, 0o644, Caller{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				release(t, f)
+			case 4:
+				name := fmt.Sprintf("f%03d", rng.IntN(100))
+				if err := e.view.Unlink(e.must("u"), name); err != nil && err != unix.ENOENT {
+					t.Fatal(err)
+				}
+			}
+		}
+		if len(snaps) == 0 || rng.IntN(3) == 0 {
+			snap, err := e.view.Snapshot("", branch.KindManual)
+			if err != nil {
+				t.Fatal(err)
+			}
+			snaps = append(snaps, taken{snap, contents()})
+			continue
+		}
+		s := snaps[rng.IntN(len(snaps))]
+		if _, err := e.view.Restore(s.snap); err != nil {
+			t.Fatal(err)
+		}
+		e.checkIndexFresh(fmt.Sprintf("step %d, restore of %s", step, s.snap.ID))
+		if got := contents(); !maps.Equal(got, s.want) {
+			t.Fatalf("step %d: after the restore of %s the files are\n%v\nwant\n%v", step, s.snap.ID, got, s.want)
+		}
+	}
+	if fast == 0 {
+		t.Error("no restore read only the paths that changed")
+	}
+	t.Logf("%d restores read only the paths that changed", fast)
 }

@@ -14,9 +14,10 @@ import (
 // process at once: first a safety snapshot of the current state (which
 // undoes the restore), then the branch's entries are reset to the
 // snapshot's and the kernel's caches of the old state dropped.
-// Processes that hold files open keep those files, as if they had been
-// deleted and replaced. With a.DryRun it lists the changes it would
-// make, and makes none.
+// Processes that hold open files the restore changes keep those
+// files, as if they had been deleted and replaced; the kernel's caches
+// of what did not change stay (overlay.FS.Restore). With a.DryRun it
+// lists the changes it would make, and makes none.
 //
 // # Supervised sessions
 //

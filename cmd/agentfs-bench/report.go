@@ -451,8 +451,9 @@ func (r *report) snapshotMarkdown(b *strings.Builder) {
 		}
 	}
 	for _, op := range r.Snapshots {
-		if op.Name == opRestore5k && op.Skipped == "" {
+		if (op.Name == opRestore5k || op.Name == opRestore100k) && op.Skipped == "" {
 			notes = append(notes, "Restore first takes a safety snapshot of the current state (to undo the restore): its time is part of the figure, as the user waits for it")
+			break
 		}
 	}
 	notes = append(notes, "`snapshot create` returns once the snapshot is on disk; `cp -a` does not sync (the writeback of its copy is not in its time)")

@@ -31,7 +31,9 @@ const (
 	opSnapshotWrite  = "snapshot-1byte"
 	opSnapshotCopyUp = "snapshot-copyup"
 	opBranchCreate   = "branch-create"
+	opBranch100k     = "branch-create-100k"
 	opRestore5k      = "restore-5k"
+	opRestore100k    = "restore-100k"
 )
 
 // snapshotGroup names every snapshot operation at once (--only snapshots).
@@ -149,18 +151,47 @@ var snapOps = []*snapOp{
 		title: func(c *config) string {
 			return fmt.Sprintf("branch create --from a snapshot (%s changed files)", thousands(c.snapFiles))
 		},
-		goal:    0.010,
-		files:   func(c *config) int { return c.snapFiles },
-		agentfs: branchCreate,
+		goal:  0.010,
+		files: func(c *config) int { return c.snapFiles },
+		agentfs: func(ctx context.Context, s *snapRun) error {
+			return branchCreate(ctx, s, s.b.cfg.snapFiles)
+		},
+	},
+	{
+		name: opBranch100k,
+		title: func(c *config) string {
+			return fmt.Sprintf("branch create --from a snapshot (%s changed files)", thousands(c.snapManyFiles))
+		},
+		goal:  0.010,
+		files: func(c *config) int { return c.snapManyFiles },
+		many:  true,
+		agentfs: func(ctx context.Context, s *snapRun) error {
+			return branchCreate(ctx, s, s.b.cfg.snapManyFiles)
+		},
 	},
 	{
 		name: opRestore5k,
 		title: func(c *config) string {
 			return fmt.Sprintf("restore of a %s-file difference (safety snapshot included)", thousands(c.snapFiles))
 		},
-		goal:    0.200,
-		files:   func(c *config) int { return c.snapFiles },
-		agentfs: restoreDifference,
+		goal:  0.030,
+		seed:  "≤ 200 ms",
+		files: func(c *config) int { return c.snapFiles },
+		agentfs: func(ctx context.Context, s *snapRun) error {
+			return restoreDifference(ctx, s, s.b.cfg.snapFiles)
+		},
+	},
+	{
+		name: opRestore100k,
+		title: func(c *config) string {
+			return fmt.Sprintf("restore of a %s-file difference (safety snapshot included)", thousands(c.snapManyFiles))
+		},
+		goal:  0.300,
+		files: func(c *config) int { return c.snapManyFiles },
+		many:  true,
+		agentfs: func(ctx context.Context, s *snapRun) error {
+			return restoreDifference(ctx, s, s.b.cfg.snapManyFiles)
+		},
 	},
 }
 
@@ -526,8 +557,7 @@ func snapshotAfterCopyUp(ctx context.Context, s *snapRun) error {
 
 // branchCreate: the changed set created and a snapshot taken (untimed),
 // then branch create --from it, timed.
-func branchCreate(ctx context.Context, s *snapRun) error {
-	n := s.b.cfg.snapFiles
+func branchCreate(ctx context.Context, s *snapRun, n int) error {
 	if err := writeChanges(ctx, s.mnt, 0, n, 1); err != nil {
 		return fmt.Errorf("creating the changed set in the mount: %w", err)
 	}
@@ -552,8 +582,7 @@ func branchCreate(ctx context.Context, s *snapRun) error {
 // files), all untimed; then agentfs restore A, timed. Restore takes a
 // safety snapshot of the current state first: that is part of the time
 // the user waits, so it is in the figure.
-func restoreDifference(ctx context.Context, s *snapRun) error {
-	n := s.b.cfg.snapFiles
+func restoreDifference(ctx context.Context, s *snapRun, n int) error {
 	if err := writeChanges(ctx, s.mnt, 0, n, 1); err != nil {
 		return fmt.Errorf("creating the files of snapshot A: %w", err)
 	}

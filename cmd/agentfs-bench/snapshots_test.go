@@ -116,7 +116,9 @@ func TestSnapshotTargets(t *testing.T) {
 		opSnapshotWrite:  "independent of size",
 		opSnapshotCopyUp: "independent of size",
 		opBranchCreate:   "≤ 10 ms",
-		opRestore5k:      "≤ 200 ms",
+		opBranch100k:     "≤ 10 ms",
+		opRestore5k:      "≤ 30 ms (seed target: ≤ 200 ms)",
+		opRestore100k:    "≤ 300 ms",
 	}
 	for _, op := range snapOps {
 		if got := op.target(); got != want[op.name] {

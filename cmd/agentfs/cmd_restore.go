@@ -38,10 +38,10 @@ snapshot of the current state and prints how to go back to it:
 changes the restore would make (as agentfs diff would show them from
 the current state to the snapshot) and changes nothing.
 
-A program that holds a file open when the restore happens keeps that
-file, as if it had been deleted and replaced: it reads what it read
-before, and what it writes reaches neither the restored state nor any
-snapshot.
+A program that holds open a file the restore changes keeps that file,
+as if it had been deleted and replaced: it reads what it read before,
+and what it writes reaches neither the restored state nor any
+snapshot. Files the restore leaves as they are stay open as they are.
 
 A restore, once asked, is carried out whatever happens to this command:
 SIGTERM that comes during it takes effect once the outcome is printed

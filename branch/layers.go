@@ -1,0 +1,470 @@
+package branch
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Layers: a layer id read over its parent's entries (see "Layers" in
+// the package doc).
+
+// maxDepth is the most levels a chain holds, the layer's own included.
+const maxDepth = 16
+
+// maskByte is the value of a mask: no entry (or base) at this key,
+// whatever the levels below hold.
+const maskByte = 0xff
+
+var maskValue = []byte{maskByte}
+
+// featureLayers marks a store in which a layer has a parent.
+const featureLayers = "layers"
+
+var parentPfx = []byte("parent/")
+
+const parentEncoding = 1
+
+// level is one layer id read at a timestamp: a link of a chain.
+type level struct {
+	id, ts uint64
+}
+
+func parentKey(id uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte{}, parentPfx...), id)
+}
+
+func (p level) encode() []byte {
+	b := binary.BigEndian.AppendUint64([]byte{parentEncoding}, p.id)
+	return binary.BigEndian.AppendUint64(b, p.ts)
+}
+
+func decodeParent(b []byte) (level, error) {
+	if len(b) > 0 && b[0] > parentEncoding {
+		return level{}, fmt.Errorf("parent record encoding %d is newer than this agentfs reads (%d): use a newer agentfs: %w", b[0], parentEncoding, ErrIncompatible)
+	}
+	if len(b) != 17 || b[0] != parentEncoding {
+		return level{}, fmt.Errorf("corrupt parent record (% x)", b)
+	}
+	return level{id: binary.BigEndian.Uint64(b[1:]), ts: binary.BigEndian.Uint64(b[9:])}, nil
+}
+
+// isMask reports whether item's value is a mask.
+func isMask(item *badger.Item) bool {
+	if item.ValueSize() != 1 {
+		return false
+	}
+	mask := false
+	// An unreadable value is no mask; its reader reports the error.
+	_ = item.Value(func(v []byte) error {
+		mask = len(v) == 1 && v[0] == maskByte
+		return nil
+	})
+	return mask
+}
+
+// chainOf returns the parent levels of layer id, nearest first.
+func (s *Store) chainOf(id uint64) []level {
+	s.pmu.RLock()
+	defer s.pmu.RUnlock()
+	var chain []level
+	for {
+		p, ok := s.parents[id]
+		if !ok || len(chain) > maxDepth {
+			return chain
+		}
+		chain = append(chain, p)
+		id = p.id
+	}
+}
+
+// addParent records that layer id has parent p, and holds p.ts (see
+// "Layers" in the package doc). p.ts is at or above the discard
+// timestamp: a snapshot's pinned Ts, or a level below one.
+func (s *Store) addParent(id uint64, p level) {
+	s.pmu.Lock()
+	s.parents[id] = p
+	s.pmu.Unlock()
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	if !s.parentHeld || p.ts < s.parentOldest {
+		s.parentOldest, s.parentHeld = p.ts, true
+	}
+	s.setDiscardTsLocked()
+}
+
+// loadParents reads every parent key in txn and holds them (at Open,
+// before anything sets the discard timestamp).
+func (s *Store) loadParents(txn *badger.Txn) error {
+	parents, err := scanParents(txn)
+	if err != nil {
+		return err
+	}
+	s.pmu.Lock()
+	s.parents = parents
+	s.pmu.Unlock()
+	for _, p := range parents {
+		if !s.parentHeld || p.ts < s.parentOldest {
+			s.parentOldest, s.parentHeld = p.ts, true
+		}
+	}
+	return nil
+}
+
+// scanParents reads every parent key in txn: layer id → parent.
+func scanParents(txn *badger.Txn) (map[uint64]level, error) {
+	parents := map[uint64]level{}
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: parentPfx, PrefetchValues: true})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		k := it.Item().Key()
+		if len(k) != len(parentPfx)+8 {
+			return nil, fmt.Errorf("corrupt parent key %q", k)
+		}
+		id := binary.BigEndian.Uint64(k[len(parentPfx):])
+		v, err := it.Item().ValueCopy(nil)
+		if err != nil {
+			return nil, err
+		}
+		p, err := decodeParent(v)
+		if err != nil {
+			return nil, fmt.Errorf("parent of layer %d: %w", id, err)
+		}
+		parents[id] = p
+	}
+	return parents, nil
+}
+
+// levelTxns opens a read transaction for each level; the caller
+// discards them (discardAll).
+func (s *Store) levelTxns(levels []level) []*badger.Txn {
+	txns := make([]*badger.Txn, len(levels))
+	for i, lv := range levels {
+		txns[i] = s.db.NewTransactionAt(lv.ts, false)
+	}
+	return txns
+}
+
+func discardAll(txns []*badger.Txn) {
+	for _, t := range txns {
+		t.Discard()
+	}
+}
+
+// ownKeys reports whether layer id has a key of its own (an entry, a
+// base or a mask) in txn.
+func ownKeys(txn *badger.Txn, id uint64) bool {
+	for _, prefix := range [][]byte{layerPrefix(id), basePrefix(id)} {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		it.Rewind()
+		found := it.Valid()
+		it.Close()
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
+// layerOnOps returns the ops that give the new layer id the entries of
+// snap: its parent key when the chain stays within maxDepth, else a
+// copy of snap's entries and bases. It records the parent (addParent)
+// before the commit, so that whoever reads the new layer id finds its
+// chain: should the commit fail, the id is never used. Requires
+// s.commitMu (txn from transact), and snap pinned.
+func (s *Store) layerOnOps(txn *badger.Txn, id uint64, snap Snapshot) ([]op, error) {
+	var ops []op
+	top := level{id: snap.Layer, ts: snap.Ts}
+	chain := s.chainOf(top.id)
+	// A level without keys of its own reads as its parent: skip it.
+	for len(chain) > 0 {
+		ltxn := s.db.NewTransactionAt(top.ts, false)
+		own := ownKeys(ltxn, top.id)
+		ltxn.Discard()
+		if own {
+			break
+		}
+		top, chain = chain[0], chain[1:]
+	}
+	if 2+len(chain) <= maxDepth {
+		ops = append(ops, op{key: parentKey(id), val: top.encode()})
+		if _, err := txn.Get(featureKey(featureLayers)); errors.Is(err, badger.ErrKeyNotFound) {
+			ops = append(ops, op{key: featureKey(featureLayers)})
+		} else if err != nil {
+			return nil, err
+		}
+		s.addParent(id, top)
+		return ops, nil
+	}
+	// Too deep: copy what snap shows, merged through its chain.
+	levels := append([]level{top}, chain...)
+	txns := s.levelTxns(levels)
+	defer discardAll(txns)
+	for _, kind := range []func(uint64) []byte{layerPrefix, basePrefix} {
+		m := newMergeIter(txns, levels, kind, nil)
+		for m.rewind(); m.valid(); m.next() {
+			v, err := m.item().ValueCopy(nil)
+			if err != nil {
+				m.close()
+				return nil, err
+			}
+			ops = append(ops, op{key: append(kind(id), m.suffix()...), val: v})
+		}
+		m.close()
+	}
+	return ops, nil
+}
+
+// mergeIter walks the keys of a chain of levels below one sub-prefix
+// (the key form of a directory, or nothing), in key order: at a key
+// that several levels hold the topmost wins, and masks are skipped with
+// what they hide.
+type mergeIter struct {
+	its      []*badger.Iterator
+	prefixes [][]byte // each level's layer prefix (e/<id> or base/<id>)
+	cur      int      // the level at the current key; -1 when done
+}
+
+// newMergeIter opens iterators over levels (txns[i] reads levels[i])
+// for the keys kind(id)+sub.
+func newMergeIter(txns []*badger.Txn, levels []level, kind func(uint64) []byte, sub []byte) *mergeIter {
+	m := &mergeIter{cur: -1}
+	for i, lv := range levels {
+		prefix := kind(lv.id)
+		m.prefixes = append(m.prefixes, prefix)
+		m.its = append(m.its, txns[i].NewIterator(badger.IteratorOptions{
+			Prefix: append(slices.Clip(prefix), sub...), PrefetchValues: true, PrefetchSize: 64,
+		}))
+	}
+	return m
+}
+
+func (m *mergeIter) close() {
+	for _, it := range m.its {
+		it.Close()
+	}
+}
+
+func (m *mergeIter) rewind() {
+	for _, it := range m.its {
+		it.Rewind()
+	}
+	m.settle()
+}
+
+// seek moves to the first key at or after suffix (a key without the
+// layer prefix).
+func (m *mergeIter) seek(suffix []byte) {
+	for i, it := range m.its {
+		it.Seek(append(slices.Clip(m.prefixes[i]), suffix...))
+	}
+	m.settle()
+}
+
+func (m *mergeIter) valid() bool { return m.cur >= 0 }
+
+// suffix is the current key without its layer prefix; valid until the
+// iterator moves.
+func (m *mergeIter) suffix() []byte { return m.suffixOf(m.cur) }
+
+func (m *mergeIter) item() *badger.Item { return m.its[m.cur].Item() }
+
+func (m *mergeIter) suffixOf(i int) []byte {
+	return m.its[i].Item().Key()[len(m.prefixes[i]):]
+}
+
+func (m *mergeIter) next() {
+	m.skip()
+	m.settle()
+}
+
+// skip moves every level at the current key past it.
+func (m *mergeIter) skip() {
+	k := slices.Clone(m.suffix())
+	for i, it := range m.its {
+		if it.Valid() && bytes.Equal(m.suffixOf(i), k) {
+			it.Next()
+		}
+	}
+}
+
+// settle finds the least key of the levels, topmost first, skipping
+// masks.
+func (m *mergeIter) settle() {
+	for {
+		m.cur = -1
+		for i, it := range m.its {
+			if it.Valid() && (m.cur < 0 || bytes.Compare(m.suffixOf(i), m.suffixOf(m.cur)) < 0) {
+				m.cur = i
+			}
+		}
+		if m.cur < 0 || !isMask(m.item()) {
+			return
+		}
+		m.skip()
+	}
+}
+
+// sweepLayers deletes the keys of the layer ids that are not live (see
+// "Layers" in the package doc) and holds the parents of the live ones
+// only: at Open, before anything reads.
+func (s *Store) sweepLayers() error {
+	var dead []uint64
+	err := s.transact(func(txn *badger.Txn) ([]op, func(), error) {
+		live := map[uint64]bool{}
+		err := scanLayerRecords(txn, func(_ string, rec layerRecord) error {
+			live[rec.id] = true
+			return nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		snaps, err := scanSnapshots(txn, snapPfx)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, snap := range snaps {
+			live[snap.Layer] = true
+		}
+		s.pmu.RLock()
+		parents := maps.Clone(s.parents)
+		s.pmu.RUnlock()
+		for id := range live {
+			for p, ok := parents[id]; ok && !live[p.id]; p, ok = parents[p.id] {
+				live[p.id] = true
+			}
+		}
+		var ops []op
+		for id := range parents {
+			if !live[id] {
+				ops = append(ops, op{key: parentKey(id), del: true})
+				dead = append(dead, id)
+			}
+		}
+		for _, pfx := range [][]byte{entryPfx, basePfx} {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: pfx})
+			for it.Rewind(); it.Valid(); {
+				k := it.Item().Key()
+				if len(k) < len(pfx)+8 {
+					it.Close()
+					return nil, nil, fmt.Errorf("corrupt key %q", k)
+				}
+				id := binary.BigEndian.Uint64(k[len(pfx):])
+				if live[id] {
+					if id == math.MaxUint64 {
+						break
+					}
+					it.Seek(binary.BigEndian.AppendUint64(slices.Clip(pfx), id+1))
+					continue
+				}
+				ops = append(ops, op{key: it.Item().KeyCopy(nil), del: true})
+				it.Next()
+			}
+			it.Close()
+		}
+		return ops, nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("store %s: deleting the layers nothing reads: %w", s.dir, err)
+	}
+	s.pmu.Lock()
+	for _, id := range dead {
+		delete(s.parents, id)
+	}
+	held := slices.Collect(maps.Values(s.parents))
+	s.pmu.Unlock()
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	s.parentHeld = false
+	for _, p := range held {
+		if !s.parentHeld || p.ts < s.parentOldest {
+			s.parentOldest, s.parentHeld = p.ts, true
+		}
+	}
+	return nil
+}
+
+// Changes calls fn with every path whose entry may differ between the
+// layer as it is now and snap, found from the layers' structure rather
+// than by reading every entry: the keys of the levels above the first
+// layer id the two chains share, and that id's keys written between
+// the two timestamps it is read at. A path may be named more than once,
+// or without a difference. It reports false, having called fn for
+// nothing, when the chains share no layer id (the caller compares
+// everything). Its cost grows with what changed on either side since
+// the shared level, plus a walk of the shared level's keys (without
+// their values).
+func (l *Layer) Changes(snap Snapshot, fn func(path string)) (bool, error) {
+	levels, release, err := l.levels()
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	unpin, err := l.s.pinSnapshot(&snap)
+	if err != nil {
+		return false, fmt.Errorf("snapshot %s: %w", snap.ID, err)
+	}
+	defer unpin()
+	other := append([]level{{id: snap.Layer, ts: snap.Ts}}, l.s.chainOf(snap.Layer)...)
+	ia, ib := -1, -1
+	for i, a := range levels {
+		if ib = slices.IndexFunc(other, func(b level) bool { return b.id == a.id }); ib >= 0 {
+			ia = i
+			break
+		}
+	}
+	if ia < 0 {
+		return false, nil
+	}
+	own := func(lv level) error {
+		txn := l.s.db.NewTransactionAt(lv.ts, false)
+		defer txn.Discard()
+		prefix := layerPrefix(lv.id)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			fn(pathOf(it.Item().Key()[len(prefix):]))
+		}
+		return nil
+	}
+	for _, lv := range levels[:ia] {
+		if err := own(lv); err != nil {
+			return false, err
+		}
+	}
+	for _, lv := range other[:ib] {
+		if err := own(lv); err != nil {
+			return false, err
+		}
+	}
+	lo, hi := levels[ia].ts, other[ib].ts
+	if lo > hi {
+		lo, hi = hi, lo
+	}
+	if lo == hi {
+		return true, nil
+	}
+	// The shared level's keys with a version in (lo, hi]: a write or a
+	// deletion between the two reads.
+	txn := l.s.db.NewTransactionAt(hi, false)
+	defer txn.Discard()
+	prefix := layerPrefix(levels[ia].id)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, AllVersions: true})
+	defer it.Close()
+	var last []byte
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		if item.Version() <= lo || bytes.Equal(item.Key(), last) {
+			continue
+		}
+		last = item.KeyCopy(last[:0])
+		fn(pathOf(last[len(prefix):]))
+	}
+	return true, nil
+}
