@@ -35,11 +35,19 @@ type Rules struct {
 	layers   []*autosnap.Ignore
 }
 
-// Check says what is wrong with a pattern (empty, a comment, or a glob
-// that cannot match), with the fix.
+// Check says what is wrong with a pattern (empty, a comment, a glob
+// that cannot match, or a "." or ".." segment), with the fix.
 func Check(pattern string) error {
 	if err := autosnap.CheckPattern(pattern); err != nil {
 		return fmt.Errorf("%v: write a gitignore-style pattern (see gitignore(5))", err)
+	}
+	// gitignore matches names: a "." or ".." segment matches none, and
+	// a secret the user meant to hide ("./secrets/") would show.
+	body := strings.TrimPrefix(strings.TrimRight(pattern, " "), "!")
+	for _, seg := range strings.Split(body, "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("pattern %q has a %q segment, which matches no path: write it relative to the project's root, without . or .. (\"/secrets/\" for the directory secrets at the root)", pattern, seg)
+		}
 	}
 	return nil
 }

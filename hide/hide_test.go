@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -76,9 +77,32 @@ func TestNewRefuses(t *testing.T) {
 		{{"# comment", FromUser}},
 		{{"[abc", FromProject}},
 		{{".env", "agent"}},
+		// A "." or ".." segment matches no path (gitignore compares
+		// names): such a pattern would silently hide nothing.
+		{{"./.env", FromFlag}},
+		{{"./secrets/", FromUser}},
+		{{"config/./prod.key", FromProject}},
+		{{"a/../.env", FromFlag}},
+		{{"../.env", FromFlag}},
+		{{"!./.env", FromUser}},
+		{{"secrets/..", FromFlag}},
 	} {
 		if _, err := New(ps); err == nil {
 			t.Errorf("New(%q) = nil error, want one", ps)
+		}
+	}
+}
+
+// TestCheckDotSegments: the refusal of a "." or ".." segment names the
+// fix; names that merely begin with dots are patterns like any other.
+func TestCheckDotSegments(t *testing.T) {
+	err := Check("./secrets/")
+	if err == nil || !strings.Contains(err.Error(), "relative to the project's root") {
+		t.Errorf("Check(./secrets/) = %v, want an error saying to write it relative to the project's root", err)
+	}
+	for _, p := range []string{".env", "..env", ".../x", ".*", "a/.b/c", "/.env", "**/.ssh/"} {
+		if err := Check(p); err != nil {
+			t.Errorf("Check(%q) = %v, want nil", p, err)
 		}
 	}
 }
