@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -48,6 +49,32 @@ func Check(pattern string) error {
 		if seg == "." || seg == ".." {
 			return fmt.Errorf("pattern %q has a %q segment, which matches no path: write it relative to the project's root, without . or .. (\"/secrets/\" for the directory secrets at the root)", pattern, seg)
 		}
+	}
+	return nil
+}
+
+// CheckProject is Check for the patterns of the project at absolute
+// path project: a pattern that begins with the project's own path names
+// a project file by its absolute path, which a pattern reads below the
+// project's root (it would hide nothing); the error gives the pattern
+// to write instead.
+func CheckProject(pattern, project string) error {
+	if err := Check(pattern); err != nil {
+		return err
+	}
+	root := filepath.Clean(project)
+	if !filepath.IsAbs(project) || root == "/" {
+		return nil
+	}
+	neg, body := "", strings.TrimRight(pattern, " ")
+	if strings.HasPrefix(body, "!") {
+		neg, body = "!", body[1:]
+	}
+	switch {
+	case body == root || body == root+"/":
+		return fmt.Errorf("pattern %q is the project's root, which is never hidden: write patterns relative to it (\"/.env\" for .env at the root)", pattern)
+	case strings.HasPrefix(body, root+"/"):
+		return fmt.Errorf("pattern %q names a project file by its absolute path, which a pattern reads below the project's root (it would hide nothing): write %q", pattern, neg+"/"+strings.TrimPrefix(body, root+"/"))
 	}
 	return nil
 }
