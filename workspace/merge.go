@@ -118,7 +118,7 @@ var applyMerge = (*overlay.FS).ApplyMerge
 
 // planAgainst plans the merge with ours read from snapshot ours.
 func (w *Workspace) planAgainst(base *overlay.FS, ours branch.Snapshot, theirs *overlay.FS, o overlay.MergeOptions) (*overlay.MergePlan, error) {
-	v, err := overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Snapshot: w.meta.SnapshotView(ours), Logger: w.log})
+	v, err := w.readView(nil, w.meta.SnapshotView(ours))
 	if err != nil {
 		return nil, err
 	}
