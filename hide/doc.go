@@ -29,10 +29,11 @@
 //
 // A hard link gives a lower file several names, and a hidden name's
 // contents must not show through a visible one. Inodes records the
-// inodes of the lower regular files that hidden paths name: a scan of
-// the project when it is made, and every hidden regular file seen after
-// (Saw). A regular lower file with more than one link whose inode is
-// recorded is hidden under every name. The set only grows: a false
+// inodes of the lower files (of any type but directories: a symlink's
+// contents are its target, and link(2) links a symlink too) that hidden
+// paths name: a scan of the project when it is made, and every hidden
+// file seen after (Saw). A lower file (not a directory) with more than
+// one link whose inode is recorded is hidden under every name. The set only grows: a false
 // positive hides a visible file, never the reverse.
 //
 // # Locking

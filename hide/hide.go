@@ -183,8 +183,8 @@ type Inodes struct {
 
 type devIno struct{ dev, ino uint64 }
 
-// Scan makes the set of the regular files that hidden paths of the
-// tree at dir name, by reading every directory of the tree. It opens
+// Scan makes the set of the files (all but directories) that hidden
+// paths of the tree at dir name, by reading every directory of the tree. It opens
 // no regular file: the names come from the directories, the inodes
 // from fstatat. A directory it cannot read is skipped (the view cannot
 // list it either: for root, nothing is refused).
@@ -224,9 +224,9 @@ func (in *Inodes) scanDir(r *Rules, fd int, p string, hidden bool) error {
 			if err := in.scanDir(r, sub, cp, h); err != nil {
 				return err
 			}
-		case h && de.Type().IsRegular():
+		case h:
 			var st unix.Stat_t
-			if err := unix.Fstatat(fd, de.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			if err := unix.Fstatat(fd, de.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
 				in.Saw(st.Dev, st.Ino)
 			}
 		}
@@ -247,7 +247,7 @@ func openDirNoatime(dirfd int, name string, more int) (int, error) {
 	return fd, err
 }
 
-// Saw records a hidden regular file's inode.
+// Saw records the inode of a hidden file (any type but a directory).
 func (in *Inodes) Saw(dev, ino uint64) {
 	if in == nil {
 		return

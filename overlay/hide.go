@@ -27,28 +27,28 @@ import (
 //
 // A lower name is hidden when its lower path (not its path in the
 // view: a renamed directory keeps its lower path) matches the rules,
-// or when it is a regular file with more than one link whose inode a
-// hidden path names (Config.HiddenInodes). A program's own file at a
+// or when it is a file (of any type but a directory) with more than one
+// link whose inode a hidden path names (Config.HiddenInodes). A program's own file at a
 // hidden path is an ordinary upper entry: the rules judge lower names
 // only. Snapshot and lower views of a store get the same rules, so
 // that Diff, Export and Apply see what the mount showed.
 
 // hidesLower reports whether the lower file at lower path lp, with
-// attributes st, is hidden; a hidden regular file's inode is recorded
-// (so that its other names are hidden too).
+// attributes st, is hidden; a hidden file's inode (not a directory's)
+// is recorded, so that its other names are hidden too.
 func (v *FS) hidesLower(lp string, st *unix.Stat_t) bool {
 	rules := v.cfg.Hide
 	if rules.Empty() {
 		return false
 	}
-	typ := st.Mode & unix.S_IFMT
-	if rules.Hidden(lp, typ == unix.S_IFDIR) {
-		if typ == unix.S_IFREG {
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if rules.Hidden(lp, isDir) {
+		if !isDir {
 			v.cfg.HiddenInodes.Saw(st.Dev, st.Ino)
 		}
 		return true
 	}
-	return typ == unix.S_IFREG && st.Nlink > 1 && v.cfg.HiddenInodes.Hides(st.Dev, st.Ino)
+	return !isDir && st.Nlink > 1 && v.cfg.HiddenInodes.Hides(st.Dev, st.Ino)
 }
 
 // HideRules returns the rules the view hides lower paths by (nil for
@@ -64,13 +64,13 @@ func (v *FS) unhiddenNames(lp string, names []DirEntry) []DirEntry {
 	out := names[:0]
 	for _, de := range names {
 		p := joinPath(lp, de.Name)
-		// A regular file whose inode number no hidden file has (d_ino
-		// is st_ino), and any other type, is judged by its path alone;
-		// an unknown type, or a regular file that may be another name
-		// of a hidden one, by its stat.
-		if de.Mode != 0 && (de.Mode != unix.S_IFREG || !v.cfg.HiddenInodes.HidesIno(de.Ino)) {
+		// A directory, and a file whose inode number no hidden file
+		// has (d_ino is st_ino), is judged by its path alone; an
+		// unknown type, or a file that may be another name of a hidden
+		// one, by its stat.
+		if de.Mode != 0 && (de.Mode == unix.S_IFDIR || !v.cfg.HiddenInodes.HidesIno(de.Ino)) {
 			if v.cfg.Hide.Hidden(p, de.Mode == unix.S_IFDIR) {
-				if de.Mode == unix.S_IFREG {
+				if de.Mode != unix.S_IFDIR {
 					v.hiddenSeen(p)
 				}
 				continue
@@ -90,11 +90,11 @@ func (v *FS) unhiddenNames(lp string, names []DirEntry) []DirEntry {
 	return out
 }
 
-// hiddenSeen records the inode of hidden regular file p (a listing
-// meets it): its other names are hidden from now on.
+// hiddenSeen records the inode of hidden file p, not a directory (a
+// listing meets it): its other names are hidden from now on.
 func (v *FS) hiddenSeen(p string) {
 	var st unix.Stat_t
-	if unix.Fstatat(v.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+	if unix.Fstatat(v.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		v.cfg.HiddenInodes.Saw(st.Dev, st.Ino)
 	}
 }

@@ -362,3 +362,24 @@ func BenchmarkLookupHidden(b *testing.B) {
 		})
 	}
 }
+
+// TestHideHardLinkedSymlink: a hidden symlink's target is its contents:
+// another name of the same symlink inode (link(2) of a symlink) is
+// hidden too, whether made before the scan or after.
+func TestHideHardLinkedSymlink(t *testing.T) {
+	e := newHideEnv(t, map[string]string{"main.go": "package main"}, func(lower string) {
+		if err := os.Symlink("/home/u/lower-secret-target", filepath.Join(lower, ".env")); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Linkat(unix.AT_FDCWD, filepath.Join(lower, ".env"), unix.AT_FDCWD, filepath.Join(lower, "x"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}, defaultHide...)
+	checkHidden(t, e, ".env", "x")
+	eq(t, "root", e.names(""), []string{"main.go"})
+	// Made after the scan, of a symlink the view met.
+	if err := unix.Linkat(unix.AT_FDCWD, filepath.Join(e.lower, ".env"), unix.AT_FDCWD, filepath.Join(e.lower, "y"), 0); err != nil {
+		t.Fatal(err)
+	}
+	checkHidden(t, e, "y")
+}
