@@ -176,15 +176,15 @@ func Unmarshal(b []byte) (*Rules, error) {
 // Inodes is the set of the lower inodes that hidden paths name (see
 // "Hidden inodes" in the package doc). A nil *Inodes holds nothing.
 type Inodes struct {
-	mu   sync.Mutex
+	mu   sync.RWMutex // read by every lookup
 	set  map[devIno]struct{}
 	inos map[uint64]struct{} // the numbers of set, whatever the device
 }
 
 type devIno struct{ dev, ino uint64 }
 
-// Scan makes the set of the files (all but directories) that hidden
-// paths of the tree at dir name, by reading every directory of the tree. It opens
+// Scan makes the set of the files (of every type) that hidden paths of
+// the tree at dir name, by reading every directory of the tree. It opens
 // no regular file: the names come from the directories, the inodes
 // from fstatat. A directory it cannot read is skipped (the view cannot
 // list it either: for root, nothing is refused).
@@ -215,19 +215,19 @@ func (in *Inodes) scanDir(r *Rules, fd int, p string, hidden bool) error {
 	for _, de := range ents {
 		cp := path.Join(p, de.Name())
 		h := hidden || r.Hidden(cp, de.IsDir())
-		switch {
-		case de.IsDir():
+		if h {
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, de.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+				in.Saw(st.Dev, st.Ino)
+			}
+		}
+		if de.IsDir() {
 			sub, err := openDirNoatime(fd, de.Name(), unix.O_NOFOLLOW)
 			if err != nil {
 				continue // unreadable, or gone meanwhile
 			}
 			if err := in.scanDir(r, sub, cp, h); err != nil {
 				return err
-			}
-		case h:
-			var st unix.Stat_t
-			if err := unix.Fstatat(fd, de.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-				in.Saw(st.Dev, st.Ino)
 			}
 		}
 	}
@@ -247,7 +247,7 @@ func openDirNoatime(dirfd int, name string, more int) (int, error) {
 	return fd, err
 }
 
-// Saw records the inode of a hidden file (any type but a directory).
+// Saw records the inode of a hidden file (of any type).
 func (in *Inodes) Saw(dev, ino uint64) {
 	if in == nil {
 		return
@@ -266,8 +266,8 @@ func (in *Inodes) Hides(dev, ino uint64) bool {
 	if in == nil {
 		return false
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	in.mu.RLock()
+	defer in.mu.RUnlock()
 	_, ok := in.set[devIno{dev, ino}]
 	return ok
 }
@@ -279,8 +279,8 @@ func (in *Inodes) HidesIno(ino uint64) bool {
 	if in == nil {
 		return false
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	in.mu.RLock()
+	defer in.mu.RUnlock()
 	_, ok := in.inos[ino]
 	return ok
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/hide"
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // hideFiles is a project with secrets among ordinary files.
@@ -382,4 +383,31 @@ func TestHideHardLinkedSymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkHidden(t, e, "y")
+}
+
+// TestHideAliasByInode: a hidden file or directory reached under
+// another name than a hard link gives (a bind mount inside the project
+// here; a case-insensitive or normalizing lower filesystem, where
+// ".ENV" opens ".env", is the same) is hidden by its inode: the view
+// shows no name of a hidden inode.
+func TestHideAliasByInode(t *testing.T) {
+	testenv.RequireRoot(t, "bind-mounting inside the project")
+	e := newHideEnv(t, map[string]string{".env": "TOKEN=lower-secret", "secrets/token": "lower-secret token",
+		"pub.txt": "public", "pub/README": "public"}, func(lower string) {
+		for from, to := range map[string]string{".env": "pub.txt", "secrets": "pub"} {
+			if err := unix.Mount(filepath.Join(lower, from), filepath.Join(lower, to), "", unix.MS_BIND, ""); err != nil {
+				t.Fatalf("bind-mounting %s on %s: %v", from, to, err)
+			}
+			p := filepath.Join(lower, to)
+			t.Cleanup(func() { _ = unix.Unmount(p, unix.MNT_DETACH) })
+		}
+	}, defaultHide...)
+	checkHidden(t, e, ".env", "secrets")
+	// A mount point is listed (its d_ino is the inode below the mount,
+	// and a listing does not stat every name): lookups find nothing.
+	for _, p := range []string{"pub.txt", "pub", "pub/token"} {
+		if _, err := e.walk(p); !errors.Is(err, unix.ENOENT) {
+			t.Errorf("lookup %s: %v, want ENOENT", p, err)
+		}
+	}
 }
