@@ -411,3 +411,21 @@ func TestHideAliasByInode(t *testing.T) {
 		}
 	}
 }
+
+// TestHideRenamedFromOutside: a hidden file renamed in the project to a
+// name no pattern matches (an editor's backup: vim renames .env to
+// .env~ and writes a new .env) keeps its old contents hidden: its inode
+// is a hidden one.
+func TestHideRenamedFromOutside(t *testing.T) {
+	e := newHideEnv(t, hideFiles, nil, defaultHide...)
+	if err := os.Rename(filepath.Join(e.lower, ".env"), filepath.Join(e.lower, ".env~")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.lower, ".env"), []byte("TOKEN=new-lower-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(e.lower, "secrets"), filepath.Join(e.lower, "secrets.old")); err != nil {
+		t.Fatal(err)
+	}
+	checkHidden(t, e, ".env", ".env~", "secrets.old", "secrets.old/token")
+}
