@@ -110,6 +110,19 @@ func (v *FS) hiddenBeforeOpen(p string, flags int) bool {
 	return v.hidesLower(p, &st)
 }
 
+// hiddenSubdir reports whether lower directory p is hidden, by its path
+// or by its inode (a listing of its parent calls it a directory).
+func (v *FS) hiddenSubdir(p string) bool {
+	if v.cfg.Hide.Empty() {
+		return false
+	}
+	if v.cfg.Hide.Hidden(p, true) {
+		return true
+	}
+	var st unix.Stat_t
+	return unix.Fstatat(v.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && v.hidesLower(p, &st)
+}
+
 // checkOpenLower is openLower's guard after the open, against a path
 // replaced meanwhile: it refuses (and closes) an open lower file f of
 // path p that is hidden.

@@ -428,4 +428,11 @@ func TestHideRenamedFromOutside(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkHidden(t, e, ".env", ".env~", "secrets.old", "secrets.old/token")
+	// The root's st_nlink counts its shown subdirectories only: 2 +
+	// app, certs, config.
+	st, err := e.view.Getattr(e.view.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "root st_nlink", st.Nlink, uint64(5))
 }

@@ -254,7 +254,7 @@ func (v *FS) lowerSubdirsOf(lp string) map[string]bool {
 		f.Close()
 		for _, e := range ents {
 			if e.IsDir() {
-				m[e.Name()] = !v.cfg.Hide.Hidden(joinPath(lp, e.Name()), true)
+				m[e.Name()] = !v.hiddenSubdir(joinPath(lp, e.Name()))
 			}
 		}
 	}
