@@ -451,6 +451,18 @@ func TestHideConfig(t *testing.T) {
 	if r := harness.Run(t, "mount", "--lower", lower, "--hide", "[abc", mp); r.Code == 0 || !strings.Contains(r.Stderr, "--hide") {
 		t.Errorf("mount --hide [abc: exit %d, want a usage error naming --hide:\n%s", r.Code, r)
 	}
+	// So are patterns that would hide nothing: a "." segment, and the
+	// project's own absolute path in front (the error says what to
+	// write).
+	for pattern, want := range map[string]string{"./pub/.env": "relative to the project's root", filepath.Join(lower, "pub/.env"): `"/pub/.env"`} {
+		r := harness.Run(t, "mount", "--lower", lower, "--hide", pattern, mp)
+		if r.Code == 0 {
+			harness.Run(t, "unmount", mp)
+		}
+		if r.Code == 0 || !strings.Contains(r.Stderr, "--hide") || !strings.Contains(r.Stderr, want) {
+			t.Errorf("mount --hide %s: exit %d, want a usage error naming --hide and %s:\n%s", pattern, r.Code, want, r)
+		}
+	}
 }
 
 // TestHideSession: agentfs run --hide: the agent does not see the
