@@ -105,7 +105,8 @@ type Config struct {
 	// Files are the configuration files read, in order.
 	Files []string
 
-	project bool // the file being read is the project's
+	project bool   // the file being read is the project's
+	lower   string // the project's directory, as Load was given it
 }
 
 // Triggers are the settings of the exec trace and of the snapshots that
@@ -168,6 +169,7 @@ func UserFile() string {
 // (those that exist) over the defaults. lowerDir is the project.
 func Load(lowerDir string) (Config, error) {
 	c := Default()
+	c.lower = lowerDir
 	for i, p := range []string{UserFile(), filepath.Join(lowerDir, ProjectFile)} {
 		if p == "" {
 			continue
@@ -345,7 +347,7 @@ func (c *Config) set(section, key, value string) error {
 		}
 		c.Ignore = append(c.Ignore, value)
 	case "hide.pattern":
-		if err := hide.Check(value); err != nil {
+		if err := hide.CheckProject(value, c.lower); err != nil {
 			return fmt.Errorf("pattern = %q: %v", value, err)
 		}
 		from := hide.FromUser

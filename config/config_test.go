@@ -268,3 +268,37 @@ func TestLoadConfigHash(t *testing.T) {
 		t.Errorf("a project's [hash] enabled = false: %v", err)
 	}
 }
+
+// TestHideAbsoluteProjectPath: a hide pattern that names a project file
+// by its absolute path (the project's own path in front) would be
+// anchored below the project's root and hide nothing: it is refused,
+// from --hide and from either file, with the pattern to write instead.
+func TestHideAbsoluteProjectPath(t *testing.T) {
+	user, lower := configDirs(t)
+	c, err := Load(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for flag, want := range map[string]string{
+		filepath.Join(lower, ".env"):                `"/.env"`,
+		"!" + filepath.Join(lower, "secrets") + "/": `"!/secrets/"`,
+		lower + "/": "the project's root",
+	} {
+		_, err := Resolve(c, Overrides{Hide: []string{flag}}, false)
+		if err == nil || !strings.Contains(err.Error(), "--hide") || !strings.Contains(err.Error(), want) {
+			t.Errorf("--hide %s: %v, want a refusal naming --hide and %s", flag, err, want)
+		}
+	}
+	// Another absolute path is a pattern anchored at the root, as ever.
+	if _, err := Resolve(c, Overrides{Hide: []string{"/config/prod.key", filepath.Join(lower+"x", ".env")}}, false); err != nil {
+		t.Errorf("--hide /config/prod.key: %v", err)
+	}
+	for _, file := range []string{user, filepath.Join(lower, ProjectFile)} {
+		_ = os.Remove(user)
+		_ = os.Remove(filepath.Join(lower, ProjectFile))
+		write(t, file, "[hide]\npattern = "+filepath.Join(lower, "certs/*.pem")+"\n")
+		if _, err := Load(lower); err == nil || !strings.Contains(err.Error(), `"/certs/*.pem"`) {
+			t.Errorf("%s with the project's absolute path: %v, want a refusal naming /certs/*.pem", file, err)
+		}
+	}
+}

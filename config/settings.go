@@ -84,7 +84,7 @@ func Resolve(c Config, o Overrides, run bool) (Settings, error) {
 		s.AutoSnapshot = *o.AutoSnapshot
 	}
 	for _, p := range o.Hide {
-		if err := hide.Check(p); err != nil {
+		if err := hide.CheckProject(p, c.lower); err != nil {
 			return s, &FlagError{"--hide", p, err}
 		}
 		s.Hide = append(s.Hide, hide.Pattern{Pattern: p, From: hide.FromFlag})

@@ -27,16 +27,20 @@
 //
 // # Hidden inodes
 //
-// A hard link gives a lower file several names, and a hidden name's
-// contents must not show through a visible one. Inodes records the
-// inodes of the lower regular files that hidden paths name: a scan of
-// the project when it is made, and every hidden regular file seen after
-// (Saw). A regular lower file with more than one link whose inode is
-// recorded is hidden under every name. The set only grows: a false
-// positive hides a visible file, never the reverse.
+// A hidden file must not show under another name: a hard link (link(2)
+// links any file but a directory, a symlink too: its target is its
+// contents), a bind mount inside the project, or a lower filesystem
+// that folds case or normalizes Unicode (".ENV" opens ".env"). Inodes
+// records the inodes (of every type) that hidden paths name: a scan of
+// the project when it is made, and every hidden file seen after (Saw).
+// A lower name whose inode is recorded is hidden, whatever its path.
+// The set only grows: a false positive (an inode number reused after a
+// hidden file was removed from outside) hides a visible file, never
+// the reverse.
 //
 // # Locking
 //
-// Rules is immutable and safe for concurrent use. Inodes.mu guards the
-// set alone; nothing is called with it held.
+// Rules is immutable and safe for concurrent use. Inodes.mu (a
+// read-write lock: every lookup reads the set) guards the set alone;
+// nothing is called with it held.
 package hide

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -35,11 +36,45 @@ type Rules struct {
 	layers   []*autosnap.Ignore
 }
 
-// Check says what is wrong with a pattern (empty, a comment, or a glob
-// that cannot match), with the fix.
+// Check says what is wrong with a pattern (empty, a comment, a glob
+// that cannot match, or a "." or ".." segment), with the fix.
 func Check(pattern string) error {
 	if err := autosnap.CheckPattern(pattern); err != nil {
 		return fmt.Errorf("%v: write a gitignore-style pattern (see gitignore(5))", err)
+	}
+	// gitignore matches names: a "." or ".." segment matches none, and
+	// a secret the user meant to hide ("./secrets/") would show.
+	body := strings.TrimPrefix(strings.TrimRight(pattern, " "), "!")
+	for _, seg := range strings.Split(body, "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("pattern %q has a %q segment, which matches no path: write it relative to the project's root, without . or .. (\"/secrets/\" for the directory secrets at the root)", pattern, seg)
+		}
+	}
+	return nil
+}
+
+// CheckProject is Check for the patterns of the project at absolute
+// path project: a pattern that begins with the project's own path names
+// a project file by its absolute path, which a pattern reads below the
+// project's root (it would hide nothing); the error gives the pattern
+// to write instead.
+func CheckProject(pattern, project string) error {
+	if err := Check(pattern); err != nil {
+		return err
+	}
+	root := filepath.Clean(project)
+	if !filepath.IsAbs(project) || root == "/" {
+		return nil
+	}
+	neg, body := "", strings.TrimRight(pattern, " ")
+	if strings.HasPrefix(body, "!") {
+		neg, body = "!", body[1:]
+	}
+	switch {
+	case body == root || body == root+"/":
+		return fmt.Errorf("pattern %q is the project's root, which is never hidden: write patterns relative to it (\"/.env\" for .env at the root)", pattern)
+	case strings.HasPrefix(body, root+"/"):
+		return fmt.Errorf("pattern %q names a project file by its absolute path, which a pattern reads below the project's root (it would hide nothing): write %q", pattern, neg+"/"+strings.TrimPrefix(body, root+"/"))
 	}
 	return nil
 }
@@ -141,15 +176,15 @@ func Unmarshal(b []byte) (*Rules, error) {
 // Inodes is the set of the lower inodes that hidden paths name (see
 // "Hidden inodes" in the package doc). A nil *Inodes holds nothing.
 type Inodes struct {
-	mu   sync.Mutex
+	mu   sync.RWMutex // read by every lookup
 	set  map[devIno]struct{}
 	inos map[uint64]struct{} // the numbers of set, whatever the device
 }
 
 type devIno struct{ dev, ino uint64 }
 
-// Scan makes the set of the regular files that hidden paths of the
-// tree at dir name, by reading every directory of the tree. It opens
+// Scan makes the set of the files (of every type) that hidden paths of
+// the tree at dir name, by reading every directory of the tree. It opens
 // no regular file: the names come from the directories, the inodes
 // from fstatat. A directory it cannot read is skipped (the view cannot
 // list it either: for root, nothing is refused).
@@ -180,19 +215,19 @@ func (in *Inodes) scanDir(r *Rules, fd int, p string, hidden bool) error {
 	for _, de := range ents {
 		cp := path.Join(p, de.Name())
 		h := hidden || r.Hidden(cp, de.IsDir())
-		switch {
-		case de.IsDir():
+		if h {
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, de.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+				in.Saw(st.Dev, st.Ino)
+			}
+		}
+		if de.IsDir() {
 			sub, err := openDirNoatime(fd, de.Name(), unix.O_NOFOLLOW)
 			if err != nil {
 				continue // unreadable, or gone meanwhile
 			}
 			if err := in.scanDir(r, sub, cp, h); err != nil {
 				return err
-			}
-		case h && de.Type().IsRegular():
-			var st unix.Stat_t
-			if err := unix.Fstatat(fd, de.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-				in.Saw(st.Dev, st.Ino)
 			}
 		}
 	}
@@ -212,7 +247,7 @@ func openDirNoatime(dirfd int, name string, more int) (int, error) {
 	return fd, err
 }
 
-// Saw records a hidden regular file's inode.
+// Saw records the inode of a hidden file (of any type).
 func (in *Inodes) Saw(dev, ino uint64) {
 	if in == nil {
 		return
@@ -231,8 +266,8 @@ func (in *Inodes) Hides(dev, ino uint64) bool {
 	if in == nil {
 		return false
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	in.mu.RLock()
+	defer in.mu.RUnlock()
 	_, ok := in.set[devIno{dev, ino}]
 	return ok
 }
@@ -244,8 +279,8 @@ func (in *Inodes) HidesIno(ino uint64) bool {
 	if in == nil {
 		return false
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	in.mu.RLock()
+	defer in.mu.RUnlock()
 	_, ok := in.inos[ino]
 	return ok
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -76,9 +77,32 @@ func TestNewRefuses(t *testing.T) {
 		{{"# comment", FromUser}},
 		{{"[abc", FromProject}},
 		{{".env", "agent"}},
+		// A "." or ".." segment matches no path (gitignore compares
+		// names): such a pattern would silently hide nothing.
+		{{"./.env", FromFlag}},
+		{{"./secrets/", FromUser}},
+		{{"config/./prod.key", FromProject}},
+		{{"a/../.env", FromFlag}},
+		{{"../.env", FromFlag}},
+		{{"!./.env", FromUser}},
+		{{"secrets/..", FromFlag}},
 	} {
 		if _, err := New(ps); err == nil {
 			t.Errorf("New(%q) = nil error, want one", ps)
+		}
+	}
+}
+
+// TestCheckDotSegments: the refusal of a "." or ".." segment names the
+// fix; names that merely begin with dots are patterns like any other.
+func TestCheckDotSegments(t *testing.T) {
+	err := Check("./secrets/")
+	if err == nil || !strings.Contains(err.Error(), "relative to the project's root") {
+		t.Errorf("Check(./secrets/) = %v, want an error saying to write it relative to the project's root", err)
+	}
+	for _, p := range []string{".env", "..env", ".../x", ".*", "a/.b/c", "/.env", "**/.ssh/"} {
+		if err := Check(p); err != nil {
+			t.Errorf("Check(%q) = %v, want nil", p, err)
 		}
 	}
 }
@@ -128,16 +152,20 @@ func TestScan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{".env", "secrets/deep/token", "certs/a.pem"} {
+	// Hidden directories too: a directory has no hard links, but other
+	// names (a bind mount, a case-insensitive lower) may lead to it.
+	for _, p := range []string{".env", "secrets", "secrets/deep", "secrets/deep/token", "certs/a.pem"} {
 		if !in.Hides(ino(p)) {
 			t.Errorf("Scan missed hidden %s", p)
 		}
 	}
-	if in.Hides(ino("src/main.go")) {
-		t.Errorf("Scan recorded visible src/main.go")
+	for _, p := range []string{"src", "src/main.go", "certs"} {
+		if in.Hides(ino(p)) {
+			t.Errorf("Scan recorded visible %s", p)
+		}
 	}
-	if in.Len() != 3 {
-		t.Errorf("Scan recorded %d inodes, want 3", in.Len())
+	if in.Len() != 5 {
+		t.Errorf("Scan recorded %d inodes, want 5", in.Len())
 	}
 	empty, err := Scan(nil, dir)
 	if err != nil || empty.Len() != 0 {

@@ -7,7 +7,9 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -449,6 +451,18 @@ func TestHideConfig(t *testing.T) {
 	if r := harness.Run(t, "mount", "--lower", lower, "--hide", "[abc", mp); r.Code == 0 || !strings.Contains(r.Stderr, "--hide") {
 		t.Errorf("mount --hide [abc: exit %d, want a usage error naming --hide:\n%s", r.Code, r)
 	}
+	// So are patterns that would hide nothing: a "." segment, and the
+	// project's own absolute path in front (the error says what to
+	// write).
+	for pattern, want := range map[string]string{"./pub/.env": "relative to the project's root", filepath.Join(lower, "pub/.env"): `"/pub/.env"`} {
+		r := harness.Run(t, "mount", "--lower", lower, "--hide", pattern, mp)
+		if r.Code == 0 {
+			harness.Run(t, "unmount", mp)
+		}
+		if r.Code == 0 || !strings.Contains(r.Stderr, "--hide") || !strings.Contains(r.Stderr, want) {
+			t.Errorf("mount --hide %s: exit %d, want a usage error naming --hide and %s:\n%s", pattern, r.Code, want, r)
+		}
+	}
 }
 
 // TestHideSession: agentfs run --hide: the agent does not see the
@@ -509,4 +523,81 @@ cat .env
 		t.Errorf("apply -s --force over hidden project files: exit %d, want 1 saying it never changes them:\n%s", a.Code, a)
 	}
 	e.checkProject() // nothing of the project changed
+}
+
+// TestHideSessionNonRoot: agentfs run --hide as user nobody (through a
+// user namespace, with /dev/fuse usable by all in a private mount
+// namespace of this test). The agent runs as the daemon's own user, yet
+// in a user namespace of its own, nested in the daemon's: it may list
+// /proc but follow no process's links there (fd, cwd, root) outside its
+// namespace, so neither the daemon's descriptor of the project nor the
+// working directory of agentfs run (the project itself) leads it to a
+// hidden file.
+func TestHideSessionNonRoot(t *testing.T) {
+	harness.RequireFUSE(t)
+	testenv.RequireRoot(t, "running agentfs as nobody with /dev/fuse bound in a private mount namespace")
+	for _, tool := range []string{"setpriv", "unshare", "mknod"} {
+		requireTool(t, tool)
+	}
+	const nobody = 65534
+	usernsOK := exec.Command("setpriv", "--reuid", strconv.Itoa(nobody), "--regid", strconv.Itoa(nobody), "--clear-groups",
+		"unshare", "--user", "--map-root-user", "--mount", "true").Run() == nil
+	if !usernsOK {
+		testenv.Skip(t, testenv.UserNamespaces, "agentfs run as nobody needs a user namespace")
+	}
+	project, state, scripts := harness.NewMountpoint(t), harness.NewMountpoint(t), harness.NewMountpoint(t)
+	harness.WriteFile(t, filepath.Join(project, ".env"), secretMark+" env")
+	harness.WriteFile(t, filepath.Join(project, "a.txt"), "hello\n")
+	if err := os.MkdirAll(filepath.Join(project, "secrets"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	harness.WriteFile(t, filepath.Join(project, "secrets/token"), secretMark+" token")
+	for _, p := range []string{project, ".env", "a.txt", "secrets", "secrets/token", state} {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(project, p)
+		}
+		if err := os.Lchown(p, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := harness.SnapshotTree(project)
+	bin := filepath.Join(scripts, "agentfs")
+	copyExecutable(t, harness.Bin(), bin)
+	// Every process's descriptors, working directory and root: each
+	// followed to a hidden file, by its project path.
+	agent := filepath.Join(scripts, "agent.sh")
+	harness.WriteFile(t, agent, `#!/bin/sh
+seen=0
+for p in /proc/[0-9]*; do
+  [ "$(cat $p/comm 2>/dev/null)" = agentfs ] && seen=$((seen+1))
+  for fd in $p/fd/*; do
+    for h in .env secrets/token; do cat "$fd/$h" 2>/dev/null; cat "$fd/`+strings.TrimPrefix(project, "/")+`/$h" 2>/dev/null; done
+  done
+  for h in .env secrets/token; do cat "$p/cwd/$h" "$p/root`+project+`/$h" 2>/dev/null; done
+done
+echo "AGENT saw $seen agentfs processes"
+cat .env secrets/token 2>/dev/null
+ls -a
+exit 0
+`)
+	if err := os.Chmod(agent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fdev := harness.NewMountpoint(t)
+	asNobody := fmt.Sprintf("setpriv --reuid %d --regid %d --clear-groups env HOME=%s XDG_STATE_HOME=%s", nobody, nobody, state, state)
+	cmd := exec.Command("sh", "-c", fmt.Sprintf(`set -e
+unshare --mount --propagation private sh -c 'mount -t tmpfs -o mode=755 agentfs-test %s && mknod -m 666 %s/fuse c 10 229 && mount --bind %s/fuse /dev/fuse && exec %s %s run --hide .env --hide secrets/ -- %s'`,
+		fdev, fdev, fdev, asNobody, bin, agent))
+	cmd.Dir = project // agent run's own working directory: the project itself
+	r := harness.RunCmd(t, cmd, []string{"run as nobody --hide"})
+	if r.Code != 0 || !strings.Contains(r.Stdout, "AGENT saw") || strings.Contains(r.Stdout, "AGENT saw 0 ") {
+		t.Fatalf("agentfs run --hide as nobody: exit %d, want 0 with the agent's probe of the agentfs processes:\n%s", r.Code, r)
+	}
+	if strings.Contains(r.Output(), secretMark) {
+		t.Errorf("the agent read a hidden file through /proc:\n%s", r)
+	}
+	if strings.Contains(r.Stdout, "\n.env\n") || strings.Contains(r.Stdout, "\nsecrets\n") {
+		t.Errorf("the agent's ls -a lists a hidden file:\n%s", r.Stdout)
+	}
+	harness.AssertUnchanged(t, before, harness.SnapshotTree(project))
 }

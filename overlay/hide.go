@@ -27,28 +27,26 @@ import (
 //
 // A lower name is hidden when its lower path (not its path in the
 // view: a renamed directory keeps its lower path) matches the rules,
-// or when it is a regular file with more than one link whose inode a
-// hidden path names (Config.HiddenInodes). A program's own file at a
+// or when its inode is one a hidden path names (Config.HiddenInodes):
+// a hard link, a bind mount inside the project, or a name that a
+// case-insensitive lower filesystem folds onto a hidden one. A program's own file at a
 // hidden path is an ordinary upper entry: the rules judge lower names
 // only. Snapshot and lower views of a store get the same rules, so
 // that Diff, Export and Apply see what the mount showed.
 
 // hidesLower reports whether the lower file at lower path lp, with
-// attributes st, is hidden; a hidden regular file's inode is recorded
-// (so that its other names are hidden too).
+// attributes st, is hidden; a hidden file's inode (not a directory's)
+// is recorded, so that its other names are hidden too.
 func (v *FS) hidesLower(lp string, st *unix.Stat_t) bool {
 	rules := v.cfg.Hide
 	if rules.Empty() {
 		return false
 	}
-	typ := st.Mode & unix.S_IFMT
-	if rules.Hidden(lp, typ == unix.S_IFDIR) {
-		if typ == unix.S_IFREG {
-			v.cfg.HiddenInodes.Saw(st.Dev, st.Ino)
-		}
+	if rules.Hidden(lp, st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+		v.cfg.HiddenInodes.Saw(st.Dev, st.Ino)
 		return true
 	}
-	return typ == unix.S_IFREG && st.Nlink > 1 && v.cfg.HiddenInodes.Hides(st.Dev, st.Ino)
+	return v.cfg.HiddenInodes.Hides(st.Dev, st.Ino)
 }
 
 // HideRules returns the rules the view hides lower paths by (nil for
@@ -64,15 +62,15 @@ func (v *FS) unhiddenNames(lp string, names []DirEntry) []DirEntry {
 	out := names[:0]
 	for _, de := range names {
 		p := joinPath(lp, de.Name)
-		// A regular file whose inode number no hidden file has (d_ino
-		// is st_ino), and any other type, is judged by its path alone;
-		// an unknown type, or a regular file that may be another name
-		// of a hidden one, by its stat.
-		if de.Mode != 0 && (de.Mode != unix.S_IFREG || !v.cfg.HiddenInodes.HidesIno(de.Ino)) {
+		// A name whose inode number no hidden file has (d_ino is
+		// st_ino) is judged by its path alone; a name of an unknown
+		// type, or that may be another name of a hidden file, by its
+		// stat. (A mount point's d_ino is the inode below the mount: a
+		// bind mount of a hidden file inside the project is listed,
+		// and hidden from lookups.)
+		if de.Mode != 0 && !v.cfg.HiddenInodes.HidesIno(de.Ino) {
 			if v.cfg.Hide.Hidden(p, de.Mode == unix.S_IFDIR) {
-				if de.Mode == unix.S_IFREG {
-					v.hiddenSeen(p)
-				}
+				v.hiddenSeen(p)
 				continue
 			}
 			out = append(out, de)
@@ -90,11 +88,11 @@ func (v *FS) unhiddenNames(lp string, names []DirEntry) []DirEntry {
 	return out
 }
 
-// hiddenSeen records the inode of hidden regular file p (a listing
-// meets it): its other names are hidden from now on.
+// hiddenSeen records the inode of hidden file p (a listing meets it):
+// its other names are hidden from now on.
 func (v *FS) hiddenSeen(p string) {
 	var st unix.Stat_t
-	if unix.Fstatat(v.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+	if unix.Fstatat(v.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
 		v.cfg.HiddenInodes.Saw(st.Dev, st.Ino)
 	}
 }
@@ -110,6 +108,19 @@ func (v *FS) hiddenBeforeOpen(p string, flags int) bool {
 		return v.cfg.Hide.Hidden(p, flags&unix.O_DIRECTORY != 0)
 	}
 	return v.hidesLower(p, &st)
+}
+
+// hiddenSubdir reports whether lower directory p is hidden, by its path
+// or by its inode (a listing of its parent calls it a directory).
+func (v *FS) hiddenSubdir(p string) bool {
+	if v.cfg.Hide.Empty() {
+		return false
+	}
+	if v.cfg.Hide.Hidden(p, true) {
+		return true
+	}
+	var st unix.Stat_t
+	return unix.Fstatat(v.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && v.hidesLower(p, &st)
 }
 
 // checkOpenLower is openLower's guard after the open, against a path

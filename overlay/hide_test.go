@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/hide"
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 // hideFiles is a project with secrets among ordinary files.
@@ -361,4 +362,77 @@ func BenchmarkLookupHidden(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestHideHardLinkedSymlink: a hidden symlink's target is its contents:
+// another name of the same symlink inode (link(2) of a symlink) is
+// hidden too, whether made before the scan or after.
+func TestHideHardLinkedSymlink(t *testing.T) {
+	e := newHideEnv(t, map[string]string{"main.go": "package main"}, func(lower string) {
+		if err := os.Symlink("/home/u/lower-secret-target", filepath.Join(lower, ".env")); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Linkat(unix.AT_FDCWD, filepath.Join(lower, ".env"), unix.AT_FDCWD, filepath.Join(lower, "x"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}, defaultHide...)
+	checkHidden(t, e, ".env", "x")
+	eq(t, "root", e.names(""), []string{"main.go"})
+	// Made after the scan, of a symlink the view met.
+	if err := unix.Linkat(unix.AT_FDCWD, filepath.Join(e.lower, ".env"), unix.AT_FDCWD, filepath.Join(e.lower, "y"), 0); err != nil {
+		t.Fatal(err)
+	}
+	checkHidden(t, e, "y")
+}
+
+// TestHideAliasByInode: a hidden file or directory reached under
+// another name than a hard link gives (a bind mount inside the project
+// here; a case-insensitive or normalizing lower filesystem, where
+// ".ENV" opens ".env", is the same) is hidden by its inode: the view
+// shows no name of a hidden inode.
+func TestHideAliasByInode(t *testing.T) {
+	testenv.RequireRoot(t, "bind-mounting inside the project")
+	e := newHideEnv(t, map[string]string{".env": "TOKEN=lower-secret", "secrets/token": "lower-secret token",
+		"pub.txt": "public", "pub/README": "public"}, func(lower string) {
+		for from, to := range map[string]string{".env": "pub.txt", "secrets": "pub"} {
+			if err := unix.Mount(filepath.Join(lower, from), filepath.Join(lower, to), "", unix.MS_BIND, ""); err != nil {
+				t.Fatalf("bind-mounting %s on %s: %v", from, to, err)
+			}
+			p := filepath.Join(lower, to)
+			t.Cleanup(func() { _ = unix.Unmount(p, unix.MNT_DETACH) })
+		}
+	}, defaultHide...)
+	checkHidden(t, e, ".env", "secrets")
+	// A mount point is listed (its d_ino is the inode below the mount,
+	// and a listing does not stat every name): lookups find nothing.
+	for _, p := range []string{"pub.txt", "pub", "pub/token"} {
+		if _, err := e.walk(p); !errors.Is(err, unix.ENOENT) {
+			t.Errorf("lookup %s: %v, want ENOENT", p, err)
+		}
+	}
+}
+
+// TestHideRenamedFromOutside: a hidden file renamed in the project to a
+// name no pattern matches (an editor's backup: vim renames .env to
+// .env~ and writes a new .env) keeps its old contents hidden: its inode
+// is a hidden one.
+func TestHideRenamedFromOutside(t *testing.T) {
+	e := newHideEnv(t, hideFiles, nil, defaultHide...)
+	if err := os.Rename(filepath.Join(e.lower, ".env"), filepath.Join(e.lower, ".env~")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.lower, ".env"), []byte("TOKEN=new-lower-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(e.lower, "secrets"), filepath.Join(e.lower, "secrets.old")); err != nil {
+		t.Fatal(err)
+	}
+	checkHidden(t, e, ".env", ".env~", "secrets.old", "secrets.old/token")
+	// The root's st_nlink counts its shown subdirectories only: 2 +
+	// app, certs, config.
+	st, err := e.view.Getattr(e.view.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "root st_nlink", st.Nlink, uint64(5))
 }

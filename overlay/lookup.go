@@ -256,7 +256,7 @@ func (v *FS) lowerSubdirsOf(lp string) map[string]bool {
 		for _, e := range ents {
 			// Excluded ones are left out (excludedSubdirs counts them).
 			if p := joinPath(lp, e.Name()); e.IsDir() && !v.excl.hidden(p) {
-				m[e.Name()] = !v.cfg.Hide.Hidden(p, true)
+				m[e.Name()] = !v.hiddenSubdir(p)
 			}
 		}
 	} else if err == nil {

@@ -61,7 +61,6 @@ func (w *Workspace) HidePatterns() []hide.Pattern { return w.hide.Patterns() }
 // HideRules returns the store's hide rules and the project's hidden
 // inodes, for what reads the project other than through a view of the
 // store (a record, a push): a project path p is left out when
-// rules.Hidden(p, isDir), or when it is a regular file with more than
-// one link and inodes.Hides(dev, ino). Every view of the store (View,
+// rules.Hidden(p, isDir), or when inodes.Hides(dev, ino). Every view of the store (View,
 // and those Diff and Export open) hides them already.
 func (w *Workspace) HideRules() (*hide.Rules, *hide.Inodes) { return w.hide, w.hidden }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -75,5 +76,53 @@ func TestHideRecorded(t *testing.T) {
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHideMerge: a merge reads every side with the store's hide rules:
+// a branch's own file at a hidden path merged into a branch that has
+// none there is taken as a new file, never merged with the project's
+// hidden file (whose contents would land in the target as the "ours"
+// side of conflict markers, readable through the mount).
+func TestHideMerge(t *testing.T) {
+	lower, store := t.TempDir(), t.TempDir()
+	for name, content := range map[string]string{".env": "TOKEN=lower-secret\n", "a.txt": "a\n"} {
+		if err := os.WriteFile(filepath.Join(lower, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rules, err := hide.New([]hide.Pattern{{Pattern: ".env", From: hide.FromFlag}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := Open(Options{Store: store, Lower: lower, Version: "test", Hide: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	if _, err := w.CreateBranch(self, ctl.BranchCreateArgs{Name: "try"}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := w.meta.Layer("try")
+	if err != nil {
+		t.Fatal(err)
+	}
+	try, err := w.viewOf(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, try, ".env", "TOKEN=agent\n")
+	rep, err := w.Merge(self, ctl.MergeArgs{Branch: "try"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.Conflicts {
+		if strings.Contains(c.Detail, "lower-secret") {
+			t.Errorf("merge conflict %s holds the hidden file's contents: %+v", c.Path, c)
+		}
+	}
+	got, _ := readFile(t, w.View(), ".env")
+	if strings.Contains(got, "lower-secret") || got != "TOKEN=agent\n" {
+		t.Errorf(".env after the merge = %q, want the branch's own %q (the project's is hidden)", got, "TOKEN=agent\n")
 	}
 }
