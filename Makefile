@@ -108,7 +108,7 @@ generate:
 # unit runs the tests of the library packages, which need neither FUSE
 # nor root.
 unit: $(VERSITYGW)
-	$(GO) test -p 1 -count=1 ./internal/testenv ./internal/s3test ./overlay ./branch ./backstore ./ctl ./workspace ./daemon ./session ./config ./hostpath ./procfs ./procgroup ./activity ./autosnap ./tournament ./mcpserver ./cmd/agentfs
+	$(GO) test -p 1 -count=1 ./internal/testenv ./internal/s3test ./remote ./overlay ./branch ./backstore ./ctl ./workspace ./daemon ./session ./config ./hostpath ./procfs ./procgroup ./activity ./autosnap ./tournament ./mcpserver ./cmd/agentfs
 
 integration: deps build
 	AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 $(GOTESTFLAGS) ./integration/...
