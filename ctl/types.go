@@ -99,8 +99,12 @@ const (
 	// it answers an ActivityReply.
 	OpActivity Op = 53
 	// OpProgress answers the Progress of the long operation running
-	// (apply, export, gc, fsck, diff), if any; it does not wait for it.
+	// (apply, export, gc, fsck, diff, push), if any; it does not wait
+	// for it.
 	OpProgress Op = 54
+	// OpPush sends snapshots (and a session's branches) to a remote
+	// (PushArgs); it answers a PushReply.
+	OpPush Op = 55
 )
 
 var opNames = map[Op]string{
@@ -134,6 +138,7 @@ var opNames = map[Op]string{
 	OpApplyProgress: "apply progress",
 	OpActivity:      "activity",
 	OpProgress:      "progress",
+	OpPush:          "push",
 }
 
 func (op Op) String() string {

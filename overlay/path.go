@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"io"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -71,4 +72,42 @@ func (v *FS) ReadFile(p string, max int) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, int64(max)))
+}
+
+// OpenData opens the data of the regular file at path p in the view
+// read-only, without changing atimes (a push reads it so), and returns
+// its attributes as the view shows them. An error wraps ENOENT when
+// there is no such file, EISDIR or EINVAL when p is not a regular file.
+func (v *FS) OpenData(p string) (*os.File, unix.Stat_t, error) {
+	n, st, err := v.lookupPath(p)
+	if err != nil {
+		return nil, st, err
+	}
+	if n == nil {
+		return nil, st, unix.ENOENT
+	}
+	defer v.release(n)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		return nil, st, unix.EISDIR
+	default:
+		return nil, st, unix.EINVAL
+	}
+	f, err := v.openData(n)
+	return f, st, err
+}
+
+// Stat returns the attributes of the file at path p in the view, as
+// lstat(2) of it through the mount would: ENOENT when there is none.
+func (v *FS) Stat(p string) (unix.Stat_t, error) {
+	n, st, err := v.lookupPath(p)
+	if err != nil {
+		return st, err
+	}
+	if n == nil {
+		return st, unix.ENOENT
+	}
+	v.release(n)
+	return st, nil
 }

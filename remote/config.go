@@ -76,9 +76,16 @@ func endpointOf(cfg Config) (host string, secure, custom bool, err error) {
 	return u.Host, u.Scheme == "https", true, nil
 }
 
-// credentialsOf returns the credentials the AWS way (see the package
-// doc), or ErrNoCredentials.
-func credentialsOf(cfg Config) (*credentials.Credentials, error) {
+// Credentials sign the requests to a remote.
+type Credentials struct {
+	AccessKey    string
+	SecretKey    string
+	SessionToken string
+}
+
+// ResolveCredentials returns the credentials for cfg the AWS way (see
+// the package doc), or ErrNoCredentials.
+func ResolveCredentials(cfg Config) (Credentials, error) {
 	var chain []credentials.Provider
 	if cfg.Profile == "" {
 		chain = append(chain, &credentials.EnvAWS{})
@@ -87,14 +94,14 @@ func credentialsOf(cfg Config) (*credentials.Credentials, error) {
 	for _, p := range chain {
 		v, err := p.RetrieveWithCredContext(&credentials.CredContext{Client: http.DefaultClient})
 		if err == nil && v.AccessKeyID != "" && v.SecretAccessKey != "" {
-			return credentials.New(p), nil
+			return Credentials{AccessKey: v.AccessKeyID, SecretKey: v.SecretAccessKey, SessionToken: v.SessionToken}, nil
 		}
 	}
 	if cfg.Profile != "" {
-		return nil, fmt.Errorf("%w: the profile %q has none in ~/.aws/credentials or ~/.aws/config (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE): add it (aws configure --profile %s) or name another",
+		return Credentials{}, fmt.Errorf("%w: the profile %q has none in ~/.aws/credentials or ~/.aws/config (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE): add it (aws configure --profile %s) or name another",
 			ErrNoCredentials, cfg.Profile, cfg.Profile)
 	}
-	return nil, fmt.Errorf("%w: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials (AWS_PROFILE, or the remote's --profile)", ErrNoCredentials)
+	return Credentials{}, fmt.Errorf("%w: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials (AWS_PROFILE, or the remote's --profile)", ErrNoCredentials)
 }
 
 // Remote is a remote opened for transfers.
@@ -105,18 +112,30 @@ type Remote struct {
 	client   *minio.Client
 }
 
-// Open makes a client for the remote cfg describes. It sends no
-// request: Check does.
+// Open makes a client for the remote cfg describes, with the
+// credentials found the AWS way. It sends no request: Check does.
 func Open(cfg Config) (*Remote, error) {
+	if _, err := ParseURL(cfg.URL); err != nil {
+		return nil, err
+	}
+	if _, _, _, err := endpointOf(cfg); err != nil {
+		return nil, err
+	}
+	creds, err := ResolveCredentials(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return OpenWith(cfg, creds)
+}
+
+// OpenWith makes a client for the remote cfg describes that signs with
+// creds (cfg.Profile is not read).
+func OpenWith(cfg Config, creds Credentials) (*Remote, error) {
 	loc, err := ParseURL(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
 	host, secure, custom, err := endpointOf(cfg)
-	if err != nil {
-		return nil, err
-	}
-	creds, err := credentialsOf(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +151,7 @@ func Open(cfg Config) (*Remote, error) {
 		lookup = minio.BucketLookupPath
 	}
 	c, err := minio.New(host, &minio.Options{
-		Creds:        creds,
+		Creds:        credentials.NewStaticV4(creds.AccessKey, creds.SecretKey, creds.SessionToken),
 		Secure:       secure,
 		Region:       region,
 		BucketLookup: lookup,

@@ -154,6 +154,11 @@ func (c *Client) Restore(a ctl.RestoreArgs) (ctl.RestoreReply, error) {
 	return do[ctl.RestoreReply](c, ctl.OpRestore, a)
 }
 
+// Push is Workspace.Push.
+func (c *Client) Push(a ctl.PushArgs) (ctl.PushReply, error) {
+	return do[ctl.PushReply](c, ctl.OpPush, a)
+}
+
 // Export is Workspace.Export.
 func (c *Client) Export(a ctl.ExportArgs) (ctl.ExportReply, error) {
 	return do[ctl.ExportReply](c, ctl.OpExport, a)

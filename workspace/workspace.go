@@ -14,6 +14,7 @@ import (
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/overlay"
+	"github.com/agentfs/agentfs/remote"
 )
 
 // Options say which store to open, over which project.
@@ -52,6 +53,9 @@ type Options struct {
 	// asked (progress.go): for the tests of the progress bars only.
 	ProgressGate bool
 	Logger       *slog.Logger
+	// Hasher gives the SHA-256 of an object a push sends (push.go);
+	// nil reads the object (remote.ReadHash).
+	Hasher remote.Hasher
 }
 
 // Workspace is one open store: see the package doc.
