@@ -34,6 +34,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,9 +60,12 @@ type Server struct {
 	Endpoint string
 	// Root is the directory served: each subdirectory is a bucket.
 	Root string
-	// AccessLog is the gateway's access log.
+	// AccessLog is the access log of the gateway running (Restart starts another).
 	AccessLog string
 
+	bin  string
+	dir  string
+	logs []string // the access logs of every start, AccessLog last
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the gateway has exited
 }
@@ -122,7 +126,7 @@ func Start(t testing.TB, buckets ...string) *Server {
 	t.Helper()
 	bin := Require(t)
 	dir := t.TempDir()
-	s := &Server{Root: filepath.Join(dir, "root"), AccessLog: filepath.Join(dir, "access.log")}
+	s := &Server{Root: filepath.Join(dir, "root"), bin: bin, dir: dir}
 	if err := os.Mkdir(s.Root, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -131,17 +135,44 @@ func Start(t testing.TB, buckets ...string) *Server {
 			t.Fatal(err)
 		}
 	}
-	// The free port is found by listening and closing: another program
-	// may take it in between, so a start that fails is tried again.
+	s.launch(t)
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// launch starts the gateway on a free port, with an access log of its
+// own. The free port is found by listening and closing: another program
+// may take it in between, so a start that fails is tried again.
+func (s *Server) launch(t testing.TB) {
+	t.Helper()
 	var lastErr error
 	for range 3 {
-		if lastErr = s.start(bin, filepath.Join(dir, "versitygw.out")); lastErr == nil {
-			t.Cleanup(s.Stop)
-			return s
+		s.AccessLog = filepath.Join(s.dir, fmt.Sprintf("access.%d.log", len(s.logs)))
+		if lastErr = s.start(s.bin, filepath.Join(s.dir, "versitygw.out")); lastErr == nil {
+			s.logs = append(s.logs, s.AccessLog)
+			return
 		}
 	}
 	t.Fatalf("starting versitygw: %v", lastErr)
-	return nil
+}
+
+// Restart starts the gateway again, serving the same directory (it must
+// have been stopped), on another port: Endpoint changes.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	if s.cmd != nil {
+		t.Fatal("s3test: Restart of a running server")
+	}
+	s.launch(t)
+}
+
+// Pause stops the gateway's process (SIGSTOP): requests wait, and a
+// request in flight stays unanswered, until Stop kills it.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (s *Server) start(bin, out string) error {
@@ -245,14 +276,24 @@ func (s *Server) Objects(t testing.TB, bucket, prefix string) []string {
 	return keys
 }
 
-// Requests counts the requests of operation op (the gateway's name
+// Requests counts, over every start of the server, the requests of operation op (the gateway's name
 // without its "s3_" prefix: PutObject, CreateMultipartUpload,
 // UploadPart, GetObject, HeadObject, ListObjectsV2, ...) that the server
 // answered with a status below 300, and whose key starts with
 // keyPrefix.
 func (s *Server) Requests(t testing.TB, op, keyPrefix string) int {
 	t.Helper()
-	f, err := os.Open(s.AccessLog)
+	n := 0
+	for _, p := range s.logs {
+		n += countRequests(t, p, op, keyPrefix)
+	}
+	return n
+}
+
+// countRequests counts Requests in one access log.
+func countRequests(t testing.TB, log, op, keyPrefix string) int {
+	t.Helper()
+	f, err := os.Open(log)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return 0

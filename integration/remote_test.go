@@ -1,0 +1,256 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/internal/s3test"
+)
+
+// The remote tests: sessions pushed to and pulled from a real S3
+// server (Versity's gateway, started per test by s3test), between
+// "machines" that are separate state and configuration directories.
+
+const remoteBucket = "agent-runs"
+
+// machine is one machine's agentfs: its sessions (XDG_STATE_HOME), its
+// remotes (XDG_CONFIG_HOME) and its AWS credentials.
+type machine struct {
+	t      *testing.T
+	state  string
+	config string
+	env    []string // added to the test's environment
+}
+
+func newMachine(t *testing.T, srv *s3test.Server) *machine {
+	t.Helper()
+	m := &machine{t: t, state: t.TempDir(), config: t.TempDir()}
+	m.env = []string{
+		"XDG_STATE_HOME=" + m.state, "XDG_CONFIG_HOME=" + m.config,
+		"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey,
+		"AWS_PROFILE=", "AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(m.config, "no-aws-credentials"),
+		"AWS_CONFIG_FILE=" + filepath.Join(m.config, "no-aws-config"),
+	}
+	if r := m.agentfs("", "remote", "add", "team", "s3://"+remoteBucket+"/acme", "--endpoint", srv.Endpoint); r.Code != 0 {
+		t.Fatalf("remote add: %s", r)
+	}
+	return m
+}
+
+// cmd prepares agentfs args in dir (the test's directory when ""), with
+// the machine's environment and extra.
+func (m *machine) cmd(dir string, extra []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(harness.Bin(), args...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), m.env...), extra...)
+	return cmd
+}
+
+func (m *machine) agentfs(dir string, args ...string) harness.Result {
+	m.t.Helper()
+	return harness.RunCmd(m.t, m.cmd(dir, nil, args...), args)
+}
+
+// run runs script (sh) as an agentfs run session of project and
+// returns the session's id.
+func (m *machine) run(project, script string) string {
+	m.t.Helper()
+	r := m.agentfs(project, "run", "--", "sh", "-c", script)
+	if r.Code != 0 {
+		m.t.Fatalf("agentfs run: %s", r)
+	}
+	return sessionIDOf(m.t, r)
+}
+
+// newProject makes a project directory with files (path → content).
+func newProject(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := harness.NewMountpoint(t)
+	for p, content := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		harness.WriteFile(t, filepath.Join(dir, p), content)
+	}
+	return dir
+}
+
+// pushReply is agentfs push --json's output.
+type pushReply struct {
+	Session   string   `json:"session"`
+	Snapshots []string `json:"snapshots"`
+	Objects   int      `json:"objects"`
+	Sent      int      `json:"sent"`
+	Skipped   int      `json:"skipped"`
+}
+
+func (m *machine) push(args ...string) pushReply {
+	m.t.Helper()
+	r := m.agentfs("", append([]string{"push", "--json"}, args...)...)
+	if r.Code != 0 {
+		m.t.Fatalf("push: %s", r)
+	}
+	var rep pushReply
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		m.t.Fatalf("push --json: %v\n%s", err, r)
+	}
+	return rep
+}
+
+// TestPushSession pushes a session and checks what the server holds:
+// an object for each file the session wrote (identical contents once),
+// a document for each snapshot, the branch and the session; remote ls
+// lists it.
+func TestPushSession(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a := newMachine(t, srv)
+	project := newProject(t, map[string]string{"a.txt": "hello\n", "b.txt": "bye\n", "src/main.go": "package main\n"})
+	id := a.run(project, "echo changed > a.txt; rm b.txt; echo twin > t1; echo twin > t2; mkdir d; ln -s ../a.txt d/l")
+	rep := a.push("-s", id)
+	if rep.Session != id || rep.Sent != 2 || rep.Objects != 2 || len(rep.Snapshots) < 2 {
+		t.Errorf("push = %+v, want session %s, 2 objects sent (a.txt, the twins), 2 snapshots or more", rep, id)
+	}
+	if got := srv.Objects(t, remoteBucket, "acme/objects/"); len(got) != 2 {
+		t.Errorf("server objects = %q, want 2", got)
+	}
+	docs := srv.Objects(t, remoteBucket, "acme/snapshots/")
+	if len(docs) != len(rep.Snapshots)+1 {
+		t.Errorf("server snapshot documents = %q, want %d (the snapshots and branch main)", docs, len(rep.Snapshots)+1)
+	}
+	if got := srv.Objects(t, remoteBucket, "acme/sessions/"); len(got) != 1 || got[0] != "acme/sessions/"+id+".json" {
+		t.Errorf("server session documents = %q, want %s", got, id)
+	}
+	r := a.agentfs("", "remote", "ls", "team")
+	if r.Code != 0 || !strings.Contains(r.Stdout, id) || !strings.Contains(r.Stdout, rep.Snapshots[0]) {
+		t.Errorf("remote ls team does not list the session and its snapshots: %s", r)
+	}
+}
+
+// TestPushDedup pushes two sessions of the same project: the second
+// uploads only the file it wrote that the first did not, counted from
+// the server's access log.
+func TestPushDedup(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a := newMachine(t, srv)
+	files := map[string]string{}
+	for i := range 20 {
+		files[fmt.Sprintf("src/f%02d.txt", i)] = strings.Repeat(fmt.Sprintf("line %d\n", i), 100)
+	}
+	project := newProject(t, files)
+	first := a.run(project, "for f in src/*.txt; do echo edited >> $f; done")
+	a.push("-s", first)
+	before := srv.Requests(t, "PutObject", "acme/objects/")
+	if before != 20 {
+		t.Fatalf("first push: the server stored %d objects, want 20", before)
+	}
+	second := a.run(project, "for f in src/*.txt; do echo edited >> $f; done; echo more >> src/f00.txt")
+	rep := a.push("-s", second)
+	if sent := srv.Requests(t, "PutObject", "acme/objects/") - before; sent != 1 || rep.Sent != 1 || rep.Skipped != 19 {
+		t.Errorf("second push: the server stored %d objects (reply %+v), want 1 sent and 19 already there", sent, rep)
+	}
+}
+
+// TestPushResume kills a push half way and pushes again: no document
+// was written by the killed push, and the second sends only what had
+// not arrived. To stop the push at a point the test knows, the server
+// is paused (SIGSTOP) once ten objects arrived, the push is killed
+// (SIGKILL), and the server with the request it held is killed too and
+// started again on the same directory.
+func TestPushResume(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a := newMachine(t, srv)
+	project := newProject(t, map[string]string{"seed": "x\n"})
+	const n = 100
+	id := a.run(project, fmt.Sprintf("i=0; while [ $i -lt %d ]; do head -c 1048576 /dev/urandom > f$i; i=$((i+1)); done", n))
+	cmd := a.cmd("", nil, "push", "-s", id, "--parallel", "1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	arrivedTen := harness.WaitFor(func() bool { return len(srv.Objects(t, remoteBucket, "acme/objects/")) >= 10 })
+	srv.Pause(t)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	srv.Stop()
+	if !arrivedTen {
+		t.Fatal("the push stored no 10 objects")
+	}
+	if got := srv.Objects(t, remoteBucket, "acme/sessions/"); len(got) != 0 {
+		t.Fatalf("the killed push wrote the session's document: %q", got)
+	}
+	if got := srv.Objects(t, remoteBucket, "acme/snapshots/"); len(got) != 0 {
+		t.Fatalf("the killed push wrote snapshot documents: %q", got)
+	}
+	arrived := len(srv.Objects(t, remoteBucket, "acme/objects/"))
+	if arrived >= n {
+		t.Fatalf("the push was not killed half way: all %d objects arrived", arrived)
+	}
+	srv.Restart(t)
+	for _, args := range [][]string{{"remote", "rm", "team"}, {"remote", "add", "team", "s3://" + remoteBucket + "/acme", "--endpoint", srv.Endpoint}} {
+		if r := a.agentfs("", args...); r.Code != 0 {
+			t.Fatalf("%s", r)
+		}
+	}
+	before := srv.Requests(t, "PutObject", "acme/objects/")
+	rep := a.push("-s", id)
+	sent := srv.Requests(t, "PutObject", "acme/objects/") - before
+	if sent != n-arrived || rep.Sent != sent || rep.Skipped != arrived {
+		t.Errorf("the resumed push stored %d objects (reply %+v), want %d sent and %d already there", sent, rep, n-arrived, arrived)
+	}
+	if got := srv.Objects(t, remoteBucket, "acme/sessions/"); len(got) != 1 {
+		t.Errorf("after the resumed push the server holds the session documents %q, want one", got)
+	}
+}
+
+// TestRemoteBadInput: an unknown remote, refused credentials, a
+// missing bucket, no credentials: each a clear error, exit 1, nothing
+// stored.
+func TestRemoteBadInput(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a := newMachine(t, srv)
+	project := newProject(t, map[string]string{"a.txt": "a\n"})
+	id := a.run(project, "echo b > a.txt")
+	if r := a.agentfs("", "remote", "add", "nobucket", "s3://no-such-bucket/x", "--endpoint", srv.Endpoint); r.Code != 0 {
+		t.Fatalf("remote add: %s", r)
+	}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		env   []string
+		words []string
+	}{
+		{"unknown remote", []string{"push", "-s", id, "--remote", "nope"}, nil, []string{`"nope"`, "agentfs remote add"}},
+		{"two remotes, none named", []string{"push", "-s", id}, nil, []string{"--remote"}},
+		{"wrong secret", []string{"push", "-s", id, "--remote", "team"}, []string{"AWS_SECRET_ACCESS_KEY=wrong"}, []string{"refused the credentials", "AWS_SECRET_ACCESS_KEY"}},
+		{"no credentials", []string{"push", "-s", id, "--remote", "team"}, []string{"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY="}, []string{"AWS_ACCESS_KEY_ID"}},
+		{"missing bucket", []string{"push", "-s", id, "--remote", "nobucket"}, nil, []string{"no-such-bucket", "does not exist"}},
+		{"remote ls of a missing bucket", []string{"remote", "ls", "nobucket"}, nil, []string{"no-such-bucket"}},
+		{"bad URL", []string{"remote", "add", "x", "http://bucket/p"}, nil, []string{"s3://BUCKET"}},
+	} {
+		r := harness.RunCmd(t, a.cmd("", c.env, c.args...), c.args)
+		if r.Code != 1 {
+			t.Errorf("%s: exit %d, want 1: %s", c.name, r.Code, r)
+			continue
+		}
+		for _, w := range c.words {
+			if !strings.Contains(r.Stderr, w) {
+				t.Errorf("%s: stderr %q does not say %q", c.name, r.Stderr, w)
+			}
+		}
+	}
+	if got := srv.Objects(t, remoteBucket, ""); len(got) != 0 {
+		t.Errorf("bad pushes stored %q", got)
+	}
+}
