@@ -106,6 +106,9 @@ type Record struct {
 	// Relaunches say when, and from what.
 	Supervised bool       `json:"supervised,omitempty"`
 	Relaunches []Relaunch `json:"relaunches,omitempty"`
+	// PulledFrom is the remote (NAME s3://BUCKET/PREFIX) the session was
+	// pulled from (agentfs pull); empty for a session run here.
+	PulledFrom string `json:"pulled_from,omitempty"`
 }
 
 // Relaunch is one start of a supervised command after a rewind.

@@ -109,6 +109,6 @@ func runPush(_ context.Context, o *pushOptions, args []string) error {
 		what = fmt.Sprintf("session %s (%d snapshots, %d branches)", rep.Session, len(rep.Snapshots), len(rep.Branches))
 	}
 	fmt.Fprintf(o.stdout, "pushed %s to %s (%s): %d objects sent (%s), %d already there (%s)\n",
-		what, rep.Remote, rep.URL, rep.Sent, sizeString(rep.SentBytes), rep.Skipped, sizeString(rep.SkippedBytes))
+		what, rep.Remote, rep.URL, rep.Sent, humanBytes(rep.SentBytes), rep.Skipped, humanBytes(rep.SkippedBytes))
 	return nil
 }

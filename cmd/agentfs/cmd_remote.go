@@ -160,26 +160,12 @@ func runRemoteLs(ctx context.Context, o *remoteLsOptions, args []string) error {
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "sessions of %s (%s):\n", l.Remote, l.URL)
 	for _, s := range l.Sessions {
-		fmt.Fprintf(w, "  %s\t%s\t%d snapshots\t%s\t%s\n", s.ID, s.State, len(s.Snapshots), sizeString(s.Bytes), printable(s.Project))
+		fmt.Fprintf(w, "  %s\t%s\t%d snapshots\t%s\t%s\n", s.ID, s.State, len(s.Snapshots), humanBytes(s.Bytes), printable(s.Project))
 	}
 	fmt.Fprintf(w, "snapshots:\n")
 	for _, s := range l.Snapshots {
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\n", s.ID, printable(s.Session), timeString(s.Created), printable(s.Branch), sizeString(s.Bytes), printable(s.Label))
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\n", s.ID, printable(s.Session), timeString(s.Created), printable(s.Branch), humanBytes(s.Bytes), printable(s.Label))
 	}
 	return w.Flush()
 }
 
-// sizeString shows a count of bytes in binary units: "512 B",
-// "1.5 MiB".
-func sizeString(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
