@@ -254,3 +254,160 @@ func TestRemoteBadInput(t *testing.T) {
 		t.Errorf("bad pushes stored %q", got)
 	}
 }
+
+// pullReply is agentfs pull --json's output.
+type pullReply struct {
+	Session   string            `json:"session"`
+	Snapshots map[string]string `json:"snapshots"`
+	Fetched   int               `json:"fetched"`
+	Conflicts []string          `json:"conflicts"`
+}
+
+func (m *machine) pull(project, ref string) pullReply {
+	m.t.Helper()
+	r := m.agentfs(project, "pull", "--json", ref)
+	if r.Code != 0 {
+		m.t.Fatalf("pull: %s", r)
+	}
+	var rep pullReply
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		m.t.Fatalf("pull --json: %v\n%s", err, r)
+	}
+	return rep
+}
+
+// copyProject copies a project to a new directory (another checkout:
+// other path, other inode numbers, same contents).
+func copyProject(t *testing.T, src string) string {
+	t.Helper()
+	dst := harness.NewMountpoint(t)
+	if out, err := exec.Command("cp", "-a", src+"/.", dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp -a: %v\n%s", err, out)
+	}
+	return dst
+}
+
+// TestPullSession: a session run on machine A is pushed, pulled on
+// machine B over B's own checkout (another path, other inodes, the same
+// files), reviewed there (sessions, diff, snapshot list, export, a
+// branch from a pulled snapshot) and applied without conflict: B's
+// checkout then holds what A's session made.
+func TestPullSession(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a, b := newMachine(t, srv), newMachine(t, srv)
+	project := newProject(t, map[string]string{"a.txt": "hello\n", "b.txt": "bye\n", "src/main.go": "package main\n"})
+	checkoutB := copyProject(t, project)
+	id := a.run(project, "echo changed > a.txt; rm b.txt; mkdir -p d/e; echo deep > d/e/f; ln -s ../a.txt d/l; chmod 600 src/main.go")
+	pushed := a.push("-s", id)
+	rep := b.pull(checkoutB, "team/"+id)
+	if rep.Session != id || len(rep.Snapshots) != len(pushed.Snapshots) || len(rep.Conflicts) != 0 {
+		t.Fatalf("pull = %+v, want session %s, %d snapshots, no conflict", rep, id, len(pushed.Snapshots))
+	}
+	if r := b.agentfs(checkoutB, "sessions"); r.Code != 0 || !strings.Contains(r.Stdout, id) || !strings.Contains(r.Stdout, checkoutB) {
+		t.Errorf("sessions on B does not list %s over %s: %s", id, checkoutB, r)
+	}
+	diffA, diffB := a.agentfs(project, "diff", "-s", id), b.agentfs(checkoutB, "diff", "-s", id)
+	if diffA.Code != 0 || diffB.Code != 0 || diffA.Stdout != diffB.Stdout {
+		t.Errorf("diff on B differs from diff on A:\nA: %s\nB: %s", diffA, diffB)
+	}
+	for pushedID, here := range rep.Snapshots {
+		if r := b.agentfs(checkoutB, "snapshot", "list", "-s", id); !strings.Contains(r.Stdout, here) {
+			t.Errorf("snapshot %s (pushed as %s) is not in B's snapshot list: %s", here, pushedID, r)
+		}
+	}
+	exported := filepath.Join(t.TempDir(), "export")
+	if r := b.agentfs(checkoutB, "export", "-s", id, "main", "--to", exported); r.Code != 0 {
+		t.Errorf("export on B: %s", r)
+	} else if got := harness.ReadFile(t, filepath.Join(exported, "d/e/f")); got != "deep\n" {
+		t.Errorf("exported d/e/f = %q, want deep", got)
+	}
+	if r := b.agentfs(checkoutB, "branch", "create", "-s", id, "--from", rep.Snapshots[pushed.Snapshots[0]], "again"); r.Code != 0 {
+		t.Errorf("branch create from a pulled snapshot: %s", r)
+	}
+	if r := b.agentfs(checkoutB, "apply", "-s", id); r.Code != 0 {
+		t.Fatalf("apply on B: %s", r)
+	}
+	for p, want := range map[string]string{"a.txt": "changed\n", "d/e/f": "deep\n", "src/main.go": "package main\n"} {
+		if got := harness.ReadFile(t, filepath.Join(checkoutB, p)); got != want {
+			t.Errorf("B's %s = %q, want %q", p, got, want)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(checkoutB, "b.txt")); !os.IsNotExist(err) {
+		t.Errorf("B's b.txt: %v, want it deleted", err)
+	}
+	if target, err := os.Readlink(filepath.Join(checkoutB, "d/l")); err != nil || target != "../a.txt" {
+		t.Errorf("B's d/l -> %q (%v), want ../a.txt", target, err)
+	}
+	if st, err := os.Stat(filepath.Join(checkoutB, "src/main.go")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("B's src/main.go mode = %v (%v), want 0600", st.Mode(), err)
+	}
+}
+
+// TestPullConflict: B's checkout has another a.txt than the one A's
+// session changed: pull names it, apply refuses it (and applies the
+// rest), apply --force takes it.
+func TestPullConflict(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a, b := newMachine(t, srv), newMachine(t, srv)
+	project := newProject(t, map[string]string{"a.txt": "hello\n", "c.txt": "same\n"})
+	checkoutB := copyProject(t, project)
+	harness.WriteFile(t, filepath.Join(checkoutB, "a.txt"), "edited on B\n")
+	id := a.run(project, "echo from A > a.txt; echo from A > c.txt")
+	a.push("-s", id)
+	rep := b.pull(checkoutB, "team/"+id)
+	if len(rep.Conflicts) != 1 || rep.Conflicts[0] != "a.txt" {
+		t.Errorf("pull conflicts = %q, want [a.txt]", rep.Conflicts)
+	}
+	r := b.agentfs(checkoutB, "apply", "-s", id)
+	if r.Code == 0 || !strings.Contains(r.Stdout+r.Stderr, "a.txt") {
+		t.Errorf("apply over a conflict: %s; want a failure naming a.txt", r)
+	}
+	if got := harness.ReadFile(t, filepath.Join(checkoutB, "a.txt")); got != "edited on B\n" {
+		t.Errorf("apply overwrote the conflicting a.txt: %q", got)
+	}
+	if got := harness.ReadFile(t, filepath.Join(checkoutB, "c.txt")); got != "from A\n" {
+		t.Errorf("c.txt (no conflict) = %q, want it applied", got)
+	}
+	if r := b.agentfs(checkoutB, "apply", "-s", id, "--force"); r.Code != 0 {
+		t.Errorf("apply --force: %s", r)
+	}
+	if got := harness.ReadFile(t, filepath.Join(checkoutB, "a.txt")); got != "from A\n" {
+		t.Errorf("after apply --force a.txt = %q, want A's", got)
+	}
+}
+
+// TestPullRefusesCorruptObject damages an object on the server: the
+// pull fails naming it and no session appears on B; once the object is
+// pushed again whole, the pull succeeds, fetching only what it lacked.
+func TestPullRefusesCorruptObject(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a, b := newMachine(t, srv), newMachine(t, srv)
+	project := newProject(t, map[string]string{"a.txt": "hello\n"})
+	id := a.run(project, "echo one > one; echo two > two; echo three > three")
+	a.push("-s", id)
+	objs := srv.Objects(t, remoteBucket, "acme/objects/")
+	if len(objs) != 3 {
+		t.Fatalf("server objects %q, want 3", objs)
+	}
+	victim := objs[1]
+	harness.WriteFile(t, srv.ObjectFile(remoteBucket, victim), "tampered\n")
+	checkoutB := copyProject(t, project)
+	r := b.agentfs(checkoutB, "pull", "team/"+id)
+	if r.Code != 1 || !strings.Contains(r.Stderr, victim) || !strings.Contains(r.Stderr, "damaged") {
+		t.Errorf("pull of a damaged object: %s; want exit 1 naming %s", r, victim)
+	}
+	if r := b.agentfs(checkoutB, "sessions"); strings.Contains(r.Stdout, id) {
+		t.Errorf("a refused pull left the session: %s", r)
+	}
+	if err := os.Remove(srv.ObjectFile(remoteBucket, victim)); err != nil {
+		t.Fatal(err)
+	}
+	a.push("-s", id)
+	rep := b.pull(checkoutB, "team/"+id)
+	if rep.Fetched != 1 {
+		t.Errorf("the second pull fetched %d objects, want 1 (the others were fetched before)", rep.Fetched)
+	}
+}

@@ -63,20 +63,30 @@ func (t *tracker) update(f func(p *Progress)) {
 func (t *tracker) bytes(n int64) { t.update(func(p *Progress) { p.BytesDone += n }) }
 
 // forEach calls fn for 0..n-1 on at most parallel goroutines, and
-// returns the first error (the others are cancelled through ctx).
+// returns the first error. After an error no new call starts, and the
+// calls under way finish (what they move is not lost to a resume); the
+// caller's cancellation of ctx reaches them all.
 func forEach(ctx context.Context, n, parallel int, fn func(ctx context.Context, i int) error) error {
 	if parallel < 1 {
 		parallel = DefaultParallel
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	var (
+		mu    sync.Mutex
+		first error
+	)
+	stop := make(chan struct{})
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range min(parallel, n) {
 		wg.Go(func() {
 			for i := range next {
 				if err := fn(ctx, i); err != nil {
-					cancel(err)
+					mu.Lock()
+					if first == nil {
+						first = err
+						close(stop)
+					}
+					mu.Unlock()
 				}
 			}
 		})
@@ -85,14 +95,18 @@ feed:
 	for i := range n {
 		select {
 		case next <- i:
+		case <-stop:
+			break feed
 		case <-ctx.Done():
 			break feed
 		}
 	}
 	close(next)
 	wg.Wait()
-	// The first worker's error, or the caller's cancellation.
-	return context.Cause(ctx)
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
 }
 
 // attempts is how often a transfer of one object is started before its
