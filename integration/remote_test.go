@@ -411,3 +411,31 @@ func TestPullRefusesCorruptObject(t *testing.T) {
 		t.Errorf("the second pull fetched %d objects, want 1 (the others were fetched before)", rep.Fetched)
 	}
 }
+
+// TestPushSnapshotOfMount pushes one snapshot of a running mount (the
+// daemon does the transfer, with the credentials the CLI found), and
+// pulls nothing: the snapshot's document and objects are on the server.
+func TestPushSnapshotOfMount(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a := newMachine(t, srv)
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("a.txt", "hello\n")))
+	harness.WriteFile(t, m.Path("a.txt"), "changed in the mount\n")
+	harness.WriteFile(t, m.Path("new.txt"), "new\n")
+	r := a.agentfs(m.Dir, "snapshot", "create", "-m", "to push")
+	if r.Code != 0 {
+		t.Fatalf("snapshot create: %s", r)
+	}
+	lines := strings.Fields(r.Stdout)
+	id := lines[len(lines)-1] // the last line is the id alone
+	rep := a.push("-C", m.Dir, id)
+	if len(rep.Snapshots) != 1 || rep.Sent != 2 {
+		t.Errorf("push %s = %+v, want one snapshot and 2 objects sent", id, rep)
+	}
+	if got := srv.Objects(t, remoteBucket, "acme/snapshots/"); len(got) != 1 || !strings.Contains(got[0], rep.Snapshots[0]) {
+		t.Errorf("server snapshot documents = %q, want the one of %s", got, rep.Snapshots[0])
+	}
+	if got := srv.Objects(t, remoteBucket, "acme/sessions/"); len(got) != 0 {
+		t.Errorf("a snapshot's push wrote session documents: %q", got)
+	}
+}
