@@ -122,9 +122,10 @@ bench: build bench-deps
 	$(GO) build -o bin/agentfs-bench ./cmd/agentfs-bench
 	bin/agentfs-bench --agentfs $(BIN) $(BENCHFLAGS)
 
-# bench-deps installs fuse-overlayfs when it is missing and we are root;
-# without it the benchmark leaves that column out.
-bench-deps:
+# bench-deps installs fuse-overlayfs when it is missing and we are root
+# (without it the benchmark leaves that column out), and the S3 server
+# of the remote row.
+bench-deps: $(VERSITYGW)
 	@if ! command -v fuse-overlayfs >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing: fuse-overlayfs"; \

@@ -439,3 +439,62 @@ func TestPushSnapshotOfMount(t *testing.T) {
 		t.Errorf("a snapshot's push wrote session documents: %q", got)
 	}
 }
+
+// TestPullResume kills a pull half way (as TestPushResume kills a
+// push): no session appears, and the next pull fetches only the
+// objects the first had not.
+func TestPullResume(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a, b := newMachine(t, srv), newMachine(t, srv)
+	project := newProject(t, map[string]string{"seed": "x\n"})
+	const n = 100
+	id := a.run(project, fmt.Sprintf("i=0; while [ $i -lt %d ]; do head -c 1048576 /dev/urandom > f$i; i=$((i+1)); done", n))
+	a.push("-s", id)
+	checkoutB := copyProject(t, project)
+	fetched := func() int { // complete objects, not the temporary files of those under way
+		ms, _ := filepath.Glob(filepath.Join(b.state, "agentfs", "sessions", id, "pull-objects", "*", "*"))
+		n := 0
+		for _, m := range ms {
+			if !strings.HasPrefix(filepath.Base(m), ".") {
+				n++
+			}
+		}
+		return n
+	}
+	cmd := b.cmd(checkoutB, nil, "pull", "--parallel", "1", "team/"+id)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fetchedTen := harness.WaitFor(func() bool { return fetched() >= 10 })
+	srv.Pause(t)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	srv.Stop()
+	if !fetchedTen {
+		t.Fatal("the pull fetched no 10 objects")
+	}
+	got := fetched()
+	if got >= n {
+		t.Fatalf("the pull was not killed half way: all %d objects fetched", got)
+	}
+	if r := b.agentfs(checkoutB, "sessions"); strings.Contains(r.Stdout, id) {
+		t.Errorf("a killed pull left a session: %s", r)
+	}
+	srv.Restart(t)
+	for _, args := range [][]string{{"remote", "rm", "team"}, {"remote", "add", "team", "s3://" + remoteBucket + "/acme", "--endpoint", srv.Endpoint}} {
+		if r := b.agentfs("", args...); r.Code != 0 {
+			t.Fatalf("%s", r)
+		}
+	}
+	before := srv.Requests(t, "GetObject", "acme/objects/")
+	rep := b.pull(checkoutB, "team/"+id)
+	if gets := srv.Requests(t, "GetObject", "acme/objects/") - before; rep.Fetched != n-got || gets != n-got {
+		t.Errorf("the resumed pull fetched %d objects (the server answered %d), want %d", rep.Fetched, gets, n-got)
+	}
+	if r := b.agentfs(checkoutB, "diff", "-s", id, "--stat"); r.Code != 0 {
+		t.Errorf("diff of the pulled session: %s", r)
+	}
+}

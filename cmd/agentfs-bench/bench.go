@@ -116,6 +116,11 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 			return err
 		}
 	}
+	if cfg.remote {
+		if rep.Remote, err = b.runRemote(ctx, agentfsOK); err != nil {
+			return err
+		}
+	}
 	if os.Geteuid() != 0 {
 		rep.Notes = append(rep.Notes, "not run as root: the page cache was not dropped before the runs in fresh views, so the times of untar and small-files depend on what was deleted just before them (see bench/README.md)")
 	}

@@ -93,6 +93,7 @@ type options struct {
 	baseline     string
 	out          string
 	quick        bool
+	versitygw    string
 }
 
 func (o *options) AddFlags(flags *pflag.FlagSet) {
@@ -100,12 +101,14 @@ func (o *options) AddFlags(flags *pflag.FlagSet) {
 	flags.IntVar(&o.warmup, "warmup", 1, "untimed warm-up runs before the timed ones (`N`; snapshot-100k: none)")
 	flags.StringVar(&o.only, "only", "", "run only these `WORKLOADS` (comma-separated): "+strings.Join(workloadNames(), ",")+
 		"; or of the snapshot table (agentfs): "+strings.Join(snapOpNames(), ",")+" ("+snapshotGroup+": all of these)"+
-		"; or "+memoryOp+" (the agentfs daemon's memory over walks of a large tree)")
+		"; or "+memoryOp+" (the agentfs daemon's memory over walks of a large tree)"+
+		"; or "+remoteOp+" (push and pull of a session of 10,000 files against a local S3 server)")
 	flags.StringVar(&o.filesystems, "fs", strings.Join(defaultFilesystems, ","), "the filesystems to compare (`LIST`, comma-separated; must include native; with --baseline the default adds "+fsAgentfsBaseline+")")
 	flags.StringVar(&o.workdir, "workdir", defaultWorkdir, "`DIR` for the trees, uppers and mounts (on a disk filesystem, not tmpfs)")
 	flags.StringVar(&o.agentfs, "agentfs", "", "the agentfs binary (`PATH`; default: agentfs beside this program, else on $PATH)")
 	flags.StringVar(&o.baseline, "baseline", "", "another agentfs binary to compare with --agentfs (`PATH`): mounted as agentfs is, as the filesystem "+fsAgentfsBaseline+" (the first table only)")
 	flags.StringVar(&o.out, "out", "bench", "`DIR` for results.md, results.json and results.png")
+	flags.StringVar(&o.versitygw, "versitygw", os.Getenv("AGENTFS_VERSITYGW"), "the S3 server of the remote row, Versity's gateway (`PATH`; default: AGENTFS_VERSITYGW, which make bench sets)")
 	flags.BoolVar(&o.quick, "quick", false, "small sizes for development: a 64 MiB file, 500 small files, 1,000 programs spawned, 10,000 instead of 100,000 changed files and walked files, 2 runs")
 }
 
@@ -130,6 +133,11 @@ type config struct {
 	// tree of memFiles files.
 	memory   bool
 	memFiles int
+	// remote: push and pull a session of remoteFiles files to the S3
+	// server versitygw (remote.go).
+	remote      bool
+	remoteFiles int
+	versitygw   string
 }
 
 // agentfsBinary is the binary that mounts filesystem, an agentfs filesystem
@@ -145,9 +153,10 @@ func (c *config) agentfsBinary(filesystem string) string {
 // flags were given.
 func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 	c := &config{runs: o.runs, warmup: o.warmup, quick: o.quick, bigSize: fullBigSize, smallFiles: fullSmallFiles, spawns: fullSpawns,
-		snapFiles: fullSnapFiles, snapManyFiles: fullSnapManyFiles, memFiles: fullMemFiles}
+		snapFiles: fullSnapFiles, snapManyFiles: fullSnapManyFiles, memFiles: fullMemFiles, remoteFiles: fullRemoteFiles}
 	if o.quick {
 		c.bigSize, c.smallFiles, c.spawns, c.snapManyFiles, c.memFiles = quickBigSize, quickSmallFiles, quickSpawns, quickSnapManyFiles, quickMemFiles
+		c.remoteFiles = quickRemoteFiles
 		if !flags.Changed("runs") {
 			c.runs = quickRuns
 		}
@@ -161,6 +170,13 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 	var err error
 	if c.workloads, c.snapOps, c.memory, err = selectWorkloads(o.only); err != nil {
 		return nil, err
+	}
+	c.remote = strings.TrimSpace(o.only) == "" || slices.Contains(splitList(o.only), remoteOp)
+	if c.remote && o.versitygw != "" {
+		// Missing, the row says so (make bench-deps installs it).
+		if st, err := os.Stat(o.versitygw); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			c.versitygw = o.versitygw
+		}
 	}
 	list := o.filesystems
 	if o.baseline != "" && !flags.Changed("fs") {
@@ -185,10 +201,10 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 	}
 	if !slices.Contains(c.filesystems, fsAgentfs) {
 		// The snapshot table and the memory row are agentfs's alone.
-		if (len(c.snapOps) > 0 || c.memory) && strings.TrimSpace(o.only) != "" {
-			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory): add agentfs to --fs", o.only)
+		if (len(c.snapOps) > 0 || c.memory || c.remote) && strings.TrimSpace(o.only) != "" {
+			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory, remote): add agentfs to --fs", o.only)
 		}
-		c.snapOps, c.memory = nil, false
+		c.snapOps, c.memory, c.remote = nil, false, false
 	}
 	if slices.Contains(c.filesystems, fsAgentfs) || slices.Contains(c.filesystems, fsAgentfsUntraced) {
 		if c.agentfsBin, err = findAgentfs(o.agentfs); err != nil {
@@ -247,9 +263,11 @@ func selectWorkloads(only string) ([]*workload, []*snapOp, bool, error) {
 			}
 		case name == memoryOp:
 			want[name] = true
+		case name == remoteOp:
+			// runRemote's: config reads it
 		case findWorkload(name) == nil && findSnapOp(name) == nil:
-			return nil, nil, false, usagef("--only %q: unknown workload %q; choose from %s, the snapshot table's %s (%s: all of them), or %s",
-				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup, memoryOp)
+			return nil, nil, false, usagef("--only %q: unknown workload %q; choose from %s, the snapshot table's %s (%s: all of them), %s or %s",
+				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup, memoryOp, remoteOp)
 		default:
 			want[name] = true
 		}

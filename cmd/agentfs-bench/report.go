@@ -22,6 +22,8 @@ type report struct {
 	Snapshots []*snapResult `json:"snapshots,omitempty"`
 	// Memory is the agentfs daemon's memory over walks of a large tree.
 	Memory *memResult `json:"memory,omitempty"`
+	// Remote is push and pull of a session against a local S3 server.
+	Remote *remoteResult `json:"remote,omitempty"`
 	// TraceCost is agentfs over agentfs-untraced (tracecost.go).
 	TraceCost       *traceCost         `json:"trace_cost,omitempty"`
 	CopyUpSeconds   map[string]float64 `json:"copy_up_seconds,omitempty"`
@@ -295,6 +297,12 @@ func (r *report) markdown() string {
 			b.WriteString("\n")
 		}
 		r.memoryMarkdown(&b)
+	}
+	if r.Remote != nil {
+		if len(r.Workloads) > 0 || len(r.Snapshots) > 0 || r.Memory != nil {
+			b.WriteString("\n")
+		}
+		r.Remote.markdown(&b)
 	}
 
 	reflink := "no"

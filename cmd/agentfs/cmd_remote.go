@@ -164,6 +164,9 @@ func runRemoteLs(ctx context.Context, o *remoteLsOptions, args []string) error {
 	}
 	fmt.Fprintf(w, "snapshots:\n")
 	for _, s := range l.Snapshots {
+		if s.Kind == "branch" {
+			continue // a session's branch: the session's line stands for it
+		}
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\n", s.ID, printable(s.Session), timeString(s.Created), printable(s.Branch), humanBytes(s.Bytes), printable(s.Label))
 	}
 	return w.Flush()
