@@ -273,6 +273,19 @@ func (m *machine) pull(project, ref string) pullReply {
 	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
 		m.t.Fatalf("pull --json: %v\n%s", err, r)
 	}
+	// --json writes the progress as JSON lines on stderr: at least the
+	// fetch's last.
+	var ev struct {
+		Progress struct {
+			Op    string `json:"op"`
+			Done  int    `json:"done"`
+			Total int    `json:"total"`
+		} `json:"progress"`
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stderr), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &ev); err != nil || ev.Progress.Op != "pull" || ev.Progress.Done != ev.Progress.Total {
+		m.t.Errorf("pull --json: the last line on stderr is no final progress event of the pull (%v): %q", err, r.Stderr)
+	}
 	return rep
 }
 

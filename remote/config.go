@@ -245,6 +245,6 @@ var (
 // permanent reports whether err is one that retrying cannot mend.
 func permanent(err error) bool {
 	return errors.Is(err, ErrNoBucket) || errors.Is(err, ErrCredentials) || errors.Is(err, ErrNoCredentials) ||
-		errors.Is(err, ErrNotFound) || errors.Is(err, ErrCorrupt) || errors.Is(err, errChanged) ||
+		errors.Is(err, ErrNotFound) || errors.Is(err, ErrCorrupt) || errors.Is(err, errChanged) || errors.Is(err, errNoSpace) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

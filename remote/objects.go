@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/minio/minio-go/v7"
 )
@@ -24,6 +25,9 @@ const (
 	PartSize           = 16 << 20
 	partsInFlight      = 4
 )
+
+// errNoSpace is the error of a fetch into a full disk (not retried).
+var errNoSpace = errors.New("no space left")
 
 // errChanged is the error of an object whose bytes changed between
 // being hashed and being read for the upload.
@@ -115,6 +119,9 @@ func (r *Remote) fetchObject(ctx context.Context, sum Sum, dir string, onBytes f
 		}
 	}()
 	if err := r.ReadObject(ctx, sum, tmp, onBytes); err != nil {
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			return fmt.Errorf("%w: the disk of %s is full: free space and fetch again (what was fetched is kept)", errNoSpace, dir)
+		}
 		return err
 	}
 	if err := tmp.Sync(); err != nil {

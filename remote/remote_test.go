@@ -15,7 +15,10 @@ import (
 	"sync"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentfs/agentfs/internal/s3test"
+	"github.com/agentfs/agentfs/internal/testenv"
 )
 
 const bucket = "agent-runs"
@@ -497,5 +500,33 @@ func TestServerGone(t *testing.T) {
 	_, err := r.Push(context.Background(), uploads(t, o), nil, 0, nil)
 	if err == nil || !strings.Contains(err.Error(), srv.Endpoint) {
 		t.Errorf("Push to a stopped server = %v, want an error naming %s", err, srv.Endpoint)
+	}
+}
+
+// TestFetchIntoFullDisk fetches into a 1 MiB tmpfs an object that does
+// not fit: the error says the disk is full and what to do, the fetch is
+// not retried, and nothing is left under the object's name.
+func TestFetchIntoFullDisk(t *testing.T) {
+	testenv.RequireRoot(t, "mounting a small tmpfs")
+	_, r := openTest(t)
+	ups := uploads(t, fileObject(t, t.TempDir(), "big", bigData(3<<20)))
+	if _, err := r.Push(context.Background(), ups, nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mounting a tmpfs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Errorf("unmounting %s: %v", dir, err)
+		}
+	})
+	_, err := r.Fetch(context.Background(), []Sum{ups[0].Sum}, dir, 0, nil)
+	if err == nil || !strings.Contains(err.Error(), "is full") || strings.Contains(err.Error(), "tried") {
+		t.Errorf("Fetch into a full disk = %v, want a full-disk error, not retried", err)
+	}
+	if _, err := os.Lstat(ObjectPath(dir, ups[0].Sum)); !os.IsNotExist(err) {
+		t.Errorf("a failed fetch left its object: %v", err)
 	}
 }
