@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -128,9 +129,18 @@ func Pull(ctx context.Context, o PullOptions) (PullResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if res.Fetched, err = o.Remote.Fetch(ctx, sums, o.Objects, o.Parallel, o.Progress); err != nil {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
+	res.Fetched, err = o.Remote.Fetch(ctx, sums, o.Objects, o.Parallel, o.Progress)
+	log.Info("pull: fetched", "objects", res.Fetched.Fetched, "bytes", res.Fetched.FetchedBytes, "skipped", res.Fetched.Skipped,
+		"seconds", time.Since(start).Seconds(), "err", err)
+	if err != nil {
 		return res, err
 	}
+	start = time.Now()
 	w, err := Open(Options{Store: o.Store, Lower: o.Project, Session: true, Version: o.Version, Logger: o.Logger})
 	if err != nil {
 		return res, err
@@ -139,6 +149,8 @@ func Pull(ctx context.Context, o PullOptions) (PullResult, error) {
 	if cerr := w.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
+	log.Info("pull: store built", "snapshots", len(res.Snapshots), "branches", len(res.Branches), "conflicts", len(res.Conflicts),
+		"seconds", time.Since(start).Seconds(), "err", err)
 	return res, err
 }
 
@@ -193,11 +205,24 @@ func (w *Workspace) pullLocked(o PullOptions, doc remote.SessionDoc, docs map[st
 		} else {
 			mainDoc = d
 		}
-		if err := im.reset(v, empty); err != nil {
-			return err
-		}
-		if err := im.write(v, d); err != nil {
-			return fmt.Errorf("pull: branch %s: %w", b.Name, err)
+		// A branch whose state is a pulled snapshot's (main after the
+		// post-run snapshot, most often) is restored to it: nothing to
+		// write again.
+		if same := sameAsSnapshot(d, doc.Snapshots, docs, res.Snapshots); same != "" {
+			snap, err := w.meta.Snapshot(same)
+			if err != nil {
+				return storeError(err, "pull: snapshot "+same)
+			}
+			if _, err := v.Restore(snap); err != nil {
+				return storeError(err, "pull: restoring branch "+b.Name)
+			}
+		} else {
+			if err := im.reset(v, empty); err != nil {
+				return err
+			}
+			if err := im.write(v, d); err != nil {
+				return fmt.Errorf("pull: branch %s: %w", b.Name, err)
+			}
 		}
 		res.Branches = append(res.Branches, b.Name)
 	}
@@ -217,6 +242,26 @@ func (w *Workspace) pullLocked(o PullOptions, doc remote.SessionDoc, docs map[st
 		slices.Sort(res.Conflicts)
 	}
 	return nil
+}
+
+// sameAsSnapshot returns the local id of the newest pulled snapshot
+// whose changes are d's, or "".
+func sameAsSnapshot(d *remote.SnapshotDoc, order []string, docs map[string]*remote.SnapshotDoc, local map[string]string) string {
+	for i := len(order) - 1; i >= 0; i-- {
+		if s := docs[order[i]]; s != nil && slices.EqualFunc(s.Changes, d.Changes, sameChange) {
+			return local[order[i]]
+		}
+	}
+	return ""
+}
+
+// sameChange reports whether two pulled changes are the same.
+func sameChange(a, b remote.Change) bool {
+	if (a.Base == nil) != (b.Base == nil) || a.Base != nil && *a.Base != *b.Base {
+		return false
+	}
+	a.Base, b.Base = nil, nil
+	return a == b
 }
 
 // importKind is the kind a pulled snapshot is taken with.
