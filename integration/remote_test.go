@@ -368,10 +368,16 @@ func TestPullConflict(t *testing.T) {
 	checkoutB := copyProject(t, project)
 	harness.WriteFile(t, filepath.Join(checkoutB, "a.txt"), "edited on B\n")
 	id := a.run(project, "echo from A > a.txt; echo from A > c.txt")
-	a.push("-s", id)
+	pushed := a.push("-s", id)
 	rep := b.pull(checkoutB, "team/"+id)
 	if len(rep.Conflicts) != 1 || rep.Conflicts[0] != "a.txt" {
 		t.Errorf("pull conflicts = %q, want [a.txt]", rep.Conflicts)
+	}
+	// The pulled snapshots keep the conflict: restoring the last one
+	// (the state main has) leaves it there.
+	last := rep.Snapshots[pushed.Snapshots[len(pushed.Snapshots)-1]]
+	if r := b.agentfs(checkoutB, "restore", "-s", id, last); r.Code != 0 {
+		t.Fatalf("restore of the pulled snapshot %s: %s", last, r)
 	}
 	r := b.agentfs(checkoutB, "apply", "-s", id)
 	if r.Code == 0 || !strings.Contains(r.Stdout+r.Stderr, "a.txt") {

@@ -32,7 +32,8 @@ import (
 // the snapshot's changes are written into it through the overlay, as a
 // program would write them through the mount, and a snapshot of it is
 // taken (with the same label and kind; a new id and time); then each
-// branch gets its pushed state the same way.
+// branch gets its pushed state the same way, or is restored to a
+// pulled snapshot when its state is that snapshot's.
 //
 // The bases that apply's conflict check reads are what this machine's
 // project holds at each changed path when the change is written, as
@@ -41,7 +42,8 @@ import (
 // file, a symlink's target, not by inode numbers or times), the pull
 // records a base that can never match, so that apply reports the path
 // as a conflict (and --force overrides it): the change was made over
-// other contents than this checkout's.
+// other contents than this checkout's. The snapshots keep these bases
+// too, so that a restore of one and then an apply see the conflicts.
 
 // PullOptions are the arguments of Pull.
 type PullOptions struct {
@@ -176,13 +178,17 @@ func (w *Workspace) pullLocked(o PullOptions, doc remote.SessionDoc, docs map[st
 		if err := im.write(main, d); err != nil {
 			return fmt.Errorf("pull: snapshot %s: %w", id, err)
 		}
+		// The snapshot keeps the bases: a restore of it, then an
+		// apply, sees the conflicts too.
+		if _, err := im.markConflicts(main, d); err != nil {
+			return err
+		}
 		snap, err := main.Snapshot(d.Label, importKind(d.Kind))
 		if err != nil {
 			return storeError(err, "pull: taking snapshot of "+id)
 		}
 		res.Snapshots[id] = snap.ID
 	}
-	var mainDoc *remote.SnapshotDoc
 	for _, b := range doc.Branches {
 		d := docs[b.State]
 		v := main
@@ -202,8 +208,6 @@ func (w *Workspace) pullLocked(o PullOptions, doc remote.SessionDoc, docs map[st
 			if v, err = w.viewOf(l); err != nil {
 				return err
 			}
-		} else {
-			mainDoc = d
 		}
 		// A branch whose state is a pulled snapshot's (main after the
 		// post-run snapshot, most often) is restored to it: nothing to
@@ -224,24 +228,35 @@ func (w *Workspace) pullLocked(o PullOptions, doc remote.SessionDoc, docs map[st
 				return fmt.Errorf("pull: branch %s: %w", b.Name, err)
 			}
 		}
-		res.Branches = append(res.Branches, b.Name)
-	}
-	if mainDoc != nil {
-		bases, err := im.conflicts(main, mainDoc)
+		conflicts, err := im.markConflicts(v, d)
 		if err != nil {
 			return err
 		}
-		if len(bases) > 0 {
-			if err := main.SetBases(bases); err != nil {
-				return storeError(err, "pull: recording the conflicts")
-			}
+		if b.Name == "main" {
+			res.Conflicts = conflicts
 		}
-		for p := range bases {
-			res.Conflicts = append(res.Conflicts, p)
-		}
-		slices.Sort(res.Conflicts)
+		res.Branches = append(res.Branches, b.Name)
 	}
 	return nil
+}
+
+// markConflicts records, in v's branch, a base that never matches for
+// each path of d where this machine's project differs from the pushing
+// machine's (see conflicts), and returns those paths, sorted.
+func (im *importer) markConflicts(v *overlay.FS, d *remote.SnapshotDoc) ([]string, error) {
+	bases, err := im.conflicts(v, d)
+	if err != nil || len(bases) == 0 {
+		return nil, err
+	}
+	if err := v.SetBases(bases); err != nil {
+		return nil, storeError(err, "pull: recording the conflicts")
+	}
+	var paths []string
+	for p := range bases {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	return paths, nil
 }
 
 // sameAsSnapshot returns the local id of the newest pulled snapshot
