@@ -517,3 +517,42 @@ func TestPullResume(t *testing.T) {
 		t.Errorf("diff of the pulled session: %s", r)
 	}
 }
+
+// TestPushPullProgress: push (run by a mount's daemon, with the
+// progress gate of TestProgressBars) writes progress events with --json
+// and draws a bar on a terminal; pull (run in the command's own
+// process) draws one too, and clears it.
+func TestPushPullProgress(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a, b := newMachine(t, srv), newMachine(t, srv)
+	// A session to pull, made before the gate is set (agentfs run's
+	// own diff would wait for a watcher).
+	project := newProject(t, map[string]string{"a.txt": "a\n"})
+	sid := a.run(project, "for i in 1 2 3 4 5; do echo $i > n$i; done")
+	a.push("-s", sid)
+
+	t.Setenv("AGENTFS_TEST_PROGRESS_GATE", "1")
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("a.txt", "hello\n")))
+	for i := range 20 {
+		harness.WriteFile(t, m.Path(fmt.Sprintf("f%02d", i)), strings.Repeat(fmt.Sprint(i), 4096))
+	}
+	r := a.agentfs(m.Dir, "snapshot", "create")
+	if r.Code != 0 {
+		t.Fatalf("snapshot create: %s", r)
+	}
+	lines := strings.Fields(r.Stdout)
+	id := lines[len(lines)-1]
+	r = a.agentfs(m.Dir, "push", "--json", id)
+	if want := `{"progress":{"running":true,"op":"push"`; r.Code != 0 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("push --json: stderr lacks a progress event %s:\n%s", want, r)
+	}
+	tm := harness.StartTerminal(t, a.cmd(m.Dir, nil, "push", id))
+	if code, out := tm.Wait(), tm.Output(); code != 0 || !strings.Contains(out, "pushing") || !strings.Contains(out, "\x1b[2K") {
+		t.Errorf("push on a terminal: exit %d, want a bar (pushing) drawn and cleared:\n%q", code, out)
+	}
+	tm = harness.StartTerminal(t, b.cmd(copyProject(t, project), nil, "pull", "team/"+sid))
+	if code, out := tm.Wait(), tm.Output(); code != 0 || !strings.Contains(out, "pulling") || !strings.Contains(out, "\x1b[2K") {
+		t.Errorf("pull on a terminal: exit %d, want a bar (pulling) drawn and cleared:\n%q", code, out)
+	}
+}
