@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentfs/agentfs/integration/harness"
 	"github.com/agentfs/agentfs/internal/s3test"
 )
@@ -311,7 +313,8 @@ func TestPullSession(t *testing.T) {
 	a, b := newMachine(t, srv), newMachine(t, srv)
 	project := newProject(t, map[string]string{"a.txt": "hello\n", "b.txt": "bye\n", "src/main.go": "package main\n"})
 	checkoutB := copyProject(t, project)
-	id := a.run(project, "echo changed > a.txt; rm b.txt; mkdir -p d/e; echo deep > d/e/f; ln -s ../a.txt d/l; chmod 600 src/main.go")
+	requireTool(t, "setfattr")
+	id := a.run(project, "echo changed > a.txt; rm b.txt; mkdir -p d/e; echo deep > d/e/f; setfattr -n user.agent -v yes d/e/f; ln -s ../a.txt d/l; chmod 600 src/main.go")
 	pushed := a.push("-s", id)
 	rep := b.pull(checkoutB, "team/"+id)
 	if rep.Session != id || len(rep.Snapshots) != len(pushed.Snapshots) || len(rep.Conflicts) != 0 {
@@ -354,6 +357,10 @@ func TestPullSession(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(checkoutB, "src/main.go")); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("B's src/main.go mode = %v (%v), want 0600", st.Mode(), err)
+	}
+	buf := make([]byte, 64)
+	if n, err := unix.Getxattr(filepath.Join(checkoutB, "d/e/f"), "user.agent", buf); err != nil || string(buf[:n]) != "yes" {
+		t.Errorf("B's d/e/f xattr user.agent = %q (%v), want yes", buf[:max(n, 0)], err)
 	}
 }
 

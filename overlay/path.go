@@ -111,3 +111,28 @@ func (v *FS) Stat(p string) (unix.Stat_t, error) {
 	v.release(n)
 	return st, nil
 }
+
+// Xattrs returns the extended attributes of the file at path p in the
+// view that a copy of it keeps (as Export keeps them: user.*, POSIX
+// ACLs, and as root trusted.* and security.capability), by name.
+func (v *FS) Xattrs(p string) (map[string]string, error) {
+	n, _, err := v.lookupPath(p)
+	if err != nil {
+		return nil, err
+	}
+	if n == nil {
+		return nil, unix.ENOENT
+	}
+	defer v.release(n)
+	all, err := v.xattrs(n)
+	if err != nil {
+		return nil, err
+	}
+	asRoot := os.Geteuid() == 0
+	for name := range all {
+		if !keptXattr(name, asRoot) {
+			delete(all, name)
+		}
+	}
+	return all, nil
+}

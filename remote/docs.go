@@ -50,6 +50,9 @@ type Change struct {
 	Rdev   uint64 `json:"rdev,omitempty"`
 	Target string `json:"target,omitempty"` // a symlink's
 	Object string `json:"object,omitempty"` // a regular file's: the SHA-256 of its bytes
+	// Xattrs are its extended attributes (user.*, POSIX ACLs; pushed as
+	// root, trusted.* and security.capability), values base64.
+	Xattrs map[string][]byte `json:"xattrs,omitempty"`
 	// Base is what the project held at the path on the pushing
 	// machine, nil when nothing.
 	Base *Base `json:"base,omitempty"`

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -275,8 +278,11 @@ func sameChange(a, b remote.Change) bool {
 	if (a.Base == nil) != (b.Base == nil) || a.Base != nil && *a.Base != *b.Base {
 		return false
 	}
-	a.Base, b.Base = nil, nil
-	return a == b
+	if !maps.EqualFunc(a.Xattrs, b.Xattrs, bytes.Equal) {
+		return false
+	}
+	a.Base, b.Base, a.Xattrs, b.Xattrs = nil, nil, nil, nil
+	return reflect.DeepEqual(a, b)
 }
 
 // importKind is the kind a pulled snapshot is taken with.
@@ -475,8 +481,15 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// setAttrs gives n the mode, owner (as root) and times of c.
+// setAttrs gives n the xattrs, mode, owner (as root) and times of c,
+// and takes away the xattrs c does not have (a file kept from the
+// project may have others).
 func (im *importer) setAttrs(v *overlay.FS, n *overlay.Node, c remote.Change) error {
+	if c.Type != "symlink" {
+		if err := im.setXattrs(v, n, c); err != nil {
+			return err
+		}
+	}
 	var in overlay.SetAttr
 	if c.Type != "symlink" {
 		mode := c.Mode & 07777
@@ -490,6 +503,32 @@ func (im *importer) setAttrs(v *overlay.FS, n *overlay.Node, c remote.Change) er
 	in.Mtime, in.Atime = &ts, &ts
 	_, err := v.Setattr(n, in, nil)
 	return err
+}
+
+// setXattrs makes n's xattrs those of c.
+func (im *importer) setXattrs(v *overlay.FS, n *overlay.Node, c remote.Change) error {
+	for name, val := range c.Xattrs {
+		if err := v.Setxattr(n, name, val, 0); err != nil {
+			return fmt.Errorf("setting xattr %s: %w", name, err)
+		}
+	}
+	buf := make([]byte, 64<<10)
+	size, err := v.Listxattr(n, buf)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, name := range strings.Split(string(buf[:size]), "\x00") {
+		if _, keep := c.Xattrs[name]; keep || !strings.HasPrefix(name, "user.") {
+			continue
+		}
+		if err := v.Removexattr(n, name); err != nil {
+			return fmt.Errorf("removing xattr %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // remove removes the file at name in dir, a directory with all it

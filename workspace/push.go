@@ -216,6 +216,18 @@ func (b *pushBuild) add(doc *remote.SnapshotDoc, name string, lower, v *overlay.
 			}
 			ch.Type, ch.Mode, ch.Uid, ch.Gid, ch.Size, ch.Rdev, ch.Target = c.New.Type, c.New.Mode, c.New.Uid, c.New.Gid, c.New.Size, c.New.Rdev, c.New.Target
 			ch.Mtime = st.Mtim.Nano()
+			if c.New.Type != "symlink" {
+				xs, err := v.Xattrs(c.Path)
+				if err != nil {
+					return eioErrorf(err, "push: %s: %s: its xattrs: %v", name, c.Path, err)
+				}
+				for k, val := range xs {
+					if ch.Xattrs == nil {
+						ch.Xattrs = map[string][]byte{}
+					}
+					ch.Xattrs[k] = []byte(val)
+				}
+			}
 		}
 		if c.Old != nil {
 			ch.Base = &remote.Base{Type: c.Old.Type, Size: c.Old.Size, Target: c.Old.Target}
