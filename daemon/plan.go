@@ -238,7 +238,8 @@ func checkNesting(lower, mp string) error {
 
 // storeEntries are the names agentfs keeps in a store directory.
 var storeEntries = func() map[string]bool {
-	m := map[string]bool{"meta": true, "lock": true, "objects": true, "ramdisk": true, "spill": true, "agentfs.log": true, "branches": true}
+	m := map[string]bool{"meta": true, "lock": true, "objects": true, "ramdisk": true, "spill": true, "agentfs.log": true, "branches": true,
+		"pending": true} // backstore/pending.go's journal
 	for _, n := range activity.FileNames {
 		m[n] = true
 	}
