@@ -101,7 +101,7 @@ type Daemon struct {
 var _ workspace.Mount = (*Daemon)(nil)
 
 // Serve mounts plan p and serves it until it is unmounted.
-func Serve(_ context.Context, p *Plan, o Options) (err error) {
+func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 	report := func(string) {}
 	if o.ReadyFd >= 0 {
 		f := os.NewFile(uintptr(o.ReadyFd), "ready")
@@ -166,6 +166,18 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 		ProgressGate: os.Getenv("AGENTFS_TEST_PROGRESS_GATE") == "1"})
 	if err != nil {
 		return err
+	}
+	if p.From != "" {
+		// The store is new and private: give main the snapshot, its
+		// files fetched at their first open (workspace/from.go).
+		r, doc, err := workspace.OpenRemoteSnapshot(ctx, p.From)
+		if err != nil {
+			return err
+		}
+		if err := d.ws.StartFrom(r, doc); err != nil {
+			return err
+		}
+		logger.Info("starting from a remote snapshot", "from", p.From)
 	}
 	d.shown.Store(d.ws.View())
 	d.ws.Attach(d)

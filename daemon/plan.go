@@ -40,6 +40,9 @@ type Request struct {
 	// TraceCgroup is the session's cgroup: the exec trace follows its
 	// processes ("": the processes working in the mount only).
 	TraceCgroup string
+	// From is REMOTE/SNAPSHOT: the mount starts from that snapshot of a
+	// remote, its files fetched at their first open (remote.go).
+	From string
 }
 
 // Plan is a validated mount request. Nothing changes it once made: what
@@ -59,6 +62,7 @@ type Plan struct {
 	TraceCgroup       string
 	Activity          config.Settings
 	MountFlags        []string
+	From              string // REMOTE/SNAPSHOT (Request.From)
 }
 
 // UsageError is a request whose flags cannot work together or whose
@@ -83,7 +87,10 @@ func Validate(r Request) (*Plan, error) {
 		return nil, usagef("--lower DIR is required (the project to show)")
 	}
 	p := &Plan{Backstore: r.Backstore, Debug: r.Debug, Ephemeral: r.Ephemeral, NoPassthrough: r.NoPassthrough,
-		WritebackCache: r.WritebackCache, NoIOURing: r.NoIOURing, Session: r.Session, TraceCgroup: r.TraceCgroup}
+		WritebackCache: r.WritebackCache, NoIOURing: r.NoIOURing, Session: r.Session, TraceCgroup: r.TraceCgroup, From: r.From}
+	if r.From != "" && r.Store != "" && !r.Ephemeral {
+		return nil, usagef("--from starts a private store from a remote snapshot: drop --store")
+	}
 	for _, f := range r.MountFlags {
 		if !kernelMountFlags[f] {
 			return nil, usagef("mount flag %q: agentfs passes only nosuid, nodev, noexec, suid, dev and exec to the kernel", f)

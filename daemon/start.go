@@ -129,6 +129,9 @@ func daemonArgs(p *Plan, store string, ephemeral bool) []string {
 	if p.TraceCgroup != "" {
 		args = append(args, "--trace-cgroup", p.TraceCgroup)
 	}
+	if p.From != "" {
+		args = append(args, "--from", p.From)
+	}
 	args = append(args, SettingsArgs(p.Activity)...)
 	if len(p.MountFlags) > 0 {
 		args = append(args, "-o", strings.Join(p.MountFlags, ","))

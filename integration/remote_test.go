@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -240,6 +241,8 @@ func TestRemoteBadInput(t *testing.T) {
 		{"missing bucket", []string{"push", "-s", id, "--remote", "nobucket"}, nil, []string{"no-such-bucket", "does not exist"}},
 		{"remote ls of a missing bucket", []string{"remote", "ls", "nobucket"}, nil, []string{"no-such-bucket"}},
 		{"bad URL", []string{"remote", "add", "x", "http://bucket/p"}, nil, []string{"s3://BUCKET"}},
+		{"mount --from an unknown snapshot", []string{"mount", "--lower", project, "--from", "team/0badcafe", harness.NewMountpoint(t)}, nil, []string{"no snapshot", "remote ls team"}},
+		{"mount --from an unknown remote", []string{"mount", "--lower", project, "--from", "nope/0badcafe", harness.NewMountpoint(t)}, nil, []string{`"nope"`}},
 	} {
 		r := harness.RunCmd(t, a.cmd("", c.env, c.args...), c.args)
 		if r.Code != 1 {
@@ -254,6 +257,9 @@ func TestRemoteBadInput(t *testing.T) {
 	}
 	if got := srv.Objects(t, remoteBucket, ""); len(got) != 0 {
 		t.Errorf("bad pushes stored %q", got)
+	}
+	if r := a.agentfs("", "mount", "--lower", project, "--from", "team/0badcafe", "--store", t.TempDir(), harness.NewMountpoint(t)); r.Code != 2 || !strings.Contains(r.Stderr, "drop --store") {
+		t.Errorf("mount --from with --store: %s; want a usage error", r)
 	}
 }
 
@@ -561,5 +567,74 @@ func TestPushPullProgress(t *testing.T) {
 	tm = harness.StartTerminal(t, b.cmd(copyProject(t, project), nil, "pull", "team/"+sid))
 	if code, out := tm.Wait(), tm.Output(); code != 0 || !strings.Contains(out, "pulling") || !strings.Contains(out, "\x1b[2K") {
 		t.Errorf("pull on a terminal: exit %d, want a bar (pulling) drawn and cleared:\n%q", code, out)
+	}
+}
+
+// TestMountFromRemote: machine B mounts its checkout starting from a
+// snapshot pushed by A: the listing and attributes come at once with no
+// object fetched (counted by the server), the first read of a file
+// fetches it (and only it), a second read fetches nothing, and apply
+// writes the fetched bytes into B's project.
+func TestMountFromRemote(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a, b := newMachine(t, srv), newMachine(t, srv)
+	project := newProject(t, map[string]string{"a.txt": "hello\n", "b.txt": "bye\n"})
+	id := a.run(project, "echo changed > a.txt; rm b.txt; mkdir d; echo one > d/one; head -c 3000000 /dev/urandom > big.bin; chmod 640 d/one")
+	pushed := a.push("-s", id)
+	snap := pushed.Snapshots[len(pushed.Snapshots)-1]
+	checkoutB := copyProject(t, project)
+	mnt := harness.NewMountpoint(t)
+	if r := b.agentfs("", "mount", "--lower", checkoutB, "--from", "team/"+snap, mnt); r.Code != 0 {
+		t.Fatalf("mount --from: %s", r)
+	}
+	t.Cleanup(func() {
+		if r := b.agentfs("", "unmount", mnt); r.Code != 0 {
+			t.Errorf("unmount: %s", r)
+		}
+	})
+	fetched := func() int { return srv.Requests(t, "GetObject", "acme/objects/") }
+
+	names := harness.ListDir(t, mnt)
+	if !slices.Equal(names, []string{"a.txt", "big.bin", "d"}) {
+		t.Errorf("listing = %q, want a.txt big.bin d", names)
+	}
+	if st, err := os.Lstat(filepath.Join(mnt, "big.bin")); err != nil || st.Size() != 3000000 {
+		t.Errorf("big.bin: %v (%v), want 3000000 bytes", st, err)
+	}
+	if st, err := os.Lstat(filepath.Join(mnt, "d/one")); err != nil || st.Mode().Perm() != 0o640 {
+		t.Errorf("d/one: %v (%v), want mode 0640", st, err)
+	}
+	if n := fetched(); n != 0 {
+		t.Errorf("listing and stat fetched %d objects, want none", n)
+	}
+	if got := harness.ReadFile(t, filepath.Join(mnt, "d/one")); got != "one\n" {
+		t.Errorf("d/one = %q, want one", got)
+	}
+	if n := fetched(); n != 1 {
+		t.Errorf("reading d/one fetched %d objects, want 1", n)
+	}
+	if got := harness.ReadFile(t, filepath.Join(mnt, "d/one")); got != "one\n" {
+		t.Errorf("d/one again = %q", got)
+	}
+	if n := fetched(); n != 1 {
+		t.Errorf("reading d/one again: %d objects fetched in all, want still 1", n)
+	}
+	if r := b.agentfs("", "apply", "-C", mnt); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	if got := harness.ReadFile(t, filepath.Join(checkoutB, "a.txt")); got != "changed\n" {
+		t.Errorf("applied a.txt = %q, want changed", got)
+	}
+	exported := filepath.Join(t.TempDir(), "a")
+	if r := a.agentfs(project, "export", "-s", id, "main", "--to", exported); r.Code != 0 {
+		t.Fatalf("export on A: %s", r)
+	}
+	want := harness.ReadFile(t, filepath.Join(exported, "big.bin"))
+	if got := harness.ReadFile(t, filepath.Join(mnt, "big.bin")); got != want {
+		t.Errorf("big.bin read through the mount: %d bytes, not A's %d", len(got), len(want))
+	}
+	if got := harness.ReadFile(t, filepath.Join(checkoutB, "big.bin")); got != want {
+		t.Errorf("applied big.bin: %d bytes, not A's %d", len(got), len(want))
 	}
 }

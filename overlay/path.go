@@ -136,3 +136,10 @@ func (v *FS) Xattrs(p string) (map[string]string, error) {
 	}
 	return all, nil
 }
+
+// ObjectID returns the id of the backstore object that holds the data
+// of regular file n, or "" when its data is still the lower file's.
+func (v *FS) ObjectID(n *Node) string {
+	obj, _ := v.dataOf(n)
+	return obj
+}

@@ -298,6 +298,10 @@ func importKind(kind string) string {
 type importer struct {
 	objects string // the fetched objects
 	asRoot  bool   // owners are set (else the files are the caller's)
+	// lazy: a regular file is made with its size and no data, its
+	// object pending (backstore/pending.go) on the SHA-256 in pending.
+	lazy    bool
+	pending map[string]string
 }
 
 // reset makes v's branch the project again.
@@ -442,6 +446,9 @@ func (im *importer) file(v *overlay.FS, dir *overlay.Node, name string, old *ove
 	if err != nil {
 		return nil, err
 	}
+	if im.lazy {
+		return im.placeholder(v, dir, name, old, keep, c, caller)
+	}
 	src, err := os.Open(remote.ObjectPath(im.objects, sum))
 	if err != nil {
 		return nil, err
@@ -466,6 +473,36 @@ func (im *importer) file(v *overlay.FS, dir *overlay.Node, name string, old *ove
 		v.Forget(n, 1)
 		return nil, err
 	}
+	return n, nil
+}
+
+// placeholder makes a regular file of c's size with no data, whose
+// object is to be made pending on c's object.
+func (im *importer) placeholder(v *overlay.FS, dir *overlay.Node, name string, old *overlay.Node, keep bool, c remote.Change, caller overlay.Caller) (*overlay.Node, error) {
+	var n *overlay.Node
+	var f *overlay.File
+	var err error
+	if keep {
+		if f, err = v.Open(old, unix.O_WRONLY|unix.O_TRUNC); err != nil {
+			return nil, err
+		}
+		v.Ref(old)
+		n = old
+	} else if n, f, _, err = v.Create(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, c.Mode&07777, caller); err != nil {
+		return nil, err
+	}
+	err = unix.Ftruncate(f.Fd(), c.Size)
+	if rerr := f.Release(); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		v.Forget(n, 1)
+		return nil, err
+	}
+	if im.pending == nil {
+		im.pending = map[string]string{}
+	}
+	im.pending[v.ObjectID(n)] = c.Object
 	return n, nil
 }
 
