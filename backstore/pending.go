@@ -37,6 +37,8 @@ import (
 //
 // Locking: pendMu guards pending and fills; it is never held across a
 // system call or a fetch (a fill's waiters wait on its done channel).
+// A store that never held a pending object takes no lock for them:
+// anyPending says whether to look.
 
 // ErrPending is the error of opening a pending object with no fetcher.
 var ErrPending = errors.New("the object's bytes are not fetched, and nothing can fetch them")
@@ -79,6 +81,7 @@ func (s *Store) MarkPending(objects map[string]string) error {
 	for id, key := range objects {
 		s.pending[id] = key
 	}
+	s.anyPending.Store(len(s.pending) > 0)
 	return nil
 }
 
@@ -140,6 +143,7 @@ func (s *Store) loadPending() error {
 	}
 	if len(pending) > 0 {
 		s.pending = pending
+		s.anyPending.Store(true)
 	}
 	return nil
 }
@@ -147,6 +151,9 @@ func (s *Store) loadPending() error {
 // ready fills object id if it is pending, or waits for the fill under
 // way; it returns at once for any other object.
 func (s *Store) ready(id string) error {
+	if !s.anyPending.Load() {
+		return nil
+	}
 	s.pendMu.Lock()
 	key, ok := s.pending[id]
 	if !ok {
@@ -239,6 +246,9 @@ func (w *offsetWriter) Write(p []byte) (int, error) {
 
 // forgetPending drops object id from the pending ones (it is removed).
 func (s *Store) forgetPending(id string) {
+	if !s.anyPending.Load() {
+		return
+	}
 	s.pendMu.Lock()
 	_, ok := s.pending[id]
 	delete(s.pending, id)

@@ -72,7 +72,10 @@ type Store struct {
 
 	// Pending objects (pending.go): fetcher is set before use.
 	fetcher Fetcher
-	pendMu  sync.Mutex
+	// anyPending: the store has held a pending object since Open; until
+	// then an open takes no lock for them (the common case).
+	anyPending atomic.Bool
+	pendMu     sync.Mutex
 	pending map[string]string // id → the key of its bytes
 	fills   map[string]*fill  // the fills under way
 }
