@@ -215,7 +215,7 @@ func (s *Store) fillObject(id, key string) error {
 	}
 	f := os.NewFile(uintptr(fd), id)
 	defer func() { _ = f.Close() }()
-	w := &offsetWriter{f: f}
+	w := &offsetWriter{f: f, limit: st.Size}
 	if err := s.fetcher(context.Background(), key, w); err != nil {
 		return fmt.Errorf("object %s: fetching %s: %w", id, key, err)
 	}
@@ -232,13 +232,23 @@ func (s *Store) fillObject(id, key string) error {
 	return s.journal(id + " -\n")
 }
 
-// offsetWriter writes to a file from offset 0, in order.
+// offsetWriter writes to a file from offset 0, in order, never past
+// limit (the object's size): a fetch that brings more bytes fails
+// without growing the object, so that the next fill starts from the
+// same size.
 type offsetWriter struct {
-	f   *os.File
-	off int64
+	f     *os.File
+	off   int64
+	limit int64
 }
 
+// errTooLong is the error of a fetch longer than its object.
+var errTooLong = errors.New("the fetched bytes are more than the object's size")
+
 func (w *offsetWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > w.limit-w.off {
+		return 0, errTooLong
+	}
 	n, err := w.f.WriteAt(p, w.off)
 	w.off += int64(n)
 	return n, err

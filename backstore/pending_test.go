@@ -141,6 +141,27 @@ func TestPendingFetchFails(t *testing.T) {
 	}
 }
 
+// TestPendingFetchTooLong: a fetch that brings more bytes than the
+// object's size fails without growing it, so that a later fetch of the
+// right bytes fills it.
+func TestPendingFetchTooLong(t *testing.T) {
+	s := hostfsStore(t)
+	data := []byte("eight b\n")
+	id := pendingObject(t, s, "k", len(data))
+	var fetches atomic.Int64
+	s.SetFetcher(countingFetcher("k", []byte("nine b..\n"), &fetches))
+	if _, err := s.Open(id, unix.O_RDONLY); err == nil {
+		t.Fatal("open of an object whose fetch brought too many bytes succeeded")
+	}
+	if st := lstatObj(t, s, id); st.Size != int64(len(data)) {
+		t.Errorf("size after the failed fill = %d, want %d", st.Size, len(data))
+	}
+	s.SetFetcher(countingFetcher("k", data, &fetches))
+	if got := readObject(t, s, func() (io.ReadCloser, error) { return s.Open(id, unix.O_RDONLY) }); !bytes.Equal(got, data) {
+		t.Errorf("read %q, want %q", got, data)
+	}
+}
+
 // TestPendingSurvivesReopen: the journal keeps pending objects pending
 // across a reopen (a crash before the fill), where an open without a
 // fetcher fails with ErrPending; once filled, a reopen finds them done.

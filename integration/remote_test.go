@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -636,5 +637,39 @@ func TestMountFromRemote(t *testing.T) {
 	}
 	if got := harness.ReadFile(t, filepath.Join(checkoutB, "big.bin")); got != want {
 		t.Errorf("applied big.bin: %d bytes, not A's %d", len(got), len(want))
+	}
+}
+
+// TestMountFromRemoteDamaged: a file whose object is damaged on the
+// server fails its open with EIO, and nothing is kept; once the object
+// is whole again, the next open fetches it.
+func TestMountFromRemoteDamaged(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a, b := newMachine(t, srv), newMachine(t, srv)
+	project := newProject(t, map[string]string{"a.txt": "hello\n"})
+	id := a.run(project, "echo fetched > f")
+	pushed := a.push("-s", id)
+	objs := srv.Objects(t, remoteBucket, "acme/objects/")
+	if len(objs) != 1 {
+		t.Fatalf("server objects %q, want 1", objs)
+	}
+	file := srv.ObjectFile(remoteBucket, objs[0])
+	harness.WriteFile(t, file, "tampered\n")
+	mnt := harness.NewMountpoint(t)
+	if r := b.agentfs("", "mount", "--lower", copyProject(t, project), "--from", "team/"+pushed.Snapshots[len(pushed.Snapshots)-1], mnt); r.Code != 0 {
+		t.Fatalf("mount --from: %s", r)
+	}
+	t.Cleanup(func() {
+		if r := b.agentfs("", "unmount", mnt); r.Code != 0 {
+			t.Errorf("unmount: %s", r)
+		}
+	})
+	if _, err := os.ReadFile(filepath.Join(mnt, "f")); !errors.Is(err, syscall.EIO) {
+		t.Errorf("reading a file whose object is damaged: %v, want EIO", err)
+	}
+	harness.WriteFile(t, file, "fetched\n")
+	if got, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(got) != "fetched\n" {
+		t.Errorf("after the object was mended: %q (%v), want fetched", got, err)
 	}
 }
