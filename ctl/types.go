@@ -104,7 +104,7 @@ const (
 	OpProgress Op = 54
 	// OpPush sends snapshots (and a session's branches) to a remote
 	// (PushArgs); it answers a PushReply.
-	OpPush Op = 55
+	OpPush Op = 56
 )
 
 var opNames = map[Op]string{
