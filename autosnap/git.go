@@ -91,6 +91,14 @@ func GitLabel(read ReadFunc, ref GitRef) string {
 	return g.describe("git commit", hash, " on "+branch+where, " ")
 }
 
+// GitHead returns the commit the HEAD of the repository at repo (the
+// directory that holds .git, "" for the root) names: a symbolic ref
+// followed, a loose or packed ref; "" when it cannot be read (no
+// commit yet).
+func GitHead(read ReadFunc, repo string) string {
+	return gitDir{read: read, dir: path.Join(repo, ".git")}.resolve("HEAD")
+}
+
 type gitDir struct {
 	read ReadFunc
 	dir  string

@@ -342,6 +342,21 @@ func (s *Store) Usage() (Usage, error) {
 	return u, nil
 }
 
+// FsFree returns the bytes free to an unprivileged user on the file
+// system of the store's main part (statfs, cheap: Usage also counts the
+// objects).
+func (s *Store) FsFree() (int64, error) {
+	var statfs unix.Statfs_t
+	if err := unix.Fstatfs(s.main.rootfd, &statfs); err != nil {
+		return 0, fmt.Errorf("backstore %s: statfs: %w", s.main.root, err)
+	}
+	bsize := statfs.Frsize
+	if bsize == 0 {
+		bsize = statfs.Bsize
+	}
+	return int64(statfs.Bavail) * bsize, nil
+}
+
 // SyncData makes object id's data durable (fdatasync).
 func (s *Store) SyncData(id string) error {
 	f, err := s.Open(id, unix.O_RDONLY)

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"unsafe"
@@ -16,55 +15,12 @@ import (
 	"github.com/agentfs/agentfs/internal/testenv"
 )
 
-// mountXFS mounts a fresh 300 MiB reflink-capable XFS image in a temp
-// dir and returns its mountpoint; it is unmounted in t.Cleanup.
-func mountXFS(t *testing.T) string {
-	t.Helper()
-	return mountImage(t, "xfs", "xfsprogs", "-q", "-m", "reflink=1")
-}
+// mountXFS mounts a fresh reflink-capable XFS image (testenv.MountXFS).
+func mountXFS(t *testing.T) string { return testenv.MountXFS(t) }
 
-// mountImage mounts a fresh 300 MiB image made by mkfs.TYPE (from the
-// Debian package pkg) with args, in a temp dir, and returns its
-// mountpoint; it is unmounted in t.Cleanup.
+// mountImage mounts a fresh image made by mkfs.TYPE (testenv.MountImage).
 func mountImage(t *testing.T, typ, pkg string, args ...string) string {
-	t.Helper()
-	needRoot(t, "mounting a loop device")
-	mkfs, err := exec.LookPath("mkfs." + typ)
-	if err != nil {
-		testenv.Skip(t, testenv.Program("mkfs."+typ), "mkfs.%s is missing (apt-get install %s)", typ, pkg)
-	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		testenv.Skip(t, testenv.LoopDevices, "no loop devices: %v", err)
-	}
-	dir := t.TempDir()
-	img, mnt := filepath.Join(dir, typ+".img"), filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0700); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = f.Truncate(300 << 20)
-	f.Close()
-	if err != nil {
-		t.Fatalf("sizing the image %s: %v", img, err)
-	}
-	if out, err := exec.Command(mkfs, append(args, img)...).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.%s: %v\n%s", typ, err, out)
-	}
-	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		testenv.Skip(t, testenv.LoopDevices, "mount -o loop of a %s image: %v\n%s", typ, err, out)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			t.Logf("unmount %s: %v; detaching", mnt, err)
-			if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
-				t.Errorf("detaching %s: %v", mnt, err)
-			}
-		}
-	})
-	return mnt
+	return testenv.MountImage(t, typ, pkg, args...)
 }
 
 const (

@@ -25,7 +25,7 @@
 //	feature/<name>       an incompatible feature this store uses; Open
 //	                     refuses a store with a feature it does not know
 //	                     (feature/snapshots, see "Keeping versions")
-//	info/<key>           store-level facts (info/lower, ...), raw bytes
+//	info/<key>           store-level facts (info/lower, info/hide, ...), raw bytes
 //	layer/<name>         layer record (see "Layer records")
 //	seq/layer            next layer id to hand out, uint64
 //	seq/ino              first inode number not yet leased, uint64
@@ -37,6 +37,10 @@
 //	tag/<name>           a tag: the id of the snapshot it names
 //	base/<id><path>      what lower path looked like when layer id first
 //	                     shadowed it (see "Bases" in base.go)
+//	hash/o/<object id>   the SHA-256 of an object's data (hash.go)
+//	hash/c/<sha256><obj> the objects by contents, an index (hash.go)
+//	hash/l/<dev><ino>    the SHA-256 of a project file (hash.go)
+//	hash/s/<snap id>     a snapshot's Merkle root (hash.go)
 //
 // A branch name maps to a short numeric layer id, so that renaming a
 // branch is one small write and never rewrites entries. Layer ids are

@@ -270,7 +270,7 @@ func (s *Store) DeleteSnapshot(id string) error {
 			slices.Sort(names)
 			return nil, nil, fmt.Errorf("snapshot %s is tagged (%s): delete its tags first: %w", id, strings.Join(names, ", "), ErrInUse)
 		}
-		return []op{{key: snapKey(id), del: true}}, func() { s.releaseSnapshot(id) }, nil
+		return []op{{key: snapKey(id), del: true}, {key: hashRootKey(id), del: true}}, func() { s.releaseSnapshot(id) }, nil
 	})
 	if err != nil {
 		return fmt.Errorf("deleting snapshot: %w", err)

@@ -30,6 +30,10 @@
 //	                          the user's file only: a project cannot turn it off)
 //	size = 16M               (the exec log's bound)
 //
+//	[hash]
+//	enabled = true           (compute the content hashes and Merkle root of each snapshot in
+//	                          the background; the user's file only, as [trace])
+//
 //	[log]
 //	size = 16M               (the activity log's bound)
 //	reads = false            (also log lookups, opens for reading, listings)
@@ -38,6 +42,20 @@
 //	gitignore = true         (honour the project's .gitignore and .git/info/exclude)
 //	pattern = build/         (a gitignore-style pattern; repeat the key for more)
 //
+//	[hide]
+//	pattern = .env           (a gitignore-style pattern of project paths that do not
+//	                          exist in the view; repeat the key for more)
+//
+//	[limits]
+//	max-files = 300000       (objects a branch may hold: files, directories, links; off: none)
+//	max-bytes = 20G          (bytes of its files' data; a share of the backstore's free
+//	                          space such as 50%; off: none. agentfs run: 300000 and 50%
+//	                          unless set; agentfs mount: off unless set)
+//
+// Hide patterns add up too, and none takes back what another file hides:
+// the user's patterns, the project's and --hide are each matched on
+// their own, and a path any of them hides is hidden (package hide), so
+// that a project's "!" cannot show what the user's file hides.
 // A file that cannot be read or parsed is an error that names the file
 // and the line: nothing is mounted.
 package config
@@ -56,6 +74,7 @@ import (
 
 	"github.com/agentfs/agentfs/activity"
 	"github.com/agentfs/agentfs/autosnap"
+	"github.com/agentfs/agentfs/hide"
 	"github.com/agentfs/agentfs/hostpath"
 )
 
@@ -72,6 +91,16 @@ type Config struct {
 	LogReads        bool
 	Gitignore       bool     // honour the project's .gitignore
 	Ignore          []string // patterns of the config files
+	// Hide are the hide patterns of the config files, the user's then
+	// the project's, each with its source.
+	Hide []hide.Pattern
+	// MaxFiles and MaxBytes are the limits of a branch; when ...Set is
+	// false no file said, and the command decides (agentfs run has
+	// limits, agentfs mount none).
+	MaxFiles    int64
+	MaxFilesSet bool
+	MaxBytes    ByteLimit
+	MaxBytesSet bool
 	Triggers
 	// Files are the configuration files read, in order.
 	Files []string
@@ -83,6 +112,7 @@ type Config struct {
 // commands and git make.
 type Triggers struct {
 	Trace       bool  // trace the commands (as root)
+	Hash        bool  // compute snapshots' content hashes and roots in the background
 	ExecLogSize int64 // the exec log's bound, bytes
 	Git         bool  // git snapshots when a ref moves
 	Build       bool  // build snapshots when a build succeeds
@@ -95,7 +125,7 @@ type Triggers struct {
 
 // DefaultTriggers are the trigger settings without any file.
 func DefaultTriggers() Triggers {
-	return Triggers{Trace: true, ExecLogSize: activity.DefaultMaxBytes, Git: true, Build: true, Idle: autosnap.DefaultIdle, PostRun: true}
+	return Triggers{Trace: true, Hash: true, ExecLogSize: activity.DefaultMaxBytes, Git: true, Build: true, Idle: autosnap.DefaultIdle, PostRun: true}
 }
 
 // Default is the configuration without any file.
@@ -171,7 +201,10 @@ var configKeys = map[string][]string{
 	"auto-snapshot": {"enabled", "quiet-period", "keep", "git", "build", "build-command", "idle", "post-run"},
 	"log":           {"size", "reads"},
 	"ignore":        {"gitignore", "pattern"},
+	"hide":          {"pattern"},
 	"trace":         {"enabled", "size"},
+	"hash":          {"enabled"},
+	"limits":        {"max-files", "max-bytes"},
 }
 
 // parseConfig reads one configuration file (named file in errors) over c.
@@ -262,6 +295,13 @@ func (c *Config) set(section, key, value string) error {
 			return fmt.Errorf("enabled in [trace] is not the project's to set: put it in your own configuration file (%s), or use --trace=false", UserFile())
 		}
 		c.Trace, err = parseConfigBool(key, value)
+	case "hash.enabled":
+		if c.project {
+			// The roots are what proves a snapshot is what it was: a
+			// project (an agent's change to it) must not turn them off.
+			return fmt.Errorf("enabled in [hash] is not the project's to set: put it in your own configuration file (%s), or use --hash=false", UserFile())
+		}
+		c.Hash, err = parseConfigBool(key, value)
 	case "trace.size":
 		c.ExecLogSize, err = ParseLogSize(value)
 		if err != nil {
@@ -272,6 +312,26 @@ func (c *Config) set(section, key, value string) error {
 		if err != nil {
 			err = fmt.Errorf("size = %s: %v", value, err)
 		}
+	case "limits.max-files", "limits.max-bytes":
+		if c.project {
+			// The limits protect the machine from what runs in the
+			// project: a project (or an agent's change to it) must not
+			// lift or raise them.
+			return fmt.Errorf("%s in [limits] is not the project's to set: put it in your own configuration file (%s), or use --%s", key, UserFile(), key)
+		}
+		if key == "max-bytes" {
+			c.MaxBytes, err = ParseMaxBytes(value)
+			if err != nil {
+				err = fmt.Errorf("max-bytes = %s: %v", value, err)
+			}
+			c.MaxBytesSet = true
+			break
+		}
+		c.MaxFiles, err = ParseMaxFiles(value)
+		if err != nil {
+			err = fmt.Errorf("max-files = %s: %v", value, err)
+		}
+		c.MaxFilesSet = true
 	case "log.reads":
 		c.LogReads, err = parseConfigBool(key, value)
 	case "ignore.gitignore":
@@ -284,6 +344,15 @@ func (c *Config) set(section, key, value string) error {
 			return fmt.Errorf("pattern = %s: %v: write a gitignore-style pattern (see gitignore(5))", value, err)
 		}
 		c.Ignore = append(c.Ignore, value)
+	case "hide.pattern":
+		if err := hide.Check(value); err != nil {
+			return fmt.Errorf("pattern = %q: %v", value, err)
+		}
+		from := hide.FromUser
+		if c.project {
+			from = hide.FromProject
+		}
+		c.Hide = append(c.Hide, hide.Pattern{Pattern: value, From: from})
 	default:
 		return fmt.Errorf("unknown key %q in [%s]: the keys there are %s", key, section, strings.Join(configKeys[section], ", "))
 	}
@@ -351,18 +420,25 @@ func ParseKeep(s string) (int, error) {
 	return n, nil
 }
 
-// ParseLogSize parses the activity log's bound: 16M, 512K, 1G.
-func ParseLogSize(s string) (int64, error) {
+// splitSize splits a size such as 16M, 512KiB, 20GB or 4096 into its
+// number and the multiplier of its suffix (K, M, G, T: powers of 1024).
+func splitSize(s string) (v, mult int64, err error) {
 	t := strings.ToUpper(strings.TrimSpace(s))
 	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
-	mult := int64(1)
+	mult = 1
 	if n := len(t); n > 0 {
-		if i := strings.IndexByte("KMG", t[n-1]); i >= 0 {
+		if i := strings.IndexByte("KMGT", t[n-1]); i >= 0 {
 			mult = int64(1) << (10 * (i + 1))
 			t = t[:n-1]
 		}
 	}
-	v, err := strconv.ParseInt(t, 10, 64)
+	v, err = strconv.ParseInt(strings.TrimSpace(t), 10, 64)
+	return v, mult, err
+}
+
+// ParseLogSize parses the activity log's bound: 16M, 512K, 1G.
+func ParseLogSize(s string) (int64, error) {
+	v, mult, err := splitSize(s)
 	if err != nil || v <= 0 || v > (1<<40)/mult {
 		return 0, errors.New("not a size: write e.g. 512K, 16M or 1G")
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentfs/agentfs/hide"
 )
 
 // configDirs points the user's configuration at a temp dir and returns
@@ -139,7 +141,7 @@ func TestLoadConfigErrors(t *testing.T) {
 	}{
 		{"[auto-snapshot]\nenabled = maybe\n", []string{":2:", "enabled = maybe", "true or false"}},
 		{"[auto-snapshot]\n\nquiet = 2s\n", []string{":3:", `unknown key "quiet" in [auto-snapshot]`, "enabled, quiet-period, keep"}},
-		{"[snapshots]\n", []string{":1:", "unknown section [snapshots]", "[auto-snapshot], [ignore], [log]"}},
+		{"[snapshots]\n", []string{":1:", "unknown section [snapshots]", "[auto-snapshot], [hash], [hide], [ignore], [limits], [log]"}},
 		{"enabled = true\n", []string{":1:", "before any section"}},
 		{"[log]\nsize\n", []string{":2:", "key = value"}},
 		{"[log]\nsize = lots\n", []string{":2:", "size = lots", "16M"}},
@@ -149,7 +151,14 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"[auto-snapshot]\nkeep = 0\n", []string{":2:", "keep = 0", "from 1"}},
 		{"[ignore]\npattern = [abc\n", []string{":2:", "malformed", "gitignore"}},
 		{"[ignore]\npattern =\n", []string{":2:", "empty"}},
+		{"[hide]\npattern = [abc\n", []string{":2:", "malformed", "gitignore"}},
+		{"[hide]\npattern =\n", []string{":2:", "empty"}},
+		{"[hide]\nfile = .env\n", []string{":2:", `unknown key "file" in [hide]`, "pattern"}},
 		{"[log\n", []string{":1:", "[name]"}},
+		{"[limits]\nmax-bytes = lots\n", []string{":2:", "max-bytes = lots", "not a size", "20G", "50%"}},
+		{"[limits]\nmax-bytes = 0%\n", []string{":2:", "max-bytes = 0%", "from 1% to 100%"}},
+		{"[limits]\nmax-files = 1.5\n", []string{":2:", "max-files = 1.5", "not a count"}},
+		{"[limits]\nfiles = 3\n", []string{":2:", `unknown key "files" in [limits]`, "max-files, max-bytes"}},
 		{"[auto-snapshot]\nidle = soon\n", []string{":2:", "idle = soon", "30s", "off"}},
 		{"[auto-snapshot]\nidle = 10ms\n", []string{":2:", "out of range"}},
 		{"[auto-snapshot]\nbuild-command = make [x\n", []string{":2:", "build-command = make [x", "not a glob"}},
@@ -197,11 +206,65 @@ func TestOverrideErrors(t *testing.T) {
 	for _, tc := range []struct {
 		o    Overrides
 		flag string
-	}{{Overrides{QuietPeriod: "soon"}, "--quiet-period soon"}, {Overrides{Keep: "-1"}, "--auto-snapshot-keep -1"}, {Overrides{LogSize: "2"}, "--log-size 2"}} {
+	}{{Overrides{Hide: []string{".env", "[x"}}, "--hide [x"}, {Overrides{QuietPeriod: "soon"}, "--quiet-period soon"}, {Overrides{Keep: "-1"}, "--auto-snapshot-keep -1"}, {Overrides{LogSize: "2"}, "--log-size 2"}} {
 		_, err := Resolve(Default(), tc.o, false)
 		var fe *FlagError
 		if !errors.As(err, &fe) || !strings.HasPrefix(err.Error(), tc.flag+": ") {
 			t.Errorf("overrides %+v: error %v, want a FlagError starting %q", tc.o, err, tc.flag)
 		}
+	}
+}
+
+// TestLoadConfigHide: the hide patterns of both files add up, each
+// with its source, and --hide's come after them.
+func TestLoadConfigHide(t *testing.T) {
+	user, lower := configDirs(t)
+	write(t, user, "[hide]\npattern = .env\npattern = *.pem\n")
+	write(t, filepath.Join(lower, ProjectFile), "[hide]\npattern = !.env\npattern = secrets/\n")
+	c, err := Load(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Resolve(c, Overrides{Hide: []string{"*.key"}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []hide.Pattern{{Pattern: ".env", From: hide.FromUser}, {Pattern: "*.pem", From: hide.FromUser},
+		{Pattern: "!.env", From: hide.FromProject}, {Pattern: "secrets/", From: hide.FromProject},
+		{Pattern: "*.key", From: hide.FromFlag}}
+	if !slices.Equal(s.Hide, want) {
+		t.Errorf("hide = %v, want %v", s.Hide, want)
+	}
+	rules, err := hide.New(s.Hide)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rules.Hidden(".env", false) {
+		t.Errorf(".env not hidden: the project's !.env took back the user's pattern")
+	}
+}
+
+// TestLoadConfigHash: hashing is on by default, the user's file and
+// --hash turn it off and on, and a project cannot turn it off.
+func TestLoadConfigHash(t *testing.T) {
+	user, lower := configDirs(t)
+	c, err := Load(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Hash {
+		t.Errorf("default: Hash off, want on")
+	}
+	write(t, user, "[hash]\nenabled = false\n")
+	if c, err = Load(lower); err != nil || c.Hash {
+		t.Errorf("[hash] enabled = false in the user's file: Hash %v, err %v; want off", c.Hash, err)
+	}
+	on := true
+	if s, err := Resolve(c, Overrides{Hash: &on}, false); err != nil || !s.Hash {
+		t.Errorf("--hash over a file that turned it off: Hash %v, err %v", s.Hash, err)
+	}
+	write(t, filepath.Join(lower, ProjectFile), "[hash]\nenabled = false\n")
+	if _, err := Load(lower); err == nil || !strings.Contains(err.Error(), "not the project's to set") {
+		t.Errorf("a project's [hash] enabled = false: %v", err)
 	}
 }

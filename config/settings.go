@@ -2,7 +2,10 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/agentfs/agentfs/hide"
 )
 
 // Settings are the effective settings of a mount's activity log and
@@ -16,6 +19,13 @@ type Settings struct {
 	LogReads     bool
 	Gitignore    bool     // honour the project's .gitignore and .git/info/exclude
 	Ignore       []string // the configuration's patterns
+	// Hide are the hide patterns: the configuration's, then --hide's
+	// (From hide.FromFlag).
+	Hide []hide.Pattern
+	// MaxFiles and MaxBytes are the limits of each branch (0, off: no
+	// limit).
+	MaxFiles int64
+	MaxBytes ByteLimit
 	Triggers
 }
 
@@ -28,6 +38,11 @@ type Overrides struct {
 	LogSize      string // a size, as ParseLogSize reads it
 	LogReads     *bool
 	Trace        *bool
+	Hash         *bool
+	// Hide are the patterns of --hide, added to the configuration's.
+	Hide     []string
+	MaxFiles string // a count or off, as ParseMaxFiles reads it
+	MaxBytes string // a size, a share or off, as ParseMaxBytes reads it
 }
 
 // FlagError is a flag's value that cannot be used: Flag names it
@@ -41,30 +56,59 @@ func (e *FlagError) Error() string { return fmt.Sprintf("%s %s: %v", e.Flag, e.V
 
 func (e *FlagError) Unwrap() error { return e.Err }
 
-// Resolve applies o over c; autoDefault is the command's default for
-// automatic snapshots when neither a file nor a flag says (on for
-// agentfs run, off for agentfs mount). Its errors are *FlagError.
-func Resolve(c Config, o Overrides, autoDefault bool) (Settings, error) {
+// Resolve applies o over c; run says whose defaults apply where neither
+// a file nor a flag says: agentfs run's (automatic snapshots on, the
+// limits RunMaxFiles and RunMaxBytes) or agentfs mount's (no automatic
+// snapshots, no limits). Its errors are *FlagError.
+func Resolve(c Config, o Overrides, run bool) (Settings, error) {
 	s := Settings{
-		AutoSnapshot: c.AutoSnapshotOr(autoDefault),
+		AutoSnapshot: c.AutoSnapshotOr(run),
+		MaxFiles:     c.MaxFiles,
+		MaxBytes:     c.MaxBytes,
 		QuietPeriod:  c.QuietPeriod,
 		Keep:         c.Keep,
 		LogSize:      c.LogSize,
 		LogReads:     c.LogReads,
 		Gitignore:    c.Gitignore,
 		Ignore:       c.Ignore,
+		Hide:         slices.Clone(c.Hide),
 		Triggers:     c.Triggers,
 	}
 	if o.Trace != nil {
 		s.Trace = *o.Trace
 	}
+	if o.Hash != nil {
+		s.Hash = *o.Hash
+	}
 	if o.AutoSnapshot != nil {
 		s.AutoSnapshot = *o.AutoSnapshot
+	}
+	for _, p := range o.Hide {
+		if err := hide.Check(p); err != nil {
+			return s, &FlagError{"--hide", p, err}
+		}
+		s.Hide = append(s.Hide, hide.Pattern{Pattern: p, From: hide.FromFlag})
 	}
 	if o.LogReads != nil {
 		s.LogReads = *o.LogReads
 	}
+	if run && !c.MaxFilesSet {
+		s.MaxFiles = RunMaxFiles
+	}
+	if run && !c.MaxBytesSet {
+		s.MaxBytes = RunMaxBytes
+	}
 	var err error
+	if o.MaxFiles != "" {
+		if s.MaxFiles, err = ParseMaxFiles(o.MaxFiles); err != nil {
+			return s, &FlagError{"--max-files", o.MaxFiles, err}
+		}
+	}
+	if o.MaxBytes != "" {
+		if s.MaxBytes, err = ParseMaxBytes(o.MaxBytes); err != nil {
+			return s, &FlagError{"--max-bytes", o.MaxBytes, err}
+		}
+	}
 	if o.QuietPeriod != "" {
 		if s.QuietPeriod, err = ParseQuietPeriod(o.QuietPeriod); err != nil {
 			return s, &FlagError{"--quiet-period", o.QuietPeriod, err}

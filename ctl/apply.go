@@ -28,6 +28,11 @@ type ApplyItem struct {
 	Bytes int64 `json:"bytes"`
 	// Implied: a directory made because a selected path needs it.
 	Implied bool `json:"implied,omitempty"`
+	// Hide: a conflict of the hide patterns; Forced: --force applies
+	// it (a file of the branch's own at a hidden path), else nothing
+	// does (apply never changes a hidden project file).
+	Hide   bool `json:"hide,omitempty"`
+	Forced bool `json:"forced,omitempty"`
 }
 
 // ApplyReply is the reply of OpApply.

@@ -104,6 +104,9 @@ type Change struct {
 	SizeDelta int64 `json:"size_delta"`
 	// AttrsChanged: a modified file's mode, owner or xattrs changed too.
 	AttrsChanged bool `json:"attrs_changed,omitempty"`
+	// Hidden: a file of the branch's own at a hidden project path (a
+	// hide pattern matches it): apply writes it only with --force.
+	Hidden bool `json:"hidden,omitempty"`
 }
 
 // FileInfo is one side of a Change.
@@ -123,6 +126,9 @@ type ExportArgs struct {
 	// To is the absolute path of the directory to write: it must not
 	// exist, or be empty.
 	To string `json:"to"`
+	// Manifest also writes the tree's hashes and root, as JSON, to
+	// To + ".manifest.json" (beside the tree, not in it).
+	Manifest bool `json:"manifest,omitempty"`
 }
 
 // ExportReply is the reply of OpExport.
@@ -131,4 +137,8 @@ type ExportReply struct {
 	To   string `json:"to"`
 	// Skipped lists what could not be exported, and why ("path: why").
 	Skipped []string `json:"skipped,omitempty"`
+	// Manifest is the manifest's path and Root the tree's root, when
+	// one was asked for.
+	Manifest string `json:"manifest,omitempty"`
+	Root     string `json:"root,omitempty"`
 }

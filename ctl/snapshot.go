@@ -38,6 +38,74 @@ type SnapshotInfo struct {
 	// branch's first, the snapshot the branch was created from.
 	SizeAdded int64    `json:"size_added"`
 	Tags      []string `json:"tags"` // sorted
+	// Root is the snapshot's Merkle root (64 hex digits) once it is
+	// computed; RootStatus says where it stands: "computed", "pending"
+	// (the mount's hash worker has not got to it yet), "off" (no
+	// worker runs) or "failed" (the worker could not compute it; its
+	// log says why): agentfs snapshot show and agentfs verify compute
+	// it then. Files and Bytes count the tree's paths and file bytes.
+	Root       string `json:"root,omitempty"`
+	RootStatus string `json:"root_status,omitempty"`
+	Files      int64  `json:"files,omitempty"`
+	Bytes      int64  `json:"bytes,omitempty"`
+}
+
+// SnapshotListArgs are the arguments of OpSnapshotList.
+type SnapshotListArgs struct {
+	// WaitRoots computes the roots not computed yet before answering
+	// (agentfs run, for the session record's chain of roots).
+	WaitRoots bool `json:"wait_roots,omitempty"`
+}
+
+// VerifyArgs are the arguments of OpVerify.
+type VerifyArgs struct {
+	// Refs are the snapshots to check (ids, prefixes or tags); none:
+	// every snapshot.
+	Refs []string `json:"refs,omitempty"`
+	// Tree is a directory to check against the one snapshot of Refs
+	// (its root and each path) instead of the store.
+	Tree string `json:"tree,omitempty"`
+}
+
+// VerifyReply is the reply of OpVerify.
+type VerifyReply struct {
+	Snapshots []VerifySnapshot `json:"snapshots"`
+	Problems  []VerifyProblem  `json:"problems"`
+	Objects   int              `json:"objects"` // objects read
+	Bytes     int64            `json:"bytes"`   // bytes read
+	Tree      string           `json:"tree,omitempty"`
+	TreeRoot  string           `json:"tree_root,omitempty"`
+	OK        bool             `json:"ok"`
+}
+
+// VerifySnapshot is one snapshot's outcome: its recorded root and the
+// root computed again (from the store, or from the tree).
+type VerifySnapshot struct {
+	ID          string `json:"id"`
+	Root        string `json:"root"`
+	Recomputed  string `json:"recomputed"`
+	ComputedNow bool   `json:"computed_now,omitempty"`
+	OK          bool   `json:"ok"`
+}
+
+// VerifyProblem is one thing verify found wrong: Kind is
+// object-changed, object-missing, project-changed, root-changed or
+// tree-differs; Where names the paths of an object in each snapshot.
+type VerifyProblem struct {
+	Kind     string        `json:"kind"`
+	Snapshot string        `json:"snapshot,omitempty"`
+	Object   string        `json:"object,omitempty"`
+	Path     string        `json:"path,omitempty"`
+	Want     string        `json:"want,omitempty"`
+	Got      string        `json:"got,omitempty"`
+	Where    []VerifyPlace `json:"where,omitempty"`
+	Detail   string        `json:"detail"`
+}
+
+// VerifyPlace is a path in a snapshot.
+type VerifyPlace struct {
+	Snapshot string `json:"snapshot"`
+	Path     string `json:"path"`
 }
 
 // SnapshotList is the reply of OpSnapshotList, in the order the

@@ -59,6 +59,14 @@ const (
 	// OpSnapshotPrune deletes automatic snapshots by the retention
 	// policy or beyond a count (PruneArgs); it answers a PruneReply.
 	OpSnapshotPrune Op = 23
+	// OpSnapshotShow answers the SnapshotInfo of one snapshot
+	// (SnapshotRef), with its root (computed then when no worker
+	// computes roots).
+	OpSnapshotShow Op = 24
+	// OpVerify checks snapshots against their content hashes and
+	// roots, or a directory against a snapshot (VerifyArgs); it answers
+	// a VerifyReply.
+	OpVerify Op = 25
 
 	// OpBranchCreate creates a branch (BranchCreateArgs); it answers
 	// its BranchInfo.
@@ -102,6 +110,9 @@ const (
 	// (apply, export, gc, fsck, diff, push), if any; it does not wait
 	// for it.
 	OpProgress Op = 54
+	// OpMerge merges a branch into another (MergeArgs); it answers a
+	// MergeReply.
+	OpMerge Op = 55
 	// OpPush sends snapshots (and a session's branches) to a remote
 	// (PushArgs); it answers a PushReply.
 	OpPush Op = 56
@@ -121,6 +132,8 @@ var opNames = map[Op]string{
 	OpGC:             "gc",
 	OpFsck:           "fsck",
 	OpSnapshotPrune:  "snapshot prune",
+	OpSnapshotShow:   "snapshot show",
+	OpVerify:         "verify",
 
 	OpBranchCreate:  "branch create",
 	OpBranchList:    "branch list",
@@ -138,6 +151,7 @@ var opNames = map[Op]string{
 	OpApplyProgress: "apply progress",
 	OpActivity:      "activity",
 	OpProgress:      "progress",
+	OpMerge:         "merge",
 	OpPush:          "push",
 }
 
@@ -203,9 +217,31 @@ type Status struct {
 	ReadsSpliced  uint64 `json:"reads_spliced"`
 	ReadsFromDisk uint64 `json:"reads_from_disk"`
 
+	// BranchFiles and BranchBytes are what the branch the mount shows
+	// holds in the backstore: the objects its entries name, and the
+	// bytes of its files' data (overlay's quotas). MaxFiles and
+	// MaxBytes are its limits (0: none); past one, the operation that
+	// would cross it fails with EDQUOT.
+	BranchFiles int64 `json:"branch_files"`
+	BranchBytes int64 `json:"branch_bytes"`
+	MaxFiles    int64 `json:"max_files"`
+	MaxBytes    int64 `json:"max_bytes"`
+
 	Objects int64 `json:"objects"`        // upper objects in the backstore
 	Bytes   int64 `json:"bytes"`          // bytes they occupy
 	FsFree  int64 `json:"backstore_free"` // free bytes where they live
+
+	// Hide are the hide patterns of the mount (the store's): the project
+	// paths they match do not exist in the view.
+	Hide []HidePattern `json:"hide"`
+}
+
+// HidePattern is one hide pattern and where it came from: "user" (the
+// user's configuration file), "project" (the project's .agentfs.conf)
+// or "flag" (--hide).
+type HidePattern struct {
+	Pattern string `json:"pattern"`
+	From    string `json:"from"`
 }
 
 // UnmountReply is the reply of OpUnmount.

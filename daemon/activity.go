@@ -126,8 +126,8 @@ func (a *activityHook) Record(ev fs.Event) {
 		a.log.Record(activity.Entry{Time: ev.Time, Tid: int(ev.Pid), Uid: ev.Uid, Branch: ev.Branch,
 			Op: ev.Op, Path: ev.Path, Path2: ev.Path2, Attrs: ev.Attrs})
 	}
-	if a.auto == nil || ev.Class == fs.Read {
-		return
+	if a.auto == nil || ev.Class == fs.Read || ev.Op == fs.OpQuota {
+		return // a refused operation changed nothing
 	}
 	c := autosnap.Change{Time: ev.Time, Branch: ev.Branch, Dir: ev.Op == fs.OpMkdir || ev.Op == fs.OpRmdir}
 	switch ev.Op {

@@ -21,8 +21,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/activity"
+	"github.com/agentfs/agentfs/contenthash"
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/fs"
+	"github.com/agentfs/agentfs/hide"
 	"github.com/agentfs/agentfs/hostpath"
 	"github.com/agentfs/agentfs/overlay"
 	"github.com/agentfs/agentfs/procfs"
@@ -159,11 +161,21 @@ func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 		d.lowerDir = fmt.Sprintf("/proc/self/fd/%d", fd)
 		d.userns = procfs.InUserNamespace()
 	}
+	rules, err := hide.New(p.Activity.Hide)
+	if err != nil {
+		return err
+	}
 	d.ws, err = workspace.Open(workspace.Options{Store: d.store, Lower: p.Lower, LowerDir: d.lowerDir, Mountpoint: p.Mountpoint,
 		Backstore: p.Backstore, RamdiskSize: p.RamdiskSize, Ephemeral: d.ephemeral, Session: p.Session,
-		Keep: p.Activity.Keep, Version: o.Version, Logger: logger,
+		Keep: p.Activity.Keep, Version: o.Version, Logger: logger, Hide: rules,
+		Limits:     overlay.Limits{Files: p.Activity.MaxFiles, Bytes: p.Activity.MaxBytes.Bytes},
+		BytesShare: p.Activity.MaxBytes.Percent,
 		// Only the tests of the progress bars set it (workspace/progress.go).
-		ProgressGate: os.Getenv("AGENTFS_TEST_PROGRESS_GATE") == "1"})
+		ProgressGate: os.Getenv("AGENTFS_TEST_PROGRESS_GATE") == "1",
+		NoHash:       !p.Activity.Hash,
+		HashHelper:   hashHelper(),
+		// Only the tests that block the hash worker set it.
+		HashGate: os.Getenv("AGENTFS_TEST_HASH_GATE")})
 	if err != nil {
 		return err
 	}
@@ -462,4 +474,15 @@ func (d *Daemon) handle(s *ctl.Server) {
 		d.shutdown(fmt.Sprintf("unmount requested by pid %d (uid %d)", c.Pid, c.Uid))
 		return ctl.UnmountReply{Pid: os.Getpid()}, nil
 	})
+}
+
+// hashHelper is the command of the hashing process: this binary's
+// hidden command (contenthash.RunHelper); none when the binary cannot
+// be found.
+func hashHelper() []string {
+	self, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	return []string{self, contenthash.HelperCommand}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"fmt"
 	"io"
@@ -25,18 +26,37 @@ type KernelFeature struct {
 // KernelFeatures describes the running kernel: its release, FUSE
 // passthrough, FUSE over io_uring, BPF, user namespaces and FUSE
 // itself. Nothing here fails: what cannot be read says so.
+//
+// The kernel's build options are read only for what the running
+// kernel does not show otherwise (kernelOptions), and once a boot
+// (kernelcache.go): inflating /proc/config.gz whole costs about a
+// millisecond, more than the rest of agentfs version together.
 func KernelFeatures() []KernelFeature {
 	var uts unix.Utsname
 	release, machine := "unknown", ""
 	if err := unix.Uname(&uts); err == nil {
 		release, machine = unix.ByteSliceToString(uts.Release[:]), unix.ByteSliceToString(uts.Machine[:])
 	}
-	cfg := kernelConfig()
+	uringKnobValue := readTrimmed(uringKnob)
+	// kernel.unprivileged_bpf_disabled exists only in a kernel built with
+	// CONFIG_BPF_SYSCALL.
+	bpfSysctl := readTrimmed("/proc/sys/kernel/unprivileged_bpf_disabled")
+	var wanted []string
+	if kernelAtLeast(release, 6, 9) {
+		wanted = append(wanted, "CONFIG_FUSE_PASSTHROUGH")
+	}
+	if uringKnobValue == "" {
+		wanted = append(wanted, "CONFIG_FUSE_IO_URING")
+	}
+	if bpfSysctl == "" {
+		wanted = append(wanted, "CONFIG_BPF_SYSCALL")
+	}
+	cfg := cachedOrReadKernelOptions(wanted)
 	return []KernelFeature{
 		{"kernel", strings.TrimSpace("Linux " + release + " " + machine)},
 		{"passthrough", passthroughFeature(release, cfg)},
-		{"io_uring", ioURingFeature(cfg)},
-		{"bpf", bpfFeature(cfg)},
+		{"io_uring", ioURingFeature(uringKnobValue, cfg)},
+		{"bpf", bpfFeature(bpfSysctl, cfg)},
 		{"user namespaces", usernsFeature()},
 		{"fuse", fuseFeature()},
 	}
@@ -52,9 +72,29 @@ func kernelAtLeast(release string, major, minor int) bool {
 	return ma > major || ma == major && mi >= minor
 }
 
-// kernelConfig reads the kernel's build options (/proc/config.gz, else
-// /boot/config-RELEASE); nil when neither is there.
-func kernelConfig() map[string]string {
+// cachedOrReadKernelOptions is kernelOptions through the cache of this
+// boot (kernelcache.go).
+func cachedOrReadKernelOptions(wanted []string) map[string]string {
+	if len(wanted) == 0 {
+		return nil
+	}
+	path, key := kernelCacheFile(), bootKey()
+	if cfg, ok := cachedKernelOptions(path, key, wanted); ok {
+		return cfg
+	}
+	cfg := kernelOptions(wanted)
+	cacheKernelOptions(path, key, cfg)
+	return cfg
+}
+
+// kernelOptions reads the kernel's build options named in wanted
+// (/proc/config.gz, else /boot/config-RELEASE), and stops reading once
+// it has them all; an option that is not set is "". Nil when wanted is
+// empty or neither file is there.
+func kernelOptions(wanted []string) map[string]string {
+	if len(wanted) == 0 {
+		return nil
+	}
 	var r io.Reader
 	if f, err := os.Open("/proc/config.gz"); err == nil {
 		defer func() { _ = f.Close() }() // read only
@@ -75,24 +115,41 @@ func kernelConfig() map[string]string {
 		defer func() { _ = f.Close() }() // read only
 		r = f
 	}
-	cfg := map[string]string{}
+	return scanKernelOptions(r, wanted)
+}
+
+// scanKernelOptions reads a kernel configuration from r (CONFIG_X=y
+// lines, "# CONFIG_X is not set" for the others) until it has every
+// option of wanted; the options it did not find are "" (not set).
+func scanKernelOptions(r io.Reader, wanted []string) map[string]string {
+	cfg := make(map[string]string, len(wanted))
+	for _, w := range wanted {
+		cfg[w] = ""
+	}
+	left := len(wanted)
 	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok && strings.HasPrefix(k, "CONFIG_") {
-			cfg[k] = v
+	for left > 0 && sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.HasPrefix(line, []byte("CONFIG_")) {
+			continue
+		}
+		k, v, ok := bytes.Cut(line, []byte("="))
+		if !ok {
+			continue
+		}
+		if old, want := cfg[string(k)]; want && old == "" {
+			cfg[string(k)] = string(v)
+			left--
 		}
 	}
 	return cfg
 }
 
 // configSays is what the kernel's build says of option, for a feature
-// line: "" when the configuration cannot be read.
+// line: known is false when the configuration cannot be read.
 func configSays(cfg map[string]string, option string) (on bool, known bool) {
-	if cfg == nil {
-		return false, false
-	}
-	v := cfg[option]
-	return v == "y" || v == "m", true
+	v, known := cfg[option]
+	return v == "y" || v == "m", known
 }
 
 func passthroughFeature(release string, cfg map[string]string) string {
@@ -105,9 +162,10 @@ func passthroughFeature(release string, cfg map[string]string) string {
 	return "yes, for mounts made as root (Linux 6.9 or later)"
 }
 
-func ioURingFeature(cfg map[string]string) string {
+// ioURingFeature says what FUSE over io_uring is here, from the fuse
+// module's enable_uring parameter (knob; "": the module has none).
+func ioURingFeature(knob string, cfg map[string]string) string {
 	disabled := readTrimmed("/proc/sys/kernel/io_uring_disabled")
-	knob := readTrimmed(uringKnob)
 	switch {
 	case knob == "":
 		if on, known := configSays(cfg, "CONFIG_FUSE_IO_URING"); known && !on {
@@ -124,8 +182,10 @@ func ioURingFeature(cfg map[string]string) string {
 	return s
 }
 
-func bpfFeature(cfg map[string]string) string {
-	if on, known := configSays(cfg, "CONFIG_BPF_SYSCALL"); known && !on {
+// bpfFeature says what BPF is here, from kernel.unprivileged_bpf_disabled
+// (sysctl; "": the kernel has no such setting) and the build options.
+func bpfFeature(sysctl string, cfg map[string]string) string {
+	if on, known := configSays(cfg, "CONFIG_BPF_SYSCALL"); sysctl == "" && known && !on {
 		return "no: the kernel is built without CONFIG_BPF_SYSCALL"
 	}
 	var parts []string
@@ -134,8 +194,8 @@ func bpfFeature(cfg map[string]string) string {
 	} else {
 		parts = append(parts, "no BTF")
 	}
-	if v := readTrimmed("/proc/sys/kernel/unprivileged_bpf_disabled"); v != "" {
-		parts = append(parts, "kernel.unprivileged_bpf_disabled = "+v)
+	if sysctl != "" {
+		parts = append(parts, "kernel.unprivileged_bpf_disabled = "+sysctl)
 	}
 	return "yes (" + strings.Join(parts, ", ") + ")"
 }

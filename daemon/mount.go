@@ -126,6 +126,10 @@ func (d *Daemon) Describe(st *ctl.Status) {
 		st.Transport += " (io_uring is turned on as root only)"
 	}
 	st.IOMode = IOMode(st.Passthrough, st.WritebackCache, d.root(), d.plan.NoPassthrough || d.plan.WritebackCache)
+	if st.Passthrough && st.MaxBytes > 0 {
+		// fs serves no file of a byte-limited view through passthrough.
+		st.IOMode = "page cache (no passthrough: the byte limit, --max-bytes, needs the daemon to see every write)"
+	}
 }
 
 // IOMode says in words how file I/O is served; refused is whether the

@@ -146,6 +146,11 @@ func Validate(r Request) (*Plan, error) {
 	if p.Activity, err = config.Resolve(cfg, r.Activity, p.Session); err != nil {
 		return nil, &UsageError{err.Error()}
 	}
+	if p.WritebackCache && !p.Activity.MaxBytes.Off() {
+		// The kernel would take writes into its cache and send them
+		// later: the write that crosses the limit could not fail.
+		return nil, usagef("--writeback-cache cannot keep a byte limit (--max-bytes %s): the write that crosses it must fail, not a later writeback; drop --writeback-cache, or give --max-bytes off", p.Activity.MaxBytes)
+	}
 	if !p.Session {
 		if err := checkNotMounted(p.Mountpoint); err != nil {
 			return nil, err

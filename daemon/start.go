@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentfs/agentfs/config"
+	"github.com/agentfs/agentfs/hide"
 )
 
 // StartTimeout bounds how long Start waits for the daemon to report.
@@ -143,12 +144,28 @@ func daemonArgs(p *Plan, store string, ephemeral bool) []string {
 // daemon exactly the settings s (the configuration files only add the
 // ignore patterns there).
 func SettingsArgs(s config.Settings) []string {
-	return []string{
+	args := []string{
 		"--auto-snapshot=" + strconv.FormatBool(s.AutoSnapshot),
 		"--quiet-period", s.QuietPeriod.String(),
 		"--auto-snapshot-keep", strconv.Itoa(s.Keep),
 		"--log-size", strconv.FormatInt(s.LogSize, 10),
 		"--log-reads=" + strconv.FormatBool(s.LogReads),
 		"--trace=" + strconv.FormatBool(s.Trace),
+		"--hash=" + strconv.FormatBool(s.Hash),
+		"--max-files", maxFilesArg(s.MaxFiles),
+		"--max-bytes", s.MaxBytes.String(),
 	}
+	for _, p := range s.Hide {
+		if p.From == hide.FromFlag { // the files' patterns it reads again
+			args = append(args, "--hide", p.Pattern)
+		}
+	}
+	return args
+}
+
+func maxFilesArg(n int64) string {
+	if n == 0 {
+		return "off"
+	}
+	return strconv.FormatInt(n, 10)
 }

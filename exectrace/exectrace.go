@@ -50,7 +50,6 @@ import (
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
 
@@ -143,7 +142,7 @@ func Start(o Options) (*Tracer, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
+	if err := raiseMemlock(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	t := &Tracer{log: o.Logger, done: make(chan struct{})}
@@ -379,4 +378,28 @@ func joinCwd(b []byte) string {
 		sb.WriteString(parts[i])
 	}
 	return sb.String()
+}
+
+// raiseMemlock lifts RLIMIT_MEMLOCK where the kernel charges BPF maps
+// and programs to it (before Linux 5.11; later kernels charge them to
+// the memory cgroup, and the limit is left alone). It does what
+// cilium/ebpf/rlimit.RemoveMemlock does, without importing that
+// package: its init creates a BPF map to probe the kernel (a system
+// call, a walk of /proc/self/mountinfo) in every agentfs process, the
+// short CLI commands included, which cost them a tenth of their start.
+func raiseMemlock() error {
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		return fmt.Errorf("uname: %w", err)
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(uts.Release[:]), "%d.%d", &major, &minor); err == nil &&
+		(major > 5 || major == 5 && minor >= 11) {
+		return nil
+	}
+	inf := unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
+	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &inf); err != nil {
+		return fmt.Errorf("raising RLIMIT_MEMLOCK (Linux before 5.11 charges BPF memory to it): %w", err)
+	}
+	return nil
 }

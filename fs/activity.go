@@ -39,7 +39,8 @@ type EventClass uint8
 const (
 	// Change is a successful mutating operation.
 	Change EventClass = iota
-	// Read is a lookup, an open for reading or a directory listing
+	// Read is a lookup (one that found the name, or did not), an open
+	// for reading or a directory listing
 	// (reported with Options.ActivityReads only).
 	Read
 	// CloseWrite is the release of a file opened for writing.
@@ -67,6 +68,10 @@ const (
 	OpOpen        = "open"
 	OpReaddir     = "readdir"
 	OpClose       = "close"
+	// OpQuota is an operation refused with EDQUOT: the branch reached
+	// its limit of files or bytes (Attrs says which). It is reported
+	// once, until the usage goes down again (overlay.FS.QuotaReport).
+	OpQuota = "quota"
 )
 
 // DeletedPath is the path of an event on a file that is no longer in
@@ -93,7 +98,8 @@ type Event struct {
 	// Branch is the branch whose view the operation went to.
 	Branch string
 	// Attrs says which attributes a setattr changed: "mode", "uid",
-	// "gid", "size", "atime", "mtime" joined by ','.
+	// "gid", "size", "atime", "mtime" joined by ','; for a quota event,
+	// which limit was reached: "files" or "bytes".
 	Attrs string
 }
 
@@ -117,6 +123,18 @@ func (s *Server) recordErr(err error, h *fuse.InHeader, op string, dir *overlay.
 func (s *Server) recordRename(err error, h *fuse.InHeader, op string, from *overlay.Node, fromName string, to *overlay.Node, toName string) error {
 	if err == nil {
 		s.recordEvent(h, op, from, fromName, to, toName, "")
+	}
+	return err
+}
+
+// quotaErr reports err when it is the first EDQUOT of n's view since
+// its usage last went down (name in n as for record); it returns err.
+func (s *Server) quotaErr(err error, h *fuse.InHeader, n *overlay.Node, name string) error {
+	if err == nil || s.opts.Activity == nil {
+		return err
+	}
+	if limit, ok := n.FS().QuotaReport(err); ok {
+		s.recordEvent(h, OpQuota, n, name, nil, "", limit)
 	}
 	return err
 }

@@ -129,7 +129,7 @@ func (s *Server) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.A
 	}
 	st, err := ino.n.FS().Setattr(ino.n, sa, f)
 	if err != nil {
-		return errno(err)
+		return errno(s.quotaErr(err, &in.InHeader, ino.n, ""))
 	}
 	if kill != nil && st.Mode&setidBits != 0 {
 		gid := st.Gid

@@ -36,9 +36,15 @@ func (s *Server) setIOMode(h *handle, out *fuse.OpenOut) {
 	ino := h.ino
 	ino.mu.Lock()
 	defer ino.mu.Unlock()
+	// A view with a byte limit must see every write that may extend a
+	// file, to refuse the one that crosses the limit (overlay/quota.go):
+	// its files are served through the page cache, never passed
+	// through. Not even read-only opens: the kernel refuses any open
+	// but a passthrough one of an inode that has a backing file, and a
+	// later open for writing could not be served by the daemon.
 	// Pin: the object must stay the node's own while the kernel uses it
 	// (a file on an object shared with a snapshot is refused).
-	if ino.cached == 0 && h.f.Upper() && s.Passthrough() && h.f.Pin() {
+	if ino.cached == 0 && h.f.Upper() && s.Passthrough() && !ino.n.FS().BytesLimited() && h.f.Pin() {
 		if ino.pt == 0 {
 			id, err := s.srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(h.f.Fd())})
 			if err == 0 {
@@ -90,7 +96,7 @@ func (s *Server) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	}
 	f, err := ino.n.FS().Open(ino.n, int(in.Flags))
 	if err != nil {
-		return errno(err)
+		return errno(s.quotaErr(err, &in.InHeader, ino.n, ""))
 	}
 	if in.Flags&unix.O_TRUNC != 0 && in.Flags&unix.O_ACCMODE != unix.O_RDONLY {
 		// An O_TRUNC open is atomic in FUSE: the kernel clears nothing
@@ -129,7 +135,7 @@ func (s *Server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 	}
 	n, f, attr, err := dir.n.FS().Create(dir.n, name, int(in.Flags), in.Mode, caller(&in.InHeader))
 	if err != nil {
-		return errno(err)
+		return errno(s.quotaErr(err, &in.InHeader, dir.n, name))
 	}
 	s.record(&in.InHeader, OpCreate, dir.n, name)
 	s.fillEntry(&out.EntryOut, in.NodeId, n, &attr)
@@ -148,7 +154,7 @@ func (s *Server) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.Cr
 	}
 	n, f, attr, err := dir.n.FS().Tmpfile(dir.n, int(in.Flags), in.Mode, caller(&in.InHeader))
 	if err != nil {
-		return errno(err)
+		return errno(s.quotaErr(err, &in.InHeader, dir.n, ""))
 	}
 	s.fillEntry(&out.EntryOut, in.NodeId, n, &attr)
 	h := &handle{ino: s.known(n.ID), f: f}
@@ -251,7 +257,7 @@ func (s *Server) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (u
 	}
 	n, err := h.f.WriteAt(data, int64(in.Offset))
 	s.recordWrite(&in.InHeader, h, err)
-	return uint32(n), errno(err)
+	return uint32(n), errno(s.quotaErr(err, &in.InHeader, h.ino.n, ""))
 }
 
 // Lseek implements fuse.RawFileSystem (SEEK_DATA and SEEK_HOLE).
@@ -271,7 +277,8 @@ func (s *Server) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.St
 	if h == nil {
 		return fuse.EBADF
 	}
-	return errno(s.recordErr(h.f.Allocate(in.Mode, int64(in.Offset), int64(in.Length)), &in.InHeader, OpFallocate, h.ino.n, ""))
+	err := s.recordErr(h.f.Allocate(in.Mode, int64(in.Offset), int64(in.Length)), &in.InHeader, OpFallocate, h.ino.n, "")
+	return errno(s.quotaErr(err, &in.InHeader, h.ino.n, ""))
 }
 
 // CopyFileRange implements fuse.RawFileSystem.
@@ -282,7 +289,7 @@ func (s *Server) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn)
 	}
 	n, err := src.f.CopyTo(int64(in.OffIn), dst.f, int64(in.OffOut), int(in.Len))
 	s.recordCopy(in, src, dst, err)
-	return uint32(n), errno(err)
+	return uint32(n), errno(s.quotaErr(err, &in.InHeader, dst.ino.n, ""))
 }
 
 // Flush implements fuse.RawFileSystem. There is nothing to do at a

@@ -91,6 +91,9 @@ func (s *Server) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 		if (h.NodeId != fuse.FUSE_ROOT_ID || !s.views.active.Load()) && s.noteNegative(h.NodeId, name) {
 			out.SetEntryTimeout(negTimeout)
 		}
+		// A check that found nothing is a read too (a record's
+		// existence check of a missing path).
+		s.record(h, OpLookup, dir.n, name)
 		return fuse.OK
 	}
 	if err != nil {

@@ -24,7 +24,7 @@ func (s *Server) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, ou
 	}
 	n, attr, err := dir.n.FS().Mknod(dir.n, name, in.Mode, uint64(in.Rdev), caller(&in.InHeader))
 	if err != nil {
-		return errno(err)
+		return errno(s.quotaErr(err, &in.InHeader, dir.n, name))
 	}
 	s.record(&in.InHeader, OpMknod, dir.n, name)
 	s.fillEntry(out, in.NodeId, n, &attr)
@@ -42,7 +42,7 @@ func (s *Server) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, ou
 	}
 	n, attr, err := dir.n.FS().Mkdir(dir.n, name, in.Mode, caller(&in.InHeader))
 	if err != nil {
-		return errno(err)
+		return errno(s.quotaErr(err, &in.InHeader, dir.n, name))
 	}
 	s.record(&in.InHeader, OpMkdir, dir.n, name)
 	s.fillEntry(out, in.NodeId, n, &attr)
@@ -60,7 +60,7 @@ func (s *Server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name 
 	}
 	n, attr, err := dir.n.FS().Symlink(dir.n, name, target, caller(h))
 	if err != nil {
-		return errno(err)
+		return errno(s.quotaErr(err, h, dir.n, name))
 	}
 	s.record(h, OpSymlink, dir.n, name)
 	s.fillEntry(out, h.NodeId, n, &attr)
@@ -88,7 +88,7 @@ func (s *Server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out 
 	}
 	attr, err := src.n.FS().Link(src.n, dir.n, name)
 	if s.recordRename(err, &in.InHeader, OpLink, src.n, "", dir.n, name) != nil {
-		return errno(err)
+		return errno(s.quotaErr(err, &in.InHeader, dir.n, name))
 	}
 	s.fillEntry(out, in.NodeId, src.n, &attr)
 	return fuse.OK
@@ -134,7 +134,8 @@ func (s *Server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newN
 	if odir.vs != ndir.vs {
 		return fuse.Status(unix.EXDEV) // a directory of another branch
 	}
-	return errno(s.recordRename(odir.n.FS().Rename(odir.n, oldName, ndir.n, newName, in.Flags), &in.InHeader, OpRename, odir.n, oldName, ndir.n, newName))
+	err := s.recordRename(odir.n.FS().Rename(odir.n, oldName, ndir.n, newName, in.Flags), &in.InHeader, OpRename, odir.n, oldName, ndir.n, newName)
+	return errno(s.quotaErr(err, &in.InHeader, odir.n, oldName))
 }
 
 // Readlink implements fuse.RawFileSystem.

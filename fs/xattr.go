@@ -52,7 +52,8 @@ func (s *Server) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr stri
 	if ino == nil {
 		return fuse.ENOENT
 	}
-	return errno(s.recordErr(ino.n.FS().Setxattr(ino.n, attr, data, int(in.Flags)), &in.InHeader, OpSetxattr, ino.n, ""))
+	err := s.recordErr(ino.n.FS().Setxattr(ino.n, attr, data, int(in.Flags)), &in.InHeader, OpSetxattr, ino.n, "")
+	return errno(s.quotaErr(err, &in.InHeader, ino.n, ""))
 }
 
 // RemoveXAttr implements fuse.RawFileSystem.

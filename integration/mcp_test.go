@@ -163,7 +163,7 @@ func TestMCPMount(t *testing.T) {
 			t.Errorf("tool %s has no description or schema: %+v", tool.Name, tool)
 		}
 	}
-	if got := strings.Join(names, " "); got != "activity branch_create branch_list changes checkpoint list_checkpoints rewind run_in_branch status" {
+	if got := strings.Join(names, " "); got != "activity branch_create branch_list changes checkpoint list_checkpoints merge_branch rewind run_in_branch status" {
 		t.Errorf("tools = %s", got)
 	}
 

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -589,13 +590,16 @@ exit 5
 
 	// 2. With /dev/fuse usable by all (in a private mount namespace of
 	// this test only).
+	// It writes its record (agentfs run --record) as nobody too.
 	fdev := harness.NewMountpoint(t)
+	rec := filepath.Join(e.state, "record")
 	r = runAs("run as nobody with /dev/fuse 0666", fmt.Sprintf(`set -e
-unshare --mount --propagation private sh -c 'mount -t tmpfs -o mode=755 agentfs-test %s && mknod -m 666 %s/fuse c 10 229 && mount --bind %s/fuse /dev/fuse && exec %s %s run -- %s'`,
-		fdev, fdev, fdev, asNobody, bin, agent))
+unshare --mount --propagation private sh -c 'mount -t tmpfs -o mode=755 agentfs-test %s && mknod -m 666 %s/fuse c 10 229 && mount --bind %s/fuse /dev/fuse && exec %s %s run --record %s -- %s'`,
+		fdev, fdev, fdev, asNobody, bin, rec, agent))
 	if usernsOK {
 		t.Logf("2. as nobody, /dev/fuse 0666: a run through a user namespace")
 		checkNobodyRun(t, e, r, asNobody+" "+bin)
+		checkNobodyRecord(t, rec, e.project, nobody)
 	} else {
 		t.Logf("2. as nobody, /dev/fuse 0666: the refusal (no user namespace)")
 		assertRefused(t, r, refusal{1, "needs a user namespace"}, "")
@@ -637,6 +641,31 @@ func checkNobodyRun(t *testing.T, e *runEnv, r harness.Result, agentfs string) {
 	}
 	if st := as("status -s " + id); !strings.Contains(st.Stdout, "NOT traced: agentfs runs as a normal user") {
 		t.Errorf("status -s of nobody's session:\n%s", st)
+	}
+}
+
+// checkNobodyRecord checks the record of nobody's run: written by
+// nobody, of nobody's command, with what the agent did.
+func checkNobodyRecord(t *testing.T, rec, project string, nobody uint32) {
+	t.Helper()
+	m, _ := readManifest(t, rec)
+	if m.Uid == nil || *m.Uid != nobody || m.Gid == nil || *m.Gid != nobody || m.ExitStatus == nil || *m.ExitStatus != 5 {
+		t.Errorf("the record of nobody's run: uid %v gid %v exit %v, want %d, %d, 5", m.Uid, m.Gid, intp(m.ExitStatus), nobody, nobody)
+	}
+	ops := map[string][]string{}
+	for _, f := range m.Files {
+		ops[f.Path] = f.Operations
+	}
+	for _, p := range []string{"a.txt", "new.txt"} {
+		if !slices.Contains(ops[filepath.Join(project, p)], "write") {
+			t.Errorf("the record of nobody's run: %s has operations %q, want a write", p, ops[filepath.Join(project, p)])
+		}
+	}
+	for _, name := range []string{rec, filepath.Join(rec, "manifest.json"), filepath.Join(rec, "blobs.parquet")} {
+		var st unix.Stat_t
+		if err := unix.Stat(name, &st); err != nil || st.Uid != nobody {
+			t.Errorf("%s: owner %d (%v), want nobody", name, st.Uid, err)
+		}
 	}
 }
 

@@ -11,7 +11,7 @@
 // once it has ended). Its tools (tools.go) are the workspace's
 // operations, described for a model: status, checkpoint,
 // list_checkpoints, changes, rewind, branch_create, branch_list,
-// run_in_branch, activity, and apply when Options.AllowApply (apply
+// run_in_branch, merge_branch, activity, and apply when Options.AllowApply (apply
 // writes the user's project, with the CLI's conflict checks).
 //
 // # Rules

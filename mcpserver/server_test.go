@@ -107,7 +107,7 @@ func TestTools(t *testing.T) {
 		for _, tool := range list.Tools {
 			got[tool.Name] = tool
 		}
-		want := []string{"status", "checkpoint", "list_checkpoints", "changes", "rewind", "branch_create", "branch_list", "run_in_branch", "activity"}
+		want := []string{"status", "checkpoint", "list_checkpoints", "changes", "rewind", "branch_create", "branch_list", "run_in_branch", "merge_branch", "activity"}
 		if allow {
 			want = append(want, "apply")
 		}
@@ -243,6 +243,35 @@ func TestBranches(t *testing.T) {
 	var act ActivityOut
 	if res := callTool(t, cs, "activity", map[string]any{"since": "10m"}, &act); res.IsError || len(act.Entries) != 0 {
 		t.Errorf("activity of a store nothing logged in: %s %+v", text(res), act)
+	}
+}
+
+// TestMergeBranch: merge_branch merges main's changes into a branch
+// made before them (dry run first), and says how to undo it.
+func TestMergeBranch(t *testing.T) {
+	cs, w := connect(t, false, map[string]string{"f": "one\n"})
+	var b Branch
+	if res := callTool(t, cs, "branch_create", map[string]any{"name": "try"}, &b); res.IsError {
+		t.Fatalf("branch_create: %s", text(res))
+	}
+	writeView(t, w, "new", "from main\n")
+	writeView(t, w, "f", "two\n")
+	var dry MergeOut
+	if res := callTool(t, cs, "merge_branch", map[string]any{"branch": "main", "into": "try", "dry_run": true}, &dry); res.IsError || len(dry.Changes) != 2 || dry.Safety != nil {
+		t.Fatalf("merge_branch dry run: %s %+v", text(res), dry)
+	}
+	var out MergeOut
+	res := callTool(t, cs, "merge_branch", map[string]any{"branch": "main", "into": "try"}, &out)
+	if res.IsError || out.Unresolved != 0 || out.Safety == nil || out.Base != b.Origin || !strings.Contains(text(res), "to undo: rewind to "+out.Safety.ID) {
+		t.Fatalf("merge_branch: %s %+v", text(res), out)
+	}
+	var ch ChangesOut
+	callTool(t, cs, "changes", map[string]any{"from": "main", "to": "try"}, &ch)
+	if len(ch.Changes) != 0 {
+		t.Errorf("try differs from main after merging main into it: %+v", ch.Changes)
+	}
+	if res := callTool(t, cs, "merge_branch", map[string]any{"branch": "nope"}, nil); !res.IsError || !strings.Contains(text(res), `no branch "nope"`) {
+		t.Errorf("merge_branch of a missing branch: %s", text(res))
 	}
 }
 

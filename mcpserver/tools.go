@@ -26,6 +26,7 @@ func (t *target) addTools(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{Name: "branch_create", Annotations: additive, Description: `Create a branch: an independent line of changes, starting from a checkpoint (from) or, by default, from the current state of your branch (a checkpoint is taken for it). Work in it with run_in_branch; your own branch is not changed. Cheap.`}, t.branchCreate)
 	mcp.AddTool(s, &mcp.Tool{Name: "branch_list", Annotations: readOnly, Description: `List the branches: name, the checkpoint each started from, which one you see (current), which one the mount shows to other processes (default), and how many processes are bound to each.`}, t.branchList)
 	mcp.AddTool(s, &mcp.Tool{Name: "run_in_branch", Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(true)}, Description: `Run a shell command (sh -c) with a branch as its view of the workspace, as "agentfs exec -b BRANCH" does: it starts at the workspace's root (for a session served from outside it, in the directory the session's command started in), and it and everything it starts see that branch at the workspace's paths, while your own branch stays as it is. Only the workspace's paths show the branch: when the workspace is a mount of the user's project at another path (agentfs mount), the project's own path still leads to the user's real files, so use paths relative to the workspace. Use it to try a change or run tests in a branch. Returns the exit code and the last output_bytes of its output (stdout and stderr together). Past timeout_seconds the command is killed, with every process of its process group; once it has ended, what it left running in the background is neither waited for nor killed.`}, t.runInBranch)
+	mcp.AddTool(s, &mcp.Tool{Name: "merge_branch", Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)}, Description: `Merge a branch into yours (or into another branch, into): the changes the branch made since the checkpoint both started from are combined with your own, three-way. A file only the branch changed is taken; a text file both changed is merged line by line, and where both changed the same lines it gets conflict markers (<<<<<<< yours, ||||||| base, =======, >>>>>>> theirs) for you to resolve by editing it. Binary files, type changes, a deletion against a change, and renames that collide are conflicts that keep your version; ours or theirs (paths) choose a side for the conflicts at or below them. A safety checkpoint is taken first: rewinding to it undoes the merge. With dry_run=true, only list what it would do.`}, t.mergeBranch)
 	mcp.AddTool(s, &mcp.Tool{Name: "activity", Annotations: readOnly, Description: `Read the activity log: every change a program made in the workspace (time, process and its command line, branch, operation, paths), oldest first. Filter by since (a duration back from now such as 10m, or a time), op (create, write, unlink, rename, mkdir, ...), path_prefix, and limit (the newest entries are kept).`}, t.activity)
 	if t.opts.AllowApply {
 		mcp.AddTool(s, &mcp.Tool{Name: "apply", Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)}, Description: `Apply the changes of your branch (or of branch) to the user's real project: this writes the user's files, and cannot be undone by a rewind. Only paths changed in the project since your branch changed them are refused (conflicts), unless force. With paths, only those subtrees. Use dry_run=true first to see what it would write.`}, t.apply)
@@ -374,6 +375,59 @@ func (t *target) rewind(ctx context.Context, _ *mcp.CallToolRequest, in RewindIn
 		return textResult("rewinding branch %s to checkpoint %s: %s", out.Branch, out.Checkpoint.ID, out.Note), out, nil
 	}
 	return textResult("rewound branch %s to checkpoint %s; to undo: rewind to %s; %s", out.Branch, out.Checkpoint.ID, out.Safety.ID, out.Note), out, nil
+}
+
+// MergeIn names the branch to merge and where.
+type MergeIn struct {
+	Branch string   `json:"branch" jsonschema:"the branch whose changes are merged in"`
+	Into   string   `json:"into,omitempty" jsonschema:"the branch merged into (default: yours)"`
+	DryRun bool     `json:"dry_run,omitempty" jsonschema:"only list what the merge would do"`
+	Ours   []string `json:"ours,omitempty" jsonschema:"paths whose conflicts (at or below them) keep the target's version; . is everything"`
+	Theirs []string `json:"theirs,omitempty" jsonschema:"paths whose conflicts (at or below them) take the branch's version; . is everything"`
+}
+
+// MergeStep is one path a merge changes.
+type MergeStep struct {
+	Path   string `json:"path"`
+	Action string `json:"action" jsonschema:"take (the branch's version written), delete, attrs, merge (lines combined) or conflict (written with markers)"`
+}
+
+// MergeOut is what a merge did.
+type MergeOut struct {
+	Branch     string              `json:"branch"`
+	Into       string              `json:"into"`
+	Base       string              `json:"base" jsonschema:"the checkpoint both sides were compared with, or lower (the project)"`
+	Safety     *Checkpoint         `json:"safety,omitempty" jsonschema:"the checkpoint of the target before the merge: rewinding to it undoes the merge"`
+	DryRun     bool                `json:"dry_run,omitempty"`
+	Changes    []MergeStep         `json:"changes"`
+	Conflicts  []ctl.MergeConflict `json:"conflicts"`
+	Unresolved int                 `json:"unresolved" jsonschema:"conflicts left for you to resolve"`
+}
+
+func (t *target) mergeBranch(ctx context.Context, _ *mcp.CallToolRequest, in MergeIn) (*mcp.CallToolResult, MergeOut, error) {
+	rep, err := call(ctx, t, func(c *workspace.Client) (ctl.MergeReply, error) {
+		return c.Merge(ctl.MergeArgs{Branch: in.Branch, Into: in.Into, DryRun: in.DryRun, Ours: in.Ours, Theirs: in.Theirs})
+	})
+	if err != nil {
+		return nil, MergeOut{}, err
+	}
+	out := MergeOut{Branch: rep.Branch, Into: rep.Into, Base: rep.Base, DryRun: in.DryRun, Conflicts: rep.Conflicts, Unresolved: rep.Unresolved}
+	if rep.Safety != nil {
+		s := checkpointOf(*rep.Safety)
+		out.Safety = &s
+	}
+	for _, c := range rep.Changes {
+		out.Changes = append(out.Changes, MergeStep{Path: c.Path, Action: c.Action})
+	}
+	verb := "merged"
+	if in.DryRun {
+		verb = "merging would change (nothing changed yet)"
+	}
+	msg := fmt.Sprintf("%s branch %s into %s: %d paths changed, %d conflicts left", verb, rep.Branch, rep.Into, len(rep.Changes), rep.Unresolved)
+	if out.Safety != nil {
+		msg += "; to undo: rewind to " + out.Safety.ID
+	}
+	return textResult("%s", msg), out, nil
 }
 
 // BranchCreateIn names a new branch.

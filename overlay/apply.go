@@ -161,6 +161,10 @@ type ApplyItem struct {
 	Bytes int64
 	// Implied: not selected, but a selected change needs this directory.
 	Implied bool
+	// Hide: a conflict of the hide rules (apply_hold.go); Forced: Force
+	// would apply it (a file of the view's own at a hidden path), else
+	// nothing does (a hidden project file is never changed).
+	Hide, Forced bool
 }
 
 // ApplyResult lists what Apply did (or would do, for a dry run).
@@ -192,6 +196,8 @@ type planned struct {
 	state   applyState
 	reason  string
 	implied bool
+	hide    bool // held by the hide rules; forced: Force would apply it
+	forced  bool
 	bytes   int64
 	lower   unix.Stat_t // the lower path when planned
 	lexists bool
@@ -270,7 +276,8 @@ func (v *FS) lowerViewOfSameFd() (*FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apply: %w", err)
 	}
-	lv, err := newWithFd(Config{Lower: v.cfg.Lower, Objects: v.objs, Logger: v.log}, fd)
+	lv, err := newWithFd(Config{Lower: v.cfg.Lower, Objects: v.objs, Logger: v.log,
+		Hide: v.cfg.Hide, HiddenInodes: v.cfg.HiddenInodes}, fd)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
@@ -355,7 +362,16 @@ func (a *applier) plan() error {
 			}
 		}
 	}
-	// Conflicts, parents first.
+	// Hidden project paths (apply_hold.go), then the other conflicts,
+	// parents first.
+	for _, it := range a.items {
+		if it.state != stateApply {
+			continue
+		}
+		if why, forced := a.hiddenConflict(it); why != "" {
+			it.state, it.reason, it.hide, it.forced = stateConflict, why, true, forced
+		}
+	}
 	for _, it := range a.items {
 		if it.state != stateApply || a.o.Force {
 			continue
@@ -530,7 +546,7 @@ func baseChange(b *branch.Base, exists bool, st *unix.Stat_t) string {
 func (a *applier) result() ApplyResult {
 	var r ApplyResult
 	for _, it := range a.items {
-		item := ApplyItem{Change: it.Change, Reason: it.reason, Bytes: it.bytes, Implied: it.implied}
+		item := ApplyItem{Change: it.Change, Reason: it.reason, Bytes: it.bytes, Implied: it.implied, Hide: it.hide, Forced: it.forced}
 		switch it.state {
 		case stateApply, stateDone:
 			if it.state == stateApply && a.o.DryRun && writesData(it) {

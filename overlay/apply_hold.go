@@ -3,6 +3,8 @@ package overlay
 import (
 	"fmt"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentfs/agentfs/branch"
 )
 
@@ -128,6 +130,57 @@ func (h *holds) holdBack(it *planned) string {
 	for _, d := range h.pinned {
 		if it.Path == d.lower || d.tree && isBelow(it.Path, d.lower) || removes && isBelow(d.lower, it.Path) {
 			return fmt.Sprintf("the view shows it at %s, which is not applied", displayPath(d.view))
+		}
+	}
+	return ""
+}
+
+// # Hidden project paths
+//
+// Apply never writes over, changes or removes a hidden project file
+// (hide.go): a change whose lower path is hidden is a conflict that
+// Force does not override, and so is the removal (or the replacement)
+// of a lower directory that holds hidden names, which would have to
+// remove them. A file of the view's own at a hidden path (Change.Hidden,
+// with nothing in the project there) is a conflict unless Force. What
+// the changes refused hold back follows as for any conflict.
+
+// hiddenConflict says why change it may not be applied because of the
+// hide rules ("" when it may), and whether Force would apply it.
+func (a *applier) hiddenConflict(it *planned) (why string, forced bool) {
+	v := a.v
+	if v.cfg.Hide.Empty() {
+		return "", false
+	}
+	if it.lexists && v.hidesLower(it.Path, &it.lower) {
+		return "the project's file there is hidden by a hide pattern: apply never changes it", false
+	}
+	if it.Old != nil && it.Old.Type == "dir" && (it.New == nil || it.Kind == TypeChanged) {
+		if name := a.hiddenIn(it.Path); name != "" {
+			return fmt.Sprintf("the project's directory holds %s, hidden by a hide pattern: apply never removes it", displayPath(name)), false
+		}
+	}
+	if it.Hidden && !a.o.Force {
+		return "a path a hide pattern hides: agentfs apply --force writes it", true
+	}
+	return "", false
+}
+
+// hiddenIn returns a hidden name in lower directory p ("" for none):
+// read from the directory itself, as the view's listing leaves them out.
+func (a *applier) hiddenIn(p string) string {
+	v := a.v
+	f, err := v.openLower(p, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(-1)
+	for _, name := range names {
+		cp := joinPath(p, name)
+		var st unix.Stat_t
+		if unix.Fstatat(v.lowerFd, lowerRel(cp), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && v.hidesLower(cp, &st) {
+			return cp
 		}
 	}
 	return ""

@@ -40,7 +40,7 @@ func (v *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
 			if viaFile {
 				// An open file's object is never shared with a
 				// snapshot (Snapshot clones it for itself).
-				if err := file.withFd(func(fd int) error { return unix.Ftruncate(fd, int64(*in.Size)) }); err != nil {
+				if err := file.withFd(func(fd int) error { return v.truncate(n, fd, int64(*in.Size)) }); err != nil {
 					return unix.Stat_t{}, err
 				}
 			}
@@ -74,7 +74,7 @@ func (v *FS) setattrLocked(n *Node, in SetAttr, viaFile bool) (unix.Stat_t, erro
 		if err != nil {
 			return unix.Stat_t{}, err
 		}
-		err = unix.Ftruncate(int(f.Fd()), int64(*in.Size))
+		err = v.truncateLocked(n, int(f.Fd()), int64(*in.Size))
 		f.Close()
 		if err != nil {
 			return unix.Stat_t{}, err

@@ -11,7 +11,11 @@ import (
 
 // openLower opens a lower path read-only without updating its atime
 // (O_NOATIME needs ownership or CAP_FOWNER; without it, plain O_RDONLY).
+// A hidden path (hide.go) is refused with ENOENT, and never opened.
 func (v *FS) openLower(p string, flags int) (*os.File, error) {
+	if v.hiddenBeforeOpen(p, flags) {
+		return nil, unix.ENOENT
+	}
 	rel := lowerRel(p)
 	flags |= unix.O_CLOEXEC | unix.O_NOFOLLOW
 	fd, err := unix.Openat(v.lowerFd, rel, flags|unix.O_NOATIME, 0)
@@ -21,7 +25,7 @@ func (v *FS) openLower(p string, flags int) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return os.NewFile(uintptr(fd), rel), nil
+	return v.checkOpenLower(p, os.NewFile(uintptr(fd), rel))
 }
 
 // copyUpDirLocked gives directory n (and its ancestors) an upper entry.
@@ -68,6 +72,11 @@ func (v *FS) copyUpMetaLocked(t *tx, n *Node) (*branch.Entry, error) {
 func (v *FS) metaCopyLocked(t *tx, lower string, ino uint64) (*branch.Entry, error) {
 	var st unix.Stat_t
 	rel := lowerRel(lower)
+	if !t.deleting {
+		if err := v.needFilesLocked(); err != nil {
+			return nil, err
+		}
+	}
 	if err := unix.Fstatat(v.lowerFd, rel, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, fmt.Errorf("copy-up %s: %w", rel, err)
 	}
@@ -150,9 +159,18 @@ func (v *FS) copyUpData(n *Node, withData bool) error {
 	}
 	done := n.object != "" && (n.entry == nil || !n.entry.Metacopy)
 	lower := n.lower
+	var err error
+	if !done && n.object == "" {
+		// A new object: refused before anything is copied (and checked
+		// again when it is counted in).
+		err = v.needFilesLocked()
+	}
 	v.mu.RUnlock()
 	if done {
 		return v.thaw(n)
+	}
+	if err != nil {
+		return err
 	}
 	f, err := v.openLower(lower, unix.O_RDONLY)
 	if err != nil {
@@ -163,8 +181,16 @@ func (v *FS) copyUpData(n *Node, withData bool) error {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
 	}
+	var reserved int64
+	if withData {
+		if err := v.reserveBytes(st.Size); err != nil {
+			return err
+		}
+		reserved = st.Size
+	}
 	id, err := v.objs.CopyUp(f, &st, withData)
 	if err != nil {
+		v.unreserveBytes(reserved)
 		return fmt.Errorf("copy-up %s: %w", lowerRel(lower), err)
 	}
 	if withData && st.Size > 0 {
@@ -172,6 +198,7 @@ func (v *FS) copyUpData(n *Node, withData bool) error {
 		// it can: after a crash the file is the copy or the lower file,
 		// never an empty copy (overlayfs does the same).
 		if err := v.objs.SyncData(id); err != nil {
+			v.unreserveBytes(reserved)
 			if rerr := v.objs.Remove(id); rerr != nil {
 				v.log.Warn("removing object", "object", id, "err", rerr)
 			}
@@ -179,17 +206,24 @@ func (v *FS) copyUpData(n *Node, withData bool) error {
 		}
 	}
 
-	return v.publishCopyUp(n, id, lower, &st)
+	return v.publishCopyUp(n, id, lower, &st, reserved)
 }
 
 // publishCopyUp makes the new data object id the upper inode of n and
-// of every name that shares it.
-func (v *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t) error {
+// of every name that shares it, and gives back the bytes reserved for
+// the copy (once its entry counts them, or it failed).
+func (v *FS) publishCopyUp(n *Node, id, lower string, st *unix.Stat_t, reserved int64) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	defer v.unreserveBytes(reserved) // before the unlock: never counted twice, nor not at all
 	t := v.newTx()
 	t.made(id)
 	old := n.object
+	if old == "" {
+		if err := v.needFilesLocked(); err != nil {
+			return t.fail(err)
+		}
+	}
 	if old != "" {
 		// A metacopy object carries attributes changed since (chmod,
 		// utimens, xattrs): they win over the lower file's.

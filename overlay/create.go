@@ -25,6 +25,9 @@ func (v *FS) newInodeLocked(dir *Node, name string, c Caller, typ branch.Type,
 	if err := v.copyUpDirLocked(t, dir); err != nil {
 		return nil, unix.Stat_t{}, t.fail(err)
 	}
+	if err := v.needFilesLocked(); err != nil {
+		return nil, unix.Stat_t{}, t.fail(err)
+	}
 	uid, gid := int(c.Uid), int(c.Gid)
 	dst, err := v.objs.Lstat(t.objectOf(dir))
 	if err != nil {
@@ -176,6 +179,16 @@ func (v *FS) Link(n, dir *Node, name string) (unix.Stat_t, error) {
 	if r.exists() {
 		return unix.Stat_t{}, unix.EEXIST
 	}
+	if n.unlinked && v.links[n.object] == 0 {
+		// An O_TMPFILE file gets its first name: a new object of the
+		// branch.
+		if err := v.needFilesLocked(); err != nil {
+			return unix.Stat_t{}, err
+		}
+		if err := v.needBytesLocked(n.object); err != nil {
+			return unix.Stat_t{}, err
+		}
+	}
 	t := v.newTx()
 	if err := v.copyUpDirLocked(t, dir); err != nil {
 		return unix.Stat_t{}, t.fail(err)
@@ -211,6 +224,9 @@ func (v *FS) Tmpfile(dir *Node, flags int, mode uint32, c Caller) (*Node, *File,
 	}
 	if _, ok := dir.pathLocked(); !ok || err != nil {
 		return nil, nil, unix.Stat_t{}, unix.ENOENT
+	}
+	if err := v.needFilesLocked(); err != nil {
+		return nil, nil, unix.Stat_t{}, err
 	}
 	gid := int(c.Gid)
 	if dp.Mode&unix.S_ISGID != 0 {

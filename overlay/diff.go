@@ -88,6 +88,10 @@ type Change struct {
 	SizeDelta int64 `json:"size_delta"`
 	// AttrsChanged: a modified file's mode, owner or xattrs changed too.
 	AttrsChanged bool `json:"attrs_changed,omitempty"`
+	// Hidden: the path is a hidden project path (b's hide rules match
+	// it) that b shows a file of its own at; apply writes it only when
+	// forced, and never over a hidden project file.
+	Hidden bool `json:"hidden,omitempty"`
 }
 
 func (c Change) String() string {
@@ -104,6 +108,13 @@ func Diff(a, b *FS, fn func(Change) error) error {
 	roots, err := diffRoots(a, b)
 	if err != nil {
 		return err
+	}
+	if rules := b.cfg.Hide; !rules.Empty() {
+		emit := fn
+		fn = func(c Change) error {
+			c.Hidden = c.New != nil && rules.Hidden(c.Path, c.New.Type == "dir")
+			return emit(c)
+		}
 	}
 	d := &differ{a: a, b: b, fn: fn, ca: a.newCursor(), cb: b.newCursor()}
 	defer d.ca.close()

@@ -17,6 +17,11 @@
 // directories carry their lower path as Redirect, so renaming a lower
 // or merged directory is a metadata operation.
 //
+// A view given hide rules (Config.Hide) shows no lower file whose
+// project path they hide, nor another name of such a file's inode: see
+// "Hidden project paths" in hide.go, the one place a lower name is
+// judged, and apply_hold.go for what Apply never does to them.
+//
 // # Nodes
 //
 // Node is the identity the kernel sees (one FUSE inode): upper nodes are
@@ -29,7 +34,9 @@
 //
 // A view shows a branch, a snapshot (read-only) or the plain lower
 // tree (LowerView, read-only); see views.go. Diff and Patch compare two
-// views of one lower directory (diff.go, patch.go), Export writes a
+// views of one lower directory (diff.go, patch.go), PlanMerge and
+// ApplyMerge merge one view into another three-way from a third
+// (merge.go, merge_text.go, merge_apply.go), Export writes a
 // view out as a plain tree (export.go), and Fsck checks a whole store:
 // entries against objects and the lower tree, and garbage (fsck.go).
 // They read views through Lookup, ReadDir and Getattr, as the kernel
@@ -52,9 +59,16 @@
 // through the lower directory outside the apply group (what it checks,
 // and what it cannot see, is written there).
 //
+// # Quotas
+//
+// A view may have limits on the objects and bytes its branch holds; the
+// usage is counted in the in-memory index, and the operation that would
+// cross a limit fails with EDQUOT (quota.go).
+//
 // # Locking
 //
-// Lock order: Node.copyMu → FS.mu → FS.nodesMu.
+// Lock order: Node.copyMu → FS.mu → FS.nodesMu; FS.mu → Node.growMu →
+// the quota's mu (quota.go).
 // FS.mu (RWMutex) guards the namespace: the upper index, every Node's
 // parent/name/entry/unlinked fields, and the persistent layer. Lookups
 // and reads take it shared; namespace changes take it exclusive.

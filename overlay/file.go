@@ -99,11 +99,11 @@ func (v *FS) openLocked(n *Node, flags int, writable, trunc bool) (*File, error)
 	if trunc && up {
 		// O_TRUNC truncates even a read-only open (as open(2) does for a
 		// caller allowed to write): through a writable descriptor.
-		err := unix.Ftruncate(int(f.Fd()), 0)
+		err := v.truncateLocked(n, int(f.Fd()), 0)
 		if err == unix.EINVAL || err == unix.EBADF {
 			var w *os.File
 			if w, err = v.objs.Open(obj, unix.O_WRONLY); err == nil {
-				err = unix.Ftruncate(int(w.Fd()), 0)
+				err = v.truncateLocked(n, int(w.Fd()), 0)
 				w.Close()
 			}
 		}
@@ -357,8 +357,18 @@ func (f *File) WriteAt(p []byte, off int64) (n int, err error) {
 		return 0, unix.EBADF
 	}
 	err = f.withFd(func(fd int) error {
-		n, err = unix.Pwrite(fd, p, off)
-		return err
+		return f.n.view.growFd(f.n, fd, endAt(off+int64(len(p))), true, func(maxEnd int64) (int64, error) {
+			q := p
+			if maxEnd >= 0 {
+				if maxEnd <= off {
+					return -1, errBytesQuota
+				}
+				q = p[:min(int64(len(p)), maxEnd-off)]
+			}
+			var werr error
+			n, werr = unix.Pwrite(fd, q, off)
+			return -1, werr
+		})
 	})
 	return n, err
 }
@@ -371,9 +381,18 @@ func (f *File) CopyTo(offIn int64, dst *File, offOut int64, n int) (int, error) 
 	dfd := dst.Fd()
 	var done int
 	err := f.withFd(func(fd int) error {
-		var err error
-		done, err = unix.CopyFileRange(fd, &offIn, dfd, &offOut, n, 0)
-		return err
+		return dst.n.view.growFd(dst.n, dfd, endAt(offOut+int64(n)), true, func(maxEnd int64) (int64, error) {
+			size := n
+			if maxEnd >= 0 {
+				if maxEnd <= offOut {
+					return -1, errBytesQuota
+				}
+				size = int(min(int64(n), maxEnd-offOut))
+			}
+			var err error
+			done, err = unix.CopyFileRange(fd, &offIn, dfd, &offOut, size, 0)
+			return -1, err
+		})
 	})
 	return done, err
 }
@@ -392,7 +411,21 @@ func (f *File) Allocate(mode uint32, off, size int64) error {
 	if !f.writable {
 		return unix.EBADF
 	}
-	return f.withFd(func(fd int) error { return unix.Fallocate(fd, mode, off, size) })
+	var endOf func(int64) int64
+	switch {
+	case mode&unix.FALLOC_FL_KEEP_SIZE != 0:
+		// The size stays (a hole punched, blocks kept beyond the end):
+		// bytes count st_size.
+	case mode&unix.FALLOC_FL_INSERT_RANGE != 0:
+		endOf = func(cur int64) int64 { return cur + size }
+	default:
+		endOf = endAt(off + size)
+	}
+	return f.withFd(func(fd int) error {
+		return f.n.view.growFd(f.n, fd, endOf, false, func(int64) (int64, error) {
+			return -1, unix.Fallocate(fd, mode, off, size)
+		})
+	})
 }
 
 // Sync flushes the file's data (and, unless datasync, its attributes)
@@ -478,3 +511,17 @@ func (f *File) Release() error {
 
 // Sync makes the view's committed metadata durable.
 func (v *FS) Sync() error { return v.cfg.Sync() }
+
+// endAt is growFd's endOf for an operation that extends a file to end.
+func endAt(end int64) func(int64) int64 { return func(int64) int64 { return end } }
+
+// truncate sets the size of n's data through fd (a descriptor of its
+// object), within the byte limit (quota.go).
+func (v *FS) truncate(n *Node, fd int, size int64) error {
+	return v.growFd(n, fd, endAt(size), false, func(int64) (int64, error) { return -1, unix.Ftruncate(fd, size) })
+}
+
+// truncateLocked is truncate with v.mu held (shared is enough).
+func (v *FS) truncateLocked(n *Node, fd int, size int64) error {
+	return v.growFdLocked(n, fd, endAt(size), false, func(int64) (int64, error) { return -1, unix.Ftruncate(fd, size) })
+}

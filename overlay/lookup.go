@@ -56,6 +56,10 @@ func (v *FS) resolveLocked(dir *Node, name string) (resolved, error) {
 		}
 		return r, err
 	}
+	if v.hidesLower(lp, &r.lowerSt) {
+		r.lowerSt = unix.Stat_t{}
+		return r, nil // a hidden project path does not exist in the view
+	}
 	r.lower, r.isLower = lp, true
 	if r.lowerSt.Nlink > 1 && r.lowerSt.Mode&unix.S_IFMT == unix.S_IFREG {
 		// Another name of this lower inode was copied up: this name is
@@ -165,6 +169,8 @@ func (v *FS) statLocked(n *Node) (unix.Stat_t, error) {
 			st.Nlink = 0
 		} else if st.Nlink > 1 && n.mode == unix.S_IFREG {
 			st.Nlink = uint64(max(int64(st.Nlink)-int64(v.hiddenLinks[n.ino]), 1))
+		} else if st.Nlink > 2 && n.mode == unix.S_IFDIR {
+			st.Nlink = uint64(max(int64(st.Nlink)-int64(v.hiddenSubdirs(n.lower)), 2))
 		}
 	}
 	st.Ino = n.ino
@@ -198,8 +204,8 @@ func (v *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
 			// otherwise walk all its whiteouts at every unlink.
 			subdirs := v.lowerSubdirsOf(n.lower)
 			if len(subdirs) < len(upper) {
-				for name := range subdirs {
-					if _, ok := upper[name]; ok {
+				for name, shown := range subdirs {
+					if _, ok := upper[name]; ok && shown {
 						nl-- // hidden or replaced by the upper entry
 					}
 				}
@@ -212,11 +218,30 @@ func (v *FS) dirNlinkLocked(n *Node, st *unix.Stat_t) uint64 {
 			}
 		}
 	}
+	if n.hasLower {
+		nl -= int64(v.hiddenSubdirs(n.lower))
+	}
 	return uint64(max(nl, 2))
 }
 
+// hiddenSubdirs counts the hidden subdirectories of lower directory lp
+// (hide.go), which its st_nlink counts and the view does not show.
+func (v *FS) hiddenSubdirs(lp string) int {
+	if v.cfg.Hide.Empty() {
+		return 0
+	}
+	k := 0
+	for _, shown := range v.lowerSubdirsOf(lp) {
+		if !shown {
+			k++
+		}
+	}
+	return k
+}
+
 // lowerSubdirsOf returns the names of the subdirectories of lower
-// directory lp (cached).
+// directory lp (cached): true for those shown, false for the hidden
+// ones (hide.go).
 func (v *FS) lowerSubdirsOf(lp string) map[string]bool {
 	v.lowerSubdirsMu.Lock()
 	defer v.lowerSubdirsMu.Unlock()
@@ -229,7 +254,7 @@ func (v *FS) lowerSubdirsOf(lp string) map[string]bool {
 		f.Close()
 		for _, e := range ents {
 			if e.IsDir() {
-				m[e.Name()] = true
+				m[e.Name()] = !v.cfg.Hide.Hidden(joinPath(lp, e.Name()), true)
 			}
 		}
 	}

@@ -46,6 +46,9 @@ type Node struct {
 	reaped  bool // reapNode took the object: it must not take it again
 
 	copyMu sync.Mutex
+	// growMu serializes the changes of the data's size while a byte
+	// limit is kept (quota.go): FS.mu → growMu → quota.mu.
+	growMu sync.Mutex
 }
 
 // FS returns the view the node belongs to.

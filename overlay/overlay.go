@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/hide"
 )
 
 // Config describes one view: a lower directory and a branch layer.
@@ -33,7 +34,14 @@ type Config struct {
 	// overlay.
 	AllocIno func() (uint64, error)
 	// Sync makes committed metadata durable (called on fsync).
-	Sync   func() error
+	Sync func() error
+	// Hide hides lower paths (hide.go); HiddenInodes are the lower
+	// inodes hidden paths name (hide.Scan), shared by the views of one
+	// store. Nil: nothing is hidden.
+	Hide         *hide.Rules
+	HiddenInodes *hide.Inodes
+	// Limits bound what the branch may hold in the backstore (quota.go).
+	Limits Limits
 	Logger *slog.Logger
 }
 
@@ -100,6 +108,8 @@ type FS struct {
 	// staleNodes holds the nodes a Reload cut loose until the kernel
 	// forgets them (their objects are live for gc: LiveObjects).
 	staleNodes map[*Node]struct{}
+
+	quota quota // the usage against cfg.Limits (quota.go)
 }
 
 // New opens the view described by cfg and loads its entries.
@@ -152,6 +162,7 @@ func newWithFd(cfg Config, fd int) (*FS, error) {
 		byLowerIno:   map[uint64]*Node{},
 		staleNodes:   map[*Node]struct{}{},
 	}
+	v.quota.limits = cfg.Limits
 	if err := v.loadLocked(); err != nil {
 		return nil, err
 	}
@@ -173,6 +184,8 @@ func (v *FS) loadLocked() error {
 	v.hiddenLinks = map[uint64]int{}
 	v.anchors = map[uint64]int{}
 	v.ndirs = map[string]int{}
+	v.resetQuotaLocked()
+	defer v.sizeLoadedLocked()
 	return v.sourceLocked().Load(func(p string, e *branch.Entry) error {
 		v.indexPut(p, e)
 		return nil
@@ -233,10 +246,15 @@ func (v *FS) indexPut(p string, e *branch.Entry) {
 	m[name] = e
 	if e.Type == branch.TypeDir {
 		v.ndirs[dir]++
+		if e.Object != "" {
+			v.quotaIn(e)
+		}
 	}
 	v.countLinks(p, e, 1)
 	if e.Type != branch.TypeDir && e.Object != "" {
-		v.links[e.Object]++
+		if v.links[e.Object]++; v.links[e.Object] == 1 {
+			v.quotaIn(e)
+		}
 		if e.Origin != "" {
 			v.hardlinks[e.Ino] = e
 		}
@@ -263,11 +281,15 @@ func (v *FS) indexDel(p string) {
 		if v.ndirs[dir]--; v.ndirs[dir] <= 0 {
 			delete(v.ndirs, dir)
 		}
+		if old.Object != "" {
+			v.quotaOut(old)
+		}
 	}
 	v.countLinks(p, old, -1)
 	if old.Type != branch.TypeDir && old.Object != "" {
 		if v.links[old.Object]--; v.links[old.Object] <= 0 {
 			delete(v.links, old.Object)
+			v.quotaOut(old)
 			if h := v.hardlinks[old.Ino]; h != nil && h.Object == old.Object {
 				delete(v.hardlinks, old.Ino)
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/hide"
 	"github.com/agentfs/agentfs/internal/testenv"
 )
 
@@ -21,6 +22,12 @@ type env struct {
 	bs    *backstore.Store
 	meta  *branch.Store
 	view  *FS
+	// hide and hidden are the views' hide rules (hide_test.go).
+	hide   *hide.Rules
+	hidden *hide.Inodes
+	// limits are the views' limits (quota_test.go); set them, then
+	// reopen.
+	limits Limits
 }
 
 // newEnv builds a view over a fresh lower tree made by files (path →
@@ -80,7 +87,7 @@ func (e *env) reopen() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	v, err := New(Config{Lower: e.lower, Objects: e.bs, Layer: layer, AllocIno: e.meta.AllocIno})
+	v, err := New(Config{Lower: e.lower, Objects: e.bs, Layer: layer, AllocIno: e.meta.AllocIno, Hide: e.hide, HiddenInodes: e.hidden, Limits: e.limits})
 	if err != nil {
 		e.t.Fatal(err)
 	}

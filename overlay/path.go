@@ -98,9 +98,10 @@ func (v *FS) OpenData(p string) (*os.File, unix.Stat_t, error) {
 	return f, st, err
 }
 
-// Stat returns the attributes of the file at path p in the view, as
-// lstat(2) of it through the mount would: ENOENT when there is none.
-func (v *FS) Stat(p string) (unix.Stat_t, error) {
+// StatPath returns the attributes of the file at path p in the view
+// (the final name not followed, as lstat does). An error wraps ENOENT
+// when there is no such file.
+func (v *FS) StatPath(p string) (unix.Stat_t, error) {
 	n, st, err := v.lookupPath(p)
 	if err != nil {
 		return st, err
@@ -110,6 +111,21 @@ func (v *FS) Stat(p string) (unix.Stat_t, error) {
 	}
 	v.release(n)
 	return st, nil
+}
+
+// ReadlinkPath returns the target of the symlink at path p in the view.
+// An error wraps ENOENT when there is no such file, EINVAL when it is
+// no symlink.
+func (v *FS) ReadlinkPath(p string) (string, error) {
+	n, _, err := v.lookupPath(p)
+	if err != nil {
+		return "", err
+	}
+	if n == nil {
+		return "", unix.ENOENT
+	}
+	defer v.release(n)
+	return v.Readlink(n)
 }
 
 // Xattrs returns the extended attributes of the file at path p in the

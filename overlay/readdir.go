@@ -74,7 +74,7 @@ func (v *FS) lowerNames(lp string) ([]DirEntry, error) {
 			return nil, err
 		}
 		if nb <= 0 {
-			return out, nil
+			return v.unhiddenNames(lp, out), nil
 		}
 		out = parseDirents(buf[:nb], out, v.lowerDev)
 	}

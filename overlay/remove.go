@@ -14,7 +14,8 @@ var whiteout = &branch.Entry{Type: branch.TypeWhiteout}
 // layer has an inode there, no entry otherwise.
 func (v *FS) hideLocked(t *tx, dir *Node, name string, r *resolved) {
 	var st unix.Stat_t
-	if !dir.hasLower || unix.Fstatat(v.lowerFd, joinPath(dir.lower, name), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+	lp := joinPath(dir.lower, name)
+	if !dir.hasLower || unix.Fstatat(v.lowerFd, lp, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || v.hidesLower(lp, &st) {
 		if v.indexGet(r.path) != nil {
 			t.del(r.path)
 		}
@@ -154,6 +155,7 @@ func (v *FS) Rmdir(dir *Node, name string) error {
 func (v *FS) removeLocked(dir *Node, name string, r *resolved) error {
 	n := v.existingNodeLocked(r)
 	t := v.newTx()
+	t.deleting = true
 	if err := v.copyUpDirLocked(t, dir); err != nil {
 		return t.fail(err)
 	}

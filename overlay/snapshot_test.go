@@ -21,6 +21,7 @@ func (e *env) snapView(s branch.Snapshot) *env {
 func (e *env) otherView(c Config) *env {
 	e.t.Helper()
 	c.Lower, c.Objects, c.AllocIno = e.lower, e.bs, e.meta.AllocIno
+	c.Hide, c.HiddenInodes = e.hide, e.hidden
 	v, err := New(c)
 	if err != nil {
 		e.t.Fatal(err)

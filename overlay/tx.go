@@ -30,7 +30,12 @@ type tx struct {
 	// deleted are the paths whose entries this operation deleted: an
 	// entry put there again keeps the path's base (see base.go).
 	deleted map[string]bool
-	err     error // a failure of put, reported by commit
+	err     error     // a failure of put, reported by commit
+	quota0  quotaMark // the usage before (quota.go)
+	// deleting: the operation is an unlink or rmdir, which the file
+	// limit never refuses (the directories it copies up to hold a
+	// whiteout may take the usage past it: quota.go).
+	deleting bool
 }
 
 // copyRec is an object copied up from a lower inode whose ctime was
@@ -46,7 +51,7 @@ type promo struct {
 	data bool // the node's data moves to e's object: its files follow
 }
 
-func (v *FS) newTx() *tx { return &tx{view: v} }
+func (v *FS) newTx() *tx { return &tx{view: v, quota0: v.quotaMark()} }
 
 func (t *tx) put(p string, e *branch.Entry) {
 	if e.Object != "" && t.view.layer != nil && slices.Contains(t.created, e.Object) {
@@ -104,6 +109,7 @@ func (t *tx) commit() error {
 			return fmt.Errorf("commit: %w", unix.EIO)
 		}
 	}
+	t.view.rearmQuota(t.quota0)
 	for _, p := range t.promos {
 		t.view.promoteLocked(p.n, p.e)
 		if p.data {

@@ -9,7 +9,7 @@ import (
 // lowerView opens a view of e's plain lower tree.
 func (e *env) lowerView() *env {
 	e.t.Helper()
-	v, err := LowerView(e.lower, e.bs)
+	v, err := New(Config{Lower: e.lower, Objects: e.bs, Hide: e.hide, HiddenInodes: e.hidden})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -18,7 +18,7 @@ func (e *env) lowerView() *env {
 			e.t.Errorf("close a view: %v", err)
 		}
 	})
-	return &env{t: e.t, lower: e.lower, bs: e.bs, meta: e.meta, view: v}
+	return &env{t: e.t, lower: e.lower, bs: e.bs, meta: e.meta, view: v, hide: e.hide, hidden: e.hidden}
 }
 
 func TestLowerViewIsLowerAndReadOnly(t *testing.T) {

@@ -61,26 +61,34 @@ func (r *Record) Dial(version string) (*workspace.Client, error) {
 // until the client is closed. What the operations log goes to the
 // store's agentfs.log, as a daemon's would.
 func (r *Record) openOffline(version string) (*workspace.Client, error) {
-	logf, err := os.OpenFile(filepath.Join(r.Store, "agentfs.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	w, closeStore, err := r.openStore(version)
 	if err != nil {
-		return nil, fmt.Errorf("session %s: opening its store: %w", r.ID, err)
-	}
-	logger := slog.New(slog.NewTextHandler(logf, nil)).With("offline", true, "pid", os.Getpid())
-	w, err := workspace.Open(workspace.Options{Store: r.Store, Lower: r.Project, Mountpoint: r.Mountpoint,
-		Session: true, Version: version, Logger: logger})
-	if err != nil {
-		logf.Close()
-		if errors.Is(err, branch.ErrLocked) {
-			return nil, fmt.Errorf("session %s: its store is in use by another agentfs command right now: try again when it has finished (%w)", r.ID, err)
-		}
-		return nil, fmt.Errorf("session %s (project %s): opening its store: %w", r.ID, r.Project, err)
+		return nil, err
 	}
 	// Nothing is mounted: there is nothing to unmount (and the
 	// mountpoint, the project's path, must never be unmounted here).
 	unmount := func(ctl.Caller, json.RawMessage) (any, error) {
 		return nil, ctl.Errorf(syscall.EINVAL, "session %s has ended: nothing is mounted", r.ID)
 	}
-	return workspace.Local(w, "session "+r.ID, unmount, func() error {
-		return errors.Join(w.Close(), logf.Close())
-	}), nil
+	return workspace.Local(w, "session "+r.ID, unmount, closeStore), nil
+}
+
+// openStore opens the store of the ended session in this process,
+// logging to the store's agentfs.log; closeStore closes both.
+func (r *Record) openStore(version string) (w *workspace.Workspace, closeStore func() error, err error) {
+	logf, err := os.OpenFile(filepath.Join(r.Store, "agentfs.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("session %s: opening its store: %w", r.ID, err)
+	}
+	logger := slog.New(slog.NewTextHandler(logf, nil)).With("offline", true, "pid", os.Getpid())
+	w, err = workspace.Open(workspace.Options{Store: r.Store, Lower: r.Project, Mountpoint: r.Mountpoint,
+		Session: true, Version: version, Logger: logger})
+	if err != nil {
+		logf.Close()
+		if errors.Is(err, branch.ErrLocked) {
+			return nil, nil, fmt.Errorf("session %s: its store is in use by another agentfs command right now: try again when it has finished (%w)", r.ID, err)
+		}
+		return nil, nil, fmt.Errorf("session %s (project %s): opening its store: %w", r.ID, r.Project, err)
+	}
+	return w, func() error { return errors.Join(w.Close(), logf.Close()) }, nil
 }

@@ -96,6 +96,9 @@ type Record struct {
 	// last snapshot.
 	PreRun  string `json:"pre_run_snapshot,omitempty"`
 	PostRun string `json:"post_run_snapshot,omitempty"`
+	// LogReads: the activity log of the session records reads too
+	// (lookups, opens for reading, listings), as agentfs record needs.
+	LogReads bool `json:"log_reads,omitempty"`
 	// Summary is what the command changed, as computed when it ended.
 	Summary *Summary `json:"summary,omitempty"`
 	// Error says why a session ended without its command ending
@@ -109,6 +112,22 @@ type Record struct {
 	// PulledFrom is the remote (NAME s3://BUCKET/PREFIX) the session was
 	// pulled from (agentfs pull); empty for a session run here.
 	PulledFrom string `json:"pulled_from,omitempty"`
+	// Roots is the chain of the Merkle roots of the session's
+	// snapshots, in the order taken, recorded when the command ended
+	// (see RootLink).
+	Roots []RootLink `json:"roots,omitempty"`
+}
+
+// RootLink is one snapshot in the session record's chain of roots:
+// its Merkle root (docs/store-format.md, "Content hashes") and Chain,
+// the SHA-256 of the previous link's Chain (32 zero bytes for the
+// first) followed by this Root, both as 32 bytes: the last Chain
+// commits to every root before it, in order.
+type RootLink struct {
+	Snapshot string `json:"snapshot"`
+	Kind     string `json:"kind"`
+	Root     string `json:"root"`
+	Chain    string `json:"chain"`
 }
 
 // Relaunch is one start of a supervised command after a rewind.

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -62,8 +64,19 @@ type RunOptions struct {
 	Activity config.Overrides
 	// Supervise, when set, runs the command under a supervisor.
 	Supervise *Supervision
-	Stderr    io.Writer
+	// Record, when set, is the directory (absolute) to write the
+	// session's record to once the command has ended (bundle.go); it
+	// turns reads logging on.
+	Record  string
+	Version string // agentfs's, for the record's store
+	Stderr  io.Writer
 }
+
+// RecordLogSize is the activity log's bound of agentfs run --record
+// (unless --log-size says, or the configuration more): the record's
+// operations are the log's entries, lookups included, and a bounded log
+// drops its oldest ones.
+const RecordLogSize = 256 << 20
 
 // Run runs a session, as agentfs run does: it checks the request,
 // creates the session, starts the session process in new namespaces
@@ -85,6 +98,15 @@ func Run(o RunOptions) error {
 	if project == "/" {
 		return errors.New("the project directory is /: agentfs run shows a project directory, not the whole system; cd to the project, or give it with -C DIR")
 	}
+	if o.Record != "" {
+		// A record needs reads logged; a bad target is refused before
+		// anything runs.
+		if err := CheckBundleTarget(o.Record, project); err != nil {
+			return err
+		}
+		on := true
+		o.Activity.LogReads = &on
+	}
 	// A bad config file or flag is an error before anything is made.
 	cfg, err := config.Load(project)
 	if err != nil {
@@ -93,6 +115,11 @@ func Run(o RunOptions) error {
 	settings, err := config.Resolve(cfg, o.Activity, true)
 	if err != nil {
 		return &daemon.UsageError{Msg: err.Error()}
+	}
+	if o.Record != "" && o.Activity.LogSize == "" {
+		// The record's operations are the log's: it must keep them
+		// all (every lookup is logged).
+		settings.LogSize = max(settings.LogSize, RecordLogSize)
 	}
 	root := os.Geteuid() == 0
 	if err := daemon.CheckFuseDevice(!root); err != nil {
@@ -165,7 +192,36 @@ func Run(o RunOptions) error {
 	if werr != nil && child.ProcessState == nil {
 		return fmt.Errorf("waiting for the session process: %w", werr)
 	}
-	return finishRun(o.Stderr, rec, code)
+	err = finishRun(o.Stderr, rec, code)
+	if o.Record != "" {
+		err = recordRun(o, rec, err)
+	}
+	return err
+}
+
+// recordRun writes the record of the session rec once it has ended
+// (agentfs run --record), and returns the run's outcome: runErr, or the
+// record's error when the command succeeded (it is told on o.Stderr
+// otherwise, and the command's exit code stands).
+func recordRun(o RunOptions, rec *Record, runErr error) error {
+	r, err := Load(rec.SessionDir())
+	if err != nil {
+		// The session was removed: the command never ran.
+		return runErr
+	}
+	res, err := r.WriteBundle(o.Record, o.Version)
+	if err == nil {
+		fmt.Fprintf(o.Stderr, "agentfs run: the record of session %s is in %s (%d paths, %d contents, %d bytes)\n", r.ID, o.Record, res.Files, res.Blobs, res.BlobBytes)
+		for _, w := range res.Warnings() {
+			fmt.Fprintf(o.Stderr, "agentfs run: note: %s\n", w)
+		}
+		return runErr
+	}
+	if runErr == nil {
+		return err
+	}
+	fmt.Fprintf(o.Stderr, "agentfs run: %v\n", err)
+	return runErr
 }
 
 // remove removes the session's directory: it never ran its command.
@@ -286,6 +342,7 @@ func RunProcess(o ProcessOptions) (*Ended, error) {
 	if err != nil {
 		return nil, &daemon.UsageError{Msg: err.Error()}
 	}
+	rec.LogReads = settings.LogReads // saved with the running state
 	s := &process{rec: rec, stderr: o.Stderr, activity: settings}
 	abandon := s.abandon
 	if o.Supervise != nil {
@@ -472,6 +529,14 @@ func (s *process) finish(code int) *Ended {
 	}
 	e.SummaryErr = err
 	e.UnmountErr = s.unmount()
+	if s.activity.Hash && e.UnmountErr == nil {
+		// Once the daemon is gone, so that the session's end waits for
+		// no snapshot being hashed while the mount is up (and takes no
+		// automatic snapshot after the post-run one meanwhile).
+		if err := s.recordRoots(); err != nil {
+			fmt.Fprintf(s.stderr, "agentfs run: recording the roots of the session's snapshots: %v\n", err)
+		}
+	}
 	s.closeSupervision()
 	r.State = StateEnded
 	if e.UnmountErr != nil {
@@ -481,6 +546,38 @@ func (s *process) finish(code int) *Ended {
 		fmt.Fprintf(s.stderr, "agentfs run: %v\n", err)
 	}
 	return e
+}
+
+// recordRoots records the chain of the roots of the session's
+// snapshots, from its store once the daemon has ended: the roots its
+// worker computed, and those it had not got to, computed here.
+func (s *process) recordRoots() error {
+	c, err := s.rec.openOffline("")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }() // what it changed, it settled
+	list, err := c.SnapshotsWith(ctl.SnapshotListArgs{WaitRoots: true})
+	if err != nil {
+		return err
+	}
+	s.rec.Roots, err = RootChain(list.Snapshots)
+	return err
+}
+
+// RootChain links the roots of snaps, in order (see RootLink).
+func RootChain(snaps []ctl.SnapshotInfo) ([]RootLink, error) {
+	var links []RootLink
+	var chain [32]byte
+	for _, sn := range snaps {
+		root, err := hex.DecodeString(sn.Root)
+		if err != nil || len(root) != 32 {
+			return links, fmt.Errorf("snapshot %s: no root (%s)", sn.ID, sn.RootStatus)
+		}
+		chain = sha256.Sum256(append(chain[:], root...))
+		links = append(links, RootLink{Snapshot: sn.ID, Kind: sn.Kind, Root: sn.Root, Chain: hex.EncodeToString(chain[:])})
+	}
+	return links, nil
 }
 
 // summary counts the changes from the project to the session's branch.

@@ -7,7 +7,12 @@
 // branch (through agentfs exec, so that it and everything it starts
 // see that branch at the mount's path); the first candidate, in the
 // order given, whose test exits 0 wins; a snapshot of its branch is
-// taken and tagged "winner"; the other branches are kept unless Prune.
+// taken and tagged "winner"; with Merge, every candidate that passed
+// (the winners), in the order given, is then merged into the branch the
+// tournament was started from (workspace.Merge: three-way from the
+// snapshot; a later winner's conflicts with an earlier one's are
+// listed, with markers in text files); the other branches are kept
+// unless Prune.
 // A signal (Ctrl-C) stops every candidate and test: their process
 // groups get SIGTERM, then SIGKILL.
 package tournament
@@ -39,8 +44,12 @@ type Options struct {
 	// passed; Prefix names the branches (PREFIX-1, PREFIX-2, ...).
 	From, Test, Prefix string
 	Candidates         []string
-	// Prune deletes the branches of the candidates that did not win.
+	// Prune deletes the branches of the candidates that did not win
+	// (nor, with Merge, pass).
 	Prune bool
+	// Merge merges the branch of every candidate that passed its test,
+	// in order, into the caller's branch.
+	Merge bool
 	// Agentfs is the agentfs binary that runs each command in its
 	// branch (agentfs exec -b).
 	Agentfs string
@@ -75,6 +84,24 @@ type Result struct {
 	Interrupted bool
 	// PruneErrors are the branches Prune could not delete.
 	PruneErrors []error
+	// Merges are the merges of the winners (Merge), in order.
+	Merges []Merge
+}
+
+// Merge is the merge of one winner's branch.
+type Merge struct {
+	Candidate *Candidate
+	Reply     ctl.MergeReply
+	Err       error
+}
+
+// MergeConflicts counts the conflicts the winners' merges left.
+func (r *Result) MergeConflicts() int {
+	n := 0
+	for _, m := range r.Merges {
+		n += m.Reply.Unresolved
+	}
+	return n
 }
 
 // ErrNoWinner: no candidate passed its test.
@@ -127,7 +154,7 @@ func Run(o Options) (*Result, error) {
 		if d, err := o.Client.Diff(ctl.DiffArgs{From: r.Snapshot, To: cd.Branch}); err == nil {
 			cd.Changes = d.Changes
 		}
-		if r.Winner == nil && cd.Err == nil && cd.Test == 0 {
+		if r.Winner == nil && cd.passed() {
 			r.Winner = cd
 		}
 	}
@@ -142,9 +169,18 @@ func Run(o Options) (*Result, error) {
 		return r, fmt.Errorf("tagging the winner's snapshot %s: %w", tagged.ID, err)
 	}
 	r.WinnerSnapshot = tagged.ID
+	if o.Merge {
+		for _, cd := range r.Candidates {
+			if !cd.passed() {
+				continue
+			}
+			rep, err := o.Client.Merge(ctl.MergeArgs{Branch: cd.Branch})
+			r.Merges = append(r.Merges, Merge{Candidate: cd, Reply: rep, Err: err})
+		}
+	}
 	if o.Prune {
 		for _, cd := range r.Candidates {
-			if cd == r.Winner {
+			if cd == r.Winner || o.Merge && cd.passed() {
 				continue
 			}
 			if _, err := o.Client.DeleteBranch(cd.Branch); err != nil {
@@ -154,6 +190,9 @@ func Run(o Options) (*Result, error) {
 	}
 	return r, nil
 }
+
+// passed reports whether cd ran and passed its test.
+func (cd *Candidate) passed() bool { return cd.Err == nil && cd.Test == 0 }
 
 // runCandidate runs candidate cd, then the test, in its branch, with
 // their output in its log.

@@ -91,7 +91,8 @@ func applyItems(items []overlay.ApplyItem) []ctl.ApplyItem {
 		if fi := cmp.Or(it.New, it.Old); fi != nil {
 			typ = fi.Type
 		}
-		out = append(out, ctl.ApplyItem{Path: it.Path, Kind: string(it.Kind), Type: typ, Reason: it.Reason, Bytes: it.Bytes, Implied: it.Implied})
+		out = append(out, ctl.ApplyItem{Path: it.Path, Kind: string(it.Kind), Type: typ, Reason: it.Reason, Bytes: it.Bytes, Implied: it.Implied,
+			Hide: it.Hide, Forced: it.Forced})
 	}
 	return out
 }

@@ -40,6 +40,7 @@ func (w *Workspace) CreateBranch(c ctl.Caller, a ctl.BranchCreateArgs) (ctl.Bran
 				return ctl.BranchInfo{}, storeError(err, fmt.Sprintf("taking a snapshot of branch %q for branch %q", v.Layer().Name(), a.Name))
 			}
 			taken = true
+			w.hashes.Kick()
 		}
 		l, err := w.meta.CreateLayer(a.Name, from)
 		if err != nil {
@@ -160,6 +161,7 @@ func (w *Workspace) SwitchBranch(c ctl.Caller, name string) (ctl.BranchInfo, err
 		}
 		old := w.current.Swap(l)
 		w.view = v
+		w.shown.Store(v)
 		if w.attached() != nil {
 			w.attached().Show(v)
 		}

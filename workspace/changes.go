@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -33,7 +34,7 @@ type refView struct {
 // refused as ambiguous. opMu is held.
 func (w *Workspace) openRefLocked(ref string) (refView, error) {
 	if ref == LowerRef {
-		v, err := overlay.LowerView(w.opts.LowerDir, w.objs)
+		v, err := w.readView(nil, nil)
 		if err != nil {
 			return refView{}, eioErrorf(err, "opening the project %s: %v", w.opts.Lower, err)
 		}
@@ -49,7 +50,7 @@ func (w *Workspace) openRefLocked(ref string) (refView, error) {
 			// Live: processes may be writing it.
 			return refView{fs: v, what: what, close: func() {}}, nil
 		}
-		v, err := overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l, Logger: w.log})
+		v, err := w.readView(l, nil)
 		if err != nil {
 			return refView{}, storeError(err, fmt.Sprintf("opening branch %q", ref))
 		}
@@ -65,7 +66,7 @@ func (w *Workspace) openRefLocked(ref string) (refView, error) {
 		}
 		return refView{}, err
 	}
-	v, err := overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Snapshot: w.meta.SnapshotView(snap), Logger: w.log})
+	v, err := w.readView(nil, w.meta.SnapshotView(snap))
 	if err != nil {
 		return refView{}, storeError(err, fmt.Sprintf("opening snapshot %s", snap.ID))
 	}
@@ -105,7 +106,7 @@ func changeInfos(cs []overlay.Change) []ctl.Change {
 	out := make([]ctl.Change, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, ctl.Change{Path: c.Path, Kind: string(c.Kind), Old: fileInfo(c.Old), New: fileInfo(c.New),
-			SizeDelta: c.SizeDelta, AttrsChanged: c.AttrsChanged})
+			SizeDelta: c.SizeDelta, AttrsChanged: c.AttrsChanged, Hidden: c.Hidden})
 	}
 	return out
 }
@@ -232,6 +233,11 @@ func (w *Workspace) Export(c ctl.Caller, a ctl.ExportArgs) (ctl.ExportReply, err
 		if err := w.checkExportTargetLocked(a.To); err != nil {
 			return ctl.ExportReply{}, err
 		}
+		if a.Manifest {
+			if _, err := os.Lstat(a.To + ".manifest.json"); err == nil {
+				return ctl.ExportReply{}, errorf(ErrExists, "the manifest %s.manifest.json exists already: export to another directory, or remove it first", a.To)
+			}
+		}
 		v, err := w.openRefLocked(a.Ref)
 		if err != nil {
 			return ctl.ExportReply{}, err
@@ -246,6 +252,11 @@ func (w *Workspace) Export(c ctl.Caller, a ctl.ExportArgs) (ctl.ExportReply, err
 		w.log.Info("export", "what", v.what, "to", a.To, "skipped", len(reply.Skipped), "err", err, "pid", c.Pid)
 		if err != nil {
 			return ctl.ExportReply{}, ioErrorf(err, "exporting %s to %s: %v", v.what, a.To, err)
+		}
+		if a.Manifest {
+			if reply.Manifest, reply.Root, err = w.writeManifest(v, a.To); err != nil {
+				return ctl.ExportReply{}, ioErrorf(err, "%s exported to %s, but its manifest could not be written: %v", v.what, a.To, err)
+			}
 		}
 		return reply, nil
 	})

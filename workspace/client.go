@@ -81,6 +81,21 @@ func (c *Client) Snapshots() (ctl.SnapshotList, error) {
 	return do[ctl.SnapshotList](c, ctl.OpSnapshotList, nil)
 }
 
+// SnapshotsWith is Workspace.SnapshotsWith.
+func (c *Client) SnapshotsWith(a ctl.SnapshotListArgs) (ctl.SnapshotList, error) {
+	return do[ctl.SnapshotList](c, ctl.OpSnapshotList, a)
+}
+
+// ShowSnapshot is Workspace.ShowSnapshot.
+func (c *Client) ShowSnapshot(ref string) (ctl.SnapshotInfo, error) {
+	return do[ctl.SnapshotInfo](c, ctl.OpSnapshotShow, ctl.SnapshotRef{Ref: ref})
+}
+
+// Verify is Workspace.Verify.
+func (c *Client) Verify(a ctl.VerifyArgs) (ctl.VerifyReply, error) {
+	return do[ctl.VerifyReply](c, ctl.OpVerify, a)
+}
+
 // DeleteSnapshot is Workspace.DeleteSnapshot.
 func (c *Client) DeleteSnapshot(ref string) (ctl.SnapshotInfo, error) {
 	return do[ctl.SnapshotInfo](c, ctl.OpSnapshotDelete, ctl.SnapshotRef{Ref: ref})
@@ -152,6 +167,11 @@ func (c *Client) Diff(a ctl.DiffArgs) (ctl.DiffReply, error) {
 // Restore is Workspace.Restore.
 func (c *Client) Restore(a ctl.RestoreArgs) (ctl.RestoreReply, error) {
 	return do[ctl.RestoreReply](c, ctl.OpRestore, a)
+}
+
+// Merge is Workspace.Merge.
+func (c *Client) Merge(a ctl.MergeArgs) (ctl.MergeReply, error) {
+	return do[ctl.MergeReply](c, ctl.OpMerge, a)
 }
 
 // Push is Workspace.Push.

@@ -31,6 +31,12 @@ func (w *Workspace) GC(c ctl.Caller, a ctl.GCArgs) (ctl.GCReply, error) {
 		if err != nil {
 			return ctl.GCReply{}, storeError(err, fmt.Sprintf("collecting garbage (removed %d objects, %d bytes, before the error)", r.Removed, r.Freed))
 		}
+		if r.Removed > 0 {
+			if err := w.hashes.ForgetRemoved(); err != nil {
+				// Only space in the metadata: the next gc tries again.
+				w.log.Warn("dropping the content hashes of removed objects", "err", err)
+			}
+		}
 		return ctl.GCReply{Objects: r.Objects, Removed: r.Removed, Freed: r.Freed, Young: r.Young, InUse: r.InUse, Grace: grace}, nil
 	})
 }

@@ -120,6 +120,9 @@ func (w *Workspace) Attach(m Mount) {
 	if !w.mount.CompareAndSwap(nil, &attachedMount{m}) {
 		panic("workspace: Attach called twice")
 	}
+	if !w.opts.NoHash {
+		w.hashes.Start()
+	}
 }
 
 // attachedMount holds the Mount for the atomic pointer.

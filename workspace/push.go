@@ -210,7 +210,7 @@ func (b *pushBuild) add(doc *remote.SnapshotDoc, name string, lower, v *overlay.
 	for _, c := range cs {
 		ch := remote.Change{Path: c.Path, Kind: string(c.Kind)}
 		if c.New != nil {
-			st, err := v.Stat(c.Path)
+			st, err := v.StatPath(c.Path)
 			if err != nil {
 				return eioErrorf(err, "push: %s: %s: %v", name, c.Path, err)
 			}

@@ -142,6 +142,7 @@ func (w *Workspace) restoreLocked(view *overlay.FS, snap branch.Snapshot) (branc
 		w.dropSnapshotLocked(safety.ID, "restore of "+snap.ID)
 		return branch.Snapshot{}, nil, storeError(err, fmt.Sprintf("restoring snapshot %s: taking the safety snapshot of branch %q (nothing was restored)", snap.ID, cur))
 	}
+	w.hashes.Kick()
 	stale, err := view.Restore(snap)
 	if err != nil {
 		w.log.Error("restore failed", "snapshot", snap.ID, "safety", safety.ID, "err", err)

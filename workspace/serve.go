@@ -12,7 +12,9 @@ import (
 // (ping, unmount) beside them.
 func (w *Workspace) Register(s *ctl.Server) {
 	handle(s, ctl.OpSnapshotCreate, w.CreateSnapshot)
-	handle(s, ctl.OpSnapshotList, func(ctl.Caller, struct{}) (ctl.SnapshotList, error) { return w.Snapshots() })
+	handle(s, ctl.OpSnapshotList, func(_ ctl.Caller, a ctl.SnapshotListArgs) (ctl.SnapshotList, error) { return w.SnapshotsWith(a) })
+	handle(s, ctl.OpSnapshotShow, func(c ctl.Caller, a ctl.SnapshotRef) (ctl.SnapshotInfo, error) { return w.ShowSnapshot(c, a.Ref) })
+	handle(s, ctl.OpVerify, w.Verify)
 	handle(s, ctl.OpSnapshotDelete, func(c ctl.Caller, a ctl.SnapshotRef) (ctl.SnapshotInfo, error) { return w.DeleteSnapshot(c, a.Ref) })
 	handle(s, ctl.OpTagSet, func(c ctl.Caller, a ctl.TagArgs) (ctl.SnapshotInfo, error) { return w.SetTag(c, a.Name, a.Ref) })
 	handle(s, ctl.OpTagDelete, func(c ctl.Caller, a ctl.TagArgs) (ctl.TagArgs, error) { return w.DeleteTag(c, a.Name) })
@@ -30,6 +32,7 @@ func (w *Workspace) Register(s *ctl.Server) {
 
 	handle(s, ctl.OpDiff, w.Diff)
 	handle(s, ctl.OpRestore, w.Restore)
+	handle(s, ctl.OpMerge, w.Merge)
 	handle(s, ctl.OpExport, w.Export)
 	handle(s, ctl.OpApply, w.Apply)
 	handle(s, ctl.OpPush, w.Push)

@@ -68,12 +68,19 @@ func (w *Workspace) createSnapshotLocked(c ctl.Caller, a ctl.SnapshotCreateArgs)
 		return ctl.SnapshotInfo{}, eioErrorf(err, "snapshot %s was taken, but it may not survive a crash: %v", snap.ID, err)
 	}
 	w.log.Info("snapshot taken", "id", snap.ID, "branch", snap.Branch, "label", snap.Label, "pid", c.Pid)
+	w.hashes.Kick()
 	return snapshotInfo(snap, nil), nil
 }
 
-// Snapshots lists every snapshot, in the order taken, with its tags
-// and the size it added.
+// Snapshots lists every snapshot, in the order taken, with its tags,
+// the size it added and its root (or that it is not computed yet).
 func (w *Workspace) Snapshots() (ctl.SnapshotList, error) {
+	return w.SnapshotsWith(ctl.SnapshotListArgs{})
+}
+
+// SnapshotsWith is Snapshots; with a.WaitRoots, the roots not computed
+// yet are computed first.
+func (w *Workspace) SnapshotsWith(a ctl.SnapshotListArgs) (ctl.SnapshotList, error) {
 	return locked(w, func() (ctl.SnapshotList, error) {
 		snaps, err := w.meta.Snapshots()
 		if err != nil {
@@ -89,6 +96,12 @@ func (w *Workspace) Snapshots() (ctl.SnapshotList, error) {
 		for _, snap := range snaps {
 			info := snapshotInfo(snap, tags)
 			info.SizeAdded = added[snap.ID]
+			if err := w.rootInfo(&info, snap, a.WaitRoots); err != nil {
+				if a.WaitRoots {
+					return ctl.SnapshotList{}, hashError(err, fmt.Sprintf("computing the root of snapshot %s", snap.ID))
+				}
+				w.log.Warn("reading a snapshot's root", "id", snap.ID, "err", err)
+			}
 			list.Snapshots = append(list.Snapshots, info)
 		}
 		return list, nil
@@ -435,6 +448,7 @@ func (w *Workspace) AutoSnapshot(name, kind string, label func(v *overlay.FS) st
 		}
 	} else {
 		w.log.Info("automatic snapshot taken", "id", snap.ID, "branch", snap.Branch, "kind", kind, "label", snap.Label)
+		w.hashes.Kick()
 	}
 	if _, err := w.pruneLocked(nil, false); err != nil {
 		w.log.Error("thinning automatic snapshots", "err", err)

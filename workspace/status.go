@@ -22,7 +22,15 @@ func (w *Workspace) Status() ctl.Status {
 		Branch: w.current.Load().Name(), Ephemeral: w.opts.Ephemeral,
 		Backstore: info.Kind, BackingMode: info.Mode, BackingRoot: info.Root, SizeLimit: info.SizeLimit,
 		Reflink: info.Reflink, Objects: u.Objects, Bytes: u.Bytes, FsFree: u.FsFree,
-		Bindings: []ctl.BindInfo{},
+		Bindings: []ctl.BindInfo{}, Hide: []ctl.HidePattern{},
+	}
+	for _, p := range w.HidePatterns() {
+		st.Hide = append(st.Hide, ctl.HidePattern{Pattern: p.Pattern, From: p.From})
+	}
+	if v := w.shown.Load(); v != nil {
+		u, l := v.Usage(), v.Limits()
+		st.BranchFiles, st.BranchBytes = u.Files, u.Bytes
+		st.MaxFiles, st.MaxBytes = l.Files, l.Bytes
 	}
 	// The mount is attached before it serves and never detached: read
 	// without opMu.

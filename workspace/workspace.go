@@ -12,7 +12,9 @@ import (
 	"github.com/agentfs/agentfs/autosnap"
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/contenthash"
 	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/hide"
 	"github.com/agentfs/agentfs/overlay"
 	"github.com/agentfs/agentfs/remote"
 )
@@ -44,15 +46,37 @@ type Options struct {
 	// Keep bounds the automatic snapshots the retention policy keeps
 	// (0: autosnap.DefaultKeep).
 	Keep int
+	// Limits bound what each branch's view may hold (overlay's quotas);
+	// BytesShare, when not 0, sets Limits.Bytes to that percentage of
+	// the space free on the backstore's file system at Open.
+	Limits     overlay.Limits
+	BytesShare int
 	// ReadOnly opens the branch metadata read-only: every operation
 	// that would change the store fails with ErrReadOnly.
 	ReadOnly bool
 	// Version is the agentfs version, for Status.
 	Version string
+	// Hide are the mount's hide rules, which Open records in the store
+	// (replacing what an earlier mount of it recorded); nil for a
+	// command that opens a store without mounting it, which reads the
+	// rules recorded (hide.go).
+	Hide *hide.Rules
 	// ProgressGate holds each long operation until its progress was
 	// asked (progress.go): for the tests of the progress bars only.
 	ProgressGate bool
-	Logger       *slog.Logger
+	// NoHash: no worker computes content hashes and roots after each
+	// snapshot (a mount's --hash=false); snapshot show and verify
+	// still compute what they need. A store opened without a mount
+	// never runs the worker (hashes.go).
+	NoHash bool
+	// HashHelper is the command of the hashing process the worker
+	// reads and hashes in (contenthash.Config.Helper); empty: in the
+	// worker's own thread.
+	HashHelper []string
+	// HashGate is a file the hash worker waits for to disappear before
+	// each snapshot it hashes: for the tests only.
+	HashGate string
+	Logger   *slog.Logger
 	// Hasher gives the SHA-256 of an object a push sends (push.go);
 	// nil reads the object (remote.ReadHash).
 	Hasher remote.Hasher
@@ -64,7 +88,12 @@ type Workspace struct {
 	log    *slog.Logger
 	meta   *branch.Store
 	objs   *backstore.Store
+	hashes *contenthash.Hasher
 	policy autosnap.Policy
+	// hide and hidden are the store's hide rules and the project's
+	// inodes they hide (hide.go), fixed once the store is open.
+	hide   *hide.Rules
+	hidden *hide.Inodes
 
 	// opMu serializes the operations (see the package doc). current is
 	// the branch the mount shows to unbound processes (read without
@@ -74,6 +103,7 @@ type Workspace struct {
 	// still hold files of (gc spares their objects).
 	opMu    sync.Mutex
 	current atomic.Pointer[branch.Layer]
+	shown   atomic.Pointer[overlay.FS] // view, for Status (without opMu)
 	view    *overlay.FS
 	views   map[string]*overlay.FS
 	retired []*overlay.FS
@@ -134,6 +164,9 @@ func (w *Workspace) open() error {
 	case string(prev) != o.Lower:
 		return fmt.Errorf("the store %s was made for the lower directory %s, not %s: mount it with --lower %s, or use another --store", o.Store, prev, o.Lower, prev)
 	}
+	if err := w.openHide(); err != nil {
+		return fmt.Errorf("the store %s: %w", o.Store, err)
+	}
 	layer, err := w.resumeBranch()
 	if err != nil {
 		return fmt.Errorf("the store %s: %w", o.Store, err)
@@ -154,18 +187,37 @@ func (w *Workspace) open() error {
 		w.objs.Recovered()
 		w.log.Info("collected what the daemon before this one left", "objects", r.Objects, "removed", r.Removed, "freed", r.Freed)
 	}
+	if o.BytesShare > 0 {
+		free, err := w.objs.FsFree()
+		if err != nil {
+			return fmt.Errorf("the byte limit, a share of the backstore's free space: %w", err)
+		}
+		w.opts.Limits.Bytes = max(free/100*int64(o.BytesShare), 1)
+	}
 	w.view, err = w.newView(layer)
 	if err != nil {
 		return err
 	}
+	w.shown.Store(w.view)
 	w.views = map[string]*overlay.FS{layer.Name(): w.view}
+	w.hashes = contenthash.New(contenthash.Config{Meta: w.meta, Objects: w.objs, LowerDir: o.LowerDir,
+		ReadOnly: o.ReadOnly, Gate: o.HashGate, Helper: o.HashHelper, Logger: w.log,
+		OpenSnapshot: func(s branch.Snapshot) (*overlay.FS, error) { return w.readView(nil, w.meta.SnapshotView(s)) }})
 	return nil
 }
 
 // newView opens a writable view of branch l.
 func (w *Workspace) newView(l *branch.Layer) (*overlay.FS, error) {
 	return overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l,
-		AllocIno: w.meta.AllocIno, Sync: w.meta.Sync, Logger: w.log})
+		AllocIno: w.meta.AllocIno, Sync: w.meta.Sync, Limits: w.opts.Limits, Logger: w.log, Hide: w.hide, HiddenInodes: w.hidden})
+}
+
+// readView opens a view that an operation reads (nothing writes it):
+// of branch l, of snapshot snap, or, with neither, the plain project;
+// with the store's hide rules, as every view of the store.
+func (w *Workspace) readView(l *branch.Layer, snap *branch.View) (*overlay.FS, error) {
+	return overlay.New(overlay.Config{Lower: w.opts.LowerDir, Objects: w.objs, Layer: l, Snapshot: snap,
+		Logger: w.log, Hide: w.hide, HiddenInodes: w.hidden})
 }
 
 // currentBranchKey is the store info key that names the branch a kept
@@ -200,6 +252,9 @@ func (w *Workspace) Close() error {
 		return nil
 	}
 	w.closed = true
+	if w.hashes != nil {
+		w.hashes.Close()
+	}
 	var errs []error
 	for name, v := range w.views {
 		if err := v.Close(); err != nil {

@@ -27,6 +27,13 @@
 // first table; spawn, a shell loop of programs, is the workload the
 // trace records most of).
 //
+// Every agentfs mount takes a snapshot once it is up, before the timed
+// runs, as agentfs run takes its pre-run snapshot: its hash worker then
+// hashes the whole tree in the background while the workloads run.
+// agentfs-nohash is agentfs mounted with --hash=false: beside agentfs,
+// it shows what that costs the workloads (a line under the first
+// table).
+//
 // With --baseline, a second agentfs binary runs as one more filesystem,
 // agentfs-baseline, mounted as agentfs is, so that two builds are
 // compared in one interleaved run (the first table only).
@@ -73,8 +80,9 @@ func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(forma
 const usageText = `agentfs-bench runs developer workloads (git status, find, grep, small
 files, large sequential I/O, copy-up, rm -rf, untar, go vet, a shell loop
 of 5,000 programs) on a native directory, overlayfs, fuse-overlayfs,
-agentfs and agentfs-untraced (--trace=false: what the exec trace
-costs), interleaved, and reports medians and ratios to native. A second table times agentfs's
+agentfs, agentfs-untraced (--trace=false: what the exec trace
+costs) and agentfs-nohash (--hash=false: what hashing the snapshot
+taken at mount costs), interleaved, and reports medians and ratios to native. A second table times agentfs's
 snapshot, branch and restore commands (agentfs only) beside cp -a of the
 same changed set on native. With --baseline, a second agentfs binary
 runs beside the first as agentfs-baseline, for an A/B comparison.
@@ -90,6 +98,7 @@ Examples:
   agentfs-bench --baseline /tmp/agentfs-main          # A/B: agentfs beside another build
   agentfs-bench --quick --only find --fs native,agentfs,agentfs-baseline --baseline /tmp/agentfs-main
   agentfs-bench --only spawn --fs native,agentfs,agentfs-untraced --runs 10   # the exec trace's cost
+  agentfs-bench --only write-small,untar --fs native,agentfs,agentfs-nohash   # the hash worker's cost
 
 Overlayfs and cold reads need root; fuse-overlayfs needs the
 fuse-overlayfs program. A filesystem that cannot run is left out with a

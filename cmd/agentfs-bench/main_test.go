@@ -133,10 +133,10 @@ func TestBaselineFilesystems(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--baseline", bin}, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-untraced,agentfs-baseline,agentfs-bound,agentfs-bound-root"},
+		{[]string{"--baseline", bin}, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-untraced,agentfs-nohash,agentfs-baseline,agentfs-bound,agentfs-bound-root"},
 		{[]string{"--baseline", bin, "--fs", "agentfs-baseline,native,agentfs"}, "native,agentfs,agentfs-baseline"},
 		{[]string{"--baseline", bin, "--fs", "native,agentfs-baseline"}, "native,agentfs-baseline"},
-		{nil, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-untraced,agentfs-bound,agentfs-bound-root"},
+		{nil, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-untraced,agentfs-nohash,agentfs-bound,agentfs-bound-root"},
 	} {
 		o := &options{}
 		flags := newFlagSet(o)
@@ -211,7 +211,7 @@ func TestUntracedFilesystem(t *testing.T) {
 	if !agentfsMount(fsAgentfsUntraced) || boundVariant(fsAgentfsUntraced) {
 		t.Errorf("%s: agentfsMount %v, boundVariant %v; want true, false", fsAgentfsUntraced, agentfsMount(fsAgentfsUntraced), boundVariant(fsAgentfsUntraced))
 	}
-	for filesystem, want := range map[string]string{fsAgentfsUntraced: "--trace=false", fsAgentfs: "", fsAgentfsBaseline: "", fsAgentfsBound: ""} {
+	for filesystem, want := range map[string]string{fsAgentfsUntraced: "--trace=false", fsAgentfsNohash: "--hash=false", fsAgentfs: "", fsAgentfsBaseline: "", fsAgentfsBound: ""} {
 		if got := strings.Join(mountFlags(filesystem), " "); got != want {
 			t.Errorf("mountFlags(%s) = %q, want %q", filesystem, got, want)
 		}

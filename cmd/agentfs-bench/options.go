@@ -24,6 +24,12 @@ const (
 	// the trace costs (agentfs over agentfs-untraced, measured in the same
 	// interleaved run; the issue allows it 5% of a traced workload).
 	fsAgentfsUntraced = "agentfs-untraced"
+	// fsAgentfsNohash is agentfs mounted with --hash=false: no worker
+	// computes content hashes and roots after a snapshot. Every agentfs
+	// mount takes a snapshot once mounted (as agentfs run takes its
+	// pre-run snapshot), so that beside it agentfs shows what hashing
+	// the whole tree in the background costs the workloads.
+	fsAgentfsNohash = "agentfs-nohash"
 	// fsAgentfsBaseline is agentfs run from --baseline, another build,
 	// mounted the same way: an A/B comparison in one interleaved run.
 	fsAgentfsBaseline = "agentfs-baseline"
@@ -35,13 +41,20 @@ const (
 	// fsAgentfsBoundRoot is the same with the other process bound
 	// through the mount root (agentfs branch bind, exec --no-namespace).
 	fsAgentfsBoundRoot = "agentfs-bound-root"
+	// fsAgentfsQuota is agentfs with agentfs run's default limits
+	// (--max-files 300000 --max-bytes 50%): files opened for writing
+	// are then served by the daemon, not passed through. Not in the
+	// default list: ask for it with --fs.
+	fsAgentfsQuota = "agentfs-quota"
 )
 
-var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsUntraced, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot}
+var allFilesystems = []string{fsNative, fsOverlayfs, fsFuseOverlayfs, fsAgentfs, fsAgentfsUntraced, fsAgentfsNohash, fsAgentfsQuota, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot}
 
 // defaultFilesystems is --fs's default: all but the baseline, which
-// --baseline adds.
-var defaultFilesystems = slices.DeleteFunc(slices.Clone(allFilesystems), func(filesystem string) bool { return filesystem == fsAgentfsBaseline })
+// --baseline adds, and the quota variant.
+var defaultFilesystems = slices.DeleteFunc(slices.Clone(allFilesystems), func(filesystem string) bool {
+	return filesystem == fsAgentfsBaseline || filesystem == fsAgentfsQuota
+})
 
 // boundVariant reports whether filesystem is agentfs with another branch bound.
 func boundVariant(filesystem string) bool {
@@ -50,14 +63,19 @@ func boundVariant(filesystem string) bool {
 
 // agentfsMount reports whether filesystem is mounted by an agentfs binary.
 func agentfsMount(filesystem string) bool {
-	return filesystem == fsAgentfs || filesystem == fsAgentfsUntraced || filesystem == fsAgentfsBaseline || boundVariant(filesystem)
+	return filesystem == fsAgentfs || filesystem == fsAgentfsUntraced || filesystem == fsAgentfsNohash || filesystem == fsAgentfsQuota || filesystem == fsAgentfsBaseline || boundVariant(filesystem)
 }
 
 // mountFlags are the flags of agentfs mount for filesystem, an agentfs
 // filesystem, beyond --lower.
 func mountFlags(filesystem string) []string {
-	if filesystem == fsAgentfsUntraced {
+	switch filesystem {
+	case fsAgentfsUntraced:
 		return []string{"--trace=false"}
+	case fsAgentfsNohash:
+		return []string{"--hash=false"}
+	case fsAgentfsQuota:
+		return []string{"--max-files", "300000", "--max-bytes", "50%"}
 	}
 	return nil
 }
@@ -131,7 +149,9 @@ type config struct {
 	snapFiles, snapManyFiles int
 	// memory: measure the daemon's memory (memory.go) over walks of a
 	// tree of memFiles files.
-	memory   bool
+	memory bool
+	// cliStart: time the CLI's start (clistart.go).
+	cliStart bool
 	memFiles int
 	// remote: push and pull a session of remoteFiles files to the S3
 	// server versitygw (remote.go).
@@ -171,6 +191,7 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 	if c.workloads, c.snapOps, c.memory, err = selectWorkloads(o.only); err != nil {
 		return nil, err
 	}
+	c.cliStart = strings.TrimSpace(o.only) == "" || slices.Contains(splitList(o.only), cliStartOp)
 	c.remote = strings.TrimSpace(o.only) == "" || slices.Contains(splitList(o.only), remoteOp)
 	if c.remote && o.versitygw != "" {
 		// Missing, the row says so (make bench-deps installs it).
@@ -194,19 +215,21 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 	if len(c.workloads) == 0 {
 		// Only agentfs's tables: the other filesystems have no part in
 		// them (and need not be probed).
-		c.filesystems = slices.DeleteFunc(c.filesystems, func(filesystem string) bool { return filesystem != fsNative && filesystem != fsAgentfs })
+		c.filesystems = slices.DeleteFunc(c.filesystems, func(filesystem string) bool {
+			return filesystem != fsNative && filesystem != fsAgentfs && (!c.cliStart || filesystem != fsAgentfsBaseline)
+		})
 	}
 	if slices.ContainsFunc(c.filesystems, boundVariant) && !slices.Contains(c.filesystems, fsAgentfs) {
 		return nil, usagef("--fs %s and %s need agentfs too: the binding overhead is against agentfs", fsAgentfsBound, fsAgentfsBoundRoot)
 	}
 	if !slices.Contains(c.filesystems, fsAgentfs) {
 		// The snapshot table and the memory row are agentfs's alone.
-		if (len(c.snapOps) > 0 || c.memory || c.remote) && strings.TrimSpace(o.only) != "" {
-			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory, remote): add agentfs to --fs", o.only)
+		if (len(c.snapOps) > 0 || c.memory || c.cliStart || c.remote) && strings.TrimSpace(o.only) != "" {
+			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory, cli-start, remote): add agentfs to --fs", o.only)
 		}
-		c.snapOps, c.memory, c.remote = nil, false, false
+		c.snapOps, c.memory, c.cliStart, c.remote = nil, false, false, false
 	}
-	if slices.Contains(c.filesystems, fsAgentfs) || slices.Contains(c.filesystems, fsAgentfsUntraced) {
+	if slices.Contains(c.filesystems, fsAgentfs) || slices.Contains(c.filesystems, fsAgentfsUntraced) || slices.Contains(c.filesystems, fsAgentfsQuota) {
 		if c.agentfsBin, err = findAgentfs(o.agentfs); err != nil {
 			return nil, err
 		}
@@ -261,13 +284,13 @@ func selectWorkloads(only string) ([]*workload, []*snapOp, bool, error) {
 			for _, op := range snapOps {
 				want[op.name] = true
 			}
-		case name == memoryOp:
+		case name == memoryOp || name == cliStartOp:
 			want[name] = true
 		case name == remoteOp:
 			// runRemote's: config reads it
 		case findWorkload(name) == nil && findSnapOp(name) == nil:
-			return nil, nil, false, usagef("--only %q: unknown workload %q; choose from %s, the snapshot table's %s (%s: all of them), %s or %s",
-				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup, memoryOp, remoteOp)
+			return nil, nil, false, usagef("--only %q: unknown workload %q; choose from %s, the snapshot table's %s (%s: all of them), %s, %s or %s",
+				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup, memoryOp, cliStartOp, remoteOp)
 		default:
 			want[name] = true
 		}

@@ -22,10 +22,14 @@ type report struct {
 	Snapshots []*snapResult `json:"snapshots,omitempty"`
 	// Memory is the agentfs daemon's memory over walks of a large tree.
 	Memory *memResult `json:"memory,omitempty"`
+	// CLIStart is the CLI's start (clistart.go).
+	CLIStart *cliStartResult `json:"cli_start,omitempty"`
 	// Remote is push and pull of a session against a local S3 server.
 	Remote *remoteResult `json:"remote,omitempty"`
 	// TraceCost is agentfs over agentfs-untraced (tracecost.go).
-	TraceCost       *traceCost         `json:"trace_cost,omitempty"`
+	TraceCost *traceCost `json:"trace_cost,omitempty"`
+	// HashCost is agentfs over agentfs-nohash (tracecost.go).
+	HashCost        *traceCost         `json:"hash_cost,omitempty"`
 	CopyUpSeconds   map[string]float64 `json:"copy_up_seconds,omitempty"`
 	Notes           []string           `json:"notes,omitempty"`
 	DurationSeconds float64            `json:"duration_seconds"`
@@ -151,6 +155,7 @@ func (r *report) finish() {
 		}
 	}
 	r.finishTraceCost()
+	r.finishHashCost()
 	for _, op := range r.Snapshots {
 		op.finish(r)
 	}
@@ -284,6 +289,7 @@ func (r *report) markdown() string {
 	if len(r.Workloads) > 0 {
 		r.workloadMarkdown(&b)
 		r.traceMarkdown(&b)
+		r.hashMarkdown(&b)
 		r.bindingMarkdown(&b)
 	}
 	if len(r.Snapshots) > 0 {
@@ -298,8 +304,14 @@ func (r *report) markdown() string {
 		}
 		r.memoryMarkdown(&b)
 	}
-	if r.Remote != nil {
+	if r.CLIStart != nil {
 		if len(r.Workloads) > 0 || len(r.Snapshots) > 0 || r.Memory != nil {
+			b.WriteString("\n")
+		}
+		r.cliStartMarkdown(&b)
+	}
+	if r.Remote != nil {
+		if len(r.Workloads) > 0 || len(r.Snapshots) > 0 || r.Memory != nil || r.CLIStart != nil {
 			b.WriteString("\n")
 		}
 		r.Remote.markdown(&b)

@@ -376,3 +376,30 @@ func TestTraceCost(t *testing.T) {
 		t.Errorf("a run without agentfs-untraced has a trace cost: %+v", r.TraceCost)
 	}
 }
+
+// TestHashCost checks agentfs over agentfs-nohash: a ratio for each
+// workload both ran and the line under the table.
+func TestHashCost(t *testing.T) {
+	r := sampleRun()
+	r.Filesystems = append(r.Filesystems, fsStatus{Name: fsAgentfsNohash, Available: true, Version: "agentfs 0.1.0"})
+	r.Workloads[0].Results[fsAgentfsNohash] = &fsResult{Runs: []float64{0.2, 0.2, 0.2}, Check: "11477 files"}
+	r.Workloads = append(r.Workloads, &workloadResult{Name: "write-small", Title: "write small files", FreshPerRun: true, Results: map[string]*fsResult{
+		fsNative:        {Runs: []float64{1.0}},
+		fsAgentfs:       {Runs: []float64{2.2}},
+		fsAgentfsNohash: {Runs: []float64{2.0}},
+	}})
+	r.finish()
+	c := r.HashCost
+	if c == nil {
+		t.Fatal("no hash cost")
+	}
+	if len(c.Ratios) != 2 || math.Abs(c.Ratios["write-small"]-1.1) > 1e-9 || c.HighestWorkload != "write-small" {
+		t.Errorf("hash cost %+v, want find 1.00× and write-small 1.10× (the highest)", c)
+	}
+	if want := "same run: find 1.00×, write-small 1.10×; median 1.05×, highest 1.10× (write-small).\n"; !strings.Contains(r.markdown(), "\nHash worker: ") || !strings.Contains(r.markdown(), want) {
+		t.Errorf("markdown lacks the hash worker's line %q:\n%s", want, r.markdown())
+	}
+	if r := sampleReport(); r.HashCost != nil || strings.Contains(r.markdown(), "Hash worker") {
+		t.Errorf("a run without agentfs-nohash has a hash cost: %+v", r.HashCost)
+	}
+}

@@ -30,24 +30,38 @@ type traceCost struct {
 // (finish computes them first), or leaves it nil when agentfs and
 // agentfs-untraced did not both run.
 func (r *report) finishTraceCost() {
-	order := r.order()
-	if !slices.Contains(order, fsAgentfs) || !slices.Contains(order, fsAgentfsUntraced) {
+	c := r.variantCost(fsAgentfsUntraced)
+	if c == nil {
 		return
 	}
-	c := &traceCost{Ratios: map[string]float64{}}
 	for _, st := range r.Filesystems {
 		if st.Name == fsAgentfs {
 			c.Traced = st.Trace
 		}
 	}
+	r.TraceCost = c
+}
+
+// finishHashCost computes r.HashCost: agentfs (hash worker on) over
+// agentfs-nohash (--hash=false), nil when they did not both run.
+func (r *report) finishHashCost() { r.HashCost = r.variantCost(fsAgentfsNohash) }
+
+// variantCost is agentfs's median over other's, workload by workload,
+// for the workloads both ran; nil when none.
+func (r *report) variantCost(other string) *traceCost {
+	order := r.order()
+	if !slices.Contains(order, fsAgentfs) || !slices.Contains(order, other) {
+		return nil
+	}
+	c := &traceCost{Ratios: map[string]float64{}}
 	var ratios []float64
 	for _, w := range r.Workloads {
-		traced, untraced := w.Results[fsAgentfs], w.Results[fsAgentfsUntraced]
-		if w.Skipped != "" || traced == nil || untraced == nil || traced.Median == nil || untraced.Median == nil ||
-			traced.Error != "" || untraced.Error != "" {
+		on, off := w.Results[fsAgentfs], w.Results[other]
+		if w.Skipped != "" || on == nil || off == nil || on.Median == nil || off.Median == nil ||
+			on.Error != "" || off.Error != "" {
 			continue
 		}
-		q, ok := ratio(*traced.Median, *untraced.Median)
+		q, ok := ratio(*on.Median, *off.Median)
 		if !ok {
 			continue
 		}
@@ -58,10 +72,32 @@ func (r *report) finishTraceCost() {
 		}
 	}
 	if len(ratios) == 0 {
-		return
+		return nil
 	}
 	c.Median = median(ratios)
-	r.TraceCost = c
+	return c
+}
+
+// hashMarkdown renders the hash worker's cost as one paragraph under
+// the first table.
+func (r *report) hashMarkdown(b *strings.Builder) {
+	c := r.HashCost
+	if c == nil {
+		return
+	}
+	b.WriteString("\nHash worker: agentfs (content hashes and roots computed in the background after the snapshot taken at mount, the default) / agentfs-nohash (`--hash=false`), same run: ")
+	r.ratiosMarkdown(b, c)
+}
+
+// ratiosMarkdown writes c's ratios, their median and the highest.
+func (r *report) ratiosMarkdown(b *strings.Builder, c *traceCost) {
+	var parts []string
+	for _, w := range r.Workloads {
+		if q, ok := c.Ratios[w.Name]; ok {
+			parts = append(parts, w.Name+" "+formatRatio(q))
+		}
+	}
+	fmt.Fprintf(b, "%s; median %s, highest %s (%s).\n", strings.Join(parts, ", "), formatRatio(c.Median), formatRatio(c.Highest), c.HighestWorkload)
 }
 
 // traceMarkdown renders the trace's cost as one paragraph under the
@@ -77,11 +113,5 @@ func (r *report) traceMarkdown(b *strings.Builder) {
 		fmt.Fprintf(b, "the trace did not run in agentfs's mount (%s), so the two columns differ in nothing.\n", c.Traced)
 		return
 	}
-	var parts []string
-	for _, w := range r.Workloads {
-		if q, ok := c.Ratios[w.Name]; ok {
-			parts = append(parts, w.Name+" "+formatRatio(q))
-		}
-	}
-	fmt.Fprintf(b, "%s; median %s, highest %s (%s).\n", strings.Join(parts, ", "), formatRatio(c.Median), formatRatio(c.Highest), c.HighestWorkload)
+	r.ratiosMarkdown(b, c)
 }

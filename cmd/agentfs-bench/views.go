@@ -181,12 +181,18 @@ func (b *bench) mountView(ctx context.Context, filesystem, lower string) (*view,
 		if err := runQuiet(ctx, "", b.env, "fuse-overlayfs", "-o", overlayOpts, mnt); err != nil {
 			return v, err
 		}
-	case fsAgentfs, fsAgentfsUntraced, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
+	case fsAgentfs, fsAgentfsUntraced, fsAgentfsNohash, fsAgentfsQuota, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
 		// The default backstore (hostfs) in a private store, which
 		// AGENTFS_PRIVATE_DIR puts in the work directory.
 		args := append(append([]string{"mount"}, mountFlags(filesystem)...), "--lower", lower, mnt)
 		if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBinary(filesystem), args...); err != nil {
 			return v, err
+		}
+		// A snapshot of the fresh mount, as agentfs run takes before
+		// its command: the hash worker then hashes the whole tree while
+		// the workload runs (agentfs-nohash, --hash=false, does not).
+		if err := runQuiet(ctx, "", b.env, b.cfg.agentfsBinary(filesystem), "snapshot", "create", "-m", "bench", "-C", mnt); err != nil {
+			return v, errors.Join(err, b.unmount(ctx, filesystem, mnt))
 		}
 		if boundVariant(filesystem) {
 			stop, err := b.bindOther(ctx, mnt, filesystem == fsAgentfsBoundRoot)
@@ -274,7 +280,7 @@ func (b *bench) unmountLeftover(dir string) error {
 func (b *bench) unmount(ctx context.Context, filesystem, mnt string) error {
 	try := func() error {
 		switch filesystem {
-		case fsAgentfs, fsAgentfsUntraced, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
+		case fsAgentfs, fsAgentfsUntraced, fsAgentfsNohash, fsAgentfsQuota, fsAgentfsBaseline, fsAgentfsBound, fsAgentfsBoundRoot:
 			if bin := b.cfg.agentfsBinary(filesystem); bin != "" {
 				return runQuiet(ctx, "", b.env, bin, "unmount", mnt)
 			}

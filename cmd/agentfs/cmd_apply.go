@@ -118,8 +118,15 @@ func runApply(ctx context.Context, o *applyOptions, args []string) (err error) {
 			what = "would be"
 		}
 		hint := ""
-		if len(rep.Conflicts) > 0 {
-			hint = fmt.Sprintf(": %d changed in the project since the branch changed them; look at them, then run agentfs apply --force to overwrite them", len(rep.Conflicts))
+		changed, hidden := splitHideConflicts(rep.Conflicts)
+		if len(changed) > 0 {
+			hint = fmt.Sprintf(": %d changed in the project since the branch changed them; look at them, then run agentfs apply --force to overwrite them", len(changed))
+		}
+		if len(hidden) > 0 {
+			hint += fmt.Sprintf("; %d at hidden paths (--force writes the branch's own files there, never over a hidden project file)", len(hidden))
+			if len(changed) == 0 {
+				hint = ":" + hint[1:]
+			}
 		}
 		return fmt.Errorf("%d changes %s not applied%s", n, what, hint)
 	}
@@ -178,9 +185,16 @@ func printApply(w io.Writer, rep ctl.ApplyReply) {
 		line(it, "")
 	}
 	fmt.Fprintf(w, "%s %d changes of branch %s to %s (%s written)\n", verb, len(rep.Applied), printable(rep.Branch), rep.Lower, humanBytes(rep.Bytes))
-	if len(rep.Conflicts) > 0 {
+	changed, hidden := splitHideConflicts(rep.Conflicts)
+	if len(changed) > 0 {
 		fmt.Fprintf(w, "conflicts, not applied (the project changed there since; --force overwrites them):\n")
-		for _, it := range rep.Conflicts {
+		for _, it := range changed {
+			line(it, "  ("+it.Reason+")")
+		}
+	}
+	if len(hidden) > 0 {
+		fmt.Fprintf(w, "hidden paths, not applied (agentfs status lists the hide patterns):\n")
+		for _, it := range hidden {
 			line(it, "  ("+it.Reason+")")
 		}
 	}
@@ -190,6 +204,19 @@ func printApply(w io.Writer, rep ctl.ApplyReply) {
 			line(it, "  ("+it.Reason+")")
 		}
 	}
+}
+
+// splitHideConflicts separates the conflicts of the hide patterns from
+// the others.
+func splitHideConflicts(items []ctl.ApplyItem) (changed, hidden []ctl.ApplyItem) {
+	for _, it := range items {
+		if it.Hide {
+			hidden = append(hidden, it)
+		} else {
+			changed = append(changed, it)
+		}
+	}
+	return changed, hidden
 }
 
 // isTerminal reports whether f is a terminal.

@@ -274,14 +274,16 @@ func flagCandidates(flags *pflag.FlagSet) []candidate {
 // flagValues completes the value of flag f of command c.
 func flagValues(c *command, f *pflag.Flag, flags *pflag.FlagSet) ([]candidate, string) {
 	switch f.Name {
-	case "dir", "lower", "store", "to":
+	case "dir", "lower", "store", "to", "record":
 		return nil, completeDirs
 	case "session":
 		return sessionCandidates(), ""
 	case "backstore":
 		return []candidate{{"hostfs", "a directory in the store"}, {"ramdisk", "a size-limited tmpfs"}}, ""
-	case "branch":
+	case "branch", "into":
 		return fromMount(flags, branchCandidates), ""
+	case "base":
+		return fromMount(flags, refCandidates), ""
 	case "from":
 		if c.name == "branch create" {
 			return fromMount(flags, snapshotCandidates), ""
@@ -313,8 +315,12 @@ func positionals(c *command, flags *pflag.FlagSet, args []string) ([]candidate, 
 		}
 	case "apply":
 		return nil, completeFiles
-	case "restore", "snapshot delete":
+	case "restore", "snapshot delete", "snapshot show":
 		if n == 0 {
+			return fromMount(flags, snapshotCandidates), ""
+		}
+	case "verify":
+		if tree, _ := flags.GetString("tree"); tree == "" || n == 0 {
 			return fromMount(flags, snapshotCandidates), ""
 		}
 	case "tag":
@@ -335,7 +341,7 @@ func positionals(c *command, flags *pflag.FlagSet, args []string) ([]candidate, 
 		if n == 0 {
 			return fromMount(flags, refCandidates), ""
 		}
-	case "branch delete", "branch switch", "branch bind":
+	case "branch delete", "branch switch", "branch bind", "merge":
 		if n == 0 {
 			return fromMount(flags, branchCandidates), ""
 		}

@@ -116,6 +116,9 @@ func printChanges(w io.Writer, changes []ctl.Change) error {
 		case c.Kind == ctl.ModeChanged || c.AttrsChanged:
 			detail = attrChange(c.Old, c.New)
 		}
+		if c.Hidden {
+			detail += "  (a hidden path: agentfs apply --force writes it)"
+		}
 		if _, err := fmt.Fprintf(w, "%s  %s%s\n", letter, changePath(c), detail); err != nil {
 			return err
 		}

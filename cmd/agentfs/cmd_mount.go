@@ -71,7 +71,7 @@ func init() {
 	register(&command{
 		name:    "mount",
 		summary: "mount a copy-on-write view of a project",
-		usage:   "--lower DIR [--store DIR] [--backstore hostfs|ramdisk] [--ramdisk-size SIZE] [--auto-snapshot] [--quiet-period DUR] [--log-reads] [-o OPTIONS] [--foreground] [--debug] MOUNTPOINT",
+		usage:   "--lower DIR [--store DIR] [--backstore hostfs|ramdisk] [--ramdisk-size SIZE] [--auto-snapshot] [--quiet-period DUR] [--log-reads] [--max-files N] [--max-bytes SIZE] [-o OPTIONS] [--foreground] [--debug] MOUNTPOINT",
 		help: `Mount shows DIR at MOUNTPOINT. Reads pass through to DIR; the first write
 to a file copies it into the backstore; deletes hide the lower file. DIR
 itself is never modified. The command returns once the mount is ready; a
@@ -95,6 +95,12 @@ made inside it; older automatic snapshots thin out (agentfs snapshot
 prune). Defaults for these come from ~/.config/agentfs/config and the
 project's .agentfs.conf (see docs/guide.md); flags override both.
 
+--max-files and --max-bytes limit what each branch may hold in the
+backstore (files, directories and links it made or changed; the bytes
+of their data): past a limit, the operation that would cross it fails
+with EDQUOT. With --max-bytes, files are served through the page cache
+instead of FUSE passthrough, so that the daemon sees every write.
+
 Every flag has a mount(8) spelling, for -o and for mount -t fuse.agentfs
 and /etc/fstab (through mount.fuse.agentfs, which make install puts in
 /sbin): -o store=DIR,backstore=ramdisk,auto-snapshot. nosuid, nodev
@@ -106,6 +112,7 @@ Examples:
   agentfs mount --lower ~/proj --auto-snapshot --quiet-period 5s /mnt/ws
   agentfs mount --lower ~/proj --store ~/.ws1 /mnt/ws
   agentfs mount --lower ~/proj --backstore ramdisk --ramdisk-size 2G /mnt/ws
+  agentfs mount --lower ~/proj --max-files 100000 --max-bytes 10G /mnt/ws
   agentfs mount --lower ~/proj -o store=$HOME/.ws1,auto-snapshot /mnt/ws
   agentfs mount --lower ~/proj --from team/1a2b3c4d /mnt/ws   # a pushed snapshot`,
 		setup: func(flags *pflag.FlagSet, _ streams) runFunc {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -28,6 +29,8 @@ type runOptions struct {
 	supervise   bool
 	maxRestarts int
 	stopGrace   time.Duration
+	// record: the directory to write the session's record to.
+	record string
 }
 
 // supervision is what --supervise and its flags ask for, or nil.
@@ -52,6 +55,7 @@ func (o *runOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.BoolVar(&o.supervise, "supervise", false, "run COMMAND under a supervisor: a restore of the session's branch (agentfs restore -s,\nthe MCP rewind tool) stops every process of COMMAND and starts it again")
 	flags.IntVar(&o.maxRestarts, "max-restarts", session.DefaultMaxRestarts, "with --supervise: start COMMAND again at most `N` times")
 	flags.DurationVar(&o.stopGrace, "stop-grace", session.DefaultGrace, "with --supervise: how long COMMAND's processes have after SIGTERM\nbefore they are killed, a `DURATION` (at most "+daemon.MaxGrace.String()+")")
+	flags.StringVar(&o.record, "record", "", "when COMMAND has ended, write the session's record to `DIR` (new or empty), in the\nagent-snapshot bundle format (manifest.json, blobs.parquet); turns --log-reads on")
 	o.activity.AddFlags(flags)
 	mustHide(flags, "session-process")
 	mustHide(flags, "ns-uid")
@@ -85,6 +89,22 @@ session's store, ${XDG_STATE_HOME:-~/.local/state}/agentfs/sessions/ID,
 until the session is discarded. The session's id is in the command's
 environment as AGENTFS_SESSION.
 
+With --record DIR, once COMMAND has ended agentfs writes the session's
+record to DIR (which must not exist, or be empty, and be outside the
+project) in the agent-snapshot bundle format: manifest.json (the
+command, its exit status, every path it looked up, read, wrote or
+deleted, with its state before and after and its Git classification)
+and blobs.parquet (the contents needed to rebuild those states). It
+logs reads for that (--log-reads), in a log of 256M unless --log-size
+says. agentfs record -s ID --to DIR writes the same record later.
+
+A runaway command cannot fill the disk: the session's branch may hold
+at most 300,000 files (--max-files) and half of the space free on the
+backstore's file system when the run starts (--max-bytes); past a
+limit, the operation that would cross it fails with EDQUOT ("Disk quota
+exceeded"), nothing written before is lost, and the activity log says
+so once. --max-files off and --max-bytes off lift them.
+
 With --supervise, COMMAND runs under a supervisor: a restore of the
 session's branch while it runs (agentfs restore -s SESSION ID, or the
 MCP rewind tool, the agent's own included) stops every process of
@@ -104,13 +124,16 @@ page cache (no FUSE passthrough).
 Examples:
   cd ~/proj && agentfs run -- claude
   agentfs run -C ~/proj -- make test
+  agentfs run --max-bytes 20G --max-files 100000 -- claude
   agentfs run --supervise -- claude     # a rewind restarts the agent
+  agentfs run --record /tmp/rec -- make # and write its record to /tmp/rec
   agentfs sessions                      # what ran, what it changed
   agentfs diff -s ID                    # review
   agentfs apply -s ID                   # take the changes into the project
   agentfs discard -s ID                 # drop them`,
 		exitCodes: `Exit codes:
-  the command's own exit code once it ran (128+N when signal N killed it);
+  the command's own exit code once it ran (128+N when signal N killed it),
+  or 1 when it exited 0 and --record could not write the record;
   before it runs:
   1  error (the message says what went wrong and how to fix it)
   2  usage error (no command, unknown flag)
@@ -135,7 +158,14 @@ func runRun(ctx context.Context, o *runOptions, args []string) error {
 	if o.sessionDir != "" {
 		return runSessionProcess(o, args, sup)
 	}
-	return runError(session.Run(session.RunOptions{Project: o.dir, Command: args, Activity: o.activity.overrides(), Supervise: sup, Stderr: o.stderr}))
+	rec := ""
+	if o.record != "" {
+		if rec, err = filepath.Abs(o.record); err != nil {
+			return fmt.Errorf("--record %s: %w", o.record, err)
+		}
+	}
+	return runError(session.Run(session.RunOptions{Project: o.dir, Command: args, Activity: o.activity.overrides(), Supervise: sup,
+		Record: rec, Version: version, Stderr: o.stderr}))
 }
 
 // runSessionProcess is the session process that agentfs run starts in

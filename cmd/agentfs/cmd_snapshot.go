@@ -17,7 +17,7 @@ func init() {
 	register(&command{
 		name:    "snapshot",
 		summary: "take, list and delete snapshots of the mount",
-		usage:   "create|list|delete|prune [FLAGS] [ARGS]",
+		usage:   "create|list|show|delete|prune [FLAGS] [ARGS]",
 		help: `A snapshot is an immutable point in time of the branch the mount shows:
 nothing done in the mount afterwards changes it. Taking one costs the
 same whatever the size of the files (they are shared until changed).
@@ -72,6 +72,28 @@ Examples:
 			o := &listOptions{stdout: out.stdout, stderr: out.stderr}
 			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runSnapshotList(ctx, o, args) }
+		},
+	})
+	register(&command{
+		name:    "snapshot show",
+		summary: "describe a snapshot, with its Merkle root",
+		usage:   "[-C DIR] ID [--json]",
+		help: `Show describes one snapshot: its id, kind, branch, time, tags and label,
+and its Merkle root, the SHA-256 that commits to every path, type, mode,
+symlink target and file contents of the snapshot (docs/store-format.md
+defines it, so that other programs can compute it from an export).
+Roots are computed after the snapshot is taken, in the background:
+while the mount's worker has not got to it, the root shows as pending.
+Where no worker runs (an ended session, a mount with --hash=false),
+show computes it.
+
+Examples:
+  agentfs snapshot show 1a2b
+  agentfs snapshot show -s 07c5 1a2b3c4d --json`,
+		setup: func(flags *pflag.FlagSet, out streams) runFunc {
+			o := &listOptions{stdout: out.stdout, stderr: out.stderr}
+			o.AddFlags(flags)
+			return func(ctx context.Context, args []string) error { return runSnapshotShow(ctx, o, args) }
 		},
 	})
 	register(&command{
@@ -142,6 +164,30 @@ func runSnapshotList(ctx context.Context, o *listOptions, args []string) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, timeString(s.Created), s.Kind, printable(s.Branch),
 			humanBytes(s.SizeAdded), printable(strings.Join(s.Tags, ",")), printable(s.Label))
 	}
+	return w.Flush()
+}
+
+func runSnapshotShow(ctx context.Context, o *listOptions, args []string) error {
+	if len(args) != 1 {
+		return usagef("snapshot show takes one snapshot ID, got %d arguments", len(args))
+	}
+	info, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.SnapshotInfo, error) { return c.ShowSnapshot(args[0]) })
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return printJSON(o.stdout, info)
+	}
+	root := info.Root
+	switch info.RootStatus {
+	case "pending":
+		root = "pending (being computed in the background; agentfs verify " + info.ID + " computes it now)"
+	case "computed":
+		root += fmt.Sprintf(" (%d paths, %s of files)", info.Files, humanBytes(info.Bytes))
+	}
+	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "id:\t%s\nbranch:\t%s\ncreated:\t%s\nkind:\t%s\ntags:\t%s\nlabel:\t%s\nroot:\t%s\n",
+		info.ID, printable(info.Branch), timeString(info.Created), info.Kind, printable(strings.Join(info.Tags, ",")), printable(info.Label), root)
 	return w.Flush()
 }
 

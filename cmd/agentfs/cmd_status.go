@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -35,7 +36,8 @@ func init() {
 its lower directory, the branch it shows, its store (kept, or private and deleted at
 unmount), the backstore and whether it can clone files (reflink), how
 file I/O is served (FUSE passthrough, or the page cache), how much the
-changed files take, and the daemon's pid.
+changed files take, the hide patterns (the project paths that do not
+exist in the view), and the daemon's pid.
 
 Examples:
   cd /mnt/ws && agentfs status
@@ -90,7 +92,19 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	if !st.Offline {
 		fmt.Fprintf(w, "daemon reads:\t%d (%d spliced, %d from the disk)\n", st.Reads, st.ReadsSpliced, st.ReadsFromDisk)
 	}
+	if len(st.Hide) == 0 {
+		fmt.Fprintf(w, "hide:\tnothing (no hide patterns)\n")
+	}
+	for i, p := range st.Hide {
+		label := ""
+		if i == 0 {
+			label = "hide:"
+		}
+		fmt.Fprintf(w, "%s\t%s (%s)\n", label, printable(p.Pattern), hideSource(p.From))
+	}
 	fmt.Fprintf(w, "usage:\t%d objects, %s; %s free in the backstore\n", st.Objects, humanBytes(st.Bytes), humanBytes(st.FsFree))
+	fmt.Fprintf(w, "branch holds:\t%s files of %s, %s of %s\n", strconv.FormatInt(st.BranchFiles, 10), limitOf(st.MaxFiles, strconv.FormatInt(st.MaxFiles, 10)),
+		humanBytes(st.BranchBytes), limitOf(st.MaxBytes, humanBytes(st.MaxBytes)))
 	switch {
 	case strings.HasPrefix(st.Trace, "on"):
 		fmt.Fprintf(w, "commands:\ttraced (agentfs log --exec), %s\n", printable(strings.TrimPrefix(st.Trace, "on: ")))
@@ -106,6 +120,19 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 		fmt.Fprintf(w, "daemon:\tpid %d, uid %d, agentfs %s\n", st.Pid, st.Owner, st.Version)
 	}
 	return w.Flush()
+}
+
+// hideSource says where a hide pattern came from, in words.
+func hideSource(from string) string {
+	switch from {
+	case "user":
+		return "your configuration"
+	case "project":
+		return "the project's .agentfs.conf"
+	case "flag":
+		return "--hide"
+	}
+	return from
 }
 
 func yesNo(b bool) string {
@@ -133,4 +160,12 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// limitOf writes a limit of status: s, or "no limit" for 0.
+func limitOf(n int64, s string) string {
+	if n == 0 {
+		return "no limit"
+	}
+	return s + " allowed"
 }

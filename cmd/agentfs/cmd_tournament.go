@@ -20,7 +20,7 @@ func init() {
 	register(&command{
 		name:    "tournament",
 		summary: "run several attempts side by side, each in its own branch, and pick a winner",
-		usage:   "--from REF --test CMD [-C DIR] [--name PREFIX] [--prune] -- CANDIDATE...",
+		usage:   "--from REF --test CMD [-C DIR] [--name PREFIX] [--merge] [--prune] -- CANDIDATE...",
 		help: `Tournament runs several candidate commands at once at the same path, each
 in a branch of its own made from the snapshot REF, then runs the test
 command in each branch and reports, per candidate: its exit code, how
@@ -30,6 +30,13 @@ test passes wins: a snapshot of its branch is tagged "winner" and the
 report names it. The other branches are kept to look at (agentfs diff
 REF BRANCH) unless --prune deletes them.
 
+With --merge, every candidate that passed (the winners), in the order
+given, is merged into the branch this process sees, as agentfs merge
+does: three-way from REF, so that the good parts of several attempts
+end up in one branch. Each merge prints its changes, its conflicts and
+its undo; a later winner's changes to the same lines as an earlier
+one's leave conflict markers. --prune then keeps every winner's branch.
+
 Each candidate and each test is a shell command (sh -c), started in the
 current directory (or the mount root when the current directory is not
 inside the mount), with output to a log file named in the report.
@@ -37,10 +44,12 @@ Ctrl-C stops every candidate and test.
 
 Example:
   agentfs tournament --from before-refactor --test "make test" -- \
-      "agent --seed 1" "agent --seed 2" "agent --seed 3"`,
+      "agent --seed 1" "agent --seed 2" "agent --seed 3"
+  agentfs tournament --from start --test "make test" --merge -- "agent --part a" "agent --part b"`,
 		exitCodes: `Exit codes:
-  0  a candidate won
-  1  no candidate passed its test, or an error (the message says which)
+  0  a candidate won (with --merge: and the merges left no conflict)
+  1  no candidate passed its test, the merges left conflicts (--merge),
+     or an error (the message says which)
   2  usage error
   130 interrupted (Ctrl-C)
 `,
@@ -56,7 +65,7 @@ Example:
 type tournamentOptions struct {
 	mountFlag
 	from, test, name string
-	prune            bool
+	prune, merge     bool
 	stdout, stderr   io.Writer
 }
 
@@ -66,6 +75,7 @@ func (o *tournamentOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&o.test, "test", "", "the test `CMD` run in each branch after its candidate (sh -c)")
 	flags.StringVar(&o.name, "name", "", "the `PREFIX` of the branch names (default: tour-TIME); branch i is PREFIX-i")
 	flags.BoolVar(&o.prune, "prune", false, "delete the branches of the candidates that did not win")
+	flags.BoolVar(&o.merge, "merge", false, "merge every candidate that passed into the current branch (as agentfs merge)")
 }
 
 // errInterrupted ends a tournament stopped by a signal (exit 130).
@@ -104,7 +114,7 @@ func runTournament(ctx context.Context, o *tournamentOptions, args []string) (er
 		prefix = "tour-" + time.Now().Format("20060102-150405")
 	}
 	r, err := tournament.Run(tournament.Options{Client: c, Root: root, Dir: dir, From: o.from, Test: o.test, Prefix: prefix,
-		Candidates: args, Prune: o.prune, Agentfs: self, Started: func(r *tournament.Result) {
+		Candidates: args, Prune: o.prune, Merge: o.merge, Agentfs: self, Started: func(r *tournament.Result) {
 			fmt.Fprintf(o.stdout, "tournament: %d candidates from snapshot %s, in branches %s-1..%d; logs in %s\n", len(r.Candidates), r.Snapshot, prefix, len(r.Candidates), r.Logs)
 		}})
 	switch {
@@ -123,11 +133,31 @@ func runTournament(ctx context.Context, o *tournamentOptions, args []string) (er
 		return err
 	}
 	fmt.Fprintf(o.stdout, "winner: candidate %d, branch %s (snapshot %s, tagged winner): %s\n", r.Winner.N, r.Winner.Branch, r.WinnerSnapshot, r.Winner.Cmd)
+	var mergeErr error
+	for _, m := range r.Merges {
+		if m.Err != nil {
+			fmt.Fprintf(o.stderr, "agentfs: merging branch %s: %v\n", m.Candidate.Branch, m.Err)
+			mergeErr = exitCodeError{code: 1}
+			continue
+		}
+		if err := printMerge(o.stdout, m.Reply, false); err != nil {
+			return err
+		}
+	}
+	if len(r.Merges) > 1 && r.Merges[0].Reply.Safety != nil {
+		fmt.Fprintf(o.stdout, "to undo every merge: agentfs restore %s\n", r.Merges[0].Reply.Safety.ID)
+	}
 	if o.prune {
 		for _, err := range r.PruneErrors {
 			fmt.Fprintf(o.stderr, "agentfs: %v\n", err)
 		}
-		fmt.Fprintf(o.stdout, "pruned the other %d branches\n", len(r.Candidates)-1)
+		fmt.Fprintf(o.stdout, "pruned the other %d branches\n", len(r.Candidates)-max(1, len(r.Merges)))
+	}
+	if mergeErr != nil {
+		return mergeErr
+	}
+	if n := r.MergeConflicts(); n > 0 {
+		return exitCodeError{code: 1, msg: fmt.Sprintf("the winners' merges left conflicts (%d): resolve them in this branch", n)}
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/agentfs/agentfs/contenthash"
 	"github.com/agentfs/agentfs/daemon"
 )
 
@@ -160,6 +161,10 @@ func commandUsage(w io.Writer, c *command) {
 func main() {
 	if isMountHelper() {
 		os.Exit(runMountHelper(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) == 2 && os.Args[1] == contenthash.HelperCommand {
+		// The daemon's hashing process (contenthash/helper.go).
+		os.Exit(contenthash.RunHelper())
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -21,6 +21,10 @@ type activityFlags struct {
 	logSize      string
 	logReads     optBool
 	trace        optBool
+	hash         optBool
+	hide         []string
+	maxFiles     string
+	maxBytes     string
 }
 
 func (o *activityFlags) AddFlags(flags *pflag.FlagSet) {
@@ -33,12 +37,17 @@ func (o *activityFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.Lookup("log-reads").NoOptDefVal = "true"
 	flags.Var(&o.trace, "trace", "trace every command the processes run (agentfs log --exec; as root, with eBPF)\n(default: on, unless the configuration turns it off; --trace=false turns it off)")
 	flags.Lookup("trace").NoOptDefVal = "true"
+	flags.Var(&o.hash, "hash", "compute each snapshot's content hashes and Merkle root in the background (agentfs snapshot show, verify)\n(default: on, unless the configuration turns it off; --hash=false turns it off)")
+	flags.Lookup("hash").NoOptDefVal = "true"
+	flags.StringArrayVar(&o.hide, "hide", nil, "hide the project paths that gitignore-style `PATTERN` matches (.env, *.pem, secrets/):\nthey do not exist in the view; repeat for more; added to [hide] of the configuration")
+	flags.StringVar(&o.maxFiles, "max-files", "", "let the branch hold at most `N` files (directories, links... each counts; past it: EDQUOT), or off\n(default: 300000 for run, off for mount, unless the configuration says)")
+	flags.StringVar(&o.maxBytes, "max-bytes", "", "let the branch's files hold at most `SIZE` bytes, e.g. 20G, or a share of the backstore's free space, e.g. 50%, or off\n(default: 50% for run, off for mount, unless the configuration says)")
 }
 
 // overrides are the flags as configuration overrides: unset ones
 // leave the configuration's value.
 func (o *activityFlags) overrides() config.Overrides {
-	c := config.Overrides{QuietPeriod: o.quietPeriod, Keep: o.keep, LogSize: o.logSize}
+	c := config.Overrides{QuietPeriod: o.quietPeriod, Keep: o.keep, LogSize: o.logSize, Hide: o.hide, MaxFiles: o.maxFiles, MaxBytes: o.maxBytes}
 	if o.autoSnapshot.set {
 		c.AutoSnapshot = &o.autoSnapshot.v
 	}
@@ -47,6 +56,9 @@ func (o *activityFlags) overrides() config.Overrides {
 	}
 	if o.trace.set {
 		c.Trace = &o.trace.v
+	}
+	if o.hash.set {
+		c.Hash = &o.hash.v
 	}
 	return c
 }

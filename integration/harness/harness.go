@@ -82,6 +82,7 @@ func Setup() (cleanup func(), err error) {
 		bin = filepath.Join(sharedDir, "agentfs")
 		build := exec.Command("go", "build", "-o", bin, "./cmd/agentfs")
 		build.Dir = ".."
+		build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build links it
 		if out, err := build.CombinedOutput(); err != nil {
 			cleanup()
 			return nil, fmt.Errorf("building agentfs (go build ./cmd/agentfs): %v\n%s", err, out)

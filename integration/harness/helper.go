@@ -8,12 +8,15 @@ package harness
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -105,6 +108,26 @@ func OpPosixLock(p string, off, length int64) Op {
 
 // OpHold reports "held" and waits until the test releases the helper.
 func OpHold() Op { return Op{Op: "hold"} }
+
+// OpNames lists directory p: its names, sorted, one a line.
+func OpNames(p string) Op { return Op{Op: "names", Path: p} }
+
+// OpReadlink reads symlink p (a /proc magic link too).
+func OpReadlink(p string) Op { return Op{Op: "readlink", Path: p} }
+
+// OpGetxattr reads xattr name of p; OpListxattr lists p's xattrs.
+func OpGetxattr(p, name string) Op { return Op{Op: "getxattr", Path: p, Path2: name} }
+func OpListxattr(p string) Op      { return Op{Op: "listxattr", Path: p} }
+
+// OpHandleScan opens files by handle (open_by_handle_at, which needs
+// CAP_DAC_READ_SEARCH) on the filesystem of directory mnt: the handle
+// of p (name_to_handle_at) first, whose failure is the op's errno, then
+// the handles of every node id within span of p's, with its generation
+// and with 0. Out is the contents of every regular file opened so, one
+// a line.
+func OpHandleScan(p, mnt string, span int64) Op {
+	return Op{Op: "handle-scan", Path: p, Path2: mnt, Len: span}
+}
 
 // Cred is the identity a helper runs with.
 type Cred struct {
@@ -369,8 +392,89 @@ func doHelperOp(op Op, keep *[]*os.File) (string, error) {
 		return fmt.Sprint(os.Getpid()), unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk)
 	case "hold":
 		return "held", nil
+	case "names":
+		f, err := os.Open(p)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		names, err := f.Readdirnames(-1)
+		slices.Sort(names)
+		return strings.Join(names, "\n"), err
+	case "readlink":
+		return os.Readlink(p)
+	case "getxattr":
+		buf := make([]byte, 64<<10)
+		n, err := unix.Lgetxattr(p, op.Path2, buf)
+		if err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	case "listxattr":
+		buf := make([]byte, 64<<10)
+		n, err := unix.Llistxattr(p, buf)
+		if err != nil {
+			return "", err
+		}
+		return strings.ReplaceAll(strings.TrimRight(string(buf[:n]), "\x00"), "\x00", "\n"), nil
+	case "handle-scan":
+		return handleScan(p, op.Path2, op.Len)
 	}
 	return "", fmt.Errorf("unknown helper op %q", op.Op)
+}
+
+// handleScan is OpHandleScan.
+func handleScan(p, mnt string, span int64) (string, error) {
+	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, p, 0)
+	if err != nil {
+		return "", err
+	}
+	mfd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(mfd)
+	read := func(h unix.FileHandle) (string, error) {
+		fd, err := unix.OpenByHandleAt(mfd, h, unix.O_RDONLY|unix.O_CLOEXEC)
+		if err != nil {
+			return "", err
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return "", err
+		}
+		buf := make([]byte, 4096)
+		n, _ := unix.Read(fd, buf)
+		return string(buf[:max(n, 0)]), nil
+	}
+	own, err := read(h)
+	if err != nil {
+		return "", err
+	}
+	out := []string{own}
+	b := h.Bytes()
+	if len(b) < 12 {
+		return "", fmt.Errorf("a file handle of %d bytes: want a FUSE handle (node id, generation)", len(b))
+	}
+	id := uint64(binary.NativeEndian.Uint32(b[0:4]))<<32 | uint64(binary.NativeEndian.Uint32(b[4:8]))
+	gen := binary.NativeEndian.Uint32(b[8:12])
+	for d := -span; d <= span; d++ {
+		if d == 0 || int64(id)+d <= 0 {
+			continue
+		}
+		n := uint64(int64(id) + d)
+		for _, g := range []uint32{gen, 0} {
+			nb := slices.Clone(b)
+			binary.NativeEndian.PutUint32(nb[0:4], uint32(n>>32))
+			binary.NativeEndian.PutUint32(nb[4:8], uint32(n))
+			binary.NativeEndian.PutUint32(nb[8:12], g)
+			if s, err := read(unix.NewFileHandle(h.Type(), nb)); err == nil && s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	return strings.Join(out, "\n"), nil
 }
 
 // ExecAs prepares a command that runs as c.

@@ -1,0 +1,374 @@
+package workspace
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/ctl"
+	"github.com/agentfs/agentfs/internal/testenv"
+)
+
+// referenceRoot computes the Merkle root of the tree at dir from its
+// definition in docs/store-format.md ("Content hashes"), written again
+// here without package contenthash.
+func referenceRoot(t *testing.T, dir string) string {
+	t.Helper()
+	var node func(p string) (typ string, mode uint32, sum [32]byte)
+	node = func(p string) (string, uint32, [32]byte) {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		mode := st.Mode & 07777
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			ents, err := os.ReadDir(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := make([]string, 0, len(ents))
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			sort.Strings(names)
+			var buf bytes.Buffer
+			for _, name := range names {
+				typ, m, sum := node(filepath.Join(p, name))
+				fmt.Fprintf(&buf, "%s %04o %x %s\x00", typ, m, sum, name)
+			}
+			return "d", mode, sha256.Sum256(buf.Bytes())
+		case unix.S_IFREG:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return "f", mode, sha256.Sum256(b)
+		case unix.S_IFLNK:
+			target, err := os.Readlink(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return "l", mode, sha256.Sum256([]byte(target))
+		}
+		t.Fatalf("%s: unexpected type %o", p, st.Mode&unix.S_IFMT)
+		return "", 0, [32]byte{}
+	}
+	_, mode, sum := node(dir)
+	root := sha256.Sum256(fmt.Appendf([]byte("agentfs-merkle-1\n"), "d %04o %x \x00", mode, sum))
+	return hex.EncodeToString(root[:])
+}
+
+// hashedWorkspace is a workspace over a project with a directory, an
+// executable and a symlink, and a snapshot of a branch that changed one
+// file and made another.
+func hashedWorkspace(t *testing.T) (*Workspace, ctl.SnapshotInfo) {
+	t.Helper()
+	lower := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(lower, "src", "deep"), 0o755))
+	must(os.WriteFile(filepath.Join(lower, "src", "main.go"), []byte("package main\n"), 0o644))
+	must(os.WriteFile(filepath.Join(lower, "src", "deep", "run.sh"), []byte("#!/bin/sh\necho hi\n"), 0o755))
+	must(os.WriteFile(filepath.Join(lower, "a.txt"), []byte("lower a\n"), 0o600))
+	must(os.Symlink("src/main.go", filepath.Join(lower, "link")))
+	w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test"})
+	must(err)
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	writeFile(t, w.View(), "a.txt", "changed a\n")
+	writeFile(t, w.View(), "new.txt", "a new file, large enough to matter: "+string(bytes.Repeat([]byte("x"), 5000)))
+	info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "hashed"})
+	must(err)
+	return w, info
+}
+
+// TestSnapshotRootAgainstExport: a snapshot's root, computed on demand
+// (no mount), is the root an independent computation gets from its
+// export, and the manifest's file hashes are the files' SHA-256.
+func TestSnapshotRootAgainstExport(t *testing.T) {
+	w, info := hashedWorkspace(t)
+	list, err := w.Snapshots()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := list.Snapshots[0].RootStatus; got != "off" {
+		t.Errorf("snapshot list before any computation: root status %q, want off", got)
+	}
+	shown, err := w.ShowSnapshot(self, info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown.RootStatus != "computed" || len(shown.Root) != 64 {
+		t.Fatalf("snapshot show: root %q status %q, want a computed root", shown.Root, shown.RootStatus)
+	}
+	out := filepath.Join(t.TempDir(), "export")
+	reply, err := w.Export(self, ctl.ExportArgs{Ref: info.ID, To: out, Manifest: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := referenceRoot(t, out); shown.Root != want || reply.Root != want {
+		t.Errorf("root: snapshot show %s, export %s; recomputed from the export %s", shown.Root, reply.Root, want)
+	}
+	b, err := os.ReadFile(reply.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Root    string `json:"root"`
+		Entries []struct {
+			Path, Type, Mode, SHA256 string
+		} `json:"entries"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	files := 0
+	for _, e := range m.Entries {
+		if e.Type != "f" {
+			continue
+		}
+		files++
+		data, err := os.ReadFile(filepath.Join(out, e.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != e.SHA256 {
+			t.Errorf("manifest: %s has sha256 %s, the exported file %x", e.Path, e.SHA256, sum)
+		}
+	}
+	if files != 4 || m.Root != shown.Root {
+		t.Errorf("manifest: %d files, root %s; want 4 files, root %s", files, m.Root, shown.Root)
+	}
+	// The tree checks against the snapshot, and a change in it is named.
+	rep, err := w.Verify(self, ctl.VerifyArgs{Refs: []string{info.ID}, Tree: out})
+	if err != nil || !rep.OK {
+		t.Fatalf("verify --tree of the export: %+v, %v", rep, err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "src", "main.go"), []byte("package other\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = w.Verify(self, ctl.VerifyArgs{Refs: []string{info.ID}, Tree: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || len(rep.Problems) != 1 || rep.Problems[0].Path != "src/main.go" || rep.Problems[0].Kind != "tree-differs" {
+		t.Errorf("verify --tree of a changed export: %+v, want one tree-differs problem at src/main.go", rep)
+	}
+}
+
+// objectFile returns the path in the backstore of the object that path
+// names in snapshot id.
+func objectFile(t *testing.T, w *Workspace, id, path string) string {
+	t.Helper()
+	snap, err := w.meta.Snapshot(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := w.meta.SnapshotView(snap).Get(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(w.Store(), "objects", e.Object[:2], e.Object)
+}
+
+// TestVerifyFindsChangedObjects: a byte flipped in an object (its times
+// kept, as bit rot keeps them) and an object file edited are reported
+// with their paths and snapshots; the store before is found sound.
+func TestVerifyFindsChangedObjects(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, file string)
+	}{
+		{"flipped byte", func(t *testing.T, file string) {
+			var st unix.Stat_t
+			if err := unix.Stat(file, &st); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[100] ^= 0x01
+			if err := os.WriteFile(file, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.UtimesNano(file, []unix.Timespec{st.Atim, st.Mtim}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"edited file", func(t *testing.T, file string) {
+			f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteString("edited\n"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, info := hashedWorkspace(t)
+			second, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "second"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := w.Verify(self, ctl.VerifyArgs{})
+			if err != nil || !rep.OK || len(rep.Snapshots) != 2 {
+				t.Fatalf("verify of a sound store: %+v, %v", rep, err)
+			}
+			tc.change(t, objectFile(t, w, info.ID, "new.txt"))
+			rep, err = w.Verify(self, ctl.VerifyArgs{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK {
+				t.Fatalf("verify after the change: OK, want problems")
+			}
+			var found bool
+			for _, p := range rep.Problems {
+				if p.Kind != "object-changed" {
+					continue
+				}
+				found = true
+				want := []ctl.VerifyPlace{{Snapshot: info.ID, Path: "new.txt"}, {Snapshot: second.ID, Path: "new.txt"}}
+				if fmt.Sprint(p.Where) != fmt.Sprint(want) {
+					t.Errorf("object-changed at %v, want %v", p.Where, want)
+				}
+			}
+			if !found {
+				t.Errorf("verify after the change: no object-changed problem in %+v", rep.Problems)
+			}
+			for _, s := range rep.Snapshots {
+				if s.OK {
+					t.Errorf("snapshot %s still verifies: %+v", s.ID, s)
+				}
+			}
+		})
+	}
+}
+
+// TestIdenticalCopiesShareBlocks measures what hashing saves on a
+// backstore that clones: 8 copies of one 4 MiB file written in the
+// view take the space of one once their snapshot is hashed, and read
+// the same.
+func TestIdenticalCopiesShareBlocks(t *testing.T) {
+	mnt := testenv.MountXFS(t)
+	w, err := Open(Options{Store: filepath.Join(mnt, "store"), Lower: t.TempDir(), Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if !w.Objects().Info().Reflink {
+		t.Fatalf("the backstore on XFS (reflink=1) cannot clone")
+	}
+	const size, copies = 4 << 20, 8
+	content := string(bytes.Repeat([]byte("0123456789abcdef"), size/16))
+	for i := range copies {
+		writeFile(t, w.View(), fmt.Sprintf("copy%d", i), content)
+	}
+	free := func() int64 {
+		unix.Sync()
+		var st unix.Statfs_t
+		if err := unix.Statfs(mnt, &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Bfree) * st.Bsize
+	}
+	before := free()
+	info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "copies"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ShowSnapshot(self, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	freed := free() - before
+	t.Logf("%d copies of %d MiB: %d KiB freed by sharing blocks (%d KiB shared by FIDEDUPERANGE)", copies, size>>20, freed>>10, w.Hashes().Deduped()>>10)
+	if w.Hashes().Deduped() != (copies-1)*size || freed < (copies-2)*size {
+		t.Errorf("deduped %d bytes, freed %d; want %d deduped and about as much freed", w.Hashes().Deduped(), freed, (copies-1)*size)
+	}
+	for i := range copies {
+		if got, err := w.View().ReadFile(fmt.Sprintf("copy%d", i), 2*size); err != nil || string(got) != content {
+			t.Errorf("copy%d reads other contents after sharing blocks", i)
+		}
+	}
+	if rep, err := w.Verify(self, ctl.VerifyArgs{}); err != nil || !rep.OK {
+		t.Errorf("verify after sharing blocks: %+v, %v", rep, err)
+	}
+}
+
+// TestWorkerComputesRootsAndFails: the worker (started as a mount
+// starts it) computes the root of a snapshot taken after it started;
+// one it cannot compute (an object gone from the store) shows as
+// failed, not pending, and snapshot show says why.
+func TestWorkerComputesRootsAndFails(t *testing.T) {
+	w, info := hashedWorkspace(t)
+	w.hashes.Start()
+	waitStatus := func(id, want string) ctl.SnapshotInfo {
+		t.Helper()
+		for range 1000 {
+			list, err := w.Snapshots()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range list.Snapshots {
+				if s.ID == id && s.RootStatus == want {
+					return s
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		list, _ := w.Snapshots()
+		t.Fatalf("snapshot %s never showed root status %s: %+v", id, want, list)
+		return ctl.SnapshotInfo{}
+	}
+	if s := waitStatus(info.ID, "computed"); len(s.Root) != 64 {
+		t.Errorf("root %q", s.Root)
+	}
+	writeFile(t, w.View(), "gone.txt", "an object that will be lost")
+	e, err := w.View().Layer().Get("gone.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(w.Store(), "objects", e.Object[:2], e.Object)); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "lost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(lost.ID, "failed")
+	if _, err := w.ShowSnapshot(self, lost.ID); err == nil || !strings.Contains(err.Error(), "gone.txt") {
+		t.Errorf("snapshot show of a snapshot whose object is gone: %v, want an error naming gone.txt", err)
+	}
+	rep, err := w.Verify(self, ctl.VerifyArgs{Refs: []string{lost.ID}})
+	if err == nil && !rep.OK {
+		err = fmt.Errorf("%+v", rep.Problems)
+	}
+	if err == nil || !strings.Contains(err.Error(), "gone.txt") {
+		t.Errorf("verify of a snapshot whose object is gone: %v, want an error naming gone.txt", err)
+	}
+}
