@@ -22,6 +22,13 @@ endif
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
+# The S3 server of the remote tests (Versity's gateway, serving a
+# directory), pinned; make deps installs it into bin/tools, and the tests
+# start it (internal/s3test), which finds it through AGENTFS_VERSITYGW.
+VERSITYGW_VERSION := v1.8.0
+VERSITYGW := bin/tools/versitygw-$(VERSITYGW_VERSION)
+export AGENTFS_VERSITYGW ?= $(CURDIR)/$(VERSITYGW)
+
 # make install puts agentfs in $(DESTDIR)$(BINDIR), its mount helper
 # mount.fuse.agentfs (a link to it: agentfs is the helper when called by
 # that name) in $(DESTDIR)$(SBINDIR), where mount(8) looks for helpers
@@ -43,8 +50,8 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/agentfs
 
 # deps installs what the tests and the demo need, when it is missing and
-# we are root (Debian/Ubuntu).
-deps:
+# we are root (Debian/Ubuntu), and the S3 server of the remote tests.
+deps: $(VERSITYGW)
 	@missing=""; \
 	command -v fusermount3 >/dev/null || missing="$$missing fuse3"; \
 	command -v setfattr >/dev/null || missing="$$missing attr"; \
@@ -104,6 +111,10 @@ $(GOLANGCI_LINT):
 	GOBIN=$(CURDIR)/bin/tools $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv bin/tools/golangci-lint $@
 
+$(VERSITYGW):
+	GOBIN=$(CURDIR)/bin/tools $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	mv bin/tools/versitygw $@
+
 # generate rebuilds the exec trace's BPF object (exectrace/exectrace_bpfel.*,
 # committed) from exectrace/bpf/exectrace.bpf.c: it needs clang, bpftool
 # and libbpf-dev, and the running kernel's BTF for vmlinux.h.
@@ -113,8 +124,8 @@ generate:
 
 # unit runs the tests of the library packages, which need neither FUSE
 # nor root.
-unit:
-	$(GO) test -p 1 -count=1 ./internal/testenv ./overlay ./branch ./backstore ./ctl ./workspace ./daemon ./session ./config ./hostpath ./procfs ./procgroup ./activity ./autosnap ./record ./tournament ./mcpserver ./cmd/agentfs
+unit: $(VERSITYGW)
+	$(GO) test -p 1 -count=1 ./internal/testenv ./internal/s3test ./remote ./overlay ./branch ./backstore ./ctl ./workspace ./daemon ./session ./config ./hostpath ./procfs ./procgroup ./activity ./autosnap ./record ./tournament ./mcpserver ./cmd/agentfs
 
 integration: deps build
 	AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 $(GOTESTFLAGS) ./integration/...
@@ -128,10 +139,10 @@ bench: build bench-deps
 	$(GO) build -o bin/agentfs-bench ./cmd/agentfs-bench
 	bin/agentfs-bench --agentfs $(BIN) $(BENCHFLAGS)
 
-# bench-deps installs fuse-overlayfs when it is missing and we are root;
-# without it the benchmark leaves that column out. python3 (the system
-# table's python3 row) likewise.
-bench-deps:
+# bench-deps installs fuse-overlayfs when it is missing and we are root
+# (without it the benchmark leaves that column out), python3 (the system
+# table's python3 row) likewise, and the S3 server of the remote row.
+bench-deps: $(VERSITYGW)
 	@if ! command -v python3 >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing: python3-minimal"; \

@@ -60,6 +60,9 @@ func (s *Store) Clone(id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := s.ready(id); err != nil {
+		return "", err
+	}
 	st, err := s.Lstat(id)
 	if err != nil {
 		return "", fmt.Errorf("object %s: clone: %w", id, err)

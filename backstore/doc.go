@@ -78,13 +78,22 @@
 // (pool.go) that a crash leaves behind are such objects too: the next
 // Open reports the crash (Crashed), for the caller to collect them.
 //
+// # Pending objects
+//
+// An object may be pending: a sparse file with its size and attributes
+// whose bytes are fetched (from a remote) at its first Open, OpenRead or
+// Clone, in place, before any descriptor is handed out; a journal
+// (Dir/pending) keeps it pending across a crash or a reopen until it is
+// filled. See pending.go.
+//
 // # Locking
 //
 // A Store is safe for concurrent use. Store.mu guards the set of
 // spilled ids and nothing else; it is never held across a syscall. The
 // pool has a lock of its own (pool.go), never held with Store.mu. A
 // part's mu serializes the making of its shards and is taken under
-// neither.
+// neither. pendMu guards the pending objects and the fills under way,
+// taken alone and never across a syscall or a fetch.
 // Everything else is fixed between Open and Close, or is the kernel's
 // business.
 package backstore

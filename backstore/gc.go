@@ -163,6 +163,9 @@ func (s *Store) OpenRead(id string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.ready(id); err != nil {
+		return nil, err
+	}
 	st, err := s.Lstat(id)
 	if err != nil {
 		return nil, fmt.Errorf("object %s: %w", id, err)

@@ -248,6 +248,9 @@ func (s *Store) Open(id string, flags int) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.ready(id); err != nil {
+		return nil, err
+	}
 	fd, err := unix.Openat(l.Dirfd, l.Name, flags&^unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("object %s: open: %w", id, err)
@@ -288,6 +291,7 @@ func (s *Store) Remove(id string) error {
 		delete(s.spilled, id)
 		s.mu.Unlock()
 	}
+	s.forgetPending(id)
 	return nil
 }
 

@@ -429,6 +429,7 @@ func (s *Store) keepIdleDir(id string) error {
 // about to remove it, Recycle removes it itself. The error is that of
 // the removal, when the object is removed instead of kept.
 func (s *Store) Recycle(id string) (err error) {
+	s.forgetPending(id)
 	if s.pool == nil || shardOf(id) < 0 || s.spill != nil && s.isSpilled(id) {
 		return s.Remove(id)
 	}

@@ -69,6 +69,15 @@ type Store struct {
 
 	mu      sync.Mutex          // guards spilled
 	spilled map[string]struct{} // ids of objects in spill
+
+	// Pending objects (pending.go): fetcher is set before use.
+	fetcher Fetcher
+	// anyPending: the store has held a pending object since Open; until
+	// then an open takes no lock for them (the common case).
+	anyPending atomic.Bool
+	pendMu     sync.Mutex
+	pending map[string]string // id → the key of its bytes
+	fills   map[string]*fill  // the fills under way
 }
 
 // Open opens the backstore in o.Dir, creating what it needs. An
@@ -105,6 +114,9 @@ func Open(o Options) (*Store, error) {
 		var crashed bool
 		crashed, err = s.main.markOpen()
 		s.crashed.Store(crashed)
+	}
+	if err == nil {
+		err = s.loadPending()
 	}
 	if err != nil {
 		_ = s.Close() // undoing what was made: the caller gets err

@@ -107,11 +107,15 @@ const (
 	// it answers an ActivityReply.
 	OpActivity Op = 53
 	// OpProgress answers the Progress of the long operation running
-	// (apply, export, gc, fsck, diff), if any; it does not wait for it.
+	// (apply, export, gc, fsck, diff, push), if any; it does not wait
+	// for it.
 	OpProgress Op = 54
 	// OpMerge merges a branch into another (MergeArgs); it answers a
 	// MergeReply.
 	OpMerge Op = 55
+	// OpPush sends snapshots (and a session's branches) to a remote
+	// (PushArgs); it answers a PushReply.
+	OpPush Op = 56
 )
 
 var opNames = map[Op]string{
@@ -148,6 +152,7 @@ var opNames = map[Op]string{
 	OpActivity:      "activity",
 	OpProgress:      "progress",
 	OpMerge:         "merge",
+	OpPush:          "push",
 }
 
 func (op Op) String() string {

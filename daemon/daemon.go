@@ -103,7 +103,7 @@ type Daemon struct {
 var _ workspace.Mount = (*Daemon)(nil)
 
 // Serve mounts plan p and serves it until it is unmounted.
-func Serve(_ context.Context, p *Plan, o Options) (err error) {
+func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 	report := func(string) {}
 	if o.ReadyFd >= 0 {
 		f := os.NewFile(uintptr(o.ReadyFd), "ready")
@@ -179,6 +179,18 @@ func Serve(_ context.Context, p *Plan, o Options) (err error) {
 		HashGate: os.Getenv("AGENTFS_TEST_HASH_GATE")})
 	if err != nil {
 		return err
+	}
+	if p.From != "" {
+		// The store is new and private: give main the snapshot, its
+		// files fetched at their first open (workspace/from.go).
+		r, doc, err := workspace.OpenRemoteSnapshot(ctx, p.From)
+		if err != nil {
+			return err
+		}
+		if err := d.ws.StartFrom(r, doc); err != nil {
+			return err
+		}
+		logger.Info("starting from a remote snapshot", "from", p.From)
 	}
 	d.shown.Store(d.ws.View())
 	d.ws.Attach(d)

@@ -46,6 +46,9 @@ type Request struct {
 	// shows empty (system.go).
 	System        bool
 	Exclude, Seal []string
+	// From is REMOTE/SNAPSHOT: the mount starts from that snapshot of a
+	// remote, its files fetched at their first open (remote.go).
+	From string
 }
 
 // Plan is a validated mount request. Nothing changes it once made: what
@@ -67,6 +70,7 @@ type Plan struct {
 	Exclude, Seal     []string
 	Activity          config.Settings
 	MountFlags        []string
+	From              string // REMOTE/SNAPSHOT (Request.From)
 }
 
 // UsageError is a request whose flags cannot work together or whose
@@ -92,7 +96,10 @@ func Validate(r Request) (*Plan, error) {
 	}
 	p := &Plan{Backstore: r.Backstore, Debug: r.Debug, Ephemeral: r.Ephemeral, NoPassthrough: r.NoPassthrough,
 		WritebackCache: r.WritebackCache, NoIOURing: r.NoIOURing, Session: r.Session, TraceCgroup: r.TraceCgroup,
-		System: r.System, Exclude: r.Exclude, Seal: r.Seal}
+		System: r.System, Exclude: r.Exclude, Seal: r.Seal, From: r.From}
+	if r.From != "" && r.Store != "" && !r.Ephemeral {
+		return nil, usagef("--from starts a private store from a remote snapshot: drop --store")
+	}
 	for _, f := range r.MountFlags {
 		if !kernelMountFlags[f] {
 			return nil, usagef("mount flag %q: agentfs passes only nosuid, nodev, noexec, suid, dev and exec to the kernel", f)
@@ -263,7 +270,8 @@ func checkNesting(lower, mp string) error {
 
 // storeEntries are the names agentfs keeps in a store directory.
 var storeEntries = func() map[string]bool {
-	m := map[string]bool{"meta": true, "lock": true, "objects": true, "ramdisk": true, "spill": true, "agentfs.log": true, "branches": true}
+	m := map[string]bool{"meta": true, "lock": true, "objects": true, "ramdisk": true, "spill": true, "agentfs.log": true, "branches": true,
+		"pending": true} // backstore/pending.go's journal
 	for _, n := range activity.FileNames {
 		m[n] = true
 	}

@@ -139,6 +139,9 @@ func daemonArgs(p *Plan, store string, ephemeral bool) []string {
 			args = append(args, "--seal", s)
 		}
 	}
+	if p.From != "" {
+		args = append(args, "--from", p.From)
+	}
 	args = append(args, SettingsArgs(p.Activity)...)
 	if len(p.MountFlags) > 0 {
 		args = append(args, "-o", strings.Join(p.MountFlags, ","))

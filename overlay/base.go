@@ -147,3 +147,22 @@ func fstatatLong(dirfd int, rel string, st *unix.Stat_t) error {
 	defer unix.Close(fd)
 	return unix.Fstatat(fd, name, st, unix.AT_SYMLINK_NOFOLLOW)
 }
+
+// SetBases records the bases of paths, replacing those recorded, in one
+// commit: a pulled session's, where the project of the machine that
+// made the changes differed from this machine's (workspace/pull.go).
+func (v *FS) SetBases(bases map[string]*branch.Base) error {
+	if v.layer == nil {
+		return fmt.Errorf("a snapshot's view has no bases to set")
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var b branch.Batch
+	for p, base := range bases {
+		b.SetBase(p, base)
+	}
+	if err := v.layer.Commit(&b); err != nil {
+		return err
+	}
+	return v.layer.Settle()
+}

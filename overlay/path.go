@@ -91,6 +91,30 @@ func atPath[T any](v *FS, p string, fn func(n *Node, st *unix.Stat_t) (T, error)
 	return fn(n, &st)
 }
 
+// OpenData opens the data of the regular file at path p in the view
+// read-only, without changing atimes (a push reads it so), and returns
+// its attributes as the view shows them. An error wraps ENOENT when
+// there is no such file, EISDIR or EINVAL when p is not a regular file.
+func (v *FS) OpenData(p string) (*os.File, unix.Stat_t, error) {
+	n, st, err := v.lookupPath(p)
+	if err != nil {
+		return nil, st, err
+	}
+	if n == nil {
+		return nil, st, unix.ENOENT
+	}
+	defer v.release(n)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		return nil, st, unix.EISDIR
+	default:
+		return nil, st, unix.EINVAL
+	}
+	f, err := v.openData(n)
+	return f, st, err
+}
+
 // StatPath returns the attributes of the file at path p in the view
 // (the final name not followed, as lstat does). An error wraps ENOENT
 // when there is no such file.
@@ -133,4 +157,36 @@ func (v *FS) ReadDirPath(p string) ([]string, error) {
 		}
 		return names, nil
 	})
+}
+
+// Xattrs returns the extended attributes of the file at path p in the
+// view that a copy of it keeps (as Export keeps them: user.*, POSIX
+// ACLs, and as root trusted.* and security.capability), by name.
+func (v *FS) Xattrs(p string) (map[string]string, error) {
+	n, _, err := v.lookupPath(p)
+	if err != nil {
+		return nil, err
+	}
+	if n == nil {
+		return nil, unix.ENOENT
+	}
+	defer v.release(n)
+	all, err := v.xattrs(n)
+	if err != nil {
+		return nil, err
+	}
+	asRoot := os.Geteuid() == 0
+	for name := range all {
+		if !keptXattr(name, asRoot) {
+			delete(all, name)
+		}
+	}
+	return all, nil
+}
+
+// ObjectID returns the id of the backstore object that holds the data
+// of regular file n, or "" when its data is still the lower file's.
+func (v *FS) ObjectID(n *Node) string {
+	obj, _ := v.dataOf(n)
+	return obj
 }

@@ -117,6 +117,9 @@ type Record struct {
 	Kind string `json:"kind,omitempty"`
 	// System is what a system session's view shows live or leaves out.
 	System *SystemView `json:"system,omitempty"`
+	// PulledFrom is the remote (NAME s3://BUCKET/PREFIX) the session was
+	// pulled from (agentfs pull); empty for a session run here.
+	PulledFrom string `json:"pulled_from,omitempty"`
 	// Roots is the chain of the Merkle roots of the session's
 	// snapshots, in the order taken, recorded when the command ended
 	// (see RootLink).

@@ -174,6 +174,11 @@ func (c *Client) Merge(a ctl.MergeArgs) (ctl.MergeReply, error) {
 	return do[ctl.MergeReply](c, ctl.OpMerge, a)
 }
 
+// Push is Workspace.Push.
+func (c *Client) Push(a ctl.PushArgs) (ctl.PushReply, error) {
+	return do[ctl.PushReply](c, ctl.OpPush, a)
+}
+
 // Export is Workspace.Export.
 func (c *Client) Export(a ctl.ExportArgs) (ctl.ExportReply, error) {
 	return do[ctl.ExportReply](c, ctl.OpExport, a)

@@ -2,10 +2,11 @@
 // a store, as a typed Go API. A Workspace is one store (its branch
 // metadata, its backstore, the live view of every branch in use) over
 // one project; its methods are what `agentfs snapshot`, `branch`,
-// `diff`, `restore`, `merge`, `export`, `apply`, `gc`, `fsck`, `verify` and the binding
-// commands do: the CLI, the daemon's control server, and later an MCP
-// server or a remote-storage client all call these, and none of them
-// holds rules of its own.
+// `diff`, `restore`, `merge`, `export`, `apply`, `gc`, `fsck`, `verify`,
+// `push` and the binding commands do: the CLI, the daemon's control
+// server, the MCP server all call these, and none of them holds rules
+// of its own. Pull (pull.go) builds a new store from a session in a
+// remote (package remote owns the remote's layout and the transfers).
 //
 // # Two ways to hold one
 //

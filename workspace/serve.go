@@ -35,6 +35,7 @@ func (w *Workspace) Register(s *ctl.Server) {
 	handle(s, ctl.OpMerge, w.Merge)
 	handle(s, ctl.OpExport, w.Export)
 	handle(s, ctl.OpApply, w.Apply)
+	handle(s, ctl.OpPush, w.Push)
 	handle(s, ctl.OpApplyProgress, func(ctl.Caller, struct{}) (ctl.ApplyProgress, error) { return w.ApplyProgress(), nil })
 	handle(s, ctl.OpProgress, func(ctl.Caller, struct{}) (ctl.Progress, error) { return w.Progress(), nil })
 	handle(s, ctl.OpStatus, func(ctl.Caller, struct{}) (ctl.Status, error) { return w.Status(), nil })

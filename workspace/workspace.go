@@ -16,6 +16,7 @@ import (
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/hide"
 	"github.com/agentfs/agentfs/overlay"
+	"github.com/agentfs/agentfs/remote"
 )
 
 // Options say which store to open, over which project.
@@ -82,6 +83,9 @@ type Options struct {
 	// each snapshot it hashes: for the tests only.
 	HashGate string
 	Logger   *slog.Logger
+	// Hasher gives the SHA-256 of an object a push sends (push.go);
+	// nil reads the object (remote.ReadHash).
+	Hasher remote.Hasher
 }
 
 // Workspace is one open store: see the package doc.

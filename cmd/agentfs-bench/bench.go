@@ -132,6 +132,11 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 		}
 		rep.System = append(rep.System, res)
 	}
+	if cfg.remote {
+		if rep.Remote, err = b.runRemote(ctx, agentfsOK); err != nil {
+			return err
+		}
+	}
 	if cfg.cliStart && agentfsOK {
 		if rep.CLIStart, err = b.runCLIStart(ctx); err != nil {
 			return err

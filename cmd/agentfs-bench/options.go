@@ -111,6 +111,7 @@ type options struct {
 	baseline     string
 	out          string
 	quick        bool
+	versitygw    string
 }
 
 func (o *options) AddFlags(flags *pflag.FlagSet) {
@@ -119,12 +120,14 @@ func (o *options) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&o.only, "only", "", "run only these `WORKLOADS` (comma-separated): "+strings.Join(workloadNames(), ",")+
 		"; or of the snapshot table (agentfs): "+strings.Join(snapOpNames(), ",")+" ("+snapshotGroup+": all of these)"+
 		"; or "+memoryOp+" (the agentfs daemon's memory over walks of a large tree)"+
-		"; or of the system table (agentfs run --system, as root): "+strings.Join(sysOpNames(), ",")+" ("+systemGroup+": all of these)")
+		"; or of the system table (agentfs run --system, as root): "+strings.Join(sysOpNames(), ",")+" ("+systemGroup+": all of these)"+
+		"; or "+remoteOp+" (push and pull of a session of 10,000 files against a local S3 server)")
 	flags.StringVar(&o.filesystems, "fs", strings.Join(defaultFilesystems, ","), "the filesystems to compare (`LIST`, comma-separated; must include native; with --baseline the default adds "+fsAgentfsBaseline+")")
 	flags.StringVar(&o.workdir, "workdir", defaultWorkdir, "`DIR` for the trees, uppers and mounts (on a disk filesystem, not tmpfs)")
 	flags.StringVar(&o.agentfs, "agentfs", "", "the agentfs binary (`PATH`; default: agentfs beside this program, else on $PATH)")
 	flags.StringVar(&o.baseline, "baseline", "", "another agentfs binary to compare with --agentfs (`PATH`): mounted as agentfs is, as the filesystem "+fsAgentfsBaseline+" (the first table only)")
 	flags.StringVar(&o.out, "out", "bench", "`DIR` for results.md, results.json and results.png")
+	flags.StringVar(&o.versitygw, "versitygw", os.Getenv("AGENTFS_VERSITYGW"), "the S3 server of the remote row, Versity's gateway (`PATH`; default: AGENTFS_VERSITYGW, which make bench sets)")
 	flags.BoolVar(&o.quick, "quick", false, "small sizes for development: a 64 MiB file, 500 small files, 1,000 programs spawned, 10,000 instead of 100,000 changed files and walked files, 2 runs")
 }
 
@@ -154,6 +157,11 @@ type config struct {
 	// sysOps are the system table's rows (system.go), with their loops.
 	sysOps                 []*sysOp
 	bashLoops, pythonLoops int
+	// remote: push and pull a session of remoteFiles files to the S3
+	// server versitygw (remote.go).
+	remote      bool
+	remoteFiles int
+	versitygw   string
 }
 
 // agentfsBinary is the binary that mounts filesystem, an agentfs filesystem
@@ -169,10 +177,12 @@ func (c *config) agentfsBinary(filesystem string) string {
 // flags were given.
 func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 	c := &config{runs: o.runs, warmup: o.warmup, quick: o.quick, bigSize: fullBigSize, smallFiles: fullSmallFiles, spawns: fullSpawns,
-		snapFiles: fullSnapFiles, snapManyFiles: fullSnapManyFiles, memFiles: fullMemFiles, bashLoops: fullBashLoops, pythonLoops: fullPythonLoops}
+		snapFiles: fullSnapFiles, snapManyFiles: fullSnapManyFiles, memFiles: fullMemFiles, bashLoops: fullBashLoops, pythonLoops: fullPythonLoops,
+		remoteFiles: fullRemoteFiles}
 	if o.quick {
 		c.bigSize, c.smallFiles, c.spawns, c.snapManyFiles, c.memFiles = quickBigSize, quickSmallFiles, quickSpawns, quickSnapManyFiles, quickMemFiles
 		c.bashLoops, c.pythonLoops = quickBashLoops, quickPythonLoops
+		c.remoteFiles = quickRemoteFiles
 		if !flags.Changed("runs") {
 			c.runs = quickRuns
 		}
@@ -192,6 +202,13 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 		}
 	}
 	c.cliStart = strings.TrimSpace(o.only) == "" || slices.Contains(splitList(o.only), cliStartOp)
+	c.remote = strings.TrimSpace(o.only) == "" || slices.Contains(splitList(o.only), remoteOp)
+	if c.remote && o.versitygw != "" {
+		// Missing, the row says so (make bench-deps installs it).
+		if st, err := os.Stat(o.versitygw); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			c.versitygw = o.versitygw
+		}
+	}
 	list := o.filesystems
 	if o.baseline != "" && !flags.Changed("fs") {
 		list += "," + fsAgentfsBaseline
@@ -216,12 +233,12 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 		return nil, usagef("--fs %s and %s need agentfs too: the binding overhead is against agentfs", fsAgentfsBound, fsAgentfsBoundRoot)
 	}
 	if !slices.Contains(c.filesystems, fsAgentfs) {
-		// The snapshot table, the memory row, the CLI's start and the
-		// system table are agentfs's alone.
-		if (len(c.snapOps) > 0 || c.memory || c.cliStart || len(c.sysOps) > 0) && strings.TrimSpace(o.only) != "" {
-			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory, cli-start, system): add agentfs to --fs", o.only)
+		// The snapshot table, the memory row, the CLI's start, the
+		// system table and the remote row are agentfs's alone.
+		if (len(c.snapOps) > 0 || c.memory || c.cliStart || len(c.sysOps) > 0 || c.remote) && strings.TrimSpace(o.only) != "" {
+			return nil, usagef("--only %q asks for agentfs's own figures (snapshots, memory, cli-start, system, remote): add agentfs to --fs", o.only)
 		}
-		c.snapOps, c.memory, c.cliStart, c.sysOps = nil, false, false, nil
+		c.snapOps, c.memory, c.cliStart, c.sysOps, c.remote = nil, false, false, nil, false
 	}
 	if slices.Contains(c.filesystems, fsAgentfs) || slices.Contains(c.filesystems, fsAgentfsUntraced) || slices.Contains(c.filesystems, fsAgentfsQuota) {
 		if c.agentfsBin, err = findAgentfs(o.agentfs); err != nil {
@@ -280,9 +297,11 @@ func selectWorkloads(only string) ([]*workload, []*snapOp, bool, error) {
 			}
 		case name == memoryOp || name == cliStartOp:
 			want[name] = true
+		case name == remoteOp:
+			// runRemote's: config reads it
 		case findWorkload(name) == nil && findSnapOp(name) == nil:
-			return nil, nil, false, usagef("--only %q: unknown workload %q; choose from %s, the snapshot table's %s (%s: all of them), %s or %s",
-				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup, memoryOp, cliStartOp)
+			return nil, nil, false, usagef("--only %q: unknown workload %q; choose from %s, the snapshot table's %s (%s: all of them), %s, %s or %s",
+				only, name, strings.Join(workloadNames(), ","), strings.Join(snapOpNames(), ","), snapshotGroup, memoryOp, cliStartOp, remoteOp)
 		default:
 			want[name] = true
 		}

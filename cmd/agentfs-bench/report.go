@@ -27,6 +27,8 @@ type report struct {
 	System []*sysResult `json:"system,omitempty"`
 	// CLIStart is the CLI's start (clistart.go).
 	CLIStart *cliStartResult `json:"cli_start,omitempty"`
+	// Remote is push and pull of a session against a local S3 server.
+	Remote *remoteResult `json:"remote,omitempty"`
 	// TraceCost is agentfs over agentfs-untraced (tracecost.go).
 	TraceCost *traceCost `json:"trace_cost,omitempty"`
 	// HashCost is agentfs over agentfs-nohash (tracecost.go).
@@ -317,6 +319,12 @@ func (r *report) markdown() string {
 			b.WriteString("\n")
 		}
 		r.systemMarkdown(&b)
+	}
+	if r.Remote != nil {
+		if len(r.Workloads) > 0 || len(r.Snapshots) > 0 || r.Memory != nil || r.CLIStart != nil || len(r.System) > 0 {
+			b.WriteString("\n")
+		}
+		r.Remote.markdown(&b)
 	}
 
 	reflink := "no"

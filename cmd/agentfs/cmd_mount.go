@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/daemon"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // mountOptions are the flags of agentfs mount.
@@ -36,6 +37,8 @@ type mountOptions struct {
 	// lower is / and which hides and seals the paths given.
 	system        bool
 	exclude, seal []string
+	// from: REMOTE/SNAPSHOT to start from (--from).
+	from string
 	// options are -o lists (mount_options.go); flags are the flags
 	// they set, and mountFlags the kernel's.
 	options    []string
@@ -63,6 +66,7 @@ func (o *mountOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.IntVar(&o.supervisorFd, "supervisor-fd", -1, "internal: the line to the session's supervisor")
 	mustHide(flags, "session-mount")
 	mustHide(flags, "supervisor-fd")
+	flags.StringVar(&o.from, "from", "", "start from the snapshot `REMOTE/SNAPSHOT` of a remote (agentfs remote ls REMOTE):\nits files are fetched at their first open (not with --store)")
 	flags.StringVar(&o.traceCgroup, "trace-cgroup", "", "internal: trace the commands of the processes in the cgroup `DIR` (an agentfs run session's)")
 	mustHide(flags, "trace-cgroup")
 	flags.BoolVar(&o.system, "system-mount", false, "internal: serve an agentfs run --system session (lower /)")
@@ -119,7 +123,8 @@ Examples:
   agentfs mount --lower ~/proj --store ~/.ws1 /mnt/ws
   agentfs mount --lower ~/proj --backstore ramdisk --ramdisk-size 2G /mnt/ws
   agentfs mount --lower ~/proj --max-files 100000 --max-bytes 10G /mnt/ws
-  agentfs mount --lower ~/proj -o store=$HOME/.ws1,auto-snapshot /mnt/ws`,
+  agentfs mount --lower ~/proj -o store=$HOME/.ws1,auto-snapshot /mnt/ws
+  agentfs mount --lower ~/proj --from team/1a2b3c4d /mnt/ws   # a pushed snapshot`,
 		setup: func(flags *pflag.FlagSet, _ streams) runFunc {
 			o := &mountOptions{flags: flags}
 			o.AddFlags(flags)
@@ -138,6 +143,13 @@ func runMount(ctx context.Context, o *mountOptions, args []string) error {
 	p, err := daemon.Validate(o.request(args[0]))
 	if err != nil {
 		return err
+	}
+	if p.From != "" && !o.foreground {
+		// Bad input is told here, before a daemon starts: the remote,
+		// the credentials, the snapshot.
+		if _, _, err := workspace.OpenRemoteSnapshot(ctx, p.From); err != nil {
+			return err
+		}
 	}
 	if o.foreground {
 		opts := daemon.Options{ReadyFd: o.readyFd, Version: version}
@@ -158,5 +170,6 @@ func (o *mountOptions) request(mountpoint string) daemon.Request {
 	return daemon.Request{Lower: o.lower, Mountpoint: mountpoint, Store: o.store, Backstore: o.backstore, RamdiskSize: o.ramdiskSize,
 		Debug: o.debug, NoPassthrough: o.noPT, WritebackCache: o.writeback, NoIOURing: o.noIOURing,
 		Activity: o.activity.overrides(), Ephemeral: o.ephemeral, Session: o.session, TraceCgroup: o.traceCgroup, MountFlags: o.mountFlags,
-		System: o.system, Exclude: o.exclude, Seal: o.seal}
+		System: o.system, Exclude: o.exclude, Seal: o.seal,
+		From: o.from}
 }

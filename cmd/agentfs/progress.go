@@ -108,6 +108,7 @@ type progressShower interface {
 // progressVerbs say what each operation does, for the bar.
 var progressVerbs = map[string]string{
 	"apply": "applying", "export": "exporting", "gc": "collecting garbage", "fsck": "checking the store", "diff": "comparing",
+	"push": "pushing", "pull": "pulling",
 }
 
 // progressBar draws one bar: by bytes where the operation knows how

@@ -1,0 +1,352 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/minio/minio-go/v7"
+)
+
+// MultipartThreshold is the size above which an object is uploaded in
+// parts of PartSize, several at once.
+const (
+	MultipartThreshold = 64 << 20
+	PartSize           = 16 << 20
+	partsInFlight      = 4
+)
+
+// errNoSpace is the error of a fetch into a full disk (not retried).
+var errNoSpace = errors.New("no space left")
+
+// errChanged is the error of an object whose bytes changed between
+// being hashed and being read for the upload.
+var errChanged = errors.New("the object changed while it was pushed")
+
+// putObject uploads o, whose bytes hash to sum, under its key, and
+// calls onBytes with the count of each read of it. See the package doc,
+// Transfers, for the checks.
+func (r *Remote) putObject(ctx context.Context, sum Sum, o Object, onBytes func(int64)) error {
+	f, err := o.Open()
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", o.Name, err)
+	}
+	defer func() { _ = f.Close() }()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.Name, err)
+	}
+	key := r.loc.ObjectKey(sum)
+	h := sha256.New()
+	// A plain reader (no ReadAt, no Seek): minio-go reads it once, in
+	// order, so that h sees exactly the bytes sent.
+	body := io.TeeReader(&countingReader{r: &ctxReader{ctx: ctx, r: f}, on: onBytes}, h)
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream"}
+	size := st.Size()
+	if size <= MultipartThreshold {
+		opts.DisableMultipart = true
+	} else {
+		opts.PartSize = PartSize
+		opts.NumThreads = partsInFlight
+		opts.ConcurrentStreamParts = true
+		size = -1 // parts are read in order and sent several at once
+	}
+	info, err := r.client.PutObject(ctx, r.loc.Bucket, key, body, size, opts)
+	if err != nil {
+		return r.explain(err, key)
+	}
+	var got Sum
+	h.Sum(got[:0])
+	if got != sum || info.Size != st.Size() {
+		// What was stored is not the content its name says: take it
+		// back before anything can name it.
+		if rerr := r.client.RemoveObject(context.WithoutCancel(ctx), r.loc.Bucket, key, minio.RemoveObjectOptions{}); rerr != nil {
+			return fmt.Errorf("%s: %w (sent %d bytes hashing to %s; removing %s again failed: %v)", o.Name, errChanged, info.Size, got, key, rerr)
+		}
+		return fmt.Errorf("%s: %w (its bytes hashed to %s before, %s now): push again once it stays still", o.Name, errChanged, sum, got)
+	}
+	return nil
+}
+
+// countingReader reports the count of each read to on.
+type countingReader struct {
+	r  io.Reader
+	on func(int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 && c.on != nil {
+		c.on(int64(n))
+	}
+	return n, err
+}
+
+// ObjectPath returns where Fetch puts the object sum in dir:
+// dir/ab/abcd….
+func ObjectPath(dir string, sum Sum) string {
+	h := sum.String()
+	return filepath.Join(dir, h[:2], h)
+}
+
+// fetchObject downloads the object sum to ObjectPath(dir, sum), through
+// a temporary file renamed into place once complete, synced and
+// verified, and calls onBytes with the count of each read.
+func (r *Remote) fetchObject(ctx context.Context, sum Sum, dir string, onBytes func(int64)) (err error) {
+	final := ObjectPath(dir, sum)
+	shard := filepath.Dir(final)
+	if err := os.MkdirAll(shard, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(shard, ".fetch-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if err := r.ReadObject(ctx, sum, tmp, onBytes); err != nil {
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			return fmt.Errorf("%w: the disk of %s is full: free space and fetch again (what was fetched is kept)", errNoSpace, dir)
+		}
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("writing %s: %w", final, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", final, err)
+	}
+	if err := os.Rename(tmp.Name(), final); err != nil {
+		return err
+	}
+	return syncDir(shard)
+}
+
+// ReadObject copies the object sum to w and checks that what it read
+// hashes to sum: ErrCorrupt, naming the key, when it does not (w has
+// then received bytes that must not be used).
+func (r *Remote) ReadObject(ctx context.Context, sum Sum, w io.Writer, onBytes func(int64)) error {
+	key := r.loc.ObjectKey(sum)
+	obj, err := r.client.GetObject(ctx, r.loc.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return r.explain(err, key)
+	}
+	defer func() { _ = obj.Close() }()
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(w, h), &countingReader{r: obj, on: onBytes}); err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return err // the local side: a full disk, ...
+		}
+		return r.explain(err, key)
+	}
+	var got Sum
+	h.Sum(got[:0])
+	if got != sum {
+		return fmt.Errorf("%w: %s of %s holds bytes that hash to %s, not to its name: the remote's copy is damaged; push the snapshot again from a machine that has it",
+			ErrCorrupt, key, r.describe(), got)
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory, so that the names made in it survive a
+// crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Close() }()
+	return d.Sync()
+}
+
+// headLimit is the count of sums above which Missing lists the shards
+// the sums fall in rather than asking for each object.
+const headLimit = 64
+
+// Missing returns the sums the remote lacks, in the order given.
+func (r *Remote) Missing(ctx context.Context, sums []Sum, parallel int) ([]Sum, error) {
+	have := make(map[Sum]bool, len(sums))
+	var mu sync.Mutex
+	if len(sums) <= headLimit {
+		err := forEach(ctx, len(sums), parallel, func(ctx context.Context, i int) error {
+			key := r.loc.ObjectKey(sums[i])
+			_, err := r.client.StatObject(ctx, r.loc.Bucket, key, minio.StatObjectOptions{})
+			if err != nil {
+				err = r.explain(err, key)
+				if errors.Is(err, ErrNotFound) {
+					return nil
+				}
+				return err
+			}
+			mu.Lock()
+			have[sums[i]] = true
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		shards := map[string]bool{}
+		for _, s := range sums {
+			shards[s.String()[:2]] = true
+		}
+		list := make([]string, 0, len(shards))
+		for s := range shards {
+			list = append(list, s)
+		}
+		sort.Strings(list)
+		err := forEach(ctx, len(list), parallel, func(ctx context.Context, i int) error {
+			prefix := r.loc.shardPrefix(list[i])
+			for o := range r.client.ListObjects(ctx, r.loc.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+				if o.Err != nil {
+					return r.explain(o.Err, prefix)
+				}
+				s, err := ParseSum(strings.TrimPrefix(o.Key, prefix))
+				if err != nil {
+					continue // not an object of this layout
+				}
+				mu.Lock()
+				have[s] = true
+				mu.Unlock()
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	var missing []Sum
+	for _, s := range sums {
+		if !have[s] {
+			missing = append(missing, s)
+		}
+	}
+	return missing, nil
+}
+
+// PutDoc writes the document of kind named name: v as JSON.
+func (r *Remote) PutDoc(ctx context.Context, kind Kind, name string, v any) error {
+	if err := checkDocName(name); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(v, "", "\t")
+	if err != nil {
+		return err
+	}
+	return r.putSmall(ctx, r.loc.DocKey(kind, name), append(b, '\n'))
+}
+
+// putSmall writes a small object in one request.
+func (r *Remote) putSmall(ctx context.Context, key string, b []byte) error {
+	_, err := r.client.PutObject(ctx, r.loc.Bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{
+		ContentType:      "application/json",
+		DisableMultipart: true,
+	})
+	return r.explain(err, key)
+}
+
+// GetDoc reads the document of kind named name into v: ErrNotFound if
+// the remote has none.
+func (r *Remote) GetDoc(ctx context.Context, kind Kind, name string, v any) error {
+	if err := checkDocName(name); err != nil {
+		return err
+	}
+	key := r.loc.DocKey(kind, name)
+	b, err := r.getSmall(ctx, key)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s of %s: %v", key, r.describe(), err)
+	}
+	return nil
+}
+
+// docLimit bounds what getSmall reads: a document larger than this is
+// no document of agentfs's.
+const docLimit = 1 << 30
+
+func (r *Remote) getSmall(ctx context.Context, key string) ([]byte, error) {
+	obj, err := r.client.GetObject(ctx, r.loc.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, r.explain(err, key)
+	}
+	defer func() { _ = obj.Close() }()
+	b, err := io.ReadAll(io.LimitReader(obj, docLimit))
+	if err != nil {
+		return nil, r.explain(err, key)
+	}
+	return b, nil
+}
+
+// ListDocs returns the names of the documents of kind, sorted.
+func (r *Remote) ListDocs(ctx context.Context, kind Kind) ([]string, error) {
+	prefix := r.loc.key(string(kind)) + "/"
+	var names []string
+	for o := range r.client.ListObjects(ctx, r.loc.Bucket, minio.ListObjectsOptions{Prefix: prefix}) {
+		if o.Err != nil {
+			return nil, r.explain(o.Err, prefix)
+		}
+		if name, ok := strings.CutSuffix(strings.TrimPrefix(o.Key, prefix), ".json"); ok && checkDocName(name) == nil {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// marker is the document at MarkerKey.
+type marker struct {
+	Format int `json:"format"`
+}
+
+// checkMarker reads the marker: whether the prefix is an agentfs
+// remote (false when it has no marker yet), refusing a format newer
+// than this agentfs reads.
+func (r *Remote) checkMarker(ctx context.Context) (bool, error) {
+	key := r.loc.MarkerKey()
+	b, err := r.getSmall(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var m marker
+	if err := json.Unmarshal(b, &m); err != nil {
+		return false, fmt.Errorf("%s of %s is no marker of an agentfs remote (%v): give the remote a prefix of its own", key, r.describe(), err)
+	}
+	if m.Format != Format {
+		return false, fmt.Errorf("%s is a remote of format %d, which this agentfs (format %d) does not read: use a newer agentfs", r.describe(), m.Format, Format)
+	}
+	return true, nil
+}
+
+// ensureMarker writes the marker if the remote has none.
+func (r *Remote) ensureMarker(ctx context.Context) error {
+	ok, err := r.checkMarker(ctx)
+	if err != nil || ok {
+		return err
+	}
+	b, err := json.Marshal(marker{Format: Format})
+	if err != nil {
+		return err
+	}
+	return r.putSmall(ctx, r.loc.MarkerKey(), append(b, '\n'))
+}
