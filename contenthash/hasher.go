@@ -386,6 +386,7 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 			return lh.Sum, lh.Size, nil
 		}
 	}
+	start := time.Now()
 	f, err := e.OpenData()
 	if err != nil {
 		return Digest{}, 0, err
@@ -400,11 +401,32 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err == nil && st.Dev == ls.Dev && st.Ino == ls.Ino &&
-		st.Size == ls.Size && st.Size == n && st.Mtim == ls.Mtim && st.Ctim == ls.Ctim {
-		// Unchanged while read: the hash is true of that state.
+		st.Size == ls.Size && st.Size == n && st.Mtim == ls.Mtim && st.Ctim == ls.Ctim &&
+		settled(ls, start) {
+		// Unchanged while read, and changed long enough before that a
+		// later change gets another ctime: the hash is true of that
+		// state, and of every state with the same size and times.
 		hs.Lower = append(hs.Lower, branch.LowerHash{Dev: ls.Dev, Ino: ls.Ino, Size: n, Mtime: ls.Mtim.Nano(), Ctime: ls.Ctim.Nano(), Sum: sum})
 	}
 	return sum, n, nil
+}
+
+// racyWindow is how long before its hashing a project file must last
+// have changed for its hash to be kept. A change within the same tick
+// of the file system's clock keeps the ctime (and the size, when it
+// rewrites bytes in place): a coarse clock (4 ms jiffies where the
+// file system has no fine-grained timestamps), a one-second one (ext4
+// with 128-byte inodes, NFS servers), FAT's two seconds. Such a file is
+// hashed again the next time (as git's index treats a "racily clean"
+// file).
+const racyWindow = 2 * time.Second
+
+// settled reports whether project file ls last changed at least
+// racyWindow before start, so that any change after start gives it
+// another ctime.
+func settled(ls *unix.Stat_t, start time.Time) bool {
+	return time.Unix(ls.Ctim.Unix()).Add(racyWindow).Before(start) &&
+		time.Unix(ls.Mtim.Unix()).Add(racyWindow).Before(start)
 }
 
 // hashData hashes what f holds: for the worker (background) in the

@@ -372,3 +372,36 @@ func TestWorkerComputesRootsAndFails(t *testing.T) {
 		t.Errorf("verify of a snapshot whose object is gone: %v, want an error naming gone.txt", err)
 	}
 }
+
+// TestProjectHashKeptOnlyWhenSettled: a project file's hash is kept
+// (and used again while its size and times stay) only when the file
+// last changed long enough before it was hashed that a later change
+// gets another ctime: one changed within the same tick of a coarse
+// file system clock, with the same size, would otherwise keep a stale
+// hash, and a later snapshot's root would be wrong.
+func TestProjectHashKeptOnlyWhenSettled(t *testing.T) {
+	w, info := hashedWorkspace(t)
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(w.opts.Lower, "src", "main.go"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ShowSnapshot(self, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if lh, ok, err := w.meta.LowerHashOf(st.Dev, st.Ino); err != nil || ok {
+		t.Fatalf("the hash of a project file written just before it was hashed was kept (%+v, %v): a change in the same clock tick would go unseen", lh, err)
+	}
+	// Once the file is older than the window, its hash is kept.
+	time.Sleep(2100 * time.Millisecond)
+	later, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "later"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ShowSnapshot(self, later.ID); err != nil {
+		t.Fatal(err)
+	}
+	lh, ok, err := w.meta.LowerHashOf(st.Dev, st.Ino)
+	if err != nil || !ok || lh.Sum != sha256.Sum256([]byte("package main\n")) {
+		t.Fatalf("the hash of a settled project file: %+v %v %v, want it kept", lh, ok, err)
+	}
+}
