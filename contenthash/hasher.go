@@ -52,7 +52,7 @@ type Hasher struct {
 	// store is written.
 	mu       sync.Mutex
 	objects  map[string]branch.ObjectHash // the object hashes known
-	inflight map[string]*flight           // snapshot id → the computation running
+	inflight map[string]*flight           // snapshot id (+ "\x00worker" for the worker's) → the computation running
 	running  bool                         // the worker runs
 	kick     chan struct{}
 	stop     chan struct{}
@@ -135,18 +135,27 @@ func (h *Hasher) Root(snap branch.Snapshot, compute bool) (branch.SnapshotRoot, 
 // worker's computations (background) read and hash in the hashing
 // process; one a command waits for, in the daemon itself.
 func (h *Hasher) compute(snap branch.Snapshot, background bool) (branch.SnapshotRoot, error) {
+	// A command never waits for the worker's computation, which hashes
+	// at the lowest priority there is (and may wait for a hashing
+	// process that no longer answers): it computes at its own pace,
+	// sharing only the computations of other commands. Both record the
+	// same root.
+	key := snap.ID
+	if background {
+		key += "\x00worker"
+	}
 	h.mu.Lock()
-	if f := h.inflight[snap.ID]; f != nil {
+	if f := h.inflight[key]; f != nil {
 		h.mu.Unlock()
 		<-f.done
 		return f.root, f.err
 	}
 	f := &flight{done: make(chan struct{})}
-	h.inflight[snap.ID] = f
+	h.inflight[key] = f
 	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
-		delete(h.inflight, snap.ID)
+		delete(h.inflight, key)
 		h.mu.Unlock()
 		close(f.done)
 	}()
@@ -443,12 +452,20 @@ func (h *Hasher) hashData(f *os.File, background bool) (Digest, int64, error) {
 		if err == nil || !p.gone() {
 			return sum, n, err
 		}
-		h.log.Warn("the hashing process stopped: hashing in the daemon from now on", "err", err)
 		h.mu.Lock()
 		if h.helper == p {
 			h.helper = nil
 		}
 		h.mu.Unlock()
+		if cerr := p.close(); cerr != nil { // reaped now, not when the worker ends
+			err = fmt.Errorf("%w (%v)", err, cerr)
+		}
+		select {
+		case <-h.quit: // killed by Close: read nothing more
+			return Digest{}, 0, ErrClosed
+		default:
+		}
+		h.log.Warn("the hashing process stopped: hashing in the daemon from now on", "err", err)
 		if _, serr := f.Seek(0, io.SeekStart); serr != nil {
 			return Digest{}, 0, serr
 		}

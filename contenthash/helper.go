@@ -117,6 +117,8 @@ type helper struct {
 	conn int
 	cmd  *exec.Cmd
 	dead error // why it no longer serves
+	// waitErr is what close's wait returned.
+	waitErr error
 }
 
 // startHelper starts the hashing process argv (the agentfs binary and
@@ -181,14 +183,27 @@ func (p *helper) gone() bool {
 	return p.dead != nil
 }
 
-// close ends the hashing process and waits for it.
+// close ends the hashing process and waits for it (once: later calls
+// return what the first did).
 func (p *helper) close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.conn < 0 {
+		return p.waitErr
+	}
 	unix.Close(p.conn)
 	p.conn = -1
 	if p.dead == nil {
 		p.dead = io.ErrClosedPipe
 	}
-	return p.cmd.Wait()
+	p.waitErr = p.cmd.Wait()
+	return p.waitErr
+}
+
+// kill ends the hashing process without waiting for the file it may be
+// hashing (a file on a hung network file system, a process stopped):
+// the worker's read of its answer then returns, and close reaps it.
+// It takes no lock: hash holds p.mu while it waits.
+func (p *helper) kill() {
+	_ = p.cmd.Process.Kill()
 }

@@ -405,3 +405,69 @@ func TestProjectHashKeptOnlyWhenSettled(t *testing.T) {
 		t.Fatalf("the hash of a settled project file: %+v %v %v, want it kept", lh, ok, err)
 	}
 }
+
+// TestCommandsNeverWaitForAStuckWorker: a command that needs a root
+// (verify) computes it at its own pace, not by waiting for the
+// worker's computation of it, which hashes at the lowest priority there
+// is and here waits for a hashing process that never answers; and
+// closing the workspace ends that process instead of waiting for it.
+func TestCommandsNeverWaitForAStuckWorker(t *testing.T) {
+	lower := t.TempDir()
+	if err := os.WriteFile(filepath.Join(lower, "a.txt"), []byte("lower a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(t.TempDir(), "hashing")
+	// The hashing process takes the first file, says so, and never
+	// answers.
+	helper := []string{"/bin/sh", "-c", `head -c 1 <&3 >/dev/null; : > "$0"; exec sleep 3600`, mark}
+	w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test", HashHelper: helper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = w.Close()
+		}
+	})
+	info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "stuck"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.hashes.Start()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(mark); err == nil {
+			break
+		}
+		if i == 6000 {
+			t.Fatal("the worker never handed a file to its hashing process")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() {
+		rep, err := w.Verify(self, ctl.VerifyArgs{Refs: []string{info.ID}})
+		if err == nil && !rep.OK {
+			err = fmt.Errorf("verify found problems: %+v", rep.Problems)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute): // a deadlock, not a speed check
+		t.Fatal("verify waited for the worker's computation, which waits for a hashing process that never answers")
+	}
+	go func() { done <- w.Close() }()
+	select {
+	case err := <-done:
+		closed = true
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("closing the workspace waited for a hashing process that never answers")
+	}
+}
