@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -38,8 +39,11 @@ type Config struct {
 	// Gate, when set, is a file the worker waits for to disappear
 	// before it hashes each snapshot (for the tests that prove hashing
 	// is off the file operations' path).
-	Gate   string
-	Logger *slog.Logger
+	Gate string
+	// LowerCache, when set, is the user's cache of project file
+	// hashes, shared by the user's stores (lowercache.go).
+	LowerCache *LowerCache
+	Logger     *slog.Logger
 }
 
 // Hasher computes and keeps the content hashes and roots of one
@@ -61,6 +65,9 @@ type Hasher struct {
 	deduped  int64
 	helper   *helper         // the hashing process, while the worker runs
 	failed   map[string]bool // snapshots whose root the worker failed to compute
+
+	// lowerRead counts the project files read to be hashed.
+	lowerRead atomic.Int64
 
 	// quit is closed by Close: a computation running stops at the next
 	// file (ErrClosed).
@@ -197,6 +204,11 @@ func (h *Hasher) record(hs branch.Hashes) error {
 	}
 	if err := h.cfg.Meta.PutHashes(hs); err != nil {
 		return fmt.Errorf("recording content hashes: %w", err)
+	}
+	if c := h.cfg.LowerCache; c != nil {
+		if err := c.add(hs.Lower); err != nil {
+			h.log.Warn("keeping project file hashes in the user's cache", "err", err)
+		}
 	}
 	h.dedupe(hs.Objects)
 	return nil
@@ -394,7 +406,18 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 		if ok && lh.Size == ls.Size && lh.Mtime == ls.Mtim.Nano() && lh.Ctime == ls.Ctim.Nano() {
 			return lh.Sum, lh.Size, nil
 		}
+		if c := h.cfg.LowerCache; c != nil {
+			lh, ok, err := c.get(ls.Dev, ls.Ino)
+			if err != nil {
+				h.log.Warn("the cache of project file hashes", "err", err)
+			}
+			if ok && lh.Size == ls.Size && lh.Mtime == ls.Mtim.Nano() && lh.Ctime == ls.Ctim.Nano() {
+				hs.Lower = append(hs.Lower, lh) // into the store's keys too
+				return lh.Sum, lh.Size, nil
+			}
+		}
 	}
+	h.lowerRead.Add(1)
 	start := time.Now()
 	f, err := e.OpenData()
 	if err != nil {
@@ -472,6 +495,10 @@ func (h *Hasher) hashData(f *os.File, background bool) (Digest, int64, error) {
 	}
 	return hashFile(f)
 }
+
+// ProjectFilesRead is the number of project files this Hasher read to
+// hash them (those whose hash it had were not).
+func (h *Hasher) ProjectFilesRead() int64 { return h.lowerRead.Load() }
 
 // objectHash returns the recorded hash of object id.
 func (h *Hasher) objectHash(id string) (branch.ObjectHash, bool, error) {

@@ -471,3 +471,60 @@ func TestCommandsNeverWaitForAStuckWorker(t *testing.T) {
 		t.Fatal("closing the workspace waited for a hashing process that never answers")
 	}
 }
+
+// TestProjectHashesSharedAcrossStores: the hashes of project files are
+// kept in the user's cache, so that another store of the same project
+// (each agentfs run makes one) reads none of the files again; a file
+// changed since is read again, and a cache others may write is not
+// used.
+func TestProjectHashesSharedAcrossStores(t *testing.T) {
+	lower := t.TempDir()
+	for i := range 5 {
+		if err := os.WriteFile(filepath.Join(lower, fmt.Sprintf("f%d", i)), bytes.Repeat([]byte{byte('a' + i)}, 10000), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := filepath.Join(t.TempDir(), "state", "agentfs", "project-hashes")
+	time.Sleep(2100 * time.Millisecond) // past the racy window: the hashes are kept
+	rootOf := func() (string, int64) {
+		t.Helper()
+		w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test", HashCache: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := w.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
+		info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err = w.ShowSnapshot(self, info.ID); err != nil {
+			t.Fatal(err)
+		}
+		return info.Root, w.Hashes().ProjectFilesRead()
+	}
+	want := referenceRoot(t, lower)
+	if root, read := rootOf(); root != want || read != 5 {
+		t.Fatalf("first store: root %s, %d project files read; want %s, 5", root, read, want)
+	}
+	if root, read := rootOf(); root != want || read != 0 {
+		t.Fatalf("second store: root %s, %d project files read; want %s, 0 (the user's cache has them)", root, read, want)
+	}
+	// The same size, other contents: read again.
+	if err := os.WriteFile(filepath.Join(lower, "f2"), bytes.Repeat([]byte{'z'}, 10000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want = referenceRoot(t, lower)
+	if root, read := rootOf(); root != want || read != 1 {
+		t.Fatalf("after a change: root %s, %d project files read; want %s, 1", root, read, want)
+	}
+	if err := os.Chmod(cache, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if root, read := rootOf(); root != want || read != 5 {
+		t.Fatalf("with a cache anyone may write: root %s, %d project files read; want %s, 5 (not used)", root, read, want)
+	}
+}
