@@ -359,6 +359,7 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 		if oh, ok := hs.Objects[e.Object]; ok {
 			return oh.Sum, oh.Size, nil
 		}
+		recorded := false
 		if !o.fresh && !o.live {
 			oh, ok, err := h.objectHash(e.Object)
 			if err != nil {
@@ -370,6 +371,7 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 			if st, serr := h.cfg.Objects.Lstat(e.Object); ok && serr == nil && st.Size == oh.Size && st.Mtim.Nano() == oh.Mtime {
 				return oh.Sum, oh.Size, nil
 			}
+			recorded = ok
 		}
 		f, err := e.OpenData()
 		if err != nil {
@@ -387,6 +389,15 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 		var st unix.Stat_t
 		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 			return Digest{}, 0, err
+		}
+		if recorded {
+			// A snapshot's object never changes (the branch clones it
+			// first): other size or mtime than when it was hashed is
+			// damage (an edit in the store, the disk). Its recorded
+			// hash stays, for verify to report it with every snapshot
+			// naming it.
+			h.log.Warn("an object changed since it was hashed: agentfs verify reports it", "object", e.Object, "path", e.Path)
+			return sum, n, nil
 		}
 		if !o.live || o.memo != nil {
 			hs.Objects[e.Object] = branch.ObjectHash{Sum: sum, Size: n, Mtime: st.Mtim.Nano()}

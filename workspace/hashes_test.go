@@ -528,3 +528,37 @@ func TestProjectHashesSharedAcrossStores(t *testing.T) {
 		t.Fatalf("with a cache anyone may write: root %s, %d project files read; want %s, 5 (not used)", root, read, want)
 	}
 }
+
+// TestObjectChangedBeforeALaterRoot: an object edited in the store
+// after its hash was recorded, and before the root of a later snapshot
+// naming it is computed, is not hashed again as if it were new: the
+// later snapshot's verify reports it too (objects never change, so a
+// recorded hash that no longer matches is damage, not a stale cache).
+func TestObjectChangedBeforeALaterRoot(t *testing.T) {
+	w, info := hashedWorkspace(t)
+	if _, err := w.ShowSnapshot(self, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(objectFile(t, w, info.ID, "new.txt"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("edited\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	later, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "later"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.ShowSnapshot(self, later.ID) // its root: computed now, or refused
+	rep, err := w.Verify(self, ctl.VerifyArgs{Refs: []string{later.ID}})
+	if err == nil && rep.OK {
+		t.Fatalf("verify of a snapshot whose object was edited in the store before its root was computed: OK, want object-changed (%+v)", rep)
+	}
+	if err == nil && !strings.Contains(fmt.Sprint(rep.Problems), "object-changed") {
+		t.Errorf("verify: %+v, want an object-changed problem", rep.Problems)
+	}
+}
