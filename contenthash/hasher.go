@@ -483,8 +483,18 @@ func (h *Hasher) hashData(f *os.File, background bool) (Digest, int64, error) {
 	}
 	if p != nil {
 		sum, n, err := p.hash(f)
-		if err == nil || !p.gone() {
-			return sum, n, err
+		if err == nil {
+			return sum, n, nil
+		}
+		if !p.gone() {
+			// The process could not read it (it holds no privilege: a
+			// project on a FUSE file system that serves only its
+			// user, say): the daemon reads it.
+			h.log.Debug("the hashing process could not read a file: hashing it in the daemon", "err", err)
+			if _, serr := f.Seek(0, io.SeekStart); serr != nil {
+				return Digest{}, 0, serr
+			}
+			return hashFile(f)
 		}
 		h.mu.Lock()
 		if h.helper == p {
