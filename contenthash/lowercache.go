@@ -35,7 +35,7 @@ import (
 const (
 	lowerCacheMagic  = "agentfs-lower-hashes-1\n"
 	lowerCacheRecord = 72
-	lowerCacheMax    = 4 << 20
+	lowerCacheMax    = 1 << 20 // 72 MiB of records
 )
 
 // LowerCache is the user's cache of project file hashes (see above).
