@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/internal/testenv"
+	"github.com/agentfs/agentfs/overlay"
 )
 
 // referenceRoot computes the Merkle root of the tree at dir from its
@@ -60,6 +61,8 @@ func referenceRoot(t *testing.T, dir string) string {
 				t.Fatal(err)
 			}
 			return "l", mode, sha256.Sum256([]byte(target))
+		case unix.S_IFIFO:
+			return "p", mode, sha256.Sum256(nil)
 		}
 		t.Fatalf("%s: unexpected type %o", p, st.Mode&unix.S_IFMT)
 		return "", 0, [32]byte{}
@@ -560,5 +563,80 @@ func TestObjectChangedBeforeALaterRoot(t *testing.T) {
 	}
 	if err == nil && !strings.Contains(fmt.Sprint(rep.Problems), "object-changed") {
 		t.Errorf("verify: %+v, want an object-changed problem", rep.Problems)
+	}
+}
+
+// TestSnapshotRootEdgeCases: the root of a snapshot holding what a
+// definition can get wrong (names with a newline or bytes that are not
+// UTF-8, setid and sticky bits, the top directory's own mode, empty
+// directories, fifos, hard links; some in the project, some made or
+// changed in the branch) is the root an independent computation gets
+// from its export.
+func TestSnapshotRootEdgeCases(t *testing.T) {
+	lower := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(lower, "new\nline"), []byte("n\n"), 0o644))
+	must(os.WriteFile(filepath.Join(lower, "latin1-\xe9"), []byte("e\n"), 0o644))
+	must(os.WriteFile(filepath.Join(lower, "setuid"), []byte("#!/bin/sh\n"), 0o755))
+	must(os.Chmod(filepath.Join(lower, "setuid"), 0o4755))
+	must(os.Mkdir(filepath.Join(lower, "shared"), 0o755))
+	must(os.Chmod(filepath.Join(lower, "shared"), 0o3775))
+	must(os.Mkdir(filepath.Join(lower, "empty"), 0o700))
+	must(unix.Mkfifo(filepath.Join(lower, "fifo"), 0o640))
+	must(os.WriteFile(filepath.Join(lower, "one"), []byte("linked\n"), 0o644))
+	must(os.Link(filepath.Join(lower, "one"), filepath.Join(lower, "shared", "two")))
+	must(os.WriteFile(filepath.Join(lower, "plain"), []byte("plain\n"), 0o644))
+	must(os.Chmod(lower, 0o750))
+	w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test"})
+	must(err)
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	v := w.View()
+	_, _, err = v.Mkdir(v.Root(), "made-empty", 0o1777, overlay.Caller{})
+	must(err)
+	_, _, err = v.Symlink(v.Root(), "made-link\n", "new\nline", overlay.Caller{})
+	must(err)
+	_, _, err = v.Mknod(v.Root(), "made-fifo", unix.S_IFIFO|0o600, 0, overlay.Caller{})
+	must(err)
+	writeFile(t, v, "made-\xff", "made\n")
+	made, _, err := v.Lookup(v.Root(), "made-\xff")
+	must(err)
+	_, err = v.Link(made, v.Root(), "made-link2")
+	must(err)
+	plain, _, err := v.Lookup(v.Root(), "plain")
+	must(err)
+	mode := uint32(0o2711)
+	_, err = v.Setattr(plain, overlay.SetAttr{Mode: &mode}, nil)
+	must(err)
+	root := v.Root()
+	topMode := uint32(0o705)
+	_, err = v.Setattr(root, overlay.SetAttr{Mode: &topMode}, nil)
+	must(err)
+	info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "edges"})
+	must(err)
+	shown, err := w.ShowSnapshot(self, info.ID)
+	must(err)
+	out := filepath.Join(t.TempDir(), "export")
+	reply, err := w.Export(self, ctl.ExportArgs{Ref: info.ID, To: out, Manifest: true})
+	must(err)
+	var st unix.Stat_t
+	must(unix.Lstat(out, &st))
+	if st.Mode&07777 != 0o705 {
+		t.Errorf("the export's top directory has mode %04o, want 0705", st.Mode&07777)
+	}
+	if want := referenceRoot(t, out); shown.Root != want || reply.Root != want {
+		t.Errorf("root: snapshot show %s, export's manifest %s; recomputed from the export %s", shown.Root, reply.Root, want)
+	}
+	rep, err := w.Verify(self, ctl.VerifyArgs{Refs: []string{info.ID}, Tree: out})
+	if err != nil || !rep.OK {
+		t.Fatalf("verify --tree of the export: %+v, %v", rep, err)
 	}
 }
