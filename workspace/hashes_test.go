@@ -640,3 +640,48 @@ func TestSnapshotRootEdgeCases(t *testing.T) {
 		t.Fatalf("verify --tree of the export: %+v, %v", rep, err)
 	}
 }
+
+// TestWorkerSurvivesItsHashingProcess: a hashing process that dies
+// (here at once) costs only its priority: the worker hashes in the
+// daemon and computes the same root.
+func TestWorkerSurvivesItsHashingProcess(t *testing.T) {
+	lower := t.TempDir()
+	if err := os.WriteFile(filepath.Join(lower, "a.txt"), bytes.Repeat([]byte("a"), 100000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test", HashHelper: []string{"/bin/sh", "-c", "exit 3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	writeFile(t, w.View(), "b.txt", "made in the branch\n")
+	info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.hashes.Start()
+	w.hashes.Kick()
+	for i := 0; ; i++ {
+		list, err := w.Snapshots()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := list.Snapshots[0]; s.RootStatus == "computed" {
+			out := filepath.Join(t.TempDir(), "export")
+			if _, err := w.Export(self, ctl.ExportArgs{Ref: info.ID, To: out}); err != nil {
+				t.Fatal(err)
+			}
+			if want := referenceRoot(t, out); s.Root != want {
+				t.Errorf("root %s, recomputed from the export %s", s.Root, want)
+			}
+			return
+		} else if s.RootStatus == "failed" || i == 6000 {
+			t.Fatalf("the worker whose hashing process died: root status %s", s.RootStatus)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
