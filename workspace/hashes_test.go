@@ -639,6 +639,11 @@ func TestSnapshotRootEdgeCases(t *testing.T) {
 	if err != nil || !rep.OK {
 		t.Fatalf("verify --tree of the export: %+v, %v", rep, err)
 	}
+	link := filepath.Join(t.TempDir(), "to-export")
+	must(os.Symlink(out, link))
+	if rep, err = w.Verify(self, ctl.VerifyArgs{Refs: []string{info.ID}, Tree: link}); err != nil || !rep.OK {
+		t.Fatalf("verify --tree of the export named through a symlink: %+v, %v", rep, err)
+	}
 }
 
 // TestWorkerSurvivesItsHashingProcess: a hashing process that dies
