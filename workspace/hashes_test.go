@@ -690,3 +690,34 @@ func TestWorkerSurvivesItsHashingProcess(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestLiveExportManifestIsTheTree: the manifest of an export of a
+// branch being written (read live) is the manifest of the tree written,
+// not of the branch a moment later.
+func TestLiveExportManifestIsTheTree(t *testing.T) {
+	w, _ := hashedWorkspace(t)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			writeFile(t, w.View(), "busy.txt", strings.Repeat(fmt.Sprint(i%10), 100+i%7))
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 200 {
+		out := filepath.Join(t.TempDir(), "export")
+		reply, err := w.Export(self, ctl.ExportArgs{Ref: "main", To: out, Manifest: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := referenceRoot(t, out); reply.Root != want {
+			t.Fatalf("export %d of a branch being written: manifest root %s, the tree's %s", i, reply.Root, want)
+		}
+	}
+}
