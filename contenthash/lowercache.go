@@ -89,6 +89,9 @@ func readLowerCache(path string) (map[[2]uint64]branch.LowerHash, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
 		return m, fmt.Errorf("%s is not a file of yours that only you may write: not used", path)
 	}
+	if st.Size > int64(len(lowerCacheMagic))+int64(lowerCacheMax+1)*lowerCacheRecord {
+		return m, fmt.Errorf("%s is larger than a cache of project file hashes can be: not used", path)
+	}
 	b := make([]byte, st.Size)
 	if _, err := f.ReadAt(b, 0); err != nil {
 		return m, fmt.Errorf("%s: %w", path, err)
