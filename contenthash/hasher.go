@@ -196,7 +196,7 @@ func (h *Hasher) compute(snap branch.Snapshot, background bool) (branch.Snapshot
 func (h *Hasher) record(hs branch.Hashes) error {
 	h.mu.Lock()
 	for id, oh := range hs.Objects {
-		h.objects[id] = oh
+		h.memoObjectLocked(id, oh)
 	}
 	h.mu.Unlock()
 	if h.cfg.ReadOnly {
@@ -536,10 +536,24 @@ func (h *Hasher) objectHash(id string) (branch.ObjectHash, bool, error) {
 	oh, ok = got[id]
 	if ok {
 		h.mu.Lock()
-		h.objects[id] = oh
+		h.memoObjectLocked(id, oh)
 		h.mu.Unlock()
 	}
 	return oh, ok, nil
+}
+
+// maxObjectMemo bounds the object hashes kept in memory (about 120
+// bytes each): past it they are dropped, and read from the store again
+// when needed, so that a daemon's memory does not grow with every
+// object it ever hashed.
+const maxObjectMemo = 100_000
+
+// memoObjectLocked keeps object id's hash in memory. h.mu is held.
+func (h *Hasher) memoObjectLocked(id string, oh branch.ObjectHash) {
+	if len(h.objects) >= maxObjectMemo {
+		clear(h.objects)
+	}
+	h.objects[id] = oh
 }
 
 // ObjectHash returns the SHA-256 of object id's contents as recorded
