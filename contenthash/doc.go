@@ -47,7 +47,9 @@
 // its id (an object a snapshot names never changes: the branch clones
 // it before changing it), so a file unchanged since the previous
 // snapshot is not read again; a project file's by (dev, ino) with its
-// size, mtime and ctime, so it is read once until it changes. Roots,
+// size, mtime and ctime, so it is read once until it changes (kept
+// only once it has not changed for 2 seconds: racyWindow), and by every
+// store of the user: the user's cache (lowercache.go) keeps them too. Roots,
 // object hashes and project file hashes are kept in the store
 // (branch.Hashes); an object's hash also indexes it by contents
 // (branch.Store.ObjectsWithHash). Root computes a missing root on

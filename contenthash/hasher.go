@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -38,8 +39,11 @@ type Config struct {
 	// Gate, when set, is a file the worker waits for to disappear
 	// before it hashes each snapshot (for the tests that prove hashing
 	// is off the file operations' path).
-	Gate   string
-	Logger *slog.Logger
+	Gate string
+	// LowerCache, when set, is the user's cache of project file
+	// hashes, shared by the user's stores (lowercache.go).
+	LowerCache *LowerCache
+	Logger     *slog.Logger
 }
 
 // Hasher computes and keeps the content hashes and roots of one
@@ -52,7 +56,7 @@ type Hasher struct {
 	// store is written.
 	mu       sync.Mutex
 	objects  map[string]branch.ObjectHash // the object hashes known
-	inflight map[string]*flight           // snapshot id → the computation running
+	inflight map[string]*flight           // snapshot id (+ "\x00worker" for the worker's) → the computation running
 	running  bool                         // the worker runs
 	kick     chan struct{}
 	stop     chan struct{}
@@ -61,6 +65,9 @@ type Hasher struct {
 	deduped  int64
 	helper   *helper         // the hashing process, while the worker runs
 	failed   map[string]bool // snapshots whose root the worker failed to compute
+
+	// lowerRead counts the project files read to be hashed.
+	lowerRead atomic.Int64
 
 	// quit is closed by Close: a computation running stops at the next
 	// file (ErrClosed).
@@ -135,18 +142,27 @@ func (h *Hasher) Root(snap branch.Snapshot, compute bool) (branch.SnapshotRoot, 
 // worker's computations (background) read and hash in the hashing
 // process; one a command waits for, in the daemon itself.
 func (h *Hasher) compute(snap branch.Snapshot, background bool) (branch.SnapshotRoot, error) {
+	// A command never waits for the worker's computation, which hashes
+	// at the lowest priority there is (and may wait for a hashing
+	// process that no longer answers): it computes at its own pace,
+	// sharing only the computations of other commands. Both record the
+	// same root.
+	key := snap.ID
+	if background {
+		key += "\x00worker"
+	}
 	h.mu.Lock()
-	if f := h.inflight[snap.ID]; f != nil {
+	if f := h.inflight[key]; f != nil {
 		h.mu.Unlock()
 		<-f.done
 		return f.root, f.err
 	}
 	f := &flight{done: make(chan struct{})}
-	h.inflight[snap.ID] = f
+	h.inflight[key] = f
 	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
-		delete(h.inflight, snap.ID)
+		delete(h.inflight, key)
 		h.mu.Unlock()
 		close(f.done)
 	}()
@@ -180,7 +196,7 @@ func (h *Hasher) compute(snap branch.Snapshot, background bool) (branch.Snapshot
 func (h *Hasher) record(hs branch.Hashes) error {
 	h.mu.Lock()
 	for id, oh := range hs.Objects {
-		h.objects[id] = oh
+		h.memoObjectLocked(id, oh)
 	}
 	h.mu.Unlock()
 	if h.cfg.ReadOnly {
@@ -188,6 +204,11 @@ func (h *Hasher) record(hs branch.Hashes) error {
 	}
 	if err := h.cfg.Meta.PutHashes(hs); err != nil {
 		return fmt.Errorf("recording content hashes: %w", err)
+	}
+	if c := h.cfg.LowerCache; c != nil {
+		if err := c.add(hs.Lower); err != nil {
+			h.log.Warn("keeping project file hashes in the user's cache", "err", err)
+		}
 	}
 	h.dedupe(hs.Objects)
 	return nil
@@ -338,6 +359,7 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 		if oh, ok := hs.Objects[e.Object]; ok {
 			return oh.Sum, oh.Size, nil
 		}
+		recorded := false
 		if !o.fresh && !o.live {
 			oh, ok, err := h.objectHash(e.Object)
 			if err != nil {
@@ -349,6 +371,7 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 			if st, serr := h.cfg.Objects.Lstat(e.Object); ok && serr == nil && st.Size == oh.Size && st.Mtim.Nano() == oh.Mtime {
 				return oh.Sum, oh.Size, nil
 			}
+			recorded = ok
 		}
 		f, err := e.OpenData()
 		if err != nil {
@@ -366,6 +389,15 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 		var st unix.Stat_t
 		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 			return Digest{}, 0, err
+		}
+		if recorded {
+			// A snapshot's object never changes (the branch clones it
+			// first): other size or mtime than when it was hashed is
+			// damage (an edit in the store, the disk). Its recorded
+			// hash stays, for verify to report it with every snapshot
+			// naming it.
+			h.log.Warn("an object changed since it was hashed: agentfs verify reports it", "object", e.Object, "path", e.Path)
+			return sum, n, nil
 		}
 		if !o.live || o.memo != nil {
 			hs.Objects[e.Object] = branch.ObjectHash{Sum: sum, Size: n, Mtime: st.Mtim.Nano()}
@@ -385,7 +417,19 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 		if ok && lh.Size == ls.Size && lh.Mtime == ls.Mtim.Nano() && lh.Ctime == ls.Ctim.Nano() {
 			return lh.Sum, lh.Size, nil
 		}
+		if c := h.cfg.LowerCache; c != nil {
+			lh, ok, err := c.get(ls.Dev, ls.Ino)
+			if err != nil {
+				h.log.Warn("the cache of project file hashes", "err", err)
+			}
+			if ok && lh.Size == ls.Size && lh.Mtime == ls.Mtim.Nano() && lh.Ctime == ls.Ctim.Nano() {
+				hs.Lower = append(hs.Lower, lh) // into the store's keys too
+				return lh.Sum, lh.Size, nil
+			}
+		}
 	}
+	h.lowerRead.Add(1)
+	start := time.Now()
 	f, err := e.OpenData()
 	if err != nil {
 		return Digest{}, 0, err
@@ -400,11 +444,32 @@ func (h *Hasher) fileSum(e *overlay.WalkEntry, o treeOptions, hs *branch.Hashes)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err == nil && st.Dev == ls.Dev && st.Ino == ls.Ino &&
-		st.Size == ls.Size && st.Size == n && st.Mtim == ls.Mtim && st.Ctim == ls.Ctim {
-		// Unchanged while read: the hash is true of that state.
+		st.Size == ls.Size && st.Size == n && st.Mtim == ls.Mtim && st.Ctim == ls.Ctim &&
+		settled(ls, start) {
+		// Unchanged while read, and changed long enough before that a
+		// later change gets another ctime: the hash is true of that
+		// state, and of every state with the same size and times.
 		hs.Lower = append(hs.Lower, branch.LowerHash{Dev: ls.Dev, Ino: ls.Ino, Size: n, Mtime: ls.Mtim.Nano(), Ctime: ls.Ctim.Nano(), Sum: sum})
 	}
 	return sum, n, nil
+}
+
+// racyWindow is how long before its hashing a project file must last
+// have changed for its hash to be kept. A change within the same tick
+// of the file system's clock keeps the ctime (and the size, when it
+// rewrites bytes in place): a coarse clock (4 ms jiffies where the
+// file system has no fine-grained timestamps), a one-second one (ext4
+// with 128-byte inodes, NFS servers), FAT's two seconds. Such a file is
+// hashed again the next time (as git's index treats a "racily clean"
+// file).
+const racyWindow = 2 * time.Second
+
+// settled reports whether project file ls last changed at least
+// racyWindow before start, so that any change after start gives it
+// another ctime.
+func settled(ls *unix.Stat_t, start time.Time) bool {
+	return time.Unix(ls.Ctim.Unix()).Add(racyWindow).Before(start) &&
+		time.Unix(ls.Mtim.Unix()).Add(racyWindow).Before(start)
 }
 
 // hashData hashes what f holds: for the worker (background) in the
@@ -418,21 +483,43 @@ func (h *Hasher) hashData(f *os.File, background bool) (Digest, int64, error) {
 	}
 	if p != nil {
 		sum, n, err := p.hash(f)
-		if err == nil || !p.gone() {
-			return sum, n, err
+		if err == nil {
+			return sum, n, nil
 		}
-		h.log.Warn("the hashing process stopped: hashing in the daemon from now on", "err", err)
+		if !p.gone() {
+			// The process could not read it (it holds no privilege: a
+			// project on a FUSE file system that serves only its
+			// user, say): the daemon reads it.
+			h.log.Debug("the hashing process could not read a file: hashing it in the daemon", "err", err)
+			if _, serr := f.Seek(0, io.SeekStart); serr != nil {
+				return Digest{}, 0, serr
+			}
+			return hashFile(f)
+		}
 		h.mu.Lock()
 		if h.helper == p {
 			h.helper = nil
 		}
 		h.mu.Unlock()
+		if cerr := p.close(); cerr != nil { // reaped now, not when the worker ends
+			err = fmt.Errorf("%w (%v)", err, cerr)
+		}
+		select {
+		case <-h.quit: // killed by Close: read nothing more
+			return Digest{}, 0, ErrClosed
+		default:
+		}
+		h.log.Warn("the hashing process stopped: hashing in the daemon from now on", "err", err)
 		if _, serr := f.Seek(0, io.SeekStart); serr != nil {
 			return Digest{}, 0, serr
 		}
 	}
 	return hashFile(f)
 }
+
+// ProjectFilesRead is the number of project files this Hasher read to
+// hash them (those whose hash it had were not).
+func (h *Hasher) ProjectFilesRead() int64 { return h.lowerRead.Load() }
 
 // objectHash returns the recorded hash of object id.
 func (h *Hasher) objectHash(id string) (branch.ObjectHash, bool, error) {
@@ -449,10 +536,24 @@ func (h *Hasher) objectHash(id string) (branch.ObjectHash, bool, error) {
 	oh, ok = got[id]
 	if ok {
 		h.mu.Lock()
-		h.objects[id] = oh
+		h.memoObjectLocked(id, oh)
 		h.mu.Unlock()
 	}
 	return oh, ok, nil
+}
+
+// maxObjectMemo bounds the object hashes kept in memory (about 120
+// bytes each): past it they are dropped, and read from the store again
+// when needed, so that a daemon's memory does not grow with every
+// object it ever hashed.
+const maxObjectMemo = 100_000
+
+// memoObjectLocked keeps object id's hash in memory. h.mu is held.
+func (h *Hasher) memoObjectLocked(id string, oh branch.ObjectHash) {
+	if len(h.objects) >= maxObjectMemo {
+		clear(h.objects)
+	}
+	h.objects[id] = oh
 }
 
 // ObjectHash returns the SHA-256 of object id's contents as recorded

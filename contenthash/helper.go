@@ -24,7 +24,8 @@ import (
 // session (its own autogroup), which it gives the lowest priority
 // (autogroup nice 19, SCHED_IDLE, the idle I/O class), and handed each
 // file as a descriptor over a socket pair (SCM_RIGHTS): it needs no
-// path, no store and no privilege, and it only reads. When it cannot be
+// path, no store and no privilege, and it only reads; so it holds none
+// (dropPrivileges: started by root, it runs as nobody). When it cannot be
 // started or dies, the worker hashes in its own thread and logs why. A
 // computation a command waits for (snapshot show, verify) hashes in the
 // daemon, at the command's pace.
@@ -44,6 +45,7 @@ const helperFd = 3
 // the worker closes it, and returns the exit code.
 func RunHelper() int {
 	lowerOwnPriority()
+	dropPrivileges()
 	conn := helperFd
 	buf := make([]byte, 1)
 	oob := make([]byte, unix.CmsgSpace(4))
@@ -111,13 +113,52 @@ func lowerOwnPriority() {
 	}
 }
 
+// nobody is the user and group the hashing process runs as when
+// started by root.
+const nobody = 65534
+
+// dropPrivileges gives up what the hashing process does not need: it
+// reads only the descriptors it is handed, which need no privilege to
+// read. Started by root, it becomes nobody (no groups, no
+// capabilities); in every case it may gain none (no_new_privs). Each
+// step is best effort: in a user namespace where nobody is not mapped
+// it stays the namespace's root, the user outside.
+func dropPrivileges() {
+	_ = unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+	if os.Geteuid() != 0 {
+		return
+	}
+	ppid := os.Getppid()
+	// The syscall package's calls change every thread's credentials.
+	if err := syscall.Setgroups(nil); err != nil {
+		return
+	}
+	if err := syscall.Setresgid(nobody, nobody, nobody); err != nil {
+		return
+	}
+	if err := syscall.Setresuid(nobody, nobody, nobody); err != nil {
+		return
+	}
+	// A change of credentials clears the parent-death signal: set it
+	// again, and end if the daemon died meanwhile.
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+	if os.Getppid() != ppid {
+		os.Exit(0)
+	}
+}
+
 // helper is the worker's side of the hashing process.
 type helper struct {
 	mu   sync.Mutex // one file at a time
 	conn int
 	cmd  *exec.Cmd
 	dead error // why it no longer serves
+	// waitErr is what close's wait returned.
+	waitErr error
 }
+
+// pid is the hashing process's.
+func (p *helper) pid() int { return p.cmd.Process.Pid }
 
 // startHelper starts the hashing process argv (the agentfs binary and
 // HelperCommand).
@@ -181,14 +222,27 @@ func (p *helper) gone() bool {
 	return p.dead != nil
 }
 
-// close ends the hashing process and waits for it.
+// close ends the hashing process and waits for it (once: later calls
+// return what the first did).
 func (p *helper) close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.conn < 0 {
+		return p.waitErr
+	}
 	unix.Close(p.conn)
 	p.conn = -1
 	if p.dead == nil {
 		p.dead = io.ErrClosedPipe
 	}
-	return p.cmd.Wait()
+	p.waitErr = p.cmd.Wait()
+	return p.waitErr
+}
+
+// kill ends the hashing process without waiting for the file it may be
+// hashing (a file on a hung network file system, a process stopped):
+// the worker's read of its answer then returns, and close reaps it.
+// It takes no lock: hash holds p.mu while it waits.
+func (p *helper) kill() {
+	_ = p.cmd.Process.Kill()
 }

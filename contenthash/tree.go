@@ -234,6 +234,11 @@ func hashFileBuf(f *os.File, buf []byte) (Digest, int64, error) {
 // the tree with lstat, readlink and open(O_NOFOLLOW), as any program
 // recomputing a root would.
 func HashDir(dir string, entries bool) (Manifest, error) {
+	// The top directory named through a symlink is the directory: the
+	// symlinks below it are paths of the tree.
+	if resolved, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = resolved
+	}
 	b := newBuilder(entries)
 	if err := walkDir(b, dir, ""); err != nil {
 		return Manifest{}, err

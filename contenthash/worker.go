@@ -66,7 +66,14 @@ func (h *Hasher) Close() {
 	}
 	h.running = false
 	close(h.stop)
+	p := h.helper
 	h.mu.Unlock()
+	if p != nil {
+		// The worker may be waiting for the process's answer about a
+		// file that never comes (a hung file system, a stopped
+		// process): closing must not wait for it.
+		p.kill()
+	}
 	<-h.done
 }
 

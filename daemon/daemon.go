@@ -175,6 +175,7 @@ func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 		ProgressGate: os.Getenv("AGENTFS_TEST_PROGRESS_GATE") == "1",
 		NoHash:       !p.Activity.Hash,
 		HashHelper:   hashHelper(),
+		HashCache:    contenthash.UserLowerCachePath(),
 		// Only the tests that block the hash worker set it.
 		HashGate: os.Getenv("AGENTFS_TEST_HASH_GATE")})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/contenthash"
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/daemon"
 	"github.com/agentfs/agentfs/procfs"
@@ -82,7 +83,7 @@ func (r *Record) openStore(version string) (w *workspace.Workspace, closeStore f
 	}
 	logger := slog.New(slog.NewTextHandler(logf, nil)).With("offline", true, "pid", os.Getpid())
 	w, err = workspace.Open(workspace.Options{Store: r.Store, Lower: r.Project, Mountpoint: r.Mountpoint,
-		Session: true, Version: version, Logger: logger})
+		Session: true, Version: version, Logger: logger, HashCache: contenthash.UserLowerCachePath()})
 	if err != nil {
 		logf.Close()
 		if errors.Is(err, branch.ErrLocked) {

@@ -125,7 +125,8 @@ func hashError(err error, what string) error {
 }
 
 // writeManifest writes the manifest of the view just exported beside
-// the tree (to + ".manifest.json"), and returns its path and root.
+// the tree (to + ".manifest.json"), and returns its path and root: a
+// snapshot's, or, for a view read live, the tree's.
 // opMu is held.
 func (w *Workspace) writeManifest(v refView, to string) (string, string, error) {
 	var m contenthash.Manifest
@@ -133,7 +134,10 @@ func (w *Workspace) writeManifest(v refView, to string) (string, string, error) 
 	if v.snap != nil {
 		m, err = w.hashes.SnapshotManifest(*v.snap)
 	} else {
-		m, err = w.hashes.Manifest(v.fs, "")
+		// A branch or the project is read live: what the tree holds
+		// is what was read at export, which a program writing since
+		// may have changed in the view. The manifest is the tree's.
+		m, err = contenthash.HashDir(to, true)
 	}
 	if err != nil {
 		return "", "", err

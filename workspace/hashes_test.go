@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/internal/testenv"
+	"github.com/agentfs/agentfs/overlay"
 )
 
 // referenceRoot computes the Merkle root of the tree at dir from its
@@ -60,6 +61,8 @@ func referenceRoot(t *testing.T, dir string) string {
 				t.Fatal(err)
 			}
 			return "l", mode, sha256.Sum256([]byte(target))
+		case unix.S_IFIFO:
+			return "p", mode, sha256.Sum256(nil)
 		}
 		t.Fatalf("%s: unexpected type %o", p, st.Mode&unix.S_IFMT)
 		return "", 0, [32]byte{}
@@ -370,5 +373,351 @@ func TestWorkerComputesRootsAndFails(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "gone.txt") {
 		t.Errorf("verify of a snapshot whose object is gone: %v, want an error naming gone.txt", err)
+	}
+}
+
+// TestProjectHashKeptOnlyWhenSettled: a project file's hash is kept
+// (and used again while its size and times stay) only when the file
+// last changed long enough before it was hashed that a later change
+// gets another ctime: one changed within the same tick of a coarse
+// file system clock, with the same size, would otherwise keep a stale
+// hash, and a later snapshot's root would be wrong.
+func TestProjectHashKeptOnlyWhenSettled(t *testing.T) {
+	w, info := hashedWorkspace(t)
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(w.opts.Lower, "src", "main.go"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ShowSnapshot(self, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if lh, ok, err := w.meta.LowerHashOf(st.Dev, st.Ino); err != nil || ok {
+		t.Fatalf("the hash of a project file written just before it was hashed was kept (%+v, %v): a change in the same clock tick would go unseen", lh, err)
+	}
+	// Once the file is older than the window, its hash is kept.
+	time.Sleep(2100 * time.Millisecond)
+	later, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "later"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ShowSnapshot(self, later.ID); err != nil {
+		t.Fatal(err)
+	}
+	lh, ok, err := w.meta.LowerHashOf(st.Dev, st.Ino)
+	if err != nil || !ok || lh.Sum != sha256.Sum256([]byte("package main\n")) {
+		t.Fatalf("the hash of a settled project file: %+v %v %v, want it kept", lh, ok, err)
+	}
+}
+
+// TestCommandsNeverWaitForAStuckWorker: a command that needs a root
+// (verify) computes it at its own pace, not by waiting for the
+// worker's computation of it, which hashes at the lowest priority there
+// is and here waits for a hashing process that never answers; and
+// closing the workspace ends that process instead of waiting for it.
+func TestCommandsNeverWaitForAStuckWorker(t *testing.T) {
+	lower := t.TempDir()
+	if err := os.WriteFile(filepath.Join(lower, "a.txt"), []byte("lower a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(t.TempDir(), "hashing")
+	// The hashing process takes the first file, says so, and never
+	// answers.
+	helper := []string{"/bin/sh", "-c", `head -c 1 <&3 >/dev/null; : > "$0"; exec sleep 3600`, mark}
+	w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test", HashHelper: helper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = w.Close()
+		}
+	})
+	info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "stuck"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.hashes.Start()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(mark); err == nil {
+			break
+		}
+		if i == 6000 {
+			t.Fatal("the worker never handed a file to its hashing process")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() {
+		rep, err := w.Verify(self, ctl.VerifyArgs{Refs: []string{info.ID}})
+		if err == nil && !rep.OK {
+			err = fmt.Errorf("verify found problems: %+v", rep.Problems)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute): // a deadlock, not a speed check
+		t.Fatal("verify waited for the worker's computation, which waits for a hashing process that never answers")
+	}
+	go func() { done <- w.Close() }()
+	select {
+	case err := <-done:
+		closed = true
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("closing the workspace waited for a hashing process that never answers")
+	}
+}
+
+// TestProjectHashesSharedAcrossStores: the hashes of project files are
+// kept in the user's cache, so that another store of the same project
+// (each agentfs run makes one) reads none of the files again; a file
+// changed since is read again, and a cache others may write is not
+// used.
+func TestProjectHashesSharedAcrossStores(t *testing.T) {
+	lower := t.TempDir()
+	for i := range 5 {
+		if err := os.WriteFile(filepath.Join(lower, fmt.Sprintf("f%d", i)), bytes.Repeat([]byte{byte('a' + i)}, 10000), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := filepath.Join(t.TempDir(), "state", "agentfs", "project-hashes")
+	time.Sleep(2100 * time.Millisecond) // past the racy window: the hashes are kept
+	rootOf := func() (string, int64) {
+		t.Helper()
+		w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test", HashCache: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := w.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
+		info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err = w.ShowSnapshot(self, info.ID); err != nil {
+			t.Fatal(err)
+		}
+		return info.Root, w.Hashes().ProjectFilesRead()
+	}
+	want := referenceRoot(t, lower)
+	if root, read := rootOf(); root != want || read != 5 {
+		t.Fatalf("first store: root %s, %d project files read; want %s, 5", root, read, want)
+	}
+	if root, read := rootOf(); root != want || read != 0 {
+		t.Fatalf("second store: root %s, %d project files read; want %s, 0 (the user's cache has them)", root, read, want)
+	}
+	// The same size, other contents: read again.
+	if err := os.WriteFile(filepath.Join(lower, "f2"), bytes.Repeat([]byte{'z'}, 10000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want = referenceRoot(t, lower)
+	if root, read := rootOf(); root != want || read != 1 {
+		t.Fatalf("after a change: root %s, %d project files read; want %s, 1", root, read, want)
+	}
+	if err := os.Chmod(cache, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if root, read := rootOf(); root != want || read != 5 {
+		t.Fatalf("with a cache anyone may write: root %s, %d project files read; want %s, 5 (not used)", root, read, want)
+	}
+}
+
+// TestObjectChangedBeforeALaterRoot: an object edited in the store
+// after its hash was recorded, and before the root of a later snapshot
+// naming it is computed, is not hashed again as if it were new: the
+// later snapshot's verify reports it too (objects never change, so a
+// recorded hash that no longer matches is damage, not a stale cache).
+func TestObjectChangedBeforeALaterRoot(t *testing.T) {
+	w, info := hashedWorkspace(t)
+	if _, err := w.ShowSnapshot(self, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(objectFile(t, w, info.ID, "new.txt"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("edited\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	later, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "later"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.ShowSnapshot(self, later.ID) // its root: computed now, or refused
+	rep, err := w.Verify(self, ctl.VerifyArgs{Refs: []string{later.ID}})
+	if err == nil && rep.OK {
+		t.Fatalf("verify of a snapshot whose object was edited in the store before its root was computed: OK, want object-changed (%+v)", rep)
+	}
+	if err == nil && !strings.Contains(fmt.Sprint(rep.Problems), "object-changed") {
+		t.Errorf("verify: %+v, want an object-changed problem", rep.Problems)
+	}
+}
+
+// TestSnapshotRootEdgeCases: the root of a snapshot holding what a
+// definition can get wrong (names with a newline or bytes that are not
+// UTF-8, setid and sticky bits, the top directory's own mode, empty
+// directories, fifos, hard links; some in the project, some made or
+// changed in the branch) is the root an independent computation gets
+// from its export.
+func TestSnapshotRootEdgeCases(t *testing.T) {
+	lower := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(lower, "new\nline"), []byte("n\n"), 0o644))
+	must(os.WriteFile(filepath.Join(lower, "latin1-\xe9"), []byte("e\n"), 0o644))
+	must(os.WriteFile(filepath.Join(lower, "setuid"), []byte("#!/bin/sh\n"), 0o755))
+	must(os.Chmod(filepath.Join(lower, "setuid"), 0o4755))
+	must(os.Mkdir(filepath.Join(lower, "shared"), 0o755))
+	must(os.Chmod(filepath.Join(lower, "shared"), 0o3775))
+	must(os.Mkdir(filepath.Join(lower, "empty"), 0o700))
+	must(unix.Mkfifo(filepath.Join(lower, "fifo"), 0o640))
+	must(os.WriteFile(filepath.Join(lower, "one"), []byte("linked\n"), 0o644))
+	must(os.Link(filepath.Join(lower, "one"), filepath.Join(lower, "shared", "two")))
+	must(os.WriteFile(filepath.Join(lower, "plain"), []byte("plain\n"), 0o644))
+	must(os.Chmod(lower, 0o750))
+	w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test"})
+	must(err)
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	v := w.View()
+	_, _, err = v.Mkdir(v.Root(), "made-empty", 0o1777, overlay.Caller{})
+	must(err)
+	_, _, err = v.Symlink(v.Root(), "made-link\n", "new\nline", overlay.Caller{})
+	must(err)
+	_, _, err = v.Mknod(v.Root(), "made-fifo", unix.S_IFIFO|0o600, 0, overlay.Caller{})
+	must(err)
+	writeFile(t, v, "made-\xff", "made\n")
+	made, _, err := v.Lookup(v.Root(), "made-\xff")
+	must(err)
+	_, err = v.Link(made, v.Root(), "made-link2")
+	must(err)
+	plain, _, err := v.Lookup(v.Root(), "plain")
+	must(err)
+	mode := uint32(0o2711)
+	_, err = v.Setattr(plain, overlay.SetAttr{Mode: &mode}, nil)
+	must(err)
+	root := v.Root()
+	topMode := uint32(0o705)
+	_, err = v.Setattr(root, overlay.SetAttr{Mode: &topMode}, nil)
+	must(err)
+	info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "edges"})
+	must(err)
+	shown, err := w.ShowSnapshot(self, info.ID)
+	must(err)
+	out := filepath.Join(t.TempDir(), "export")
+	reply, err := w.Export(self, ctl.ExportArgs{Ref: info.ID, To: out, Manifest: true})
+	must(err)
+	var st unix.Stat_t
+	must(unix.Lstat(out, &st))
+	if st.Mode&07777 != 0o705 {
+		t.Errorf("the export's top directory has mode %04o, want 0705", st.Mode&07777)
+	}
+	if want := referenceRoot(t, out); shown.Root != want || reply.Root != want {
+		t.Errorf("root: snapshot show %s, export's manifest %s; recomputed from the export %s", shown.Root, reply.Root, want)
+	}
+	rep, err := w.Verify(self, ctl.VerifyArgs{Refs: []string{info.ID}, Tree: out})
+	if err != nil || !rep.OK {
+		t.Fatalf("verify --tree of the export: %+v, %v", rep, err)
+	}
+	link := filepath.Join(t.TempDir(), "to-export")
+	must(os.Symlink(out, link))
+	if rep, err = w.Verify(self, ctl.VerifyArgs{Refs: []string{info.ID}, Tree: link}); err != nil || !rep.OK {
+		t.Fatalf("verify --tree of the export named through a symlink: %+v, %v", rep, err)
+	}
+}
+
+// TestWorkerSurvivesItsHashingProcess: a hashing process that dies
+// (here at once) costs only its priority: the worker hashes in the
+// daemon and computes the same root.
+func TestWorkerSurvivesItsHashingProcess(t *testing.T) {
+	lower := t.TempDir()
+	if err := os.WriteFile(filepath.Join(lower, "a.txt"), bytes.Repeat([]byte("a"), 100000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test", HashHelper: []string{"/bin/sh", "-c", "exit 3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	writeFile(t, w.View(), "b.txt", "made in the branch\n")
+	info, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.hashes.Start()
+	w.hashes.Kick()
+	for i := 0; ; i++ {
+		list, err := w.Snapshots()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := list.Snapshots[0]; s.RootStatus == "computed" {
+			out := filepath.Join(t.TempDir(), "export")
+			if _, err := w.Export(self, ctl.ExportArgs{Ref: info.ID, To: out}); err != nil {
+				t.Fatal(err)
+			}
+			if want := referenceRoot(t, out); s.Root != want {
+				t.Errorf("root %s, recomputed from the export %s", s.Root, want)
+			}
+			return
+		} else if s.RootStatus == "failed" || i == 6000 {
+			t.Fatalf("the worker whose hashing process died: root status %s", s.RootStatus)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLiveExportManifestIsTheTree: the manifest of an export of a
+// branch being written (read live) is the manifest of the tree written,
+// not of the branch a moment later.
+func TestLiveExportManifestIsTheTree(t *testing.T) {
+	w, _ := hashedWorkspace(t)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			writeFile(t, w.View(), "busy.txt", strings.Repeat(fmt.Sprint(i%10), 100+i%7))
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 200 {
+		out := filepath.Join(t.TempDir(), "export")
+		reply, err := w.Export(self, ctl.ExportArgs{Ref: "main", To: out, Manifest: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := referenceRoot(t, out); reply.Root != want {
+			t.Fatalf("export %d of a branch being written: manifest root %s, the tree's %s", i, reply.Root, want)
+		}
 	}
 }

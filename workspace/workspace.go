@@ -82,7 +82,10 @@ type Options struct {
 	// HashGate is a file the hash worker waits for to disappear before
 	// each snapshot it hashes: for the tests only.
 	HashGate string
-	Logger   *slog.Logger
+	// HashCache is the user's cache of project file hashes, shared by
+	// the user's stores (contenthash.UserLowerCachePath); empty: none.
+	HashCache string
+	Logger    *slog.Logger
 	// Hasher gives the SHA-256 of an object a push sends (push.go);
 	// nil reads the object (remote.ReadHash).
 	Hasher remote.Hasher
@@ -209,7 +212,11 @@ func (w *Workspace) open() error {
 	}
 	w.shown.Store(w.view)
 	w.views = map[string]*overlay.FS{layer.Name(): w.view}
-	w.hashes = contenthash.New(contenthash.Config{Meta: w.meta, Objects: w.objs, LowerDir: o.LowerDir,
+	var lowerCache *contenthash.LowerCache
+	if o.HashCache != "" {
+		lowerCache = contenthash.OpenLowerCache(o.HashCache)
+	}
+	w.hashes = contenthash.New(contenthash.Config{Meta: w.meta, Objects: w.objs, LowerDir: o.LowerDir, LowerCache: lowerCache,
 		ReadOnly: o.ReadOnly, Gate: o.HashGate, Helper: o.HashHelper, Logger: w.log,
 		OpenSnapshot: func(s branch.Snapshot) (*overlay.FS, error) { return w.readView(nil, w.meta.SnapshotView(s)) }})
 	return nil

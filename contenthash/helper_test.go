@@ -1,0 +1,73 @@
+package contenthash
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentfs/agentfs/internal/testenv"
+)
+
+// helperEnv makes the test binary the hashing process (TestMain).
+const helperEnv = "AGENTFS_TEST_RUN_HASH_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		os.Exit(RunHelper())
+	}
+	os.Exit(m.Run())
+}
+
+// TestHelperHoldsNoPrivilege: the hashing process started by root
+// runs as nobody, with no groups and no capabilities, and may gain
+// none; it still hashes the files it is handed (a file only root may
+// read, here).
+func TestHelperHoldsNoPrivilege(t *testing.T) {
+	testenv.RequireRoot(t, "the hashing process drops root's privileges")
+	t.Setenv(helperEnv, "1")
+	p, err := startHelper([]string{os.Args[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.close() }()
+	file := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(file, []byte("root's only\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sum, n, err := p.hash(f)
+	if err != nil || n != 12 || sum != sha256.Sum256([]byte("root's only\n")) {
+		t.Fatalf("hash = %x, %d, %v", sum, n, err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"Uid:":        fmt.Sprintf("%d\t%d\t%d\t%d", nobody, nobody, nobody, nobody),
+		"Gid:":        fmt.Sprintf("%d\t%d\t%d\t%d", nobody, nobody, nobody, nobody),
+		"Groups:":     "",
+		"CapEff:":     "0000000000000000",
+		"CapPrm:":     "0000000000000000",
+		"NoNewPrivs:": "1",
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, "\t")
+		if w, ok := want[k]; ok {
+			if strings.TrimSpace(v) != w {
+				t.Errorf("the hashing process's %s %q, want %q", k, strings.TrimSpace(v), w)
+			}
+			delete(want, k)
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("not in its status: %v", want)
+	}
+}
