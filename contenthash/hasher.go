@@ -43,7 +43,14 @@ type Config struct {
 	// LowerCache, when set, is the user's cache of project file
 	// hashes, shared by the user's stores (lowercache.go).
 	LowerCache *LowerCache
-	Logger     *slog.Logger
+	// Yield, when set, is called by the worker before each path of a
+	// snapshot it walks and before it records what it computed (never
+	// by a command's computation): a mount's daemon makes it wait
+	// while programs are changing files, so that the worker's walk,
+	// reads and commits come between their bursts rather than in them.
+	// It returns early when quit is closed.
+	Yield  func(quit <-chan struct{})
+	Logger *slog.Logger
 }
 
 // Hasher computes and keeps the content hashes and roots of one
@@ -65,6 +72,7 @@ type Hasher struct {
 	deduped  int64
 	helper   *helper         // the hashing process, while the worker runs
 	failed   map[string]bool // snapshots whose root the worker failed to compute
+	paused   bool            // Pause(true): the hashing process is stopped
 
 	// lowerRead counts the project files read to be hashed.
 	lowerRead atomic.Int64
@@ -179,6 +187,13 @@ func (h *Hasher) compute(snap branch.Snapshot, background bool) (branch.Snapshot
 	}
 	f.root = branch.SnapshotRoot{Ts: snap.Ts, Root: root, Files: m.Files, Bytes: m.Bytes, Computed: time.Now().Round(0)}
 	newHashes.Roots = map[string]branch.SnapshotRoot{snap.ID: f.root}
+	if background {
+		// Its commit too waits for a quiet moment.
+		if err := h.yield(); err != nil {
+			f.err = err
+			return branch.SnapshotRoot{}, err
+		}
+	}
 	if err := h.record(newHashes); err != nil {
 		f.err = err
 		return f.root, err
@@ -312,6 +327,11 @@ func (h *Hasher) tree(v *overlay.FS, o treeOptions) (Manifest, Digest, branch.Ha
 		defer func() { *o.memo = hs }()
 	}
 	err := overlay.Walk(v, func(e *overlay.WalkEntry) error {
+		if o.background {
+			if err := h.yield(); err != nil {
+				return err
+			}
+		}
 		select {
 		case <-h.quit:
 			return ErrClosed
@@ -350,6 +370,41 @@ func (h *Hasher) tree(v *overlay.FS, o treeOptions) (Manifest, Digest, branch.Ha
 	}
 	m, root, err := b.finish()
 	return m, root, hs, err
+}
+
+// Pause stops (on) or continues the hashing process, if there is one:
+// a mount's daemon stops it while programs are changing files, so that
+// a file being hashed does not take the CPU and caches they use. A
+// computation waiting for the paused process waits with it; Close
+// ends it either way.
+func (h *Hasher) Pause(on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.paused == on {
+		return
+	}
+	h.paused = on
+	if p := h.helper; p != nil {
+		if on {
+			p.signal(unix.SIGSTOP)
+		} else {
+			p.signal(unix.SIGCONT)
+		}
+	}
+}
+
+// yield holds the worker back as Config.Yield says; ErrClosed once the
+// Hasher is closed.
+func (h *Hasher) yield() error {
+	if h.cfg.Yield != nil {
+		h.cfg.Yield(h.quit)
+	}
+	select {
+	case <-h.quit:
+		return ErrClosed
+	default:
+		return nil
+	}
 }
 
 // fileSum returns the hash and size of regular file e's contents:

@@ -232,12 +232,16 @@ func (p *helper) close() error {
 	}
 	unix.Close(p.conn)
 	p.conn = -1
+	p.signal(unix.SIGCONT) // paused (Hasher.Pause): let it see the close
 	if p.dead == nil {
 		p.dead = io.ErrClosedPipe
 	}
 	p.waitErr = p.cmd.Wait()
 	return p.waitErr
 }
+
+// signal sends sig to the hashing process (it takes no lock, as kill).
+func (p *helper) signal(sig os.Signal) { _ = p.cmd.Process.Signal(sig) }
 
 // kill ends the hashing process without waiting for the file it may be
 // hashing (a file on a hung network file system, a process stopped):

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentfs/agentfs/internal/testenv"
 )
@@ -69,5 +70,47 @@ func TestHelperHoldsNoPrivilege(t *testing.T) {
 	}
 	if len(want) != 0 {
 		t.Errorf("not in its status: %v", want)
+	}
+}
+
+// TestPauseStopsTheHashingProcess: Pause(true) stops the hashing
+// process (a file it is hashing waits), Pause(false) lets it go on, and
+// closing a paused process does not hang.
+func TestPauseStopsTheHashingProcess(t *testing.T) {
+	t.Setenv(helperEnv, "1")
+	p, err := startHelper([]string{os.Args[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Hasher{helper: p}
+	state := func() string {
+		t.Helper()
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// pid (comm) state ...: comm may hold spaces, the state follows
+		// the last ')'.
+		s := string(b)
+		return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
+	}
+	// A signal is delivered after kill(2) returns: wait for the state.
+	waitState := func(what string, ok func(string) bool) {
+		t.Helper()
+		for range 2000 {
+			if ok(state()) {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Fatalf("%s: the hashing process is in state %s", what, state())
+	}
+	h.Pause(true)
+	waitState("paused", func(s string) bool { return s == "T" })
+	h.Pause(false)
+	waitState("let go", func(s string) bool { return s != "T" })
+	h.Pause(true)
+	if err := p.close(); err != nil {
+		t.Errorf("closing a paused hashing process: %v", err)
 	}
 }

@@ -104,6 +104,9 @@ func (h *Hasher) work() {
 		} else {
 			h.mu.Lock()
 			h.helper = p
+			if h.paused {
+				p.signal(unix.SIGSTOP)
+			}
 			h.mu.Unlock()
 			defer func() {
 				h.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/agentfs/agentfs/activity"
 	"github.com/agentfs/agentfs/autosnap"
@@ -122,6 +123,10 @@ func (d *Daemon) closeActivity() {
 
 // Record implements fs.Activity.
 func (a *activityHook) Record(ev fs.Event) {
+	a.d.lastOp.Store(ev.Time.UnixNano())
+	if a.d.plan.Activity.Hash && !a.d.hashPaused.Load() {
+		a.d.pauseHashing()
+	}
 	if ev.Class != fs.CloseWrite {
 		a.log.Record(activity.Entry{Time: ev.Time, Tid: int(ev.Pid), Uid: ev.Uid, Branch: ev.Branch,
 			Op: ev.Op, Path: ev.Path, Path2: ev.Path2, Attrs: ev.Attrs})
@@ -171,4 +176,60 @@ func (d *Daemon) writeBack() {
 			d.log.Warn("writing back the kernel's cached writes", "err", err)
 		}
 	}
+}
+
+// The hash worker's pace: before each file it reads, it waits until
+// no operation was seen for hashQuiet, and at most hashMaxWait, so
+// that it reads and hashes between the bursts of the programs writing
+// in the mount rather than in them (on a loaded machine its idle
+// priorities alone still cost those programs: docs/benchmarks.md),
+// and still makes progress under a load that never pauses.
+const (
+	hashQuiet   = 100 * time.Millisecond
+	hashMaxWait = time.Second
+)
+
+// hashYield is the workspace's HashYield: see hashQuiet.
+func (d *Daemon) hashYield(quit <-chan struct{}) { d.hashWait(quit) }
+
+// hashWait waits as hashYield does and returns how many times it
+// slept (for the tests).
+func (d *Daemon) hashWait(quit <-chan struct{}) int {
+	deadline := time.Now().Add(hashMaxWait)
+	for n := 0; ; n++ {
+		idle := time.Since(time.Unix(0, d.lastOp.Load()))
+		left := time.Until(deadline)
+		if idle >= hashQuiet || left <= 0 {
+			return n
+		}
+		t := time.NewTimer(min(hashQuiet-idle, left))
+		select {
+		case <-quit:
+			t.Stop()
+			return n
+		case <-t.C:
+		}
+	}
+}
+
+// pauseHashing stops the hashing process at the first operation of a
+// burst (one signal a burst, not one an operation), and resumeHashing
+// lets it go on once the mount has been quiet for hashQuiet: a file
+// being hashed when programs start changing files waits for them.
+func (d *Daemon) pauseHashing() {
+	if !d.hashPaused.CompareAndSwap(false, true) {
+		return
+	}
+	d.ws.Hashes().Pause(true)
+	time.AfterFunc(hashQuiet, d.resumeHashing)
+}
+
+// resumeHashing: see pauseHashing.
+func (d *Daemon) resumeHashing() {
+	if idle := time.Since(time.Unix(0, d.lastOp.Load())); idle < hashQuiet {
+		time.AfterFunc(hashQuiet-idle, d.resumeHashing)
+		return
+	}
+	d.ws.Hashes().Pause(false)
+	d.hashPaused.Store(false)
 }

@@ -71,6 +71,12 @@ type Options struct {
 type Daemon struct {
 	plan *Plan
 	log  *slog.Logger
+	// lastOp is when the activity hook last saw an operation (Unix
+	// ns): the hash worker waits for a quiet moment (hashYield).
+	lastOp atomic.Int64
+	// hashPaused: the hash worker's process is stopped while the
+	// mount is busy (pauseHashing).
+	hashPaused atomic.Bool
 	// store and ephemeral: the plan's store, or a private one made at
 	// start. lowerDir reaches the project (see workspace.Options).
 	// userns: the daemon runs in a user namespace (agentfs run as a
@@ -177,7 +183,8 @@ func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 		HashHelper:   hashHelper(),
 		HashCache:    contenthash.UserLowerCachePath(),
 		// Only the tests that block the hash worker set it.
-		HashGate: os.Getenv("AGENTFS_TEST_HASH_GATE")})
+		HashGate:  os.Getenv("AGENTFS_TEST_HASH_GATE"),
+		HashYield: d.hashYield})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -719,5 +720,81 @@ func TestLiveExportManifestIsTheTree(t *testing.T) {
 		if want := referenceRoot(t, out); reply.Root != want {
 			t.Fatalf("export %d of a branch being written: manifest root %s, the tree's %s", i, reply.Root, want)
 		}
+	}
+}
+
+// TestWorkerYields: the worker asks HashYield before each file it
+// reads (a mount's daemon holds it back there while programs change
+// files), and a command's computation never does.
+func TestWorkerYields(t *testing.T) {
+	lower := t.TempDir()
+	for i := range 3 {
+		if err := os.WriteFile(filepath.Join(lower, fmt.Sprintf("f%d", i)), []byte(fmt.Sprint("file ", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls atomic.Int64
+	release := make(chan struct{})
+	w, err := Open(Options{Store: t.TempDir(), Lower: lower, Version: "test", HashYield: func(quit <-chan struct{}) {
+		calls.Add(1)
+		select {
+		case <-release:
+		case <-quit:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	writeFile(t, w.View(), "new.txt", "the branch's own file")
+	// A command computes the root itself, without yielding.
+	first, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ShowSnapshot(self, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("snapshot show yielded %d times: a command must not wait for the mount to be quiet", n)
+	}
+	writeFile(t, w.View(), "later.txt", "written after the first snapshot")
+	second, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{Label: "second"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.hashes.Start()
+	for i := 0; calls.Load() == 0; i++ {
+		if i == 1000 {
+			t.Fatal("the worker never yielded before reading a file")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	status := func() string {
+		list, err := w.Snapshots()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range list.Snapshots {
+			if s.ID == second.ID {
+				return s.RootStatus
+			}
+		}
+		t.Fatalf("snapshot %s not listed", second.ID)
+		return ""
+	}
+	if s := status(); s == "computed" {
+		t.Fatalf("root computed while the worker was held back before its first file")
+	}
+	close(release)
+	for i := 0; status() != "computed"; i++ {
+		if i == 1000 {
+			t.Fatalf("root status %q after the worker was let go", status())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -82,6 +82,9 @@ type Options struct {
 	// HashGate is a file the hash worker waits for to disappear before
 	// each snapshot it hashes: for the tests only.
 	HashGate string
+	// HashYield holds the hash worker back before each file it reads
+	// (contenthash.Config.Yield); nil: it reads at once.
+	HashYield func(quit <-chan struct{})
 	// HashCache is the user's cache of project file hashes, shared by
 	// the user's stores (contenthash.UserLowerCachePath); empty: none.
 	HashCache string
@@ -217,7 +220,7 @@ func (w *Workspace) open() error {
 		lowerCache = contenthash.OpenLowerCache(o.HashCache)
 	}
 	w.hashes = contenthash.New(contenthash.Config{Meta: w.meta, Objects: w.objs, LowerDir: o.LowerDir, LowerCache: lowerCache,
-		ReadOnly: o.ReadOnly, Gate: o.HashGate, Helper: o.HashHelper, Logger: w.log,
+		ReadOnly: o.ReadOnly, Gate: o.HashGate, Helper: o.HashHelper, Yield: o.HashYield, Logger: w.log,
 		OpenSnapshot: func(s branch.Snapshot) (*overlay.FS, error) { return w.readView(nil, w.meta.SnapshotView(s)) }})
 	return nil
 }
