@@ -76,8 +76,8 @@ type Store struct {
 	// then an open takes no lock for them (the common case).
 	anyPending atomic.Bool
 	pendMu     sync.Mutex
-	pending map[string]string // id → the key of its bytes
-	fills   map[string]*fill  // the fills under way
+	pending    map[string]string // id → the key of its bytes
+	fills      map[string]*fill  // the fills under way
 }
 
 // Open opens the backstore in o.Dir, creating what it needs. An
