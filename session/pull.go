@@ -1,14 +1,18 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/agentfs/agentfs/daemon"
 	"github.com/agentfs/agentfs/hostpath"
+	"github.com/agentfs/agentfs/remote"
+	"github.com/agentfs/agentfs/workspace"
 )
 
 // # Pulled sessions
@@ -73,4 +77,50 @@ func FinishPull(d PullDirs, r *Record) error {
 		return err
 	}
 	return os.RemoveAll(d.Objects)
+}
+
+// PullArgs is what Pull needs: the remote (opened, and the name it has
+// here), the session's id there, this machine's checkout, and how to
+// transfer.
+type PullArgs struct {
+	Remote     *remote.Remote
+	RemoteName string
+	Session    string
+	Project    string // absolute
+	Parallel   int
+	Progress   func(remote.Progress)
+	Version    string
+}
+
+// Pull makes session a.Session of the remote one of this machine's,
+// over a.Project: it prepares (or resumes) its directory, builds its
+// store from the remote (workspace.Pull, logged to SESSIONS/ID/pull.log),
+// then writes its record, which makes it listed.
+func Pull(ctx context.Context, a PullArgs) (workspace.PullResult, error) {
+	dirs, err := PreparePull(a.Session, a.Project)
+	if err != nil {
+		return workspace.PullResult{}, err
+	}
+	if err := os.MkdirAll(dirs.Building, 0o700); err != nil {
+		return workspace.PullResult{}, err
+	}
+	logf, err := os.OpenFile(filepath.Join(dirs.Dir, "pull.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return workspace.PullResult{}, err
+	}
+	defer func() { _ = logf.Close() }()
+	res, err := workspace.Pull(ctx, workspace.PullOptions{Remote: a.Remote, Session: a.Session, Store: dirs.Building, Project: a.Project,
+		Objects: dirs.Objects, Parallel: a.Parallel, Progress: a.Progress, Version: a.Version,
+		Logger: slog.New(slog.NewTextHandler(logf, nil)).With("pull", a.Session)})
+	if err != nil {
+		return res, err
+	}
+	rec := &Record{ID: a.Session, Project: a.Project, Dir: a.Project, Command: res.Doc.Command, Started: res.Doc.Started,
+		ExitCode: res.Doc.ExitCode, Mountpoint: a.Project, State: StateEnded, PreRun: res.Snapshots[res.Doc.PreRun],
+		PulledFrom: a.RemoteName + " " + a.Remote.Location().String()}
+	if !res.Doc.Ended.IsZero() {
+		ended := res.Doc.Ended
+		rec.Ended = &ended
+	}
+	return res, FinishPull(dirs, rec)
 }

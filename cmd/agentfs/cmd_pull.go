@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/remote"
 	"github.com/agentfs/agentfs/session"
-	"github.com/agentfs/agentfs/workspace"
 )
 
 // pullOptions are the flags of agentfs pull.
@@ -105,34 +103,11 @@ func runPull(ctx context.Context, o *pullOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	dirs, err := session.PreparePull(id, project)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dirs.Building, 0o700); err != nil {
-		return err
-	}
-	logf, err := os.OpenFile(filepath.Join(dirs.Dir, "pull.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = logf.Close() }()
 	show := newTransferProgress(o.stderr, o.json, "pull")
-	res, err := workspace.Pull(ctx, workspace.PullOptions{Remote: r, Session: id, Store: dirs.Building, Project: project,
-		Objects: dirs.Objects, Parallel: o.parallel, Progress: show.update, Version: version,
-		Logger: slog.New(slog.NewTextHandler(logf, nil)).With("pull", id)})
+	res, err := session.Pull(ctx, session.PullArgs{Remote: r, RemoteName: cfg.Name, Session: id, Project: project,
+		Parallel: o.parallel, Progress: show.update, Version: version})
 	show.end()
 	if err != nil {
-		return err
-	}
-	rec := &session.Record{ID: id, Project: project, Dir: project, Command: res.Doc.Command, Started: res.Doc.Started,
-		ExitCode: res.Doc.ExitCode, Mountpoint: project, State: session.StateEnded, PreRun: res.Snapshots[res.Doc.PreRun],
-		PulledFrom: cfg.Name + " " + r.Location().String()}
-	if !res.Doc.Ended.IsZero() {
-		ended := res.Doc.Ended
-		rec.Ended = &ended
-	}
-	if err := session.FinishPull(dirs, rec); err != nil {
 		return err
 	}
 	rep := pullReply{Session: id, Remote: cfg.Name, Project: project, Snapshots: res.Snapshots, Branches: res.Branches,
