@@ -254,6 +254,17 @@ func (s *Store) SetInfo(key string, val []byte) error {
 	return nil
 }
 
+// DeleteInfo removes a store-level fact (none there is no error).
+func (s *Store) DeleteInfo(key string) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if err := s.apply([]op{{key: infoKey(key), del: true}}); err != nil {
+		return fmt.Errorf("info %q: %w", key, err)
+	}
+	return nil
+}
+
 // Info returns a store-level fact; ErrNotFound when unset.
 func (s *Store) Info(key string) ([]byte, error) {
 	var out []byte

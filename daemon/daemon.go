@@ -184,6 +184,7 @@ func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 		HashCache:    contenthash.UserLowerCachePath(),
 		// Only the tests that block the hash worker set it.
 		HashGate:  os.Getenv("AGENTFS_TEST_HASH_GATE"),
+		MergeGate: os.Getenv("AGENTFS_TEST_MERGE_GATE"),
 		HashYield: d.hashYield})
 	if err != nil {
 		return err

@@ -113,8 +113,11 @@ type MergeOptions struct {
 type MergePlan struct {
 	Changes   []MergeChange
 	Conflicts []MergeConflict
-	ops       []mergeOp
-	theirs    *FS
+	// Step, when set, is called by ApplyMerge before each change it
+	// makes (done of total made so far): a test's hook.
+	Step   func(done, total int)
+	ops    []mergeOp
+	theirs *FS
 	// stamps: every path the plan changes or removes (a directory it
 	// removes or replaces with everything in it), as ours had it when
 	// planned; ApplyMerge checks them first (see ErrMergeStale).

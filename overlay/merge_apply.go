@@ -32,7 +32,10 @@ func (v *FS) ApplyMerge(p *MergePlan) ([]Stale, error) {
 	if err := v.checkMergeStamps(p); err != nil {
 		return nil, err
 	}
-	for _, op := range p.ops {
+	for i, op := range p.ops {
+		if p.Step != nil {
+			p.Step(i, len(p.ops))
+		}
 		var err error
 		switch op.action {
 		case MergeDelete:

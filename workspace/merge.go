@@ -126,10 +126,17 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 			return ctl.MergeReply{}, eioErrorf(err, "merging branch %q into %q: %v: nothing was merged", a.Branch, into, err)
 		}
 		defer w.closePlan(plan)
+		w.mergeGate(plan)
+		if err := w.beginMergeJournal(into, safety.ID, plan); err != nil {
+			w.dropSnapshotLocked(safety.ID, "merge of "+a.Branch)
+			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
+			return ctl.MergeReply{}, storeError(err, fmt.Sprintf("merging branch %q into %q: recording the merge (nothing was merged)", a.Branch, into))
+		}
 		stale, applyErr := applyMerge(target, plan)
 		if errors.Is(applyErr, overlay.ErrMergeStale) {
 			// Nothing was changed, and a restore would undo what the
 			// program wrote.
+			w.dropMergeJournal(a.Branch, into)
 			w.dropSnapshotLocked(safety.ID, "merge of "+a.Branch)
 			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
 			return ctl.MergeReply{}, errorf(ErrBusy, "merging branch %q into %q: %v (a program bound to %q wrote it meanwhile): nothing was merged, and what it wrote is kept: merge again", a.Branch, into, applyErr, into)
@@ -139,10 +146,21 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
 			restored, err := target.Restore(safety)
 			w.invalidate(restored)
+			if err == nil {
+				w.dropMergeJournal(a.Branch, into)
+			}
 			if err != nil {
 				return ctl.MergeReply{}, storeError(err, fmt.Sprintf("merging branch %q into %q failed (%v), and so did undoing it: the state before is in snapshot %s: agentfs restore %s", a.Branch, into, applyErr, safety.ID, safety.ID))
 			}
 			return ctl.MergeReply{}, eioErrorf(applyErr, "merging branch %q into %q: %v: nothing was merged (the branch is as it was, snapshot %s)", a.Branch, into, applyErr, safety.ID)
+		}
+		if err := w.endMergeJournal(); err != nil {
+			// The record stays: the next daemon would take the merge
+			// back. Better now, while the caller hears of it.
+			w.log.Error("dropping the record of a merge made: taking it back", "branch", a.Branch, "into", into, "err", err)
+			restored, rerr := target.Restore(safety)
+			w.invalidate(append(stale, restored...))
+			return ctl.MergeReply{}, storeError(errors.Join(err, rerr), fmt.Sprintf("merging branch %q into %q: the merge was made but its record could not be dropped, so it was undone (the state before is snapshot %s)", a.Branch, into, safety.ID))
 		}
 		w.invalidate(stale)
 		reply = mergeReply(reply, plan)

@@ -85,6 +85,9 @@ type Options struct {
 	// HashYield holds the hash worker back before each file it reads
 	// (contenthash.Config.Yield); nil: it reads at once.
 	HashYield func(quit <-chan struct{})
+	// MergeGate is a file a merge waits for to disappear half way
+	// (mergejournal.go): for the tests only.
+	MergeGate string
 	// HashCache is the user's cache of project file hashes, shared by
 	// the user's stores (contenthash.UserLowerCachePath); empty: none.
 	HashCache string
@@ -215,6 +218,9 @@ func (w *Workspace) open() error {
 	}
 	w.shown.Store(w.view)
 	w.views = map[string]*overlay.FS{layer.Name(): w.view}
+	if err := w.recoverMerge(); err != nil {
+		return fmt.Errorf("the store %s: %w", o.Store, err)
+	}
 	var lowerCache *contenthash.LowerCache
 	if o.HashCache != "" {
 		lowerCache = contenthash.OpenLowerCache(o.HashCache)
