@@ -6,6 +6,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -65,6 +66,7 @@ type crashLoad struct {
 	// load paused: id is the branch's name, want the snapshot's tree.
 	branches []*crashSnap
 	restores int      // restores done (restoreRoundTrip)
+	merges   int      // merges made (merge)
 	ends     []string // how each goroutine ended
 	log      []string // the snapshot goroutine's log
 }
@@ -140,6 +142,12 @@ func (l *crashLoad) snapshots(rng *rand.Rand) {
 				l.end("branch create", err)
 				return
 			}
+			if rng.IntN(2) == 0 {
+				if err := l.merge(); err != nil {
+					l.end("merge", err)
+					return
+				}
+			}
 		}
 		if paused {
 			// Export it at once, under the load: what differs now is
@@ -212,9 +220,71 @@ func (l *crashLoad) branchCreate(s *crashSnap, n int) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.branches = append(l.branches, &crashSnap{id: name, label: "branch of " + s.id, round: l.round, want: s.want})
+	l.branches = append(l.branches, &crashSnap{id: name, label: "branch of " + s.id, round: l.round, want: s.want, from: s.id})
 	return nil
 }
+
+// merge merges the branch created last into an older branch of the
+// round that nothing changed since its create, while the load writes
+// main: from the older one's snapshot, every change is the newer
+// one's, so the older branch then holds the newer one's tree (with
+// what were hard links in the model as copies). A merge in flight at
+// the kill leaves it one tree or the other, never a mix.
+func (l *crashLoad) merge() error {
+	l.mu.Lock()
+	var into, from *crashSnap
+	if n := len(l.branches); n >= 2 {
+		from = l.branches[n-1]
+		for _, b := range l.branches[:n-1] {
+			if !b.merged && b.from != from.from {
+				into = b
+				break
+			}
+		}
+	}
+	if into == nil {
+		l.mu.Unlock()
+		return nil
+	}
+	before := into.want
+	into.merged, into.alt, into.looseLinks = true, from.want, true
+	l.mu.Unlock()
+	l.note("merge %s --into %s --base %s", from.id, into.id, into.from)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, harness.Bin(), "merge", from.id, "--into", into.id, "--base", into.from, "--json", "-C", l.c.m.Dir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	l.note("merge %s --into %s: %v", from.id, into.id, err)
+	if err != nil {
+		return fmt.Errorf("agentfs merge %s --into %s --base %s: %v: %s%s", from.id, into.id, into.from, err, out, strings.TrimSpace(stderr.String()))
+	}
+	var rep struct {
+		Safety, Merged *struct{ ID string }
+		Unresolved     int
+	}
+	if err := json.Unmarshal(out, &rep); err != nil || rep.Safety == nil || rep.Merged == nil {
+		return fmt.Errorf("agentfs merge %s --into %s --json: %v: %s", from.id, into.id, err, out)
+	}
+	if rep.Unresolved != 0 {
+		return fmt.Errorf("agentfs merge %s --into %s: %d conflicts, where only one side changed: %s", from.id, into.id, rep.Unresolved, out)
+	}
+	l.ack(&crashSnap{id: rep.Safety.ID, label: crashMergeSafetyLabel + from.id, round: l.round, want: before})
+	l.ack(&crashSnap{id: rep.Merged.ID, label: crashMergedLabel + into.id, round: l.round, want: from.want})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	into.want, into.alt = from.want, nil
+	l.merges++
+	return nil
+}
+
+// The labels of the snapshots a merge takes (workspace.Merge): of the
+// target before it, and of the branch merged in.
+const (
+	crashMergeSafetyLabel = "before merging "
+	crashMergedLabel      = "merged into "
+)
 
 // checkLive compares the mount with the model while the load is paused
 // (no crash involved): a difference is a bug of the model or of the

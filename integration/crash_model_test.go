@@ -123,6 +123,16 @@ type crashSnap struct {
 	id, label string
 	round     int
 	want      map[string]crashWant // taken with the load paused: its exact tree
+	// For a branch: from is the snapshot it was created from; merged,
+	// that a merge into it was started (crashLoad.merge); alt, the tree
+	// it may hold instead of want (the merge in flight at the kill
+	// made, or not); looseLinks, that names one file in the model may
+	// be separate files there (a merge takes a file as a copy, and its
+	// undo makes each path anew).
+	from       string
+	merged     bool
+	alt        map[string]crashWant
+	looseLinks bool
 }
 
 // owner is the worker owning path p, or nil.

@@ -338,9 +338,9 @@ func (c *crashTest) round(r int, delay time.Duration) {
 		}
 	}
 	c.rebuild(obs)
-	t.Logf("round %d: kill after %v (drawn %v); %d operations, %d acknowledged fsyncs, %d snapshots acknowledged (%d by restores), %d compared with the model, %d branches created; load ended %s; "+
+	t.Logf("round %d: kill after %v (drawn %v); %d operations, %d acknowledged fsyncs, %d snapshots acknowledged (%d by restores), %d compared with the model, %d branches created, %d merges; load ended %s; "+
 		"after recovery: %d objects of garbage, %d paths lost a change not yet durable (allowed)",
-		r, reached.Round(time.Microsecond), delay.Round(time.Microsecond), ops, acks, len(l.acked), l.restores, compared, len(l.branches), strings.Join(l.ends, ", "), garbage, lost)
+		r, reached.Round(time.Microsecond), delay.Round(time.Microsecond), ops, acks, len(l.acked), l.restores, compared, len(l.branches), l.merges, strings.Join(l.ends, ", "), garbage, lost)
 }
 
 // crashWork is a minimum of work a round's load must have done before
