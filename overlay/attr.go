@@ -24,6 +24,12 @@ type SetAttr struct {
 // (none when truncating to zero). file, when not nil, is the handle the
 // change came through (ftruncate).
 func (v *FS) Setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
+	defer v.enterChange(n, "", nil, "")()
+	return v.setattr(n, in, file)
+}
+
+// setattr is Setattr inside the change gate (gate.go).
+func (v *FS) setattr(n *Node, in SetAttr, file *File) (unix.Stat_t, error) {
 	changes := in.Size != nil || in.Mode != nil || in.Uid != nil || in.Gid != nil || in.Atime != nil || in.Mtime != nil || in.Ctime
 	viaFile := in.Size != nil && file != nil && file.writable
 	for {
@@ -175,6 +181,12 @@ func (v *FS) Listxattr(n *Node, dest []byte) (int, error) {
 
 // Setxattr sets an extended attribute (copying the inode's metadata up).
 func (v *FS) Setxattr(n *Node, name string, value []byte, flags int) error {
+	defer v.enterChange(n, "", nil, "")()
+	return v.setxattr(n, name, value, flags)
+}
+
+// setxattr is Setxattr inside the change gate (gate.go).
+func (v *FS) setxattr(n *Node, name string, value []byte, flags int) error {
 	return v.changeMeta(n, func() error {
 		n.capsUnknown()
 		defer n.capsUnknown() // a getxattr that raced with the change
@@ -206,6 +218,12 @@ func (v *FS) changeMeta(n *Node, change func() error) error {
 // Removexattr removes an extended attribute. A name the inode does not
 // have fails with ENODATA without copying anything up.
 func (v *FS) Removexattr(n *Node, name string) error {
+	defer v.enterChange(n, "", nil, "")()
+	return v.removexattr(n, name)
+}
+
+// removexattr is Removexattr inside the change gate (gate.go).
+func (v *FS) removexattr(n *Node, name string) error {
 	v.mu.RLock()
 	if n.object == "" {
 		dirfd, file := v.xattrLocLocked(n)

@@ -75,6 +75,12 @@ func (v *FS) newInodeLocked(dir *Node, name string, c Caller, typ branch.Type,
 
 // Mkdir creates a directory (opaque: nothing from lower shows through).
 func (v *FS) Mkdir(dir *Node, name string, mode uint32, c Caller) (*Node, unix.Stat_t, error) {
+	defer v.enterChange(dir, name, nil, "")()
+	return v.mkdir(dir, name, mode, c)
+}
+
+// mkdir is Mkdir inside the change gate (gate.go).
+func (v *FS) mkdir(dir *Node, name string, mode uint32, c Caller) (*Node, unix.Stat_t, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.newInodeLocked(dir, name, c, branch.TypeDir, func(uid, gid int) (string, error) {
@@ -84,6 +90,12 @@ func (v *FS) Mkdir(dir *Node, name string, mode uint32, c Caller) (*Node, unix.S
 
 // Mknod creates a fifo, socket or device node (or a regular file).
 func (v *FS) Mknod(dir *Node, name string, mode uint32, rdev uint64, c Caller) (*Node, unix.Stat_t, error) {
+	defer v.enterChange(dir, name, nil, "")()
+	return v.mknod(dir, name, mode, rdev, c)
+}
+
+// mknod is Mknod inside the change gate (gate.go).
+func (v *FS) mknod(dir *Node, name string, mode uint32, rdev uint64, c Caller) (*Node, unix.Stat_t, error) {
 	typ := modeType(mode)
 	if typ == branch.TypeDir || typ == branch.TypeSymlink || typ == branch.TypeWhiteout {
 		return nil, unix.Stat_t{}, unix.EINVAL
@@ -104,6 +116,12 @@ func (v *FS) Mknod(dir *Node, name string, mode uint32, rdev uint64, c Caller) (
 
 // Symlink creates a symbolic link to target.
 func (v *FS) Symlink(dir *Node, name, target string, c Caller) (*Node, unix.Stat_t, error) {
+	defer v.enterChange(dir, name, nil, "")()
+	return v.symlink(dir, name, target, c)
+}
+
+// symlink is Symlink inside the change gate (gate.go).
+func (v *FS) symlink(dir *Node, name, target string, c Caller) (*Node, unix.Stat_t, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.newInodeLocked(dir, name, c, branch.TypeSymlink, func(uid, gid int) (string, error) {
@@ -114,6 +132,12 @@ func (v *FS) Symlink(dir *Node, name, target string, c Caller) (*Node, unix.Stat
 // Create creates and opens a regular file. When the name exists and
 // O_EXCL is not set, it opens the existing file instead.
 func (v *FS) Create(dir *Node, name string, flags int, mode uint32, c Caller) (*Node, *File, unix.Stat_t, error) {
+	defer v.enterChange(dir, name, nil, "")()
+	return v.create(dir, name, flags, mode, c)
+}
+
+// create is Create inside the change gate (gate.go).
+func (v *FS) create(dir *Node, name string, flags int, mode uint32, c Caller) (*Node, *File, unix.Stat_t, error) {
 	v.mu.Lock()
 	var f *os.File
 	n, st, err := v.newInodeLocked(dir, name, c, branch.TypeFile, func(uid, gid int) (string, error) {
@@ -144,7 +168,7 @@ func (v *FS) Create(dir *Node, name string, flags int, mode uint32, c Caller) (*
 		if n, _, err = v.Lookup(dir, name); err != nil {
 			return nil, nil, unix.Stat_t{}, err
 		}
-		file, err := v.Open(n, flags&^(unix.O_CREAT|unix.O_EXCL))
+		file, err := v.open(n, flags&^(unix.O_CREAT|unix.O_EXCL))
 		if err != nil {
 			v.Forget(n, 1)
 			return nil, nil, unix.Stat_t{}, err
@@ -161,6 +185,12 @@ func (v *FS) Create(dir *Node, name string, flags int, mode uint32, c Caller) (*
 // Link makes a new name for n in dir. The file's data is copied up
 // first: a hard link always joins two upper names.
 func (v *FS) Link(n, dir *Node, name string) (unix.Stat_t, error) {
+	defer v.enterChange(dir, name, nil, "")()
+	return v.link(n, dir, name)
+}
+
+// link is Link inside the change gate (gate.go).
+func (v *FS) link(n, dir *Node, name string) (unix.Stat_t, error) {
 	if n.mode == unix.S_IFDIR {
 		return unix.Stat_t{}, unix.EPERM
 	}

@@ -71,8 +71,12 @@
 //
 // # Locking
 //
-// Lock order: Node.copyMu → FS.mu → FS.nodesMu; FS.mu → Node.growMu →
-// the quota's mu (quota.go).
+// Lock order: FS.gate → Node.copyMu → FS.mu → FS.nodesMu; FS.mu →
+// Node.growMu → the quota's mu (quota.go).
+// FS.gate (an RWMutex) is held shared by each operation that changes a
+// name or its attributes, for its whole run, and exclusively only to
+// install or remove a merge's hold of its paths, which such an
+// operation touching one of them waits out (gate.go).
 // FS.mu (RWMutex) guards the namespace: the upper index, every Node's
 // parent/name/entry/unlinked fields, and the persistent layer. Lookups
 // and reads take it shared; namespace changes take it exclusive.

@@ -77,8 +77,8 @@ func isApplyFile(name string) bool {
 // checker sees write through a lower value, where the code guarantees
 // that the value is not the lower directory then: "file|function|callee".
 var lowerWriteExemptions = map[string]string{
-	"attr.go|Setxattr|setxattrAt":       "changeMeta copies n's metadata up first: xattrLocLocked names the object",
-	"attr.go|Removexattr|removexattrAt": "changeMeta copies n's metadata up first: xattrLocLocked names the object",
+	"attr.go|setxattr|setxattrAt":       "changeMeta copies n's metadata up first: xattrLocLocked names the object",
+	"attr.go|removexattr|removexattrAt": "changeMeta copies n's metadata up first: xattrLocLocked names the object",
 }
 
 func TestOnlyApplyWritesLower(t *testing.T) {

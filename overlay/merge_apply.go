@@ -20,6 +20,11 @@ import (
 // says which path it was at; the caller undoes what was done before
 // (the workspace restores the snapshot it took first).
 //
+// It holds the plan's paths from the check to the last change
+// (gate.go): an operation of a program that would change one of them
+// meanwhile waits, and the check sees every one made before; the rest
+// of the branch stays open to programs.
+//
 // It returns what the kernel must drop (fs.Server.Invalidate): the
 // name of every path it changed in its directory, the node now there
 // (attributes), and the directories (their times and listings). The
@@ -29,8 +34,14 @@ func (v *FS) ApplyMerge(p *MergePlan) ([]Stale, error) {
 	if v.ReadOnly() {
 		return nil, unix.EROFS
 	}
+	// One change of the branch: no operation changes one of its paths
+	// between the check and the last change (gate.go).
+	defer v.holdPaths(p.heldPaths())()
 	if err := v.checkMergeStamps(p); err != nil {
 		return nil, err
+	}
+	if mergeCheckedHook != nil {
+		mergeCheckedHook()
 	}
 	for i, op := range p.ops {
 		if p.Step != nil {
@@ -52,6 +63,19 @@ func (v *FS) ApplyMerge(p *MergePlan) ([]Stale, error) {
 		}
 	}
 	return v.mergeStale(p), nil
+}
+
+// heldPaths are the paths p changes, and those it removes or replaces
+// whole (deep), for holdPaths.
+func (p *MergePlan) heldPaths() (paths, deep []string) {
+	for _, op := range p.ops {
+		if op.action == MergeDelete || op.action == MergeTake {
+			deep = append(deep, op.path)
+		} else {
+			paths = append(paths, op.path)
+		}
+	}
+	return paths, deep
 }
 
 // checkMergeStamps fails with ErrMergeStale, before anything is
@@ -164,9 +188,9 @@ func (v *FS) removeAllPath(p string) error {
 	}
 	defer v.release(dir)
 	if isDir {
-		return v.Rmdir(dir, name)
+		return v.rmdir(dir, name)
 	}
-	return v.Unlink(dir, name)
+	return v.unlink(dir, name)
 }
 
 // takePath makes p in v what it is in theirs: removed, or created (a
@@ -226,7 +250,7 @@ func (v *FS) takePath(theirs *FS, p string) error {
 		at, mt := unix.Timespec(tst.Atim), unix.Timespec(tst.Mtim)
 		in.Atime, in.Mtime = &at, &mt
 	}
-	_, err = v.Setattr(n, in, nil)
+	_, err = v.setattr(n, in, nil)
 	return err
 }
 
@@ -242,20 +266,20 @@ func (v *FS) createLike(theirs *FS, tn *Node, tst *unix.Stat_t, p string) (*Node
 	var n *Node
 	switch tn.mode {
 	case unix.S_IFDIR:
-		n, _, err = v.Mkdir(dir, name, tst.Mode&07777, c)
+		n, _, err = v.mkdir(dir, name, tst.Mode&07777, c)
 	case unix.S_IFREG:
 		var f *File
-		n, f, _, err = v.Create(dir, name, unix.O_WRONLY|unix.O_EXCL, tst.Mode&07777, c)
+		n, f, _, err = v.create(dir, name, unix.O_WRONLY|unix.O_EXCL, tst.Mode&07777, c)
 		if err == nil {
 			err = f.Release()
 		}
 	case unix.S_IFLNK:
 		var target string
 		if target, err = theirs.Readlink(tn); err == nil {
-			n, _, err = v.Symlink(dir, name, target, c)
+			n, _, err = v.symlink(dir, name, target, c)
 		}
 	default:
-		n, _, err = v.Mknod(dir, name, tst.Mode, tst.Rdev, c)
+		n, _, err = v.mknod(dir, name, tst.Mode, tst.Rdev, c)
 	}
 	return n, err
 }
@@ -267,7 +291,7 @@ func (v *FS) copyData(theirs *FS, tn, n *Node) error {
 		return err
 	}
 	defer src.Close()
-	f, err := v.Open(n, unix.O_WRONLY|unix.O_TRUNC)
+	f, err := v.open(n, unix.O_WRONLY|unix.O_TRUNC)
 	if err != nil {
 		return err
 	}
@@ -319,13 +343,13 @@ func (v *FS) setXattrs(n *Node, want map[string]string) error {
 		if cur, ok := have[name]; ok && cur == val {
 			continue
 		}
-		if err := v.Setxattr(n, name, []byte(val), 0); err != nil {
+		if err := v.setxattr(n, name, []byte(val), 0); err != nil {
 			return fmt.Errorf("setting xattr %s: %w", name, err)
 		}
 	}
 	for name := range have {
 		if _, ok := want[name]; !ok && !strings.HasPrefix(name, "security.") {
-			if err := v.Removexattr(n, name); err != nil {
+			if err := v.removexattr(n, name); err != nil {
 				return fmt.Errorf("removing xattr %s: %w", name, err)
 			}
 		}
@@ -364,7 +388,7 @@ func (v *FS) setAttrsPath(p string, as *attrSet) error {
 	if in.Mode == nil && in.Uid == nil {
 		return nil
 	}
-	_, err = v.Setattr(n, in, nil)
+	_, err = v.setattr(n, in, nil)
 	return err
 }
 
@@ -396,7 +420,7 @@ func (v *FS) writePath(p, src string) error {
 		return err
 	}
 	defer v.release(dir)
-	n, f, _, err := v.Create(dir, name, unix.O_WRONLY|unix.O_EXCL, st.Mode&07777, Caller{Uid: st.Uid, Gid: st.Gid})
+	n, f, _, err := v.create(dir, name, unix.O_WRONLY|unix.O_EXCL, st.Mode&07777, Caller{Uid: st.Uid, Gid: st.Gid})
 	if err != nil {
 		return err
 	}
@@ -406,7 +430,7 @@ func (v *FS) writePath(p, src string) error {
 		return err
 	}
 	for name, val := range xattrs {
-		if err := v.Setxattr(n, name, []byte(val), 0); err != nil {
+		if err := v.setxattr(n, name, []byte(val), 0); err != nil {
 			return fmt.Errorf("setting xattr %s: %w", name, err)
 		}
 	}
@@ -415,6 +439,6 @@ func (v *FS) writePath(p, src string) error {
 		return err
 	}
 	mode := st.Mode
-	_, err = v.Setattr(n, SetAttr{Mode: &mode}, nil)
+	_, err = v.setattr(n, SetAttr{Mode: &mode}, nil)
 	return err
 }

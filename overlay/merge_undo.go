@@ -55,6 +55,16 @@ func (v *FS) UndoMerge(before *FS, paths []UndoPath) error {
 	if v.ReadOnly() {
 		return unix.EROFS
 	}
+	// Its paths held, as ApplyMerge holds them (gate.go).
+	var held, deep []string
+	for _, p := range paths {
+		if p.Deep {
+			deep = append(deep, p.Path)
+		} else {
+			held = append(held, p.Path)
+		}
+	}
+	defer v.holdPaths(held, deep)()
 	for _, p := range paths {
 		if err := v.ensureParents(before, p.Path); err != nil {
 			return err

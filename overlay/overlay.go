@@ -76,6 +76,9 @@ type FS struct {
 	excl     exclusions // lower paths left out (exclude.go)
 	slots    deviceSlots
 
+	// gate holds off the operations that would change a path a merge
+	// is applying (gate.go).
+	gate changeGate
 	// mu guards the namespace (see the package doc).
 	mu        sync.RWMutex
 	rootEntry *branch.Entry

@@ -113,6 +113,12 @@ func (v *FS) sharedNameGoesLocked(t *tx, r *resolved, n *Node) (*Node, error) {
 
 // Unlink removes a non-directory name.
 func (v *FS) Unlink(dir *Node, name string) error {
+	defer v.enterChange(dir, name, nil, "")()
+	return v.unlink(dir, name)
+}
+
+// unlink is Unlink inside the change gate (gate.go).
+func (v *FS) unlink(dir *Node, name string) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	r, err := v.resolveLocked(dir, name)
@@ -130,6 +136,12 @@ func (v *FS) Unlink(dir *Node, name string) error {
 
 // Rmdir removes an empty directory (empty in the merged view).
 func (v *FS) Rmdir(dir *Node, name string) error {
+	defer v.enterChange(dir, name, nil, "")()
+	return v.rmdir(dir, name)
+}
+
+// rmdir is Rmdir inside the change gate (gate.go).
+func (v *FS) rmdir(dir *Node, name string) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	r, err := v.resolveLocked(dir, name)

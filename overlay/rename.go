@@ -20,6 +20,12 @@ const (
 // lower contents through its Redirect, and its upper entries move with
 // it in the same batch.
 func (v *FS) Rename(odir *Node, oname string, ndir *Node, nname string, flags uint32) error {
+	defer v.enterChange(odir, oname, ndir, nname)()
+	return v.rename(odir, oname, ndir, nname, flags)
+}
+
+// rename is Rename inside the change gate (gate.go).
+func (v *FS) rename(odir *Node, oname string, ndir *Node, nname string, flags uint32) error {
 	if flags&^(RenameNoReplace|RenameExchange) != 0 {
 		return unix.EINVAL
 	}

@@ -29,8 +29,11 @@ import (
 // a.DryRun it answers the plan and changes nothing. A path the plan
 // changes that a program wrote after the safety snapshot fails the
 // merge before anything is changed (overlay.ErrMergeStale), and is
-// kept: the caller merges again. The reply's
-// Unresolved counts the conflicts that remain.
+// kept: the caller merges again; from that check to its last change
+// the apply holds the plan's paths in the target view (overlay/gate.go),
+// so that no program's change of them lands in between. opMu keeps
+// every other operation (restore, merge, branch changes) out for the
+// whole run. The reply's Unresolved counts the conflicts that remain.
 func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error) {
 	return locked(w, func() (ctl.MergeReply, error) {
 		if !a.DryRun {
