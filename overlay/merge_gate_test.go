@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/agentfs/agentfs/branch"
 )
 
 // createIn creates file name in directory dir of e's view.
@@ -98,20 +96,4 @@ func TestMergeHoldsOffChanges(t *testing.T) {
 			}
 		})
 	}
-}
-
-// planAgainstSafety plans the merge as the workspace does: ours read
-// from a safety snapshot of it, so that ours can change after the plan.
-func (m *mergeEnv) planAgainstSafety(t *testing.T) *MergePlan {
-	t.Helper()
-	safety, err := m.ours.view.Snapshot("safety", branch.KindSafety)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := PlanMerge(m.base.view, m.ours.snapView(safety).view, m.theirs.view, MergeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtEnd(t, p)
-	return p
 }

@@ -84,6 +84,22 @@ func (m *mergeEnv) merge(t *testing.T, o MergeOptions) *MergePlan {
 	return p
 }
 
+// planAgainstSafety plans the merge as the workspace does: ours read
+// from a safety snapshot of it, so that ours can change after the plan.
+func (m *mergeEnv) planAgainstSafety(t *testing.T) *MergePlan {
+	t.Helper()
+	safety, err := m.ours.view.Snapshot("safety", branch.KindSafety)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := PlanMerge(m.base.view, m.ours.snapView(safety).view, m.theirs.view, MergeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, p)
+	return p
+}
+
 // closeAtEnd closes plan p when the test ends.
 func closeAtEnd(t *testing.T, p *MergePlan) {
 	t.Cleanup(func() {
@@ -295,17 +311,9 @@ func TestMergeRefusesPathsChangedSincePlan(t *testing.T) {
 			m.theirs.remove("d")
 			m.theirs.put("code.go", strings.Replace(funcs, "return 1", "return 10", 1))
 			m.ours.put("code.go", strings.Replace(funcs, "return 3", "return 30", 1))
-			safety, err := m.ours.view.Snapshot("safety", branch.KindSafety)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := PlanMerge(m.base.view, m.ours.snapView(safety).view, m.theirs.view, MergeOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			closeAtEnd(t, p)
+			p := m.planAgainstSafety(t)
 			m.ours.put(tc.path, "written meanwhile")
-			_, err = m.ours.view.ApplyMerge(p)
+			_, err := m.ours.view.ApplyMerge(p)
 			if !errors.Is(err, ErrMergeStale) {
 				t.Fatalf("ApplyMerge after %s changed: %v, want ErrMergeStale", tc.path, err)
 			}
