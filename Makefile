@@ -10,6 +10,11 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 GOTESTFLAGS ?= -timeout 30m
 # BENCHFLAGS are passed to agentfs-bench, e.g. BENCHFLAGS="--quick --only find,grep".
 BENCHFLAGS ?=
+# BASELINE=REV makes make bench build commit REV too (make baseline)
+# and compare this build with it in the same run: make bench BASELINE=HEAD~.
+# None by default (it doubles the agentfs runs).
+BASELINE ?=
+BASELINE_BIN := bin/agentfs-baseline
 
 # On CI (CI=true) as root, tests that need FUSE or root must run: they
 # fail instead of skipping. A caller can ask for the same by setting
@@ -39,7 +44,7 @@ BINDIR  ?= $(PREFIX)/bin
 SBINDIR ?= /sbin
 DATADIR ?= $(PREFIX)/share
 
-.PHONY: all build generate test unit lint integration demo deps bench bench-deps clean install uninstall
+.PHONY: all build generate test unit lint integration demo deps bench bench-deps baseline clean install uninstall
 
 all: build
 
@@ -137,7 +142,22 @@ demo: deps build
 # agentfs and writes bench/results.{md,json,png} (see bench/README.md).
 bench: build bench-deps
 	$(GO) build -o bin/agentfs-bench ./cmd/agentfs-bench
-	bin/agentfs-bench --agentfs $(BIN) $(BENCHFLAGS)
+	@if [ -n "$(BASELINE)" ]; then $(MAKE) --no-print-directory baseline; fi
+	bin/agentfs-bench --agentfs $(BIN) $(if $(BASELINE),--baseline $(BASELINE_BIN)) $(BENCHFLAGS)
+
+# baseline builds the commit BASELINE names (make bench BASELINE=HEAD~,
+# BASELINE=main, BASELINE=v0.3) into $(BASELINE_BIN), from a temporary
+# git worktree removed afterwards, as make build builds: make bench
+# then passes it as --baseline, and the first table, the snapshot table
+# and the CLI's start show it beside this build, in the same run.
+baseline:
+	@test -n "$(BASELINE)" || { echo "make baseline: set BASELINE=REV, the commit to compare with (e.g. BASELINE=HEAD~)"; exit 2; }
+	@rev=$$(git rev-parse --verify -q "$(BASELINE)^{commit}") || { echo "BASELINE=$(BASELINE): no such commit here (git log shows them; a shallow clone may lack it: git fetch --unshallow)"; exit 2; }; \
+	tmp=$$(mktemp -d); \
+	trap 'git worktree remove --force "$$tmp/src" >/dev/null 2>&1; rm -rf "$$tmp"; git worktree prune' EXIT; \
+	git worktree add -q --detach "$$tmp/src" $$rev && \
+	(cd "$$tmp/src" && CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$$(git describe --always $$rev) -X main.commit=$$rev" -o "$(CURDIR)/$(BASELINE_BIN)" ./cmd/agentfs) && \
+	echo "$(BASELINE_BIN): $(BASELINE) ($$rev)"
 
 # bench-deps installs fuse-overlayfs when it is missing and we are root
 # (without it the benchmark leaves that column out), python3 (the system

@@ -89,6 +89,12 @@ type snapResult struct {
 	Agentfs   *fsResult `json:"agentfs"`
 	Copy      *fsResult `json:"cp_a"`
 	RatioToCp *float64  `json:"ratio_to_cp_a"`
+	// Baseline (with --baseline) is the same command of the other
+	// build, in the same runs; RatioToBaseline agentfs's median over
+	// its, BaselineMet whether its median is within the goal.
+	Baseline        *fsResult `json:"agentfs_baseline,omitempty"`
+	RatioToBaseline *float64  `json:"ratio_to_baseline,omitempty"`
+	BaselineMet     *bool     `json:"baseline_met,omitempty"`
 	// Reference (the 1-byte rows): the same snapshot after the same
 	// write to a small file, in the same runs.
 	Reference      *fsResult `json:"reference,omitempty"`
@@ -172,16 +178,20 @@ func (op *snapResult) finish(r *report) {
 		r.Notes = append(r.Notes, op.Name+": skipped: "+op.Skipped)
 		return
 	}
-	for _, res := range []*fsResult{op.Agentfs, op.Copy, op.Reference} {
+	for _, res := range []*fsResult{op.Agentfs, op.Baseline, op.Copy, op.Reference} {
 		if res != nil && len(res.Runs) > 0 {
 			m := median(res.Runs)
 			res.Median = &m
 		}
 	}
+	if op.Baseline != nil && op.Baseline.Median != nil && op.GoalSeconds != nil {
+		met := *op.Baseline.Median <= *op.GoalSeconds
+		op.BaselineMet = &met
+	}
 	for _, side := range []struct {
 		name string
 		res  *fsResult
-	}{{sideAgentfs, op.Agentfs}, {sideCp, op.Copy}} {
+	}{{sideAgentfs, op.Agentfs}, {sideBaseline, op.Baseline}, {sideCp, op.Copy}} {
 		if side.res != nil && side.res.Error != "" {
 			r.Notes = append(r.Notes, fmt.Sprintf("%s (%s) failed: %s", op.Name, side.name, side.res.Error))
 		}
@@ -192,6 +202,11 @@ func (op *snapResult) finish(r *report) {
 	if op.Copy != nil && op.Copy.Median != nil {
 		if q, ok := ratio(*op.Agentfs.Median, *op.Copy.Median); ok {
 			op.RatioToCp = &q
+		}
+	}
+	if op.Baseline != nil && op.Baseline.Median != nil {
+		if q, ok := ratio(*op.Agentfs.Median, *op.Baseline.Median); ok {
+			op.RatioToBaseline = &q
 		}
 	}
 	if op.GoalSeconds != nil {
@@ -442,8 +457,20 @@ func (r *report) snapshotMarkdown(b *strings.Builder) {
 	if len(cut) > 0 {
 		fmt.Fprintf(b, " Other runs, as each creates its changed set anew: %s.", strings.Join(cut, "; "))
 	}
-	b.WriteString("\n\n| operation | agentfs | cp -a | ratio | target |\n|---|---:|---:|---:|---|\n")
+	baseline := slices.ContainsFunc(r.Snapshots, func(op *snapResult) bool { return op.Baseline != nil })
+	if baseline {
+		b.WriteString(" With `--baseline`, `agentfs-baseline` is the other build running the same commands in its own mounts, in the same runs (interleaved); " +
+			"\"vs baseline\" is agentfs over it, and the target column says whether each build meets the target.")
+		b.WriteString("\n\n| operation | agentfs | agentfs-baseline | vs baseline | cp -a | ratio | target |\n|---|---:|---:|---:|---:|---:|---|\n")
+	} else {
+		b.WriteString("\n\n| operation | agentfs | cp -a | ratio | target |\n|---|---:|---:|---:|---|\n")
+	}
 	for _, op := range r.Snapshots {
+		if baseline {
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", op.Title, snapCell(op, op.Agentfs), snapCell(op, op.Baseline), ratioCell(op.RatioToBaseline),
+				snapCell(op, op.Copy), snapRatioCell(op), snapTargetCell(op))
+			continue
+		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", op.Title, snapCell(op, op.Agentfs), snapCell(op, op.Copy), snapRatioCell(op), snapTargetCell(op))
 	}
 	var notes []string
@@ -493,6 +520,9 @@ func snapTargetCell(op *snapResult) string {
 		t += ": not met"
 	case op.Reference != nil && op.Reference.Median != nil:
 		t += fmt.Sprintf(" (%s: %s)", op.ReferenceTitle, formatSeconds(*op.Reference.Median))
+	}
+	if op.BaselineMet != nil {
+		t += map[bool]string{true: " (baseline: met)", false: " (baseline: not met)"}[*op.BaselineMet]
 	}
 	return t
 }

@@ -22,7 +22,9 @@ import (
 // timed as a user runs them (a command run from inside the mount, the
 // CLI included), each beside cp -a of the same changed set on the
 // native filesystem, measured in the same run and interleaved with it.
-// Only agentfs has snapshots, so the table has no other filesystem.
+// Only agentfs has snapshots, so the table has no other filesystem;
+// with --baseline the other build runs each row too, in its own mount
+// and with its own CLI, interleaved with agentfs and cp -a.
 
 // Names of the snapshot operations, for --only.
 const (
@@ -39,10 +41,11 @@ const (
 // snapshotGroup names every snapshot operation at once (--only snapshots).
 const snapshotGroup = "snapshots"
 
-// The two sides of a row.
+// The sides of a row (sideBaseline with --baseline).
 const (
-	sideAgentfs = "agentfs"
-	sideCp      = "cp -a"
+	sideAgentfs  = "agentfs"
+	sideBaseline = fsAgentfsBaseline
+	sideCp       = "cp -a"
 )
 
 // The changed set: files of changeSize bytes in changesDir, changesPerDir
@@ -94,6 +97,7 @@ type snapOp struct {
 // snapRun is one agentfs run of a snapOp, in its own mount.
 type snapRun struct {
 	b   *bench
+	bin string // the agentfs binary of the run (--agentfs or --baseline's)
 	mnt string
 	seq int
 	// secs is the time of the row's command, ref that of the reference
@@ -237,8 +241,18 @@ func (op *snapOp) changedSet(c *config) string {
 	return "one " + humanBytes(c.bigSize) + " file"
 }
 
-// runSnapOp runs op: for each run (warm-ups first), agentfs and cp -a
-// in turn, the order swapping every run.
+// snapSides are the sides of each row: agentfs, the baseline when
+// --baseline gives one, and cp -a.
+func (b *bench) snapSides() []string {
+	if b.cfg.baselineBin != "" && slices.Contains(b.cfg.filesystems, fsAgentfsBaseline) {
+		return []string{sideAgentfs, sideBaseline, sideCp}
+	}
+	return []string{sideAgentfs, sideCp}
+}
+
+// runSnapOp runs op: for each run (warm-ups first), agentfs, the
+// baseline (with --baseline) and cp -a in turn, the order rotating
+// every run.
 func (b *bench) runSnapOp(ctx context.Context, op *snapOp, agentfsOK bool) (_ *snapResult, err error) {
 	runs, warmup := op.runs(b.cfg)
 	res := &snapResult{
@@ -252,6 +266,10 @@ func (b *bench) runSnapOp(ctx context.Context, op *snapOp, agentfsOK bool) (_ *s
 	}
 	if op.sizeIndependent {
 		res.Reference, res.ReferenceTitle = &fsResult{}, op.refTitle
+	}
+	sides := b.snapSides()
+	if slices.Contains(sides, sideBaseline) {
+		res.Baseline = &fsResult{}
 	}
 	if !agentfsOK {
 		res.Skipped = "agentfs did not run (see --fs and the notes)"
@@ -280,20 +298,20 @@ func (b *bench) runSnapOp(ctx context.Context, op *snapOp, agentfsOK bool) (_ *s
 		if i < warmup {
 			label = "warm-up"
 		}
-		for _, side := range rotate([]string{sideAgentfs, sideCp}, i) {
-			r := res.Agentfs
-			if side == sideCp {
-				r = res.Copy
-			}
+		for _, side := range rotate(sides, i) {
+			r := map[string]*fsResult{sideAgentfs: res.Agentfs, sideBaseline: res.Baseline, sideCp: res.Copy}[side]
 			if r.Error != "" {
 				continue
 			}
 			b.seq++
 			var s *snapRun
 			var err error
-			if side == sideAgentfs {
-				s, err = b.measureSnapAgentfs(ctx, op)
-			} else {
+			switch side {
+			case sideAgentfs:
+				s, err = b.measureSnapAgentfs(ctx, op, fsAgentfs)
+			case sideBaseline:
+				s, err = b.measureSnapAgentfs(ctx, op, fsAgentfsBaseline)
+			default:
 				s, err = b.measureCopy(ctx, op, src, filepath.Join(nat, fmt.Sprintf("copy-%d", b.seq)))
 			}
 			if ctx.Err() != nil {
@@ -301,10 +319,10 @@ func (b *bench) runSnapOp(ctx context.Context, op *snapOp, agentfsOK bool) (_ *s
 			}
 			if err != nil {
 				r.Error = err.Error()
-				b.logf("  %-8s %-8s failed: %v", label, side, err)
+				b.logf("  %-8s %-16s failed: %v", label, side, err)
 				continue
 			}
-			line := fmt.Sprintf("  %-8s %-8s %s", label, side, formatSeconds(s.secs))
+			line := fmt.Sprintf("  %-8s %-16s %s", label, side, formatSeconds(s.secs))
 			if s.ref >= 0 {
 				line += fmt.Sprintf(" (reference %s)", formatSeconds(s.ref))
 			}
@@ -314,6 +332,10 @@ func (b *bench) runSnapOp(ctx context.Context, op *snapOp, agentfsOK bool) (_ *s
 			b.logf("%s", line)
 			if r.Check == "" {
 				r.Check = s.check
+			}
+			if side != sideAgentfs {
+				// The reference and the untimed steps are agentfs's.
+				s.ref, s.setup = -1, nil
 			}
 			if i < warmup {
 				r.Warmup = append(r.Warmup, s.secs)
@@ -337,15 +359,16 @@ func (b *bench) runSnapOp(ctx context.Context, op *snapOp, agentfsOK bool) (_ *s
 	return res, nil
 }
 
-// measureSnapAgentfs does one agentfs run of op in a fresh mount (with
-// its private store), unmounted afterwards.
-func (b *bench) measureSnapAgentfs(ctx context.Context, op *snapOp) (s *snapRun, err error) {
-	v, err := b.mountView(ctx, fsAgentfs, b.tree.lower())
+// measureSnapAgentfs does one run of op in a fresh mount (with its
+// private store) of filesystem (agentfs, or agentfs-baseline: the
+// other build mounts and runs the commands), unmounted afterwards.
+func (b *bench) measureSnapAgentfs(ctx context.Context, op *snapOp, filesystem string) (s *snapRun, err error) {
+	v, err := b.mountView(ctx, filesystem, b.tree.lower())
 	if err != nil {
 		return nil, errors.Join(err, b.closeView(v))
 	}
 	defer func() { err = errors.Join(err, b.closeView(v)) }()
-	s = &snapRun{b: b, mnt: v.root, seq: b.seq, ref: -1}
+	s = &snapRun{b: b, bin: b.cfg.agentfsBinary(filesystem), mnt: v.root, seq: b.seq, ref: -1}
 	if err := op.agentfs(ctx, s); err != nil {
 		return nil, err
 	}
@@ -399,6 +422,9 @@ func (b *bench) beforeTimed(input string) error {
 			return err
 		}
 		progs := []string{b.cfg.agentfsBin}
+		if b.cfg.baselineBin != "" {
+			progs = append(progs, b.cfg.baselineBin)
+		}
 		if cp, err := exec.LookPath("cp"); err == nil {
 			progs = append(progs, cp)
 		}
@@ -420,7 +446,7 @@ func (b *bench) beforeTimed(input string) error {
 // agentfs runs an agentfs command in the mount, untimed, and returns its
 // output.
 func (s *snapRun) agentfs(ctx context.Context, args ...string) (string, error) {
-	return output(ctx, s.mnt, s.b.env, s.b.cfg.agentfsBin, args...)
+	return output(ctx, s.mnt, s.b.env, s.bin, args...)
 }
 
 // timed runs an agentfs command from the mount's root as a user would,

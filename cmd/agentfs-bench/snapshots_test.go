@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -266,10 +267,10 @@ func TestSnapshotMarkdown(t *testing.T) {
 	}
 }
 
-// TestSnapshotJSONShape pins the names of the snapshot table in
-// results.json.
-func TestSnapshotJSONShape(t *testing.T) {
-	data, err := json.Marshal(sampleSnapshotReport())
+// snapshotRowsJSON is r's snapshot table as results.json has it.
+func snapshotRowsJSON(t *testing.T, r *report) []map[string]any {
+	t.Helper()
+	data, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,10 +280,17 @@ func TestSnapshotJSONShape(t *testing.T) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if len(doc.Snapshots) != 5 {
-		t.Fatalf("%d snapshot rows, want 5", len(doc.Snapshots))
+	return doc.Snapshots
+}
+
+// TestSnapshotJSONShape pins the names of the snapshot table in
+// results.json.
+func TestSnapshotJSONShape(t *testing.T) {
+	rows := snapshotRowsJSON(t, sampleSnapshotReport())
+	if len(rows) != 5 {
+		t.Fatalf("%d snapshot rows, want 5", len(rows))
 	}
-	row := doc.Snapshots[0]
+	row := rows[0]
 	for _, key := range []string{"name", "title", "target", "goal_seconds", "met", "changed_set", "runs", "warmup", "agentfs", "cp_a", "ratio_to_cp_a"} {
 		if _, ok := row[key]; !ok {
 			t.Errorf("snapshot row lacks %q: %v", key, row)
@@ -291,8 +299,80 @@ func TestSnapshotJSONShape(t *testing.T) {
 	if row["agentfs"].(map[string]any)["median_seconds"] != 0.005 || row["cp_a"].(map[string]any)["median_seconds"] != 0.2 {
 		t.Errorf("snapshot-5k medians: %v", row)
 	}
-	write := doc.Snapshots[2]
+	write := rows[2]
 	if write["reference"].(map[string]any)["median_seconds"] != 0.004 || write["setup_median_seconds"].(map[string]any)["write_after_snapshot"] != 1.1 {
 		t.Errorf("snapshot-1byte: reference or setup missing: %v", write)
+	}
+}
+
+// TestSnapshotBaseline: with --baseline the snapshot table keeps
+// agentfs-baseline (alone, as --only snapshots runs it, too) and runs
+// each row on three sides; the report gives the baseline's medians, the
+// ratio to it and whether each build meets the target.
+func TestSnapshotBaseline(t *testing.T) {
+	agentfs, baseline := fakeAgentfs(t), fakeAgentfs(t)
+	for _, only := range []string{"snapshots", "branch-create,restore-5k", ""} {
+		c, err := configFor(t, "--only", only, "--agentfs", agentfs, "--baseline", baseline)
+		if err != nil {
+			t.Fatalf("--only %q --baseline: %v", only, err)
+		}
+		if !slices.Contains(c.filesystems, fsAgentfsBaseline) || c.agentfsBinary(fsAgentfsBaseline) != baseline {
+			t.Errorf("--only %q --baseline: filesystems %v, baseline binary %q; want agentfs-baseline, %s", only, c.filesystems, c.agentfsBinary(fsAgentfsBaseline), baseline)
+		}
+		b := &bench{cfg: c}
+		if got := strings.Join(b.snapSides(), ","); got != "agentfs,agentfs-baseline,cp -a" {
+			t.Errorf("--only %q --baseline: sides %s, want agentfs,agentfs-baseline,cp -a", only, got)
+		}
+	}
+	c, err := configFor(t, "--only", "snapshots", "--agentfs", agentfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join((&bench{cfg: c}).snapSides(), ","); got != "agentfs,cp -a" {
+		t.Errorf("without --baseline: sides %s, want agentfs,cp -a", got)
+	}
+
+	r := sampleSnapshotReport()
+	r.Snapshots[0].Baseline = &fsResult{Runs: []float64{0.1, 0.09, 0.11}}              // snapshot-5k: not met before
+	r.Snapshots[2].Baseline = &fsResult{Runs: []float64{0.008, 0.008, 0.008}}          // size-independent: no verdict
+	r.Snapshots[3].Baseline = &fsResult{Error: "agentfs branch create: exit status 1"} // branch-create
+	r.Snapshots[4].Baseline = &fsResult{Runs: []float64{0.1, 0.2, 0.2}}                // restore-5k: met by both
+	r.Snapshots[1].Baseline = &fsResult{}                                              // snapshot-100k: no runs
+	r.Notes = nil
+	r.finish()
+	s5k, restore := r.Snapshots[0], r.Snapshots[4]
+	if *s5k.Baseline.Median != 0.1 || math.Abs(*s5k.RatioToBaseline-0.05) > 1e-12 || *s5k.BaselineMet || !*s5k.Met {
+		t.Errorf("snapshot-5k: baseline %v, ratio %v, baseline met %v, met %v", *s5k.Baseline.Median, *s5k.RatioToBaseline, *s5k.BaselineMet, *s5k.Met)
+	}
+	if !*restore.BaselineMet || math.Abs(*restore.RatioToBaseline-0.5) > 1e-12 {
+		t.Errorf("restore-5k: baseline met %v, ratio %v", *restore.BaselineMet, *restore.RatioToBaseline)
+	}
+	if r.Snapshots[2].BaselineMet != nil || r.Snapshots[1].RatioToBaseline != nil {
+		t.Errorf("a row without a goal or without runs has a verdict or a ratio: %v, %v", r.Snapshots[2].BaselineMet, r.Snapshots[1].RatioToBaseline)
+	}
+	if notes := strings.Join(r.Notes, "\n"); !strings.Contains(notes, "branch-create (agentfs-baseline) failed: agentfs branch create: exit status 1") {
+		t.Errorf("notes %q lack the failure of the baseline", notes)
+	}
+	md := r.markdown()
+	for _, want := range []string{
+		"| operation | agentfs | agentfs-baseline | vs baseline | cp -a | ratio | target |\n|---|---:|---:|---:|---:|---:|---|\n",
+		"| snapshot, 5,000 changed files in the branch | 5.00 ms | 100 ms | 0.050× | 200 ms | 0.025× | ≤ 50 ms (seed target: ≤ 300 ms, or ≤ 2 s by selective copy): met (baseline: not met) |\n",
+		"| snapshot, 100,000 changed files | 15.0 ms | – | – | 2.00 s | 0.0075× | ≤ 1 s: met |\n",
+		"| snapshot right after a 1-byte write to a 1 GiB file (already copied up) | 8.00 ms | 8.00 ms | 1.00× | 300 ms | 0.027× | independent of size (after a 1-byte write to a 1 KiB file: 4.00 ms) |\n",
+		"| branch create --from a snapshot (5,000 changed files) | 25.0 ms | failed | – | failed | – | ≤ 10 ms: not met |\n",
+		"| restore of a 5,000-file difference (safety snapshot included) | 100 ms | 200 ms | 0.50× | 100 ms | 1.00× | ≤ 200 ms: met (baseline: met) |\n",
+		"`agentfs-baseline` is the other build",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q; it is:\n%s", want, md)
+		}
+	}
+	row := snapshotRowsJSON(t, r)[0]
+	if row["agentfs_baseline"].(map[string]any)["median_seconds"] != 0.1 || math.Abs(row["ratio_to_baseline"].(float64)-0.05) > 1e-12 || row["baseline_met"] != false {
+		t.Errorf("snapshot-5k in results.json: %v", row)
+	}
+	// Without a baseline, the table keeps its five columns.
+	if md := sampleSnapshotReport().markdown(); strings.Contains(md, "agentfs-baseline") {
+		t.Errorf("without --baseline the markdown names agentfs-baseline:\n%s", md)
 	}
 }
