@@ -6,8 +6,14 @@ package integration
 
 import (
 	"debug/elf"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,8 +25,18 @@ import (
 // /proc/self/mountinfo): agentfs must not link them.
 var heavyInits = []string{"github.com/cilium/ebpf/rlimit"}
 
+// ownInitAllocs and ownInitBytes bound what the init of one package of
+// this module may allocate at every start (the largest, daemon's
+// tables, are 13 allocations and 2.9 KiB): a compiled regexp, a Parquet
+// schema or a table built at start goes past it.
+const (
+	ownInitAllocs = 32
+	ownInitBytes  = 8 << 10
+)
+
 // TestCLIStartInits: agentfs version runs no heavy package init (as
-// GODEBUG=inittrace=1 lists them), and the binary is linked statically
+// GODEBUG=inittrace=1 lists them; this module's packages within
+// ownInitAllocs and ownInitBytes), and the binary is linked statically
 // (the dynamic loader took 0.8 ms of every command).
 func TestCLIStartInits(t *testing.T) {
 	cmd := exec.Command(harness.Bin(), "version")
@@ -31,8 +47,20 @@ func TestCLIStartInits(t *testing.T) {
 	}
 	inits := map[string]bool{}
 	for _, line := range strings.Split(r.Stderr, "\n") {
-		if f := strings.Fields(line); len(f) > 2 && f[0] == "init" {
-			inits[f[1]] = true
+		f := strings.Fields(line)
+		if len(f) < 11 || f[0] != "init" {
+			continue
+		}
+		inits[f[1]] = true
+		// init PKG @T ms, C ms clock, B bytes, A allocs
+		bytes, errB := strconv.Atoi(f[7])
+		allocs, errA := strconv.Atoi(f[9])
+		if errB != nil || errA != nil {
+			t.Fatalf("GODEBUG=inittrace=1 line not understood: %q", line)
+		}
+		if strings.HasPrefix(f[1], "github.com/agentfs/agentfs/") && (allocs > ownInitAllocs || bytes > ownInitBytes) {
+			t.Errorf("the init of %s allocates %d bytes in %d allocations at every start (at most %d, %d): build what it makes at its first use (sync.OnceValue)",
+				f[1], bytes, allocs, ownInitBytes, ownInitAllocs)
 		}
 	}
 	if !inits["main"] || !inits["github.com/agentfs/agentfs/daemon"] {
@@ -52,5 +80,84 @@ func TestCLIStartInits(t *testing.T) {
 		if p.Type == elf.PT_INTERP {
 			t.Errorf("%s is linked dynamically (it has a program interpreter): build it with CGO_ENABLED=0, as make build does", harness.Bin())
 		}
+	}
+}
+
+// heavyInitializers are the packages whose functions a package-level
+// variable of agentfs must not call: what they build (a regexp, a
+// template, a Parquet or JSON schema, a decoded document) would be built
+// at every command's start. Build it at its first use (sync.OnceValue).
+var heavyInitializers = map[string]bool{"regexp": true, "template": true, "parquet": true, "jsonschema": true, "json": true, "xml": true, "gob": true, "mcp": true, "minio": true, "ebpf": true}
+
+// TestCLIStartNoHeavyVars: no package-level variable of the agentfs
+// binary's packages is initialised by a call into heavyInitializers
+// (the Parquet schema of record's blobs was, 17 allocations at every
+// start). agentfs-bench and the tests are not the binary.
+func TestCLIStartNoHeavyVars(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("no go.mod in %s: not the module", root)
+	}
+	fset := token.NewFileSet()
+	files := 0
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			switch rel {
+			case ".git", "bin", "integration", "cmd/agentfs-bench", "internal/testenv", "internal/s3test":
+				return filepath.SkipDir
+			}
+			if d.Name() == "testdata" || d.Name() == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		files++
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				for _, v := range spec.(*ast.ValueSpec).Values {
+					ast.Inspect(v, func(n ast.Node) bool {
+						if _, ok := n.(*ast.FuncLit); ok {
+							return false // runs when called, not at start
+						}
+						call, ok := n.(*ast.CallExpr)
+						if !ok {
+							return true
+						}
+						if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+							if pkg, ok := sel.X.(*ast.Ident); ok && heavyInitializers[pkg.Name] {
+								t.Errorf("%s:%d: a package-level variable calls %s.%s at every agentfs start: build it at its first use (sync.OnceValue)",
+									rel, fset.Position(call.Pos()).Line, pkg.Name, sel.Sel.Name)
+							}
+						}
+						return true
+					})
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 100 {
+		t.Errorf("read %d Go files under %s: not the module", files, root)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/parquet-go/parquet-go"
 )
@@ -18,7 +19,11 @@ type blobRow struct {
 
 // blobSchema is the table's schema: key (a string), content (binary);
 // the root is named "schema", as pyarrow names it.
-var blobSchema = parquet.NewSchema("schema", parquet.SchemaOf(blobRow{}))
+// Built at its first use: every agentfs command would pay for the
+// reflection at its start (issue 29, the CLI's start).
+var blobSchema = sync.OnceValue(func() *parquet.Schema {
+	return parquet.NewSchema("schema", parquet.SchemaOf(blobRow{}))
+})
 
 // writeBlobs writes the contents of blobs to the Parquet file at p, in
 // row groups of at most rowGroupBytes of contents (one larger blob is a
@@ -37,7 +42,7 @@ func writeBlobs(p string, blobs []blobRef, rowGroupBytes int64, done <-chan stru
 	bw := bufio.NewWriterSize(f, 1<<20)
 	// Statistics and bounds of contents would copy each blob into the
 	// page headers and the column index (min and max): none for them.
-	w := parquet.NewGenericWriter[blobRow](bw, blobSchema, parquet.Compression(&parquet.Snappy), parquet.CreatedBy("agentfs", "", ""),
+	w := parquet.NewGenericWriter[blobRow](bw, blobSchema(), parquet.Compression(&parquet.Snappy), parquet.CreatedBy("agentfs", "", ""),
 		parquet.SkipPageBounds("content"), parquet.SkipPageStatistics("content"),
 		parquet.ColumnPageBuffers(spillPool{dir: filepath.Dir(p)}))
 	var buffered int64
