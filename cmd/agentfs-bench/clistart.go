@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -37,8 +39,11 @@ type cliStartResult struct {
 	TargetSeconds float64        `json:"target_seconds"`
 	Rows          []*cliStartRow `json:"commands"`
 	// Floor is /bin/true timed the same way in the same runs: what a
-	// fork and exec cost here.
-	Floor *cliStartRow `json:"floor"`
+	// fork and exec cost here. GoFloor is a static Go hello world
+	// (CGO_ENABLED=0, as make build links agentfs), built here: what
+	// Go's runtime start adds, before any package's init.
+	Floor   *cliStartRow `json:"floor"`
+	GoFloor *cliStartRow `json:"go_floor,omitempty"`
 }
 
 // cliStartRow is one command of one binary.
@@ -62,13 +67,26 @@ func (b *bench) runCLIStart(ctx context.Context) (*cliStartResult, error) {
 	}
 	b.logf("%s: %s, %d execs a run", cliStartOp, strings.Join(cliStartNames(), ", "), cliStartExecs)
 	const floor = "floor"
-	for _, args := range append(slices.Clone(cliStartCommands), nil) {
+	res.Floor = &cliStartRow{Command: "/bin/true", Binary: "/bin/true"}
+	res.GoFloor = &cliStartRow{Command: "a static Go hello world", Binary: goHelloName}
+	goHello, err := b.buildGoHello(ctx)
+	if err != nil {
+		res.GoFloor.Error = err.Error()
+		b.logf("  %s: not built: %v", goHelloName, err)
+	}
+	floors := []*cliStartRow{res.Floor, res.GoFloor}
+	for _, args := range append(slices.Clone(cliStartCommands), nil, nil) {
 		rows := map[string]*cliStartRow{}
 		names, bins := names, bins
 		if args == nil {
-			// The floor: /bin/true, interleaved with nothing.
-			res.Floor = &cliStartRow{Command: "/bin/true", Binary: "/bin/true"}
-			rows[floor], names, bins = res.Floor, []string{floor}, map[string]string{floor: "/bin/true"}
+			// A floor, interleaved with nothing.
+			f := floors[0]
+			floors = floors[1:]
+			bin := "/bin/true"
+			if f == res.GoFloor {
+				bin = goHello
+			}
+			rows[floor], names, bins = f, []string{floor}, map[string]string{floor: bin}
 		}
 		for _, name := range names {
 			if name == floor {
@@ -102,6 +120,32 @@ func (b *bench) runCLIStart(ctx context.Context) (*cliStartResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// goHelloName names the Go floor in the log.
+const goHelloName = "go-hello"
+
+// buildGoHello builds a static Go hello world in the work directory
+// (with the go on $PATH, as agentfs is built) and returns it.
+func (b *bench) buildGoHello(ctx context.Context) (string, error) {
+	dir := filepath.Join(b.cfg.workdir, "cli-start-hello")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	src := "package main\n\nimport \"os\"\n\nfunc main() { os.Stdout.WriteString(\"hello\\n\") }\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n"), 0o644); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "hello")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	cmd.Dir, cmd.Env = dir, append(slices.Clone(b.env), "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return bin, nil
 }
 
 func cliStartNames() []string {
@@ -174,7 +218,11 @@ func (r *report) cliStartMarkdown(b *strings.Builder) {
 	}
 	floor := ""
 	if c.Floor != nil {
-		floor = fmt.Sprintf(" Floor: /bin/true, timed the same way in the same runs, %s.", cell(c.Floor))
+		floor = fmt.Sprintf(" Floor: /bin/true, timed the same way in the same runs, %s", cell(c.Floor))
+		if c.GoFloor != nil {
+			floor += fmt.Sprintf("; a static Go hello world (Go's runtime start, no package of ours), %s", cell(c.GoFloor))
+		}
+		floor += "."
 	}
 	fmt.Fprintf(b, "\nFrom exec to exit, outside any mount (status answers \"not inside an agentfs mount\"): each run execs a command %d times in a row, a run's figure is the median exec, the table's the median of the runs.%s\n", c.Execs, floor)
 }
