@@ -62,7 +62,7 @@ func (v *FS) ApplyMerge(p *MergePlan) ([]Stale, error) {
 			return nil, fmt.Errorf("merge: %s (%s): %w", op.path, op.action, err)
 		}
 	}
-	return v.mergeStale(p), nil
+	return v.MergeStale(p), nil
 }
 
 // heldPaths are the paths p changes, and those it removes or replaces
@@ -120,8 +120,9 @@ func (v *FS) checkMergeStamps(p *MergePlan) error {
 	return nil
 }
 
-// mergeStale lists what the kernel must drop after p was applied.
-func (v *FS) mergeStale(p *MergePlan) []Stale {
+// MergeStale lists what the kernel must drop after p was applied, or
+// undone (UndoMerge): the paths of p as they are now.
+func (v *FS) MergeStale(p *MergePlan) []Stale {
 	var stale []Stale
 	dirs := map[*Node]bool{}
 	for _, op := range p.ops {

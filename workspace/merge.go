@@ -21,8 +21,9 @@ import (
 // all: it first takes a safety snapshot of the target (restoring it
 // undoes the merge), plans against that snapshot (a program writing
 // the branch meanwhile does not change what is merged), and makes the
-// plan's changes; if one fails, the branch is restored to the safety
-// snapshot and the error says nothing was merged. What the kernel
+// plan's changes; if one fails, the plan's paths are taken back from
+// the safety snapshot (undoMergeLocked; the whole branch restored to it
+// only if that fails too) and the error says nothing was merged. What the kernel
 // cached of the paths the merge changed is then dropped, so that every
 // process bound to the branch sees the merge at once (and only that:
 // a process working in a directory of the branch keeps it). With
@@ -145,10 +146,17 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 			return ctl.MergeReply{}, errorf(ErrBusy, "merging branch %q into %q: %v (a program bound to %q wrote it meanwhile): nothing was merged, and what it wrote is kept: merge again", a.Branch, into, applyErr, into)
 		}
 		if applyErr != nil {
-			w.log.Error("merge failed: restoring the safety snapshot", "branch", a.Branch, "into", into, "safety", safety.ID, "err", applyErr)
+			w.log.Error("merge failed: taking its paths back from the safety snapshot", "branch", a.Branch, "into", into, "safety", safety.ID, "err", applyErr)
 			w.dropSnapshotLocked(merged.ID, "merge of "+a.Branch)
-			restored, err := target.Restore(safety)
-			w.invalidate(restored)
+			err := w.undoMergeLocked(target, safety, plan)
+			if err != nil {
+				// The whole branch back, then: what programs wrote to
+				// other paths since the safety snapshot goes with it.
+				w.log.Error("taking a failed merge back path by path failed: restoring the safety snapshot", "branch", a.Branch, "into", into, "err", err)
+				var restored []overlay.Stale
+				restored, err = target.Restore(safety)
+				w.invalidate(restored)
+			}
 			if err == nil {
 				w.dropMergeJournal(a.Branch, into)
 			}
@@ -171,6 +179,26 @@ func (w *Workspace) Merge(c ctl.Caller, a ctl.MergeArgs) (ctl.MergeReply, error)
 			"changes", len(reply.Changes), "conflicts", reply.Unresolved, "pid", c.Pid)
 		return reply, nil
 	})
+}
+
+// undoMergeLocked takes a merge of plan into target that failed half
+// way back, path by path, from snapshot safety (overlay.UndoMerge, as
+// recoverMerge does after a crash): what programs wrote to other paths
+// of the branch meanwhile (a merge holds only its own paths) is kept.
+// opMu is held.
+func (w *Workspace) undoMergeLocked(target *overlay.FS, safety branch.Snapshot, plan *overlay.MergePlan) error {
+	paths, err := plan.UndoPaths()
+	if err != nil {
+		return err
+	}
+	before, err := w.readView(nil, w.meta.SnapshotView(safety))
+	if err != nil {
+		return err
+	}
+	defer w.closer(before, "snapshot "+safety.ID)()
+	err = target.UndoMerge(before, paths)
+	w.invalidate(target.MergeStale(plan))
+	return err
 }
 
 // closePlan removes the merged texts plan holds.

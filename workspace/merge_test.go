@@ -120,12 +120,15 @@ func TestMergeUndo(t *testing.T) {
 }
 
 // TestMergeAllOrNothing: a merge that fails halfway (its changes made,
-// then an error) leaves the target as it was, and says so.
+// then an error) leaves the target as it was, and says so; what a
+// program wrote meanwhile to a path the merge does not change is kept
+// (the merge's paths are taken back, not the whole branch).
 func TestMergeAllOrNothing(t *testing.T) {
-	w := newWorkspace(t, map[string]string{"f": "base\n"})
+	w := newWorkspace(t, map[string]string{"f": "base\n", "other": "o\n"})
 	tryBranch(t, w)
 	defer func(orig func(*overlay.FS, *overlay.MergePlan) ([]overlay.Stale, error)) { applyMerge = orig }(applyMerge)
 	applyMerge = func(v *overlay.FS, p *overlay.MergePlan) ([]overlay.Stale, error) {
+		writeFile(t, v, "other", "written meanwhile\n")
 		if _, err := v.ApplyMerge(p); err != nil {
 			return nil, err
 		}
@@ -138,6 +141,9 @@ func TestMergeAllOrNothing(t *testing.T) {
 	}
 	if _, ok := readFile(t, w.View(), "g"); ok {
 		t.Errorf("g is there after a failed merge")
+	}
+	if got, _ := readFile(t, w.View(), "other"); got != "written meanwhile\n" {
+		t.Errorf("other = %q after a failed merge: what a program wrote meanwhile to a path the merge does not change was lost", got)
 	}
 }
 
