@@ -26,6 +26,7 @@ import (
 	"github.com/agentfs/agentfs/fs"
 	"github.com/agentfs/agentfs/hide"
 	"github.com/agentfs/agentfs/hostpath"
+	"github.com/agentfs/agentfs/kernelinfo"
 	"github.com/agentfs/agentfs/overlay"
 	"github.com/agentfs/agentfs/procfs"
 	"github.com/agentfs/agentfs/workspace"
@@ -301,7 +302,7 @@ func (d *Daemon) exitNow(pid int) {
 }
 
 // uringKnob is the fuse module's switch for FUSE over io_uring.
-const uringKnob = "/sys/module/fuse/parameters/enable_uring"
+const uringKnob = kernelinfo.URingKnob
 
 // enableIOURing turns on the fuse module's enable_uring parameter, off
 // by default, and reports whether it is on. The parameter only lets a

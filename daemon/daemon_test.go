@@ -3,8 +3,6 @@ package daemon
 import (
 	"bytes"
 	"errors"
-	"io"
-	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/agentfs/agentfs/config"
 	"github.com/agentfs/agentfs/internal/testenv"
+	"github.com/agentfs/agentfs/kernelinfo"
 )
 
 // fakeFuse points CheckFuseDevice at an openable file for the test.
@@ -323,16 +322,16 @@ func TestPrivateStoreAvoidsLower(t *testing.T) {
 // forbid them on this system, and the fixes.
 func TestUsernsError(t *testing.T) {
 	dir := t.TempDir()
-	saved := usernsSysctls
-	t.Cleanup(func() { usernsSysctls = saved })
-	usernsSysctls = nil
+	saved := kernelinfo.UsernsSysctls
+	t.Cleanup(func() { kernelinfo.UsernsSysctls = saved })
+	kernelinfo.UsernsSysctls = nil
 	for i, s := range saved {
 		p := filepath.Join(dir, strconv.Itoa(i))
-		if err := os.WriteFile(p, []byte(s.forbids+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(s.Forbids+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		s.path = p
-		usernsSysctls = append(usernsSysctls, s)
+		s.Path = p
+		kernelinfo.UsernsSysctls = append(kernelinfo.UsernsSysctls, s)
 	}
 	err := UsernsError(syscall.EPERM)
 	for _, want := range []string{"needs a user namespace", "operation not permitted", "kernel.unprivileged_userns_clone=0",
@@ -343,84 +342,5 @@ func TestUsernsError(t *testing.T) {
 	}
 	if hint := UsernsMountHint(); !strings.Contains(hint, "kernel.apparmor_restrict_unprivileged_userns=1") {
 		t.Errorf("UsernsMountHint does not name the restriction: %s", hint)
-	}
-}
-
-func TestKernelAtLeast(t *testing.T) {
-	for _, tc := range []struct {
-		release      string
-		major, minor int
-		want         bool
-	}{
-		{"6.9.0", 6, 9, true}, {"6.8.12-foo", 6, 9, false}, {"6.18.44-fc", 6, 14, true},
-		{"7.0", 6, 14, true}, {"5.15.0", 6, 9, false}, {"garbage", 6, 9, false},
-	} {
-		if got := kernelAtLeast(tc.release, tc.major, tc.minor); got != tc.want {
-			t.Errorf("kernelAtLeast(%q, %d, %d) = %v, want %v", tc.release, tc.major, tc.minor, got, tc.want)
-		}
-	}
-}
-
-// stopReader serves data, then fails the test if read past it: a scan
-// that has what it wants must stop reading.
-type stopReader struct {
-	t    *testing.T
-	data *strings.Reader
-}
-
-func (r *stopReader) Read(p []byte) (int, error) {
-	if r.data.Len() == 0 {
-		r.t.Errorf("the configuration was read past the options wanted")
-		return 0, io.EOF
-	}
-	return r.data.Read(p[:1]) // a byte at a time: a read-ahead would hide the overrun
-}
-
-func TestScanKernelOptions(t *testing.T) {
-	config := "#\n# CONFIG_FOO is not set\nCONFIG_BPF_SYSCALL=y\nCONFIG_FUSE_FS=m\nCONFIG_FUSE_PASSTHROUGH=y\n"
-	got := scanKernelOptions(&stopReader{t, strings.NewReader(config)}, []string{"CONFIG_FUSE_PASSTHROUGH", "CONFIG_BPF_SYSCALL"})
-	want := map[string]string{"CONFIG_FUSE_PASSTHROUGH": "y", "CONFIG_BPF_SYSCALL": "y"}
-	if !maps.Equal(got, want) {
-		t.Errorf("options = %v, want %v", got, want)
-	}
-	got = scanKernelOptions(strings.NewReader(config+"CONFIG_X=1\n"), []string{"CONFIG_FUSE_IO_URING", "CONFIG_FOO"})
-	want = map[string]string{"CONFIG_FUSE_IO_URING": "", "CONFIG_FOO": ""}
-	if !maps.Equal(got, want) {
-		t.Errorf("options not set = %v, want %v", got, want)
-	}
-	for _, opt := range []string{"CONFIG_FUSE_IO_URING", "CONFIG_FOO"} {
-		if on, known := configSays(got, opt); on || !known {
-			t.Errorf("configSays(%s) = %v, %v; want off, known", opt, on, known)
-		}
-	}
-	if _, known := configSays(nil, "CONFIG_BPF_SYSCALL"); known {
-		t.Errorf("configSays of an unreadable configuration is known")
-	}
-}
-
-// The kernel options' cache answers the boot it was written in, and
-// only with what it holds.
-func TestKernelOptionsCache(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "agentfs", kernelCacheName)
-	if _, ok := cachedKernelOptions(path, "boot-1 6.18", []string{"CONFIG_A"}); ok {
-		t.Errorf("a missing cache answered")
-	}
-	cacheKernelOptions(path, "boot-1 6.18", map[string]string{"CONFIG_A": "y", "CONFIG_B": ""})
-	got, ok := cachedKernelOptions(path, "boot-1 6.18", []string{"CONFIG_B", "CONFIG_A"})
-	if want := map[string]string{"CONFIG_A": "y", "CONFIG_B": ""}; !ok || !maps.Equal(got, want) {
-		t.Errorf("cached options = %v, %v; want %v", got, ok, want)
-	}
-	if _, ok := cachedKernelOptions(path, "boot-2 6.18", []string{"CONFIG_A"}); ok {
-		t.Errorf("the cache of another boot answered")
-	}
-	if _, ok := cachedKernelOptions(path, "boot-1 6.18", []string{"CONFIG_A", "CONFIG_C"}); ok {
-		t.Errorf("the cache answered for an option it does not hold")
-	}
-	if bootKey() == "" {
-		t.Errorf("no boot key: /proc/sys/kernel/random/boot_id unreadable?")
-	}
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
-	if p := kernelCacheFile(); !strings.HasPrefix(p, os.Getenv("XDG_CACHE_HOME")) {
-		t.Errorf("kernelCacheFile = %q, want it in XDG_CACHE_HOME", p)
 	}
 }

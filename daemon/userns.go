@@ -3,9 +3,10 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
+
+	"github.com/agentfs/agentfs/kernelinfo"
 )
 
 // User namespaces for agentfs run as a normal user.
@@ -20,26 +21,6 @@ import (
 // files and the files it creates as the user's, and keeps no
 // capabilities.
 
-// Sysctls that forbid unprivileged user namespaces, and the value that
-// does.
-var usernsSysctls = []struct{ path, forbids, name string }{
-	{"/proc/sys/kernel/unprivileged_userns_clone", "0", "kernel.unprivileged_userns_clone"},
-	{"/proc/sys/user/max_user_namespaces", "0", "user.max_user_namespaces"},
-	{"/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", "kernel.apparmor_restrict_unprivileged_userns"},
-}
-
-// usernsRestrictions names the sysctls set to forbid (or restrict)
-// unprivileged user namespaces, as "name=value".
-func usernsRestrictions() []string {
-	var found []string
-	for _, s := range usernsSysctls {
-		if b, err := os.ReadFile(s.path); err == nil && strings.TrimSpace(string(b)) == s.forbids {
-			found = append(found, s.name+"="+s.forbids)
-		}
-	}
-	return found
-}
-
 // UsernsError explains that no user namespace could be made (err is
 // what the kernel said), with the fix.
 func UsernsError(err error) error {
@@ -49,7 +30,7 @@ func UsernsError(err error) error {
 		// limit, 0 included: "no space left on device" misleads.
 		err = errors.New("the limit of user namespaces is reached (ENOSPC)")
 	}
-	if r := usernsRestrictions(); len(r) > 0 {
+	if r := kernelinfo.UsernsRestrictions(); len(r) > 0 {
 		why += " (" + strings.Join(r, ", ") + ")"
 	}
 	return fmt.Errorf("agentfs run as a normal user needs a user namespace, and creating one failed: %v: %s: run agentfs run as root (sudo), or allow them (e.g. sysctl -w kernel.unprivileged_userns_clone=1, user.max_user_namespaces=15000, kernel.apparmor_restrict_unprivileged_userns=0, as applies)", err, why)
@@ -59,7 +40,7 @@ func UsernsError(err error) error {
 // namespace, for the error of a failed mount there.
 func UsernsMountHint() string {
 	hint := "mounting FUSE inside a user namespace needs Linux 4.18 or later and no security module forbidding it"
-	if r := usernsRestrictions(); len(r) > 0 {
+	if r := kernelinfo.UsernsRestrictions(); len(r) > 0 {
 		hint += "; this system sets " + strings.Join(r, ", ")
 	}
 	return hint + ": run agentfs run as root (sudo), or lift the restriction"

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentfs/agentfs/ctl"
-	"github.com/agentfs/agentfs/daemon"
+	"github.com/agentfs/agentfs/kernelinfo"
 )
 
 // commit is the git commit built (-ldflags "-X main.commit=..."); empty:
@@ -50,12 +50,12 @@ Example:
 
 // versionInfo is agentfs version --json.
 type versionInfo struct {
-	Version  string                 `json:"version"`
-	Commit   string                 `json:"commit"`
-	Go       string                 `json:"go"`
-	Platform string                 `json:"platform"`
-	Protocol int                    `json:"control_protocol"`
-	Kernel   []daemon.KernelFeature `json:"kernel"`
+	Version  string                     `json:"version"`
+	Commit   string                     `json:"commit"`
+	Go       string                     `json:"go"`
+	Platform string                     `json:"platform"`
+	Protocol int                        `json:"control_protocol"`
+	Kernel   []kernelinfo.KernelFeature `json:"kernel"`
 }
 
 func runVersion(ctx context.Context, o *versionOptions, args []string) error {
@@ -63,7 +63,7 @@ func runVersion(ctx context.Context, o *versionOptions, args []string) error {
 		return usagef("version takes no arguments")
 	}
 	info := versionInfo{Version: version, Commit: buildCommit(), Go: runtime.Version(),
-		Platform: runtime.GOOS + "/" + runtime.GOARCH, Protocol: int(ctl.Version), Kernel: daemon.KernelFeatures()}
+		Platform: runtime.GOOS + "/" + runtime.GOARCH, Protocol: int(ctl.Version), Kernel: kernelinfo.Features()}
 	if o.json {
 		return printJSON(o.stdout, info)
 	}

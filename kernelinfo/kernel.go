@@ -1,4 +1,4 @@
-package daemon
+package kernelinfo
 
 import (
 	"bufio"
@@ -13,9 +13,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// What the running kernel offers agentfs, for agentfs version and bug
-// reports: each feature agentfs uses or may use, whether the kernel
-// has it, and what decides it here.
+// DevFuse is the FUSE device.
+const DevFuse = "/dev/fuse"
+
+// URingKnob is the fuse module's switch for FUSE over io_uring.
+const URingKnob = "/sys/module/fuse/parameters/enable_uring"
 
 // KernelFeature is one thing the kernel offers (or not).
 type KernelFeature struct {
@@ -23,7 +25,7 @@ type KernelFeature struct {
 	Value string `json:"value"`
 }
 
-// KernelFeatures describes the running kernel: its release, FUSE
+// Features describes the running kernel: its release, FUSE
 // passthrough, FUSE over io_uring, BPF, user namespaces and FUSE
 // itself. Nothing here fails: what cannot be read says so.
 //
@@ -31,13 +33,13 @@ type KernelFeature struct {
 // kernel does not show otherwise (kernelOptions), and once a boot
 // (kernelcache.go): inflating /proc/config.gz whole costs about a
 // millisecond, more than the rest of agentfs version together.
-func KernelFeatures() []KernelFeature {
+func Features() []KernelFeature {
 	var uts unix.Utsname
 	release, machine := "unknown", ""
 	if err := unix.Uname(&uts); err == nil {
 		release, machine = unix.ByteSliceToString(uts.Release[:]), unix.ByteSliceToString(uts.Machine[:])
 	}
-	uringKnobValue := readTrimmed(uringKnob)
+	uringKnobValue := readTrimmed(URingKnob)
 	// kernel.unprivileged_bpf_disabled exists only in a kernel built with
 	// CONFIG_BPF_SYSCALL.
 	bpfSysctl := readTrimmed("/proc/sys/kernel/unprivileged_bpf_disabled")
@@ -204,7 +206,7 @@ func usernsFeature() string {
 	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
 		return "no: the kernel has no user namespaces (CONFIG_USER_NS)"
 	}
-	if r := usernsRestrictions(); len(r) > 0 {
+	if r := UsernsRestrictions(); len(r) > 0 {
 		return "only for root: " + strings.Join(r, ", ") + " (agentfs run as a normal user needs them)"
 	}
 	return "yes, also for normal users (agentfs run works without root)"
@@ -212,14 +214,14 @@ func usernsFeature() string {
 
 func fuseFeature() string {
 	var parts []string
-	st, err := os.Stat(devFuse)
+	st, err := os.Stat(DevFuse)
 	switch {
 	case err != nil:
-		parts = append(parts, devFuse+" is missing (modprobe fuse)")
+		parts = append(parts, DevFuse+" is missing (modprobe fuse)")
 	case st.Mode().Perm()&0o006 == 0o006:
-		parts = append(parts, devFuse+" usable by all")
+		parts = append(parts, DevFuse+" usable by all")
 	default:
-		parts = append(parts, fmt.Sprintf("%s mode %o (root only)", devFuse, st.Mode().Perm()))
+		parts = append(parts, fmt.Sprintf("%s mode %o (root only)", DevFuse, st.Mode().Perm()))
 	}
 	if p, err := exec.LookPath("fusermount3"); err == nil {
 		parts = append(parts, "fusermount3 at "+p)
@@ -236,4 +238,28 @@ func readTrimmed(p string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// Sysctl is a sysctl that forbids (or restricts) unprivileged user
+// namespaces when it has the value Forbids.
+type Sysctl struct{ Path, Forbids, Name string }
+
+// UsernsSysctls are the sysctls that forbid unprivileged user
+// namespaces (a variable: tests point it at files of their own).
+var UsernsSysctls = []Sysctl{
+	{"/proc/sys/kernel/unprivileged_userns_clone", "0", "kernel.unprivileged_userns_clone"},
+	{"/proc/sys/user/max_user_namespaces", "0", "user.max_user_namespaces"},
+	{"/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", "kernel.apparmor_restrict_unprivileged_userns"},
+}
+
+// UsernsRestrictions names the sysctls of UsernsSysctls set to forbid
+// (or restrict) unprivileged user namespaces, as "name=value".
+func UsernsRestrictions() []string {
+	var found []string
+	for _, s := range UsernsSysctls {
+		if b, err := os.ReadFile(s.Path); err == nil && strings.TrimSpace(string(b)) == s.Forbids {
+			found = append(found, s.Name+"="+s.Forbids)
+		}
+	}
+	return found
 }
