@@ -4,9 +4,14 @@
 # `make bench` compares agentfs with native, overlayfs and fuse-overlayfs.
 
 GO      ?= go
+# agentfs is two programs installed side by side: bin/agentfs, the thin
+# front users run, and bin/agentfs-core, the full program it runs every
+# other command in (package cli says why).
 BIN     := bin/agentfs
+CORE    := bin/agentfs-core
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/agentfs/agentfs/cli.Version=$(VERSION) -X github.com/agentfs/agentfs/cli.commit=$(COMMIT)
 GOTESTFLAGS ?= -timeout 30m
 # BENCHFLAGS are passed to agentfs-bench, e.g. BENCHFLAGS="--quick --only find,grep".
 BENCHFLAGS ?=
@@ -14,7 +19,8 @@ BENCHFLAGS ?=
 # and compare this build with it in the same run: make bench BASELINE=HEAD~.
 # None by default (it doubles the agentfs runs).
 BASELINE ?=
-BASELINE_BIN := bin/agentfs-baseline
+# Its own directory: the front runs the agentfs-core beside it.
+BASELINE_BIN := bin/baseline/agentfs
 
 # On CI (CI=true) as root, tests that need FUSE or root must run: they
 # fail instead of skipping. A caller can ask for the same by setting
@@ -34,9 +40,9 @@ VERSITYGW_VERSION := v1.8.0
 VERSITYGW := bin/tools/versitygw-$(VERSITYGW_VERSION)
 export AGENTFS_VERSITYGW ?= $(CURDIR)/$(VERSITYGW)
 
-# make install puts agentfs in $(DESTDIR)$(BINDIR), its mount helper
-# mount.fuse.agentfs (a link to it: agentfs is the helper when called by
-# that name) in $(DESTDIR)$(SBINDIR), where mount(8) looks for helpers
+# make install puts agentfs and agentfs-core in $(DESTDIR)$(BINDIR), its
+# mount helper mount.fuse.agentfs (a link to agentfs-core, which is the
+# helper when called by that name) in $(DESTDIR)$(SBINDIR), where mount(8) looks for helpers
 # (/sbin only, whatever PREFIX is), and the shell completion scripts
 # where bash, zsh and fish find them.
 PREFIX  ?= /usr/local
@@ -48,11 +54,12 @@ DATADIR ?= $(PREFIX)/share
 
 all: build
 
-# The binary is linked statically (CGO_ENABLED=0: os/user and net in
+# The binaries are linked statically (CGO_ENABLED=0: os/user and net in
 # pure Go): the dynamic loader alone took 0.8 ms of every command's
 # start (agentfs-bench --only cli-start).
 build:
-	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/agentfs
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentfs
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(CORE) ./cmd/agentfs-core
 
 # deps installs what the tests and the demo need, when it is missing and
 # we are root (Debian/Ubuntu), and the S3 server of the remote tests.
@@ -130,7 +137,7 @@ generate:
 # unit runs the tests of the library packages, which need neither FUSE
 # nor root.
 unit: $(VERSITYGW)
-	$(GO) test -p 1 -count=1 ./internal/testenv ./internal/s3test ./remote ./overlay ./branch ./backstore ./ctl ./workspace ./daemon ./session ./config ./hostpath ./procfs ./procgroup ./activity ./autosnap ./record ./tournament ./mcpserver ./cmd/agentfs
+	$(GO) test -p 1 -count=1 ./internal/testenv ./internal/s3test ./remote ./overlay ./branch ./backstore ./ctl ./workspace ./daemon ./session ./config ./hostpath ./procfs ./procgroup ./activity ./autosnap ./record ./tournament ./mcpserver ./kernelinfo ./cli ./cmd/agentfs ./cmd/agentfs-core
 
 integration: deps build
 	AGENTFS_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 $(GOTESTFLAGS) ./integration/...
@@ -146,7 +153,8 @@ bench: build bench-deps
 	bin/agentfs-bench --agentfs $(BIN) $(if $(BASELINE),--baseline $(BASELINE_BIN)) $(BENCHFLAGS)
 
 # baseline builds the commit BASELINE names (make bench BASELINE=HEAD~,
-# BASELINE=main, BASELINE=v0.3) into $(BASELINE_BIN), from a temporary
+# BASELINE=main, BASELINE=v0.3) into $(BASELINE_BIN) (and its
+# agentfs-core beside it, for a commit that has one), from a temporary
 # git worktree removed afterwards, as make build builds: make bench
 # then passes it as --baseline, and the first table, the snapshot table
 # and the CLI's start show it beside this build, in the same run.
@@ -156,7 +164,10 @@ baseline:
 	tmp=$$(mktemp -d); \
 	trap 'git worktree remove --force "$$tmp/src" >/dev/null 2>&1; rm -rf "$$tmp"; git worktree prune' EXIT; \
 	git worktree add -q --detach "$$tmp/src" $$rev && \
-	(cd "$$tmp/src" && CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$$(git describe --always $$rev) -X main.commit=$$rev" -o "$(CURDIR)/$(BASELINE_BIN)" ./cmd/agentfs) && \
+	flags="-X main.version=$$(git describe --always $$rev) -X main.commit=$$rev -X github.com/agentfs/agentfs/cli.Version=$$(git describe --always $$rev) -X github.com/agentfs/agentfs/cli.commit=$$rev"; \
+	rm -rf "$(CURDIR)/$(dir $(BASELINE_BIN))" && \
+	(cd "$$tmp/src" && CGO_ENABLED=0 $(GO) build -ldflags "$$flags" -o "$(CURDIR)/$(BASELINE_BIN)" ./cmd/agentfs && \
+		if [ -d cmd/agentfs-core ]; then CGO_ENABLED=0 $(GO) build -ldflags "$$flags" -o "$(CURDIR)/$(dir $(BASELINE_BIN))agentfs-core" ./cmd/agentfs-core; fi) && \
 	echo "$(BASELINE_BIN): $(BASELINE) ($$rev)"
 
 # bench-deps installs fuse-overlayfs when it is missing and we are root
@@ -185,15 +196,16 @@ bench-deps: $(VERSITYGW)
 install: build
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR)
 	install -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/agentfs
-	ln -sf $(BINDIR)/agentfs $(DESTDIR)$(SBINDIR)/mount.fuse.agentfs
+	install -m 0755 $(CORE) $(DESTDIR)$(BINDIR)/agentfs-core
+	ln -sf $(BINDIR)/agentfs-core $(DESTDIR)$(SBINDIR)/mount.fuse.agentfs
 	install -d $(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
 	$(BIN) completion bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/agentfs
 	$(BIN) completion zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_agentfs
 	$(BIN) completion fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/agentfs.fish
-	@echo "installed $(DESTDIR)$(BINDIR)/agentfs and $(DESTDIR)$(SBINDIR)/mount.fuse.agentfs (help: agentfs help mount, mount.fuse.agentfs --help)"
+	@echo "installed $(DESTDIR)$(BINDIR)/agentfs, $(DESTDIR)$(BINDIR)/agentfs-core and $(DESTDIR)$(SBINDIR)/mount.fuse.agentfs (help: agentfs help mount, mount.fuse.agentfs --help)"
 
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/agentfs $(DESTDIR)$(SBINDIR)/mount.fuse.agentfs
+	rm -f $(DESTDIR)$(BINDIR)/agentfs $(DESTDIR)$(BINDIR)/agentfs-core $(DESTDIR)$(SBINDIR)/mount.fuse.agentfs
 	rm -f $(DESTDIR)$(DATADIR)/bash-completion/completions/agentfs $(DESTDIR)$(DATADIR)/zsh/site-functions/_agentfs $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/agentfs.fish
 
 clean:

@@ -79,6 +79,10 @@ type UsageError struct{ Msg string }
 
 func (e *UsageError) Error() string { return e.Msg }
 
+// UsageMistake marks e as a mistake in how agentfs was called: the
+// command line exits 2 (package cli).
+func (e *UsageError) UsageMistake() {}
+
 func usagef(format string, a ...any) error { return &UsageError{fmt.Sprintf(format, a...)} }
 
 // DefaultRamdiskSize is the ramdisk's size limit without --ramdisk-size.

@@ -1,112 +1,119 @@
 package main
 
 import (
-	"bytes"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-func runArgs(args ...string) (code int, stdout, stderr string) {
-	var o, e bytes.Buffer
-	code = run(args, &o, &e)
-	return code, o.String(), e.String()
+// frontAllowed are the packages outside the standard library the front
+// may link: each costs its init at every start of every command.
+var frontAllowed = map[string]bool{
+	"github.com/agentfs/agentfs/cmd/agentfs": true,
+	"github.com/agentfs/agentfs/cli":         true,
+	"github.com/agentfs/agentfs/ctl":         true,
+	"github.com/agentfs/agentfs/kernelinfo":  true,
+	"github.com/spf13/pflag":                 true,
+	"golang.org/x/sys/unix":                  true,
 }
 
-func TestExitCodesAndHelp(t *testing.T) {
-	for _, tc := range []struct {
-		args    []string
-		code    int
-		wantOut string // in stdout
-		wantErr string // in stderr
-	}{
-		{nil, exitUsage, "", "Usage:"},
-		{[]string{"--help"}, exitOK, "Commands:", ""},
-		{[]string{"-h"}, exitOK, "Exit codes:", ""},
-		{[]string{"help"}, exitOK, "Commands:", ""},
-		{[]string{"help", "mount"}, exitOK, "--lower", ""},
-		{[]string{"mount", "--help"}, exitOK, "Examples:", ""},
-		{[]string{"unmount", "-h"}, exitOK, "Example:", ""},
-		{[]string{"help", "bogus"}, exitUsage, "", `unknown command "bogus"`},
-		{[]string{"bogus"}, exitUsage, "", `unknown command "bogus"`},
-		{[]string{"--bogus"}, exitUsage, "", "unknown flag: --bogus"},
-		{[]string{"mount", "--bogus", "x"}, exitUsage, "", "unknown flag: --bogus"},
-		{[]string{"status", "-Z"}, exitUsage, "", "-Z"},
-		{[]string{"mount", "--lower"}, exitUsage, "", "--lower"},
-		{[]string{"mount", "--lower", "/x"}, exitUsage, "", "mount takes one MOUNTPOINT"},
-		{[]string{"unmount"}, exitUsage, "", "unmount takes one MOUNTPOINT"},
-		// Usage errors the library finds (daemon.UsageError) exit 2 too.
-		{[]string{"mount", "--lower", "/", "--backstore", "floppy", "/mnt"}, exitUsage, "", `--backstore "floppy": must be hostfs or ramdisk: run 'agentfs help mount'`},
-		{[]string{"run", "--quiet-period", "soon", "--", "true"}, exitUsage, "", "--quiet-period soon: not a duration"},
-		// A stop longer than the daemon waits for it is refused.
-		{[]string{"run", "--supervise", "--stop-grace", "2m", "--", "true"}, exitUsage, "", "--stop-grace 2m0s: give a duration from 0 to 1m30s"},
-		{[]string{"status", "extra"}, exitUsage, "", "status takes no arguments"},
-		{[]string{"version"}, exitOK, "agentfs " + version, ""},
-		{[]string{"--version"}, exitOK, "agentfs " + version, ""},
-		{[]string{"version", "x"}, exitUsage, "", "version takes no arguments"},
-		{[]string{"snapshot"}, exitUsage, "", "which one? create, delete, list"},
-		{[]string{"snapshot", "--help"}, exitOK, "snapshot create", ""},
-		{[]string{"snapshot", "bogus"}, exitUsage, "", `unknown command "bogus"`},
-		{[]string{"snapshot", "create", "--help"}, exitOK, "Usage: agentfs snapshot create", ""},
-		{[]string{"help", "snapshot", "create"}, exitOK, "-m, --message LABEL", ""},
-		{[]string{"snapshot", "create", "x"}, exitUsage, "", "snapshot create takes no arguments"},
-		{[]string{"snapshot", "delete"}, exitUsage, "", "snapshot delete takes one snapshot ID"},
-		{[]string{"branch", "create"}, exitUsage, "", "branch create takes one branch NAME"},
-		{[]string{"branch", "switch", "a", "b"}, exitUsage, "", "branch switch takes one branch NAME"},
-		{[]string{"tag", "x"}, exitUsage, "", "tag takes a NAME and a snapshot ID"},
-		{[]string{"tag", "--delete"}, exitUsage, "", "tag --delete takes one tag NAME"},
-		{[]string{"restore"}, exitUsage, "", "restore takes one snapshot ID"},
-	} {
-		code, out, errOut := runArgs(tc.args...)
-		if code != tc.code {
-			t.Errorf("agentfs %q: exit %d, want %d (stderr %q)", tc.args, code, tc.code, errOut)
-		}
-		if !strings.Contains(out, tc.wantOut) {
-			t.Errorf("agentfs %q: stdout %q, want it to contain %q", tc.args, out, tc.wantOut)
-		}
-		if !strings.Contains(errOut, tc.wantErr) {
-			t.Errorf("agentfs %q: stderr %q, want it to contain %q", tc.args, errOut, tc.wantErr)
-		}
+// frontRefused are packages of the standard library whose init or size
+// the front does without.
+var frontRefused = []string{"net/http", "regexp", "text/template", "html/template", "crypto/tls", "database/sql"}
+
+// TestFrontImports: the front links only what the commands it runs
+// need; a heavy package (minio-go, parquet-go, the MCP SDK, go-git,
+// cilium/ebpf, badger, go-fuse, or workspace, daemon...) that creeps in
+// fails here: it belongs to agentfs-core.
+func TestFrontImports(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
 	}
-}
-
-// Every command's help says what it does, shows an example and lists the
-// exit codes.
-func TestCommandHelp(t *testing.T) {
-	for name := range commands {
-		code, out, _ := runArgs("help", name)
-		if code != exitOK {
-			t.Errorf("help %s: exit %d", name, code)
-		}
-		for _, want := range []string{"Usage: agentfs " + name, "Example", "Exit codes:", "2  usage error"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("help %s does not contain %q:\n%s", name, want, out)
+	for _, p := range strings.Fields(string(out)) {
+		first, _, _ := strings.Cut(p, "/")
+		std := !strings.Contains(first, ".") && first != "github.com"
+		switch {
+		case std:
+			for _, r := range frontRefused {
+				if p == r {
+					t.Errorf("the front links %s: it belongs to agentfs-core", p)
+				}
 			}
+		case !frontAllowed[p]:
+			t.Errorf("the front links %s: every package linked costs its init at every start; it belongs to agentfs-core (or, if light, to frontAllowed)", p)
 		}
 	}
 }
 
-func TestErrorExit(t *testing.T) {
+// TestFrontHandsOver: what the front does not run itself it runs in
+// agentfs-core beside it, with the same arguments and environment; a
+// missing agentfs-core is an error that says where it was looked for.
+func TestFrontHandsOver(t *testing.T) {
 	dir := t.TempDir()
-	code, _, errOut := runArgs("mount", "--lower", filepath.Join(dir, "nope"), dir)
-	if code != exitError {
-		t.Errorf("mount of a missing lower: exit %d, want %d", code, exitError)
+	front := filepath.Join(dir, "agentfs")
+	if out, err := exec.Command("go", "build", "-o", front, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	if want := "agentfs mount: the lower directory " + filepath.Join(dir, "nope") + " does not exist"; !strings.Contains(errOut, want) {
-		t.Errorf("stderr %q, want it to contain %q", errOut, want)
+	run := func(argv0 string, args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(front, args...)
+		cmd.Args[0] = argv0
+		cmd.Env = append(os.Environ(), "AGENTFS_CORE=", "AGENTFS_PROBE=seen")
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
 	}
-	code, _, errOut = runArgs("status", "-C", dir)
-	if code != exitError || !strings.Contains(errOut, "not inside an agentfs mount (use -C DIR)") {
-		t.Errorf("status outside a mount: exit %d, stderr %q; want exit 1, 'not inside an agentfs mount (use -C DIR)'", code, errOut)
+	out, code := run("agentfs", "gc", "--json")
+	if want := "agentfs: running " + filepath.Join(dir, coreName) + ": no such file or directory"; code != 1 || !strings.Contains(out, want) {
+		t.Errorf("without agentfs-core: exit %d, %q; want exit 1 and %q", code, out, want)
 	}
-	for _, args := range [][]string{{"snapshot", "create"}, {"snapshot", "list"}, {"branch", "list"}, {"restore", "1a2b"}, {"tag"}} {
-		code, _, errOut = runArgs(append(args, "-C", dir)...)
-		if code != exitError || !strings.Contains(errOut, "not inside an agentfs mount (use -C DIR)") {
-			t.Errorf("%s outside a mount: exit %d, stderr %q; want exit 1, 'not inside an agentfs mount (use -C DIR)'", args, code, errOut)
+	// A stand-in agentfs-core that says what it was given (a script
+	// would not see argv[0]).
+	src := filepath.Join(t.TempDir(), "core.go")
+	core := `package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+func main() {
+	fmt.Printf("core: %s %s\n", strings.Join(os.Args, " "), os.Getenv("AGENTFS_PROBE"))
+	os.Exit(7)
+}
+`
+	if err := os.WriteFile(src, []byte(core), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, coreName), src).CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, tc := range []struct {
+		argv0 string
+		args  []string
+		want  string
+		code  int
+	}{
+		{"agentfs", []string{"gc", "--json"}, "core: agentfs gc --json seen\n", 7},
+		{"agentfs", []string{"status", "-s", "20261128"}, "core: agentfs status -s 20261128 seen\n", 7},
+		{"agentfs", []string{"help", "snapshot"}, "core: agentfs help snapshot seen\n", 7},
+		{"mount.fuse.agentfs", []string{"--help"}, "core: mount.fuse.agentfs --help seen\n", 7},
+		{"agentfs", []string{"status", "-C", dir}, "agentfs status: not inside an agentfs mount (use -C DIR)\n", 1},
+	} {
+		if out, code := run(tc.argv0, tc.args...); out != tc.want || code != tc.code {
+			t.Errorf("%s %q: exit %d, %q; want exit %d, %q", tc.argv0, tc.args, code, out, tc.code, tc.want)
 		}
 	}
-	code, _, errOut = runArgs("unmount", dir)
-	if code != exitError || !strings.Contains(errOut, "is not mounted") {
-		t.Errorf("unmount of a plain directory: exit %d, stderr %q; want exit 1, 'is not mounted'", code, errOut)
+	if out, code := run("agentfs", "version"); code != 0 || !strings.HasPrefix(out, "agentfs ") || strings.Contains(out, "core:") {
+		t.Errorf("agentfs version went to agentfs-core, or failed: exit %d, %q", code, out)
 	}
 }

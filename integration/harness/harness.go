@@ -2,7 +2,8 @@
 // (package integration and its helpers): the test harness. It owns
 //
 //   - the binary under test: AGENTFS_BIN, or built once per run from
-//     ../cmd/agentfs (Setup, Bin), and running it as a user does (Run,
+//     ../cmd/agentfs and ../cmd/agentfs-core (Setup, Bin), and running it
+//     as a user does (Run,
 //     RunCmd, Result);
 //   - mounting through the CLI as a user does: NewMount runs `agentfs
 //     mount` on a fresh mountpoint with the options of the run
@@ -57,7 +58,8 @@ var sharedDir string
 // the run a configuration directory of its own (XDG_CONFIG_HOME: no user
 // configuration of the machine's, which agentfs mount reads from
 // ${XDG_CONFIG_HOME}/agentfs/config) and finds the binary under test:
-// AGENTFS_BIN, or built from ../cmd/agentfs into the shared directory.
+// AGENTFS_BIN (agentfs-core beside it), or built from ../cmd/agentfs and
+// ../cmd/agentfs-core into the shared directory.
 // The function returned removes the shared directory.
 func Setup() (cleanup func(), err error) {
 	sharedDir, err = os.MkdirTemp("", "agentfs-it-")
@@ -79,13 +81,17 @@ func Setup() (cleanup func(), err error) {
 	}
 	bin = os.Getenv("AGENTFS_BIN")
 	if bin == "" {
+		// The front and, beside it, the full program it runs most
+		// commands in (as make build builds them).
 		bin = filepath.Join(sharedDir, "agentfs")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/agentfs")
-		build.Dir = ".."
-		build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build links it
-		if out, err := build.CombinedOutput(); err != nil {
-			cleanup()
-			return nil, fmt.Errorf("building agentfs (go build ./cmd/agentfs): %v\n%s", err, out)
+		for _, b := range []struct{ out, pkg string }{{bin, "./cmd/agentfs"}, {filepath.Join(sharedDir, "agentfs-core"), "./cmd/agentfs-core"}} {
+			build := exec.Command("go", "build", "-o", b.out, b.pkg)
+			build.Dir = ".."
+			build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build links it
+			if out, err := build.CombinedOutput(); err != nil {
+				cleanup()
+				return nil, fmt.Errorf("building agentfs (go build %s): %v\n%s", b.pkg, err, out)
+			}
 		}
 	} else if abs, err := filepath.Abs(bin); err == nil {
 		bin = abs
