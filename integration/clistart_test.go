@@ -36,14 +36,55 @@ const (
 
 // TestCLIStartInits: agentfs version runs no heavy package init (as
 // GODEBUG=inittrace=1 lists them; this module's packages within
-// ownInitAllocs and ownInitBytes), and the binary is linked statically
-// (the dynamic loader took 0.8 ms of every command).
+// ownInitAllocs and ownInitBytes), neither in the front (bin/agentfs,
+// which runs it) nor in agentfs-core beside it (which runs every other
+// command), and both are linked statically (the dynamic loader took
+// 0.8 ms of every command). The front runs the init of no package of
+// daemon, workspace or the store: cmd/agentfs's TestFrontImports keeps
+// them out of its link.
 func TestCLIStartInits(t *testing.T) {
-	cmd := exec.Command(harness.Bin(), "version")
+	core := filepath.Join(filepath.Dir(harness.Bin()), "agentfs-core")
+	for _, tc := range []struct {
+		bin       string
+		must, not []string
+	}{
+		{harness.Bin(), []string{"github.com/agentfs/agentfs/cli"}, []string{"github.com/agentfs/agentfs/daemon", "github.com/agentfs/agentfs/workspace"}},
+		{core, []string{"main", "github.com/agentfs/agentfs/cli", "github.com/agentfs/agentfs/daemon"}, nil},
+	} {
+		inits := initsOf(t, tc.bin)
+		for _, p := range tc.must {
+			if !inits[p] {
+				t.Fatalf("GODEBUG=inittrace=1 lists no init of %s in %s version: the check would see nothing", p, tc.bin)
+			}
+		}
+		for _, p := range append(tc.not, heavyInits...) {
+			if inits[p] {
+				t.Errorf("%s version runs the init of %s at every start", tc.bin, p)
+			}
+		}
+		f, err := elf.Open(tc.bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("%s is linked dynamically (it has a program interpreter): build it with CGO_ENABLED=0, as make build does", tc.bin)
+			}
+		}
+		_ = f.Close() // read only
+	}
+}
+
+// initsOf runs bin version with GODEBUG=inittrace=1 and returns the
+// packages whose init ran, checking this module's against ownInitAllocs
+// and ownInitBytes.
+func initsOf(t *testing.T, bin string) map[string]bool {
+	t.Helper()
+	cmd := exec.Command(bin, "version")
 	cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
 	r := harness.RunCmd(t, cmd, []string{"version"})
 	if r.Code != 0 {
-		t.Fatalf("agentfs version: %s", r)
+		t.Fatalf("%s version: %s", bin, r)
 	}
 	inits := map[string]bool{}
 	for _, line := range strings.Split(r.Stderr, "\n") {
@@ -59,28 +100,11 @@ func TestCLIStartInits(t *testing.T) {
 			t.Fatalf("GODEBUG=inittrace=1 line not understood: %q", line)
 		}
 		if strings.HasPrefix(f[1], "github.com/agentfs/agentfs/") && (allocs > ownInitAllocs || bytes > ownInitBytes) {
-			t.Errorf("the init of %s allocates %d bytes in %d allocations at every start (at most %d, %d): build what it makes at its first use (sync.OnceValue)",
-				f[1], bytes, allocs, ownInitBytes, ownInitAllocs)
+			t.Errorf("the init of %s allocates %d bytes in %d allocations at every start of %s (at most %d, %d): build what it makes at its first use (sync.OnceValue)",
+				f[1], bytes, allocs, bin, ownInitBytes, ownInitAllocs)
 		}
 	}
-	if !inits["main"] || !inits["github.com/agentfs/agentfs/daemon"] {
-		t.Fatalf("GODEBUG=inittrace=1 lists no init of main or daemon: the check would see nothing:\n%s", r.Stderr)
-	}
-	for _, p := range heavyInits {
-		if inits[p] {
-			t.Errorf("agentfs version runs the init of %s, which does system calls in every command", p)
-		}
-	}
-	f, err := elf.Open(harness.Bin())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }() // read only
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			t.Errorf("%s is linked dynamically (it has a program interpreter): build it with CGO_ENABLED=0, as make build does", harness.Bin())
-		}
-	}
+	return inits
 }
 
 // heavyInitializers are the packages whose functions a package-level
