@@ -150,36 +150,44 @@ func runBench(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err e
 	return rep.write(cfg.outDir, stdout)
 }
 
-// snapshotBinary copies the agentfs binary bin into the work directory
-// and returns the copy, which the run uses, so that a rebuild of the
-// original during the run cannot mix two versions in one table.
+// snapshotBinary copies the agentfs binary bin, and the agentfs-core
+// beside it when there is one (the full program the front runs most
+// commands in; a build older than the split has none), into a
+// directory of their own in the work directory, and returns the copy
+// of bin, which the run uses, so that a rebuild of the originals during
+// the run cannot mix two versions in one table.
 func (b *bench) snapshotBinary(bin string) (string, error) {
-	data, err := os.ReadFile(bin)
-	if err != nil {
+	base := filepath.Join(b.cfg.workdir, "bin")
+	if err := os.MkdirAll(base, 0o755); err != nil {
 		return "", err
 	}
-	dir := filepath.Join(b.cfg.workdir, "bin")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	// A new name each time: a daemon of an earlier run may still be
+	// A new directory each time: a daemon of an earlier run may still be
 	// running the old copy.
-	f, err := os.CreateTemp(dir, "agentfs-")
+	dir, err := os.MkdirTemp(base, "agentfs-")
 	if err != nil {
 		return "", err
 	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o755)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name()) // the copy's error is the one to report
+	if err := os.Chmod(dir, 0o755); err != nil {
 		return "", err
 	}
-	return f.Name(), nil
+	copyTo := func(src, dst string) error {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, data, 0o755)
+	}
+	front := filepath.Join(dir, "agentfs")
+	if err := copyTo(bin, front); err != nil {
+		return "", err
+	}
+	core := filepath.Join(filepath.Dir(bin), "agentfs-core")
+	if _, err := os.Stat(core); err == nil {
+		if err := copyTo(core, filepath.Join(dir, "agentfs-core")); err != nil {
+			return "", err
+		}
+	}
+	return front, nil
 }
 
 // joinCleanup adds the error of a cleanup step, if any, to *err: what a
