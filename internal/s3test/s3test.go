@@ -290,29 +290,60 @@ func (s *Server) Requests(t testing.TB, op, keyPrefix string) int {
 	return n
 }
 
+// BytesWritten returns what the gateway running has written so far
+// (wchar of /proc/PID/io): the bodies and headers of its answers, and
+// its access log's lines. The gateway does not log the bytes of a
+// GetObject's body (it writes 0), so a test that must know how much of
+// an object was sent measures it here, from the server's side.
+func (s *Server) BytesWritten(t testing.TB) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", s.cmd.Process.Pid))
+	if err != nil {
+		t.Fatalf("the gateway's I/O counts: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("the gateway's I/O counts: %q", line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("the gateway's I/O counts have no wchar: %s", b)
+	return 0
+}
+
 // countRequests counts Requests in one access log.
 func countRequests(t testing.TB, log, op, keyPrefix string) int {
+	t.Helper()
+	n := 0
+	scanRequests(t, log, op, keyPrefix, func(accessEntry) { n++ })
+	return n
+}
+
+// scanRequests calls fn with each entry of the access log log that
+// Requests counts.
+func scanRequests(t testing.TB, log, op, keyPrefix string, fn func(accessEntry)) {
 	t.Helper()
 	f, err := os.Open(log)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return 0
+			return
 		}
 		t.Fatal(err)
 	}
 	defer func() { _ = f.Close() }()
-	n := 0
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		if e, ok := parseAccessLine(sc.Text()); ok && e.op == op && e.status < 300 && strings.HasPrefix(e.key, keyPrefix) {
-			n++
+			fn(e)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return n
 }
 
 // accessEntry is what Requests reads of one line of the access log.
