@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,19 +52,21 @@ import (
 // snapshots, opens views of them, builds the documents, and pins the
 // objects they name (pinned: gc spares them, whatever is deleted in
 // the meantime). A branch a mount is serving, which programs may be
-// writing, is pinned by a snapshot of kind "push" taken for the push
-// (its objects then never change: the next write clones) and deleted
-// when the push ends (a push killed with its daemon leaves it; it is
-// an ordinary snapshot, which snapshot delete removes). Then opMu is
+// writing, is pinned by a snapshot taken for the push (a safety
+// snapshot labelled pushPinLabel: its objects then never change, the
+// next write clones) and deleted when the push ends (a push killed
+// with its daemon leaves it; it is an ordinary snapshot, which
+// snapshot delete removes, and which a session's push leaves out). Then opMu is
 // released: the hashing and the transfer run beside snapshots,
 // restores and every file operation of the mount. At the end, opMu is
 // taken again to drop the pin snapshots; the pins go with the push.
 // Close cancels a push under way and waits for it to stop reading the
 // store.
 
-// KindPush is the kind of the snapshots a push takes of the branches
-// a mount serves, to pin them while it sends them (deleted after).
-const KindPush = "push"
+// pushPinLabel starts the label of the snapshots a push takes of the
+// branches a mount serves, to pin them while it sends them (deleted
+// after).
+const pushPinLabel = "push: pins branch "
 
 // pushSource is one file whose bytes a push hashes and may send: an
 // object of the backstore, or a project file.
@@ -159,7 +162,7 @@ func (w *Workspace) planPushLocked(c ctl.Caller, a ctl.PushArgs, host string, no
 			return nil, storeError(err, "listing snapshots")
 		}
 		for _, s := range all {
-			if s.Kind != KindPush { // another push's pins
+			if s.Kind != branch.KindSafety || !strings.HasPrefix(s.Label, pushPinLabel) { // not another push's pins
 				snaps = append(snaps, s)
 			}
 		}
@@ -228,7 +231,7 @@ func (w *Workspace) pinnedBranchLocked(plan *pushPlan, name string) (*overlay.FS
 		plan.closers = append(plan.closers, v.close)
 		return v.fs, nil
 	}
-	snap, err := live.Snapshot("push: branch "+name+" as it is sent (deleted when the push ends)", KindPush)
+	snap, err := live.Snapshot(pushPinLabel+name+" while it is sent (deleted when the push ends)", branch.KindSafety)
 	if err != nil {
 		if snap.ID != "" {
 			plan.pinSnaps = append(plan.pinSnaps, snap.ID)

@@ -296,3 +296,50 @@ func openPulled(t *testing.T, store, project string) *Workspace {
 	})
 	return w
 }
+
+// TestPushPinsLiveBranch pushes a session whose branch a mount serves
+// (a fake one): the push pins the branch with a snapshot of its own,
+// so a write to the branch while the push reads does not reach what is
+// pushed (the branch's state when the push began), and the pin is
+// deleted when the push ends.
+func TestPushPinsLiveBranch(t *testing.T) {
+	srv := s3test.Start(t, "bkt")
+	w := newWorkspace(t, map[string]string{"a.txt": "hello\n"})
+	w.opts.NoHash = true
+	w.Attach(&fakeMount{shown: w.View(), bound: map[int]*overlay.FS{}})
+	writeFile(t, w.view, "a.txt", "as pushed\n")
+	reading, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	w.opts.Hasher = func(ctx context.Context, o remote.Object) (remote.Sum, error) {
+		once.Do(func() { close(reading) })
+		<-release
+		return remote.ReadHash(ctx, o)
+	}
+	done := make(chan error)
+	go func() {
+		_, err := w.Push(ctl.Caller{}, ctl.PushArgs{Remote: pushSpec(srv), Session: &ctl.PushSession{ID: "s-1", Project: w.opts.Lower, State: "running"}})
+		done <- err
+	}()
+	select {
+	case <-reading:
+	case err := <-done:
+		t.Fatalf("Push ended before it read: %v", err)
+	}
+	writeFile(t, w.view, "a.txt", "written during the push\n")
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("Push: %v", err)
+	}
+	sum := sha256.Sum256([]byte("as pushed\n"))
+	h := hex.EncodeToString(sum[:])
+	if got, err := os.ReadFile(srv.ObjectFile("bkt", "acme/objects/sha256/"+h[:2]+"/"+h)); err != nil || string(got) != "as pushed\n" {
+		t.Errorf("the server holds %q (%v) for the branch's a.txt, want what it held when the push began", got, err)
+	}
+	list, err := w.Snapshots()
+	if err != nil || len(list.Snapshots) != 0 {
+		t.Errorf("snapshots after the push: %+v (%v), want none (the pin deleted)", list.Snapshots, err)
+	}
+	if got, _ := readFile(t, w.view, "a.txt"); got != "written during the push\n" {
+		t.Errorf("the branch's a.txt = %q after the push, want what was written during it", got)
+	}
+}
