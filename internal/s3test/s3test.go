@@ -167,12 +167,41 @@ func (s *Server) Restart(t testing.TB) {
 }
 
 // Pause stops the gateway's process (SIGSTOP): requests wait, and a
-// request in flight stays unanswered, until Stop kills it.
+// request in flight stays unanswered, until Resume continues it or
+// Stop kills it.
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
 	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Resume continues a gateway Pause stopped (SIGCONT): the requests
+// that waited are answered.
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Throttle lets the gateway run in short bursts (run, then paused)
+// until cond holds, which it checks while the gateway is paused, and
+// leaves it paused then: a test stops a transfer at a point it knows,
+// however fast the transfer. It reports whether cond held within a
+// minute.
+func (s *Server) Throttle(t testing.TB, burst time.Duration, cond func() bool) bool {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		s.Resume(t)
+		time.Sleep(burst)
+		s.Pause(t)
+		if cond() {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) start(bin, out string) error {

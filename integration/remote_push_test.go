@@ -1,0 +1,224 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentfs/agentfs/integration/harness"
+	"github.com/agentfs/agentfs/internal/s3test"
+)
+
+// The remote tests of what a push and a pull do while they transfer:
+// a push does not hold the mount's operations back, and a large object
+// interrupted half way continues from what arrived.
+
+// bigObjectSize is above the multipart threshold (64 MiB): 5 parts of
+// 16 MiB.
+const bigObjectSize = 80 << 20
+
+// readdTeam points the machine's remote team at the server again (a
+// restarted server listens on another port).
+func (m *machine) readdTeam(srv *s3test.Server) {
+	m.t.Helper()
+	for _, args := range [][]string{{"remote", "rm", "team"}, {"remote", "add", "team", "s3://" + remoteBucket + "/acme", "--endpoint", srv.Endpoint}} {
+		if r := m.agentfs("", args...); r.Code != 0 {
+			m.t.Fatalf("%s", r)
+		}
+	}
+}
+
+// killWithServer kills cmd (SIGKILL) and then the server, which a test
+// paused to stop cmd at a point it knows.
+func killWithServer(t *testing.T, cmd *exec.Cmd, srv *s3test.Server) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	srv.Stop()
+}
+
+// pushFullReply is agentfs push --json's output with the counts of
+// hashes and parts.
+type pushFullReply struct {
+	pushReply
+	Hashed    int `json:"hashed"`
+	Known     int `json:"known"`
+	PartsSent int `json:"parts_sent"`
+	PartsKept int `json:"parts_kept"`
+}
+
+// TestPushBesideTheMount holds a push of a mount's snapshot in the
+// middle of its transfer (the server paused once the first object
+// arrived): meanwhile a snapshot is taken and files are written in the
+// mount, and they complete (the push holds the daemon's operation lock
+// only while it pins what it sends); then the server goes on and the
+// push completes.
+func TestPushBesideTheMount(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a := newMachine(t, srv)
+	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("seed", "x\n")))
+	const n = 20
+	for i := range n {
+		harness.WriteFile(t, m.Path(fmt.Sprintf("f%02d", i)), strings.Repeat(fmt.Sprintf("file %d\n", i), 100_000))
+	}
+	r := a.agentfs(m.Dir, "snapshot", "create", "-m", "to push")
+	if r.Code != 0 {
+		t.Fatalf("snapshot create: %s", r)
+	}
+	fields := strings.Fields(r.Stdout)
+	id := fields[len(fields)-1]
+	push := a.cmd("", nil, "push", "--json", "--parallel", "1", "-C", m.Dir, id)
+	var out strings.Builder
+	push.Stdout = &out
+	if err := push.Start(); err != nil {
+		t.Fatal(err)
+	}
+	arrived := harness.WaitFor(func() bool { return len(srv.Objects(t, remoteBucket, "acme/objects/")) >= 1 })
+	srv.Pause(t)
+	if !arrived {
+		srv.Resume(t)
+		_ = push.Wait()
+		t.Fatal("no object of the push arrived")
+	}
+	// A snapshot and writes while the push waits for the server: a
+	// minute is far more than they take, and a push holding the
+	// operation lock holds the snapshot for as long as the server is
+	// paused.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	snap := exec.CommandContext(ctx, harness.Bin(), "snapshot", "create", "-m", "during the push")
+	snap.Dir, snap.Env = m.Dir, append(os.Environ(), a.env...)
+	snapOut, snapErr := snap.CombinedOutput()
+	harness.WriteFile(t, m.Path("written-during-push"), "new\n")
+	harness.WriteFile(t, m.Path("f00"), "changed during the push\n")
+	srv.Resume(t)
+	pushErr := push.Wait()
+	if snapErr != nil {
+		t.Errorf("snapshot create while a push waited for the server: %v (%s)", snapErr, snapOut)
+	}
+	if pushErr != nil {
+		t.Fatalf("push: %v\n%s", pushErr, out.String())
+	}
+	var rep pushFullReply
+	if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
+		t.Fatalf("push --json: %v\n%s", err, out.String())
+	}
+	if rep.Sent != n || len(rep.Snapshots) != 1 || rep.Snapshots[0] != id {
+		t.Errorf("push = %+v, want snapshot %s and %d objects sent", rep, id, n)
+	}
+	if got := srv.Objects(t, remoteBucket, "acme/objects/"); len(got) != n {
+		t.Errorf("the server holds %d objects, want %d (what was changed during the push is not the snapshot's)", len(got), n)
+	}
+}
+
+// TestPushResumesLargeObject kills a push in the middle of one large
+// object (multipart): the server runs in short bursts until two of its
+// parts arrived, then the push is killed (SIGKILL) and the server too;
+// the next push sends only the parts that had not arrived, counted
+// from the server's access log.
+func TestPushResumesLargeObject(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a := newMachine(t, srv)
+	project := newProject(t, map[string]string{"seed": "x\n"})
+	id := a.run(project, fmt.Sprintf("head -c %d /dev/urandom > big", bigObjectSize))
+	const parts = bigObjectSize / (16 << 20)
+	push := a.cmd("", nil, "push", "-s", id)
+	if err := push.Start(); err != nil {
+		t.Fatal(err)
+	}
+	twoParts := srv.Throttle(t, 20*time.Millisecond, func() bool { return srv.Requests(t, "UploadPart", "acme/objects/") >= 2 })
+	killWithServer(t, push, srv)
+	arrived := srv.Requests(t, "UploadPart", "acme/objects/")
+	if !twoParts || arrived >= parts {
+		t.Fatalf("the push was not stopped half way through the large object: %d of its %d parts arrived", arrived, parts)
+	}
+	if got := srv.Objects(t, remoteBucket, "acme/objects/"); len(got) != 0 {
+		t.Fatalf("the killed push left objects %q", got)
+	}
+	srv.Restart(t)
+	a.readdTeam(srv)
+	r := a.agentfs("", "push", "--json", "-s", id)
+	if r.Code != 0 {
+		t.Fatalf("push: %s", r)
+	}
+	var rep pushFullReply
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		t.Fatalf("push --json: %v\n%s", err, r)
+	}
+	sent := srv.Requests(t, "UploadPart", "acme/objects/") - arrived
+	if sent != parts-arrived || rep.PartsSent != sent || rep.PartsKept != arrived {
+		t.Errorf("the resumed push sent %d parts (reply %+v), want %d sent and %d kept", sent, rep, parts-arrived, arrived)
+	}
+	if got := srv.Objects(t, remoteBucket, "acme/objects/"); len(got) != 1 {
+		t.Errorf("after the resumed push the server holds objects %q, want the large one", got)
+	}
+}
+
+// TestPullResumesLargeObject kills a pull in the middle of one large
+// object: the server runs in short bursts until 16 MiB of it were
+// fetched, then the pull is killed (SIGKILL) and the server too; the
+// next pull fetches only the rest (what the server wrote, counted from
+// its side) and the pulled file is the pushed one.
+func TestPullResumesLargeObject(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a, b := newMachine(t, srv), newMachine(t, srv)
+	project := newProject(t, map[string]string{"seed": "x\n"})
+	id := a.run(project, fmt.Sprintf("head -c %d /dev/urandom > big", bigObjectSize))
+	a.push("-s", id)
+	checkoutB := copyProject(t, project)
+	partial := func() int64 {
+		ms, _ := filepath.Glob(filepath.Join(b.state, "agentfs", "sessions", id, "pull-objects", "*", ".fetch-*"))
+		var n int64
+		for _, p := range ms {
+			if st, err := os.Stat(p); err == nil {
+				n += st.Size()
+			}
+		}
+		return n
+	}
+	pull := b.cmd(checkoutB, nil, "pull", "team/"+id)
+	if err := pull.Start(); err != nil {
+		t.Fatal(err)
+	}
+	enough := srv.Throttle(t, 10*time.Millisecond, func() bool { return partial() >= 16<<20 })
+	killWithServer(t, pull, srv)
+	kept := partial()
+	if !enough || kept >= bigObjectSize {
+		t.Fatalf("the pull was not stopped half way through the large object: %d of its %d bytes fetched", kept, bigObjectSize)
+	}
+	srv.Restart(t)
+	b.readdTeam(srv)
+	before := srv.BytesWritten(t)
+	rep := b.pull(checkoutB, "team/"+id)
+	// What the server wrote: the rest of the object, the documents,
+	// headers and its access log's lines (far less than 4 MiB).
+	if wrote := srv.BytesWritten(t) - before; rep.Fetched != 1 || wrote < bigObjectSize-kept || wrote > bigObjectSize-kept+4<<20 {
+		t.Errorf("the resumed pull fetched %d objects and the server wrote %d bytes, want 1 object and the %d bytes not fetched before (and headers)",
+			rep.Fetched, wrote, bigObjectSize-kept)
+	}
+	// The pulled file is the pushed one: main of both machines'
+	// sessions, exported, compared.
+	var bigs []string
+	for _, m := range []*machine{a, b} {
+		to := filepath.Join(t.TempDir(), "export")
+		if r := m.agentfs(checkoutB, "export", "-s", id, "main", "--to", to); r.Code != 0 {
+			t.Fatalf("export of the session: %s", r)
+		}
+		bigs = append(bigs, filepath.Join(to, "big"))
+	}
+	if out, err := exec.Command("cmp", bigs[0], bigs[1]).CombinedOutput(); err != nil {
+		t.Errorf("the pulled file differs from the pushed one: %v %s", err, out)
+	}
+}
