@@ -305,6 +305,29 @@ func (s *Server) Objects(t testing.TB, bucket, prefix string) []string {
 	return keys
 }
 
+// PartsHeld returns the sizes of the parts of unfinished multipart
+// uploads the server holds in bucket (the posix backend keeps them as
+// files BUCKET/.sgwtmp/multipart/KEY-HASH/UPLOAD-ID/PART), whatever
+// its access log says: the gateway writes that log behind its answers,
+// and a gateway killed loses the lines not written yet.
+func (s *Server) PartsHeld(t testing.TB, bucket string) []int64 {
+	t.Helper()
+	ms, err := filepath.Glob(filepath.Join(s.Root, bucket, ".sgwtmp", "multipart", "*", "*", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int64
+	for _, m := range ms {
+		if _, err := strconv.Atoi(filepath.Base(m)); err != nil {
+			continue
+		}
+		if st, err := os.Stat(m); err == nil && st.Mode().IsRegular() {
+			out = append(out, st.Size())
+		}
+	}
+	return out
+}
+
 // Requests counts, over every start of the server, the requests of operation op (the gateway's name
 // without its "s3_" prefix: PutObject, CreateMultipartUpload,
 // UploadPart, GetObject, HeadObject, ListObjectsV2, ...) that the server
