@@ -51,8 +51,8 @@ import (
 // Push holds opMu only to pin what it sends: it resolves the
 // snapshots, opens views of them, builds the documents, and pins the
 // objects they name (pinned: gc spares them, whatever is deleted in
-// the meantime). A branch a mount is serving, which programs may be
-// writing, is pinned by a snapshot taken for the push (a safety
+// the meantime). A branch of a store a mount serves, which programs
+// may be writing (or switch to and write), is pinned by a snapshot taken for the push (a safety
 // snapshot labelled pushPinLabel: its objects then never change, the
 // next write clones) and deleted when the push ends (a push killed
 // with its daemon leaves it; it is an ordinary snapshot, which
@@ -219,17 +219,26 @@ func (w *Workspace) planPushLocked(c ctl.Caller, a ctl.PushArgs, host string, no
 
 // pinnedBranchLocked returns a view of branch name that stays as it is
 // while the push sends it: the branch itself when nothing else writes
-// it (no mount serves the store, and opMu keeps operations off it),
-// else a snapshot of it taken for the push. opMu is held.
+// it (no mount serves the store: the push is its process's only
+// operation), else a snapshot of it taken for the push. opMu is held.
 func (w *Workspace) pinnedBranchLocked(plan *pushPlan, name string) (*overlay.FS, error) {
-	live := w.views[name]
-	if live == nil || w.attached() == nil {
+	if w.attached() == nil {
 		v, err := w.openRefLocked(name)
 		if err != nil {
 			return nil, err
 		}
 		plan.closers = append(plan.closers, v.close)
 		return v.fs, nil
+	}
+	// Served or not, a branch of a mount may be switched to and
+	// written while the push sends it.
+	l, err := w.meta.Layer(name)
+	if err != nil {
+		return nil, storeError(err, fmt.Sprintf("push: opening branch %q", name))
+	}
+	live, err := w.viewOf(l)
+	if err != nil {
+		return nil, err
 	}
 	snap, err := live.Snapshot(pushPinLabel+name+" while it is sent (deleted when the push ends)", branch.KindSafety)
 	if err != nil {
