@@ -234,3 +234,82 @@ func TestPullResumesLargeObject(t *testing.T) {
 		t.Errorf("the pulled file differs from the pushed one: %v %s", err, out)
 	}
 }
+
+// TestPushPullHardLinks: files a session hard-linked together (two it
+// made, and a project file it gave a second name) arrive hard-linked
+// on the machine that pulls the session (its export keeps them so),
+// with their contents.
+func TestPushPullHardLinks(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a, b := newMachine(t, srv), newMachine(t, srv)
+	project := newProject(t, map[string]string{"p.txt": "project file\n"})
+	id := a.run(project, "echo linked > a.txt; ln a.txt b.txt; mkdir d; ln a.txt d/c.txt; ln p.txt q.txt")
+	a.push("-s", id)
+	checkoutB := copyProject(t, project)
+	b.pull(checkoutB, "team/"+id)
+	to := filepath.Join(t.TempDir(), "export")
+	if r := b.agentfs(checkoutB, "export", "-s", id, "main", "--to", to); r.Code != 0 {
+		t.Fatalf("export of the pulled session: %s", r)
+	}
+	for _, group := range [][]string{{"a.txt", "b.txt", "d/c.txt"}, {"p.txt", "q.txt"}} {
+		var first syscall.Stat_t
+		for i, p := range group {
+			var st syscall.Stat_t
+			if err := syscall.Lstat(filepath.Join(to, p), &st); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				first = st
+			}
+			if st.Ino != first.Ino || st.Nlink != uint64(len(group)) {
+				t.Errorf("pulled %s: inode %d, %d links; want the inode of %s (%d), %d links", p, st.Ino, st.Nlink, group[0], first.Ino, len(group))
+			}
+		}
+	}
+	for p, want := range map[string]string{"d/c.txt": "linked\n", "q.txt": "project file\n"} {
+		if got, err := os.ReadFile(filepath.Join(to, p)); err != nil || string(got) != want {
+			t.Errorf("pulled %s = %q (%v), want %q", p, got, err, want)
+		}
+	}
+}
+
+// TestMountFromHardLinks: a mount started from a pushed snapshot shows
+// its hard-linked files as one file of several names (one object to
+// fetch), as the snapshot had them.
+func TestMountFromHardLinks(t *testing.T) {
+	harness.RequireFUSE(t)
+	srv := s3test.Start(t, remoteBucket)
+	a, b := newMachine(t, srv), newMachine(t, srv)
+	project := newProject(t, map[string]string{"seed": "x\n"})
+	id := a.run(project, "echo linked > a.txt; ln a.txt b.txt")
+	pushed := a.push("-s", id)
+	checkoutB := copyProject(t, project)
+	mnt := harness.NewMountpoint(t)
+	if r := b.agentfs("", "mount", "--lower", checkoutB, "--from", "team/"+pushed.Snapshots[len(pushed.Snapshots)-1], mnt); r.Code != 0 {
+		t.Fatalf("mount --from: %s", r)
+	}
+	t.Cleanup(func() {
+		if r := b.agentfs("", "unmount", mnt); r.Code != 0 {
+			t.Errorf("unmount: %s", r)
+		}
+	})
+	var sa, sb syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(mnt, "a.txt"), &sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Lstat(filepath.Join(mnt, "b.txt"), &sb); err != nil {
+		t.Fatal(err)
+	}
+	if sa.Ino != sb.Ino || sa.Nlink != 2 {
+		t.Errorf("a.txt (inode %d, %d links) and b.txt (inode %d) are not one file of 2 links", sa.Ino, sa.Nlink, sb.Ino)
+	}
+	for _, p := range []string{"a.txt", "b.txt"} {
+		if got := harness.ReadFile(t, filepath.Join(mnt, p)); got != "linked\n" {
+			t.Errorf("%s = %q, want linked", p, got)
+		}
+	}
+	if n := srv.Requests(t, "GetObject", "acme/objects/"); n != 1 {
+		t.Errorf("reading both names fetched %d objects, want 1", n)
+	}
+}
