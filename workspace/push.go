@@ -2,21 +2,15 @@ package workspace
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/agentfs/agentfs/branch"
-	"github.com/agentfs/agentfs/contenthash"
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/overlay"
 	"github.com/agentfs/agentfs/remote"
@@ -427,117 +421,6 @@ func (src *pushSource) toObject() remote.Object {
 	}}
 }
 
-// hashSources sets the sum of every source: the store's record, else
-// read (through Options.Hasher when set), parallel at a time; what it
-// reads itself it records (contenthash.Hasher.Learn).
-func (w *Workspace) hashSources(ctx context.Context, srcs []*pushSource, parallel int, reply *ctl.PushReply, progress *progressTracker) error {
-	var unknown []*pushSource
-	for _, src := range srcs {
-		var sum contenthash.Digest
-		var ok bool
-		var err error
-		if src.object != "" {
-			sum, ok, err = w.hashes.KnownObject(src.object)
-		} else {
-			var st unix.Stat_t
-			if err = unix.Lstat(src.view.LowerPath(src.lower), &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-				sum, ok, err = w.hashes.KnownProjectFile(&st)
-			}
-		}
-		if err != nil {
-			w.log.Debug("push: a recorded hash could not be read: reading the file", "file", src.name, "err", err)
-		}
-		if ok {
-			src.sum = remote.Sum(sum)
-			reply.Known++
-			continue
-		}
-		unknown = append(unknown, src)
-	}
-	var mu sync.Mutex
-	learned := contenthash.Learned{Objects: map[string]contenthash.LearnedFile{}}
-	byName := make(map[string]*pushSource, len(unknown)) // a source's name is its own
-	for _, src := range unknown {
-		byName[src.name] = src
-	}
-	hash := w.opts.Hasher
-	if hash == nil {
-		hash = func(ctx context.Context, o remote.Object) (remote.Sum, error) {
-			src := byName[o.Name]
-			f, err := o.Open()
-			if err != nil {
-				return remote.Sum{}, err
-			}
-			defer func() { _ = f.Close() }()
-			lf := contenthash.LearnedFile{Start: time.Now()}
-			if err := unix.Fstat(int(f.Fd()), &lf.Before); err != nil {
-				return remote.Sum{}, err
-			}
-			h := sha256.New()
-			n, err := copyUntilDone(ctx, h, f)
-			if err != nil {
-				return remote.Sum{}, fmt.Errorf("hashing %s: %w", o.Name, err)
-			}
-			if err := unix.Fstat(int(f.Fd()), &lf.After); err != nil {
-				return remote.Sum{}, err
-			}
-			h.Sum(lf.Sum[:0])
-			mu.Lock()
-			reply.HashedBytes += n
-			if src.object != "" {
-				learned.Objects[src.object] = lf
-			} else {
-				learned.Project = append(learned.Project, lf)
-			}
-			mu.Unlock()
-			return remote.Sum(lf.Sum), nil
-		}
-	}
-	objs := make([]remote.Object, len(unknown))
-	for i, src := range unknown {
-		objs[i] = src.toObject()
-	}
-	sums, err := remote.HashAll(ctx, objs, hash, parallel, func(p remote.Progress) {
-		progress.set(int64(p.ObjectsDone), int64(p.Objects), 0, 0)
-	})
-	reply.Hashed = len(unknown)
-	if err != nil {
-		return err
-	}
-	for i, src := range unknown {
-		src.sum = sums[i]
-	}
-	if err := w.hashes.Learn(learned); err != nil {
-		// Only what the next push reads again.
-		w.log.Warn("push: recording the hashes read", "err", err)
-	}
-	return nil
-}
-
-// copyUntilDone copies r to w, stopping when ctx is done.
-func copyUntilDone(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
-	buf := make([]byte, 256<<10)
-	var n int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return n, err
-		}
-		m, err := r.Read(buf)
-		if m > 0 {
-			if _, werr := w.Write(buf[:m]); werr != nil {
-				return n, werr
-			}
-			n += int64(m)
-		}
-		if err == io.EOF {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-	}
-}
-
 // set records sum in the change o points at.
 func (o objRef) set(sum remote.Sum) {
 	ch := &o.doc.Changes[o.change]
@@ -592,13 +475,6 @@ func (b *pushBuild) add(doc *remote.SnapshotDoc, name string, lower, v *overlay.
 	return nil
 }
 
-// linkedFile is a regular file of a document with more than one name.
-type linkedFile struct {
-	change int
-	id     [2]uint64 // st_dev, st_ino in the view
-	nlink  uint64
-}
-
 // change adds change c of view v to doc, and collects the files it
 // names; a file of several names is added to links.
 func (b *pushBuild) change(doc *remote.SnapshotDoc, name string, lower, v *overlay.FS, c overlay.Change, links *[]linkedFile) error {
@@ -648,84 +524,6 @@ func (b *pushBuild) change(doc *remote.SnapshotDoc, name string, lower, v *overl
 			return err
 		}
 		src.refs = append(src.refs, objRef{doc: doc, change: i, base: true})
-	}
-	return nil
-}
-
-// linkFiles names the hard links among doc's files: every name of a
-// file but the first in doc's order gets Link, the first's path. A
-// name that is no change (a project file given another name in the
-// view: copied up, its contents the project's) is added to doc as a
-// change, at the end, so that a pull makes the link there too.
-func (b *pushBuild) linkFiles(doc *remote.SnapshotDoc, name string, lower, v *overlay.FS, links []linkedFile) error {
-	if len(links) == 0 {
-		return nil
-	}
-	groups := map[[2]uint64][]int{}
-	var order [][2]uint64
-	nlinks := map[[2]uint64]uint64{}
-	for _, l := range links {
-		if groups[l.id] == nil {
-			order = append(order, l.id)
-		}
-		groups[l.id] = append(groups[l.id], l.change)
-		nlinks[l.id] = l.nlink
-	}
-	// The names that are no change: the view's other entries of the
-	// same object.
-	missing := map[string][2]uint64{}
-	for _, id := range order {
-		if uint64(len(groups[id])) >= nlinks[id] {
-			continue
-		}
-		obj, _, err := v.DataOfPath(doc.Changes[groups[id][0]].Path)
-		if err != nil {
-			return eioErrorf(err, "push: %s: %s: %v", name, doc.Changes[groups[id][0]].Path, err)
-		}
-		if obj != "" {
-			missing[obj] = id
-		}
-	}
-	if len(missing) > 0 {
-		inDoc := make(map[string]bool, len(doc.Changes))
-		for _, ch := range doc.Changes {
-			inDoc[ch.Path] = true
-		}
-		objs := map[string]bool{}
-		for obj := range missing {
-			objs[obj] = true
-		}
-		paths := v.UpperPaths(objs)
-		for obj, ps := range paths {
-			slices.Sort(ps)
-			for _, p := range ps {
-				if inDoc[p] {
-					continue
-				}
-				c := overlay.Change{Path: p, Kind: overlay.Created}
-				var err error
-				if c.New, err = v.InfoPath(p); err != nil {
-					return eioErrorf(err, "push: %s: %s: %v", name, p, err)
-				}
-				if c.Old, err = lower.InfoPath(p); err == nil {
-					c.Kind = overlay.Modified
-				} else if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
-					return eioErrorf(err, "push: the project: %s: %v", p, err)
-				}
-				var more []linkedFile
-				if err := b.change(doc, name, lower, v, c, &more); err != nil {
-					return err
-				}
-				id := missing[obj]
-				groups[id] = append(groups[id], len(doc.Changes)-1)
-			}
-		}
-	}
-	for _, id := range order {
-		g := groups[id]
-		for _, i := range g[1:] {
-			doc.Changes[i].Link = doc.Changes[g[0]].Path
-		}
 	}
 	return nil
 }
