@@ -127,7 +127,11 @@ func (r *Remote) fetchObject(ctx context.Context, sum Sum, dir string, onBytes f
 		return fmt.Errorf("locking %s: %w", part, err)
 	}
 	if _, err := os.Lstat(final); err == nil {
-		return nil // another fetch of it finished while this one waited
+		// Another fetch of it finished while this one waited: the
+		// file this one opened (made after that one's was renamed) is
+		// garbage.
+		_ = os.Remove(part)
+		return nil
 	}
 	if err := r.fetchInto(ctx, sum, tmp, final, onBytes); err != nil {
 		if errors.Is(err, ErrCorrupt) {

@@ -668,3 +668,34 @@ func TestFetchResumes(t *testing.T) {
 		})
 	}
 }
+
+// TestFetchTogether: two fetches of one object into one directory at
+// once (two pulls) both succeed, and leave the object whole and no
+// temporary file.
+func TestFetchTogether(t *testing.T) {
+	_, r := openTest(t)
+	data := bigData(4 << 20)
+	ups := uploads(t, fileObject(t, t.TempDir(), "big", data))
+	ctx := context.Background()
+	if _, err := r.Push(ctx, ups, nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = r.Fetch(ctx, []Sum{ups[0].Sum}, dir, 0, nil) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("fetch %d: %v", i, err)
+		}
+	}
+	if got, err := os.ReadFile(ObjectPath(dir, ups[0].Sum)); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("the object fetched differs (%d bytes, %v)", len(got), err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*", ".*")); len(left) != 0 {
+		t.Errorf("temporary files left: %q", left)
+	}
+}
