@@ -55,4 +55,13 @@ type PushReply struct {
 	SentBytes    int64 `json:"sent_bytes"`
 	Skipped      int   `json:"skipped"`
 	SkippedBytes int64 `json:"skipped_bytes"`
+	// Hashed files were read to learn their SHA-256 (HashedBytes): the
+	// store's content hashes knew the others (Known).
+	Hashed      int   `json:"hashed"`
+	HashedBytes int64 `json:"hashed_bytes"`
+	Known       int   `json:"known"`
+	// PartsSent and PartsKept count the parts of large objects' uploads
+	// sent, and found on the server from an interrupted push.
+	PartsSent int `json:"parts_sent,omitempty"`
+	PartsKept int `json:"parts_kept,omitempty"`
 }

@@ -524,8 +524,11 @@ func TestPullResume(t *testing.T) {
 	}
 	before := srv.Requests(t, "GetObject", "acme/objects/")
 	rep := b.pull(checkoutB, "team/"+id)
-	if gets := srv.Requests(t, "GetObject", "acme/objects/") - before; rep.Fetched != n-got || gets != n-got {
-		t.Errorf("the resumed pull fetched %d objects (the server answered %d), want %d", rep.Fetched, gets, n-got)
+	// One GET for each object not fetched, but the one under way
+	// (--parallel 1) when its temporary file held it whole: that one
+	// is only checked (HEAD) and verified.
+	if gets := srv.Requests(t, "GetObject", "acme/objects/") - before; rep.Fetched != n-got || gets != n-got && gets != n-got-1 {
+		t.Errorf("the resumed pull fetched %d objects (the server answered %d GETs), want %d (%d GETs, or one less)", rep.Fetched, gets, n-got, n-got)
 	}
 	if r := b.agentfs(checkoutB, "diff", "-s", id, "--stat"); r.Code != 0 {
 		t.Errorf("diff of the pulled session: %s", r)

@@ -5,6 +5,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
 )
 
 // # Names for reports
@@ -113,6 +115,43 @@ func (v *FS) OpenData(p string) (*os.File, unix.Stat_t, error) {
 	}
 	f, err := v.openData(n)
 	return f, st, err
+}
+
+// DataOfPath says where the data of the regular file at path p in the
+// view lives: its object (an id of the backstore), or the project's
+// file (a path relative to the lower directory) when it has none or
+// only a metacopy. An error wraps ENOENT when there is no such file.
+func (v *FS) DataOfPath(p string) (object, lower string, err error) {
+	type where struct{ object, lower string }
+	w, err := atPath(v, p, func(n *Node, _ *unix.Stat_t) (where, error) {
+		o, l := v.dataOf(n)
+		return where{o, l}, nil
+	})
+	return w.object, w.lower, err
+}
+
+// InfoPath describes the file at path p in the view as Diff describes
+// the sides of a change. An error wraps ENOENT when there is no such
+// file.
+func (v *FS) InfoPath(p string) (*FileInfo, error) {
+	return atPath(v, p, func(n *Node, st *unix.Stat_t) (*FileInfo, error) { return fileInfo(n, st) })
+}
+
+// UpperPaths returns, for each object of objs, the paths of the view's
+// own entries whose data it is (a hard-linked file's names), in no
+// order. It reads the view's index: no system call.
+func (v *FS) UpperPaths(objs map[string]bool) map[string][]string {
+	out := map[string][]string{}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	for dir, ents := range v.dirs {
+		for name, e := range ents {
+			if e.Type == branch.TypeFile && e.Object != "" && !e.Metacopy && objs[e.Object] {
+				out[e.Object] = append(out[e.Object], joinPath(dir, name))
+			}
+		}
+	}
+	return out
 }
 
 // StatPath returns the attributes of the file at path p in the view

@@ -33,8 +33,12 @@
 // MultipartThreshold), and only then writes the documents, in the order
 // given: a session document last, after the snapshots it names. An
 // interrupted push is resumed by pushing again: what arrived is found
-// and skipped; a document is never written before its objects, so a
-// remote never holds a document that names a missing object.
+// and skipped, and of a large object that was under way, the parts the
+// server holds (multipart.go); a document is never written before its
+// objects, so a remote never holds a document that names a missing
+// object. An interrupted fetch is resumed the same way: the objects
+// fetched are kept, and the one under way continues from the bytes its
+// temporary file holds (fetchObject).
 //
 // Integrity is checked on both ends. On the way up, the request's
 // signature covers the body (SigV4 signs each chunk of a streamed body
@@ -42,7 +46,8 @@
 // HTTPS, TLS does), and the uploader hashes the bytes it actually read
 // and sent: an object whose bytes changed since they were hashed is
 // removed from the remote again and the push fails, naming it. On the
-// way down, a fetch hashes what it reads back and refuses an object
+// way down, a fetch hashes what it reads back (and what it kept of an
+// interrupted fetch, read again) and refuses an object
 // whose bytes do not hash to its name (ErrCorrupt, naming the key);
 // what it writes goes to a temporary file that is fsync'ed and renamed
 // into place only when complete and verified, so a crash mid-fetch

@@ -50,6 +50,12 @@ type Change struct {
 	Rdev   uint64 `json:"rdev,omitempty"`
 	Target string `json:"target,omitempty"` // a symlink's
 	Object string `json:"object,omitempty"` // a regular file's: the SHA-256 of its bytes
+	// Link, on a regular file hard-linked to another of the document,
+	// is the path of the first of them (in path order): the file is
+	// that file's other name. Object and the attributes are the same
+	// as there, so that a reader that does not know Link makes a
+	// separate file of the same contents.
+	Link string `json:"link,omitempty"`
 	// Xattrs are its extended attributes (user.*, POSIX ACLs; pushed as
 	// root, trusted.* and security.capability), values base64.
 	Xattrs map[string][]byte `json:"xattrs,omitempty"`

@@ -16,14 +16,17 @@ import (
 	"syscall"
 
 	"github.com/minio/minio-go/v7"
+	"golang.org/x/sys/unix"
 )
 
 // MultipartThreshold is the size above which an object is uploaded in
-// parts of PartSize, several at once.
-const (
-	MultipartThreshold = 64 << 20
-	PartSize           = 16 << 20
-	partsInFlight      = 4
+// parts of PartSize, several at once, resumed part by part
+// (multipart.go).
+// (Variables only for the tests, which make them small.)
+var (
+	MultipartThreshold int64 = 64 << 20
+	PartSize           int64 = 16 << 20
+	partsInFlight            = 4
 )
 
 // errNoSpace is the error of a fetch into a full disk (not retried).
@@ -36,7 +39,7 @@ var errChanged = errors.New("the object changed while it was pushed")
 // putObject uploads o, whose bytes hash to sum, under its key, and
 // calls onBytes with the count of each read of it. See the package doc,
 // Transfers, for the checks.
-func (r *Remote) putObject(ctx context.Context, sum Sum, o Object, onBytes func(int64)) error {
+func (r *Remote) putObject(ctx context.Context, sum Sum, o Object, onBytes func(int64), ps *PartStats) error {
 	f, err := o.Open()
 	if err != nil {
 		return fmt.Errorf("opening %s: %w", o.Name, err)
@@ -47,20 +50,15 @@ func (r *Remote) putObject(ctx context.Context, sum Sum, o Object, onBytes func(
 		return fmt.Errorf("%s: %w", o.Name, err)
 	}
 	key := r.loc.ObjectKey(sum)
+	if st.Size() > MultipartThreshold {
+		return r.putMultipart(ctx, key, o.Name, sum, f, st.Size(), onBytes, ps)
+	}
 	h := sha256.New()
 	// A plain reader (no ReadAt, no Seek): minio-go reads it once, in
 	// order, so that h sees exactly the bytes sent.
 	body := io.TeeReader(&countingReader{r: &ctxReader{ctx: ctx, r: f}, on: onBytes}, h)
-	opts := minio.PutObjectOptions{ContentType: "application/octet-stream"}
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true}
 	size := st.Size()
-	if size <= MultipartThreshold {
-		opts.DisableMultipart = true
-	} else {
-		opts.PartSize = PartSize
-		opts.NumThreads = partsInFlight
-		opts.ConcurrentStreamParts = true
-		size = -1 // parts are read in order and sent several at once
-	}
 	info, err := r.client.PutObject(ctx, r.loc.Bucket, key, body, size, opts)
 	if err != nil {
 		return r.explain(err, key)
@@ -102,23 +100,43 @@ func ObjectPath(dir string, sum Sum) string {
 // fetchObject downloads the object sum to ObjectPath(dir, sum), through
 // a temporary file renamed into place once complete, synced and
 // verified, and calls onBytes with the count of each read.
+//
+// The temporary file is named after the object (.fetch-SUM, beside
+// it): a fetch that was interrupted (the process killed, the network
+// gone) leaves it, and the next fetch of the object continues it: the
+// bytes it holds are hashed again (read locally), and only the rest is
+// asked of the server (a ranged GET from its length), appended, and
+// hashed on. If the whole does not hash to sum, a continued fetch is
+// started again from nothing once (the prefix may be what a crash of
+// the machine left), and a fresh one is refused (ErrCorrupt) and its
+// file removed. A lock (flock) on the temporary file keeps two
+// fetches of one object from writing it at once.
 func (r *Remote) fetchObject(ctx context.Context, sum Sum, dir string, onBytes func(int64)) (err error) {
 	final := ObjectPath(dir, sum)
 	shard := filepath.Dir(final)
 	if err := os.MkdirAll(shard, 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(shard, ".fetch-*")
+	part := filepath.Join(shard, ".fetch-"+sum.String())
+	tmp, err := os.OpenFile(part, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
+	defer func() { _ = tmp.Close() }()
+	if err := unix.Flock(int(tmp.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("locking %s: %w", part, err)
+	}
+	if _, err := os.Lstat(final); err == nil {
+		// Another fetch of it finished while this one waited: the
+		// file this one opened (made after that one's was renamed) is
+		// garbage.
+		_ = os.Remove(part)
+		return nil
+	}
+	if err := r.fetchInto(ctx, sum, tmp, final, onBytes); err != nil {
+		if errors.Is(err, ErrCorrupt) {
+			_ = os.Remove(part)
 		}
-	}()
-	if err := r.ReadObject(ctx, sum, tmp, onBytes); err != nil {
 		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 			return fmt.Errorf("%w: the disk of %s is full: free space and fetch again (what was fetched is kept)", errNoSpace, dir)
 		}
@@ -127,38 +145,112 @@ func (r *Remote) fetchObject(ctx context.Context, sum Sum, dir string, onBytes f
 	if err := tmp.Sync(); err != nil {
 		return fmt.Errorf("writing %s: %w", final, err)
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", final, err)
-	}
-	if err := os.Rename(tmp.Name(), final); err != nil {
+	if err := os.Rename(part, final); err != nil {
 		return err
 	}
 	return syncDir(shard)
 }
 
-// ReadObject copies the object sum to w and checks that what it read
-// hashes to sum: ErrCorrupt, naming the key, when it does not (w has
-// then received bytes that must not be used).
-func (r *Remote) ReadObject(ctx context.Context, sum Sum, w io.Writer, onBytes func(int64)) error {
+// fetchInto makes tmp hold the object sum: it continues what tmp holds
+// (see fetchObject), and refuses an object that does not hash to sum.
+func (r *Remote) fetchInto(ctx context.Context, sum Sum, tmp *os.File, final string, onBytes func(int64)) error {
+	h := sha256.New()
+	have, err := io.Copy(h, &ctxReader{ctx: ctx, r: io.NewSectionReader(tmp, 0, 1<<62)})
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", tmp.Name(), err)
+	}
+	w := &offsetWriter{f: tmp, off: have}
+	err = r.readObjectFrom(ctx, sum, have, io.MultiWriter(w, h), onBytes)
+	if err == nil {
+		var got Sum
+		h.Sum(got[:0])
+		if got == sum {
+			return nil
+		}
+		err = r.corrupt(sum, got)
+	}
+	if have == 0 || !errors.Is(err, ErrCorrupt) && !errors.Is(err, errBeyondEnd) {
+		return err
+	}
+	// The prefix kept from before was not the object's: start again.
+	onBytes(-(w.off - have))
+	if err := tmp.Truncate(0); err != nil {
+		return err
+	}
+	return r.fetchInto(ctx, sum, tmp, final, onBytes)
+}
+
+// errBeyondEnd is the error of a ranged read that starts past the end
+// of the object.
+var errBeyondEnd = errors.New("the range starts past the end of the object")
+
+// offsetWriter writes to a file from off on, in order.
+type offsetWriter struct {
+	f   *os.File
+	off int64
+}
+
+func (w *offsetWriter) Write(p []byte) (int, error) {
+	n, err := w.f.WriteAt(p, w.off)
+	w.off += int64(n)
+	return n, err
+}
+
+// readObjectFrom copies the object sum from byte from on to w (a
+// ranged GET when from > 0): errBeyondEnd when the object is shorter
+// than from, nil with nothing copied when it is exactly from bytes.
+func (r *Remote) readObjectFrom(ctx context.Context, sum Sum, from int64, w io.Writer, onBytes func(int64)) error {
 	key := r.loc.ObjectKey(sum)
-	obj, err := r.client.GetObject(ctx, r.loc.Bucket, key, minio.GetObjectOptions{})
+	opts := minio.GetObjectOptions{}
+	if from > 0 {
+		st, err := r.client.StatObject(ctx, r.loc.Bucket, key, minio.StatObjectOptions{})
+		if err != nil {
+			return r.explain(err, key)
+		}
+		switch {
+		case st.Size < from:
+			return errBeyondEnd
+		case st.Size == from:
+			return nil
+		}
+		if err := opts.SetRange(from, 0); err != nil {
+			return err
+		}
+	}
+	obj, err := r.client.GetObject(ctx, r.loc.Bucket, key, opts)
 	if err != nil {
 		return r.explain(err, key)
 	}
 	defer func() { _ = obj.Close() }()
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(w, h), &countingReader{r: obj, on: onBytes}); err != nil {
+	if _, err := io.Copy(w, &countingReader{r: obj, on: onBytes}); err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
 			return err // the local side: a full disk, ...
 		}
 		return r.explain(err, key)
 	}
+	return nil
+}
+
+// corrupt is the error of the object sum read back as bytes hashing to
+// got.
+func (r *Remote) corrupt(sum, got Sum) error {
+	return fmt.Errorf("%w: %s of %s holds bytes that hash to %s, not to its name: the remote's copy is damaged; push the snapshot again from a machine that has it",
+		ErrCorrupt, r.loc.ObjectKey(sum), r.describe(), got)
+}
+
+// ReadObject copies the object sum to w and checks that what it read
+// hashes to sum: ErrCorrupt, naming the key, when it does not (w has
+// then received bytes that must not be used).
+func (r *Remote) ReadObject(ctx context.Context, sum Sum, w io.Writer, onBytes func(int64)) error {
+	h := sha256.New()
+	if err := r.readObjectFrom(ctx, sum, 0, io.MultiWriter(w, h), onBytes); err != nil {
+		return err
+	}
 	var got Sum
 	h.Sum(got[:0])
 	if got != sum {
-		return fmt.Errorf("%w: %s of %s holds bytes that hash to %s, not to its name: the remote's copy is damaged; push the snapshot again from a machine that has it",
-			ErrCorrupt, key, r.describe(), got)
+		return r.corrupt(sum, got)
 	}
 	return nil
 }

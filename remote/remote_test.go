@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/minio/minio-go/v7"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/internal/s3test"
@@ -138,7 +139,7 @@ func TestPushFetch(t *testing.T) {
 	srv, r := openTest(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	big := bigData(MultipartThreshold + 3*PartSize/2)
+	big := bigData(int(MultipartThreshold + 3*PartSize/2))
 	objs := []Object{
 		fileObject(t, dir, "a", []byte("alpha\n")),
 		fileObject(t, dir, "a-again", []byte("alpha\n")),
@@ -151,7 +152,7 @@ func TestPushFetch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Push: %v", err)
 	}
-	want := PushStats{Objects: 3, Sent: 3, SentBytes: int64(6 + len(big)), Docs: 1}
+	want := PushStats{Objects: 3, Sent: 3, SentBytes: int64(6 + len(big)), Docs: 1, Parts: PartStats{Sent: 6}}
 	if st != want {
 		t.Errorf("Push stats = %+v, want %+v", st, want)
 	}
@@ -300,7 +301,7 @@ func TestPushResumes(t *testing.T) {
 // checks that a fetch refuses it, names it, and leaves nothing under
 // the object's name in the destination (nor a temporary file).
 func TestFetchRefusesCorruptObject(t *testing.T) {
-	for _, size := range []int{5, MultipartThreshold + 1} {
+	for _, size := range []int{5, int(MultipartThreshold) + 1} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			srv, r := openTest(t)
 			ctx := context.Background()
@@ -337,7 +338,7 @@ func TestFetchRefusesCorruptObject(t *testing.T) {
 // hash to (as when a file changes between hashing and upload): the push
 // fails naming the object, and the server keeps nothing under that sum.
 func TestPushRefusesChangedObject(t *testing.T) {
-	for _, size := range []int{5, MultipartThreshold + 1} {
+	for _, size := range []int{5, int(MultipartThreshold) + 1} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			srv, r := openTest(t)
 			o := fileObject(t, t.TempDir(), "moving", bigData(size))
@@ -528,5 +529,173 @@ func TestFetchIntoFullDisk(t *testing.T) {
 	}
 	if _, err := os.Lstat(ObjectPath(dir, ups[0].Sum)); !os.IsNotExist(err) {
 		t.Errorf("a failed fetch left its object: %v", err)
+	}
+}
+
+// smallParts makes the multipart threshold and the part size small
+// (5 MiB, the least S3 takes) for one test.
+func smallParts(t *testing.T) {
+	oldT, oldP := MultipartThreshold, PartSize
+	MultipartThreshold, PartSize = 6<<20, 5<<20
+	t.Cleanup(func() { MultipartThreshold, PartSize = oldT, oldP })
+}
+
+// TestPushResumesParts interrupts the multipart upload of one large
+// object once two of its parts arrived, then pushes again: the parts
+// the server holds are not sent again (counted from its access log),
+// and what it completes is the object.
+func TestPushResumesParts(t *testing.T) {
+	smallParts(t)
+	// One part at a time: none is in flight when the push is
+	// interrupted, so the server holds exactly the parts it answered.
+	old := partsInFlight
+	partsInFlight = 1
+	t.Cleanup(func() { partsInFlight = old })
+	srv, r := openTest(t)
+	data := bigData(int(8*PartSize + PartSize/2)) // 9 parts
+	ups := uploads(t, fileObject(t, t.TempDir(), "big", data))
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := r.Push(ctx, ups, nil, 1, func(p Progress) {
+		if p.Phase == PhaseUploading && p.BytesDone >= 2*PartSize {
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted Push = %v, want context.Canceled", err)
+	}
+	if got := srv.Objects(t, bucket, "team/objects/"); len(got) != 0 {
+		t.Fatalf("an interrupted multipart upload left objects %q", got)
+	}
+	st, err := r.Push(context.Background(), ups, nil, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every part was stored once: those of the interrupted push (2)
+	// were kept, and the resumed push sent only the others.
+	if stored := srv.Requests(t, "UploadPart", "team/objects/"); stored != 9 || st.Parts.Kept != 2 || st.Parts.Sent != 7 {
+		t.Errorf("the server stored %d parts over both pushes (resumed: %+v), want 9, at least 2 of them kept", stored, st.Parts)
+	}
+	onServer, err := os.ReadFile(srv.ObjectFile(bucket, r.loc.ObjectKey(ups[0].Sum)))
+	if err != nil || !bytes.Equal(onServer, data) {
+		t.Errorf("the server's copy of the resumed object differs (%d bytes, %v)", len(onServer), err)
+	}
+}
+
+// TestPushResumedPartDiffers: a part the server holds from an
+// interrupted upload whose bytes are not the object's (another upload
+// of the key, a damaged part) is sent again, not kept.
+func TestPushResumedPartDiffers(t *testing.T) {
+	smallParts(t)
+	srv, r := openTest(t)
+	data := bigData(int(2*PartSize + 10))
+	ups := uploads(t, fileObject(t, t.TempDir(), "big", data))
+	key := r.loc.ObjectKey(ups[0].Sum)
+	c := r.core()
+	ctx := context.Background()
+	id, err := c.NewMultipartUpload(ctx, bucket, key, minio.PutObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := bytes.Repeat([]byte{'x'}, int(PartSize))
+	if _, err := c.PutObjectPart(ctx, bucket, key, id, 1, bytes.NewReader(other), int64(len(other)), minio.PutObjectPartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.Push(ctx, ups, nil, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Parts.Sent != 3 || st.Parts.Kept != 0 {
+		t.Errorf("push over a differing part: %+v, want 3 parts sent, none kept", st.Parts)
+	}
+	onServer, err := os.ReadFile(srv.ObjectFile(bucket, key))
+	if err != nil || !bytes.Equal(onServer, data) {
+		t.Errorf("the server's copy differs (%d bytes, %v)", len(onServer), err)
+	}
+}
+
+// TestFetchResumes: a fetch finds the temporary file an interrupted
+// fetch left (here, the first 3 MiB of the object) and asks the server
+// only for the rest (its bytes counted from the access log); a
+// temporary file that is not a prefix of the object is fetched again
+// whole, and the result is the object either way.
+func TestFetchResumes(t *testing.T) {
+	srv, r := openTest(t)
+	data := bigData(8 << 20)
+	ups := uploads(t, fileObject(t, t.TempDir(), "big", data))
+	ctx := context.Background()
+	if _, err := r.Push(ctx, ups, nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	sum := ups[0].Sum
+	for _, c := range []struct {
+		name   string
+		prefix []byte
+		sent   int64 // bytes the server sends
+		want   int64 // bytes the fetch counts (what it kept of them)
+	}{
+		{"prefix", data[:3<<20], int64(len(data) - 3<<20), int64(len(data) - 3<<20)},
+		{"whole prefix", data, 0, 0},
+		// Found out at the end: the rest, then the whole again.
+		{"other bytes", bytes.Repeat([]byte{'y'}, 3<<20), int64(2*len(data) - 3<<20), int64(len(data))},
+		{"longer", append(slices.Clone(data), 'z'), int64(len(data)), int64(len(data))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			part := filepath.Join(filepath.Dir(ObjectPath(dir, sum)), ".fetch-"+sum.String())
+			if err := os.MkdirAll(filepath.Dir(part), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(part, c.prefix, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			before := srv.BytesWritten(t)
+			st, err := r.Fetch(ctx, []Sum{sum}, dir, 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What the server wrote: the bytes asked for, and headers and
+			// its access log's lines (less than 64 KiB).
+			if sent := srv.BytesWritten(t) - before; sent < c.sent || sent > c.sent+64<<10 || st.FetchedBytes != c.want {
+				t.Errorf("the server wrote %d bytes (stats %+v), want %d and its headers (%d counted)", sent, st, c.sent, c.want)
+			}
+			got, err := os.ReadFile(ObjectPath(dir, sum))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Errorf("the fetched object differs (%d bytes, %v)", len(got), err)
+			}
+			if _, err := os.Lstat(part); !os.IsNotExist(err) {
+				t.Errorf("the temporary file is left: %v", err)
+			}
+		})
+	}
+}
+
+// TestFetchTogether: two fetches of one object into one directory at
+// once (two pulls) both succeed, and leave the object whole and no
+// temporary file.
+func TestFetchTogether(t *testing.T) {
+	_, r := openTest(t)
+	data := bigData(4 << 20)
+	ups := uploads(t, fileObject(t, t.TempDir(), "big", data))
+	ctx := context.Background()
+	if _, err := r.Push(ctx, ups, nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = r.Fetch(ctx, []Sum{ups[0].Sum}, dir, 0, nil) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("fetch %d: %v", i, err)
+		}
+	}
+	if got, err := os.ReadFile(ObjectPath(dir, ups[0].Sum)); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("the object fetched differs (%d bytes, %v)", len(got), err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*", ".*")); len(left) != 0 {
+		t.Errorf("temporary files left: %q", left)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -188,6 +189,9 @@ type PushStats struct {
 	Skipped      int   // objects the remote already had
 	SkippedBytes int64
 	Docs         int // documents written
+	// Parts of the large objects' multipart uploads: sent, and found
+	// on the server from an interrupted push (not sent again).
+	Parts PartStats
 }
 
 // Push uploads the objects of ups that the remote lacks (one per sum),
@@ -240,12 +244,18 @@ func (r *Remote) Push(ctx context.Context, ups []Upload, docs []Doc, parallel in
 	t.update(func(p *Progress) {
 		*p = Progress{Phase: PhaseUploading, Objects: len(missing), Bytes: total, Skipped: st.Skipped, SkippedBytes: skippedBytes}
 	})
+	var partsMu sync.Mutex
 	err = forEach(ctx, len(missing), parallel, func(ctx context.Context, i int) error {
 		s := missing[i]
-		var sent int64
+		var sent atomic.Int64
+		var ps PartStats
 		err := withRetry(ctx, func() error {
-			return r.putObject(ctx, s, bySum[s], func(n int64) { sent += n; t.bytes(n) })
-		}, func() { n := sent; sent = 0; t.bytes(-n) })
+			return r.putObject(ctx, s, bySum[s], func(n int64) { sent.Add(n); t.bytes(n) }, &ps)
+		}, func() { n := sent.Swap(0); t.bytes(-n) })
+		partsMu.Lock()
+		st.Parts.Sent += ps.Sent
+		st.Parts.Kept += ps.Kept
+		partsMu.Unlock()
 		if err != nil {
 			return err
 		}
@@ -320,7 +330,7 @@ func (r *Remote) Fetch(ctx context.Context, sums []Sum, dir string, parallel int
 		var got int64
 		err := withRetry(ctx, func() error {
 			return r.fetchObject(ctx, need[i], dir, func(n int64) { got += n; t.bytes(n) })
-		}, func() { n := got; got = 0; t.bytes(-n) })
+		}, nil) // what an attempt fetched is kept, and continued (fetchObject)
 		if err != nil {
 			return err
 		}

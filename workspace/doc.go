@@ -45,7 +45,10 @@
 // whole: a restore never runs while a branch is being switched or
 // deleted, a listing never shows a branch half switched. File
 // operations through the mount never take opMu; each view's own lock
-// orders them with snapshots, restores and switches.
+// orders them with snapshots, restores and switches. A push is the one
+// exception: it holds opMu only while it pins what it sends, then
+// hashes and transfers without it (push.go), its objects kept from gc
+// by pins (pinMu, taken under opMu or alone).
 //
 // Lock order: the Mount's rewind lock (a supervised restore's: Mount.
 // Rewinding takes it without opMu, the rewind's Done releases it once

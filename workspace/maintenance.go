@@ -11,8 +11,8 @@ import (
 	"github.com/agentfs/agentfs/overlay"
 )
 
-// GC removes the objects that no branch, snapshot or open file refers
-// to, except those changed within the grace period (a copy-up in
+// GC removes the objects that no branch, snapshot, open file or push
+// under way refers to, except those changed within the grace period (a copy-up in
 // progress makes its object before it commits the entry naming it).
 func (w *Workspace) GC(c ctl.Caller, a ctl.GCArgs) (ctl.GCReply, error) {
 	return locked(w, func() (ctl.GCReply, error) {
@@ -25,7 +25,7 @@ func (w *Workspace) GC(c ctl.Caller, a ctl.GCArgs) (ctl.GCReply, error) {
 		}
 		progress, end := w.startProgress("gc", "objects")
 		defer end()
-		r, err := w.objs.Collect(backstore.GCOptions{Referenced: w.meta.ReferencedObjects, InUse: w.inUseLocked(), Grace: grace,
+		r, err := w.objs.Collect(backstore.GCOptions{Referenced: w.referencedObjects, InUse: w.inUseLocked(), Grace: grace,
 			Progress: func(n int) { progress.set(int64(n), 0, 0, 0) }})
 		w.log.Info("gc", "objects", r.Objects, "removed", r.Removed, "freed", r.Freed, "young", r.Young, "in use", r.InUse, "err", err, "pid", c.Pid)
 		if err != nil {

@@ -7,33 +7,45 @@ import (
 	"github.com/agentfs/agentfs/ctl"
 )
 
-// The progress of the long operations (apply, export, gc, fsck, diff):
-// one record, as one runs at a time (they hold opMu), that the
+// The progress of the long operations (apply, export, gc, fsck, diff,
+// push): one record, as one runs at a time (they hold opMu), that the
 // operation updates as it goes and Progress reads without waiting for
 // opMu, through another connection (the CLI's progress bar).
 
 // progressTracker is the operation running's record.
+//
+// A push runs most of its course without opMu (push.go), so another
+// operation may start and end meanwhile: a tracker publishes only over
+// its own record (or none), and its end clears only its own, so that
+// neither takes the other's away.
 type progressTracker struct {
-	w *Workspace
-	p ctl.Progress
+	w    *Workspace
+	p    ctl.Progress
+	last *ctl.Progress // the record it published last
 }
 
 // startProgress records that op (counting in unit) began; the tracker
 // updates it, and end clears it. opMu is held.
 func (w *Workspace) startProgress(op, unit string) (t *progressTracker, end func()) {
 	t = &progressTracker{w: w, p: ctl.Progress{Running: true, Op: op, Unit: unit}}
-	w.progress.Store(&ctl.Progress{Running: true, Op: op, Unit: unit})
+	t.last = &ctl.Progress{Running: true, Op: op, Unit: unit}
+	w.progress.Store(t.last)
 	w.waitProgressGate()
-	return t, func() { w.progress.Store(nil) }
+	return t, t.end
 }
 
 // set publishes done of total (0: unknown) items and bytes of
-// totalBytes.
+// totalBytes. Its calls come one at a time.
 func (t *progressTracker) set(done, total, bytes, totalBytes int64) {
 	p := t.p
 	p.Done, p.Total, p.Bytes, p.TotalBytes = done, total, bytes, totalBytes
-	t.w.progress.Store(&p)
+	if t.w.progress.CompareAndSwap(t.last, &p) || t.w.progress.CompareAndSwap(nil, &p) {
+		t.last = &p
+	}
 }
+
+// end clears the tracker's record, if it is still the one published.
+func (t *progressTracker) end() { t.w.progress.CompareAndSwap(t.last, nil) }
 
 // Progress is the progress of the long operation running, if any. It
 // does not wait for opMu: it is asked while the operation holds it.

@@ -401,6 +401,9 @@ func (im *importer) change(v *overlay.FS, c remote.Change) error {
 		}
 		return im.remove(v, dir, name, old, &st)
 	}
+	if c.Type == "file" && c.Link != "" {
+		return im.link(v, dir, name, old, &st, c)
+	}
 	isDir := old != nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
 	keep := old != nil && (c.Type == "dir" && isDir || c.Type == "file" && st.Mode&unix.S_IFMT == unix.S_IFREG)
 	if old != nil && !keep {
@@ -437,6 +440,23 @@ func (im *importer) change(v *overlay.FS, c remote.Change) error {
 		return nil
 	}
 	return im.setAttrs(v, n, c)
+}
+
+// link makes name in dir another name of the file at c.Link, written
+// before it (a hard link of the pushed snapshot), in place of old.
+func (im *importer) link(v *overlay.FS, dir *overlay.Node, name string, old *overlay.Node, st *unix.Stat_t, c remote.Change) error {
+	return im.withNode(v, c.Link, func(n *overlay.Node) error {
+		if v.ObjectID(n) == "" {
+			return fmt.Errorf("its link %s is no file written by the pull: the document is damaged", c.Link)
+		}
+		if old != nil {
+			if err := im.remove(v, dir, name, old, st); err != nil {
+				return err
+			}
+		}
+		_, err := v.Link(n, dir, name)
+		return err
+	})
 }
 
 // file writes a regular file's contents from its fetched object: over

@@ -131,6 +131,15 @@ type Workspace struct {
 	// when none (progress.go); gate holds it for the tests.
 	progress atomic.Pointer[ctl.Progress]
 	gate     progressGate
+
+	// pinMu guards pinned, the objects that pushes under way send
+	// (gc spares them), and pushes, the pushes sending without opMu,
+	// which Close cancels and waits for (pushWG) (push.go). Taken
+	// under opMu or alone.
+	pinMu  sync.Mutex
+	pinned map[string]int
+	pushes map[*pushPlan]bool
+	pushWG sync.WaitGroup
 }
 
 // Open opens the store of o: the branch metadata (under the store's
@@ -287,6 +296,7 @@ func (w *Workspace) Close() error {
 		return nil
 	}
 	w.closed = true
+	w.stopPushesLocked()
 	if w.hashes != nil {
 		w.hashes.Close()
 	}

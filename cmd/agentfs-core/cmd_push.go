@@ -110,5 +110,9 @@ func runPush(_ context.Context, o *pushOptions, args []string) error {
 	}
 	fmt.Fprintf(o.stdout, "pushed %s to %s (%s): %d objects sent (%s), %d already there (%s)\n",
 		what, rep.Remote, rep.URL, rep.Sent, cli.HumanBytes(rep.SentBytes), rep.Skipped, cli.HumanBytes(rep.SkippedBytes))
+	fmt.Fprintf(o.stdout, "hashes: %d known to the store, %d files read (%s)\n", rep.Known, rep.Hashed, cli.HumanBytes(rep.HashedBytes))
+	if rep.PartsKept > 0 {
+		fmt.Fprintf(o.stdout, "resumed: %d parts of large objects were on the remote already, %d sent\n", rep.PartsKept, rep.PartsSent)
+	}
 	return nil
 }

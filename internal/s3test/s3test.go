@@ -167,12 +167,41 @@ func (s *Server) Restart(t testing.TB) {
 }
 
 // Pause stops the gateway's process (SIGSTOP): requests wait, and a
-// request in flight stays unanswered, until Stop kills it.
+// request in flight stays unanswered, until Resume continues it or
+// Stop kills it.
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
 	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Resume continues a gateway Pause stopped (SIGCONT): the requests
+// that waited are answered.
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Throttle lets the gateway run in short bursts (run, then paused)
+// until cond holds, which it checks while the gateway is paused, and
+// leaves it paused then: a test stops a transfer at a point it knows,
+// however fast the transfer. It reports whether cond held within a
+// minute.
+func (s *Server) Throttle(t testing.TB, burst time.Duration, cond func() bool) bool {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		s.Resume(t)
+		time.Sleep(burst)
+		s.Pause(t)
+		if cond() {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) start(bin, out string) error {
@@ -276,6 +305,29 @@ func (s *Server) Objects(t testing.TB, bucket, prefix string) []string {
 	return keys
 }
 
+// PartsHeld returns the sizes of the parts of unfinished multipart
+// uploads the server holds in bucket (the posix backend keeps them as
+// files BUCKET/.sgwtmp/multipart/KEY-HASH/UPLOAD-ID/PART), whatever
+// its access log says: the gateway writes that log behind its answers,
+// and a gateway killed loses the lines not written yet.
+func (s *Server) PartsHeld(t testing.TB, bucket string) []int64 {
+	t.Helper()
+	ms, err := filepath.Glob(filepath.Join(s.Root, bucket, ".sgwtmp", "multipart", "*", "*", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int64
+	for _, m := range ms {
+		if _, err := strconv.Atoi(filepath.Base(m)); err != nil {
+			continue
+		}
+		if st, err := os.Stat(m); err == nil && st.Mode().IsRegular() {
+			out = append(out, st.Size())
+		}
+	}
+	return out
+}
+
 // Requests counts, over every start of the server, the requests of operation op (the gateway's name
 // without its "s3_" prefix: PutObject, CreateMultipartUpload,
 // UploadPart, GetObject, HeadObject, ListObjectsV2, ...) that the server
@@ -290,29 +342,60 @@ func (s *Server) Requests(t testing.TB, op, keyPrefix string) int {
 	return n
 }
 
+// BytesWritten returns what the gateway running has written so far
+// (wchar of /proc/PID/io): the bodies and headers of its answers, and
+// its access log's lines. The gateway does not log the bytes of a
+// GetObject's body (it writes 0), so a test that must know how much of
+// an object was sent measures it here, from the server's side.
+func (s *Server) BytesWritten(t testing.TB) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", s.cmd.Process.Pid))
+	if err != nil {
+		t.Fatalf("the gateway's I/O counts: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("the gateway's I/O counts: %q", line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("the gateway's I/O counts have no wchar: %s", b)
+	return 0
+}
+
 // countRequests counts Requests in one access log.
 func countRequests(t testing.TB, log, op, keyPrefix string) int {
+	t.Helper()
+	n := 0
+	scanRequests(t, log, op, keyPrefix, func(accessEntry) { n++ })
+	return n
+}
+
+// scanRequests calls fn with each entry of the access log log that
+// Requests counts.
+func scanRequests(t testing.TB, log, op, keyPrefix string, fn func(accessEntry)) {
 	t.Helper()
 	f, err := os.Open(log)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return 0
+			return
 		}
 		t.Fatal(err)
 	}
 	defer func() { _ = f.Close() }()
-	n := 0
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		if e, ok := parseAccessLine(sc.Text()); ok && e.op == op && e.status < 300 && strings.HasPrefix(e.key, keyPrefix) {
-			n++
+			fn(e)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return n
 }
 
 // accessEntry is what Requests reads of one line of the access log.
