@@ -89,7 +89,7 @@ func TestExecSessionRefused(t *testing.T) {
 		}
 	}
 
-	userns := startSleeper(t, exec.Command("unshare", "-U", "-r", "-m", harness.Bin(), "mcp", "-C", "/"), "agentfs")
+	userns := startSleeper(t, exec.Command("unshare", "-U", "-r", "-m", harness.Bin(), "mcp", "-C", "/"), "agentfs-core")
 	id := forgedSession(t, e, userns)
 	check("a daemon in a user namespace of its own", exec1(id), "belongs to another user namespace")
 	// The MCP server's run_in_branch refuses it as a tool error.

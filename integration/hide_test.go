@@ -562,7 +562,7 @@ func TestHideSessionNonRoot(t *testing.T) {
 	}
 	before := harness.SnapshotTree(project)
 	bin := filepath.Join(scripts, "agentfs")
-	copyExecutable(t, harness.Bin(), bin)
+	copyAgentfs(t, bin)
 	// Every process's descriptors, working directory and root: each
 	// followed to a hidden file, by its project path.
 	agent := filepath.Join(scripts, "agent.sh")

@@ -408,23 +408,21 @@ echo "== mounted after unmount: $(grep -c " $MP " /proc/self/mountinfo || true)"
 }
 
 // userExecutable returns the agentfs binary at a path other users can
-// execute.
+// execute (with agentfs-core beside it).
 func userExecutable(t *testing.T) string {
 	t.Helper()
 	if st, err := os.Stat(harness.Bin()); err == nil && st.Mode()&0o001 != 0 && harness.WorldSearchable(harness.Bin()) {
 		return harness.Bin()
 	}
-	dst := filepath.Join(harness.SharedDir(), "agentfs-for-users")
+	dir := filepath.Join(harness.SharedDir(), "for-users")
+	dst := filepath.Join(dir, "agentfs")
 	if _, err := os.Stat(dst); err == nil {
 		return dst
 	}
-	b, err := os.ReadFile(harness.Bin())
-	if err != nil {
+	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(dst, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	copyAgentfs(t, dst)
 	return dst
 }
 

@@ -550,7 +550,7 @@ func TestRunNonRoot(t *testing.T) {
 	t.Cleanup(func() { e.checkProject() })
 	// The binary where nobody may run it.
 	bin := filepath.Join(e.scripts, "agentfs")
-	copyExecutable(t, harness.Bin(), bin)
+	copyAgentfs(t, bin)
 	agent := e.script("agent.sh", `echo "AGENT uid=$(id -u)"
 echo more >> a.txt
 echo new > new.txt
@@ -683,6 +683,15 @@ func canOpenAs(t *testing.T, uid int, p string) bool {
 	default:
 		return perm&0o006 == 0o006
 	}
+}
+
+// copyAgentfs copies the binary under test to bin, and the agentfs-core
+// beside it (the full program, which it runs most commands in) beside
+// bin.
+func copyAgentfs(t *testing.T, bin string) {
+	t.Helper()
+	copyExecutable(t, harness.Bin(), bin)
+	copyExecutable(t, filepath.Join(filepath.Dir(harness.Bin()), "agentfs-core"), filepath.Join(filepath.Dir(bin), "agentfs-core"))
 }
 
 // copyExecutable copies the file src to dst with mode 0755.

@@ -78,7 +78,7 @@ func TestControlFileIsProtected(t *testing.T) {
 func TestControlFileOwnerOnly(t *testing.T) {
 	m := harness.NewMount(t, harness.WithLower(harness.LowerFile("f", "f")))
 	bin := filepath.Join(harness.NewMountpoint(t), "agentfs")
-	copyExecutable(t, harness.Bin(), bin)
+	copyAgentfs(t, bin)
 	if !harness.WorldSearchable(bin) {
 		t.Fatalf("the copy %s of the binary is not reachable by other users", bin)
 	}

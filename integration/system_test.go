@@ -317,7 +317,7 @@ func TestRunSystemNonRoot(t *testing.T) {
 	must(t, os.Lchown(state, nobody, nobody))
 	scripts := harness.NewMountpoint(t)
 	bin := filepath.Join(scripts, "agentfs")
-	copyExecutable(t, harness.Bin(), bin)
+	copyAgentfs(t, bin)
 	// A FUSE device node usable by all, bound over /dev/fuse in the
 	// namespaces of the runs below only.
 	fuse := filepath.Join(scripts, "fuse")
