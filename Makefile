@@ -165,7 +165,7 @@ baseline:
 	trap 'git worktree remove --force "$$tmp/src" >/dev/null 2>&1; rm -rf "$$tmp"; git worktree prune' EXIT; \
 	git worktree add -q --detach "$$tmp/src" $$rev && \
 	flags="-X main.version=$$(git describe --always $$rev) -X main.commit=$$rev -X github.com/agentfs/agentfs/cli.Version=$$(git describe --always $$rev) -X github.com/agentfs/agentfs/cli.commit=$$rev"; \
-	rm -rf "$(CURDIR)/$(dir $(BASELINE_BIN))" && \
+	mkdir -p "$(CURDIR)/$(dir $(BASELINE_BIN))" && rm -f "$(CURDIR)/$(BASELINE_BIN)" "$(CURDIR)/$(dir $(BASELINE_BIN))agentfs-core" && \
 	(cd "$$tmp/src" && CGO_ENABLED=0 $(GO) build -ldflags "$$flags" -o "$(CURDIR)/$(BASELINE_BIN)" ./cmd/agentfs && \
 		if [ -d cmd/agentfs-core ]; then CGO_ENABLED=0 $(GO) build -ldflags "$$flags" -o "$(CURDIR)/$(dir $(BASELINE_BIN))agentfs-core" ./cmd/agentfs-core; fi) && \
 	echo "$(BASELINE_BIN): $(BASELINE) ($$rev)"
