@@ -36,6 +36,8 @@ func TestRunFront(t *testing.T) {
 		{[]string{"status", "-Z"}, true, ExitUsage, "", "unknown shorthand flag: 'Z'"},
 		{[]string{"status", "-C", dir}, true, ExitError, "", "not inside an agentfs mount (use -C DIR)"},
 		{[]string{"restore", "-C", dir, "1a2b"}, true, ExitError, "", "not inside an agentfs mount (use -C DIR)"},
+		{[]string{"tag", "-C", dir}, true, ExitError, "", "not inside an agentfs mount (use -C DIR)"},
+		{[]string{"tag", "--delete"}, true, ExitUsage, "", "tag --delete takes one tag NAME"},
 		{[]string{"status", "-C", dir, "-s", "x"}, true, ExitUsage, "", "-C DIR and -s SESSION both name what to talk to"},
 		// The full program's.
 		{[]string{"status", "-s", "20261128"}, false, 0, "", ""},

@@ -3,7 +3,8 @@
 // implementations register into, the dispatch (Run: flags, help, exit
 // codes, error messages), and the commands that only talk to a running
 // daemon over its control file: version, status, snapshot create, list,
-// show and delete, branch create, list, delete and switch, and restore.
+// show and delete, branch create, list, delete and switch, tag and
+// restore.
 //
 // # Two programs, one command line
 //

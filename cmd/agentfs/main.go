@@ -2,8 +2,8 @@
 // links package cli and what the commands there need (the control
 // protocol, pflag, x/sys) and nothing else, so that it starts in the
 // floor of a Go program: it runs version, --help, status, and the
-// snapshot, branch and restore commands that talk to a mount's daemon
-// itself, and hands every other command line whole to agentfs-core,
+// snapshot, branch, tag and restore commands that talk to a mount's
+// daemon itself, and hands every other command line whole to agentfs-core,
 // the full program installed beside it (same arguments, same
 // environment, same process: exec). Package cli says why.
 package main

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -9,25 +9,23 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/agentfs/agentfs/cli"
 	"github.com/agentfs/agentfs/ctl"
-	"github.com/agentfs/agentfs/workspace"
 )
 
 // tagOptions are the flags of agentfs tag.
 type tagOptions struct {
-	mountFlag
+	MountFlag
 	delete bool
 	stdout io.Writer
 }
 
 func (o *tagOptions) AddFlags(flags *pflag.FlagSet) {
-	o.mountFlag.AddFlags(flags)
+	o.MountFlag.AddFlags(flags)
 	flags.BoolVarP(&o.delete, "delete", "d", false, "delete the tag NAME (its snapshot stays)")
 }
 
 func init() {
-	cli.Register(&cli.Command{
+	Register(&Command{
 		Name:  "tag",
 		Usage: "[-C DIR] NAME ID | --delete NAME",
 		Help: `Tag gives the snapshot ID the name NAME, which every command then
@@ -42,7 +40,7 @@ Examples:
   agentfs tag good 1a2b3c4d
   agentfs restore good
   agentfs tag --delete good`,
-		Setup: func(flags *pflag.FlagSet, out cli.Streams) cli.RunFunc {
+		Setup: func(flags *pflag.FlagSet, out Streams) RunFunc {
 			o := &tagOptions{stdout: out.Stdout}
 			o.AddFlags(flags)
 			return func(ctx context.Context, args []string) error { return runTag(ctx, o, args) }
@@ -53,30 +51,30 @@ Examples:
 func runTag(ctx context.Context, o *tagOptions, args []string) error {
 	switch {
 	case o.delete && len(args) != 1:
-		return cli.Usagef("tag --delete takes one tag NAME, got %d arguments", len(args))
+		return Usagef("tag --delete takes one tag NAME, got %d arguments", len(args))
 	case o.delete:
-		deleted, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.TagArgs, error) { return c.DeleteTag(args[0]) })
+		deleted, err := call[ctl.TagArgs](&o.MountFlag, ctl.OpTagDelete, ctl.TagArgs{Name: args[0]})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(o.stdout, "deleted tag %s (of snapshot %s)\n", cli.Printable(deleted.Name), deleted.Ref)
+		fmt.Fprintf(o.stdout, "deleted tag %s (of snapshot %s)\n", Printable(deleted.Name), deleted.Ref)
 		return nil
 	case len(args) == 0:
 		return o.list()
 	case len(args) != 2:
-		return cli.Usagef("tag takes a NAME and a snapshot ID, got %d arguments", len(args))
+		return Usagef("tag takes a NAME and a snapshot ID, got %d arguments", len(args))
 	}
-	info, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.SnapshotInfo, error) { return c.SetTag(args[0], args[1]) })
+	info, err := call[ctl.SnapshotInfo](&o.MountFlag, ctl.OpTagSet, ctl.TagArgs{Name: args[0], Ref: args[1]})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.stdout, "tagged snapshot %s %s\n", info.ID, cli.Printable(args[0]))
+	fmt.Fprintf(o.stdout, "tagged snapshot %s %s\n", info.ID, Printable(args[0]))
 	return nil
 }
 
 // list prints every tag and its snapshot.
 func (o *tagOptions) list() error {
-	list, err := call(&o.mountFlag, func(c *workspace.Client) (ctl.SnapshotList, error) { return c.Snapshots() })
+	list, err := call[ctl.SnapshotList](&o.MountFlag, ctl.OpSnapshotList, nil)
 	if err != nil {
 		return err
 	}
@@ -90,7 +88,7 @@ func (o *tagOptions) list() error {
 	sort.Slice(rows, func(i, j int) bool { return rows[i].tag < rows[j].tag })
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
 	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%s\t%s\n", cli.Printable(r.tag), r.id, cli.Printable(r.label))
+		fmt.Fprintf(w, "%s\t%s\t%s\n", Printable(r.tag), r.id, Printable(r.label))
 	}
 	return w.Flush()
 }
