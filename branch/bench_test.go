@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // BenchmarkCommitOne commits one entry per batch, as a namespace
@@ -170,22 +171,30 @@ func BenchmarkResetTo(b *testing.B) {
 	}
 }
 
-// BenchmarkDeepRead reads a branch of 10,000 entries through 1, 10 and
-// 16 levels (a branch of a branch of ...; each level changes 100
-// entries): Get of an entry of the bottom level, which every level is
-// asked for, and Load of the whole branch.
+// BenchmarkDeepRead reads a branch of 10,000 entries that is the
+// depth-th of a branch of a branch of ... (each changes 100 entries):
+// Get of an entry of the bottom level, which every level is asked for,
+// and Load of the whole branch, once the flattener has merged the chain
+// (flattened). It reports the levels a read goes through ("levels") and
+// the slowest branch create of the stack ("create-max-ms"): flattening
+// is off the create's path. Run it with
+//
+//	go test -run '^$' -bench DeepRead ./branch/
 func BenchmarkDeepRead(b *testing.B) {
-	for _, depth := range []int{1, 10, maxDepth} {
+	for _, depth := range []int{1, 10, 16, 32} {
 		l := benchLayer(b)
 		benchFill(b, l, 10_000, 1)
+		var slowest time.Duration
 		for i := 1; i < depth; i++ {
 			snap, err := l.Snapshot("", KindAuto)
 			if err != nil {
 				b.Fatal(err)
 			}
+			start := time.Now()
 			if l, err = l.s.CreateLayer(fmt.Sprintf("b%d", i), snap); err != nil {
 				b.Fatal(err)
 			}
+			slowest = max(slowest, time.Since(start))
 			var batch Batch
 			for j := range 100 {
 				batch.Put(fmt.Sprintf("src/pkg%03d/file%06d.go", 9, 9000+(i*100+j)%1000), &Entry{Type: TypeFile, Ino: uint64(j), Object: fmt.Sprintf("%016x", j)})
@@ -194,8 +203,11 @@ func BenchmarkDeepRead(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if got := 1 + len(l.state.Load().chain); got != depth {
-			b.Fatalf("depth %d, want %d", got, depth)
+		flattened(b, l.s)
+		levels := 1 + len(l.state.Load().chain)
+		report := func(b *testing.B) {
+			b.ReportMetric(float64(levels), "levels")
+			b.ReportMetric(float64(slowest.Microseconds())/1000, "create-max-ms")
 		}
 		b.Run(fmt.Sprintf("get/depth=%d", depth), func(b *testing.B) {
 			i := 0
@@ -206,6 +218,7 @@ func BenchmarkDeepRead(b *testing.B) {
 				}
 				i++
 			}
+			report(b)
 		})
 		b.Run(fmt.Sprintf("load/depth=%d", depth), func(b *testing.B) {
 			for b.Loop() {
@@ -217,7 +230,16 @@ func BenchmarkDeepRead(b *testing.B) {
 					b.Fatalf("loaded %d entries, want 10,000", n)
 				}
 			}
+			report(b)
 		})
+	}
+}
+
+// flattened waits for the flattener to be done with s's branches.
+func flattened(tb testing.TB, s *Store) {
+	tb.Helper()
+	if err := s.flattenAll(); err != nil {
+		tb.Fatal(err)
 	}
 }
 

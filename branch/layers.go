@@ -15,8 +15,14 @@ import (
 // Layers: a layer id read over its parent's entries (see "Layers" in
 // the package doc).
 
-// maxDepth is the most levels a chain holds, the layer's own included.
-const maxDepth = 16
+// flattenDepth is the most levels a chain holds, the layer's own
+// included, before the flattener merges it (see "Depth" in the package
+// doc).
+const flattenDepth = 8
+
+// maxChain bounds a walk up the parents (a cycle would be a corrupt
+// store; none is ever written).
+const maxChain = 1 << 16
 
 // maskByte is the value of a mask: no entry (or base) at this key,
 // whatever the levels below hold.
@@ -27,9 +33,15 @@ var maskValue = []byte{maskByte}
 // featureLayers marks a store in which a layer has a parent.
 const featureLayers = "layers"
 
-var parentPfx = []byte("parent/")
+var (
+	parentPfx = []byte("parent/")
+	frozenPfx = []byte("frozen/")
+)
 
-const parentEncoding = 1
+const (
+	parentEncoding = 1
+	frozenEncoding = 1
+)
 
 // level is one layer id read at a timestamp: a link of a chain.
 type level struct {
@@ -38,6 +50,24 @@ type level struct {
 
 func parentKey(id uint64) []byte {
 	return binary.BigEndian.AppendUint64(append([]byte{}, parentPfx...), id)
+}
+
+func frozenKey(id uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte{}, frozenPfx...), id)
+}
+
+func encodeFrozen(ts uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{frozenEncoding}, ts)
+}
+
+func decodeFrozen(b []byte) (uint64, error) {
+	if len(b) > 0 && b[0] > frozenEncoding {
+		return 0, fmt.Errorf("frozen record encoding %d is newer than this agentfs reads (%d): use a newer agentfs: %w", b[0], frozenEncoding, ErrIncompatible)
+	}
+	if len(b) != 9 || b[0] != frozenEncoding {
+		return 0, fmt.Errorf("corrupt frozen record (% x)", b)
+	}
+	return binary.BigEndian.Uint64(b[1:]), nil
 }
 
 func (p level) encode() []byte {
@@ -76,7 +106,7 @@ func (s *Store) chainOf(id uint64) []level {
 	var chain []level
 	for {
 		p, ok := s.parents[id]
-		if !ok || len(chain) > maxDepth {
+		if !ok || len(chain) > maxChain {
 			return chain
 		}
 		chain = append(chain, p)
@@ -84,37 +114,112 @@ func (s *Store) chainOf(id uint64) []level {
 	}
 }
 
-// addParent records that layer id has parent p, and holds p.ts (see
-// "Layers" in the package doc). p.ts is at or above the discard
-// timestamp: a snapshot's pinned Ts, or a level below one.
+// needsHoldLocked reports whether a read of lv needs lv.ts held from
+// compaction: unless lv.id was frozen at or below lv.ts (see "Keeping
+// versions" in the package doc). Requires s.pmu.
+func (s *Store) needsHoldLocked(lv level) bool {
+	f, ok := s.frozen[lv.id]
+	return !ok || f > lv.ts
+}
+
+// addParent records that layer id has parent p, and holds p.ts unless
+// p's layer is frozen at or below it (see "Layers" in the package doc).
+// p.ts is at or above the discard timestamp: a snapshot's pinned Ts, or
+// a level below one. A parent it replaces (a flattening) stays held
+// until the store reopens: a read that began before reads it.
 func (s *Store) addParent(id uint64, p level) {
 	s.pmu.Lock()
 	s.parents[id] = p
+	hold := s.needsHoldLocked(p)
 	s.pmu.Unlock()
+	if !hold {
+		return
+	}
 	s.tsMu.Lock()
 	defer s.tsMu.Unlock()
-	if !s.parentHeld || p.ts < s.parentOldest {
-		s.parentOldest, s.parentHeld = p.ts, true
+	s.parentHeld[p] = true
+	if !s.holdAny || p.ts < s.holdOldest {
+		s.holdAny, s.holdOldest = true, p.ts
 	}
 	s.setDiscardTsLocked()
 }
 
-// loadParents reads every parent key in txn and holds them (at Open,
-// before anything sets the discard timestamp).
+// freeze records that layer id has no version above ts (its frozen/
+// key is committed), and stops holding the snapshots and parents that
+// read it at or above ts: what they see is each key's newest version,
+// which compaction keeps (see "Keeping versions" in the package doc).
+func (s *Store) freeze(id, ts uint64) {
+	s.pmu.Lock()
+	if f, ok := s.frozen[id]; !ok || ts < f {
+		s.frozen[id] = ts
+	}
+	s.pmu.Unlock()
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	for sid, lv := range s.snapHeld {
+		if lv.id == id && lv.ts >= ts {
+			delete(s.snapHeld, sid)
+		}
+	}
+	for lv := range s.parentHeld {
+		if lv.id == id && lv.ts >= ts {
+			delete(s.parentHeld, lv)
+		}
+	}
+	s.recomputeHoldLocked()
+	s.setDiscardTsLocked()
+}
+
+// loadParents reads every parent and frozen key in txn and holds the
+// parents that need it (at Open, before anything sets the discard
+// timestamp).
 func (s *Store) loadParents(txn *badger.Txn) error {
 	parents, err := scanParents(txn)
 	if err != nil {
 		return err
 	}
+	frozen, err := scanFrozen(txn)
+	if err != nil {
+		return err
+	}
 	s.pmu.Lock()
-	s.parents = parents
-	s.pmu.Unlock()
+	s.parents, s.frozen = parents, frozen
+	var held []level
 	for _, p := range parents {
-		if !s.parentHeld || p.ts < s.parentOldest {
-			s.parentOldest, s.parentHeld = p.ts, true
+		if s.needsHoldLocked(p) {
+			held = append(held, p)
 		}
 	}
+	s.pmu.Unlock()
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	for _, p := range held {
+		s.parentHeld[p] = true
+	}
+	s.recomputeHoldLocked()
 	return nil
+}
+
+// scanFrozen reads every frozen key in txn: layer id → timestamp.
+func scanFrozen(txn *badger.Txn) (map[uint64]uint64, error) {
+	frozen := map[uint64]uint64{}
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: frozenPfx, PrefetchValues: true})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		k := it.Item().Key()
+		if len(k) != len(frozenPfx)+8 {
+			return nil, fmt.Errorf("corrupt frozen key %q", k)
+		}
+		id := binary.BigEndian.Uint64(k[len(frozenPfx):])
+		v, err := it.Item().ValueCopy(nil)
+		if err != nil {
+			return nil, err
+		}
+		if frozen[id], err = decodeFrozen(v); err != nil {
+			return nil, fmt.Errorf("frozen record of layer %d: %w", id, err)
+		}
+	}
+	return frozen, nil
 }
 
 // scanParents reads every parent key in txn: layer id → parent.
@@ -173,14 +278,15 @@ func ownKeys(txn *badger.Txn, id uint64) bool {
 }
 
 // layerOnOps returns the ops that give the new layer id the entries of
-// snap: its parent key when the chain stays within maxDepth, else a
-// copy of snap's entries and bases. It records the parent (addParent)
-// before the commit, so that whoever reads the new layer id finds its
-// chain: should the commit fail, the id is never used. Requires
-// s.commitMu (txn from transact), and snap pinned.
-func (s *Store) layerOnOps(txn *badger.Txn, id uint64, snap Snapshot) ([]op, error) {
-	var ops []op
-	top := level{id: snap.Layer, ts: snap.Ts}
+// the level top (a snapshot's layer at its Ts): its parent key, naming
+// top or, when top holds no key of its own, the first level below it
+// that does. It never copies: a chain that grows too deep is merged by
+// the flattener, off the caller's path (see "Depth" in the package
+// doc). It records the parent (addParent) before the commit, so that
+// whoever reads the new layer id finds its chain: should the commit
+// fail, the id is never used. Requires s.commitMu (txn from transact),
+// and top pinned.
+func (s *Store) layerOnOps(txn *badger.Txn, id uint64, top level) ([]op, error) {
 	chain := s.chainOf(top.id)
 	// A level without keys of its own reads as its parent: skip it.
 	for len(chain) > 0 {
@@ -192,31 +298,15 @@ func (s *Store) layerOnOps(txn *badger.Txn, id uint64, snap Snapshot) ([]op, err
 		}
 		top, chain = chain[0], chain[1:]
 	}
-	if 2+len(chain) <= maxDepth {
-		ops = append(ops, op{key: parentKey(id), val: top.encode()})
-		if _, err := txn.Get(featureKey(featureLayers)); errors.Is(err, badger.ErrKeyNotFound) {
-			ops = append(ops, op{key: featureKey(featureLayers)})
-		} else if err != nil {
-			return nil, err
-		}
-		s.addParent(id, top)
-		return ops, nil
+	ops := []op{{key: parentKey(id), val: top.encode()}}
+	if _, err := txn.Get(featureKey(featureLayers)); errors.Is(err, badger.ErrKeyNotFound) {
+		ops = append(ops, op{key: featureKey(featureLayers)})
+	} else if err != nil {
+		return nil, err
 	}
-	// Too deep: copy what snap shows, merged through its chain.
-	levels := append([]level{top}, chain...)
-	txns := s.levelTxns(levels)
-	defer discardAll(txns)
-	for _, kind := range []func(uint64) []byte{layerPrefix, basePrefix} {
-		m := newMergeIter(txns, levels, kind, nil)
-		for m.rewind(); m.valid(); m.next() {
-			v, err := m.item().ValueCopy(nil)
-			if err != nil {
-				m.close()
-				return nil, err
-			}
-			ops = append(ops, op{key: append(kind(id), m.suffix()...), val: v})
-		}
-		m.close()
+	s.addParent(id, top)
+	if 2+len(chain) > flattenDepth {
+		s.kickFlatten()
 	}
 	return ops, nil
 }
@@ -226,9 +316,10 @@ func (s *Store) layerOnOps(txn *badger.Txn, id uint64, snap Snapshot) ([]op, err
 // that several levels hold the topmost wins, and masks are skipped with
 // what they hide.
 type mergeIter struct {
-	its      []*badger.Iterator
-	prefixes [][]byte // each level's layer prefix (e/<id> or base/<id>)
-	cur      int      // the level at the current key; -1 when done
+	its       []*badger.Iterator
+	prefixes  [][]byte // each level's layer prefix (e/<id> or base/<id>)
+	cur       int      // the level at the current key; -1 when done
+	keepMasks bool     // stop at masks too (the flattener copies them)
 }
 
 // newMergeIter opens iterators over levels (txns[i] reads levels[i])
@@ -304,7 +395,7 @@ func (m *mergeIter) settle() {
 				m.cur = i
 			}
 		}
-		if m.cur < 0 || !isMask(m.item()) {
+		if m.cur < 0 || m.keepMasks || !isMask(m.item()) {
 			return
 		}
 		m.skip()
@@ -333,7 +424,7 @@ func (s *Store) sweepLayers() error {
 			live[snap.Layer] = true
 		}
 		s.pmu.RLock()
-		parents := maps.Clone(s.parents)
+		parents, frozen := maps.Clone(s.parents), maps.Clone(s.frozen)
 		s.pmu.RUnlock()
 		for id := range live {
 			for p, ok := parents[id]; ok && !live[p.id]; p, ok = parents[p.id] {
@@ -344,6 +435,12 @@ func (s *Store) sweepLayers() error {
 		for id := range parents {
 			if !live[id] {
 				ops = append(ops, op{key: parentKey(id), del: true})
+				dead = append(dead, id)
+			}
+		}
+		for id := range frozen {
+			if !live[id] {
+				ops = append(ops, op{key: frozenKey(id), del: true})
 				dead = append(dead, id)
 			}
 		}
@@ -376,17 +473,22 @@ func (s *Store) sweepLayers() error {
 	s.pmu.Lock()
 	for _, id := range dead {
 		delete(s.parents, id)
+		delete(s.frozen, id)
 	}
-	held := slices.Collect(maps.Values(s.parents))
+	var held []level
+	for _, p := range s.parents {
+		if s.needsHoldLocked(p) {
+			held = append(held, p)
+		}
+	}
 	s.pmu.Unlock()
 	s.tsMu.Lock()
 	defer s.tsMu.Unlock()
-	s.parentHeld = false
+	clear(s.parentHeld)
 	for _, p := range held {
-		if !s.parentHeld || p.ts < s.parentOldest {
-			s.parentOldest, s.parentHeld = p.ts, true
-		}
+		s.parentHeld[p] = true
 	}
+	s.recomputeHoldLocked()
 	return nil
 }
 

@@ -23,6 +23,7 @@ func TestSnapshot(t *testing.T) {
 		m := model{}
 		m.change(t, rng, l, 40)
 		before := time.Now()
+		frozenID := l.id()
 		snap, err := l.Snapshot("before refactor", KindManual)
 		if err != nil {
 			t.Fatal(err)
@@ -30,7 +31,10 @@ func TestSnapshot(t *testing.T) {
 		if !regexp.MustCompile(`^[0-9a-f]{8}$`).MatchString(snap.ID) {
 			t.Errorf("ID = %q, want 8 lowercase hex digits", snap.ID)
 		}
-		want := Snapshot{ID: snap.ID, Branch: "main", Layer: l.id(), Ts: snap.Ts, Label: "before refactor", Kind: KindManual, Created: snap.Created, Epoch: 0}
+		if l.id() == frozenID {
+			t.Errorf("the branch goes on in layer %d, which the snapshot froze", frozenID)
+		}
+		want := Snapshot{ID: snap.ID, Branch: "main", Layer: frozenID, Ts: snap.Ts, Label: "before refactor", Kind: KindManual, Created: snap.Created, Epoch: 0}
 		if snap != want || snap.Created.Before(before) || time.Since(snap.Created) > time.Minute {
 			t.Errorf("Snapshot = %+v, want %+v taken just now", snap, want)
 		}
@@ -549,7 +553,12 @@ func TestSnapshotsSurviveCompaction(t *testing.T) {
 		m.check(t, "layer "+when, l)
 	}
 	checkSnaps("after compaction")
+	// Every level a snapshot reads is frozen: compaction keeps one
+	// version of each key, none that no read point sees.
 	held := countVersions(t, s, entryPfx)
+	if live := liveKeys(t, s, entryPfx); held != live {
+		t.Errorf("%d entry versions with %d snapshots, for %d keys: want one version a key", held, len(snaps), live)
+	}
 
 	closeStore(t, s)
 	s = openDir(t, o)
@@ -564,35 +573,64 @@ func TestSnapshotsSurviveCompaction(t *testing.T) {
 	}
 	compactAll(t, s)
 	m.check(t, "layer after deleting every snapshot", l)
-	if got := countVersions(t, s, entryPfx); got != len(m) {
-		t.Errorf("%d entry versions after deleting every snapshot and compacting, want %d (one per entry; %d while snapshots held them)", got, len(m), held)
+	if got, live := countVersions(t, s, entryPfx), liveKeys(t, s, entryPfx); got != live {
+		t.Errorf("%d entry versions after deleting every snapshot and compacting, for %d keys: want one version a key", got, live)
 	}
 	t.Logf("%d entries; %d versions kept for %d snapshots", len(m), held, len(snaps))
 }
 
 // TestDiscardBeforeOldestSnapshot shows which versions compaction keeps:
-// of those written before the oldest snapshot only the one it sees; all
-// of those written after it (badger has one discard timestamp); after
-// the snapshot is deleted, only the newest.
+// a snapshot freezes its layer, so of the versions written before it
+// only the one it sees, and of those after it (in the branch's new
+// layer id) only the newest; a snapshot of a layer that was written
+// after it (as agentfs builds before freezing took them) holds every
+// version since.
 func TestDiscardBeforeOldestSnapshot(t *testing.T) {
 	both(t, func(t *testing.T, s *Store) {
 		l := mainLayer(t, s)
-		put := func(n int) {
+		put := func(n, from int) {
 			for i := range n {
 				var b Batch
-				b.Put("k", &Entry{Type: TypeFile, Ino: uint64(i)})
+				b.Put("k", &Entry{Type: TypeFile, Ino: uint64(from + i)})
 				if err := l.Commit(&b); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
-		key := appendPath(layerPrefix(l.id()), "k")
-		put(10)
+		put(10, 0)
 		snap := snapshot(t, l, "")
-		put(10)
+		put(10, 100)
 		compactAll(t, s)
-		if got := countVersions(t, s, key); got != 11 {
-			t.Errorf("versions of k with a snapshot after 10 of 20 writes: %d, want 11 (the snapshot's and the 10 after it)", got)
+		if got := countVersions(t, s, appendPath(layerPrefix(snap.Layer), "k")); got != 1 {
+			t.Errorf("versions of k in the frozen layer after 10 writes: %d, want 1 (the snapshot's)", got)
+		}
+		if got := countVersions(t, s, appendPath(layerPrefix(l.id()), "k")); got != 1 {
+			t.Errorf("versions of k in the branch's layer after 10 writes over the snapshot: %d, want 1", got)
+		}
+		if e, err := s.SnapshotView(snap).Get("k"); err != nil || e.Ino != 9 {
+			t.Errorf("snapshot's k after compaction = %+v, %v, want ino 9", e, err)
+		}
+		if e, err := l.Get("k"); err != nil || e.Ino != 109 {
+			t.Errorf("branch's k after compaction = %+v, %v, want ino 109", e, err)
+		}
+
+		// A snapshot of a layer that is written on (no frozen key):
+		// held.
+		if err := s.apply([]op{{key: layerKey("main"), val: layerRecord{id: snap.Layer, epoch: l.Epoch()}.encode()}, {key: frozenKey(snap.Layer), del: true}}); err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		delete(s.layers, "main")
+		s.mu.Unlock()
+		s.pmu.Lock()
+		delete(s.frozen, snap.Layer)
+		s.pmu.Unlock()
+		s.holdSnapshot(snap.ID, level{id: snap.Layer, ts: snap.Ts}, true)
+		l = mainLayer(t, s)
+		put(10, 200)
+		compactAll(t, s)
+		if got := countVersions(t, s, appendPath(layerPrefix(snap.Layer), "k")); got != 11 {
+			t.Errorf("versions of k in a written layer after 10 writes over its snapshot: %d, want 11 (the snapshot's and the 10 after it)", got)
 		}
 		if e, err := s.SnapshotView(snap).Get("k"); err != nil || e.Ino != 9 {
 			t.Errorf("snapshot's k after compaction = %+v, %v, want ino 9", e, err)
@@ -601,7 +639,7 @@ func TestDiscardBeforeOldestSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		compactAll(t, s)
-		if got := countVersions(t, s, key); got != 1 {
+		if got := countVersions(t, s, appendPath(layerPrefix(snap.Layer), "k")); got != 1 {
 			t.Errorf("versions of k after deleting the snapshot: %d, want 1", got)
 		}
 	})
