@@ -3,7 +3,9 @@ package branch
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -246,11 +248,14 @@ func flattened(tb testing.TB, s *Store) {
 // BenchmarkLongSession measures the metadata store's growth in a long
 // session that keeps its pre-run snapshot (issue 29): N metadata
 // changes (each an overwrite of one of 1,000 entries, one commit each)
-// after a snapshot, then a full compaction; it reports the bytes of the
-// database (LSM and value log) per change, with and without the
-// snapshot. With the snapshot, badger keeps every version written
-// after it (see "Keeping versions" in the package doc): the size grows
-// with N. Run it with
+// after a snapshot, with and without it. It reports the bytes on disk
+// of the database (LSM, value log, memtables' logs) while the store is
+// open after the changes ("open-MiB", of which "sst-MiB" in tables and
+// "vlog-MiB" in the value log), after Close ("closed-MiB"), and after a
+// reopen and a full compaction ("MiB", and per change). The snapshot
+// freezes its layer, so every version it does not see can go (see
+// "Keeping versions" in the package doc): the size does not grow with
+// N. Run it with
 //
 //	go test -run '^$' -bench LongSession -benchtime 1x ./branch/
 func BenchmarkLongSession(b *testing.B) {
@@ -259,6 +264,7 @@ func BenchmarkLongSession(b *testing.B) {
 			b.Run(fmt.Sprintf("changes=%d/snapshot=%v", n, snap), func(b *testing.B) {
 				for b.Loop() {
 					dir := b.TempDir()
+					meta := filepath.Join(dir, "meta")
 					l, err := openMain(Options{Dir: dir})
 					if err != nil {
 						b.Fatal(err)
@@ -278,15 +284,51 @@ func BenchmarkLongSession(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
+					if err := l.s.Settle(); err != nil {
+						b.Fatal(err)
+					}
+					mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+					b.ReportMetric(mib(diskUsage(b, meta)), "open-MiB")
+					b.ReportMetric(mib(diskUsageOf(b, meta, ".sst")), "sst-MiB")
+					b.ReportMetric(mib(diskUsageOf(b, meta, ".vlog")), "vlog-MiB")
+					start := time.Now()
+					closeStore(b, l.s)
+					b.ReportMetric(float64(time.Since(start).Microseconds())/1000, "close-ms")
+					b.ReportMetric(mib(diskUsage(b, meta)), "closed-MiB")
+					if l, err = openMain(Options{Dir: dir}); err != nil {
+						b.Fatal(err)
+					}
 					compactAll(b, l.s)
 					closeStore(b, l.s)
-					size := diskUsage(b, filepath.Join(dir, "meta"))
+					size := diskUsage(b, meta)
 					b.ReportMetric(float64(size)/float64(n), "bytes/change")
-					b.ReportMetric(float64(size)/(1<<20), "MiB")
+					b.ReportMetric(mib(size), "MiB")
 				}
 			})
 		}
 	}
+}
+
+// diskUsageOf returns the bytes the files of dir whose names end with
+// suffix take on disk.
+func diskUsageOf(tb testing.TB, dir, suffix string) int64 {
+	tb.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var n int64
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), suffix) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		n += info.Sys().(*syscall.Stat_t).Blocks * 512
+	}
+	return n
 }
 
 // diskUsage returns the bytes the files below dir take on disk.

@@ -39,6 +39,8 @@ type background struct {
 	// compaction (used by the goroutine only).
 	commits   atomic.Uint64
 	compacted uint64
+	// flattened counts the chains re-pointed onto a flattened level.
+	flattened atomic.Uint64
 }
 
 // errClosing: Close stopped a flattening pass.
@@ -208,11 +210,12 @@ func (s *Store) flatten(l *Layer, cached []*Layer) error {
 		s.addParent(z, below)
 		ops := []op{
 			{key: parentKey(z), val: below.encode()},
-			{key: frozenKey(z), val: encodeFrozen(zl.ts)},
+			{key: frozenKey(z), val: encodeFrozen(zl.ts, 0)},
 			{key: parentKey(st.id), val: zl.encode()},
 		}
 		return ops, func() {
-			s.freeze(z, zl.ts)
+			s.bg.flattened.Add(1)
+			s.freeze(z, zl.ts, 0)
 			s.addParent(st.id, zl)
 			for _, c := range cached {
 				cs := c.state.Load()

@@ -17,8 +17,8 @@ import (
 
 // flattenDepth is the most levels a chain holds, the layer's own
 // included, before the flattener merges it (see "Depth" in the package
-// doc).
-const flattenDepth = 8
+// doc). A variable for tests only.
+var flattenDepth = 8
 
 // maxChain bounds a walk up the parents (a cycle would be a corrupt
 // store; none is ever written).
@@ -56,18 +56,22 @@ func frozenKey(id uint64) []byte {
 	return binary.BigEndian.AppendUint64(append([]byte{}, frozenPfx...), id)
 }
 
-func encodeFrozen(ts uint64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{frozenEncoding}, ts)
+// encodeFrozen encodes a frozen record: the timestamp above which the
+// layer has no version, and its successor (the layer id its branch went
+// on in; 0 for none).
+func encodeFrozen(ts, succ uint64) []byte {
+	b := binary.BigEndian.AppendUint64([]byte{frozenEncoding}, ts)
+	return binary.BigEndian.AppendUint64(b, succ)
 }
 
-func decodeFrozen(b []byte) (uint64, error) {
+func decodeFrozen(b []byte) (ts, succ uint64, err error) {
 	if len(b) > 0 && b[0] > frozenEncoding {
-		return 0, fmt.Errorf("frozen record encoding %d is newer than this agentfs reads (%d): use a newer agentfs: %w", b[0], frozenEncoding, ErrIncompatible)
+		return 0, 0, fmt.Errorf("frozen record encoding %d is newer than this agentfs reads (%d): use a newer agentfs: %w", b[0], frozenEncoding, ErrIncompatible)
 	}
-	if len(b) != 9 || b[0] != frozenEncoding {
-		return 0, fmt.Errorf("corrupt frozen record (% x)", b)
+	if len(b) != 17 || b[0] != frozenEncoding {
+		return 0, 0, fmt.Errorf("corrupt frozen record (% x)", b)
 	}
-	return binary.BigEndian.Uint64(b[1:]), nil
+	return binary.BigEndian.Uint64(b[1:]), binary.BigEndian.Uint64(b[9:]), nil
 }
 
 func (p level) encode() []byte {
@@ -145,13 +149,17 @@ func (s *Store) addParent(id uint64, p level) {
 }
 
 // freeze records that layer id has no version above ts (its frozen/
-// key is committed), and stops holding the snapshots and parents that
+// key is committed) and that its branch went on in succ (0: none), and
+// stops holding the snapshots and parents that
 // read it at or above ts: what they see is each key's newest version,
 // which compaction keeps (see "Keeping versions" in the package doc).
-func (s *Store) freeze(id, ts uint64) {
+func (s *Store) freeze(id, ts, succ uint64) {
 	s.pmu.Lock()
 	if f, ok := s.frozen[id]; !ok || ts < f {
 		s.frozen[id] = ts
+	}
+	if succ != 0 {
+		s.succ[id] = succ
 	}
 	s.pmu.Unlock()
 	s.tsMu.Lock()
@@ -183,7 +191,13 @@ func (s *Store) loadParents(txn *badger.Txn) error {
 		return err
 	}
 	s.pmu.Lock()
-	s.parents, s.frozen = parents, frozen
+	s.parents = parents
+	for id, r := range frozen {
+		s.frozen[id] = r.ts
+		if r.succ != 0 {
+			s.succ[id] = r.succ
+		}
+	}
 	var held []level
 	for _, p := range parents {
 		if s.needsHoldLocked(p) {
@@ -200,9 +214,12 @@ func (s *Store) loadParents(txn *badger.Txn) error {
 	return nil
 }
 
-// scanFrozen reads every frozen key in txn: layer id → timestamp.
-func scanFrozen(txn *badger.Txn) (map[uint64]uint64, error) {
-	frozen := map[uint64]uint64{}
+// frozenRecord is the value of frozen/<id>.
+type frozenRecord struct{ ts, succ uint64 }
+
+// scanFrozen reads every frozen key in txn: layer id → record.
+func scanFrozen(txn *badger.Txn) (map[uint64]frozenRecord, error) {
+	frozen := map[uint64]frozenRecord{}
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: frozenPfx, PrefetchValues: true})
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {
@@ -215,11 +232,34 @@ func scanFrozen(txn *badger.Txn) (map[uint64]uint64, error) {
 		if err != nil {
 			return nil, err
 		}
-		if frozen[id], err = decodeFrozen(v); err != nil {
+		var r frozenRecord
+		if r.ts, r.succ, err = decodeFrozen(v); err != nil {
 			return nil, fmt.Errorf("frozen record of layer %d: %w", id, err)
 		}
+		frozen[id] = r
 	}
 	return frozen, nil
+}
+
+// Lineage returns the layer id that the branch whose layer was layer
+// went on in: a snapshot freezes its branch's layer id and the branch
+// goes on in a new one (see "Keeping versions" in the package doc);
+// Lineage follows those steps to the newest. That is a branch's
+// LayerInfo.ID when the branch was neither restored (ResetTo) nor
+// deleted since, and layer itself for a layer no snapshot froze. So
+// Lineage(snap.Layer) == info.ID tells that snap was taken of that
+// branch since its last restore (merge bases, sizes).
+func (s *Store) Lineage(layer uint64) uint64 {
+	s.pmu.RLock()
+	defer s.pmu.RUnlock()
+	for range maxChain {
+		next, ok := s.succ[layer]
+		if !ok {
+			break
+		}
+		layer = next
+	}
+	return layer
 }
 
 // scanParents reads every parent key in txn: layer id → parent.
@@ -407,6 +447,7 @@ func (m *mergeIter) settle() {
 // only: at Open, before anything reads.
 func (s *Store) sweepLayers() error {
 	var dead []uint64
+	resucc := map[uint64]uint64{}
 	err := s.transact(func(txn *badger.Txn) ([]op, func(), error) {
 		live := map[uint64]bool{}
 		err := scanLayerRecords(txn, func(_ string, rec layerRecord) error {
@@ -423,8 +464,12 @@ func (s *Store) sweepLayers() error {
 		for _, snap := range snaps {
 			live[snap.Layer] = true
 		}
+		frozen, err := scanFrozen(txn)
+		if err != nil {
+			return nil, nil, err
+		}
 		s.pmu.RLock()
-		parents, frozen := maps.Clone(s.parents), maps.Clone(s.frozen)
+		parents := maps.Clone(s.parents)
 		s.pmu.RUnlock()
 		for id := range live {
 			for p, ok := parents[id]; ok && !live[p.id]; p, ok = parents[p.id] {
@@ -438,10 +483,21 @@ func (s *Store) sweepLayers() error {
 				dead = append(dead, id)
 			}
 		}
-		for id := range frozen {
+		for id, r := range frozen {
 			if !live[id] {
 				ops = append(ops, op{key: frozenKey(id), del: true})
 				dead = append(dead, id)
+				continue
+			}
+			// Keep the lineage (Lineage) through the ids that go: point
+			// past them.
+			succ := r.succ
+			for n := 0; succ != 0 && !live[succ] && n < maxChain; n++ {
+				succ = frozen[succ].succ
+			}
+			if succ != r.succ {
+				ops = append(ops, op{key: frozenKey(id), val: encodeFrozen(r.ts, succ)})
+				resucc[id] = succ
 			}
 		}
 		for _, pfx := range [][]byte{entryPfx, basePfx} {
@@ -474,6 +530,14 @@ func (s *Store) sweepLayers() error {
 	for _, id := range dead {
 		delete(s.parents, id)
 		delete(s.frozen, id)
+		delete(s.succ, id)
+	}
+	for id, succ := range resucc {
+		if succ == 0 {
+			delete(s.succ, id)
+		} else {
+			s.succ[id] = succ
+		}
 	}
 	var held []level
 	for _, p := range s.parents {

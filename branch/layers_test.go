@@ -397,9 +397,12 @@ func TestLayerFeature(t *testing.T) {
 
 // TestLayerRandomModel runs random sequences of changes, snapshots,
 // branch creations and deletions, restores, snapshot deletions,
-// compactions and reopens against the copy-based model, checking every
+// compactions (which must keep one version of each key), flattenings
+// and reopens against the copy-based model, checking every
 // branch and snapshot as it goes, and what gc names.
 func TestLayerRandomModel(t *testing.T) {
+	defer func(d int) { flattenDepth = d }(flattenDepth)
+	flattenDepth = 3 // flatten often
 	rng := seededRand(t)
 	dir := t.TempDir()
 	o := Options{Dir: dir, memTableSize: smallTxn}
@@ -468,7 +471,8 @@ func TestLayerRandomModel(t *testing.T) {
 			}
 		}
 	}
-	next := 0
+	next, deepest := 0, 0
+	var flattens uint64
 	for step := range 300 {
 		name := randomBranch()
 		switch r := rng.IntN(20); {
@@ -503,9 +507,22 @@ func TestLayerRandomModel(t *testing.T) {
 			}
 			delete(branches, name)
 		case r == 19:
-			if rng.IntN(2) == 0 {
+			switch rng.IntN(3) {
+			case 0:
 				compactAll(t, s)
-			} else {
+				// Every level a snapshot or a parent reads is frozen:
+				// one version of each key stays, none that no read
+				// point sees (checkAll shows that none it sees went).
+				s.bg.mu.Lock() // no flattening between the counts
+				n, live := countVersions(t, s, entryPfx), liveKeys(t, s, entryPfx)
+				s.bg.mu.Unlock()
+				if n != live {
+					t.Errorf("step %d: %d entry versions after a compaction, for %d keys", step, n, live)
+				}
+			case 1:
+				flattened(t, s)
+			default:
+				flattens += s.bg.flattened.Load()
 				closeStore(t, s)
 				s = openDir(t, o)
 				for i := range snaps {
@@ -518,6 +535,9 @@ func TestLayerRandomModel(t *testing.T) {
 				}
 			}
 		}
+		for name := range branches {
+			deepest = max(deepest, depth(layer(name)))
+		}
 		if step%25 == 24 {
 			checkAll(fmt.Sprintf("step %d", step))
 			if t.Failed() {
@@ -526,6 +546,11 @@ func TestLayerRandomModel(t *testing.T) {
 		}
 	}
 	checkAll("the end")
+	flattens += s.bg.flattened.Load()
+	t.Logf("the deepest branch read %d levels; %d flattenings", deepest, flattens)
+	if flattens == 0 {
+		t.Errorf("no flattening in the whole run")
+	}
 }
 
 func init() { childModes["layers-kill"] = childLayersKill }

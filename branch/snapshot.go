@@ -123,7 +123,7 @@ func (l *Layer) Snapshot(label, kind string) (Snapshot, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		ops = append(ops, seqOp, op{key: snapKey(id), val: snap.encode()}, op{key: layerKey(l.name), val: rec.encode()}, op{key: frozenKey(cur.id), val: encodeFrozen(cur.ts)})
+		ops = append(ops, seqOp, op{key: snapKey(id), val: snap.encode()}, op{key: layerKey(l.name), val: rec.encode()}, op{key: frozenKey(cur.id), val: encodeFrozen(cur.ts, next)})
 		if _, err := txn.Get(featureKey(featureSnapshots)); errors.Is(err, badger.ErrKeyNotFound) {
 			ops = append(ops, op{key: featureKey(featureSnapshots), val: []byte{}})
 		} else if err != nil {
@@ -132,7 +132,7 @@ func (l *Layer) Snapshot(label, kind string) (Snapshot, error) {
 		return ops, func() {
 			l.state.Store(&layerState{id: next, chain: l.s.chainOf(next)})
 			l.epoch.Store(rec.epoch)
-			l.s.freeze(cur.id, cur.ts)
+			l.s.freeze(cur.id, cur.ts, next)
 		}, nil
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -498,9 +499,13 @@ func countVersions(t *testing.T, s *Store, prefix []byte) int {
 // timestamp: two marker keys at both ends of the key space make level 0
 // overlap every table below; DropPrefix of one marker flushes the
 // memtables and compacts level 0 into the base level; Flatten merges
-// whatever other levels remain.
+// whatever other levels remain. Nothing else may commit meanwhile.
 func compactAll(t testing.TB, s *Store) {
 	t.Helper()
+	// DropPrefix fails the commits made meanwhile: none from the
+	// flattener.
+	s.bg.mu.Lock()
+	defer s.bg.mu.Unlock()
 	marker := []byte("\x00test-compaction-marker")
 	if err := s.apply([]op{{key: marker, val: []byte{1}}, {key: []byte("\xfftest-compaction-marker"), val: []byte{1}}}); err != nil {
 		t.Fatal(err)
@@ -555,8 +560,10 @@ func TestSnapshotsSurviveCompaction(t *testing.T) {
 	checkSnaps("after compaction")
 	// Every level a snapshot reads is frozen: compaction keeps one
 	// version of each key, none that no read point sees.
-	held := countVersions(t, s, entryPfx)
-	if live := liveKeys(t, s, entryPfx); held != live {
+	s.bg.mu.Lock() // no flattening between the counts
+	held, live := countVersions(t, s, entryPfx), liveKeys(t, s, entryPfx)
+	s.bg.mu.Unlock()
+	if held != live {
 		t.Errorf("%d entry versions with %d snapshots, for %d keys: want one version a key", held, len(snaps), live)
 	}
 
@@ -573,7 +580,10 @@ func TestSnapshotsSurviveCompaction(t *testing.T) {
 	}
 	compactAll(t, s)
 	m.check(t, "layer after deleting every snapshot", l)
-	if got, live := countVersions(t, s, entryPfx), liveKeys(t, s, entryPfx); got != live {
+	s.bg.mu.Lock()
+	got, live := countVersions(t, s, entryPfx), liveKeys(t, s, entryPfx)
+	s.bg.mu.Unlock()
+	if got != live {
 		t.Errorf("%d entry versions after deleting every snapshot and compacting, for %d keys: want one version a key", got, live)
 	}
 	t.Logf("%d entries; %d versions kept for %d snapshots", len(m), held, len(snaps))
@@ -674,5 +684,54 @@ func TestViewHoldsVersionsWhileReading(t *testing.T) {
 	}
 	if err := v.Load(func(string, *Entry) error { return nil }); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Load after the deletion: %v, want ErrNotFound", err)
+	}
+}
+
+// TestLongSessionBounded: a long session of metadata changes after a
+// pre-run snapshot keeps the store within a size that does not grow
+// with the number of changes (issue 29): the snapshot froze its layer,
+// so compaction keeps the snapshot's version of each key and the
+// branch's newest, and nothing of the 100,000 versions in between. The
+// bound (1 MiB on disk after Close, for 500 entries) is generous; with
+// every version kept the store takes 2 MiB and more.
+func TestLongSessionBounded(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Dir: dir, memTableSize: smallTxn}
+	s := openDir(t, o)
+	l := mainLayer(t, s)
+	const keys, changes = 500, 100_000
+	put := func(i int) {
+		var b Batch
+		b.Put(fmt.Sprintf("src/f%03d", i%keys), &Entry{Type: TypeFile, Ino: uint64(i), Object: fmt.Sprintf("%016x", i)})
+		if err := l.Commit(&b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range keys {
+		put(i)
+	}
+	snap := snapshot(t, l, "pre-run")
+	for i := range changes {
+		put(keys + i)
+	}
+	compactAll(t, s)
+	if n := countVersions(t, s, entryPfx); n > 2*keys {
+		t.Errorf("%d entry versions after %d changes of %d entries over a snapshot, want at most %d (the snapshot's and the branch's)", n, changes, keys, 2*keys)
+	}
+	closeStore(t, s)
+	if size := diskUsage(t, filepath.Join(dir, "meta")); size > 1<<20 {
+		t.Errorf("the store takes %d bytes after %d changes of %d entries over a snapshot, want at most 1 MiB", size, changes, keys)
+	}
+	s = openDir(t, o)
+	l = mainLayer(t, s)
+	for i := range keys {
+		p := fmt.Sprintf("src/f%03d", i)
+		if e, err := s.SnapshotView(snap).Get(p); err != nil || e.Ino != uint64(i) {
+			t.Fatalf("snapshot's %s = %+v, %v, want ino %d", p, e, err, i)
+		}
+		last := keys + changes - keys + i
+		if e, err := l.Get(p); err != nil || e.Ino != uint64(last) {
+			t.Fatalf("branch's %s = %+v, %v, want ino %d", p, e, err, last)
+		}
 	}
 }

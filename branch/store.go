@@ -64,10 +64,12 @@ type Store struct {
 	// pmu guards parents: every layer id's parent (see "Layers" in the
 	// package doc), as in its parent/ key.
 	// frozen: layer id → a timestamp above which none of its keys has
-	// a version (the frozen/ keys; see "Keeping versions").
+	// a version, and succ: layer id → the id its branch went on in (the
+	// frozen/ keys; see "Keeping versions").
 	pmu     sync.RWMutex
 	parents map[uint64]level
 	frozen  map[uint64]uint64
+	succ    map[uint64]uint64
 
 	// inoMu guards the leased inode block [inoNext, inoEnd).
 	inoMu   sync.Mutex
@@ -111,7 +113,7 @@ type Store struct {
 // Open opens the store, creating it (and Dir) if needed. A new store
 // has the branch "main".
 func Open(o Options) (*Store, error) {
-	s := &Store{dir: o.Dir, ro: o.ReadOnly, log: o.Logger, layers: map[string]*Layer{}, readers: map[uint64]int{}, snapTs: map[string]uint64{}, snapHeld: map[string]level{}, parentHeld: map[level]bool{}, parents: map[uint64]level{}, frozen: map[uint64]uint64{}}
+	s := &Store{dir: o.Dir, ro: o.ReadOnly, log: o.Logger, layers: map[string]*Layer{}, readers: map[uint64]int{}, snapTs: map[string]uint64{}, snapHeld: map[string]level{}, parentHeld: map[level]bool{}, parents: map[uint64]level{}, frozen: map[uint64]uint64{}, succ: map[uint64]uint64{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
