@@ -178,15 +178,15 @@ func BenchmarkResetTo(b *testing.B) {
 // Get of an entry of the bottom level, which every level is asked for,
 // and Load of the whole branch, once the flattener has merged the chain
 // (flattened). It reports the levels a read goes through ("levels") and
-// the slowest branch create of the stack ("create-max-ms"): flattening
-// is off the create's path. Run it with
+// the slowest and mean branch create of the stack ("create-max-ms",
+// "create-mean-ms"): flattening is off the create's path. Run it with
 //
 //	go test -run '^$' -bench DeepRead ./branch/
 func BenchmarkDeepRead(b *testing.B) {
 	for _, depth := range []int{1, 10, 16, 32} {
 		l := benchLayer(b)
 		benchFill(b, l, 10_000, 1)
-		var slowest time.Duration
+		var slowest, total time.Duration
 		for i := 1; i < depth; i++ {
 			snap, err := l.Snapshot("", KindAuto)
 			if err != nil {
@@ -197,6 +197,7 @@ func BenchmarkDeepRead(b *testing.B) {
 				b.Fatal(err)
 			}
 			slowest = max(slowest, time.Since(start))
+			total += time.Since(start)
 			var batch Batch
 			for j := range 100 {
 				batch.Put(fmt.Sprintf("src/pkg%03d/file%06d.go", 9, 9000+(i*100+j)%1000), &Entry{Type: TypeFile, Ino: uint64(j), Object: fmt.Sprintf("%016x", j)})
@@ -210,6 +211,9 @@ func BenchmarkDeepRead(b *testing.B) {
 		report := func(b *testing.B) {
 			b.ReportMetric(float64(levels), "levels")
 			b.ReportMetric(float64(slowest.Microseconds())/1000, "create-max-ms")
+			if depth > 1 {
+				b.ReportMetric(float64(total.Microseconds())/1000/float64(depth-1), "create-mean-ms")
+			}
 		}
 		b.Run(fmt.Sprintf("get/depth=%d", depth), func(b *testing.B) {
 			i := 0

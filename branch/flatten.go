@@ -20,7 +20,7 @@ import (
 const (
 	// flattenBatch is the most keys of a flattened level written in one
 	// commit: the flattener holds the commit lock no longer than that.
-	flattenBatch = 2000
+	flattenBatch = 500
 	// The idle compaction runs when a whole idleFor went without a
 	// commit, and compactAfter commits were made since the last one.
 	idleFor      = 2 * time.Second
@@ -32,8 +32,9 @@ type background struct {
 	kick chan struct{} // a chain may be too deep
 	stop chan struct{} // closed by Close
 	done chan struct{} // closed when the goroutine ends
-	// mu serializes flattening passes (the goroutine's and tests').
-	// Taken before any other lock of the Store.
+	// mu serializes flattening passes and idle compactions (the
+	// goroutine's and tests'). Taken before any other lock of the
+	// Store.
 	mu sync.Mutex
 	// commits counts commits; compacted is its value at the last idle
 	// compaction (used by the goroutine only).
@@ -235,6 +236,8 @@ func (s *Store) compactIdle(n uint64) {
 	if n-s.bg.compacted < compactAfter {
 		return
 	}
+	s.bg.mu.Lock()
+	defer s.bg.mu.Unlock()
 	s.bg.compacted = n
 	if err := s.db.Flatten(1); err != nil {
 		s.log.Warn("compacting the metadata", "store", s.dir, "err", err)
