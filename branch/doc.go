@@ -271,6 +271,15 @@
 // is thus at most the live entries, what the snapshots see, badger's
 // two memtables' logs and a few level-0 tables.
 //
+// Masks: a deletion in a layer with a parent (after a branch's first
+// snapshot, every layer has one) writes a mask without looking down the
+// chain. Before the idle compaction, the goroutine deletes the masks of
+// each Layer in use that hide nothing (no level of its chain holds the
+// key: a file made and deleted since the last snapshot), in commits of
+// 500 keys that check the key is still a mask of the layer the branch
+// writes (pruneMasks), so masks do not pile up with every name ever
+// deleted.
+//
 // A store that holds, or held, a snapshot has feature/snapshots: an
 // agentfs that knows no snapshots would move D past them, so it must
 // refuse the store (and the layer records and entries written since

@@ -1,6 +1,7 @@
 package branch
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -167,12 +168,7 @@ func (s *Store) flatten(l *Layer, cached []*Layer) error {
 				return err
 			}
 		}
-		select {
-		case <-s.bg.stop:
-			return errClosing
-		default:
-			return nil
-		}
+		return s.stopping()
 	}
 	txns := s.levelTxns(merge)
 	defer discardAll(txns)
@@ -239,9 +235,118 @@ func (s *Store) compactIdle(n uint64) {
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()
 	s.bg.compacted = n
+	s.mu.Lock()
+	layers := slices.Collect(maps.Values(s.layers))
+	s.mu.Unlock()
+	for _, l := range layers {
+		if err := s.pruneMasks(l); err != nil && !errors.Is(err, errClosing) {
+			s.log.Warn("pruning the masks of a branch", "store", s.dir, "branch", l.name, "err", err)
+		}
+	}
 	if err := s.db.Flatten(1); err != nil {
 		s.log.Warn("compacting the metadata", "store", s.dir, "err", err)
 	}
 	for s.db.RunValueLogGC(0.5) == nil {
+	}
+}
+
+// pruneMasks deletes the masks of l's layer id that hide nothing: no
+// level of its chain holds the key (a file made and deleted since the
+// last snapshot). A deletion in a layer with a parent writes a mask
+// without looking down the chain (a lookup per level on every unlink);
+// this drops the needless ones, so that they do not pile up with the
+// names ever deleted. In commits of flattenBatch keys, each checking
+// that the branch still writes that layer id and that the key is still
+// a mask. Requires s.bg.mu.
+func (s *Store) pruneMasks(l *Layer) error {
+	st := l.state.Load()
+	if l.gone.Load() || len(st.chain) == 0 {
+		return nil
+	}
+	var masks [][]byte
+	err := s.view(func(txn *badger.Txn) error {
+		for _, kind := range []func(uint64) []byte{layerPrefix, basePrefix} {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: kind(st.id)})
+			for it.Rewind(); it.Valid(); it.Next() {
+				if isMask(it.Item()) {
+					masks = append(masks, it.Item().KeyCopy(nil))
+				}
+			}
+			it.Close()
+		}
+		return nil
+	})
+	if err != nil || len(masks) == 0 {
+		return err
+	}
+	txns := s.levelTxns(st.chain)
+	defer discardAll(txns)
+	// hides reports whether a level of the chain holds key (of st.id).
+	hides := func(key []byte) (bool, error) {
+		kind, n := layerPrefix, len(entryPfx)+8
+		if bytes.HasPrefix(key, basePfx) {
+			kind, n = basePrefix, len(basePfx)+8
+		}
+		for i, lv := range st.chain {
+			_, err := txns[i].Get(append(kind(lv.id), key[n:]...))
+			if err == nil {
+				return true, nil
+			}
+			if !errors.Is(err, badger.ErrKeyNotFound) {
+				return false, err
+			}
+		}
+		return false, nil
+	}
+	for len(masks) > 0 {
+		batch := masks[:min(len(masks), flattenBatch)]
+		masks = masks[len(batch):]
+		err := s.update(func(txn *badger.Txn) ([]op, error) {
+			if l.gone.Load() || l.state.Load().id != st.id {
+				return nil, errLayerMoved
+			}
+			var ops []op
+			for _, k := range batch {
+				item, err := txn.Get(k)
+				if errors.Is(err, badger.ErrKeyNotFound) {
+					continue
+				}
+				if err != nil {
+					return nil, err
+				}
+				if !isMask(item) {
+					continue
+				}
+				h, err := hides(k)
+				if err != nil {
+					return nil, err
+				}
+				if !h {
+					ops = append(ops, op{key: k, del: true})
+				}
+			}
+			return ops, nil
+		})
+		if errors.Is(err, errLayerMoved) {
+			return nil // frozen by a snapshot, or reset: leave it
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.stopping(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopping returns errClosing once Close asked the background work to
+// stop.
+func (s *Store) stopping() error {
+	select {
+	case <-s.bg.stop:
+		return errClosing
+	default:
+		return nil
 	}
 }

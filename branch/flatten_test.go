@@ -2,6 +2,7 @@ package branch
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -188,4 +189,70 @@ func TestKillDuringFlatten(t *testing.T) {
 			closeStore(t, s)
 		})
 	}
+}
+
+// TestPruneMasks: the masks of files made and deleted since the last
+// snapshot hide nothing and go; those over the snapshot's entries stay,
+// and every read is the same.
+func TestPruneMasks(t *testing.T) {
+	both(t, func(t *testing.T, s *Store) {
+		l := mainLayer(t, s)
+		var b Batch
+		for i := range 50 {
+			b.Put(fmt.Sprintf("old/%02d", i), &Entry{Type: TypeFile, Ino: uint64(i)})
+		}
+		b.SetBase("old/00", &Base{Exists: true, Seen: 1})
+		if err := l.Commit(&b); err != nil {
+			t.Fatal(err)
+		}
+		snap := snapshot(t, l, "")
+		for i := range 200 { // made and deleted: masks that hide nothing
+			b.Reset()
+			b.Put(fmt.Sprintf("tmp/%03d", i), &Entry{Type: TypeFile, Ino: uint64(1000 + i)})
+			b.SetBase(fmt.Sprintf("tmp/%03d", i), &Base{Seen: 2})
+			if err := l.Commit(&b); err != nil {
+				t.Fatal(err)
+			}
+			b.Reset()
+			b.Delete(fmt.Sprintf("tmp/%03d", i))
+			b.DeleteBase(fmt.Sprintf("tmp/%03d", i))
+			if err := l.Commit(&b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.Reset()
+		for i := range 10 { // masks over the snapshot's entries
+			b.Delete(fmt.Sprintf("old/%02d", i))
+		}
+		b.DeleteBase("old/00")
+		if err := l.Commit(&b); err != nil {
+			t.Fatal(err)
+		}
+		before := liveKeys(t, s, layerPrefix(l.id())) + liveKeys(t, s, basePrefix(l.id()))
+		s.bg.mu.Lock()
+		err := s.pruneMasks(l)
+		s.bg.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := liveKeys(t, s, layerPrefix(l.id())) + liveKeys(t, s, basePrefix(l.id()))
+		if before != 411 || after != 11 {
+			t.Errorf("the branch's own keys: %d before pruning, %d after; want 411 (400 needless masks, 11 that hide the snapshot's) and 11", before, after)
+		}
+		paths, _ := loadAll(t, l)
+		if len(paths) != 40 {
+			t.Errorf("the branch holds %d entries after pruning, want 40", len(paths))
+		}
+		for _, p := range []string{"old/00", "old/09", "tmp/000", "tmp/199"} {
+			if e, err := l.Get(p); !errors.Is(err, ErrNotFound) {
+				t.Errorf("Get(%q) after pruning = %+v, %v, want ErrNotFound", p, e, err)
+			}
+			if _, err := l.Base(p); !errors.Is(err, ErrNotFound) {
+				t.Errorf("Base(%q) after pruning: %v, want ErrNotFound", p, err)
+			}
+		}
+		if paths, _ := loadAll(t, s.SnapshotView(snap)); len(paths) != 50 {
+			t.Errorf("the snapshot holds %d entries, want 50", len(paths))
+		}
+	})
 }

@@ -397,8 +397,8 @@ func TestLayerFeature(t *testing.T) {
 
 // TestLayerRandomModel runs random sequences of changes, snapshots,
 // branch creations and deletions, restores, snapshot deletions,
-// compactions (which must keep one version of each key), flattenings
-// and reopens against the copy-based model, checking every
+// compactions (which must keep one version of each key), flattenings,
+// prunings of masks and reopens against the copy-based model, checking every
 // branch and snapshot as it goes, and what gc names.
 func TestLayerRandomModel(t *testing.T) {
 	defer func(d int) { flattenDepth = d }(flattenDepth)
@@ -521,6 +521,13 @@ func TestLayerRandomModel(t *testing.T) {
 				}
 			case 1:
 				flattened(t, s)
+				s.bg.mu.Lock()
+				for name := range branches {
+					if err := s.pruneMasks(layer(name)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				s.bg.mu.Unlock()
 			default:
 				flattens += s.bg.flattened.Load()
 				closeStore(t, s)
