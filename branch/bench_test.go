@@ -132,7 +132,7 @@ func BenchmarkCreateLayer(b *testing.B) {
 			}
 			i := 0
 			for b.Loop() {
-				if _, err := l.s.CreateLayer(fmt.Sprintf("b%d", i), snap); err != nil {
+				if _, err := l.s.CreateLayer(fmt.Sprintf("br%d", i), snap); err != nil {
 					b.Fatal(err)
 				}
 				i++

@@ -23,7 +23,7 @@ type Layer struct {
 	r    entryReader // entries
 	br   entryReader // bases
 
-	state atomic.Pointer[layerState] // changed by ResetTo, under s.commitMu
+	state atomic.Pointer[layerState] // changed by Snapshot, ResetTo and the flattener, under s.commitMu
 	epoch atomic.Uint64              // as in the layer record
 	gone  atomic.Bool                // deleted by DeleteLayer
 }
