@@ -158,7 +158,10 @@ func (s *Store) flatten(l *Layer, cached []*Layer) error {
 		if len(ops) == 0 {
 			return nil
 		}
-		if err := s.apply(ops); err != nil {
+		// Handed to badger without waiting for it to be written: the
+		// commit lock is held only while the part is built. The
+		// re-pointing commit settles (waits for every part) first.
+		if err := s.write(func() error { return nil }, ops); err != nil {
 			return err
 		}
 		ops = nil
