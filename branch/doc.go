@@ -276,7 +276,7 @@
 // chain. Before the idle compaction, the goroutine deletes the masks of
 // each Layer in use that hide nothing (no level of its chain holds the
 // key: a file made and deleted since the last snapshot), in commits of
-// 500 keys that check the key is still a mask of the layer the branch
+// 250 keys that check the key is still a mask of the layer the branch
 // writes (pruneMasks), so masks do not pile up with every name ever
 // deleted.
 //
@@ -360,16 +360,18 @@
 //     chain of a Layer in use grows past flattenDepth (8) levels, merges
 //     the levels of the chain but the last into a new layer id Z
 //     (masks included: the last level may hold what they hide), in
-//     commits of 500 keys that no read sees (nothing names Z), then, in
-//     one small commit, gives Z the last level as parent, freezes Z,
-//     and re-points the branch's layer id onto Z, if its parent is
-//     still what was merged. The branch then reads 3 levels, and the
-//     same entries: every level merged is read at a fixed timestamp.
-//     The commands that deepen a chain stay one small commit. A crash
-//     before the last commit leaves the chain as it was, and Z's keys
-//     to the sweep at the next Open. The levels that no longer lie in
-//     the chain stay readable until the store reopens (a read that
-//     began before reads them; holds are only dropped at Open).
+//     commits of 250 keys a millisecond apart that no read sees
+//     (nothing names Z; a command waits for one such commit at most),
+//     then, in one small commit, gives Z the last level as parent,
+//     freezes Z, and re-points the branch's layer id onto Z, if its
+//     parent is still what was merged. The branch then reads 3 levels,
+//     and the same entries: every level merged is read at a fixed
+//     timestamp. The commands that deepen a chain stay one small
+//     commit. A crash before the last commit leaves the chain as it
+//     was, and Z's keys to the sweep at the next Open. The levels that
+//     no longer lie in the chain stay readable until the store reopens
+//     (a read that began before reads them; holds are only dropped at
+//     Open).
 //
 // So a branch in use reads through at most flattenDepth levels, plus
 // those added while a flattening runs; the cost of flattening is the

@@ -20,8 +20,12 @@ import (
 
 const (
 	// flattenBatch is the most keys of a flattened level written in one
-	// commit: the flattener holds the commit lock no longer than that.
-	flattenBatch = 500
+	// commit (the flattener holds the commit lock while it is written,
+	// a fraction of a millisecond), and flattenPause the pause between
+	// two, in which the commands waiting for the commit lock get it: a
+	// command waits for one part at most.
+	flattenBatch = 250
+	flattenPause = time.Millisecond
 	// The idle compaction runs when a whole idleFor went without a
 	// commit, and compactAfter commits were made since the last one.
 	idleFor      = 2 * time.Second
@@ -158,10 +162,7 @@ func (s *Store) flatten(l *Layer, cached []*Layer) error {
 		if len(ops) == 0 {
 			return nil
 		}
-		// Handed to badger without waiting for it to be written: the
-		// commit lock is held only while the part is built. The
-		// re-pointing commit settles (waits for every part) first.
-		if err := s.write(func() error { return nil }, ops); err != nil {
+		if err := s.apply(ops); err != nil {
 			return err
 		}
 		ops = nil
@@ -171,7 +172,12 @@ func (s *Store) flatten(l *Layer, cached []*Layer) error {
 				return err
 			}
 		}
-		return s.stopping()
+		if err := s.stopping(); err != nil {
+			return err
+		}
+		// Let the commands waiting for the commit lock in.
+		time.Sleep(flattenPause)
+		return nil
 	}
 	txns := s.levelTxns(merge)
 	defer discardAll(txns)
@@ -339,6 +345,7 @@ func (s *Store) pruneMasks(l *Layer) error {
 		if err := s.stopping(); err != nil {
 			return err
 		}
+		time.Sleep(flattenPause)
 	}
 	return nil
 }

@@ -256,3 +256,53 @@ func TestPruneMasks(t *testing.T) {
 		}
 	})
 }
+
+// TestLineage: Lineage leads from the layer a snapshot froze to the
+// branch's layer id, through later snapshots, across a flattening and
+// a reopen that sweeps the ids between, and not past a restore.
+func TestLineage(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, Options{Dir: dir})
+	rng := seededRand(t)
+	l := mainLayer(t, s)
+	cm := newCopyModel()
+	var snaps []Snapshot
+	for range 4 {
+		cm.change(t, rng, l, 10)
+		snaps = append(snaps, snapshot(t, l, ""))
+	}
+	for _, sn := range snaps {
+		if got := s.Lineage(sn.Layer); got != l.id() {
+			t.Errorf("Lineage(%d) of snapshot %s = %d, want the branch's %d", sn.Layer, sn.ID, got, l.id())
+		}
+	}
+	// The snapshots after the first go, and main is flattened: the ids
+	// between are swept at the reopen, and the lineage skips them.
+	defer func(d int) { flattenDepth = d }(flattenDepth)
+	flattenDepth = 3
+	for _, sn := range snaps[1:] {
+		if err := s.DeleteSnapshot(sn.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flattened(t, s)
+	closeStore(t, s)
+	s = openDir(t, Options{Dir: dir})
+	l = mainLayer(t, s)
+	cm.check(t, "main after the reopen", l)
+	for _, sn := range snaps[1:] {
+		if n := liveKeys(t, s, frozenKey(sn.Layer)); n != 0 {
+			t.Errorf("layer %d of a deleted snapshot, which nothing reads, keeps its frozen key", sn.Layer)
+		}
+	}
+	if got := s.Lineage(snaps[0].Layer); got != l.id() {
+		t.Errorf("after a reopen: Lineage of the first snapshot = %d, want the branch's %d", got, l.id())
+	}
+	last := snapshot(t, l, "")
+	if err := l.ResetTo(snaps[0]); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Lineage(last.Layer); got == l.id() {
+		t.Errorf("Lineage of a snapshot taken before a restore leads to the restored branch's layer %d", got)
+	}
+}
