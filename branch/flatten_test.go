@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,7 +156,12 @@ func TestKillDuringFlatten(t *testing.T) {
 			}
 			c.kill(t)
 			s := openDir(t, Options{Dir: dir})
-			s.bg.mu.Lock() // the checks first see the chains as the crash left them
+			// The checks first see the chains as the crash left them.
+			// (Unlocked before Close however the test ends: Close waits
+			// for the flattener.)
+			s.bg.mu.Lock()
+			unlock := sync.OnceFunc(s.bg.mu.Unlock)
+			t.Cleanup(unlock)
 			checkFlattenKill(t, s, "after the kill")
 			deepest := 0
 			for i := range killLevels {
@@ -171,7 +177,7 @@ func TestKillDuringFlatten(t *testing.T) {
 			if part != 0 && deepest <= flattenDepth {
 				t.Errorf("the deepest branch reads %d levels after a flattening was killed: the kill came too late to test anything", deepest)
 			}
-			s.bg.mu.Unlock()
+			unlock()
 			flattened(t, s)
 			checkFlattenKill(t, s, "flattened after the reopen")
 			for _, name := range []string{"br10", "br11"} {

@@ -521,13 +521,17 @@ func TestLayerRandomModel(t *testing.T) {
 				}
 			case 1:
 				flattened(t, s)
+				var err error
 				s.bg.mu.Lock()
 				for name := range branches {
-					if err := s.pruneMasks(layer(name)); err != nil {
-						t.Fatal(err)
+					if err == nil {
+						err = s.pruneMasks(layer(name))
 					}
 				}
 				s.bg.mu.Unlock()
+				if err != nil {
+					t.Fatal(err)
+				}
 			default:
 				flattens += s.bg.flattened.Load()
 				closeStore(t, s)
