@@ -113,7 +113,9 @@ import (
 //     those instead (the last one left becomes a name of the upper copy);
 //   - a whiteout is dropped once the lower name it hid is gone;
 //   - a directory's entry is dropped when no entry stays below it and
-//     its lower directory is the same inode; a directory made in the view
+//     its lower directory is the same inode with the view's mtime (a
+//     name made and removed again in it is no change, and moved only
+//     the view's mtime); a directory made in the view
 //     (opaque) or renamed (redirected) whose whole subtree was applied
 //     becomes a plain merged directory of its own lower path instead,
 //     keeping its inode number;
@@ -227,11 +229,11 @@ type applier struct {
 	// seen records the entry and object ctime of each path as the apply
 	// read it, to tell a change made meanwhile (apply_commit.go).
 	seen map[string]seenState
-	// origins holds the lower files that copied-up hard-linked files
-	// came from (by Origin), opened O_PATH before anything is written:
-	// their inodes cannot be reused while the apply runs, so that a
-	// name found for one afterwards is a name of the same file
-	// (joinedName).
+	// origins holds the lower files that copied-up or renamed
+	// (metacopy) hard-linked files came from (by Origin), opened O_PATH
+	// before anything is written: their inodes cannot be reused while
+	// the apply runs, so that a name found for one afterwards is a
+	// name of the same file (joinedName, residentName).
 	origins map[string]int
 	joined  map[uint64]string // joinedName's answers
 }

@@ -36,7 +36,7 @@ func (a *applier) captureEntries() {
 				a.seen[p] = s
 			}
 		}
-		if e.Type == branch.TypeFile && !e.Metacopy && e.Origin != "" && a.origins[e.Origin] == 0 {
+		if e.Type == branch.TypeFile && e.Origin != "" && a.origins[e.Origin] == 0 {
 			fd, err := unix.Openat(v.lowerFd, lowerRel(e.Origin), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			var st unix.Stat_t
 			if err == nil && (unix.Fstat(fd, &st) != nil || !sharedLower(&st) || v.mapIno(&st) != e.Ino) {
@@ -64,11 +64,15 @@ func (a *applier) closeOrigins() {
 // removed or replaced that name but the inode has other names left
 // (held in origins, it cannot have been reused), one of those (a walk of
 // the lower tree, as Diff does for such files). "" when no lower name
-// joins it any more.
+// joins it any more; for a metacopy (an internal anchor's), "" once its
+// Origin is not that inode.
 func (a *applier) joinedName(e *branch.Entry) string {
 	v := a.v
 	if st, err := v.lowerStat(e.Origin); err == nil && sharedLower(&st) && v.mapIno(&st) == e.Ino {
 		return e.Origin
+	}
+	if e.Metacopy {
+		return ""
 	}
 	if q, ok := a.joined[e.Ino]; ok {
 		return q
@@ -455,7 +459,16 @@ func (c *commitState) canDropDirLocked(p string, e *branch.Entry) bool {
 		}
 	}
 	st, err := v.lowerStat(p)
-	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && v.mapIno(&st) == e.Ino
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || v.mapIno(&st) != e.Ino {
+		return false
+	}
+	if e.Object == "" {
+		return true
+	}
+	// Names made and removed again in it (no change for Diff) moved
+	// its mtime, which the apply did not write: keep them, as a file's.
+	ost, err := v.objs.Lstat(e.Object)
+	return err == nil && ost.Mtim == st.Mtim
 }
 
 // reconcileNodesLocked brings every node the kernel holds in line with
@@ -545,13 +558,23 @@ func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 			continue
 		}
 		lp := joinPath(parent.lower, n.name)
-		if n.entry == nil && n.hasLower && n.lower == lp {
-			continue // the same lower file as before
-		}
 		st, err := v.lowerStat(lp)
 		if err != nil || st.Mode&unix.S_IFMT != n.mode || v.mapIno(&st) != n.ino {
+			// Another file now (the apply wrote a new inode at the
+			// path of a lower node the kernel held), or none.
 			cut(n)
 			continue
+		}
+		if h := v.hardlinks[n.ino]; h != nil && sharedLower(&st) {
+			// The name shows the upper copy of a hard-linked lower
+			// file (as resolve finds it), not the lower file.
+			if n.object != h.Object {
+				cut(n)
+			}
+			continue
+		}
+		if n.entry == nil && n.hasLower && n.lower == lp {
+			continue // the same lower file as before
 		}
 		v.nodesMu.Lock()
 		open := n.opens > 0

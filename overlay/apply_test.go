@@ -379,15 +379,26 @@ func TestApplyHardLinks(t *testing.T) {
 // that the view no longer differs from the lower tree; partial applies
 // of random paths first. AGENTFS_OVERLAY_SEEDS adds seeds to the fixed
 // ones (testenv.Seeds: "fresh:20" explores 20 new ones, a number
-// replays one).
+// replays one); applyRegressionSeeds run every time.
 func TestApplyRandom(t *testing.T) {
 	seeds := 40
 	if testing.Short() {
 		seeds = 8
 	}
-	for _, seed := range testenv.Seeds(t, seeds, overlaySeedsEnv) {
+	for _, seed := range append(slices.Clone(applyRegressionSeeds), testenv.Seeds(t, seeds, overlaySeedsEnv)...) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { applyRandomly(t, seed) })
 	}
+}
+
+// applyRegressionSeeds are seeds of TestApplyRandom that once failed,
+// run every time besides the numbered ones (apply_cases_test.go has
+// each case made small by hand, named by its seed).
+var applyRegressionSeeds = []uint64{
+	1135,                 // a directory with a subdirectory became a symlink
+	16130591167422992453, // a directory's mtime, moved by a name made and removed
+	16744048939468462147, // a renamed name of a hard-linked lower file (metacopy)
+	15045300775851310269, // a lower name showing an upper copy, after a partial apply
+	10933293520002629469, // the node of a copied-up hard link held by a lower name
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.

@@ -3,6 +3,7 @@ package overlay
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -112,6 +113,12 @@ func (a *applier) removeLower(p string, dir bool) error {
 		err = nil // gone already
 	}
 	if err == nil {
+		if dir {
+			// Gone with its names: nothing there to fsync (a file or
+			// symlink may take its name, and its old path lead
+			// through it).
+			maps.DeleteFunc(a.touched, func(q string, _ bool) bool { return isBelow(q, p) })
+		}
 		a.touched[parentOf(p)] = true
 	}
 	return err
@@ -283,13 +290,15 @@ func (a *applier) writeRegular(dirfd int, name string, it *planned, src *source)
 // already and the apply does not write: a name unchanged, or changed
 // only in mode, owner or xattrs (set in place), whose lower file has
 // the view's data. The names of one file in the view are the entries
-// of its object and the lower files they came from; each candidate is
+// of its object (src.entry's: it.Path may be a lower name showing the
+// object without an entry of its own) and the lower files they came
+// from; each candidate is
 // looked up in the view, which must show it as the same file. Linking
 // to it keeps them one file in the lower tree (writing a copy would
 // make two), and its attributes become the view's. "" when there is
 // none.
 func (a *applier) residentName(it *planned, src *source) string {
-	e := a.seen[it.Path].entry
+	e := src.entry
 	if e == nil || e.Type != branch.TypeFile || e.Object == "" {
 		return ""
 	}
@@ -725,6 +734,10 @@ type source struct {
 	object string
 	lower  string
 	data   *os.File
+	// entry is the upper entry the view shows there (nil for a lower
+	// file): a path's own, or, for another lower name of a copied-up
+	// hard-linked lower file, the copy's.
+	entry *branch.Entry
 }
 
 // capture reads the source of every change to write, and of the
@@ -776,7 +789,9 @@ func (a *applier) capture() error {
 
 // readSource reads what the apply needs of node n (attributes st).
 func (a *applier) readSource(n *Node, st unix.Stat_t) (*source, error) {
-	src := &source{mode: n.mode, st: st}
+	a.v.mu.RLock()
+	src := &source{mode: n.mode, st: st, entry: n.entry}
+	a.v.mu.RUnlock()
 	var err error
 	if src.xattrs, err = a.v.xattrs(n); err != nil {
 		return nil, err
