@@ -15,9 +15,9 @@ import (
 // # Apply
 //
 // The apply*.go files (this one, apply_write.go, apply_commit.go,
-// apply_hold.go) are the one writer of the project: no other code of
-// agentfs writes the lower directory (see "Who writes the lower
-// directory" in doc.go; lowerwrites_test.go holds the rest of the
+// apply_links.go, apply_hold.go) are the one writer of the project: no
+// other code of agentfs writes the lower directory (see "Who writes the
+// lower directory" in doc.go; lowerwrites_test.go holds the rest of the
 // package to it), and Apply, their entry, is reached only by `agentfs
 // apply`.
 //
@@ -44,7 +44,9 @@ import (
 //     linked to the first one written, or, when another name of that
 //     file holds it in the lower tree already and the apply does not
 //     write it (it is unchanged, or changed in mode, owner or xattrs
-//     only), to that one (residentName).
+//     only), to that one (residentName). A lower file of several names
+//     one of which the view shows as another file is not changed in
+//     place: the apply writes a new file instead (apply_links.go).
 //   - A renamed or moved file is written at its new name and removed at
 //     the old one. When its data is still the lower file at the old name
 //     (nothing changed it but the rename), and that name is removed by
@@ -236,6 +238,9 @@ type applier struct {
 	// name of the same file (joinedName, residentName).
 	origins map[string]int
 	joined  map[uint64]string // joinedName's answers
+	// lowerLinks holds the lower names of hard-linked lower files, by
+	// st_ino as the view shows it (apply_links.go).
+	lowerLinks map[uint64][]string
 }
 
 // Apply takes the differences of view v into its lower directory (see
@@ -255,7 +260,7 @@ func Apply(v *FS, o ApplyOptions) (ApplyResult, error) {
 	a := &applier{v: v, lower: lower, o: o, asRoot: unix.Geteuid() == 0, byPath: map[string]*planned{},
 		bases: map[string]*branch.Base{}, dirs: map[string]int{}, touched: map[string]bool{},
 		linked: map[uint64]string{}, used: map[string]bool{}, resident: map[string]bool{}, seen: map[string]seenState{},
-		origins: map[string]int{}, joined: map[uint64]string{}}
+		origins: map[string]int{}, joined: map[uint64]string{}, lowerLinks: map[uint64][]string{}}
 	defer a.closeDirs()
 	defer a.closeOrigins()
 	if err := a.plan(); err != nil {

@@ -399,6 +399,8 @@ var applyRegressionSeeds = []uint64{
 	16744048939468462147, // a renamed name of a hard-linked lower file (metacopy)
 	15045300775851310269, // a lower name showing an upper copy, after a partial apply
 	10933293520002629469, // the node of a copied-up hard link held by a lower name
+	11846718270743077887, // a mode change in place would change another file of the lower inode
+	7791999500506606885,  // hard links in a renamed directory, after a partial apply
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.

@@ -151,7 +151,7 @@ func (a *applier) writeChange(i int, it *planned) error {
 			a.touched[parentOf(it.Path)] = true
 		}
 		return nil // attributes: finishDirs
-	case it.Kind == ModeChanged:
+	case it.Kind == ModeChanged && a.changesInPlace(it, src):
 		return a.setAttrs(attrTarget{dirfd: dirfd, name: name, fd: -1}, src)
 	}
 	if err := a.writeNew(dirfd, name, it, src); err != nil {
@@ -299,6 +299,10 @@ func (a *applier) writeRegular(dirfd int, name string, it *planned, src *source)
 // none.
 func (a *applier) residentName(it *planned, src *source) string {
 	e := src.entry
+	if e == nil && src.lower != "" {
+		// A lower-only file: its lower names, where the view shows them.
+		return a.firstResident(it, "", src, a.viewNamesOfLower(src.lower))
+	}
 	if e == nil || e.Type != branch.TypeFile || e.Object == "" {
 		return ""
 	}
@@ -321,7 +325,7 @@ func (a *applier) residentName(it *planned, src *source) string {
 			}
 		}
 	}
-	if q := a.firstResident(it, e, src, names); q != "" || e.Origin == "" {
+	if q := a.firstResident(it, e.Object, src, names); q != "" || e.Origin == "" {
 		return q
 	}
 	// Last, every lower name of the copied-up file's lower inode (a
@@ -335,25 +339,31 @@ func (a *applier) residentName(it *planned, src *source) string {
 	if err != nil {
 		return ""
 	}
-	return a.firstResident(it, e, src, names)
+	return a.firstResident(it, e.Object, src, names)
 }
 
 // firstResident returns the first of names (in path order) that
-// residentName may link to.
-func (a *applier) firstResident(it *planned, e *branch.Entry, src *source, names []string) string {
+// residentName may link to: src's file in the view (of object, or a
+// lower-only file when ""), whose lower inode has no name that is
+// another file in the view (its attributes become the view's).
+func (a *applier) firstResident(it *planned, object string, src *source, names []string) string {
 	slices.SortFunc(names, comparePaths)
 	for _, q := range slices.Compact(names) {
-		if q == it.Path || isInternal(q) || !a.residentLower(q) {
+		if q == it.Path || isInternal(q) {
 			continue
 		}
-		if s, ok := a.seen[q]; ok && s.entry.Object != e.Object {
+		lst, ok := a.residentLower(q)
+		if !ok {
+			continue
+		}
+		if s, ok := a.seen[q]; ok && (object == "" || s.entry.Object != object) {
 			continue // another file, or a whiteout, at that name now
 		}
 		n, st, err := a.v.lookupPath(q)
 		if n != nil {
 			a.v.release(n)
 		}
-		if err == nil && n != nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino == src.st.Ino {
+		if err == nil && n != nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino == src.st.Ino && !a.sharedWithOtherFile(&lst, src.st.Ino) {
 			return q
 		}
 	}
@@ -362,18 +372,20 @@ func (a *applier) firstResident(it *planned, e *branch.Entry, src *source, names
 
 // residentLower reports whether the lower file at q stays as it is
 // through the apply, but for attributes set in place: neither it nor a
-// directory above it is written or removed, and it is a regular file.
-func (a *applier) residentLower(q string) bool {
+// directory above it is written or removed, and it is a regular file
+// (st).
+func (a *applier) residentLower(q string) (unix.Stat_t, bool) {
+	var st unix.Stat_t
 	if it := a.byPath[q]; it != nil && (it.Kind != ModeChanged || it.state == stateConflict) {
-		return false
+		return st, false
 	}
 	for _, d := range ancestors(q) {
 		if it := a.byPath[d]; it != nil && it.state == stateApply && (it.Kind == TypeChanged || it.Kind == Deleted) {
-			return false
+			return st, false
 		}
 	}
-	var st unix.Stat_t
-	return unix.Fstatat(a.v.lowerFd, lowerRel(q), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
+	ok := unix.Fstatat(a.v.lowerFd, lowerRel(q), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
+	return st, ok
 }
 
 // canLinkLower reports whether the lower file at lp may become the new
@@ -784,6 +796,7 @@ func (a *applier) capture() error {
 		}
 		a.sources[p] = src
 	}
+	a.findLowerLinks()
 	return nil
 }
 

@@ -1,0 +1,142 @@
+package overlay
+
+import (
+	"golang.org/x/sys/unix"
+)
+
+// # Hard-linked lower files in an Apply
+//
+// Names that are one file in the view become one file in the lower tree
+// (writeRegular links them), and names that are different files in the
+// view must not stay one lower inode that the apply changes: a lower
+// file of several names, one of which the view shows as another file
+// (made anew at that name, and equal to the lower file, so no change),
+// is changed in place (mode, owner, xattrs, or a new name linked to it
+// and given the view's attributes) only when no such name stays;
+// otherwise the apply writes a new file where it would have changed the
+// shared one, and the name that stays keeps the old inode as it is.
+//
+// The names of a hard-linked lower inode are found by a walk of the
+// lower tree (as Diff does), once for all the inodes the apply's
+// changes start from (before anything is written), and again for an
+// inode met later.
+
+// lowerNamesOfInode returns the lower names of the hard-linked lower
+// file st, from the walk made for the apply's inodes, or a walk of its
+// own (nil on an error: no name is known, so none is taken for the same
+// file).
+func (a *applier) lowerNamesOfInode(st *unix.Stat_t) []string {
+	ino := a.v.mapIno(st)
+	if names, ok := a.lowerLinks[ino]; ok {
+		return names
+	}
+	byIno, err := a.v.lowerNamesByIno(map[uint64]int{ino: int(st.Nlink)})
+	if err != nil {
+		a.v.log.Warn("apply: looking for the lower names of a hard-linked file", "err", err)
+	}
+	a.lowerLinks[ino] = byIno[ino]
+	return byIno[ino]
+}
+
+// findLowerLinks walks the lower tree once for the names of the
+// hard-linked lower files that the changes to apply start from: the
+// lower files at their paths, and those that lower-only files of the
+// view show (their data).
+func (a *applier) findLowerLinks() {
+	want := map[uint64]int{}
+	add := func(st *unix.Stat_t) {
+		if sharedLower(st) {
+			want[a.v.mapIno(st)] = int(st.Nlink)
+		}
+	}
+	for _, it := range a.items {
+		if it.state == stateApply && it.lexists {
+			add(&it.lower)
+		}
+	}
+	for _, src := range a.sources {
+		if src.mode == unix.S_IFREG && src.entry == nil && src.lower != "" {
+			if st, err := a.v.lowerStat(src.lower); err == nil {
+				add(&st)
+			}
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
+	byIno, err := a.v.lowerNamesByIno(want)
+	if err != nil {
+		a.v.log.Warn("apply: looking for the lower names of hard-linked files", "err", err)
+		return
+	}
+	for ino := range want {
+		a.lowerLinks[ino] = byIno[ino]
+	}
+}
+
+// sharedWithOtherFile reports whether the lower file st has a name that
+// stays in the lower tree through the apply (it neither writes nor
+// removes it) and where the view shows another file than its file ino:
+// changing that lower inode in place would change that other file too.
+// A name the view does not show (removed there, by a change this apply
+// does not take) is no other file: the inode is the one it names.
+func (a *applier) sharedWithOtherFile(st *unix.Stat_t, ino uint64) bool {
+	if !sharedLower(st) {
+		return false
+	}
+	for _, q := range a.lowerNamesOfInode(st) {
+		if a.replacesLower(q) {
+			continue
+		}
+		n, vst, err := a.v.lookupPath(q)
+		if n != nil {
+			a.v.release(n)
+		}
+		if err != nil || n == nil {
+			continue // not shown: removed in the view (as an unlink of it leaves the inode to its other names)
+		}
+		if vst.Mode&unix.S_IFMT != unix.S_IFREG || vst.Ino != ino {
+			return true
+		}
+	}
+	return false
+}
+
+// changesInPlace reports whether a change of mode, owner or xattrs
+// (it, to src) may be made to the lower file in place: unless it is a
+// hard-linked regular file with a name that is another file in the
+// view, which then is written anew.
+func (a *applier) changesInPlace(it *planned, src *source) bool {
+	return src.mode != unix.S_IFREG || !it.lexists || !a.sharedWithOtherFile(&it.lower, src.st.Ino)
+}
+
+// replacesLower reports whether the apply puts another file at lower
+// path q or removes it (not a change in place): a change at q, or the
+// removal or change of type of a directory above it.
+func (a *applier) replacesLower(q string) bool {
+	applies := func(it *planned) bool {
+		return it != nil && (it.state == stateApply || it.state == stateDone)
+	}
+	if it := a.byPath[q]; applies(it) && it.Kind != ModeChanged {
+		return true
+	}
+	for _, d := range ancestors(q) {
+		if it := a.byPath[d]; applies(it) && (it.Kind == TypeChanged || it.Kind == Deleted) {
+			return true
+		}
+	}
+	return false
+}
+
+// viewNamesOfLower returns the view paths that may show the lower file
+// at lp (a lower-only file of the view, with other names): its lower
+// names, at their own paths and below each renamed directory of the
+// view that merges their directory (each to be looked up: other
+// entries may hide them).
+func (a *applier) viewNamesOfLower(lp string) []string {
+	st, err := a.v.lowerStat(lp)
+	if err != nil || !sharedLower(&st) {
+		return nil
+	}
+	return viewPathsOfLower(a.lowerNamesOfInode(&st), a.v.redirects())
+}
