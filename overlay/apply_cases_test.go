@@ -136,11 +136,7 @@ func TestApplyRenamedNameOfHardLinkJoinsTheOther(t *testing.T) {
 	if err := e.view.Rename(e.view.Root(), "y", e.view.Root(), "z", 0); err != nil {
 		t.Fatal(err)
 	}
-	want := fullWalk(t, e.view)
-	res := e.apply(ApplyOptions{})
-	eq(t, "applied", itemPaths(res.Applied), lines("deleted y", "created z"))
-	checkOneLowerFile(t, e, "x", "z")
-	checkViewApplied(t, e, want)
+	applyLinked(t, e, lines("deleted y", "created z"), "x", "z")
 }
 
 // A file of three names in the view, two of them entries (b, c) and one
@@ -225,4 +221,36 @@ func checkViewApplied(t *testing.T, e *env, want map[string]fileSig) {
 		t.Errorf("view after apply:\n%s", sigDiff(want, got))
 	}
 	checkNoDiff(t, e, "after apply")
+}
+
+// Two lower files with equal data become one file in the view (b
+// removed, then linked to a), whose mode then changes: both names are
+// changes of mode only. The apply must not change each lower file in
+// place, which would leave them two files: one of them is written as a
+// link to the other (seed 14259977362974606809).
+func TestApplyModeChangedNamesBecomeOneLowerFile(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "same", "b": "same"})
+	time.Sleep(20 * time.Millisecond) // lower ctimes older than the bases
+	if err := e.view.Unlink(e.view.Root(), "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.view.Link(e.must("a"), e.view.Root(), "b"); err != nil {
+		t.Fatal(err)
+	}
+	mode := uint32(0o600)
+	if _, err := e.view.Setattr(e.must("a"), SetAttr{Mode: &mode}, nil); err != nil {
+		t.Fatal(err)
+	}
+	applyLinked(t, e, lines("mode-changed a", "mode-changed b"), "a", "b")
+}
+
+// applyLinked applies all of e's view, wanting the items applied, the
+// names linked one lower file, and the view as it was.
+func applyLinked(t *testing.T, e *env, applied string, linked ...string) {
+	t.Helper()
+	want := fullWalk(t, e.view)
+	res := e.apply(ApplyOptions{})
+	eq(t, "applied", itemPaths(res.Applied), applied)
+	checkOneLowerFile(t, e, linked...)
+	checkViewApplied(t, e, want)
 }

@@ -103,11 +103,30 @@ func (a *applier) sharedWithOtherFile(st *unix.Stat_t, ino uint64) bool {
 }
 
 // changesInPlace reports whether a change of mode, owner or xattrs
-// (it, to src) may be made to the lower file in place: unless it is a
-// hard-linked regular file with a name that is another file in the
-// view, which then is written anew.
+// (it, to src) may be made to the lower file in place, else it is
+// written anew: not when that lower file has a name that is another
+// file in the view, nor when the view's file has other names and the
+// lower file is not the one they are linked to (a name written before,
+// or one the lower tree holds already: residentName).
 func (a *applier) changesInPlace(it *planned, src *source) bool {
-	return src.mode != unix.S_IFREG || !it.lexists || !a.sharedWithOtherFile(&it.lower, src.st.Ino)
+	if src.mode != unix.S_IFREG || !it.lexists {
+		return true
+	}
+	if a.sharedWithOtherFile(&it.lower, src.st.Ino) {
+		return false
+	}
+	if src.st.Nlink <= 1 {
+		return true
+	}
+	to := a.linked[src.st.Ino]
+	if to == "" {
+		to = a.residentName(it, src)
+	}
+	if to == "" || to == it.Path {
+		return true
+	}
+	st, err := a.v.lowerStat(to)
+	return err == nil && st.Dev == it.lower.Dev && st.Ino == it.lower.Ino
 }
 
 // replacesLower reports whether the apply puts another file at lower

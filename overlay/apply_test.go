@@ -401,6 +401,7 @@ var applyRegressionSeeds = []uint64{
 	10933293520002629469, // the node of a copied-up hard link held by a lower name
 	11846718270743077887, // a mode change in place would change another file of the lower inode
 	7791999500506606885,  // hard links in a renamed directory, after a partial apply
+	14259977362974606809, // names changed in mode only, two lower files, one in the view
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.

@@ -152,7 +152,13 @@ func (a *applier) writeChange(i int, it *planned) error {
 		}
 		return nil // attributes: finishDirs
 	case it.Kind == ModeChanged && a.changesInPlace(it, src):
-		return a.setAttrs(attrTarget{dirfd: dirfd, name: name, fd: -1}, src)
+		if err := a.setAttrs(attrTarget{dirfd: dirfd, name: name, fd: -1}, src); err != nil {
+			return err
+		}
+		if src.mode == unix.S_IFREG && src.st.Nlink > 1 && a.linked[src.st.Ino] == "" {
+			a.linked[src.st.Ino] = it.Path // its other names join it
+		}
+		return nil
 	}
 	if err := a.writeNew(dirfd, name, it, src); err != nil {
 		return err
