@@ -223,9 +223,10 @@ type applier struct {
 	// Execution (apply_write.go).
 	dirs     map[string]int // lower directory fds (O_PATH) by path
 	touched  map[string]bool
-	linked   map[uint64]string // view st_ino → lower path written
-	used     map[string]bool   // lower files hard-linked to a new name
-	resident map[string]bool   // lower files a new name was linked to (residentName)
+	linked   map[uint64]string  // view st_ino → lower path written
+	linkedTo map[uint64]*source // and what the view shows there
+	used     map[string]bool    // lower files hard-linked to a new name
+	resident map[string]bool    // lower files a new name was linked to (residentName)
 	progress ApplyProgress
 	sources  map[string]*source
 	// seen records the entry and object ctime of each path as the apply
@@ -259,7 +260,7 @@ func Apply(v *FS, o ApplyOptions) (ApplyResult, error) {
 	defer func() { _ = lower.Close() }()
 	a := &applier{v: v, lower: lower, o: o, asRoot: unix.Geteuid() == 0, byPath: map[string]*planned{},
 		bases: map[string]*branch.Base{}, dirs: map[string]int{}, touched: map[string]bool{},
-		linked: map[uint64]string{}, used: map[string]bool{}, resident: map[string]bool{}, seen: map[string]seenState{},
+		linked: map[uint64]string{}, linkedTo: map[uint64]*source{}, used: map[string]bool{}, resident: map[string]bool{}, seen: map[string]seenState{},
 		origins: map[string]int{}, joined: map[uint64]string{}, lowerLinks: map[uint64][]string{}}
 	defer a.closeDirs()
 	defer a.closeOrigins()

@@ -254,3 +254,35 @@ func applyLinked(t *testing.T, e *env, applied string, linked ...string) {
 	checkOneLowerFile(t, e, linked...)
 	checkViewApplied(t, e, want)
 }
+
+// A file of two names in the view, a and b: a is a change, b is not (its
+// lower file has the view's data), but b's lower inode has another name,
+// c, that the view shows as another file, so the apply cannot link a to
+// b's lower file (it would change c's too) and writes a anew. b must
+// then become a link of a: Diff reports no change at b (it compares no
+// link identity), yet the view has a and b as one file
+// (seed 18072018077852047254).
+func TestApplyLinksUnchangedNameToFileWritten(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "old", "b": "new"})
+	e.lowerLink("b", "c")
+	r := e.view.Root()
+	if err := e.view.Unlink(r, "c"); err != nil {
+		t.Fatal(err)
+	}
+	_, f, _, err := e.view.Create(r, "c", unix.O_RDWR, 0o644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAt(t, f, []byte("new"), 0)
+	release(t, f)
+	if err := e.view.Unlink(r, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.view.Link(e.must("b"), r, "a"); err != nil {
+		t.Fatal(err)
+	}
+	applyLinked(t, e, lines("modified a"), "a", "b")
+	if lowerIno(t, e, "c") == lowerIno(t, e, "a") {
+		t.Errorf("lower c is one file with a and b, another file in the view")
+	}
+}

@@ -65,7 +65,9 @@ func (a *applier) closeOrigins() {
 // (held in origins, it cannot have been reused), one of those (a walk of
 // the lower tree, as Diff does for such files). "" when no lower name
 // joins it any more; for a metacopy (an internal anchor's), "" once its
-// Origin is not that inode.
+// Origin is not that inode. Of the other names, one where the view has
+// an entry of another file (or a whiteout) joins nothing: the view does
+// not show the lower file there. v.mu is held.
 func (a *applier) joinedName(e *branch.Entry) string {
 	v := a.v
 	if st, err := v.lowerStat(e.Origin); err == nil && sharedLower(&st) && v.mapIno(&st) == e.Ino {
@@ -90,7 +92,9 @@ func (a *applier) joinedName(e *branch.Entry) string {
 	}
 	slices.SortFunc(names, comparePaths)
 	for _, q := range names {
-		if st, err := v.lowerStat(q); err == nil && st.Dev == held.Dev && st.Ino == held.Ino {
+		other := v.indexGet(q)
+		shown := other == nil || other.Object == e.Object
+		if st, err := v.lowerStat(q); err == nil && st.Dev == held.Dev && st.Ino == held.Ino && shown {
 			a.joined[e.Ino] = q
 			return q
 		}

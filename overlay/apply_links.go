@@ -1,7 +1,12 @@
 package overlay
 
 import (
+	"fmt"
+	"slices"
+
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
 )
 
 // # Hard-linked lower files in an Apply
@@ -15,6 +20,13 @@ import (
 // and given the view's attributes) only when no such name stays;
 // otherwise the apply writes a new file where it would have changed the
 // shared one, and the name that stays keeps the old inode as it is.
+//
+// Diff compares no link identity: a name of a file the apply writes may
+// be no change, its lower file equal to the view's, and yet another
+// lower inode than the one the apply links the file's names to (a name
+// linked in the view to an equal file, or one a partial apply wrote
+// alone). Once the changes are written, such names of each file written
+// are linked to it too (relinkNames), where they are selected.
 //
 // The names of a hard-linked lower inode are found by a walk of the
 // lower tree (as Diff does), once for all the inodes the apply's
@@ -158,4 +170,77 @@ func (a *applier) viewNamesOfLower(lp string) []string {
 		return nil
 	}
 	return viewPathsOfLower(a.lowerNamesOfInode(&st), a.v.redirects())
+}
+
+// linkTo records lower path p as the one the other names of src's file
+// (a view file of several names) are linked to.
+func (a *applier) linkTo(p string, src *source) {
+	a.linked[src.st.Ino] = p
+	a.linkedTo[src.st.Ino] = src
+}
+
+// relinkNames links to each file written (linked) its other names in
+// the view that the apply does not write and whose lower file is another
+// inode (see above), when they are selected.
+func (a *applier) relinkNames() error {
+	for ino, to := range a.linked {
+		var toSt unix.Stat_t
+		if unix.Fstatat(a.v.lowerFd, lowerRel(to), &toSt, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue
+		}
+		for _, q := range a.namesOfFile(a.linkedTo[ino]) {
+			if q == to || isInternal(q) || a.byPath[q] != nil || !a.selected(q) || a.replacesLower(q) {
+				continue
+			}
+			lst, err := a.v.lowerStat(q)
+			if err != nil || lst.Mode&unix.S_IFMT != unix.S_IFREG || lst.Dev == toSt.Dev && lst.Ino == toSt.Ino {
+				continue
+			}
+			n, st, err := a.v.lookupPath(q)
+			if n != nil {
+				a.v.release(n)
+			}
+			if err != nil || n == nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Ino != ino {
+				continue
+			}
+			dirfd, name, err := a.parentFd(q)
+			if err != nil {
+				return fmt.Errorf("apply: %s: %w", displayPath(q), err)
+			}
+			if err := a.linkOver(to, dirfd, name, nil); err != nil {
+				return fmt.Errorf("apply: linking %s to %s: %w", displayPath(q), displayPath(to), err)
+			}
+			a.touched[parentOf(q)] = true
+		}
+	}
+	return nil
+}
+
+// namesOfFile returns the view paths that may show src's file: the
+// entries of its object and the lower names of the files they came
+// from, or, for a lower-only file, its lower names (each to be looked
+// up).
+func (a *applier) namesOfFile(src *source) []string {
+	e := src.entry
+	if e == nil {
+		if src.lower == "" {
+			return nil
+		}
+		return a.viewNamesOfLower(src.lower)
+	}
+	var names []string
+	for p, s := range a.seen {
+		if s.entry.Type != branch.TypeFile || s.entry.Object != e.Object {
+			continue
+		}
+		names = append(names, p)
+		if fd, ok := a.origins[s.entry.Origin]; ok {
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) == nil && st.Nlink > 0 {
+				names = append(names, viewPathsOfLower(a.lowerNamesOfInode(&st), a.v.redirects())...)
+			}
+		}
+	}
+	slices.SortFunc(names, comparePaths)
+	return slices.Compact(names)
 }

@@ -402,6 +402,7 @@ var applyRegressionSeeds = []uint64{
 	11846718270743077887, // a mode change in place would change another file of the lower inode
 	7791999500506606885,  // hard links in a renamed directory, after a partial apply
 	14259977362974606809, // names changed in mode only, two lower files, one in the view
+	18072018077852047254, // a name of a file written, no change itself, another lower inode
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.

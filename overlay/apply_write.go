@@ -23,7 +23,8 @@ import (
 // planned (changed while the apply ran): it is skipped.
 var errViewChanged = errors.New("changed in the view while apply ran")
 
-// write carries out the plan: writes and creations in path order,
+// write carries out the plan: writes and creations in path order, the
+// names of the files written that must join them (relinkNames),
 // removals deepest first, then directory attributes and times, then
 // fsync of the directories written in.
 func (a *applier) write() error {
@@ -51,6 +52,9 @@ func (a *applier) write() error {
 		if err != nil {
 			break
 		}
+	}
+	if err == nil {
+		err = a.relinkNames()
 	}
 	for i := len(a.items) - 1; i >= 0 && err == nil; i-- {
 		it := a.items[i]
@@ -156,7 +160,7 @@ func (a *applier) writeChange(i int, it *planned) error {
 			return err
 		}
 		if src.mode == unix.S_IFREG && src.st.Nlink > 1 && a.linked[src.st.Ino] == "" {
-			a.linked[src.st.Ino] = it.Path // its other names join it
+			a.linkTo(it.Path, src) // its other names join it
 		}
 		return nil
 	}
@@ -231,7 +235,8 @@ func (a *applier) writeRegular(dirfd int, name string, it *planned, src *source)
 			return a.linkOver(first, dirfd, name, nil)
 		}
 		if q := a.residentName(it, src); q != "" {
-			a.linked[st.Ino], a.resident[q] = q, true
+			a.linkTo(q, src)
+			a.resident[q] = true
 			return a.linkOver(q, dirfd, name, func(tmp string) error {
 				return a.setAttrs(attrTarget{dirfd: dirfd, name: tmp, fd: -1}, src)
 			})
@@ -239,7 +244,7 @@ func (a *applier) writeRegular(dirfd int, name string, it *planned, src *source)
 	}
 	defer func() {
 		if st.Nlink > 1 {
-			a.linked[st.Ino] = it.Path
+			a.linkTo(it.Path, src)
 		}
 	}()
 	if src.object == "" && src.lower != it.Path && src.data == nil && a.canLinkLower(src.lower) {
