@@ -264,7 +264,18 @@ func applyLinked(t *testing.T, e *env, applied string, linked ...string) {
 // (seed 18072018077852047254).
 func TestApplyLinksUnchangedNameToFileWritten(t *testing.T) {
 	e := newEnv(t, map[string]string{"a": "old", "b": "new"})
-	e.lowerLink("b", "c")
+	linkToFileSharingLower(t, e, "b")
+	applyLinked(t, e, lines("modified a"), "a", "b")
+	if lowerIno(t, e, "c") == lowerIno(t, e, "a") {
+		t.Errorf("lower c is one file with a and b, another file in the view")
+	}
+}
+
+// linkToFileSharingLower makes lower name c a hard link of b; in the
+// view, c another file of b's data, and a (lower "old") a name of b.
+func linkToFileSharingLower(t *testing.T, e *env, b string) {
+	t.Helper()
+	e.lowerLink(b, "c")
 	r := e.view.Root()
 	if err := e.view.Unlink(r, "c"); err != nil {
 		t.Fatal(err)
@@ -278,11 +289,54 @@ func TestApplyLinksUnchangedNameToFileWritten(t *testing.T) {
 	if err := e.view.Unlink(r, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.view.Link(e.must("b"), r, "a"); err != nil {
+	if _, err := e.view.Link(e.must(b), r, "a"); err != nil {
 		t.Fatal(err)
 	}
-	applyLinked(t, e, lines("modified a"), "a", "b")
-	if lowerIno(t, e, "c") == lowerIno(t, e, "a") {
-		t.Errorf("lower c is one file with a and b, another file in the view")
+}
+
+// A directory holding both names of a hard-linked lower file is renamed
+// in the view, and one name's mode changed (an upper copy that the old
+// lower names show). An apply of the renamed directory alone writes it
+// whole, but it keeps merging the old lower directory, whose names still
+// show the upper copy: made to merge its own, the other name would show
+// the lower file written, apart. The apply of the rest then removes the
+// old directory, and the renamed one merges its own from then on
+// (seed 9477223757470944331).
+func TestApplyRenamedDirOfHardLinksAppliedBeforeItsOldDir(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/x": "data"})
+	e.lowerLink("d/x", "d/y")
+	if err := e.view.Rename(e.view.Root(), "d", e.view.Root(), "t", 0); err != nil {
+		t.Fatal(err)
 	}
+	mode := uint32(0o600)
+	if _, err := e.view.Setattr(e.must("t/x"), SetAttr{Mode: &mode}, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := fullWalk(t, e.view)
+	eq(t, "t/x and t/y in the view", want["t/y"].link, "t/x")
+	e.apply(ApplyOptions{Paths: []string{"t"}})
+	if got := fullWalk(t, e.view); !maps.Equal(got, want) {
+		t.Errorf("view after applying t:\n%s", sigDiff(want, got))
+	}
+	res := e.apply(ApplyOptions{})
+	if len(res.Conflicts)+len(res.Skipped) > 0 {
+		t.Fatalf("conflicts:\n%sskipped:\n%s", itemPaths(res.Conflicts), itemPaths(res.Skipped))
+	}
+	eq(t, "applied", itemPaths(res.Applied), lines("deleted d", "deleted d/x", "deleted d/y"))
+	checkOneLowerFile(t, e, "t/x", "t/y")
+	checkViewApplied(t, e, want)
+}
+
+// As TestApplyLinksUnchangedNameToFileWritten, with the name linked
+// after the changes in a directory the apply changes nothing else in:
+// that directory gets the view's times back (seed 2709279243894091231).
+func TestApplyLinkingUnchangedNameKeepsItsDirTimes(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "old", "d/b": "new"})
+	linkToFileSharingLower(t, e, "d/b")
+	dst, err := e.view.Getattr(e.must("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyLinked(t, e, lines("modified a"), "a", "d/b")
+	eq(t, "mtime of lower d", lstatLower(t, e, "d").Mtim, dst.Mtim)
 }

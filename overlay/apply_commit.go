@@ -157,13 +157,17 @@ func (a *applier) commit() ([]Stale, error) {
 	slices.SortFunc(paths, comparePaths)
 
 	// A renamed or made directory whose whole subtree was written
-	// merges its own lower directory from now on.
+	// merges its own lower directory from now on: unless the lower
+	// directory it merges still holds hard-linked files whose names
+	// show an upper copy (those names in it would show the lower files
+	// the apply wrote instead, apart from the copy's other names).
 	for _, p := range paths {
 		e := v.indexGet(p)
 		if e.Type != branch.TypeDir || isInternal(p) || c.pending[p] || !c.inScope(p) || a.seen[p].entry != e {
 			continue
 		}
-		if lp, ok := redirectOf(e); ok && lp == p {
+		lp, ok := redirectOf(e)
+		if ok && lp == p || ok && v.showsUpperCopiesBelowLocked(lp) {
 			continue
 		}
 		if st, err := v.lowerStat(p); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
@@ -348,6 +352,33 @@ func (a *applier) commit() ([]Stale, error) {
 	clear(v.lowerSubdirs)
 	v.lowerSubdirsMu.Unlock()
 	return stale, nil
+}
+
+// showsUpperCopiesBelowLocked reports whether lower directory lp holds,
+// at any depth, a hard-linked regular file whose lower inode shows an
+// upper copy (FS.hardlinks). v.mu is held.
+func (v *FS) showsUpperCopiesBelowLocked(lp string) bool {
+	if len(v.hardlinks) == 0 {
+		return false
+	}
+	ents, err := v.lowerNames(lp)
+	if err != nil {
+		return false
+	}
+	for _, de := range ents {
+		p := joinPath(lp, de.Name)
+		var st unix.Stat_t
+		switch {
+		case de.Mode == unix.S_IFDIR:
+			if v.showsUpperCopiesBelowLocked(p) {
+				return true
+			}
+		case de.Mode != unix.S_IFREG && de.Mode != 0:
+		case unix.Fstatat(v.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && sharedLower(&st) && v.hardlinks[v.mapIno(&st)] != nil:
+			return true
+		}
+	}
+	return false
 }
 
 func allOf(ps []string, set map[string]bool) bool {

@@ -207,6 +207,9 @@ func (a *applier) relinkNames() error {
 			if err != nil {
 				return fmt.Errorf("apply: %s: %w", displayPath(q), err)
 			}
+			if err := a.dirSource(parentOf(q)); err != nil {
+				return fmt.Errorf("apply: reading %s: %w", displayPath(parentOf(q)), err)
+			}
 			if err := a.linkOver(to, dirfd, name, nil); err != nil {
 				return fmt.Errorf("apply: linking %s to %s: %w", displayPath(q), displayPath(to), err)
 			}
@@ -243,4 +246,22 @@ func (a *applier) namesOfFile(src *source) []string {
 	}
 	slices.SortFunc(names, comparePaths)
 	return slices.Compact(names)
+}
+
+// dirSource reads the view's directory d as a source, for finishDirs
+// to give the lower directory its times back, when capture did not.
+func (a *applier) dirSource(d string) error {
+	if a.sources[d] != nil {
+		return nil
+	}
+	n, st, err := a.v.lookupPath(d)
+	if n == nil || err != nil {
+		return err
+	}
+	defer a.v.release(n)
+	src, err := a.readSource(n, st)
+	if err == nil {
+		a.sources[d] = src
+	}
+	return err
 }

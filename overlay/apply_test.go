@@ -403,6 +403,8 @@ var applyRegressionSeeds = []uint64{
 	7791999500506606885,  // hard links in a renamed directory, after a partial apply
 	14259977362974606809, // names changed in mode only, two lower files, one in the view
 	18072018077852047254, // a name of a file written, no change itself, another lower inode
+	9477223757470944331,  // a renamed directory of hard links applied before its old one
+	2709279243894091231,  // a directory holding only a name linked after the changes
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.
