@@ -340,3 +340,35 @@ func TestApplyLinkingUnchangedNameKeepsItsDirTimes(t *testing.T) {
 	applyLinked(t, e, lines("modified a"), "a", "d/b")
 	eq(t, "mtime of lower d", lstatLower(t, e, "d").Mtim, dst.Mtim)
 }
+
+// A lower file Y (a1, a2) is written and renamed in the view (b, an
+// upper copy that Y's names would show), and another lower file X is
+// renamed over a1, with equal data: a1 is no change. A new name of X
+// (z) must not be linked to a1's lower file, which is Y: its names
+// would show b's copy in the view afterwards (seed 12596637134831935729).
+func TestApplyNeverLinksToLowerFileOfAnotherUpperCopy(t *testing.T) {
+	e := newEnv(t, map[string]string{"a1": "hello", "x": "hello"})
+	e.lowerLink("a1", "a2")
+	e.lowerLink("x", "x2")
+	r := e.view.Root()
+	held := e.must("a1") // the node of Y, by the name a1: a2's copy-up keeps a1 as its Origin
+	e.write("a2", "bytes")
+	e.view.Forget(held, 1)
+	if err := e.view.Rename(r, "a2", r, "b", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Rename(r, "x", r, "a1", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.view.Link(e.must("x2"), r, "z"); err != nil {
+		t.Fatal(err)
+	}
+	want := fullWalk(t, e.view)
+	eq(t, "a1, x2 and z in the view", []string{want["x2"].link, want["z"].link}, []string{"a1", "a1"})
+	res := e.apply(ApplyOptions{})
+	if len(res.Conflicts)+len(res.Skipped) > 0 {
+		t.Fatalf("conflicts:\n%sskipped:\n%s", itemPaths(res.Conflicts), itemPaths(res.Skipped))
+	}
+	checkOneLowerFile(t, e, "a1", "x2", "z")
+	checkViewApplied(t, e, want)
+}

@@ -89,12 +89,19 @@ func (a *applier) findLowerLinks() {
 // sharedWithOtherFile reports whether the lower file st has a name that
 // stays in the lower tree through the apply (it neither writes nor
 // removes it) and where the view shows another file than its file ino:
-// changing that lower inode in place would change that other file too.
-// A name the view does not show (removed there, by a change this apply
+// changing that lower inode in place would change that other file too;
+// and so when the view has an upper copy of that lower file (shown at
+// its names) that is another file. A name the view does not show (removed there, by a change this apply
 // does not take) is no other file: the inode is the one it names.
 func (a *applier) sharedWithOtherFile(st *unix.Stat_t, ino uint64) bool {
 	if !sharedLower(st) {
 		return false
+	}
+	a.v.mu.RLock()
+	h := a.v.hardlinks[a.v.mapIno(st)]
+	a.v.mu.RUnlock()
+	if h != nil && h.Ino != ino {
+		return true // an upper copy of it, another file, claims its names
 	}
 	for _, q := range a.lowerNamesOfInode(st) {
 		if a.replacesLower(q) {

@@ -405,6 +405,7 @@ var applyRegressionSeeds = []uint64{
 	18072018077852047254, // a name of a file written, no change itself, another lower inode
 	9477223757470944331,  // a renamed directory of hard links applied before its old one
 	2709279243894091231,  // a directory holding only a name linked after the changes
+	12596637134831935729, // a lower file whose names another upper copy claims
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.
