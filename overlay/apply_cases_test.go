@@ -372,3 +372,23 @@ func TestApplyNeverLinksToLowerFileOfAnotherUpperCopy(t *testing.T) {
 	checkOneLowerFile(t, e, "a1", "x2", "z")
 	checkViewApplied(t, e, want)
 }
+
+// A lower file x renamed in the view over y, whose lower file has the
+// same data (so y is no change): an apply of x alone removes lower x,
+// and y, which read x's data until then (a metacopy), reads its own
+// lower file from then on, not a file gone (seed 14109995232238529535).
+func TestApplyRemovedOriginOfRenamedFileOutsideSelection(t *testing.T) {
+	e := newEnv(t, map[string]string{"x": "a", "y": "a"})
+	time.Sleep(20 * time.Millisecond) // lower ctimes older than the bases
+	r := e.view.Root()
+	if err := e.view.Rename(r, "x", r, "y", 0); err != nil {
+		t.Fatal(err)
+	}
+	want := fullWalk(t, e.view)
+	res := e.apply(ApplyOptions{Paths: []string{"x"}})
+	eq(t, "applied", itemPaths(res.Applied), lines("deleted x"))
+	if got := fullWalk(t, e.view); !maps.Equal(got, want) {
+		t.Errorf("view after applying x:\n%s", sigDiff(want, got))
+	}
+	checkNoDiff(t, e, "after applying x")
+}

@@ -222,10 +222,19 @@ func (a *applier) commit() ([]Stale, error) {
 	// A renamed lower file kept as a metacopy whose own lower path
 	// has its data now (written by this apply, or equal already) reads
 	// it there, so that its old name is free to change: unless it
-	// still joins the other names of a hard-linked lower file.
+	// still joins the other names of a hard-linked lower file. One
+	// whose old name this apply removed does so also where it is not
+	// selected (no change there: its lower file is equal already).
 	rebased := map[string]*branch.Entry{}
+	removed := func(lp string) bool {
+		it := a.byPath[lp]
+		return it != nil && it.state == stateDone && (it.Kind == Deleted || it.Kind == TypeChanged)
+	}
 	v.eachEntryLocked(func(p string, e *branch.Entry) {
-		if drop[p] || isInternal(p) || e.Type != branch.TypeFile || !e.Metacopy || e.Origin == p || !c.inScope(p) || c.pending[p] {
+		if drop[p] || isInternal(p) || e.Type != branch.TypeFile || !e.Metacopy || e.Origin == p || c.pending[p] {
+			return
+		}
+		if !c.inScope(p) && !removed(e.Origin) {
 			return
 		}
 		if st, err := v.lowerStat(e.Origin); err == nil && sharedLower(&st) && v.mapIno(&st) == e.Ino {

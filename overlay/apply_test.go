@@ -406,6 +406,7 @@ var applyRegressionSeeds = []uint64{
 	9477223757470944331,  // a renamed directory of hard links applied before its old one
 	2709279243894091231,  // a directory holding only a name linked after the changes
 	12596637134831935729, // a lower file whose names another upper copy claims
+	14109995232238529535, // the old name of a renamed file removed by a partial apply
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.
