@@ -392,3 +392,21 @@ func TestApplyRemovedOriginOfRenamedFileOutsideSelection(t *testing.T) {
 	}
 	checkNoDiff(t, e, "after applying x")
 }
+
+// Two lower files with equal data become one file in the view (b
+// removed, then linked to a): neither name is a change for Diff (each
+// lower file has the view's data and attributes), yet the view has them
+// as one file, and the apply links them (seed 1866668330431813420).
+func TestApplyLinksNamesOfFileWithNoChange(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "same", "b": "same", "c": "other"})
+	time.Sleep(20 * time.Millisecond) // lower ctimes older than the bases
+	r := e.view.Root()
+	if err := e.view.Unlink(r, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.view.Link(e.must("a"), r, "b"); err != nil {
+		t.Fatal(err)
+	}
+	e.write("c", "changed")
+	applyLinked(t, e, lines("modified c"), "a", "b")
+}

@@ -25,8 +25,10 @@ import (
 // be no change, its lower file equal to the view's, and yet another
 // lower inode than the one the apply links the file's names to (a name
 // linked in the view to an equal file, or one a partial apply wrote
-// alone). Once the changes are written, such names of each file written
-// are linked to it too (relinkNames), where they are selected.
+// alone), and so may every name of a file none of whose names is a
+// change. Once the changes are written, such names of each file are
+// linked to the one written, or to the first that may be, too
+// (relinkNames), where they are selected.
 //
 // The names of a hard-linked lower inode are found by a walk of the
 // lower tree (as Diff does), once for all the inodes the apply's
@@ -190,6 +192,7 @@ func (a *applier) linkTo(p string, src *source) {
 // the view that the apply does not write and whose lower file is another
 // inode (see above), when they are selected.
 func (a *applier) relinkNames() error {
+	a.linkUnwrittenFiles()
 	for ino, to := range a.linked {
 		var toSt unix.Stat_t
 		if unix.Fstatat(a.v.lowerFd, lowerRel(to), &toSt, unix.AT_SYMLINK_NOFOLLOW) != nil {
@@ -224,6 +227,44 @@ func (a *applier) relinkNames() error {
 		}
 	}
 	return nil
+}
+
+// linkUnwrittenFiles chooses, for each file of several names in the
+// view none of which is a change (their lower files have the view's
+// data and attributes already, and may yet be different inodes), the
+// first selected name whose lower file it may link the others to
+// (relinkNames).
+func (a *applier) linkUnwrittenFiles() {
+	byObj := map[string][]string{}
+	for p, s := range a.seen {
+		if s.entry.Type == branch.TypeFile && s.entry.Object != "" && !isInternal(p) {
+			byObj[s.entry.Object] = append(byObj[s.entry.Object], p)
+		}
+	}
+	for _, names := range byObj {
+		if len(names) < 2 || slices.ContainsFunc(names, func(q string) bool { return a.byPath[q] != nil }) {
+			continue
+		}
+		slices.SortFunc(names, comparePaths)
+		for _, q := range names {
+			if !a.selected(q) || a.replacesLower(q) {
+				continue
+			}
+			n, st, err := a.v.lookupPath(q)
+			if n != nil {
+				a.v.release(n)
+			}
+			if err != nil || n == nil || st.Mode&unix.S_IFMT != unix.S_IFREG || a.linked[st.Ino] != "" {
+				continue
+			}
+			lst, err := a.v.lowerStat(q)
+			if err != nil || lst.Mode&unix.S_IFMT != unix.S_IFREG || a.sharedWithOtherFile(&lst, st.Ino) {
+				continue
+			}
+			a.linkTo(q, &source{mode: unix.S_IFREG, st: st, entry: a.seen[q].entry})
+			break
+		}
+	}
 }
 
 // namesOfFile returns the view paths that may show src's file: the

@@ -407,6 +407,7 @@ var applyRegressionSeeds = []uint64{
 	2709279243894091231,  // a directory holding only a name linked after the changes
 	12596637134831935729, // a lower file whose names another upper copy claims
 	14109995232238529535, // the old name of a renamed file removed by a partial apply
+	1866668330431813420,  // a file of two names, neither a change, two lower files
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.
