@@ -410,3 +410,42 @@ func TestApplyLinksNamesOfFileWithNoChange(t *testing.T) {
 	e.write("c", "changed")
 	applyLinked(t, e, lines("modified c"), "a", "b")
 }
+
+// A lower file Y (y1, y2) is copied up in the view (an xattr set through
+// a new name, a), y1 removed there, and y1 made a name of another file
+// Z (z) with Y's data: neither y1 nor z is a change. The apply writes a
+// and y2 anew (Y's other name is another file in the view), which
+// leaves Y one name, y1: Y is still claimed by the upper copy, so z must
+// not be linked to it (y1 and z would show that copy's xattr afterwards)
+// but y1 to z (seed 13831909465999310861).
+func TestApplyNeverLinksToLowerFileClaimedWithOneNameLeft(t *testing.T) {
+	e := newEnv(t, map[string]string{"y1": "x", "z": "x"})
+	e.lowerLink("y1", "y2")
+	r := e.view.Root()
+	held := e.must("y1") // Y's node, by the name y1: the copy-up keeps y1 as its Origin
+	mode := uint32(0o644)
+	if _, err := e.view.Setattr(e.must("y2"), SetAttr{Mode: &mode}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.view.Forget(held, 1)
+	if _, err := e.view.Link(e.must("y2"), r, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Setxattr(e.must("a"), "user.k", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Unlink(r, "y1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.view.Link(e.must("z"), r, "y1"); err != nil {
+		t.Fatal(err)
+	}
+	want := fullWalk(t, e.view)
+	res := e.apply(ApplyOptions{})
+	if len(res.Conflicts)+len(res.Skipped) > 0 {
+		t.Fatalf("conflicts:\n%sskipped:\n%s", itemPaths(res.Conflicts), itemPaths(res.Skipped))
+	}
+	checkOneLowerFile(t, e, "a", "y2")
+	checkOneLowerFile(t, e, "y1", "z")
+	checkViewApplied(t, e, want)
+}

@@ -96,14 +96,17 @@ func (a *applier) findLowerLinks() {
 // its names) that is another file. A name the view does not show (removed there, by a change this apply
 // does not take) is no other file: the inode is the one it names.
 func (a *applier) sharedWithOtherFile(st *unix.Stat_t, ino uint64) bool {
-	if !sharedLower(st) {
-		return false
-	}
 	a.v.mu.RLock()
 	h := a.v.hardlinks[a.v.mapIno(st)]
 	a.v.mu.RUnlock()
 	if h != nil && h.Ino != ino {
-		return true // an upper copy of it, another file, claims its names
+		// An upper copy of it, another file, claims its names (also
+		// when the apply left it one name so far: a name linked to it
+		// would show that copy).
+		return true
+	}
+	if !sharedLower(st) {
+		return false
 	}
 	for _, q := range a.lowerNamesOfInode(st) {
 		if a.replacesLower(q) {

@@ -408,6 +408,7 @@ var applyRegressionSeeds = []uint64{
 	12596637134831935729, // a lower file whose names another upper copy claims
 	14109995232238529535, // the old name of a renamed file removed by a partial apply
 	1866668330431813420,  // a file of two names, neither a change, two lower files
+	13831909465999310861, // a lower file an upper copy claims, left one name by the apply
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.
