@@ -19,7 +19,9 @@ import (
 // is changed in place (mode, owner, xattrs, or a new name linked to it
 // and given the view's attributes) only when no such name stays;
 // otherwise the apply writes a new file where it would have changed the
-// shared one, and the name that stays keeps the old inode as it is.
+// shared one, and the name that stays keeps the old inode as it is. A
+// lower file whose names show an upper copy of another file
+// (FS.hardlinks) counts as shared so, whatever names it has left.
 //
 // Diff compares no link identity: a name of a file the apply writes may
 // be no change, its lower file equal to the view's, and yet another
