@@ -99,13 +99,16 @@ func (l *Layer) Commit(b *Batch) error {
 			if l.gone.Load() {
 				return errLayerGone
 			}
-			if l.state.Load() != st {
+			// A flattening re-points the chain (a new state, the same
+			// id): the ops still hold. A Snapshot or ResetTo moves
+			// the branch to a new layer id.
+			if cur := l.state.Load(); cur.id != st.id || (len(cur.chain) > 0) != (len(st.chain) > 0) {
 				return errLayerMoved
 			}
 			return nil
 		}, ops)
 		if errors.Is(err, errLayerMoved) && attempt < 3 {
-			continue // a ResetTo moved the branch to a new layer id
+			continue // a Snapshot or ResetTo moved the branch to a new layer id
 		}
 		if err != nil {
 			return fmt.Errorf("branch %q: %w", l.name, err)
@@ -114,8 +117,8 @@ func (l *Layer) Commit(b *Batch) error {
 	}
 }
 
-// errLayerMoved: a ResetTo gave the branch a new layer id while a
-// Commit built its keys.
+// errLayerMoved: a Snapshot or ResetTo gave the branch a new layer id
+// while a Commit built its keys.
 var errLayerMoved = errors.New("the branch was reset meanwhile: commit again")
 
 // opsFor returns b's ops for layer state st: in a layer with a parent, a

@@ -3,9 +3,12 @@ package branch
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // BenchmarkCommitOne commits one entry per batch, as a namespace
@@ -129,7 +132,7 @@ func BenchmarkCreateLayer(b *testing.B) {
 			}
 			i := 0
 			for b.Loop() {
-				if _, err := l.s.CreateLayer(fmt.Sprintf("b%d", i), snap); err != nil {
+				if _, err := l.s.CreateLayer(fmt.Sprintf("br%d", i), snap); err != nil {
 					b.Fatal(err)
 				}
 				i++
@@ -170,22 +173,31 @@ func BenchmarkResetTo(b *testing.B) {
 	}
 }
 
-// BenchmarkDeepRead reads a branch of 10,000 entries through 1, 10 and
-// 16 levels (a branch of a branch of ...; each level changes 100
-// entries): Get of an entry of the bottom level, which every level is
-// asked for, and Load of the whole branch.
+// BenchmarkDeepRead reads a branch of 10,000 entries that is the
+// depth-th of a branch of a branch of ... (each changes 100 entries):
+// Get of an entry of the bottom level, which every level is asked for,
+// and Load of the whole branch, once the flattener has merged the chain
+// (flattened). It reports the levels a read goes through ("levels") and
+// the slowest and mean branch create of the stack ("create-max-ms",
+// "create-mean-ms"): flattening is off the create's path. Run it with
+//
+//	go test -run '^$' -bench DeepRead ./branch/
 func BenchmarkDeepRead(b *testing.B) {
-	for _, depth := range []int{1, 10, maxDepth} {
+	for _, depth := range []int{1, 10, 16, 32} {
 		l := benchLayer(b)
 		benchFill(b, l, 10_000, 1)
+		var slowest, total time.Duration
 		for i := 1; i < depth; i++ {
 			snap, err := l.Snapshot("", KindAuto)
 			if err != nil {
 				b.Fatal(err)
 			}
+			start := time.Now()
 			if l, err = l.s.CreateLayer(fmt.Sprintf("b%d", i), snap); err != nil {
 				b.Fatal(err)
 			}
+			slowest = max(slowest, time.Since(start))
+			total += time.Since(start)
 			var batch Batch
 			for j := range 100 {
 				batch.Put(fmt.Sprintf("src/pkg%03d/file%06d.go", 9, 9000+(i*100+j)%1000), &Entry{Type: TypeFile, Ino: uint64(j), Object: fmt.Sprintf("%016x", j)})
@@ -194,8 +206,14 @@ func BenchmarkDeepRead(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if got := 1 + len(l.state.Load().chain); got != depth {
-			b.Fatalf("depth %d, want %d", got, depth)
+		flattened(b, l.s)
+		levels := 1 + len(l.state.Load().chain)
+		report := func(b *testing.B) {
+			b.ReportMetric(float64(levels), "levels")
+			b.ReportMetric(float64(slowest.Microseconds())/1000, "create-max-ms")
+			if depth > 1 {
+				b.ReportMetric(float64(total.Microseconds())/1000/float64(depth-1), "create-mean-ms")
+			}
 		}
 		b.Run(fmt.Sprintf("get/depth=%d", depth), func(b *testing.B) {
 			i := 0
@@ -206,6 +224,7 @@ func BenchmarkDeepRead(b *testing.B) {
 				}
 				i++
 			}
+			report(b)
 		})
 		b.Run(fmt.Sprintf("load/depth=%d", depth), func(b *testing.B) {
 			for b.Loop() {
@@ -217,18 +236,30 @@ func BenchmarkDeepRead(b *testing.B) {
 					b.Fatalf("loaded %d entries, want 10,000", n)
 				}
 			}
+			report(b)
 		})
+	}
+}
+
+// flattened waits for the flattener to be done with s's branches.
+func flattened(tb testing.TB, s *Store) {
+	tb.Helper()
+	if err := s.flattenAll(); err != nil {
+		tb.Fatal(err)
 	}
 }
 
 // BenchmarkLongSession measures the metadata store's growth in a long
 // session that keeps its pre-run snapshot (issue 29): N metadata
 // changes (each an overwrite of one of 1,000 entries, one commit each)
-// after a snapshot, then a full compaction; it reports the bytes of the
-// database (LSM and value log) per change, with and without the
-// snapshot. With the snapshot, badger keeps every version written
-// after it (see "Keeping versions" in the package doc): the size grows
-// with N. Run it with
+// after a snapshot, with and without it. It reports the bytes on disk
+// of the database (LSM, value log, memtables' logs) while the store is
+// open after the changes ("open-MiB", of which "sst-MiB" in tables and
+// "vlog-MiB" in the value log), after Close ("closed-MiB"), and after a
+// reopen and a full compaction ("MiB", and per change). The snapshot
+// freezes its layer, so every version it does not see can go (see
+// "Keeping versions" in the package doc): the size does not grow with
+// N. Run it with
 //
 //	go test -run '^$' -bench LongSession -benchtime 1x ./branch/
 func BenchmarkLongSession(b *testing.B) {
@@ -237,6 +268,7 @@ func BenchmarkLongSession(b *testing.B) {
 			b.Run(fmt.Sprintf("changes=%d/snapshot=%v", n, snap), func(b *testing.B) {
 				for b.Loop() {
 					dir := b.TempDir()
+					meta := filepath.Join(dir, "meta")
 					l, err := openMain(Options{Dir: dir})
 					if err != nil {
 						b.Fatal(err)
@@ -256,15 +288,51 @@ func BenchmarkLongSession(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
+					if err := l.s.Settle(); err != nil {
+						b.Fatal(err)
+					}
+					mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+					b.ReportMetric(mib(diskUsage(b, meta)), "open-MiB")
+					b.ReportMetric(mib(diskUsageOf(b, meta, ".sst")), "sst-MiB")
+					b.ReportMetric(mib(diskUsageOf(b, meta, ".vlog")), "vlog-MiB")
+					start := time.Now()
+					closeStore(b, l.s)
+					b.ReportMetric(float64(time.Since(start).Microseconds())/1000, "close-ms")
+					b.ReportMetric(mib(diskUsage(b, meta)), "closed-MiB")
+					if l, err = openMain(Options{Dir: dir}); err != nil {
+						b.Fatal(err)
+					}
 					compactAll(b, l.s)
 					closeStore(b, l.s)
-					size := diskUsage(b, filepath.Join(dir, "meta"))
+					size := diskUsage(b, meta)
 					b.ReportMetric(float64(size)/float64(n), "bytes/change")
-					b.ReportMetric(float64(size)/(1<<20), "MiB")
+					b.ReportMetric(mib(size), "MiB")
 				}
 			})
 		}
 	}
+}
+
+// diskUsageOf returns the bytes the files of dir whose names end with
+// suffix take on disk.
+func diskUsageOf(tb testing.TB, dir, suffix string) int64 {
+	tb.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var n int64
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), suffix) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		n += info.Sys().(*syscall.Stat_t).Blocks * 512
+	}
+	return n
 }
 
 // diskUsage returns the bytes the files below dir take on disk.

@@ -83,9 +83,10 @@ func (s *Store) publish(ts uint64) {
 }
 
 // setDiscardTsLocked lets compaction drop the versions that neither a
-// reader nor a snapshot can see: those superseded at or below the
-// oldest read timestamp in use and the oldest snapshot's (see "Keeping
-// versions" in the package doc). Requires s.tsMu.
+// reader nor a held read point can see: those superseded at or below
+// the oldest read timestamp in use and the oldest held snapshot's or
+// parent's (see "Keeping versions" in the package doc). Requires
+// s.tsMu.
 func (s *Store) setDiscardTsLocked() {
 	if s.ro {
 		return // badger does not compact a read-only database
@@ -94,42 +95,49 @@ func (s *Store) setDiscardTsLocked() {
 	for ts := range s.readers {
 		d = min(d, ts)
 	}
-	if len(s.snapTs) > 0 {
-		d = min(d, s.snapOldest)
-	}
-	if s.parentHeld {
-		d = min(d, s.parentOldest)
+	if s.holdAny {
+		d = min(d, s.holdOldest)
 	}
 	s.db.SetDiscardTs(d)
 }
 
-// holdSnapshot makes compaction keep what a read at ts sees, for as long
-// as snapshot id exists (until releaseSnapshot). Requires that ts is at
-// or above the discard timestamp: the read timestamp, or an existing
-// snapshot's.
-func (s *Store) holdSnapshot(id string, ts uint64) {
+// recomputeHoldLocked recomputes holdOldest from the held snapshots and
+// parents. Requires s.tsMu.
+func (s *Store) recomputeHoldLocked() {
+	s.holdAny, s.holdOldest = false, math.MaxUint64
+	for _, lv := range s.snapHeld {
+		s.holdAny, s.holdOldest = true, min(s.holdOldest, lv.ts)
+	}
+	for lv := range s.parentHeld {
+		s.holdAny, s.holdOldest = true, min(s.holdOldest, lv.ts)
+	}
+}
+
+// holdSnapshot records snapshot id, a read of lv, and with hold makes
+// compaction keep what a read at lv.ts sees for as long as the snapshot
+// exists (until releaseSnapshot, or freeze of its layer). Requires that
+// lv.ts is at or above the discard timestamp: the read timestamp, or an
+// existing snapshot's.
+func (s *Store) holdSnapshot(id string, lv level, hold bool) {
 	s.tsMu.Lock()
 	defer s.tsMu.Unlock()
-	if len(s.snapTs) == 0 || ts < s.snapOldest {
-		s.snapOldest = ts
+	s.snapTs[id] = lv.ts
+	if hold {
+		s.snapHeld[id] = lv
+		if !s.holdAny || lv.ts < s.holdOldest {
+			s.holdAny, s.holdOldest = true, lv.ts
+		}
 	}
-	s.snapTs[id] = ts
 }
 
 // releaseSnapshot undoes holdSnapshot when the snapshot is deleted.
 func (s *Store) releaseSnapshot(id string) {
 	s.tsMu.Lock()
 	defer s.tsMu.Unlock()
-	ts, ok := s.snapTs[id]
-	if !ok {
-		return
-	}
 	delete(s.snapTs, id)
-	if ts == s.snapOldest {
-		s.snapOldest = math.MaxUint64
-		for _, t := range s.snapTs {
-			s.snapOldest = min(s.snapOldest, t)
-		}
+	if _, ok := s.snapHeld[id]; ok {
+		delete(s.snapHeld, id)
+		s.recomputeHoldLocked()
 	}
 	s.setDiscardTsLocked()
 }
@@ -219,6 +227,7 @@ func (s *Store) commitLocked(ops []op) error {
 	}
 	// A timestamp is never used twice, even after a failed commit.
 	s.nextTs = ts + 1
+	s.bg.commits.Add(1)
 	// The commit becomes the one in flight and joins the queue at once
 	// (under ho.mu): a wait that finds it in flight finds it queued, and
 	// hands it over itself, instead of waiting for a hand-over that may

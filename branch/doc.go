@@ -45,6 +45,10 @@
 //	hash/s/<snap id>     a snapshot's Merkle root (hash.go)
 //	parent/<id>          the parent of layer id: [1][parent layer id,
 //	                     uint64][Tp, uint64] (see "Layers")
+//	frozen/<id>          layer id is frozen: [1][F, uint64][successor
+//	                     layer id, uint64]: none of its keys has a
+//	                     version above F; its branch went on in the
+//	                     successor (0: none) (see "Keeping versions")
 //
 // A branch name maps to a short numeric layer id, so that renaming a
 // branch is one small write and never rewrites entries. Layer ids are
@@ -120,8 +124,8 @@
 // when it cannot make a file, where it often stops the process anyway.
 //
 // badger's discard timestamp is the oldest of: the read timestamp, the
-// oldest timestamp still being read, the oldest snapshot's and the
-// oldest parent's (see "Keeping versions").
+// oldest timestamp still being read, and the oldest held snapshot's or
+// parent's (see "Keeping versions").
 //
 // # Batch atomicity
 //
@@ -172,11 +176,16 @@
 // Layer.Snapshot takes Ts = the read timestamp, i.e. the last complete
 // commit, while no commit runs (it holds the commit lock): a snapshot
 // holds every commit that returned before Snapshot was called and none
-// that started after it returned. It then commits (at a timestamp above
-// Ts) the record, the layer record with the epoch raised, and
-// feature/snapshots the first time, and calls Sync: one small commit,
-// whatever the number of entries or the size of files. The record
-// (encoding 1):
+// that started after it returned. It freezes the branch's layer id:
+// the branch goes on in a new layer id whose parent is (layer id, Ts)
+// (or the level below, when the layer holds no key of its own; see
+// "Layers"), and nothing writes the old id again. It commits (at a
+// timestamp above Ts) the record, the layer record with the new id and
+// the epoch raised, the new id's parent key, frozen/<old id> = (Ts, new
+// id), and feature/snapshots the first time, and calls Sync: one small
+// commit, whatever the number of entries or the size of files. A
+// Commit that raced with it is retried on the new id, as after ResetTo.
+// The record (encoding 1):
 //
 //	[1][layer id, uint64][Ts, uint64][epoch, uint64][created, int64 Unix ns]
 //	then uvarint-length-prefixed strings: branch name, kind, label
@@ -221,21 +230,55 @@
 // it saw when t was written: the newest version at or below t is either
 // above D, or the newest at or below D, which is kept.
 //
-// D is the oldest of the read timestamp, the reads in progress, the
-// snapshots' Ts and the parents' Tp (see "Layers"). It never decreases:
-// a read or a snapshot starts at the current read timestamp, and a
-// View's read at an existing snapshot's Ts, both at least D. At Open,
-// badger's D is 0 (it discards nothing) until start has loaded every
-// snapshot's Ts and parent's Tp, so a reopen never lets a compaction
-// run without them.
+// Frozen layers. A read at t of a layer id that has no version above
+// t (the layer is frozen at F <= t: frozen/<id>) sees the newest
+// version of each key, which compaction keeps whatever D is. So a
+// snapshot, or a parent, that reads a layer frozen at or below its
+// timestamp needs nothing held. Every snapshot freezes the layer it
+// reads (see "Snapshots"), and every parent names a snapshot's level or
+// a level below one, or a flattened level, frozen when made (see
+// "Depth"): none of them holds D. A snapshot or parent of a layer that
+// is not frozen at its timestamp (taken by an agentfs before frozen
+// layers, which kept writing the layer) is held: D stays at or below
+// its timestamp while it exists.
 //
-// The cost: with one discard timestamp, badger keeps every version
-// written after the oldest snapshot, also versions that no snapshot
-// sees (overwritten between two snapshots, or after the newest), until
-// that oldest snapshot is deleted. badger has no compaction filter that
-// could drop them earlier. Versions superseded before the oldest
-// snapshot go at the next compaction that reaches them, and once the
-// last snapshot is deleted every old version goes again.
+// D is the oldest of the read timestamp, the reads in progress, and
+// the held snapshots' Ts and parents' Tp. It never decreases: a read or
+// a snapshot starts at the current read timestamp, and a View's read at
+// an existing snapshot's Ts, both at least D (or frozen). At Open,
+// badger's D is 0 (it discards nothing) until start has loaded every
+// frozen key, snapshot and parent, so a reopen never lets a compaction
+// run without them. A snapshot is held from before its commit until
+// the commit is done and the layer frozen (freeze).
+//
+// So compaction drops every overwritten version that no snapshot sees
+// (overwritten between two snapshots, or after the newest), and the
+// deletions below D: a long session over a pre-run snapshot keeps the
+// branch's newest versions and the snapshot's, whatever the number of
+// changes (see "Reclaiming space" for when badger compacts).
+//
+// An agentfs before frozen layers ignores frozen/ keys and holds every
+// snapshot, which is safe: it only keeps more.
+//
+// # Reclaiming space
+//
+// badger compacts on its own as it writes (level 0 into the levels
+// below when level 0 holds 2 tables), applying D. Besides, a background
+// goroutine (flatten.go) compacts the levels into one (badger's
+// Flatten, then value log GC) when the store was idle for a whole
+// 2-second tick after at least 10,000 commits, and Close compacts level
+// 0 (the memtables it flushes) into the levels below. The size on disk
+// is thus at most the live entries, what the snapshots see, badger's
+// two memtables' logs and a few level-0 tables.
+//
+// Masks: a deletion in a layer with a parent (after a branch's first
+// snapshot, every layer has one) writes a mask without looking down the
+// chain. Before the idle compaction, the goroutine deletes the masks of
+// each Layer in use that hide nothing (no level of its chain holds the
+// key: a file made and deleted since the last snapshot), in commits of
+// 250 keys that check the key is still a mask of the layer the branch
+// writes (pruneMasks), so masks do not pile up with every name ever
+// deleted.
 //
 // A store that holds, or held, a snapshot has feature/snapshots: an
 // agentfs that knows no snapshots would move D past them, so it must
@@ -261,9 +304,11 @@
 // layer id P and a timestamp Tp, and the layer's entries are its own
 // e/<id> keys laid over P's entries read at Tp (which are P's own keys
 // at Tp laid over P's parent, and so on: a chain of levels). A parent
-// is written in the commit that makes the layer id and never changes;
-// it is always a snapshot's (layer, Ts) or a level below one, so what
-// a level reads never changes either. Reading through the chain:
+// is written in the commit that makes the layer id; it is always a
+// snapshot's (layer, Ts), a level below one, or a flattened level, so
+// what a level reads never changes. Only the flattener rewrites a
+// parent key, onto a level that reads the same (see "Depth"). Reading
+// through the chain:
 //
 //   - Get looks the key up level by level, top first; the first level
 //     that has the key answers.
@@ -293,32 +338,51 @@
 //
 // What a restore changes. Layer.Changes names the paths that may differ
 // between the layer as it is and a snapshot without reading every
-// entry: the two chains share a layer id (a branch and its own
-// snapshots share their id; a branch and its origin share the origin's
-// level), and what differs is the keys of the levels above that id on
+// entry: the two chains share a layer id (a branch reads through the
+// level its last snapshot froze; a branch and its origin share the
+// origin's level), and what differs is the keys of the levels above that id on
 // either side, and the keys of that id with a version between the two
 // timestamps it is read at (a walk of its keys, without values; the
 // versions are there, as both timestamps are held). The overlay reads
 // only those paths when they are few.
 //
 // Depth. A level costs a lookup (Get) or an iterator (Load, Children).
-// Two rules bound the chain:
+// Every snapshot of a branch that changed since its last one adds a
+// level (the frozen one); a branch of a branch adds one. Two rules
+// bound the chain:
 //
 //   - A level that holds no key of its own at its timestamp reads as
-//     its parent, so CreateLayer and ResetTo skip it when they choose a
-//     parent (restoring a snapshot taken right after a restore adds no
+//     its parent, so Snapshot, CreateLayer and ResetTo skip it when they
+//     choose a parent (a snapshot without changes since the last, or
+//     a restore of a snapshot taken right after a restore, adds no
 //     level).
-//   - When the chain would hold more than maxDepth (16) levels, CreateLayer
-//     and ResetTo copy the snapshot's entries (merged through its
-//     chain) into the new layer id, which then has no parent: one
-//     commit, split when big, as every branch was made before layers.
-//     So a chain holds at most maxDepth levels, and a copy is made at
-//     most once every maxDepth-1 layers stacked.
+//   - The flattener (flatten.go), a background goroutine woken when a
+//     chain of a Layer in use grows past flattenDepth (8) levels, merges
+//     the levels of the chain but the last into a new layer id Z
+//     (masks included: the last level may hold what they hide), in
+//     commits of 250 keys a millisecond apart that no read sees
+//     (nothing names Z; a command waits for one such commit at most),
+//     then, in one small commit, gives Z the last level as parent,
+//     freezes Z, and re-points the branch's layer id onto Z, if its
+//     parent is still what was merged. The branch then reads 3 levels,
+//     and the same entries: every level merged is read at a fixed
+//     timestamp. The commands that deepen a chain stay one small
+//     commit. A crash before the last commit leaves the chain as it
+//     was, and Z's keys to the sweep at the next Open. The levels that
+//     no longer lie in the chain stay readable until the store reopens
+//     (a read that began before reads them; holds are only dropped at
+//     Open).
+//
+// So a branch in use reads through at most flattenDepth levels, plus
+// those added while a flattening runs; the cost of flattening is the
+// keys of the levels merged (what changed since the chain's last
+// level), off the commands' path.
 //
 // Keeping parents readable: a parent's Tp is held as a snapshot's Ts
-// is (see "Keeping versions"), from the commit that writes the parent
-// key for as long as the store is open; Open holds the parents of the
-// live layer ids only. A layer id is live while a branch or a snapshot
+// is, unless its layer is frozen at or below Tp (see "Keeping
+// versions"), from the commit that writes the parent key for as long
+// as the store is open; Open holds the parents of the live layer ids
+// only. A layer id is live while a branch or a snapshot
 // names it, or it is the parent of a live layer id. Open deletes the
 // keys of the ids that are not (an id a ResetTo left that no snapshot
 // names, or whose last snapshot was deleted): one commit, split when
@@ -346,17 +410,24 @@
 // # Garbage collection
 //
 // Store.ReferencedObjects names every object that a branch or a
-// snapshot refers to. It reads all versions of all entries once: for
-// each key, the version visible at each read point of its layer (the
+// snapshot shows. It reads all versions of all entries once: for each
+// key, the version visible at each read point of its layer (the
 // current read timestamp for a live branch, the Ts of each of its
-// snapshots, the Tp of each layer it is the parent of), skipping
-// versions no read point sees, so an object shared by many snapshots
-// at one path is named once. A layer id that is not live has no read
-// point: its entries name nothing.
+// snapshots, the Tp at which a level of a branch's or snapshot's chain
+// is read), skipping versions no read point sees, so an object shared
+// by many snapshots at one path is named once. A read point of a level
+// below the top of a chain sees a key only if no level above it in
+// that chain holds the key (an entry or a mask): a lookup in each, for
+// each distinct stack of levels above (so an object that a branch
+// deleted after its last snapshot, and no snapshot shows, is garbage
+// once that snapshot is deleted). A layer id that is not live has no
+// read point: its entries name nothing.
 //
 // # Locking
 //
-// Lock order: Store.inoMu (or Store.slotMu, never both), then
+// Lock order: the flattener's Store.bg.mu first (held for a whole
+// flattening pass, which takes every lock below), then Store.inoMu (or
+// Store.slotMu, never both), then
 // Store.commitMu, then the hand-off
 // queue's mu (handoffs), then Store.tsMu; handoffs.turn, then its mu; and
 // Store.mu (the layer cache), then Store.tsMu. mu and commitMu are never

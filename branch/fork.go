@@ -9,13 +9,12 @@ import (
 )
 
 // CreateLayer creates the branch name with snap's entries (see
-// "Layers" in the package doc): a new layer id whose parent is snap
-// (or, past maxDepth levels, holding a copy of snap's entries), with
-// an epoch above snap's (every entry it shows names an object the
-// snapshot shares), snap recorded as its origin. One small commit
-// (a copy: one commit, split when big). Errors wrap ErrInvalidName for
-// a bad name, ErrExists if the branch exists, ErrNotFound if snap does
-// not.
+// "Layers" in the package doc): a new layer id whose parent is snap,
+// with an epoch above snap's (every entry it shows names an object the
+// snapshot shares), snap recorded as its origin. One small commit,
+// whatever the depth (the flattener merges a deep chain later). Errors
+// wrap ErrInvalidName for a bad name, ErrExists if the branch exists,
+// ErrNotFound if snap does not.
 func (s *Store) CreateLayer(name string, from Snapshot) (*Layer, error) {
 	if err := checkName("branch", name); err != nil {
 		return nil, err
@@ -32,7 +31,7 @@ func (s *Store) CreateLayer(name string, from Snapshot) (*Layer, error) {
 			return nil, nil, err
 		}
 		rec = layerRecord{id: id, epoch: from.Epoch + 1, created: time.Now().UnixNano(), origin: from.ID}
-		ops, err := s.layerOnOps(txn, id, from)
+		ops, err := s.layerOnOps(txn, id, level{id: from.Layer, ts: from.Ts})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -50,10 +49,9 @@ func (s *Store) CreateLayer(name string, from Snapshot) (*Layer, error) {
 
 // ResetTo makes the layer's entries exactly snap's by re-pointing (see
 // "Layers" in the package doc): the branch gets a new layer id whose
-// parent is snap (or, past maxDepth levels, a copy of snap's entries),
-// and an epoch above its own and snap's, so every restored object
-// counts as shared. One small commit (a copy: one commit, split when
-// big). The old layer id is left as it was, for the snapshots that
+// parent is snap, and an epoch above its own and snap's, so every
+// restored object counts as shared. One small commit, whatever the
+// depth. The old layer id is left as it was, for the snapshots that
 // read it. snap may be of another branch. Callers reload what they
 // cached of the layer afterwards.
 func (l *Layer) ResetTo(snap Snapshot) error {
@@ -67,7 +65,7 @@ func (l *Layer) ResetTo(snap Snapshot) error {
 			return nil, nil, err
 		}
 		rec.id, rec.epoch = id, max(rec.epoch, snap.Epoch)+1
-		ops, err := l.s.layerOnOps(txn, id, snap)
+		ops, err := l.s.layerOnOps(txn, id, level{id: snap.Layer, ts: snap.Ts})
 		if err != nil {
 			return nil, nil, err
 		}

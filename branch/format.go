@@ -48,10 +48,10 @@ func (s *Store) start() error {
 		// until then): see "Keeping versions" in the package doc. At
 		// latest, a torn commit's records count too: holding more than
 		// needed is safe.
-		if err := s.loadSnapshots(txn); err != nil {
+		if err := s.loadParents(txn); err != nil {
 			return err
 		}
-		if err := s.loadParents(txn); err != nil {
+		if err := s.loadSnapshots(txn); err != nil {
 			return err
 		}
 		v, err := getValue(txn, pendingKey)

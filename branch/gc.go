@@ -2,7 +2,9 @@ package branch
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -25,11 +27,36 @@ func (s *Store) ReferencedObjects(fn func(obj string) error) error {
 		if err != nil {
 			return err
 		}
+		txns := map[uint64]*badger.Txn{} // by timestamp, for hidden
+		defer func() {
+			for _, t := range txns {
+				t.Discard()
+			}
+		}()
+		// hidden reports whether a level of stack holds the key at
+		// suffix (an entry or a mask), hiding what is below.
+		hidden := func(stack []level, suffix []byte) (bool, error) {
+			for _, lv := range stack {
+				t := txns[lv.ts]
+				if t == nil {
+					t = s.db.NewTransactionAt(lv.ts, false)
+					txns[lv.ts] = t
+				}
+				_, err := t.Get(append(layerPrefix(lv.id), suffix...))
+				if err == nil {
+					return true, nil
+				}
+				if !errors.Is(err, badger.ErrKeyNotFound) {
+					return false, err
+				}
+			}
+			return false, nil
+		}
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: entryPfx, AllVersions: true})
 		defer it.Close()
 		var (
 			key []byte
-			pts []uint64 // the read points of key's layer not yet matched, newest first
+			pts []readPoint // the read points of key's layer not yet matched, newest first
 		)
 		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()
@@ -42,11 +69,31 @@ func (s *Store) ReferencedObjects(fn func(obj string) error) error {
 			}
 			// Versions come newest first: this one is what every read
 			// point at or above it, and below the newer versions, sees.
+			// It is seen when one of them reads it directly, or through
+			// levels none of which holds the key.
 			seen := false
-			for len(pts) > 0 && pts[0] >= item.Version() {
-				seen, pts = true, pts[1:]
+			for len(pts) > 0 && pts[0].ts >= item.Version() {
+				pt := pts[0]
+				pts = pts[1:]
+				if seen || item.IsDeletedOrExpired() {
+					continue
+				}
+				if pt.direct {
+					seen = true
+					continue
+				}
+				for _, stack := range pt.stacks {
+					h, err := hidden(stack, key[len(entryPfx)+8:])
+					if err != nil {
+						return err
+					}
+					if !h {
+						seen = true
+						break
+					}
+				}
 			}
-			if !seen || item.IsDeletedOrExpired() || isMask(item) {
+			if !seen || isMask(item) {
 				continue
 			}
 			e, err := decodeItem(item)
@@ -72,13 +119,24 @@ func (s *Store) ReferencedObjects(fn func(obj string) error) error {
 	return nil
 }
 
-// readPoints returns, for each live layer id, the timestamps its
-// entries are read at, newest first: txn's for a branch, each
-// snapshot's Ts, the Tp of each live layer it is the parent of.
-func readPoints(txn *badger.Txn) (map[uint64][]uint64, error) {
-	points := map[uint64][]uint64{}
+// readPoint is a timestamp a layer id's entries are read at, and by
+// whom: directly (a branch, a snapshot), or as a level of chains, each
+// through the levels above it (a stack, topmost first), which may hide
+// its keys.
+type readPoint struct {
+	ts     uint64
+	direct bool
+	stacks [][]level
+}
+
+// readPoints returns, for each live layer id, the points its entries
+// are read at, newest first: txn's for a branch, each snapshot's Ts,
+// and, for the levels of their chains, the Tp each is read at with the
+// levels above it.
+func readPoints(txn *badger.Txn) (map[uint64][]readPoint, error) {
+	var roots []level
 	err := scanLayerRecords(txn, func(name string, rec layerRecord) error {
-		points[rec.id] = append(points[rec.id], txn.ReadTs())
+		roots = append(roots, level{id: rec.id, ts: txn.ReadTs()})
 		return nil
 	})
 	if err != nil {
@@ -89,34 +147,44 @@ func readPoints(txn *badger.Txn) (map[uint64][]uint64, error) {
 		return nil, err
 	}
 	for _, snap := range snaps {
-		points[snap.Layer] = append(points[snap.Layer], snap.Ts)
+		roots = append(roots, level{id: snap.Layer, ts: snap.Ts})
 	}
-	// The parents of the live layer ids, and theirs (see "Layers").
 	parents, err := scanParents(txn)
 	if err != nil {
 		return nil, err
 	}
-	var todo []uint64
-	for id := range points {
-		todo = append(todo, id)
+	type at struct{ id, ts uint64 }
+	byAt := map[at]*readPoint{}
+	seenStack := map[string]bool{}
+	point := func(lv level) *readPoint {
+		k := at(lv)
+		if byAt[k] == nil {
+			byAt[k] = &readPoint{ts: lv.ts}
+		}
+		return byAt[k]
 	}
-	done := map[uint64]bool{}
-	for len(todo) > 0 {
-		id := todo[len(todo)-1]
-		todo = todo[:len(todo)-1]
-		if done[id] {
-			continue
+	for _, root := range roots {
+		point(root).direct = true
+		chain := []level{root}
+		for p, ok := parents[root.id]; ok && len(chain) <= maxChain; p, ok = parents[p.id] {
+			stack := slices.Clone(chain)
+			// One stack per distinct (level, levels above).
+			sk := fmt.Sprint(p, stack)
+			if !seenStack[sk] {
+				seenStack[sk] = true
+				rp := point(p)
+				rp.stacks = append(rp.stacks, stack)
+			}
+			chain = append(chain, p)
 		}
-		done[id] = true
-		if p, ok := parents[id]; ok {
-			points[p.id] = append(points[p.id], p.ts)
-			todo = append(todo, p.id)
-		}
+	}
+	points := map[uint64][]readPoint{}
+	for k, rp := range byAt {
+		points[k.id] = append(points[k.id], *rp)
 	}
 	for id, pts := range points {
-		slices.Sort(pts)
-		slices.Reverse(pts)
-		points[id] = slices.Compact(pts)
+		slices.SortFunc(pts, func(a, b readPoint) int { return cmp.Compare(b.ts, a.ts) })
+		points[id] = pts
 	}
 	return points, nil
 }

@@ -23,7 +23,7 @@ type Layer struct {
 	r    entryReader // entries
 	br   entryReader // bases
 
-	state atomic.Pointer[layerState] // changed by ResetTo, under s.commitMu
+	state atomic.Pointer[layerState] // changed by Snapshot, ResetTo and the flattener, under s.commitMu
 	epoch atomic.Uint64              // as in the layer record
 	gone  atomic.Bool                // deleted by DeleteLayer
 }
@@ -105,8 +105,12 @@ func (s *Store) newLayer(name string, rec layerRecord) *Layer {
 	what := fmt.Sprintf("branch %q", name)
 	l.r = entryReader{s: s, kind: layerPrefix, what: what, open: l.levels}
 	l.br = entryReader{s: s, kind: basePrefix, what: what, open: l.levels}
-	l.state.Store(&layerState{id: rec.id, chain: s.chainOf(rec.id)})
+	st := &layerState{id: rec.id, chain: s.chainOf(rec.id)}
+	l.state.Store(st)
 	l.epoch.Store(rec.epoch)
+	if 1+len(st.chain) > flattenDepth {
+		s.kickFlatten()
+	}
 	return l
 }
 

@@ -15,8 +15,14 @@ import (
 // Layers: a layer id read over its parent's entries (see "Layers" in
 // the package doc).
 
-// maxDepth is the most levels a chain holds, the layer's own included.
-const maxDepth = 16
+// flattenDepth is the most levels a chain holds, the layer's own
+// included, before the flattener merges it (see "Depth" in the package
+// doc). A variable for tests only.
+var flattenDepth = 8
+
+// maxChain bounds a walk up the parents (a cycle would be a corrupt
+// store; none is ever written).
+const maxChain = 1 << 16
 
 // maskByte is the value of a mask: no entry (or base) at this key,
 // whatever the levels below hold.
@@ -27,9 +33,15 @@ var maskValue = []byte{maskByte}
 // featureLayers marks a store in which a layer has a parent.
 const featureLayers = "layers"
 
-var parentPfx = []byte("parent/")
+var (
+	parentPfx = []byte("parent/")
+	frozenPfx = []byte("frozen/")
+)
 
-const parentEncoding = 1
+const (
+	parentEncoding = 1
+	frozenEncoding = 1
+)
 
 // level is one layer id read at a timestamp: a link of a chain.
 type level struct {
@@ -38,6 +50,28 @@ type level struct {
 
 func parentKey(id uint64) []byte {
 	return binary.BigEndian.AppendUint64(append([]byte{}, parentPfx...), id)
+}
+
+func frozenKey(id uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte{}, frozenPfx...), id)
+}
+
+// encodeFrozen encodes a frozen record: the timestamp above which the
+// layer has no version, and its successor (the layer id its branch went
+// on in; 0 for none).
+func encodeFrozen(ts, succ uint64) []byte {
+	b := binary.BigEndian.AppendUint64([]byte{frozenEncoding}, ts)
+	return binary.BigEndian.AppendUint64(b, succ)
+}
+
+func decodeFrozen(b []byte) (ts, succ uint64, err error) {
+	if len(b) > 0 && b[0] > frozenEncoding {
+		return 0, 0, fmt.Errorf("frozen record encoding %d is newer than this agentfs reads (%d): use a newer agentfs: %w", b[0], frozenEncoding, ErrIncompatible)
+	}
+	if len(b) != 17 || b[0] != frozenEncoding {
+		return 0, 0, fmt.Errorf("corrupt frozen record (% x)", b)
+	}
+	return binary.BigEndian.Uint64(b[1:]), binary.BigEndian.Uint64(b[9:]), nil
 }
 
 func (p level) encode() []byte {
@@ -76,7 +110,7 @@ func (s *Store) chainOf(id uint64) []level {
 	var chain []level
 	for {
 		p, ok := s.parents[id]
-		if !ok || len(chain) > maxDepth {
+		if !ok || len(chain) > maxChain {
 			return chain
 		}
 		chain = append(chain, p)
@@ -84,37 +118,148 @@ func (s *Store) chainOf(id uint64) []level {
 	}
 }
 
-// addParent records that layer id has parent p, and holds p.ts (see
-// "Layers" in the package doc). p.ts is at or above the discard
-// timestamp: a snapshot's pinned Ts, or a level below one.
+// needsHoldLocked reports whether a read of lv needs lv.ts held from
+// compaction: unless lv.id was frozen at or below lv.ts (see "Keeping
+// versions" in the package doc). Requires s.pmu.
+func (s *Store) needsHoldLocked(lv level) bool {
+	f, ok := s.frozen[lv.id]
+	return !ok || f > lv.ts
+}
+
+// addParent records that layer id has parent p, and holds p.ts unless
+// p's layer is frozen at or below it (see "Layers" in the package doc).
+// p.ts is at or above the discard timestamp: a snapshot's pinned Ts, or
+// a level below one. A parent it replaces (a flattening) stays held
+// until the store reopens: a read that began before reads it.
 func (s *Store) addParent(id uint64, p level) {
 	s.pmu.Lock()
 	s.parents[id] = p
+	hold := s.needsHoldLocked(p)
 	s.pmu.Unlock()
+	if !hold {
+		return
+	}
 	s.tsMu.Lock()
 	defer s.tsMu.Unlock()
-	if !s.parentHeld || p.ts < s.parentOldest {
-		s.parentOldest, s.parentHeld = p.ts, true
+	s.parentHeld[p] = true
+	if !s.holdAny || p.ts < s.holdOldest {
+		s.holdAny, s.holdOldest = true, p.ts
 	}
 	s.setDiscardTsLocked()
 }
 
-// loadParents reads every parent key in txn and holds them (at Open,
-// before anything sets the discard timestamp).
+// freeze records that layer id has no version above ts (its frozen/
+// key is committed) and that its branch went on in succ (0: none), and
+// stops holding the snapshots and parents that
+// read it at or above ts: what they see is each key's newest version,
+// which compaction keeps (see "Keeping versions" in the package doc).
+func (s *Store) freeze(id, ts, succ uint64) {
+	s.pmu.Lock()
+	if f, ok := s.frozen[id]; !ok || ts < f {
+		s.frozen[id] = ts
+	}
+	if succ != 0 {
+		s.succ[id] = succ
+	}
+	s.pmu.Unlock()
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	for sid, lv := range s.snapHeld {
+		if lv.id == id && lv.ts >= ts {
+			delete(s.snapHeld, sid)
+		}
+	}
+	for lv := range s.parentHeld {
+		if lv.id == id && lv.ts >= ts {
+			delete(s.parentHeld, lv)
+		}
+	}
+	s.recomputeHoldLocked()
+	s.setDiscardTsLocked()
+}
+
+// loadParents reads every parent and frozen key in txn and holds the
+// parents that need it (at Open, before anything sets the discard
+// timestamp).
 func (s *Store) loadParents(txn *badger.Txn) error {
 	parents, err := scanParents(txn)
 	if err != nil {
 		return err
 	}
+	frozen, err := scanFrozen(txn)
+	if err != nil {
+		return err
+	}
 	s.pmu.Lock()
 	s.parents = parents
-	s.pmu.Unlock()
-	for _, p := range parents {
-		if !s.parentHeld || p.ts < s.parentOldest {
-			s.parentOldest, s.parentHeld = p.ts, true
+	for id, r := range frozen {
+		s.frozen[id] = r.ts
+		if r.succ != 0 {
+			s.succ[id] = r.succ
 		}
 	}
+	var held []level
+	for _, p := range parents {
+		if s.needsHoldLocked(p) {
+			held = append(held, p)
+		}
+	}
+	s.pmu.Unlock()
+	s.tsMu.Lock()
+	defer s.tsMu.Unlock()
+	for _, p := range held {
+		s.parentHeld[p] = true
+	}
+	s.recomputeHoldLocked()
 	return nil
+}
+
+// frozenRecord is the value of frozen/<id>.
+type frozenRecord struct{ ts, succ uint64 }
+
+// scanFrozen reads every frozen key in txn: layer id → record.
+func scanFrozen(txn *badger.Txn) (map[uint64]frozenRecord, error) {
+	frozen := map[uint64]frozenRecord{}
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: frozenPfx, PrefetchValues: true})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		k := it.Item().Key()
+		if len(k) != len(frozenPfx)+8 {
+			return nil, fmt.Errorf("corrupt frozen key %q", k)
+		}
+		id := binary.BigEndian.Uint64(k[len(frozenPfx):])
+		v, err := it.Item().ValueCopy(nil)
+		if err != nil {
+			return nil, err
+		}
+		var r frozenRecord
+		if r.ts, r.succ, err = decodeFrozen(v); err != nil {
+			return nil, fmt.Errorf("frozen record of layer %d: %w", id, err)
+		}
+		frozen[id] = r
+	}
+	return frozen, nil
+}
+
+// Lineage returns the layer id that the branch whose layer was layer
+// went on in: a snapshot freezes its branch's layer id and the branch
+// goes on in a new one (see "Keeping versions" in the package doc);
+// Lineage follows those steps to the newest. That is a branch's
+// LayerInfo.ID when the branch was neither restored (ResetTo) nor
+// deleted since, and layer itself for a layer no snapshot froze. So
+// Lineage(snap.Layer) == info.ID tells that snap was taken of that
+// branch since its last restore (merge bases, sizes).
+func (s *Store) Lineage(layer uint64) uint64 {
+	s.pmu.RLock()
+	defer s.pmu.RUnlock()
+	for range maxChain {
+		next, ok := s.succ[layer]
+		if !ok {
+			break
+		}
+		layer = next
+	}
+	return layer
 }
 
 // scanParents reads every parent key in txn: layer id → parent.
@@ -173,14 +318,15 @@ func ownKeys(txn *badger.Txn, id uint64) bool {
 }
 
 // layerOnOps returns the ops that give the new layer id the entries of
-// snap: its parent key when the chain stays within maxDepth, else a
-// copy of snap's entries and bases. It records the parent (addParent)
-// before the commit, so that whoever reads the new layer id finds its
-// chain: should the commit fail, the id is never used. Requires
-// s.commitMu (txn from transact), and snap pinned.
-func (s *Store) layerOnOps(txn *badger.Txn, id uint64, snap Snapshot) ([]op, error) {
-	var ops []op
-	top := level{id: snap.Layer, ts: snap.Ts}
+// the level top (a snapshot's layer at its Ts): its parent key, naming
+// top or, when top holds no key of its own, the first level below it
+// that does. It never copies: a chain that grows too deep is merged by
+// the flattener, off the caller's path (see "Depth" in the package
+// doc). It records the parent (addParent) before the commit, so that
+// whoever reads the new layer id finds its chain: should the commit
+// fail, the id is never used. Requires s.commitMu (txn from transact),
+// and top pinned.
+func (s *Store) layerOnOps(txn *badger.Txn, id uint64, top level) ([]op, error) {
 	chain := s.chainOf(top.id)
 	// A level without keys of its own reads as its parent: skip it.
 	for len(chain) > 0 {
@@ -192,31 +338,15 @@ func (s *Store) layerOnOps(txn *badger.Txn, id uint64, snap Snapshot) ([]op, err
 		}
 		top, chain = chain[0], chain[1:]
 	}
-	if 2+len(chain) <= maxDepth {
-		ops = append(ops, op{key: parentKey(id), val: top.encode()})
-		if _, err := txn.Get(featureKey(featureLayers)); errors.Is(err, badger.ErrKeyNotFound) {
-			ops = append(ops, op{key: featureKey(featureLayers)})
-		} else if err != nil {
-			return nil, err
-		}
-		s.addParent(id, top)
-		return ops, nil
+	ops := []op{{key: parentKey(id), val: top.encode()}}
+	if _, err := txn.Get(featureKey(featureLayers)); errors.Is(err, badger.ErrKeyNotFound) {
+		ops = append(ops, op{key: featureKey(featureLayers)})
+	} else if err != nil {
+		return nil, err
 	}
-	// Too deep: copy what snap shows, merged through its chain.
-	levels := append([]level{top}, chain...)
-	txns := s.levelTxns(levels)
-	defer discardAll(txns)
-	for _, kind := range []func(uint64) []byte{layerPrefix, basePrefix} {
-		m := newMergeIter(txns, levels, kind, nil)
-		for m.rewind(); m.valid(); m.next() {
-			v, err := m.item().ValueCopy(nil)
-			if err != nil {
-				m.close()
-				return nil, err
-			}
-			ops = append(ops, op{key: append(kind(id), m.suffix()...), val: v})
-		}
-		m.close()
+	s.addParent(id, top)
+	if 2+len(chain) > flattenDepth {
+		s.kickFlatten()
 	}
 	return ops, nil
 }
@@ -226,9 +356,10 @@ func (s *Store) layerOnOps(txn *badger.Txn, id uint64, snap Snapshot) ([]op, err
 // that several levels hold the topmost wins, and masks are skipped with
 // what they hide.
 type mergeIter struct {
-	its      []*badger.Iterator
-	prefixes [][]byte // each level's layer prefix (e/<id> or base/<id>)
-	cur      int      // the level at the current key; -1 when done
+	its       []*badger.Iterator
+	prefixes  [][]byte // each level's layer prefix (e/<id> or base/<id>)
+	cur       int      // the level at the current key; -1 when done
+	keepMasks bool     // stop at masks too (the flattener copies them)
 }
 
 // newMergeIter opens iterators over levels (txns[i] reads levels[i])
@@ -304,7 +435,7 @@ func (m *mergeIter) settle() {
 				m.cur = i
 			}
 		}
-		if m.cur < 0 || !isMask(m.item()) {
+		if m.cur < 0 || m.keepMasks || !isMask(m.item()) {
 			return
 		}
 		m.skip()
@@ -316,6 +447,7 @@ func (m *mergeIter) settle() {
 // only: at Open, before anything reads.
 func (s *Store) sweepLayers() error {
 	var dead []uint64
+	resucc := map[uint64]uint64{}
 	err := s.transact(func(txn *badger.Txn) ([]op, func(), error) {
 		live := map[uint64]bool{}
 		err := scanLayerRecords(txn, func(_ string, rec layerRecord) error {
@@ -332,6 +464,10 @@ func (s *Store) sweepLayers() error {
 		for _, snap := range snaps {
 			live[snap.Layer] = true
 		}
+		frozen, err := scanFrozen(txn)
+		if err != nil {
+			return nil, nil, err
+		}
 		s.pmu.RLock()
 		parents := maps.Clone(s.parents)
 		s.pmu.RUnlock()
@@ -345,6 +481,23 @@ func (s *Store) sweepLayers() error {
 			if !live[id] {
 				ops = append(ops, op{key: parentKey(id), del: true})
 				dead = append(dead, id)
+			}
+		}
+		for id, r := range frozen {
+			if !live[id] {
+				ops = append(ops, op{key: frozenKey(id), del: true})
+				dead = append(dead, id)
+				continue
+			}
+			// Keep the lineage (Lineage) through the ids that go: point
+			// past them.
+			succ := r.succ
+			for n := 0; succ != 0 && !live[succ] && n < maxChain; n++ {
+				succ = frozen[succ].succ
+			}
+			if succ != r.succ {
+				ops = append(ops, op{key: frozenKey(id), val: encodeFrozen(r.ts, succ)})
+				resucc[id] = succ
 			}
 		}
 		for _, pfx := range [][]byte{entryPfx, basePfx} {
@@ -376,17 +529,30 @@ func (s *Store) sweepLayers() error {
 	s.pmu.Lock()
 	for _, id := range dead {
 		delete(s.parents, id)
+		delete(s.frozen, id)
+		delete(s.succ, id)
 	}
-	held := slices.Collect(maps.Values(s.parents))
+	for id, succ := range resucc {
+		if succ == 0 {
+			delete(s.succ, id)
+		} else {
+			s.succ[id] = succ
+		}
+	}
+	var held []level
+	for _, p := range s.parents {
+		if s.needsHoldLocked(p) {
+			held = append(held, p)
+		}
+	}
 	s.pmu.Unlock()
 	s.tsMu.Lock()
 	defer s.tsMu.Unlock()
-	s.parentHeld = false
+	clear(s.parentHeld)
 	for _, p := range held {
-		if !s.parentHeld || p.ts < s.parentOldest {
-			s.parentOldest, s.parentHeld = p.ts, true
-		}
+		s.parentHeld[p] = true
 	}
+	s.recomputeHoldLocked()
 	return nil
 }
 

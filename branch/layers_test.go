@@ -132,7 +132,7 @@ func depth(l *Layer) int { return 1 + len(l.state.Load().chain) }
 
 // TestLayerChain stacks branches of branches, each with puts, deletes
 // (masks), whiteouts and bases of its own, and reads every level and
-// every snapshot back through up to 14 levels.
+// every snapshot back through up to 14 levels, flattened as it goes.
 func TestLayerChain(t *testing.T) {
 	both(t, func(t *testing.T, s *Store) {
 		rng := seededRand(t)
@@ -149,8 +149,10 @@ func TestLayerChain(t *testing.T) {
 		for i := range levels {
 			cm.change(t, rng, l, 30)
 			cm.check(t, fmt.Sprintf("level %d", i), l)
-			if got := depth(l); got != i+1 {
-				t.Errorf("level %d reads %d levels, want %d", i, got, i+1)
+			flattened(t, s)
+			cm.check(t, fmt.Sprintf("level %d, flattened", i), l)
+			if got := depth(l); got > flattenDepth {
+				t.Errorf("level %d reads %d levels once flattened, more than %d", i, got, flattenDepth)
 			}
 			snap := snapshot(t, l, fmt.Sprint(i))
 			stack = append(stack, level{l, cm, snap, cm.clone()})
@@ -178,8 +180,10 @@ func TestLayerChain(t *testing.T) {
 				t.Fatal(err)
 			}
 			stack[i].sm.check(t, fmt.Sprintf("top reset to the snapshot of level %d", i), top)
-			if got := depth(top); got != i+2 {
-				t.Errorf("top reset to level %d reads %d levels, want %d", i, got, i+2)
+			flattened(t, s)
+			stack[i].sm.check(t, fmt.Sprintf("top reset to the snapshot of level %d, flattened", i), top)
+			if got := depth(top); got > flattenDepth {
+				t.Errorf("top reset to level %d reads %d levels once flattened, more than %d", i, got, flattenDepth)
 			}
 			want := stack[i].sm.clone()
 			want.change(t, rng, top, 20)
@@ -191,9 +195,11 @@ func TestLayerChain(t *testing.T) {
 	})
 }
 
-// TestLayerDepthBounded stacks 40 branches and checks that no read goes
-// through more than maxDepth levels, and that the copies made to bound
-// it (past maxDepth, split commits) hold what the snapshots hold.
+// TestLayerDepthBounded stacks 40 branches: no branch create copies
+// (no split commit on its path, whatever the depth), the flattener
+// keeps every read within flattenDepth levels, and what the flattened
+// branches read is what the snapshots hold, big levels (split commits
+// of the flattener) included.
 func TestLayerDepthBounded(t *testing.T) {
 	s, err := Open(Options{InMemory: true, memTableSize: smallTxn})
 	if err != nil {
@@ -203,7 +209,7 @@ func TestLayerDepthBounded(t *testing.T) {
 	rng := seededRand(t)
 	l := mainLayer(t, s)
 	cm := newCopyModel()
-	// Enough entries that a copy needs a split commit.
+	// Enough entries that a copy would need a split commit.
 	var b Batch
 	for i := range 2500 {
 		p := fmt.Sprintf("big/%05d", i)
@@ -214,7 +220,9 @@ func TestLayerDepthBounded(t *testing.T) {
 	if err := l.Commit(&b); err != nil {
 		t.Fatal(err)
 	}
-	copies := 0
+	var stack []*Layer
+	var models []copyModel
+	deepest := 0
 	for i := range 40 {
 		cm.change(t, rng, l, 5)
 		snap := snapshot(t, l, "")
@@ -225,22 +233,37 @@ func TestLayerDepthBounded(t *testing.T) {
 			}
 			return nil
 		})
+		s.bg.mu.Lock() // no flattening during the create
 		nb, err := s.CreateLayer(fmt.Sprintf("b%d", i), snap)
+		s.bg.mu.Unlock()
 		setHook(t, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if parts > 0 {
-			copies++
+			t.Errorf("branch %d: the create made a split commit (a copy)", i)
 		}
-		if d := depth(nb); d > maxDepth {
-			t.Errorf("branch %d reads %d levels, more than %d", i, d, maxDepth)
-		}
+		deepest = max(deepest, depth(nb))
+		stack, models = append(stack, l), append(models, cm.clone())
 		l = nb
 		cm.check(t, fmt.Sprintf("branch %d", i), l)
+		if i%7 == 6 {
+			flattened(t, s)
+			if d := depth(l); d > flattenDepth {
+				t.Errorf("branch %d reads %d levels once flattened, more than %d", i, d, flattenDepth)
+			}
+			cm.check(t, fmt.Sprintf("branch %d, flattened", i), l)
+		}
 	}
-	if copies < 2 {
-		t.Errorf("40 stacked branches made %d copies, want at least 2 (one every %d levels)", copies, maxDepth-1)
+	if deepest <= flattenDepth {
+		t.Errorf("the deepest branch read %d levels: the test never needed the flattener", deepest)
+	}
+	flattened(t, s)
+	for i, sl := range stack {
+		models[i].check(t, fmt.Sprintf("branch %d at the end", i), sl)
+		if d := depth(sl); d > flattenDepth {
+			t.Errorf("branch %d reads %d levels at the end, more than %d", i, d, flattenDepth)
+		}
 	}
 }
 
@@ -338,7 +361,8 @@ func checkReferenced(t *testing.T, s *Store, want map[string]bool, hidden ...mod
 }
 
 // TestLayerFeature: a store gets feature/layers with its first layered
-// branch, and an agentfs that does not know it refuses the store.
+// branch (its first snapshot, which layers the branch over the frozen
+// level), and an agentfs that does not know it refuses the store.
 func TestLayerFeature(t *testing.T) {
 	dir := t.TempDir()
 	s := openDir(t, Options{Dir: dir})
@@ -355,15 +379,12 @@ func TestLayerFeature(t *testing.T) {
 		}
 		return found
 	}
-	snap := snapshot(t, main, "")
 	if has() {
 		t.Fatal("feature/layers in a store without a layered branch")
 	}
-	if _, err := s.CreateLayer("b", snap); err != nil {
-		t.Fatal(err)
-	}
+	snapshot(t, main, "")
 	if !has() {
-		t.Fatal("no feature/layers after CreateLayer")
+		t.Fatal("no feature/layers after a snapshot")
 	}
 	closeStore(t, s)
 	delete(knownFeatures, featureLayers)
@@ -376,9 +397,12 @@ func TestLayerFeature(t *testing.T) {
 
 // TestLayerRandomModel runs random sequences of changes, snapshots,
 // branch creations and deletions, restores, snapshot deletions,
-// compactions and reopens against the copy-based model, checking every
+// compactions (which must keep one version of each key), flattenings,
+// prunings of masks and reopens against the copy-based model, checking every
 // branch and snapshot as it goes, and what gc names.
 func TestLayerRandomModel(t *testing.T) {
+	defer func(d int) { flattenDepth = d }(flattenDepth)
+	flattenDepth = 3 // flatten often
 	rng := seededRand(t)
 	dir := t.TempDir()
 	o := Options{Dir: dir, memTableSize: smallTxn}
@@ -447,7 +471,8 @@ func TestLayerRandomModel(t *testing.T) {
 			}
 		}
 	}
-	next := 0
+	next, deepest := 0, 0
+	var flattens uint64
 	for step := range 300 {
 		name := randomBranch()
 		switch r := rng.IntN(20); {
@@ -482,9 +507,33 @@ func TestLayerRandomModel(t *testing.T) {
 			}
 			delete(branches, name)
 		case r == 19:
-			if rng.IntN(2) == 0 {
+			switch rng.IntN(3) {
+			case 0:
 				compactAll(t, s)
-			} else {
+				// Every level a snapshot or a parent reads is frozen:
+				// one version of each key stays, none that no read
+				// point sees (checkAll shows that none it sees went).
+				s.bg.mu.Lock() // no flattening between the counts
+				n, live := countVersions(t, s, entryPfx), liveKeys(t, s, entryPfx)
+				s.bg.mu.Unlock()
+				if n != live {
+					t.Errorf("step %d: %d entry versions after a compaction, for %d keys", step, n, live)
+				}
+			case 1:
+				flattened(t, s)
+				var err error
+				s.bg.mu.Lock()
+				for name := range branches {
+					if err == nil {
+						err = s.pruneMasks(layer(name))
+					}
+				}
+				s.bg.mu.Unlock()
+				if err != nil {
+					t.Fatal(err)
+				}
+			default:
+				flattens += s.bg.flattened.Load()
 				closeStore(t, s)
 				s = openDir(t, o)
 				for i := range snaps {
@@ -497,6 +546,9 @@ func TestLayerRandomModel(t *testing.T) {
 				}
 			}
 		}
+		for name := range branches {
+			deepest = max(deepest, depth(layer(name)))
+		}
 		if step%25 == 24 {
 			checkAll(fmt.Sprintf("step %d", step))
 			if t.Failed() {
@@ -505,6 +557,11 @@ func TestLayerRandomModel(t *testing.T) {
 		}
 	}
 	checkAll("the end")
+	flattens += s.bg.flattened.Load()
+	t.Logf("the deepest branch read %d levels; %d flattenings", deepest, flattens)
+	if flattens == 0 {
+		t.Errorf("no flattening in the whole run")
+	}
 }
 
 func init() { childModes["layers-kill"] = childLayersKill }
@@ -663,11 +720,11 @@ func TestLayerSweep(t *testing.T) {
 	main := mainLayer(t, s)
 	cm := newCopyModel()
 	cm.change(t, rng, main, 40)
-	s1 := snapshot(t, main, "s1")
+	old := main.id()
+	s1 := snapshot(t, main, "s1") // names old, which main goes on over
 	s1m, frozen := cm.clone(), cm.clone()
 	cm.change(t, rng, main, 40)
-	old := main.id()
-	s2 := snapshot(t, main, "s2") // names old
+	s2 := snapshot(t, main, "s2") // reads through old
 	if err := main.ResetTo(s1); err != nil {
 		t.Fatal(err)
 	}

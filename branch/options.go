@@ -45,6 +45,10 @@ func badgerOptions(o Options) badger.Options {
 		WithValueThreshold(min(valueThreshold, mt*15/100/2)).
 		WithValueLogFileSize(valueLogSize).
 		WithNumVersionsToKeep(1).
+		// At Close, level 0 (the memtables just flushed) is compacted
+		// into the levels below: the versions no read point sees go
+		// (see "Reclaiming space" in the package doc).
+		WithCompactL0OnClose(!o.ReadOnly).
 		WithSyncWrites(false).
 		WithDetectConflicts(false). // commits are serialized (Store.commitMu)
 		WithMetricsEnabled(false).

@@ -103,19 +103,37 @@ func (l *Layer) Snapshot(label, kind string) (Snapshot, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		snap = Snapshot{ID: id, Branch: l.name, Layer: l.id(), Ts: l.s.readTs, Label: label, Kind: kind, Created: time.Now().Round(0), Epoch: rec.epoch} // Round(0): no monotonic reading, as decoded
+		cur := level{id: l.id(), ts: l.s.readTs}
+		snap = Snapshot{ID: id, Branch: l.name, Layer: cur.id, Ts: cur.ts, Label: label, Kind: kind, Created: time.Now().Round(0), Epoch: rec.epoch} // Round(0): no monotonic reading, as decoded
+		// Held until the commit is done: snap.Ts is the read timestamp,
+		// so nothing has been discarded above it. A failed commit leaves
+		// it held (the commit may be on disk anyway) until the store
+		// reopens.
+		l.s.holdSnapshot(id, cur, true)
+		// The branch goes on in a new layer id over the snapshot's, which
+		// is frozen: nothing writes it again, so compaction may drop
+		// every version no read point sees (see "Keeping versions").
+		next, seqOp, err := nextLayerID(txn)
+		if err != nil {
+			return nil, nil, err
+		}
+		rec.id = next
 		rec.epoch++
-		ops := []op{{key: snapKey(id), val: snap.encode()}, {key: layerKey(l.name), val: rec.encode()}}
+		ops, err := l.s.layerOnOps(txn, next, cur)
+		if err != nil {
+			return nil, nil, err
+		}
+		ops = append(ops, seqOp, op{key: snapKey(id), val: snap.encode()}, op{key: layerKey(l.name), val: rec.encode()}, op{key: frozenKey(cur.id), val: encodeFrozen(cur.ts, next)})
 		if _, err := txn.Get(featureKey(featureSnapshots)); errors.Is(err, badger.ErrKeyNotFound) {
 			ops = append(ops, op{key: featureKey(featureSnapshots), val: []byte{}})
 		} else if err != nil {
 			return nil, nil, err
 		}
-		// Held from now on: snap.Ts is the read timestamp, so nothing
-		// has been discarded above it. A failed commit leaves it held
-		// (the commit may be on disk anyway) until the store reopens.
-		l.s.holdSnapshot(id, snap.Ts)
-		return ops, func() { l.epoch.Store(rec.epoch) }, nil
+		return ops, func() {
+			l.state.Store(&layerState{id: next, chain: l.s.chainOf(next)})
+			l.epoch.Store(rec.epoch)
+			l.s.freeze(cur.id, cur.ts, next)
+		}, nil
 	})
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("branch %q: taking a snapshot: %w", l.name, err)
@@ -278,15 +296,20 @@ func (s *Store) DeleteSnapshot(id string) error {
 	return nil
 }
 
-// loadSnapshots holds every snapshot recorded in txn (at Open,
-// before anything sets the discard timestamp).
+// loadSnapshots records every snapshot in txn, and holds those whose
+// layer is not frozen at their Ts (at Open, after loadParents, before
+// anything sets the discard timestamp).
 func (s *Store) loadSnapshots(txn *badger.Txn) error {
 	snaps, err := scanSnapshots(txn, snapPfx)
 	if err != nil {
 		return err
 	}
 	for _, snap := range snaps {
-		s.holdSnapshot(snap.ID, snap.Ts)
+		lv := level{id: snap.Layer, ts: snap.Ts}
+		s.pmu.RLock()
+		hold := s.needsHoldLocked(lv)
+		s.pmu.RUnlock()
+		s.holdSnapshot(snap.ID, lv, hold)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ func TestSnapshot(t *testing.T) {
 		m := model{}
 		m.change(t, rng, l, 40)
 		before := time.Now()
+		frozenID := l.id()
 		snap, err := l.Snapshot("before refactor", KindManual)
 		if err != nil {
 			t.Fatal(err)
@@ -30,7 +32,10 @@ func TestSnapshot(t *testing.T) {
 		if !regexp.MustCompile(`^[0-9a-f]{8}$`).MatchString(snap.ID) {
 			t.Errorf("ID = %q, want 8 lowercase hex digits", snap.ID)
 		}
-		want := Snapshot{ID: snap.ID, Branch: "main", Layer: l.id(), Ts: snap.Ts, Label: "before refactor", Kind: KindManual, Created: snap.Created, Epoch: 0}
+		if l.id() == frozenID {
+			t.Errorf("the branch goes on in layer %d, which the snapshot froze", frozenID)
+		}
+		want := Snapshot{ID: snap.ID, Branch: "main", Layer: frozenID, Ts: snap.Ts, Label: "before refactor", Kind: KindManual, Created: snap.Created, Epoch: 0}
 		if snap != want || snap.Created.Before(before) || time.Since(snap.Created) > time.Minute {
 			t.Errorf("Snapshot = %+v, want %+v taken just now", snap, want)
 		}
@@ -494,9 +499,13 @@ func countVersions(t *testing.T, s *Store, prefix []byte) int {
 // timestamp: two marker keys at both ends of the key space make level 0
 // overlap every table below; DropPrefix of one marker flushes the
 // memtables and compacts level 0 into the base level; Flatten merges
-// whatever other levels remain.
+// whatever other levels remain. Nothing else may commit meanwhile.
 func compactAll(t testing.TB, s *Store) {
 	t.Helper()
+	// DropPrefix fails the commits made meanwhile: none from the
+	// flattener.
+	s.bg.mu.Lock()
+	defer s.bg.mu.Unlock()
 	marker := []byte("\x00test-compaction-marker")
 	if err := s.apply([]op{{key: marker, val: []byte{1}}, {key: []byte("\xfftest-compaction-marker"), val: []byte{1}}}); err != nil {
 		t.Fatal(err)
@@ -549,7 +558,14 @@ func TestSnapshotsSurviveCompaction(t *testing.T) {
 		m.check(t, "layer "+when, l)
 	}
 	checkSnaps("after compaction")
-	held := countVersions(t, s, entryPfx)
+	// Every level a snapshot reads is frozen: compaction keeps one
+	// version of each key, none that no read point sees.
+	s.bg.mu.Lock() // no flattening between the counts
+	held, live := countVersions(t, s, entryPfx), liveKeys(t, s, entryPfx)
+	s.bg.mu.Unlock()
+	if held != live {
+		t.Errorf("%d entry versions with %d snapshots, for %d keys: want one version a key", held, len(snaps), live)
+	}
 
 	closeStore(t, s)
 	s = openDir(t, o)
@@ -564,35 +580,67 @@ func TestSnapshotsSurviveCompaction(t *testing.T) {
 	}
 	compactAll(t, s)
 	m.check(t, "layer after deleting every snapshot", l)
-	if got := countVersions(t, s, entryPfx); got != len(m) {
-		t.Errorf("%d entry versions after deleting every snapshot and compacting, want %d (one per entry; %d while snapshots held them)", got, len(m), held)
+	s.bg.mu.Lock()
+	got, live := countVersions(t, s, entryPfx), liveKeys(t, s, entryPfx)
+	s.bg.mu.Unlock()
+	if got != live {
+		t.Errorf("%d entry versions after deleting every snapshot and compacting, for %d keys: want one version a key", got, live)
 	}
 	t.Logf("%d entries; %d versions kept for %d snapshots", len(m), held, len(snaps))
 }
 
 // TestDiscardBeforeOldestSnapshot shows which versions compaction keeps:
-// of those written before the oldest snapshot only the one it sees; all
-// of those written after it (badger has one discard timestamp); after
-// the snapshot is deleted, only the newest.
+// a snapshot freezes its layer, so of the versions written before it
+// only the one it sees, and of those after it (in the branch's new
+// layer id) only the newest; a snapshot of a layer that was written
+// after it (as agentfs builds before freezing took them) holds every
+// version since.
 func TestDiscardBeforeOldestSnapshot(t *testing.T) {
 	both(t, func(t *testing.T, s *Store) {
 		l := mainLayer(t, s)
-		put := func(n int) {
+		put := func(n, from int) {
 			for i := range n {
 				var b Batch
-				b.Put("k", &Entry{Type: TypeFile, Ino: uint64(i)})
+				b.Put("k", &Entry{Type: TypeFile, Ino: uint64(from + i)})
 				if err := l.Commit(&b); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
-		key := appendPath(layerPrefix(l.id()), "k")
-		put(10)
+		put(10, 0)
 		snap := snapshot(t, l, "")
-		put(10)
+		put(10, 100)
 		compactAll(t, s)
-		if got := countVersions(t, s, key); got != 11 {
-			t.Errorf("versions of k with a snapshot after 10 of 20 writes: %d, want 11 (the snapshot's and the 10 after it)", got)
+		if got := countVersions(t, s, appendPath(layerPrefix(snap.Layer), "k")); got != 1 {
+			t.Errorf("versions of k in the frozen layer after 10 writes: %d, want 1 (the snapshot's)", got)
+		}
+		if got := countVersions(t, s, appendPath(layerPrefix(l.id()), "k")); got != 1 {
+			t.Errorf("versions of k in the branch's layer after 10 writes over the snapshot: %d, want 1", got)
+		}
+		if e, err := s.SnapshotView(snap).Get("k"); err != nil || e.Ino != 9 {
+			t.Errorf("snapshot's k after compaction = %+v, %v, want ino 9", e, err)
+		}
+		if e, err := l.Get("k"); err != nil || e.Ino != 109 {
+			t.Errorf("branch's k after compaction = %+v, %v, want ino 109", e, err)
+		}
+
+		// A snapshot of a layer that is written on (no frozen key):
+		// held.
+		if err := s.apply([]op{{key: layerKey("main"), val: layerRecord{id: snap.Layer, epoch: l.Epoch()}.encode()}, {key: frozenKey(snap.Layer), del: true}}); err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		delete(s.layers, "main")
+		s.mu.Unlock()
+		s.pmu.Lock()
+		delete(s.frozen, snap.Layer)
+		s.pmu.Unlock()
+		s.holdSnapshot(snap.ID, level{id: snap.Layer, ts: snap.Ts}, true)
+		l = mainLayer(t, s)
+		put(10, 200)
+		compactAll(t, s)
+		if got := countVersions(t, s, appendPath(layerPrefix(snap.Layer), "k")); got != 11 {
+			t.Errorf("versions of k in a written layer after 10 writes over its snapshot: %d, want 11 (the snapshot's and the 10 after it)", got)
 		}
 		if e, err := s.SnapshotView(snap).Get("k"); err != nil || e.Ino != 9 {
 			t.Errorf("snapshot's k after compaction = %+v, %v, want ino 9", e, err)
@@ -601,7 +649,7 @@ func TestDiscardBeforeOldestSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		compactAll(t, s)
-		if got := countVersions(t, s, key); got != 1 {
+		if got := countVersions(t, s, appendPath(layerPrefix(snap.Layer), "k")); got != 1 {
 			t.Errorf("versions of k after deleting the snapshot: %d, want 1", got)
 		}
 	})
@@ -636,5 +684,54 @@ func TestViewHoldsVersionsWhileReading(t *testing.T) {
 	}
 	if err := v.Load(func(string, *Entry) error { return nil }); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Load after the deletion: %v, want ErrNotFound", err)
+	}
+}
+
+// TestLongSessionBounded: a long session of metadata changes after a
+// pre-run snapshot keeps the store within a size that does not grow
+// with the number of changes (issue 29): the snapshot froze its layer,
+// so compaction keeps the snapshot's version of each key and the
+// branch's newest, and nothing of the 100,000 versions in between. The
+// bound (1 MiB on disk after Close, for 500 entries) is generous; with
+// every version kept the store takes 2 MiB and more.
+func TestLongSessionBounded(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Dir: dir, memTableSize: smallTxn}
+	s := openDir(t, o)
+	l := mainLayer(t, s)
+	const keys, changes = 500, 100_000
+	put := func(i int) {
+		var b Batch
+		b.Put(fmt.Sprintf("src/f%03d", i%keys), &Entry{Type: TypeFile, Ino: uint64(i), Object: fmt.Sprintf("%016x", i)})
+		if err := l.Commit(&b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range keys {
+		put(i)
+	}
+	snap := snapshot(t, l, "pre-run")
+	for i := range changes {
+		put(keys + i)
+	}
+	compactAll(t, s)
+	if n := countVersions(t, s, entryPfx); n > 2*keys {
+		t.Errorf("%d entry versions after %d changes of %d entries over a snapshot, want at most %d (the snapshot's and the branch's)", n, changes, keys, 2*keys)
+	}
+	closeStore(t, s)
+	if size := diskUsage(t, filepath.Join(dir, "meta")); size > 1<<20 {
+		t.Errorf("the store takes %d bytes after %d changes of %d entries over a snapshot, want at most 1 MiB", size, changes, keys)
+	}
+	s = openDir(t, o)
+	l = mainLayer(t, s)
+	for i := range keys {
+		p := fmt.Sprintf("src/f%03d", i)
+		if e, err := s.SnapshotView(snap).Get(p); err != nil || e.Ino != uint64(i) {
+			t.Fatalf("snapshot's %s = %+v, %v, want ino %d", p, e, err, i)
+		}
+		last := keys + changes - keys + i
+		if e, err := l.Get(p); err != nil || e.Ino != uint64(last) {
+			t.Fatalf("branch's %s = %+v, %v, want ino %d", p, e, err, last)
+		}
 	}
 }

@@ -63,8 +63,13 @@ type Store struct {
 
 	// pmu guards parents: every layer id's parent (see "Layers" in the
 	// package doc), as in its parent/ key.
+	// frozen: layer id → a timestamp above which none of its keys has
+	// a version, and succ: layer id → the id its branch went on in (the
+	// frozen/ keys; see "Keeping versions").
 	pmu     sync.RWMutex
 	parents map[uint64]level
+	frozen  map[uint64]uint64
+	succ    map[uint64]uint64
 
 	// inoMu guards the leased inode block [inoNext, inoEnd).
 	inoMu   sync.Mutex
@@ -81,20 +86,24 @@ type Store struct {
 	nextTs   uint64 // timestamp of the next commit
 	broken   error  // set when a failed split commit could not be rolled back
 
-	// tsMu guards readTs, readers, snapTs, snapOldest, parentOldest,
-	// parentHeld, flight, inFlight and lost, and orders SetDiscardTs
-	// calls.
-	tsMu       sync.Mutex
-	readTs     uint64            // every commit at or below it is complete
-	readers    map[uint64]int    // read timestamps in use → count
-	snapTs     map[string]uint64 // snapshot id → Ts, of every snapshot
-	snapOldest uint64            // the least Ts in snapTs, when not empty
-	// parentOldest is the least Tp of parents, when parentHeld.
-	parentOldest uint64
-	parentHeld   bool
-	flight       *flight // the last commit handed to badger, until written
-	inFlight     int     // commits handed to badger, not yet called back
-	lost         error   // set when a commit handed to badger failed
+	// tsMu guards readTs, readers, snapTs, snapHeld, parentHeld,
+	// holdOldest, holdAny, flight, inFlight and lost, and orders
+	// SetDiscardTs calls.
+	tsMu     sync.Mutex
+	readTs   uint64            // every commit at or below it is complete
+	readers  map[uint64]int    // read timestamps in use → count
+	snapTs   map[string]uint64 // snapshot id → Ts, of every snapshot
+	snapHeld map[string]level  // the snapshots whose Ts is held (see "Keeping versions")
+	// parentHeld: the parent levels whose Tp is held.
+	parentHeld map[level]bool
+	holdOldest uint64 // the least Ts or Tp held, when holdAny
+	holdAny    bool
+	flight     *flight // the last commit handed to badger, until written
+	inFlight   int     // commits handed to badger, not yet called back
+	lost       error   // set when a commit handed to badger failed
+
+	// bg is the background work (flatten.go).
+	bg background
 
 	// ho holds the commits queued for badger when a kick is set (see
 	// HandOffWith).
@@ -104,7 +113,7 @@ type Store struct {
 // Open opens the store, creating it (and Dir) if needed. A new store
 // has the branch "main".
 func Open(o Options) (*Store, error) {
-	s := &Store{dir: o.Dir, ro: o.ReadOnly, log: o.Logger, layers: map[string]*Layer{}, readers: map[uint64]int{}, snapTs: map[string]uint64{}, parents: map[uint64]level{}}
+	s := &Store{dir: o.Dir, ro: o.ReadOnly, log: o.Logger, layers: map[string]*Layer{}, readers: map[uint64]int{}, snapTs: map[string]uint64{}, snapHeld: map[string]level{}, parentHeld: map[level]bool{}, parents: map[uint64]level{}, frozen: map[uint64]uint64{}, succ: map[uint64]uint64{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -147,6 +156,9 @@ func Open(o Options) (*Store, error) {
 		_ = s.Close() // undoing the open: the caller gets err
 		return nil, err
 	}
+	if !s.ro {
+		s.startBackground()
+	}
 	return s, nil
 }
 
@@ -186,6 +198,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.stopBackground()
 	var err error
 	if s.db != nil {
 		if !s.ro {

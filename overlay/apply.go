@@ -15,9 +15,9 @@ import (
 // # Apply
 //
 // The apply*.go files (this one, apply_write.go, apply_commit.go,
-// apply_hold.go) are the one writer of the project: no other code of
-// agentfs writes the lower directory (see "Who writes the lower
-// directory" in doc.go; lowerwrites_test.go holds the rest of the
+// apply_links.go, apply_hold.go) are the one writer of the project: no
+// other code of agentfs writes the lower directory (see "Who writes the
+// lower directory" in doc.go; lowerwrites_test.go holds the rest of the
 // package to it), and Apply, their entry, is reached only by `agentfs
 // apply`.
 //
@@ -44,7 +44,9 @@ import (
 //     linked to the first one written, or, when another name of that
 //     file holds it in the lower tree already and the apply does not
 //     write it (it is unchanged, or changed in mode, owner or xattrs
-//     only), to that one (residentName).
+//     only), to that one (residentName). A lower file of several names
+//     one of which the view shows as another file is not changed in
+//     place: the apply writes a new file instead (apply_links.go).
 //   - A renamed or moved file is written at its new name and removed at
 //     the old one. When its data is still the lower file at the old name
 //     (nothing changed it but the rename), and that name is removed by
@@ -113,7 +115,9 @@ import (
 //     those instead (the last one left becomes a name of the upper copy);
 //   - a whiteout is dropped once the lower name it hid is gone;
 //   - a directory's entry is dropped when no entry stays below it and
-//     its lower directory is the same inode; a directory made in the view
+//     its lower directory is the same inode with the view's mtime (a
+//     name made and removed again in it is no change, and moved only
+//     the view's mtime); a directory made in the view
 //     (opaque) or renamed (redirected) whose whole subtree was applied
 //     becomes a plain merged directory of its own lower path instead,
 //     keeping its inode number;
@@ -219,21 +223,25 @@ type applier struct {
 	// Execution (apply_write.go).
 	dirs     map[string]int // lower directory fds (O_PATH) by path
 	touched  map[string]bool
-	linked   map[uint64]string // view st_ino → lower path written
-	used     map[string]bool   // lower files hard-linked to a new name
-	resident map[string]bool   // lower files a new name was linked to (residentName)
+	linked   map[uint64]string  // view st_ino → lower path written
+	linkedTo map[uint64]*source // and what the view shows there
+	used     map[string]bool    // lower files hard-linked to a new name
+	resident map[string]bool    // lower files a new name was linked to (residentName)
 	progress ApplyProgress
 	sources  map[string]*source
 	// seen records the entry and object ctime of each path as the apply
 	// read it, to tell a change made meanwhile (apply_commit.go).
 	seen map[string]seenState
-	// origins holds the lower files that copied-up hard-linked files
-	// came from (by Origin), opened O_PATH before anything is written:
-	// their inodes cannot be reused while the apply runs, so that a
-	// name found for one afterwards is a name of the same file
-	// (joinedName).
+	// origins holds the lower files that copied-up or renamed
+	// (metacopy) hard-linked files came from (by Origin), opened O_PATH
+	// before anything is written: their inodes cannot be reused while
+	// the apply runs, so that a name found for one afterwards is a
+	// name of the same file (joinedName, residentName).
 	origins map[string]int
 	joined  map[uint64]string // joinedName's answers
+	// lowerLinks holds the lower names of hard-linked lower files, by
+	// st_ino as the view shows it (apply_links.go).
+	lowerLinks map[uint64][]string
 }
 
 // Apply takes the differences of view v into its lower directory (see
@@ -252,8 +260,8 @@ func Apply(v *FS, o ApplyOptions) (ApplyResult, error) {
 	defer func() { _ = lower.Close() }()
 	a := &applier{v: v, lower: lower, o: o, asRoot: unix.Geteuid() == 0, byPath: map[string]*planned{},
 		bases: map[string]*branch.Base{}, dirs: map[string]int{}, touched: map[string]bool{},
-		linked: map[uint64]string{}, used: map[string]bool{}, resident: map[string]bool{}, seen: map[string]seenState{},
-		origins: map[string]int{}, joined: map[uint64]string{}}
+		linked: map[uint64]string{}, linkedTo: map[uint64]*source{}, used: map[string]bool{}, resident: map[string]bool{}, seen: map[string]seenState{},
+		origins: map[string]int{}, joined: map[uint64]string{}, lowerLinks: map[uint64][]string{}}
 	defer a.closeDirs()
 	defer a.closeOrigins()
 	if err := a.plan(); err != nil {

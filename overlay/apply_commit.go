@@ -36,7 +36,7 @@ func (a *applier) captureEntries() {
 				a.seen[p] = s
 			}
 		}
-		if e.Type == branch.TypeFile && !e.Metacopy && e.Origin != "" && a.origins[e.Origin] == 0 {
+		if e.Type == branch.TypeFile && e.Origin != "" && a.origins[e.Origin] == 0 {
 			fd, err := unix.Openat(v.lowerFd, lowerRel(e.Origin), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			var st unix.Stat_t
 			if err == nil && (unix.Fstat(fd, &st) != nil || !sharedLower(&st) || v.mapIno(&st) != e.Ino) {
@@ -64,11 +64,17 @@ func (a *applier) closeOrigins() {
 // removed or replaced that name but the inode has other names left
 // (held in origins, it cannot have been reused), one of those (a walk of
 // the lower tree, as Diff does for such files). "" when no lower name
-// joins it any more.
+// joins it any more; for a metacopy (an internal anchor's), "" once its
+// Origin is not that inode. Of the other names, one where the view has
+// an entry of another file (or a whiteout) joins nothing: the view does
+// not show the lower file there. v.mu is held.
 func (a *applier) joinedName(e *branch.Entry) string {
 	v := a.v
 	if st, err := v.lowerStat(e.Origin); err == nil && sharedLower(&st) && v.mapIno(&st) == e.Ino {
 		return e.Origin
+	}
+	if e.Metacopy {
+		return ""
 	}
 	if q, ok := a.joined[e.Ino]; ok {
 		return q
@@ -86,7 +92,9 @@ func (a *applier) joinedName(e *branch.Entry) string {
 	}
 	slices.SortFunc(names, comparePaths)
 	for _, q := range names {
-		if st, err := v.lowerStat(q); err == nil && st.Dev == held.Dev && st.Ino == held.Ino {
+		other := v.indexGet(q)
+		shown := other == nil || other.Object == e.Object
+		if st, err := v.lowerStat(q); err == nil && st.Dev == held.Dev && st.Ino == held.Ino && shown {
 			a.joined[e.Ino] = q
 			return q
 		}
@@ -149,13 +157,17 @@ func (a *applier) commit() ([]Stale, error) {
 	slices.SortFunc(paths, comparePaths)
 
 	// A renamed or made directory whose whole subtree was written
-	// merges its own lower directory from now on.
+	// merges its own lower directory from now on: unless the lower
+	// directory it merges still holds hard-linked files whose names
+	// show an upper copy (those names in it would show the lower files
+	// the apply wrote instead, apart from the copy's other names).
 	for _, p := range paths {
 		e := v.indexGet(p)
 		if e.Type != branch.TypeDir || isInternal(p) || c.pending[p] || !c.inScope(p) || a.seen[p].entry != e {
 			continue
 		}
-		if lp, ok := redirectOf(e); ok && lp == p {
+		lp, ok := redirectOf(e)
+		if ok && lp == p || ok && v.showsUpperCopiesBelowLocked(lp) {
 			continue
 		}
 		if st, err := v.lowerStat(p); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
@@ -210,10 +222,19 @@ func (a *applier) commit() ([]Stale, error) {
 	// A renamed lower file kept as a metacopy whose own lower path
 	// has its data now (written by this apply, or equal already) reads
 	// it there, so that its old name is free to change: unless it
-	// still joins the other names of a hard-linked lower file.
+	// still joins the other names of a hard-linked lower file. One
+	// whose old name this apply removed does so also where it is not
+	// selected (no change there: its lower file is equal already).
 	rebased := map[string]*branch.Entry{}
+	removed := func(lp string) bool {
+		it := a.byPath[lp]
+		return it != nil && it.state == stateDone && (it.Kind == Deleted || it.Kind == TypeChanged)
+	}
 	v.eachEntryLocked(func(p string, e *branch.Entry) {
-		if drop[p] || isInternal(p) || e.Type != branch.TypeFile || !e.Metacopy || e.Origin == p || !c.inScope(p) || c.pending[p] {
+		if drop[p] || isInternal(p) || e.Type != branch.TypeFile || !e.Metacopy || e.Origin == p || c.pending[p] {
+			return
+		}
+		if !c.inScope(p) && !removed(e.Origin) {
 			return
 		}
 		if st, err := v.lowerStat(e.Origin); err == nil && sharedLower(&st) && v.mapIno(&st) == e.Ino {
@@ -342,6 +363,33 @@ func (a *applier) commit() ([]Stale, error) {
 	return stale, nil
 }
 
+// showsUpperCopiesBelowLocked reports whether lower directory lp holds,
+// at any depth, a hard-linked regular file whose lower inode shows an
+// upper copy (FS.hardlinks). v.mu is held.
+func (v *FS) showsUpperCopiesBelowLocked(lp string) bool {
+	if len(v.hardlinks) == 0 {
+		return false
+	}
+	ents, err := v.lowerNames(lp)
+	if err != nil {
+		return false
+	}
+	for _, de := range ents {
+		p := joinPath(lp, de.Name)
+		var st unix.Stat_t
+		switch {
+		case de.Mode == unix.S_IFDIR:
+			if v.showsUpperCopiesBelowLocked(p) {
+				return true
+			}
+		case de.Mode != unix.S_IFREG && de.Mode != 0:
+		case unix.Fstatat(v.lowerFd, lowerRel(p), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && sharedLower(&st) && v.hardlinks[v.mapIno(&st)] != nil:
+			return true
+		}
+	}
+	return false
+}
+
 func allOf(ps []string, set map[string]bool) bool {
 	for _, p := range ps {
 		if !set[p] {
@@ -455,7 +503,16 @@ func (c *commitState) canDropDirLocked(p string, e *branch.Entry) bool {
 		}
 	}
 	st, err := v.lowerStat(p)
-	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && v.mapIno(&st) == e.Ino
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || v.mapIno(&st) != e.Ino {
+		return false
+	}
+	if e.Object == "" {
+		return true
+	}
+	// Names made and removed again in it (no change for Diff) moved
+	// its mtime, which the apply did not write: keep them, as a file's.
+	ost, err := v.objs.Lstat(e.Object)
+	return err == nil && ost.Mtim == st.Mtim
 }
 
 // reconcileNodesLocked brings every node the kernel holds in line with
@@ -545,13 +602,23 @@ func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 			continue
 		}
 		lp := joinPath(parent.lower, n.name)
-		if n.entry == nil && n.hasLower && n.lower == lp {
-			continue // the same lower file as before
-		}
 		st, err := v.lowerStat(lp)
 		if err != nil || st.Mode&unix.S_IFMT != n.mode || v.mapIno(&st) != n.ino {
+			// Another file now (the apply wrote a new inode at the
+			// path of a lower node the kernel held), or none.
 			cut(n)
 			continue
+		}
+		if h := v.hardlinks[n.ino]; h != nil && sharedLower(&st) {
+			// The name shows the upper copy of a hard-linked lower
+			// file (as resolve finds it), not the lower file.
+			if n.object != h.Object {
+				cut(n)
+			}
+			continue
+		}
+		if n.entry == nil && n.hasLower && n.lower == lp {
+			continue // the same lower file as before
 		}
 		v.nodesMu.Lock()
 		open := n.opens > 0

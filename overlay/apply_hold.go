@@ -98,9 +98,13 @@ func (a *applier) newHolds(deps []lowerDep) *holds {
 		// change is applied. One without (its own lower file has its
 		// data and attributes already) stops reading it at this apply's
 		// commit (commit.go), unless the copy still joins other names
-		// of a hard-linked file that stay.
+		// of a hard-linked file that stay. A renamed directory with no
+		// change at or below it has its lower directory's contents at
+		// its own path already: selected, it merges that one from this
+		// apply's commit on (a partial apply that wrote it kept it
+		// renamed while the old one showed upper copies of hard links).
 		_, joined := h.linkHeld[d.inode]
-		if h.pending[d.view] || !h.applied[d.view] && (d.tree || d.linked && joined) {
+		if h.pending[d.view] || !h.applied[d.view] && (d.tree && !a.selected(d.view) || d.linked && joined) {
 			h.pinned = append(h.pinned, d)
 		}
 	}

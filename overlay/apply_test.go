@@ -379,15 +379,40 @@ func TestApplyHardLinks(t *testing.T) {
 // that the view no longer differs from the lower tree; partial applies
 // of random paths first. AGENTFS_OVERLAY_SEEDS adds seeds to the fixed
 // ones (testenv.Seeds: "fresh:20" explores 20 new ones, a number
-// replays one).
+// replays one); applyRegressionSeeds run every time.
 func TestApplyRandom(t *testing.T) {
 	seeds := 40
 	if testing.Short() {
 		seeds = 8
 	}
-	for _, seed := range testenv.Seeds(t, seeds, overlaySeedsEnv) {
+	for _, seed := range append(slices.Clone(applyRegressionSeeds), testenv.Seeds(t, seeds, overlaySeedsEnv)...) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { applyRandomly(t, seed) })
 	}
+}
+
+// applyRegressionSeeds are seeds of TestApplyRandom that once failed,
+// run every time besides the numbered ones (apply_cases_test.go has
+// each case made small by hand, named by its seed). Seed
+// 14109995232238529535 (TestApplyRemovedOriginOfRenamedFileOutsideSelection)
+// is left out: it also meets a lower inode number that the apply frees
+// and the filesystem may hand to a file it writes while an upper copy
+// still shows that number (one st_ino for two files), not fixed yet,
+// and so fails now and then.
+var applyRegressionSeeds = []uint64{
+	1135,                 // a directory with a subdirectory became a symlink
+	16130591167422992453, // a directory's mtime, moved by a name made and removed
+	16744048939468462147, // a renamed name of a hard-linked lower file (metacopy)
+	15045300775851310269, // a lower name showing an upper copy, after a partial apply
+	10933293520002629469, // the node of a copied-up hard link held by a lower name
+	11846718270743077887, // a mode change in place would change another file of the lower inode
+	7791999500506606885,  // hard links in a renamed directory, after a partial apply
+	14259977362974606809, // names changed in mode only, two lower files, one in the view
+	18072018077852047254, // a name of a file written, no change itself, another lower inode
+	9477223757470944331,  // a renamed directory of hard links applied before its old one
+	2709279243894091231,  // a directory holding only a name linked after the changes
+	12596637134831935729, // a lower file whose names another upper copy claims
+	1866668330431813420,  // a file of two names, neither a change, two lower files
+	13831909465999310861, // a lower file an upper copy claims, left one name by the apply
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.

@@ -3,6 +3,7 @@ package overlay
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -22,7 +23,8 @@ import (
 // planned (changed while the apply ran): it is skipped.
 var errViewChanged = errors.New("changed in the view while apply ran")
 
-// write carries out the plan: writes and creations in path order,
+// write carries out the plan: writes and creations in path order, the
+// names of the files written that must join them (relinkNames),
 // removals deepest first, then directory attributes and times, then
 // fsync of the directories written in.
 func (a *applier) write() error {
@@ -50,6 +52,9 @@ func (a *applier) write() error {
 		if err != nil {
 			break
 		}
+	}
+	if err == nil {
+		err = a.relinkNames()
 	}
 	for i := len(a.items) - 1; i >= 0 && err == nil; i-- {
 		it := a.items[i]
@@ -112,6 +117,12 @@ func (a *applier) removeLower(p string, dir bool) error {
 		err = nil // gone already
 	}
 	if err == nil {
+		if dir {
+			// Gone with its names: nothing there to fsync (a file or
+			// symlink may take its name, and its old path lead
+			// through it).
+			maps.DeleteFunc(a.touched, func(q string, _ bool) bool { return isBelow(q, p) })
+		}
 		a.touched[parentOf(p)] = true
 	}
 	return err
@@ -144,8 +155,14 @@ func (a *applier) writeChange(i int, it *planned) error {
 			a.touched[parentOf(it.Path)] = true
 		}
 		return nil // attributes: finishDirs
-	case it.Kind == ModeChanged:
-		return a.setAttrs(attrTarget{dirfd: dirfd, name: name, fd: -1}, src)
+	case it.Kind == ModeChanged && a.changesInPlace(it, src):
+		if err := a.setAttrs(attrTarget{dirfd: dirfd, name: name, fd: -1}, src); err != nil {
+			return err
+		}
+		if src.mode == unix.S_IFREG && src.st.Nlink > 1 && a.linked[src.st.Ino] == "" {
+			a.linkTo(it.Path, src) // its other names join it
+		}
+		return nil
 	}
 	if err := a.writeNew(dirfd, name, it, src); err != nil {
 		return err
@@ -218,7 +235,8 @@ func (a *applier) writeRegular(dirfd int, name string, it *planned, src *source)
 			return a.linkOver(first, dirfd, name, nil)
 		}
 		if q := a.residentName(it, src); q != "" {
-			a.linked[st.Ino], a.resident[q] = q, true
+			a.linkTo(q, src)
+			a.resident[q] = true
 			return a.linkOver(q, dirfd, name, func(tmp string) error {
 				return a.setAttrs(attrTarget{dirfd: dirfd, name: tmp, fd: -1}, src)
 			})
@@ -226,7 +244,7 @@ func (a *applier) writeRegular(dirfd int, name string, it *planned, src *source)
 	}
 	defer func() {
 		if st.Nlink > 1 {
-			a.linked[st.Ino] = it.Path
+			a.linkTo(it.Path, src)
 		}
 	}()
 	if src.object == "" && src.lower != it.Path && src.data == nil && a.canLinkLower(src.lower) {
@@ -283,13 +301,19 @@ func (a *applier) writeRegular(dirfd int, name string, it *planned, src *source)
 // already and the apply does not write: a name unchanged, or changed
 // only in mode, owner or xattrs (set in place), whose lower file has
 // the view's data. The names of one file in the view are the entries
-// of its object and the lower files they came from; each candidate is
+// of its object (src.entry's: it.Path may be a lower name showing the
+// object without an entry of its own) and the lower files they came
+// from; each candidate is
 // looked up in the view, which must show it as the same file. Linking
 // to it keeps them one file in the lower tree (writing a copy would
 // make two), and its attributes become the view's. "" when there is
 // none.
 func (a *applier) residentName(it *planned, src *source) string {
-	e := a.seen[it.Path].entry
+	e := src.entry
+	if e == nil && src.lower != "" {
+		// A lower-only file: its lower names, where the view shows them.
+		return a.firstResident(it, "", src, a.viewNamesOfLower(src.lower))
+	}
 	if e == nil || e.Type != branch.TypeFile || e.Object == "" {
 		return ""
 	}
@@ -312,7 +336,7 @@ func (a *applier) residentName(it *planned, src *source) string {
 			}
 		}
 	}
-	if q := a.firstResident(it, e, src, names); q != "" || e.Origin == "" {
+	if q := a.firstResident(it, e.Object, src, names); q != "" || e.Origin == "" {
 		return q
 	}
 	// Last, every lower name of the copied-up file's lower inode (a
@@ -326,25 +350,31 @@ func (a *applier) residentName(it *planned, src *source) string {
 	if err != nil {
 		return ""
 	}
-	return a.firstResident(it, e, src, names)
+	return a.firstResident(it, e.Object, src, names)
 }
 
 // firstResident returns the first of names (in path order) that
-// residentName may link to.
-func (a *applier) firstResident(it *planned, e *branch.Entry, src *source, names []string) string {
+// residentName may link to: src's file in the view (of object, or a
+// lower-only file when ""), whose lower inode has no name that is
+// another file in the view (its attributes become the view's).
+func (a *applier) firstResident(it *planned, object string, src *source, names []string) string {
 	slices.SortFunc(names, comparePaths)
 	for _, q := range slices.Compact(names) {
-		if q == it.Path || isInternal(q) || !a.residentLower(q) {
+		if q == it.Path || isInternal(q) {
 			continue
 		}
-		if s, ok := a.seen[q]; ok && s.entry.Object != e.Object {
+		lst, ok := a.residentLower(q)
+		if !ok {
+			continue
+		}
+		if s, ok := a.seen[q]; ok && (object == "" || s.entry.Object != object) {
 			continue // another file, or a whiteout, at that name now
 		}
 		n, st, err := a.v.lookupPath(q)
 		if n != nil {
 			a.v.release(n)
 		}
-		if err == nil && n != nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino == src.st.Ino {
+		if err == nil && n != nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino == src.st.Ino && !a.sharedWithOtherFile(&lst, src.st.Ino) {
 			return q
 		}
 	}
@@ -353,18 +383,20 @@ func (a *applier) firstResident(it *planned, e *branch.Entry, src *source, names
 
 // residentLower reports whether the lower file at q stays as it is
 // through the apply, but for attributes set in place: neither it nor a
-// directory above it is written or removed, and it is a regular file.
-func (a *applier) residentLower(q string) bool {
+// directory above it is written or removed, and it is a regular file
+// (st).
+func (a *applier) residentLower(q string) (unix.Stat_t, bool) {
+	var st unix.Stat_t
 	if it := a.byPath[q]; it != nil && (it.Kind != ModeChanged || it.state == stateConflict) {
-		return false
+		return st, false
 	}
 	for _, d := range ancestors(q) {
 		if it := a.byPath[d]; it != nil && it.state == stateApply && (it.Kind == TypeChanged || it.Kind == Deleted) {
-			return false
+			return st, false
 		}
 	}
-	var st unix.Stat_t
-	return unix.Fstatat(a.v.lowerFd, lowerRel(q), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
+	ok := unix.Fstatat(a.v.lowerFd, lowerRel(q), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
+	return st, ok
 }
 
 // canLinkLower reports whether the lower file at lp may become the new
@@ -725,6 +757,10 @@ type source struct {
 	object string
 	lower  string
 	data   *os.File
+	// entry is the upper entry the view shows there (nil for a lower
+	// file): a path's own, or, for another lower name of a copied-up
+	// hard-linked lower file, the copy's.
+	entry *branch.Entry
 }
 
 // capture reads the source of every change to write, and of the
@@ -771,12 +807,15 @@ func (a *applier) capture() error {
 		}
 		a.sources[p] = src
 	}
+	a.findLowerLinks()
 	return nil
 }
 
 // readSource reads what the apply needs of node n (attributes st).
 func (a *applier) readSource(n *Node, st unix.Stat_t) (*source, error) {
-	src := &source{mode: n.mode, st: st}
+	a.v.mu.RLock()
+	src := &source{mode: n.mode, st: st, entry: n.entry}
+	a.v.mu.RUnlock()
 	var err error
 	if src.xattrs, err = a.v.xattrs(n); err != nil {
 		return nil, err

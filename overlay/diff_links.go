@@ -41,7 +41,14 @@ func linkedRoots(a, b *FS, origins map[uint64]string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("diff: looking for the names of hard-linked lower files: %w", err)
 	}
-	redirects := append(a.redirects(), b.redirects()...)
+	out := viewPathsOfLower(names, append(a.redirects(), b.redirects()...))
+	return slices.DeleteFunc(out, func(p string) bool { return isBelow(p, internalDir) }), nil
+}
+
+// viewPathsOfLower maps lower names to the view paths that may show
+// them: each at its own path, and at the same path below every renamed
+// directory that merges its directory.
+func viewPathsOfLower(names []string, redirects []redirect) []string {
 	var out []string
 	for _, lp := range names {
 		out = append(out, lp)
@@ -51,13 +58,28 @@ func linkedRoots(a, b *FS, origins map[uint64]string) ([]string, error) {
 			}
 		}
 	}
-	return slices.DeleteFunc(out, func(p string) bool { return isBelow(p, internalDir) }), nil
+	return out
 }
 
 // lowerNamesOf walks the lower tree for the regular files whose st_ino
 // (as the view shows it) is in want, counting want's names down, and
 // returns their lower paths. It stops when every count is 0.
 func (v *FS) lowerNamesOf(want map[uint64]int) ([]string, error) {
+	var out []string
+	err := v.eachLowerName(want, func(_ uint64, p string) { out = append(out, p) })
+	return out, err
+}
+
+// lowerNamesByIno is lowerNamesOf with the names of each st_ino apart.
+func (v *FS) lowerNamesByIno(want map[uint64]int) (map[uint64][]string, error) {
+	out := map[uint64][]string{}
+	err := v.eachLowerName(want, func(ino uint64, p string) { out[ino] = append(out[ino], p) })
+	return out, err
+}
+
+// eachLowerName is the walk of lowerNamesOf, calling fn with each name
+// found (want is counted down).
+func (v *FS) eachLowerName(want map[uint64]int, fn func(ino uint64, p string)) error {
 	left := 0       // inodes with names still to find (-1: never done)
 	nested := false // an inode of a filesystem mounted inside the lower
 	for ino, n := range want {
@@ -66,7 +88,6 @@ func (v *FS) lowerNamesOf(want map[uint64]int) ([]string, error) {
 		}
 		nested = nested || ino&(1<<62) != 0
 	}
-	var out []string
 	var walk func(dir string) error
 	walk = func(dir string) error {
 		ents, err := v.lowerNames(dir)
@@ -96,7 +117,7 @@ func (v *FS) lowerNamesOf(want map[uint64]int) ([]string, error) {
 				if !ok {
 					continue
 				}
-				out = append(out, p)
+				fn(ino, p)
 				if n > 0 {
 					if want[ino] = n - 1; n == 1 {
 						left--
@@ -106,7 +127,7 @@ func (v *FS) lowerNamesOf(want map[uint64]int) ([]string, error) {
 		}
 		return nil
 	}
-	return out, walk("")
+	return walk("")
 }
 
 // redirect is a directory of a view that merges another lower

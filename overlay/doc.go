@@ -50,13 +50,13 @@
 // # Who writes the lower directory
 //
 // The files apply*.go (apply.go, apply_write.go, apply_commit.go,
-// apply_hold.go) are the one writer of the project: Apply takes a
-// branch's changes into the lower directory, and only `agentfs apply`
-// reaches it (the daemon calls it for ctl.OpApply). Every other file of
-// this package opens the lower directory read-only and only reads it:
-// through the view's O_PATH descriptor (FS.lowerFd) with fstatat,
-// readlinkat and openat O_RDONLY (lookups, reads, readdir, copy-up,
-// Diff, Export, Fsck); a change to a lower file's data, mode, owner,
+// apply_links.go, apply_hold.go) are the one writer of the project:
+// Apply takes a branch's changes into the lower directory, and only
+// `agentfs apply` reaches it (the daemon calls it for ctl.OpApply).
+// Every other file of this package opens the lower directory read-only
+// and only reads it: through the view's O_PATH descriptor (FS.lowerFd)
+// with fstatat, readlinkat and openat O_RDONLY (lookups, reads,
+// readdir, copy-up, Diff, Export, Fsck); a change to a lower file's data, mode, owner,
 // times or xattrs goes to the object that copy-up makes for it.
 // Neither backstore nor branch is given the lower directory. The test
 // in lowerwrites_test.go checks this package's source for writes

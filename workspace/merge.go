@@ -270,8 +270,11 @@ func (w *Workspace) ancestry(l branch.LayerInfo, infos map[uint64]branch.LayerIn
 		if err != nil {
 			break // deleted: the history is not known further
 		}
-		out = append(out, ancestor{layer: snap.Layer, ts: snap.Ts, snap: &snap})
-		info, ok := infos[snap.Layer]
+		// The branch went on from the snapshot's frozen layer in a new
+		// one: its lineage is the branch's layer id.
+		layer := w.meta.Lineage(snap.Layer)
+		out = append(out, ancestor{layer: layer, ts: snap.Ts, snap: &snap})
+		info, ok := infos[layer]
 		if !ok {
 			break // its branch was deleted
 		}

@@ -146,8 +146,9 @@ func (w *Workspace) sizesAdded(snaps []branch.Snapshot) (map[string]int64, error
 		if err != nil {
 			return added, err
 		}
-		prev, ok := last[s.Layer]
-		if origin, found := byID[origins[s.Layer]]; !ok && found {
+		layer := w.meta.Lineage(s.Layer) // the branch's layer id, unless restored since
+		prev, ok := last[layer]
+		if origin, found := byID[origins[layer]]; !ok && found {
 			if prev, err = w.snapshotObjects(origin); err != nil {
 				return added, err
 			}
@@ -157,7 +158,7 @@ func (w *Workspace) sizesAdded(snaps []branch.Snapshot) (map[string]int64, error
 				added[s.ID] += sizeOf(obj)
 			}
 		}
-		last[s.Layer] = objs
+		last[layer] = objs
 	}
 	return added, nil
 }

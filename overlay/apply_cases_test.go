@@ -1,0 +1,451 @@
+package overlay
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Cases TestApplyRandom found, each made small by hand. The seeds that
+// found them run every time as fixed seeds of TestApplyRandom
+// (applyRegressionSeeds).
+
+// A directory with a subdirectory becomes a symlink: the apply removes
+// the subdirectory's names, the subdirectory and the directory, then
+// makes the symlink. The directories it removed are not fsync'ed after
+// (they are gone; the path through the symlink leads elsewhere, or
+// nowhere), only the one that held them (seed 1135).
+func TestApplyDirWithSubdirBecomesSymlink(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/s/t/x": "x", "d/keep": "k"})
+	if err := removeAll(e, "d/s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.view.Symlink(e.must("d"), "s", "keep", Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	want := fullWalk(t, e.view)
+	res := e.apply(ApplyOptions{})
+	eq(t, "applied", itemPaths(res.Applied), lines("type-changed d/s", "deleted d/s/t", "deleted d/s/t/x"))
+	if got := e.lowerSigs(); !maps.Equal(got, want) {
+		t.Errorf("lower after apply:\n%s", sigDiff(want, got))
+	}
+	checkNoDiff(t, e, "after apply")
+}
+
+// A name made and removed again in a directory moves its mtime and is
+// no change for Diff, so the apply does not write that directory: its
+// entry stays with the view's mtime when the changes below it are
+// applied, as a file's entry whose only difference is its times does
+// (seed 16130591167422992453).
+func TestApplyKeepsMtimeOfDirNotWritten(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/sub/x": "x"})
+	time.Sleep(20 * time.Millisecond) // another mtime than the lower's
+	if _, _, _, err := e.view.Create(e.must("d"), "tmp", unix.O_RDWR, 0o644, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Unlink(e.must("d"), "tmp"); err != nil {
+		t.Fatal(err)
+	}
+	e.write("d/sub/x", "new")
+	want := fullWalk(t, e.view)
+	res := e.apply(ApplyOptions{})
+	eq(t, "applied", itemPaths(res.Applied), lines("modified d/sub/x"))
+	checkViewApplied(t, e, want)
+}
+
+// A lower file has two names, a and b; b is renamed in the view (c), so
+// a shows the upper copy through its lower inode, without an entry of
+// its own, and the kernel holds that upper file's node by the name a.
+// An apply of another path must leave that node the upper file, not
+// make it the lower file at a (its inode number is the same), which
+// would show the old data at a; and the apply that then writes a and c
+// as one new lower file must leave no node of the old inode at a: the
+// view shows a and c as one file throughout (seed 10933293520002629469).
+func TestApplyKeepsNodeOfCopiedUpHardLink(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "old", "other": "o"})
+	if err := os.Link(filepath.Join(e.lower, "a"), filepath.Join(e.lower, "b")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // lower ctimes older than the bases
+	if err := e.view.Rename(e.view.Root(), "b", e.view.Root(), "c", 0); err != nil {
+		t.Fatal(err)
+	}
+	e.view.Forget(e.must("c"), 1) // the kernel forgets the renamed node
+	held := e.must("a")           // and looks the file up by the name a
+	eq(t, "name of the node", held.name, "a")
+	e.write("a", "new")
+	e.write("other", "changed")
+	want := fullWalk(t, e.view)
+	eq(t, "a and c in the view", want["c"].link, "a")
+	e.apply(ApplyOptions{Paths: []string{"other"}})
+	f, err := e.view.Open(held, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	k, _ := f.ReadAt(buf, 0)
+	release(t, f)
+	eq(t, "a through the node the kernel holds", string(buf[:k]), "new")
+	if got := fullWalk(t, e.view); !maps.Equal(got, want) {
+		t.Errorf("view after applying other:\n%s", sigDiff(want, got))
+	}
+	res := e.apply(ApplyOptions{})
+	if len(res.Conflicts)+len(res.Skipped) > 0 {
+		t.Fatalf("conflicts:\n%sskipped:\n%s", itemPaths(res.Conflicts), itemPaths(res.Skipped))
+	}
+	if got := fullWalk(t, e.view); !maps.Equal(got, want) {
+		t.Errorf("view after apply:\n%s", sigDiff(want, got))
+	}
+	eq(t, "lower a and c are one file", lowerIno(t, e, "a"), lowerIno(t, e, "c"))
+	e.view.Forget(held, 1)
+}
+
+// lowerLink makes lower name b a hard link of lower name a, older than
+// the bases the view's changes record (a lower ctime in the same clock
+// tick as a base counts as a change after it).
+func (e *env) lowerLink(a, b string) {
+	e.t.Helper()
+	if err := os.Link(filepath.Join(e.lower, a), filepath.Join(e.lower, b)); err != nil {
+		e.t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+}
+
+// checkOneLowerFile fails unless the lower names are one file.
+func checkOneLowerFile(t *testing.T, e *env, names ...string) {
+	t.Helper()
+	for _, p := range names[1:] {
+		if a, b := lowerIno(t, e, names[0]), lowerIno(t, e, p); a != b {
+			t.Errorf("lower %s (inode %d) and %s (inode %d) are not one file, as in the view", names[0], a, p, b)
+		}
+	}
+}
+
+// One name of a hard-linked lower file is renamed in the view (a
+// metacopy: its data still the lower file's), the other stays: the
+// apply links the new name to the name that stays, whose lower file
+// the view shows there, rather than copying the data into a new file
+// (seed 16744048939468462147).
+func TestApplyRenamedNameOfHardLinkJoinsTheOther(t *testing.T) {
+	e := newEnv(t, map[string]string{"x": "data"})
+	e.lowerLink("x", "y")
+	if err := e.view.Rename(e.view.Root(), "y", e.view.Root(), "z", 0); err != nil {
+		t.Fatal(err)
+	}
+	applyLinked(t, e, lines("deleted y", "created z"), "x", "z")
+}
+
+// A file of three names in the view, two of them entries (b, c) and one
+// a lower name showing the upper copy (a). An apply of c alone writes
+// it as a new lower file (the other names are changes it does not
+// apply); the apply of the rest then writes a first: a name without an
+// entry of its own, which must join c, the name the lower tree holds
+// already with the view's data (seed 15045300775851310269).
+func TestApplyLowerNameOfCopyJoinsNameAppliedBefore(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "old"})
+	e.lowerLink("a", "b")
+	if _, err := e.view.Link(e.must("b"), e.view.Root(), "c"); err != nil {
+		t.Fatal(err)
+	}
+	e.write("b", "new")
+	want := fullWalk(t, e.view)
+	eq(t, "a, b and c in the view", []string{want["b"].link, want["c"].link}, []string{"a", "a"})
+	e.apply(ApplyOptions{Paths: []string{"c"}})
+	res := e.apply(ApplyOptions{})
+	eq(t, "applied", itemPaths(res.Applied), lines("modified a", "modified b"))
+	checkOneLowerFile(t, e, "a", "b", "c")
+	checkViewApplied(t, e, want)
+}
+
+// A lower file has two names; in the view one is changed in mode only,
+// the other is removed and made again as another file, equal to the
+// lower one (so no change there). Changing the lower inode's mode in
+// place would change that other file too: the apply writes the
+// mode-changed name as a new file, and the other keeps the old inode
+// as it is (seed 11846718270743077887).
+func TestApplyModeChangeSparesOtherFileOfSameLowerInode(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "same"})
+	e.lowerLink("a", "b")
+	mode := uint32(0o600)
+	if _, err := e.view.Setattr(e.must("b"), SetAttr{Mode: &mode}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Unlink(e.view.Root(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	_, f, _, err := e.view.Create(e.view.Root(), "a", unix.O_RDWR, 0o644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAt(t, f, []byte("same"), 0)
+	release(t, f)
+	want := fullWalk(t, e.view)
+	res := e.apply(ApplyOptions{})
+	eq(t, "applied", itemPaths(res.Applied), lines("mode-changed b"))
+	eq(t, "mode of lower a", lstatLower(t, e, "a").Mode&0o7777, uint32(0o644))
+	eq(t, "mode of lower b", lstatLower(t, e, "b").Mode&0o7777, uint32(0o600))
+	checkViewApplied(t, e, want)
+}
+
+// A directory holding both names of a hard-linked lower file is renamed
+// in the view; its files show the lower file there, without entries.
+// An apply of one of them writes it alone (the other is a change it
+// does not take); the apply of the rest then links the other name to
+// it, the name that holds the view's file in the lower tree already,
+// found through the lower names of the file the view shows
+// (seed 7791999500506606885).
+func TestApplyHardLinksInRenamedDirJoinNameAppliedBefore(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/a": "data"})
+	e.lowerLink("d/a", "d/b")
+	if err := e.view.Rename(e.view.Root(), "d", e.view.Root(), "e", 0); err != nil {
+		t.Fatal(err)
+	}
+	want := fullWalk(t, e.view)
+	eq(t, "e/a and e/b in the view", want["e/b"].link, "e/a")
+	e.apply(ApplyOptions{Paths: []string{"e/a"}})
+	res := e.apply(ApplyOptions{})
+	eq(t, "applied", itemPaths(res.Applied), lines("deleted d", "deleted d/a", "deleted d/b", "created e/b"))
+	checkOneLowerFile(t, e, "e/a", "e/b")
+	checkViewApplied(t, e, want)
+}
+
+// checkViewApplied fails unless the view is still want (times and hard
+// links included) and no longer differs from the lower tree.
+func checkViewApplied(t *testing.T, e *env, want map[string]fileSig) {
+	t.Helper()
+	if got := fullWalk(t, e.view); !maps.Equal(got, want) {
+		t.Errorf("view after apply:\n%s", sigDiff(want, got))
+	}
+	checkNoDiff(t, e, "after apply")
+}
+
+// Two lower files with equal data become one file in the view (b
+// removed, then linked to a), whose mode then changes: both names are
+// changes of mode only. The apply must not change each lower file in
+// place, which would leave them two files: one of them is written as a
+// link to the other (seed 14259977362974606809).
+func TestApplyModeChangedNamesBecomeOneLowerFile(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "same", "b": "same"})
+	time.Sleep(20 * time.Millisecond) // lower ctimes older than the bases
+	if err := e.view.Unlink(e.view.Root(), "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.view.Link(e.must("a"), e.view.Root(), "b"); err != nil {
+		t.Fatal(err)
+	}
+	mode := uint32(0o600)
+	if _, err := e.view.Setattr(e.must("a"), SetAttr{Mode: &mode}, nil); err != nil {
+		t.Fatal(err)
+	}
+	applyLinked(t, e, lines("mode-changed a", "mode-changed b"), "a", "b")
+}
+
+// applyLinked applies all of e's view, wanting the items applied, the
+// names linked one lower file, and the view as it was.
+func applyLinked(t *testing.T, e *env, applied string, linked ...string) {
+	t.Helper()
+	want := fullWalk(t, e.view)
+	res := e.apply(ApplyOptions{})
+	eq(t, "applied", itemPaths(res.Applied), applied)
+	checkOneLowerFile(t, e, linked...)
+	checkViewApplied(t, e, want)
+}
+
+// A file of two names in the view, a and b: a is a change, b is not (its
+// lower file has the view's data), but b's lower inode has another name,
+// c, that the view shows as another file, so the apply cannot link a to
+// b's lower file (it would change c's too) and writes a anew. b must
+// then become a link of a: Diff reports no change at b (it compares no
+// link identity), yet the view has a and b as one file
+// (seed 18072018077852047254).
+func TestApplyLinksUnchangedNameToFileWritten(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "old", "b": "new"})
+	linkToFileSharingLower(t, e, "b")
+	applyLinked(t, e, lines("modified a"), "a", "b")
+	if lowerIno(t, e, "c") == lowerIno(t, e, "a") {
+		t.Errorf("lower c is one file with a and b, another file in the view")
+	}
+}
+
+// linkToFileSharingLower makes lower name c a hard link of b; in the
+// view, c another file of b's data, and a (lower "old") a name of b.
+func linkToFileSharingLower(t *testing.T, e *env, b string) {
+	t.Helper()
+	e.lowerLink(b, "c")
+	r := e.view.Root()
+	if err := e.view.Unlink(r, "c"); err != nil {
+		t.Fatal(err)
+	}
+	_, f, _, err := e.view.Create(r, "c", unix.O_RDWR, 0o644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAt(t, f, []byte("new"), 0)
+	release(t, f)
+	if err := e.view.Unlink(r, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.view.Link(e.must(b), r, "a"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A directory holding both names of a hard-linked lower file is renamed
+// in the view, and one name's mode changed (an upper copy that the old
+// lower names show). An apply of the renamed directory alone writes it
+// whole, but it keeps merging the old lower directory, whose names still
+// show the upper copy: made to merge its own, the other name would show
+// the lower file written, apart. The apply of the rest then removes the
+// old directory, and the renamed one merges its own from then on
+// (seed 9477223757470944331).
+func TestApplyRenamedDirOfHardLinksAppliedBeforeItsOldDir(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/x": "data"})
+	e.lowerLink("d/x", "d/y")
+	if err := e.view.Rename(e.view.Root(), "d", e.view.Root(), "t", 0); err != nil {
+		t.Fatal(err)
+	}
+	mode := uint32(0o600)
+	if _, err := e.view.Setattr(e.must("t/x"), SetAttr{Mode: &mode}, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := fullWalk(t, e.view)
+	eq(t, "t/x and t/y in the view", want["t/y"].link, "t/x")
+	e.apply(ApplyOptions{Paths: []string{"t"}})
+	if got := fullWalk(t, e.view); !maps.Equal(got, want) {
+		t.Errorf("view after applying t:\n%s", sigDiff(want, got))
+	}
+	res := e.apply(ApplyOptions{})
+	if len(res.Conflicts)+len(res.Skipped) > 0 {
+		t.Fatalf("conflicts:\n%sskipped:\n%s", itemPaths(res.Conflicts), itemPaths(res.Skipped))
+	}
+	eq(t, "applied", itemPaths(res.Applied), lines("deleted d", "deleted d/x", "deleted d/y"))
+	checkOneLowerFile(t, e, "t/x", "t/y")
+	checkViewApplied(t, e, want)
+}
+
+// As TestApplyLinksUnchangedNameToFileWritten, with the name linked
+// after the changes in a directory the apply changes nothing else in:
+// that directory gets the view's times back (seed 2709279243894091231).
+func TestApplyLinkingUnchangedNameKeepsItsDirTimes(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "old", "d/b": "new"})
+	linkToFileSharingLower(t, e, "d/b")
+	dst, err := e.view.Getattr(e.must("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyLinked(t, e, lines("modified a"), "a", "d/b")
+	eq(t, "mtime of lower d", lstatLower(t, e, "d").Mtim, dst.Mtim)
+}
+
+// A lower file Y (a1, a2) is written and renamed in the view (b, an
+// upper copy that Y's names would show), and another lower file X is
+// renamed over a1, with equal data: a1 is no change. A new name of X
+// (z) must not be linked to a1's lower file, which is Y: its names
+// would show b's copy in the view afterwards (seed 12596637134831935729).
+func TestApplyNeverLinksToLowerFileOfAnotherUpperCopy(t *testing.T) {
+	e := newEnv(t, map[string]string{"a1": "hello", "x": "hello"})
+	e.lowerLink("a1", "a2")
+	e.lowerLink("x", "x2")
+	r := e.view.Root()
+	held := e.must("a1") // the node of Y, by the name a1: a2's copy-up keeps a1 as its Origin
+	e.write("a2", "bytes")
+	e.view.Forget(held, 1)
+	if err := e.view.Rename(r, "a2", r, "b", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Rename(r, "x", r, "a1", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.view.Link(e.must("x2"), r, "z"); err != nil {
+		t.Fatal(err)
+	}
+	want := fullWalk(t, e.view)
+	eq(t, "a1, x2 and z in the view", []string{want["x2"].link, want["z"].link}, []string{"a1", "a1"})
+	res := e.apply(ApplyOptions{})
+	if len(res.Conflicts)+len(res.Skipped) > 0 {
+		t.Fatalf("conflicts:\n%sskipped:\n%s", itemPaths(res.Conflicts), itemPaths(res.Skipped))
+	}
+	checkOneLowerFile(t, e, "a1", "x2", "z")
+	checkViewApplied(t, e, want)
+}
+
+// A lower file x renamed in the view over y, whose lower file has the
+// same data (so y is no change): an apply of x alone removes lower x,
+// and y, which read x's data until then (a metacopy), reads its own
+// lower file from then on, not a file gone (seed 14109995232238529535).
+func TestApplyRemovedOriginOfRenamedFileOutsideSelection(t *testing.T) {
+	e := newEnv(t, map[string]string{"x": "a", "y": "a"})
+	time.Sleep(20 * time.Millisecond) // lower ctimes older than the bases
+	r := e.view.Root()
+	if err := e.view.Rename(r, "x", r, "y", 0); err != nil {
+		t.Fatal(err)
+	}
+	want := fullWalk(t, e.view)
+	res := e.apply(ApplyOptions{Paths: []string{"x"}})
+	eq(t, "applied", itemPaths(res.Applied), lines("deleted x"))
+	if got := fullWalk(t, e.view); !maps.Equal(got, want) {
+		t.Errorf("view after applying x:\n%s", sigDiff(want, got))
+	}
+	checkNoDiff(t, e, "after applying x")
+}
+
+// Two lower files with equal data become one file in the view (b
+// removed, then linked to a): neither name is a change for Diff (each
+// lower file has the view's data and attributes), yet the view has them
+// as one file, and the apply links them (seed 1866668330431813420).
+func TestApplyLinksNamesOfFileWithNoChange(t *testing.T) {
+	e := newEnv(t, map[string]string{"a": "same", "b": "same", "c": "other"})
+	time.Sleep(20 * time.Millisecond) // lower ctimes older than the bases
+	r := e.view.Root()
+	if err := e.view.Unlink(r, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.view.Link(e.must("a"), r, "b"); err != nil {
+		t.Fatal(err)
+	}
+	e.write("c", "changed")
+	applyLinked(t, e, lines("modified c"), "a", "b")
+}
+
+// A lower file Y (y1, y2) is copied up in the view (an xattr set through
+// a new name, a), y1 removed there, and y1 made a name of another file
+// Z (z) with Y's data: neither y1 nor z is a change. The apply writes a
+// and y2 anew (Y's other name is another file in the view), which
+// leaves Y one name, y1: Y is still claimed by the upper copy, so z must
+// not be linked to it (y1 and z would show that copy's xattr afterwards)
+// but y1 to z (seed 13831909465999310861).
+func TestApplyNeverLinksToLowerFileClaimedWithOneNameLeft(t *testing.T) {
+	e := newEnv(t, map[string]string{"y1": "x", "z": "x"})
+	e.lowerLink("y1", "y2")
+	r := e.view.Root()
+	held := e.must("y1") // Y's node, by the name y1: the copy-up keeps y1 as its Origin
+	mode := uint32(0o644)
+	if _, err := e.view.Setattr(e.must("y2"), SetAttr{Mode: &mode}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.view.Forget(held, 1)
+	if _, err := e.view.Link(e.must("y2"), r, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Setxattr(e.must("a"), "user.k", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Unlink(r, "y1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.view.Link(e.must("z"), r, "y1"); err != nil {
+		t.Fatal(err)
+	}
+	want := fullWalk(t, e.view)
+	res := e.apply(ApplyOptions{})
+	if len(res.Conflicts)+len(res.Skipped) > 0 {
+		t.Fatalf("conflicts:\n%sskipped:\n%s", itemPaths(res.Conflicts), itemPaths(res.Skipped))
+	}
+	checkOneLowerFile(t, e, "a", "y2")
+	checkOneLowerFile(t, e, "y1", "z")
+	checkViewApplied(t, e, want)
+}
