@@ -203,7 +203,7 @@ func (v *FS) reloadChangedLocked(paths map[string]bool) ([]Stale, error) {
 			return v.reloadFromIndexLocked()
 		}
 	}
-	return v.cutChangedLocked(ch), nil
+	return v.cutChangedLocked(ch, false), nil
 }
 
 // reloadPathsLocked is reloadChangedLocked for a restore whose
@@ -246,7 +246,7 @@ func (v *FS) reloadPathsLocked(diff map[string]*branch.Entry) ([]Stale, error) {
 		dir, name := splitPath(c.p)
 		ch.note(c.p, dir, name, c.old, c.cur)
 	}
-	return v.cutChangedLocked(ch), nil
+	return v.cutChangedLocked(ch, true), nil
 }
 
 // testHookReloadPaths, when set, is called by reloadPathsLocked with
@@ -290,8 +290,12 @@ func (ch *changeSet) note(p, dir, name string, old, cur *branch.Entry) {
 
 // cutChangedLocked cuts loose the nodes of what ch changed in the
 // index, which is the new one, and returns them with the kept
-// directories (see reloadChangedLocked). v.mu is held exclusively.
-func (v *FS) cutChangedLocked(ch *changeSet) []Stale {
+// directories (see reloadChangedLocked). inPlace says the index was
+// updated in place: the entries that did not change are the ones the
+// nodes hold, and a file whose directory holds no change and whose
+// object no changed entry names is passed over. v.mu is held
+// exclusively.
+func (v *FS) cutChangedLocked(ch *changeSet, inPlace bool) []Stale {
 	changed, dirs, objs, retarget := ch.changed, ch.dirs, ch.objs, ch.retarget
 	if len(changed) == 0 && len(retarget) == 0 {
 		return []Stale{{Node: v.root, Kept: true}}
@@ -337,6 +341,9 @@ func (v *FS) cutChangedLocked(ch *changeSet) []Stale {
 		if !ps.ok || ps.cut {
 			cut[n] = true
 			return
+		}
+		if inPlace && !n.IsDir() && dirs[ps.path] == nil && (n.object == "" || !objs[n.object]) {
+			return // its entry, if any, is the index's
 		}
 		p := joinPath(ps.path, n.name)
 		if changed[p] || n.object != "" && objs[n.object] {
