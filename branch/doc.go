@@ -336,15 +336,16 @@
 // snapshots that name it still read it, and the layers that have it as
 // parent.
 //
-// What a restore changes. Layer.Changes names the paths that may differ
-// between the layer as it is and a snapshot without reading every
-// entry: the two chains share a layer id (a branch reads through the
-// level its last snapshot froze; a branch and its origin share the
-// origin's level), and what differs is the keys of the levels above that id on
-// either side, and the keys of that id with a version between the two
-// timestamps it is read at (a walk of its keys, without values; the
-// versions are there, as both timestamps are held). The overlay reads
-// only those paths when they are few.
+// What a restore changes. Layer.Difference names the paths that may
+// differ between the layer as it is and a snapshot, with the snapshot's
+// entries, without reading every entry: the two chains share a layer id
+// (a branch reads through the level its last snapshot froze; a branch
+// and its origin share the origin's level), and what differs is the
+// keys of the levels above that id on either side, and the keys of that
+// id with a version between the two timestamps it is read at (a walk of
+// its keys, which reads the values only of those, and of those only the
+// version the snapshot sees; the versions are there, as both timestamps
+// are held). The overlay updates its index with those alone.
 //
 // Depth. A level costs a lookup (Get) or an iterator (Load, Children).
 // Every snapshot of a branch that changed since its last one adds a

@@ -451,21 +451,29 @@ func TestLayerRandomModel(t *testing.T) {
 			}
 		}
 		checkReferenced(t, s, want, taken...)
-		// Changes names every path that differs between a branch and a
-		// snapshot, when it can tell.
+		// Difference names every path that differs between a branch and
+		// a snapshot, when it can tell, each with the snapshot's entry.
 		for name, cm := range branches {
 			for _, sm := range snaps {
-				seen := map[string]bool{}
-				ok, err := layer(name).Changes(sm.snap, func(p string) { seen[p] = true })
+				got := map[string]*Entry{}
+				ok, err := layer(name).Difference(sm.snap, func(p string, e *Entry) { got[p] = e })
 				if err != nil {
-					t.Fatalf("%s: Changes(%s, %s): %v", what, name, sm.snap.ID, err)
+					t.Fatalf("%s: Difference(%s, %s): %v", what, name, sm.snap.ID, err)
 				}
 				if !ok {
 					continue
 				}
 				for p := range joinKeys(cm.entries, sm.cm.entries) {
-					if a, b := cm.entries[p], sm.cm.entries[p]; a != b && !seen[p] {
-						t.Errorf("%s: Changes(%s, snapshot %s of %s) misses %q (%+v, %+v)", what, name, sm.snap.ID, sm.snap.Branch, p, a, b)
+					if a, b := cm.entries[p], sm.cm.entries[p]; a != b {
+						if _, ok := got[p]; !ok {
+							t.Errorf("%s: Difference(%s, snapshot %s of %s) misses %q (%+v, %+v)", what, name, sm.snap.ID, sm.snap.Branch, p, a, b)
+						}
+					}
+				}
+				for p, e := range got {
+					want, has := sm.cm.entries[p]
+					if e == nil && has || e != nil && (!has || *e != want) {
+						t.Errorf("%s: Difference(%s, snapshot %s of %s) at %q = %+v, want %+v (present %v)", what, name, sm.snap.ID, sm.snap.Branch, p, e, want, has)
 					}
 				}
 			}

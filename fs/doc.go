@@ -30,6 +30,16 @@
 // the empty read that marks a cache complete, so the kernel never
 // serves it from its cache (Server.listing).
 //
+// # After a restore
+//
+// Invalidate tells the kernel what a Reload or a Restore changed. After
+// a Restore, on a kernel that takes FUSE_EXPIRE_ONLY (Linux 6.2), the
+// changed names are only expired (expire.go): the kernel looks each up
+// again at its next use and drops what it cached below it then, so the
+// restore's cost in the kernel grows with the names that changed, not
+// with what the kernel cached below them. Otherwise names are dropped,
+// and a directory with many changed names whole.
+//
 // # Locking
 //
 // Lock order: binder.mu → binder.cacheMu; releaser.turn → releaser.mu,

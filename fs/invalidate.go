@@ -1,6 +1,8 @@
 package fs
 
 import (
+	"slices"
+
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/agentfs/agentfs/overlay"
@@ -61,6 +63,9 @@ func (s *Server) Invalidate(stale []overlay.Stale) {
 		}
 		return n.ID
 	}
+	if s.expireOnly && slices.ContainsFunc(stale, func(st overlay.Stale) bool { return st.Kept }) && s.invalidateExpiring(stale, kernelID) {
+		return
+	}
 	gone := map[uint64]bool{} // directories whose names go, with what is below
 	// After a Restore (Kept nodes), only the negative entries of the
 	// names that changed in kept directories can be wrong.
@@ -81,24 +86,7 @@ func (s *Server) Invalidate(stale []overlay.Stale) {
 			gone[st.Node.ID] = true
 		}
 	}
-	s.negMu.Lock()
-	negs := s.negatives
-	s.negatives, s.negCount = map[uint64]map[string]struct{}{}, 0
-	s.negMu.Unlock()
-	for dir, names := range negs {
-		if gone[dir] {
-			continue
-		}
-		for name := range names {
-			if kept == nil || kept[dir][name] {
-				s.notifyEntry(dir, name)
-			} else if !s.noteNegative(dir, name) {
-				// Still right, and still to drop should the name appear
-				// later; the record is full: drop it now.
-				s.notifyEntry(dir, name)
-			}
-		}
-	}
+	s.sweepNegatives(gone, func(dir uint64, name string) bool { return kept == nil || kept[dir][name] }, s.notifyEntry)
 	for _, st := range stale {
 		switch {
 		case st.Kept:
@@ -108,6 +96,29 @@ func (s *Server) Invalidate(stale []overlay.Stale) {
 		}
 	}
 	s.notifyInode(fuse.FUSE_ROOT_ID, 0, 0)
+}
+
+// sweepNegatives goes through the negative entries recorded, after a
+// Reload or a Restore, and empties the record: those of the directories
+// in gone are forgotten (they went with their directory); those changed
+// reports as wrong now are dropped (drop); the others are still right
+// and recorded again, to drop should the name appear later, or dropped
+// now when the record is full.
+func (s *Server) sweepNegatives(gone map[uint64]bool, changed func(dir uint64, name string) bool, drop func(dir uint64, name string)) {
+	s.negMu.Lock()
+	negs := s.negatives
+	s.negatives, s.negCount = map[uint64]map[string]struct{}{}, 0
+	s.negMu.Unlock()
+	for dir, names := range negs {
+		if gone[dir] {
+			continue
+		}
+		for name := range names {
+			if changed(dir, name) || !s.noteNegative(dir, name) {
+				drop(dir, name)
+			}
+		}
+	}
 }
 
 // dropInode drops what the kernel cached of a node cut loose from the

@@ -53,6 +53,8 @@ type Server struct {
 	// killprivV2 is whether the kernel leaves the clearing of setid
 	// bits to agentfs (killpriv.go); set by Init, before any request.
 	killprivV2 bool
+	// expireOnly: the kernel takes FUSE_EXPIRE_ONLY (expire.go).
+	expireOnly bool
 
 	// reads counts the READ requests served (files not passed
 	// through); spliced, those answered by splicing; fromDisk, those
@@ -113,6 +115,7 @@ type handle struct {
 func (s *Server) Init(srv *fuse.Server) {
 	ks := srv.KernelSettings()
 	s.killprivV2 = ks.Flags64()&fuse.CAP_HANDLE_KILLPRIV_V2 != 0
+	s.expireOnly = canExpire(ks)
 	// The kernel turns passthrough off where it grants a writeback cache.
 	s.writeback = s.opts.WritebackCache && ks.Flags64()&fuse.CAP_WRITEBACK_CACHE != 0
 	s.passthrough = s.opts.Passthrough && !s.writeback && ks.Flags64()&fuse.CAP_PASSTHROUGH != 0 && os.Geteuid() == 0

@@ -435,3 +435,92 @@ func TestRestoreBusyDirectory(t *testing.T) {
 		t.Errorf("busy lists %v after the restore, want %v", got, want)
 	}
 }
+
+// TestRestoreManyNamesInADirectory: a directory where more names
+// changed than a restore tells the kernel of one by one on old kernels
+// (it drops the directory whole there; from Linux 6.2 each name is
+// expired, and the kernel looks it up again at its next use): every
+// name this process had looked up (rewritten files, files made after
+// the snapshot, deleted ones, a subdirectory made after it with its
+// own files) reads as in the snapshot, and a name looked up only
+// through the subdirectory's cached entries is gone with it.
+func TestRestoreManyNamesInADirectory(t *testing.T) {
+	m := harness.NewMount(t)
+	d := m.Path("d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 60 {
+		harness.WriteFile(t, filepath.Join(d, fmt.Sprintf("f%02d", i)), fmt.Sprintf("snapshot %d", i))
+	}
+	id := takeSnapshot(t, m.Dir, "60 files")
+	for i := range 40 { // rewritten
+		harness.WriteFile(t, filepath.Join(d, fmt.Sprintf("f%02d", i)), fmt.Sprintf("changed %d", i))
+	}
+	for i := 50; i < 60; i++ { // deleted
+		if err := os.Remove(filepath.Join(d, fmt.Sprintf("f%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 40 { // made
+		harness.WriteFile(t, filepath.Join(d, fmt.Sprintf("n%02d", i)), "new")
+	}
+	if err := os.MkdirAll(filepath.Join(d, "sub", "deeper"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	harness.WriteFile(t, filepath.Join(d, "sub", "deeper", "x"), "new")
+	// Every name in the kernel's caches, the absent ones too.
+	for i := range 60 {
+		name := filepath.Join(d, fmt.Sprintf("f%02d", i))
+		if _, err := os.Stat(name); i < 50 && err != nil || i >= 50 && !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("stat %s before the restore: %v", name, err)
+		}
+		harness.ReadFile(t, filepath.Join(d, fmt.Sprintf("n%02d", i%40)))
+	}
+	subFd, err := unix.Open(filepath.Join(d, "sub"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(subFd)
+	mustC(t, m.Dir, "restore", id)
+
+	for i := range 60 {
+		if got, want := harness.ReadFile(t, filepath.Join(d, fmt.Sprintf("f%02d", i))), fmt.Sprintf("snapshot %d", i); got != want {
+			t.Errorf("f%02d after the restore = %q, want %q", i, got, want)
+		}
+	}
+	for i := range 40 {
+		if _, err := os.Lstat(filepath.Join(d, fmt.Sprintf("n%02d", i))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("n%02d, made after the snapshot, after the restore: %v, want ENOENT", i, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(d, "sub", "deeper", "x")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("sub/deeper/x, made after the snapshot, after the restore: %v, want ENOENT", err)
+	}
+	if got := harness.ListDir(t, d); len(got) != 60 {
+		t.Errorf("d lists %d names after the restore, want 60: %v", len(got), got)
+	}
+	// The subdirectory held open is the deleted one: it lists empty.
+	if names, err := readDirFd(subFd); err != nil || len(names) != 0 {
+		t.Errorf("the directory held open lists %v, %v after the restore; want nothing", names, err)
+	}
+}
+
+// readDirFd lists the names in the directory open at fd.
+func readDirFd(fd int) ([]string, error) {
+	if _, err := unix.Seek(fd, 0, 0); err != nil {
+		return nil, err
+	}
+	var names []string
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return names, err
+		}
+		if n == 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+}

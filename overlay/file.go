@@ -132,6 +132,7 @@ func (v *FS) newFile(n *Node, f *os.File, up bool, flags int) *File {
 	n.opens++
 	if acc != unix.O_RDONLY {
 		n.writers++
+		v.writing[n] = struct{}{}
 	}
 	v.nodesMu.Unlock()
 	return &File{n: n, f: f, up: up, flags: flags, writable: acc != unix.O_RDONLY, gen: n.dataGen.Load()}
@@ -482,6 +483,7 @@ func (f *File) Pin() bool {
 		return false
 	}
 	f.n.pins++
+	v.writing[f.n] = struct{}{}
 	f.pinned = true
 	return true
 }
@@ -513,6 +515,9 @@ func (f *File) Release() error {
 	}
 	if pinned {
 		f.n.pins--
+	}
+	if f.n.writers == 0 && f.n.pins == 0 {
+		delete(v.writing, f.n)
 	}
 	v.nodesMu.Unlock()
 	return err

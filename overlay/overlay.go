@@ -122,6 +122,10 @@ type FS struct {
 	// staleNodes holds the nodes a Reload cut loose until the kernel
 	// forgets them (their objects are live for gc: LiveObjects).
 	staleNodes map[*Node]struct{}
+	// writing holds the nodes with files open for writing or passed
+	// through (Node.writers or Node.pins above 0): those a Snapshot
+	// clones, found without a walk of every node.
+	writing map[*Node]struct{}
 
 	quota quota // the usage against cfg.Limits (quota.go)
 }
@@ -177,6 +181,7 @@ func newWithFd(cfg Config, fd int) (*FS, error) {
 		byLower:      map[string]*Node{},
 		byLowerIno:   map[uint64]*Node{},
 		staleNodes:   map[*Node]struct{}{},
+		writing:      map[*Node]struct{}{},
 	}
 	v.quota.limits = cfg.Limits
 	if err := v.loadLocked(); err != nil {

@@ -1,7 +1,6 @@
 package overlay
 
 import (
-	"errors"
 	"maps"
 	"slices"
 
@@ -19,6 +18,15 @@ type Stale struct {
 	// dropping the ancestor's name from the kernel drops the node's, so
 	// the node needs no notification of its own.
 	Below bool
+	// BelowCut: an ancestor of the node is cut loose (a kept directory
+	// dropped whole does not count): the node's name leads nowhere once
+	// the kernel checks that ancestor's name again, so a kernel told
+	// only that names expired (fs.Server.Invalidate after a Restore)
+	// needs no word of it.
+	BelowCut bool
+	// Open: a file of the node is open, whose holder may ask the kernel
+	// for its attributes (a cut node's go to nlink 0).
+	Open bool
 	// Kept: the node stays in the view (a directory whose entries
 	// changed, or whose attributes did): only its cached attributes and
 	// listing are dropped, and the negative entries of Names, the names
@@ -147,8 +155,10 @@ func (v *FS) CutLooseLower(n *Node) bool {
 // Kept. The work on nodes grows with what changed, not with what the
 // kernel knows. A change the kernel's names cannot be tied to (the
 // root's entry, the internal entries of hard links) falls back to
-// reloadLocked. v.mu is held exclusively.
-func (v *FS) reloadChangedLocked() ([]Stale, error) {
+// reloadLocked. paths, when not nil, holds every path whose entry may
+// have changed (branch.Layer.Difference): only those are compared. v.mu
+// is held exclusively.
+func (v *FS) reloadChangedLocked(paths map[string]bool) ([]Stale, error) {
 	oldDirs, oldRoot := v.dirs, v.rootEntry
 	if err := v.loadLocked(); err != nil {
 		return nil, err
@@ -156,23 +166,35 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 	if !sameEntry(oldRoot, v.rootEntry) && !sameDir(oldRoot, v.rootEntry) {
 		return v.reloadFromIndexLocked()
 	}
-	ch := newChangeSet()
+	ch := newChangeSet(len(paths))
 	if !sameEntry(oldRoot, v.rootEntry) {
 		ch.retarget[""] = true
 	}
-	for dir, m := range oldDirs {
-		cur := v.dirs[dir]
-		for name, e := range m {
-			if ce := cur[name]; !sameEntry(e, ce) {
-				ch.note(dir, name, e, ce)
+	if paths != nil {
+		for p := range paths {
+			if p == "" {
+				continue // compared above
+			}
+			dir, name := splitPath(p)
+			if e, ce := oldDirs[dir][name], v.dirs[dir][name]; !sameEntry(e, ce) {
+				ch.note(p, dir, name, e, ce)
 			}
 		}
-	}
-	for dir, m := range v.dirs {
-		old := oldDirs[dir]
-		for name, e := range m {
-			if old[name] == nil {
-				ch.note(dir, name, nil, e)
+	} else {
+		for dir, m := range oldDirs {
+			cur := v.dirs[dir]
+			for name, e := range m {
+				if ce := cur[name]; !sameEntry(e, ce) {
+					ch.note(joinPath(dir, name), dir, name, e, ce)
+				}
+			}
+		}
+		for dir, m := range v.dirs {
+			old := oldDirs[dir]
+			for name, e := range m {
+				if old[name] == nil {
+					ch.note(joinPath(dir, name), dir, name, nil, e)
+				}
 			}
 		}
 	}
@@ -181,57 +203,40 @@ func (v *FS) reloadChangedLocked() ([]Stale, error) {
 			return v.reloadFromIndexLocked()
 		}
 	}
-	return v.cutChangedLocked(ch), nil
+	return v.cutChangedLocked(ch, false), nil
 }
 
-// fewChanges: a restore that may change at most 1/fewChanges of the
-// entries reads only those (reloadPathsLocked); one that may change
-// more reads them all (reloadChangedLocked), which is faster then.
-const fewChanges = 8
-
-// entriesLocked counts the entries of the index. v.mu is held.
-func (v *FS) entriesLocked() int {
-	n := 0
-	for _, m := range v.dirs {
-		n += len(m)
-	}
-	return n
-}
-
-// reloadPathsLocked is reloadChangedLocked for a restore whose possible
-// changes are known: it reads the new entries of paths only, and
-// updates the index in place, so that its cost grows with paths rather
-// than with the branch. A change it cannot apply in place (the root's,
-// an internal entry's, a hard-linked copy's) falls back to
+// reloadPathsLocked is reloadChangedLocked for a restore whose
+// possible changes are known, with their new entries (nil: none): it
+// updates the index in place, so that its cost grows with the changes
+// rather than with the branch. A change it cannot apply in place (the
+// root's, an internal entry's, a hard-linked copy's) falls back to
 // reloadChangedLocked, before the index is touched. v.mu is held
 // exclusively.
-func (v *FS) reloadPathsLocked(paths map[string]bool) ([]Stale, error) {
+func (v *FS) reloadPathsLocked(diff map[string]*branch.Entry) ([]Stale, error) {
 	type change struct {
 		p        string
 		old, cur *branch.Entry
 	}
-	var changes []change
-	for p := range paths {
-		cur, err := v.layer.Get(p)
-		if errors.Is(err, branch.ErrNotFound) {
-			cur, err = nil, nil
-		}
-		if err != nil {
-			return v.reloadChangedLocked() // which reports a store that fails
-		}
+	changes := make([]change, 0, len(diff))
+	for p, cur := range diff {
 		old := v.indexGet(p)
 		if sameEntry(old, cur) {
 			continue
 		}
 		if p == "" || isInternal(p) || old != nil && old.Origin != "" || cur != nil && cur.Origin != "" {
-			return v.reloadChangedLocked()
+			paths := make(map[string]bool, len(diff))
+			for p := range diff {
+				paths[p] = true
+			}
+			return v.reloadChangedLocked(paths)
 		}
 		changes = append(changes, change{p, old, cur})
 	}
 	if testHookReloadPaths != nil {
-		testHookReloadPaths(len(paths))
+		testHookReloadPaths(len(diff))
 	}
-	ch := newChangeSet()
+	ch := newChangeSet(len(changes))
 	for _, c := range changes {
 		if c.cur == nil {
 			v.indexDel(c.p)
@@ -239,9 +244,9 @@ func (v *FS) reloadPathsLocked(paths map[string]bool) ([]Stale, error) {
 			v.indexPut(c.p, c.cur)
 		}
 		dir, name := splitPath(c.p)
-		ch.note(dir, name, c.old, c.cur)
+		ch.note(c.p, dir, name, c.old, c.cur)
 	}
-	return v.cutChangedLocked(ch), nil
+	return v.cutChangedLocked(ch, true), nil
 }
 
 // testHookReloadPaths, when set, is called by reloadPathsLocked with
@@ -260,13 +265,13 @@ type changeSet struct {
 	retarget map[string]bool
 }
 
-func newChangeSet() *changeSet {
-	return &changeSet{changed: map[string]bool{}, dirs: map[string]map[string]bool{}, objs: map[string]bool{}, retarget: map[string]bool{}}
+// newChangeSet makes a changeSet for about hint changes.
+func newChangeSet(hint int) *changeSet {
+	return &changeSet{changed: make(map[string]bool, hint), dirs: map[string]map[string]bool{}, objs: make(map[string]bool, 2*hint), retarget: map[string]bool{}}
 }
 
-// note records that the entry at dir/name went from old to cur.
-func (ch *changeSet) note(dir, name string, old, cur *branch.Entry) {
-	p := joinPath(dir, name)
+// note records that the entry at p (dir/name) went from old to cur.
+func (ch *changeSet) note(p, dir, name string, old, cur *branch.Entry) {
 	if ch.dirs[dir] == nil {
 		ch.dirs[dir] = map[string]bool{}
 	}
@@ -285,33 +290,63 @@ func (ch *changeSet) note(dir, name string, old, cur *branch.Entry) {
 
 // cutChangedLocked cuts loose the nodes of what ch changed in the
 // index, which is the new one, and returns them with the kept
-// directories (see reloadChangedLocked). v.mu is held exclusively.
-func (v *FS) cutChangedLocked(ch *changeSet) []Stale {
+// directories (see reloadChangedLocked). inPlace says the index was
+// updated in place: the entries that did not change are the ones the
+// nodes hold, and a file whose directory holds no change and whose
+// object no changed entry names is passed over. v.mu is held
+// exclusively.
+func (v *FS) cutChangedLocked(ch *changeSet, inPlace bool) []Stale {
 	changed, dirs, objs, retarget := ch.changed, ch.dirs, ch.objs, ch.retarget
 	if len(changed) == 0 && len(retarget) == 0 {
 		return []Stale{{Node: v.root, Kept: true}}
 	}
-	// under reports whether p, or one of its ancestors, changed.
-	under := func(p string) bool {
-		for {
-			if changed[p] {
-				return true
-			}
-			if p == "" {
-				return false
-			}
-			p, _ = splitPath(p)
-		}
-	}
 	v.nodesMu.Lock()
-	cut := map[*Node]bool{}
+	cut := make(map[*Node]bool, len(changed))
 	var kept []*Node
+	// The paths of the directories met, and whether each is cut loose or
+	// below one that is: every node asks its parent, so each path is
+	// built once and each ancestor checked once, whatever the depth.
+	type dirState struct {
+		path string
+		ok   bool // a name in the view (not unlinked, nor below an unlinked one)
+		cut  bool // cut loose, or below a directory that is
+	}
+	dirStates := map[*Node]*dirState{v.root: {path: "", ok: true}}
+	var stateOf func(d *Node) *dirState
+	stateOf = func(d *Node) *dirState {
+		if st := dirStates[d]; st != nil {
+			return st
+		}
+		st := &dirState{}
+		dirStates[d] = st // a cycle cannot be, but must not recurse forever
+		if d.parent != nil && !d.unlinked {
+			ps := stateOf(d.parent)
+			st.ok, st.cut = ps.ok, ps.cut
+			if ps.ok {
+				st.path = joinPath(ps.path, d.name)
+				st.cut = st.cut || changed[st.path]
+			}
+		}
+		return st
+	}
 	visit := func(n *Node) {
 		if cut[n] || n == v.root {
 			return
 		}
-		p, ok := n.pathLocked()
-		if !ok || under(p) || n.object != "" && objs[n.object] {
+		if n.parent == nil || n.unlinked {
+			cut[n] = true // no name: pathLocked fails
+			return
+		}
+		ps := stateOf(n.parent)
+		if !ps.ok || ps.cut {
+			cut[n] = true
+			return
+		}
+		if inPlace && !n.IsDir() && dirs[ps.path] == nil && (n.object == "" || !objs[n.object]) {
+			return // its entry, if any, is the index's
+		}
+		p := joinPath(ps.path, n.name)
+		if changed[p] || n.object != "" && objs[n.object] {
 			cut[n] = true
 			return
 		}
@@ -356,7 +391,7 @@ func (v *FS) cutChangedLocked(ch *changeSet) []Stale {
 	// A kept directory with many changed names goes from the kernel
 	// whole, with its name (the kernel looks it up again and finds the
 	// same node): one notification instead of one per name.
-	var stale []Stale
+	stale := make([]Stale, 0, len(cut)+len(kept)+1)
 	batched := map[*Node]bool{}
 	for _, n := range kept {
 		if cut[n] {
@@ -376,10 +411,11 @@ func (v *FS) cutChangedLocked(ch *changeSet) []Stale {
 		}
 	}
 	for n := range cut {
-		s := Stale{Node: n}
+		s := Stale{Node: n, Open: n.opens > 0}
 		if !n.unlinked && n.parent != nil {
 			s.Parent, s.Name = n.parent, n.name
 			s.Below = below(n, cut, batched)
+			s.BelowCut = s.Below && below(n, cut, nil)
 		}
 		stale = append(stale, s)
 	}

@@ -35,8 +35,8 @@ func (v *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 	var swaps []swap
 	v.nodesMu.Lock()
 	var writing, nameless []*Node
-	for _, n := range v.byObject {
-		if (n.writers > 0 || n.pins > 0) && n.entry != nil && n.entry.Type == branch.TypeFile {
+	for n := range v.writing {
+		if v.byObject[n.object] == n && n.entry != nil && n.entry.Type == branch.TypeFile {
 			if !n.unlinked {
 				writing = append(writing, n)
 			} else if v.links[n.object] == 0 {
@@ -90,27 +90,30 @@ func (v *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 }
 
 // Restore makes the branch's entries those of snap (the caller takes a
-// safety snapshot first) and rebuilds the view, cutting loose only the
-// nodes of what changed (reloadChangedLocked). The returned nodes must
-// be dropped from the kernel's caches (fs.Server.Invalidate).
+// safety snapshot first) and updates the view, cutting loose only the
+// nodes of what changed. What differs, with the snapshot's entries, comes
+// from the layers' structure (branch.Layer.Difference) before the branch
+// moves, and the index is updated in place (reloadPathsLocked): the cost
+// grows with the difference, not with the branch. When the layers
+// cannot tell, the index is read again whole (reloadChangedLocked). The
+// returned nodes must be dropped from the kernel's caches
+// (fs.Server.Invalidate).
 func (v *FS) Restore(snap branch.Snapshot) ([]Stale, error) {
 	if v.layer == nil {
 		return nil, fmt.Errorf("a snapshot's view cannot be restored into")
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	// What may differ, from the layers' structure (branch.Layer.Changes),
-	// before the branch moves.
-	paths := map[string]bool{}
-	known, err := v.layer.Changes(snap, func(p string) { paths[p] = true })
+	diff := map[string]*branch.Entry{}
+	known, err := v.layer.Difference(snap, func(p string, e *branch.Entry) { diff[p] = e })
 	if err != nil {
 		return nil, err
 	}
 	if err := v.layer.ResetTo(snap); err != nil {
 		return nil, err
 	}
-	if known && len(paths) <= v.entriesLocked()/fewChanges {
-		return v.reloadPathsLocked(paths)
+	if !known {
+		return v.reloadChangedLocked(nil)
 	}
-	return v.reloadChangedLocked()
+	return v.reloadPathsLocked(diff)
 }

@@ -645,7 +645,16 @@ func (e *env) checkIndexFresh(what string) {
 // may have changed, and updates the index in place), and compares the
 // index with one loaded from the layer, and the files with what each
 // snapshot held.
-func TestRestoreRandomFewChanges(t *testing.T) {
+func TestRestoreRandomFewChanges(t *testing.T) { testRestoreRandom(t, 4) }
+
+// TestRestoreRandomManyChanges is TestRestoreRandomFewChanges with up to
+// 120 changes between two steps, most of the tree: the restore updates
+// the index in place whatever the size of the difference.
+func TestRestoreRandomManyChanges(t *testing.T) { testRestoreRandom(t, 120) }
+
+// testRestoreRandom is TestRestoreRandomFewChanges with 1 to maxOps
+// changes between two steps.
+func testRestoreRandom(t *testing.T, maxOps int) {
 	files := map[string]string{}
 	for i := range 100 {
 		files[fmt.Sprintf("l%d/f%03d", i%4, i)] = fmt.Sprintf("lower %d", i)
@@ -689,7 +698,7 @@ func TestRestoreRandomFewChanges(t *testing.T) {
 	testHookReloadPaths = func(int) { fast++ }
 	defer func() { testHookReloadPaths = nil }()
 	for step := range 60 {
-		for range 1 + rng.IntN(4) {
+		for range 1 + rng.IntN(maxOps) {
 			switch rng.IntN(5) {
 			case 0, 1:
 				i := 4*rng.IntN(25) + rng.IntN(2) // in l0 or l1
