@@ -175,7 +175,27 @@ func startHelper(argv []string) (*helper, error) {
 	// Pdeathsig: the process ends with the daemon's thread that
 	// started it, or with the daemon.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if os.Geteuid() == 0 {
+		// Started by root, it becomes nobody before it runs: a change
+		// of credentials clears the parent-death signal, which Go's
+		// start of the child sets after the change (and kills the
+		// child if the daemon is gone already). Dropped by the
+		// process itself (dropPrivileges) there was a moment without
+		// it, long for a process at SCHED_IDLE on a busy machine: a
+		// daemon killed then, with the process stopped by a pause,
+		// left it stopped for ever.
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}
+	}
 	err = cmd.Start()
+	if err != nil && cmd.SysProcAttr.Credential != nil {
+		// A user namespace where nobody is not mapped: as before, the
+		// process drops what it can itself.
+		cmd = exec.Command(argv[0], argv[1:]...)
+		cmd.ExtraFiles = []*os.File{child}
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		err = cmd.Start()
+	}
 	child.Close()
 	if err != nil {
 		unix.Close(fds[0])
