@@ -35,6 +35,13 @@ type machine struct {
 
 func newMachine(t *testing.T, srv *s3test.Server) *machine {
 	t.Helper()
+	return newMachineAt(t, srv.Endpoint)
+}
+
+// newMachineAt is newMachine with the remote's endpoint given (a gate's,
+// s3test.StartGate).
+func newMachineAt(t *testing.T, endpoint string) *machine {
+	t.Helper()
 	m := &machine{t: t, state: t.TempDir(), config: t.TempDir()}
 	m.env = []string{
 		"XDG_STATE_HOME=" + m.state, "XDG_CONFIG_HOME=" + m.config,
@@ -42,7 +49,7 @@ func newMachine(t *testing.T, srv *s3test.Server) *machine {
 		"AWS_PROFILE=", "AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(m.config, "no-aws-credentials"),
 		"AWS_CONFIG_FILE=" + filepath.Join(m.config, "no-aws-config"),
 	}
-	if r := m.agentfs("", "remote", "add", "team", "s3://"+remoteBucket+"/acme", "--endpoint", srv.Endpoint); r.Code != 0 {
+	if r := m.agentfs("", "remote", "add", "team", "s3://"+remoteBucket+"/acme", "--endpoint", endpoint); r.Code != 0 {
 		t.Fatalf("remote add: %s", r)
 	}
 	return m
@@ -259,8 +266,12 @@ func TestRemoteBadInput(t *testing.T) {
 	if got := srv.Objects(t, remoteBucket, ""); len(got) != 0 {
 		t.Errorf("bad pushes stored %q", got)
 	}
-	if r := a.agentfs("", "mount", "--lower", project, "--from", "team/0badcafe", "--store", t.TempDir(), harness.NewMountpoint(t)); r.Code != 2 || !strings.Contains(r.Stderr, "drop --store") {
-		t.Errorf("mount --from with --store: %s; want a usage error", r)
+	store := filepath.Join(t.TempDir(), "store")
+	if r := a.agentfs("", "mount", "--lower", project, "--from", "team/0badcafe", "--store", store, harness.NewMountpoint(t)); r.Code != 1 || !strings.Contains(r.Stderr, `no snapshot "0badcafe"`) {
+		t.Errorf("mount --from a missing snapshot with --store: %s; want exit 1 naming it", r)
+	}
+	if _, err := os.Stat(filepath.Join(store, "meta")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("mount --from a missing snapshot made the store's metadata (%v): want the store left as it was", err)
 	}
 }
 

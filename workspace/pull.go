@@ -436,7 +436,25 @@ func (im *importer) change(v *overlay.FS, c remote.Change) error {
 	if c.Type == "dir" {
 		return nil
 	}
+	if im.lazy && c.Type == "file" && !keep {
+		// A new placeholder has the mode and owner already (Create) and
+		// no xattrs: what is left are c's xattrs and its times.
+		return im.setNewAttrs(v, n, c)
+	}
 	return im.setAttrs(v, n, c)
+}
+
+// setNewAttrs gives n, a file just made with c's mode and owner, c's
+// xattrs and times.
+func (im *importer) setNewAttrs(v *overlay.FS, n *overlay.Node, c remote.Change) error {
+	for name, val := range c.Xattrs {
+		if err := v.Setxattr(n, name, val, 0); err != nil {
+			return fmt.Errorf("setting xattr %s: %w", name, err)
+		}
+	}
+	ts := unix.NsecToTimespec(c.Mtime)
+	_, err := v.Setattr(n, overlay.SetAttr{Mtime: &ts, Atime: &ts}, nil)
+	return err
 }
 
 // file writes a regular file's contents from its fetched object: over
