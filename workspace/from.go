@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -82,6 +83,15 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 	w.objs.SetSource(remoteSource(r))
 	_, err := locked(w, func() (struct{}, error) {
 		start := time.Now()
+		// One object per file: made ahead on the other CPUs while the
+		// import takes them.
+		files := 0
+		for _, c := range doc.Changes {
+			if c.Type == "file" {
+				files++
+			}
+		}
+		w.objs.Prepare(files, runtime.NumCPU())
 		im := &importer{lazy: true, asRoot: os.Geteuid() == 0}
 		if err := im.write(w.view, doc); err != nil {
 			return struct{}{}, fmt.Errorf("starting from snapshot %s: %w", doc.ID, err)
