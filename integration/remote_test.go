@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -682,5 +684,41 @@ func TestMountFromRemoteDamaged(t *testing.T) {
 	harness.WriteFile(t, file, "fetched\n")
 	if got, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(got) != "fetched\n" {
 		t.Errorf("after the object was mended: %q (%v), want fetched", got, err)
+	}
+
+	// A large object damaged in its middle, streamed: its first bytes
+	// read, the read of its end fails (the check refuses the whole), and
+	// the next open fetches it again.
+	snap, project2, want := bigRemoteFile(t, srv, a, 3<<20)
+	var big string
+	for _, key := range srv.Objects(t, remoteBucket, "acme/objects/") {
+		if st, err := os.Stat(srv.ObjectFile(remoteBucket, key)); err == nil && st.Size() == 3<<20 {
+			big = srv.ObjectFile(remoteBucket, key)
+		}
+	}
+	damaged := slices.Clone(want)
+	damaged[len(damaged)/2] ^= 0xff
+	if err := os.WriteFile(big, damaged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mnt2 := harness.NewMountpoint(t)
+	b.mountAt(nil, mnt2, "--lower", copyProject(t, project2), "--from", "team/"+snap)
+	f, err := os.Open(filepath.Join(mnt2, "big.bin"))
+	if err != nil {
+		t.Fatalf("open of a file whose object is damaged: %v, want it to open (the fetch streams)", err)
+	}
+	head := make([]byte, 4096)
+	if _, err := f.ReadAt(head, 0); err != nil || !bytes.Equal(head, want[:4096]) {
+		t.Errorf("the first 4 KiB of a damaged object: %v, or other bytes", err)
+	}
+	if _, err := io.ReadAll(f); !errors.Is(err, syscall.EIO) {
+		t.Errorf("reading a damaged object to its end: %v, want EIO", err)
+	}
+	_ = f.Close()
+	if err := os.WriteFile(big, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := harness.ReadFile(t, filepath.Join(mnt2, "big.bin")); got != string(want) {
+		t.Errorf("after the object was mended: %d bytes, not the object's", len(got))
 	}
 }
