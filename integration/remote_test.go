@@ -622,6 +622,17 @@ func TestMountFromRemote(t *testing.T) {
 	if n := fetched(); n != 0 {
 		t.Errorf("listing and stat fetched %d objects, want none", n)
 	}
+	// A snapshot's content hashes are the objects' names: its root
+	// fetches nothing either.
+	r := b.agentfs(mnt, "snapshot", "create")
+	if r.Code != 0 {
+		t.Fatalf("snapshot create: %s", r)
+	}
+	fields := strings.Fields(r.Stdout)
+	waitRoot(t, mnt, fields[len(fields)-1])
+	if n := fetched(); n != 0 {
+		t.Errorf("a snapshot and its root fetched %d objects, want none", n)
+	}
 	if got := harness.ReadFile(t, filepath.Join(mnt, "d/one")); got != "one\n" {
 		t.Errorf("d/one = %q, want one", got)
 	}

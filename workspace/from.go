@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentfs/agentfs/backstore"
+	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/remote"
 )
 
@@ -99,6 +100,12 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 		wrote := time.Since(start)
 		if err := w.objs.MarkPending(im.pending); err != nil {
 			return struct{}{}, err
+		}
+		// A file's content hash is its object's name: a snapshot's hashes
+		// fetch nothing (the hash worker takes a recorded hash while the
+		// object keeps that size and mtime).
+		if err := w.meta.PutHashes(branch.Hashes{Objects: im.hashes}); err != nil {
+			return struct{}{}, storeError(err, "recording the content hashes of the remote snapshot's files")
 		}
 		marked := time.Since(start)
 		if _, err := im.markConflicts(w.view, doc); err != nil {

@@ -302,6 +302,10 @@ type importer struct {
 	// object pending (backstore/pending.go) on the SHA-256 in pending.
 	lazy    bool
 	pending map[string]string
+	// hashes are the pending objects' content hashes (their SHA-256,
+	// size and mtime), which the hash worker takes instead of reading
+	// (fetching) them.
+	hashes map[string]branch.ObjectHash
 }
 
 // reset makes v's branch the project again.
@@ -518,9 +522,13 @@ func (im *importer) placeholder(v *overlay.FS, dir *overlay.Node, name string, o
 		return nil, err
 	}
 	if im.pending == nil {
-		im.pending = map[string]string{}
+		im.pending, im.hashes = map[string]string{}, map[string]branch.ObjectHash{}
 	}
-	im.pending[v.ObjectID(n)] = c.Object
+	id := v.ObjectID(n)
+	im.pending[id] = c.Object
+	if sum, err := remote.ParseSum(c.Object); err == nil {
+		im.hashes[id] = branch.ObjectHash{Sum: branch.Digest(sum), Size: c.Size, Mtime: c.Mtime}
+	}
 	return n, nil
 }
 
