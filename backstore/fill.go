@@ -172,6 +172,12 @@ func (s *Store) OpenStream(id string) (*os.File, *Stream, error) {
 	return os.NewFile(uintptr(fd), id), &Stream{s: s, id: id, size: f.size, f: f}, nil
 }
 
+// Fetched waits until object id is complete and checked, if it is
+// pending (its fill started, or joined); it returns at once for any
+// other object. Open waits so too: a caller calls it first where it
+// must not wait holding a lock of its own.
+func (s *Store) Fetched(id string) error { return s.ready(id) }
+
 // ready fills object id if it is pending, or waits for the fill under
 // way; it returns at once for any other object.
 func (s *Store) ready(id string) error {

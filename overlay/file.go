@@ -72,6 +72,17 @@ func (v *FS) Open(n *Node, flags int) (*File, error) {
 			if err := v.copyUpData(n, !trunc); err != nil {
 				return nil, err
 			}
+			// An object still being fetched (see File) is waited for
+			// whole here, without the view's lock: the fetch of a large
+			// file must not hold up the view's namespace changes.
+			v.mu.RLock()
+			obj := n.object
+			v.mu.RUnlock()
+			if obj != "" {
+				if err := v.objs.Fetched(obj); err != nil {
+					return nil, err
+				}
+			}
 		}
 		// The object is opened and the writer counted under v.mu, and
 		// only while it is not frozen: a snapshot taken since the thaw
