@@ -712,8 +712,11 @@ func TestMountFromRemoteDamaged(t *testing.T) {
 	if err := os.WriteFile(big, damaged, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	gate := s3test.StartGate(t, srv) // holds the object's end until the first bytes are read
+	c := newMachineAt(t, gate.Endpoint)
 	mnt2 := harness.NewMountpoint(t)
-	b.mountAt(nil, mnt2, "--lower", copyProject(t, project2), "--from", "team/"+snap)
+	c.mountAt(gate, mnt2, "--lower", copyProject(t, project2), "--from", "team/"+snap)
+	gate.Hold(1 << 20)
 	f, err := os.Open(filepath.Join(mnt2, "big.bin"))
 	if err != nil {
 		t.Fatalf("open of a file whose object is damaged: %v, want it to open (the fetch streams)", err)
@@ -722,6 +725,7 @@ func TestMountFromRemoteDamaged(t *testing.T) {
 	if _, err := f.ReadAt(head, 0); err != nil || !bytes.Equal(head, want[:4096]) {
 		t.Errorf("the first 4 KiB of a damaged object: %v, or other bytes", err)
 	}
+	gate.Open()
 	if _, err := io.ReadAll(f); !errors.Is(err, syscall.EIO) {
 		t.Errorf("reading a damaged object to its end: %v, want EIO", err)
 	}
