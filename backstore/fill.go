@@ -348,10 +348,9 @@ func (s *Store) refuse(f *fill, w *fillWriter, err error) error {
 	delete(s.resume, f.id)
 	s.pendMu.Unlock()
 	jerr := s.journal(f.id + " " + f.key + "\n")
-	fd := int(w.file.Fd())
-	if terr := unix.Ftruncate(fd, 0); terr == nil {
-		_ = unix.Ftruncate(fd, w.limit)
-	}
+	// The refused bytes go (a hole, the size kept: a reader between two
+	// truncations would take the object for empty, at its end).
+	_ = unix.Fallocate(int(w.file.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, w.limit)
 	_ = w.setTimes()
 	if jerr != nil {
 		return fmt.Errorf("%w (and journaling it pending again: %v)", err, jerr)
