@@ -81,10 +81,14 @@
 // # Pending objects
 //
 // An object may be pending: a sparse file with its size and attributes
-// whose bytes are fetched (from a remote) at its first Open, OpenRead or
-// Clone, in place, before any descriptor is handed out; a journal
-// (Dir/pending) keeps it pending across a crash or a reopen until it is
-// filled. See pending.go.
+// whose bytes are fetched (from a remote) at its first use, in place,
+// by one fill per object that hashes them as they come. Open, OpenRead
+// and Clone hand out a descriptor only once the object is complete and
+// checked; OpenStream hands one out at once, with a Stream that says
+// which leading bytes are there (a reader waits for its range; the last
+// byte waits for the check). A journal (Dir/pending) keeps the object
+// pending across a crash or a reopen until it is complete, with
+// checkpoints a fill resumes from. See pending.go and fill.go.
 //
 // # Locking
 //
@@ -93,7 +97,9 @@
 // pool has a lock of its own (pool.go), never held with Store.mu. A
 // part's mu serializes the making of its shards and is taken under
 // neither. pendMu guards the pending objects and the fills under way,
-// taken alone and never across a syscall or a fetch.
+// taken alone and never across a syscall or a fetch; a fill's own mu
+// (its progress) is taken alone too. Close stops the fills and waits
+// for them.
 // Everything else is fixed between Open and Close, or is the kernel's
 // business.
 package backstore

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -19,46 +20,80 @@ import (
 // elsewhere (an object of a remote), made with their size (a sparse
 // file) and their attributes, so that listings and attributes need
 // nothing fetched. MarkPending records each pending id with the key of
-// its bytes in the journal Dir/pending, one line "ID KEY" each, synced
-// before the call returns; SetFetcher gives the function that fetches
-// a key's bytes.
+// its bytes in the journal Dir/pending, synced before the call
+// returns; SetSource gives the functions that fetch a key's bytes and
+// check them.
 //
-// Open, OpenRead and Clone of a pending object fill it first, once
-// however many ask at the same time: the fetcher writes the bytes into
-// the object in place from offset 0 (it checks them: a remote's fetch
-// refuses bytes that do not hash to the key), they are fdatasync'ed,
-// the object's atime and mtime are set back, and the line "ID -" is
-// journaled; only then does a caller get a descriptor. So no
-// descriptor ever reads a pending object: a fetch that fails, or a
-// crash in the middle of one, leaves it pending, and the next open
-// fetches it again from the start. Open reads the journal, so pending
-// objects stay pending across a reopen; opening one with no fetcher set
-// fails with ErrPending.
+// The first use of a pending object starts its fill (fill.go): one
+// fetch per object however many ask, run on a goroutine of its own,
+// that writes the bytes into the object in place, in order, while it
+// hashes them (SHA-256). Only once every byte is there and the hash is
+// the key's (Source.Check) are they fdatasync'ed, the object's atime
+// and mtime set back, and the line "ID -" journaled: the object is then
+// complete. Open, OpenRead and Clone wait for that, so what they hand
+// out is whole and checked. OpenStream (the reads of a read-only open)
+// does not wait: its Stream says which leading bytes are there, and a
+// read waits only for the range it needs; the last byte waits for the
+// check, so a reader that reads to the end gets checked bytes or an
+// error. A check that fails refuses the bytes: the error names the key,
+// and the object stays pending, to be fetched again from the start.
 //
-// Locking: pendMu guards pending and fills; it is never held across a
-// system call or a fetch (a fill's waiters wait on its done channel).
+// A fill that stops (the network, the store closed, a crash) resumes
+// where it stopped: every CheckpointEvery bytes, and when it stops, the
+// bytes written are fdatasync'ed and the line "ID KEY OFFSET ATIME
+// MTIME" journaled (the object's own times, which the fill's writes
+// must not change and sets back after each), so the next fill fetches
+// from OFFSET on (a ranged GET). Within one Store the hash goes on from
+// where it was; after a reopen the first OFFSET bytes are read back
+// from the object and hashed, so that the check covers the bytes the
+// object holds. A resumed fill whose check fails is fetched once more
+// from the start before the bytes are refused.
+//
+// The journal's lines, the last one of an id standing:
+//
+//	ID KEY                 pending: key's bytes, none here yet
+//	ID KEY OFFSET ATIME MTIME
+//	                       pending: the first OFFSET bytes here, synced;
+//	                       the object's times (ns) before its fill
+//	ID -                   complete (or removed)
+//
+// Open reads the journal, so pending objects stay pending across a
+// reopen; using one with no source set fails with ErrPending.
+//
+// Locking: pendMu guards pending, resume and fills; it is never held
+// across a system call or a fetch. A fill's own mu guards its progress.
 // A store that never held a pending object takes no lock for them:
 // anyPending says whether to look.
 
-// ErrPending is the error of opening a pending object with no fetcher.
+// ErrPending is the error of opening a pending object with no source.
 var ErrPending = errors.New("the object's bytes are not fetched, and nothing can fetch them")
 
-// A Fetcher writes the bytes named key to w, checked.
-type Fetcher func(ctx context.Context, key string, w io.Writer) error
+// A Source fetches and checks the bytes of pending objects.
+type Source struct {
+	// Fetch writes the bytes named key from offset off to their end to
+	// w, in order. It may resume a broken transfer itself, as long as
+	// w receives each byte once.
+	Fetch func(ctx context.Context, key string, off int64, w io.Writer) error
+	// Check is given the SHA-256 of all of key's bytes once they are
+	// here: an error (naming key) refuses them.
+	Check func(key string, sum []byte) error
+}
 
 // pendingName is the journal's name in Dir.
 const pendingName = "pending"
 
-// fill is one object being filled: done closes when it ends, err says
-// how.
-type fill struct {
-	done chan struct{}
-	err  error
+// resumePoint is where a stopped fill resumes: the first off bytes are
+// in the object, and state is the SHA-256 state over them (nil when read
+// from the journal: they are hashed again from the object).
+type resumePoint struct {
+	off   int64
+	state []byte
+	times []unix.Timespec // the object's atime and mtime before the fill
 }
 
-// SetFetcher sets the function that fetches the bytes of pending
-// objects (before the store is used).
-func (s *Store) SetFetcher(f Fetcher) { s.fetcher = f }
+// SetSource sets what fetches the bytes of pending objects (before the
+// store is used).
+func (s *Store) SetSource(src Source) { s.source = src }
 
 // MarkPending records that the objects (id → key) are pending: their
 // bytes are key's, fetched at their first open.
@@ -80,6 +115,7 @@ func (s *Store) MarkPending(objects map[string]string) error {
 	}
 	for id, key := range objects {
 		s.pending[id] = key
+		delete(s.resume, id)
 	}
 	s.anyPending.Store(len(s.pending) > 0)
 	return nil
@@ -91,6 +127,13 @@ func (s *Store) Pending(id string) bool {
 	defer s.pendMu.Unlock()
 	_, ok := s.pending[id]
 	return ok
+}
+
+// PendingCount returns how many objects are pending.
+func (s *Store) PendingCount() int {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	return len(s.pending)
 }
 
 // journal appends lines to the journal and syncs it.
@@ -126,132 +169,39 @@ func (s *Store) loadPending() error {
 	}
 	defer func() { _ = f.Close() }()
 	pending := map[string]string{}
+	resume := map[string]resumePoint{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		id, key, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue // a line a crash cut short
+		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) == 2 && fields[1] == "-":
+			delete(pending, fields[0])
+			delete(resume, fields[0])
+		case len(fields) == 2:
+			pending[fields[0]] = fields[1]
+			delete(resume, fields[0])
+		case len(fields) == 5:
+			off, err1 := strconv.ParseInt(fields[2], 10, 64)
+			atime, err2 := strconv.ParseInt(fields[3], 10, 64)
+			mtime, err3 := strconv.ParseInt(fields[4], 10, 64)
+			if err1 != nil || err2 != nil || err3 != nil || off < 0 {
+				continue // a line a crash cut short
+			}
+			pending[fields[0]] = fields[1]
+			resume[fields[0]] = resumePoint{off: off,
+				times: []unix.Timespec{unix.NsecToTimespec(atime), unix.NsecToTimespec(mtime)}}
 		}
-		if key == "-" {
-			delete(pending, id)
-		} else {
-			pending[id] = key
-		}
+		// Any other line is one a crash cut short.
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("backstore: the journal of pending objects: %w", err)
 	}
 	if len(pending) > 0 {
 		s.pending = pending
+		s.resume = resume
 		s.anyPending.Store(true)
 	}
 	return nil
-}
-
-// ready fills object id if it is pending, or waits for the fill under
-// way; it returns at once for any other object.
-func (s *Store) ready(id string) error {
-	if !s.anyPending.Load() {
-		return nil
-	}
-	s.pendMu.Lock()
-	key, ok := s.pending[id]
-	if !ok {
-		s.pendMu.Unlock()
-		return nil
-	}
-	if f := s.fills[id]; f != nil {
-		s.pendMu.Unlock()
-		<-f.done
-		if f.err != nil {
-			return f.err
-		}
-		return s.ready(id) // filled, or pending again after a failure
-	}
-	if s.fills == nil {
-		s.fills = map[string]*fill{}
-	}
-	f := &fill{done: make(chan struct{})}
-	s.fills[id] = f
-	s.pendMu.Unlock()
-
-	f.err = s.fillObject(id, key)
-	s.pendMu.Lock()
-	delete(s.fills, id)
-	if f.err == nil {
-		delete(s.pending, id)
-	}
-	s.pendMu.Unlock()
-	close(f.done)
-	return f.err
-}
-
-// fillObject fetches key's bytes into pending object id (see above).
-func (s *Store) fillObject(id, key string) error {
-	if s.fetcher == nil {
-		return fmt.Errorf("object %s: %w", id, ErrPending)
-	}
-	l, err := s.loc(id)
-	if err != nil {
-		return err
-	}
-	st, err := s.Lstat(id)
-	if err != nil {
-		return fmt.Errorf("object %s: %w", id, err)
-	}
-	fd, err := unix.Openat(l.Dirfd, l.Name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err == unix.EACCES {
-		// A read-only file of a daemon that is not root: writable for
-		// the fill only.
-		if err = unix.Fchmodat(l.Dirfd, l.Name, st.Mode&07777|0o200, 0); err == nil {
-			fd, err = unix.Openat(l.Dirfd, l.Name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if cerr := unix.Fchmodat(l.Dirfd, l.Name, st.Mode&07777, 0); err == nil {
-				err = cerr
-			}
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("object %s: opening it to fill it: %w", id, err)
-	}
-	f := os.NewFile(uintptr(fd), id)
-	defer func() { _ = f.Close() }()
-	w := &offsetWriter{f: f, limit: st.Size}
-	if err := s.fetcher(context.Background(), key, w); err != nil {
-		return fmt.Errorf("object %s: fetching %s: %w", id, key, err)
-	}
-	if w.off != st.Size {
-		return fmt.Errorf("object %s: fetching %s gave %d bytes, want %d", id, key, w.off, st.Size)
-	}
-	if err := unix.Fdatasync(fd); err != nil {
-		return fmt.Errorf("object %s: %w", id, err)
-	}
-	times := []unix.Timespec{st.Atim, st.Mtim}
-	if err := unix.UtimesNanoAt(l.Dirfd, l.Name, times, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("object %s: %w", id, err)
-	}
-	return s.journal(id + " -\n")
-}
-
-// offsetWriter writes to a file from offset 0, in order, never past
-// limit (the object's size): a fetch that brings more bytes fails
-// without growing the object, so that the next fill starts from the
-// same size.
-type offsetWriter struct {
-	f     *os.File
-	off   int64
-	limit int64
-}
-
-// errTooLong is the error of a fetch longer than its object.
-var errTooLong = errors.New("the fetched bytes are more than the object's size")
-
-func (w *offsetWriter) Write(p []byte) (int, error) {
-	if int64(len(p)) > w.limit-w.off {
-		return 0, errTooLong
-	}
-	n, err := w.f.WriteAt(p, w.off)
-	w.off += int64(n)
-	return n, err
 }
 
 // forgetPending drops object id from the pending ones (it is removed).
@@ -262,6 +212,7 @@ func (s *Store) forgetPending(id string) {
 	s.pendMu.Lock()
 	_, ok := s.pending[id]
 	delete(s.pending, id)
+	delete(s.resume, id)
 	s.pendMu.Unlock()
 	if ok {
 		// At worst the journal keeps it: a later fill of a missing

@@ -3,8 +3,13 @@ package backstore
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,17 +42,36 @@ func pendingObject(t *testing.T, s *Store, key string, size int) string {
 	return id
 }
 
-// countingFetcher serves data for key, counting the fetches.
-func countingFetcher(key string, data []byte, n *atomic.Int64) Fetcher {
-	return func(_ context.Context, k string, w io.Writer) error {
-		n.Add(1)
-		if k != key {
-			return errors.New("unknown key " + k)
-		}
-		_, err := w.Write(data)
-		return err
+// countingSource serves data for key, counting the fetches; its check
+// wants the SHA-256 of want (data when nil).
+func countingSource(key string, data, want []byte, n *atomic.Int64) Source {
+	if want == nil {
+		want = data
+	}
+	return Source{
+		Fetch: func(_ context.Context, k string, off int64, w io.Writer) error {
+			n.Add(1)
+			if k != key {
+				return errors.New("unknown key " + k)
+			}
+			_, err := w.Write(data[off:])
+			return err
+		},
+		Check: checkAgainst(want),
 	}
 }
+
+// checkAgainst is a Source.Check that wants the SHA-256 of want.
+func checkAgainst(want []byte) func(string, []byte) error {
+	return func(key string, sum []byte) error {
+		if w := sha256.Sum256(want); !bytes.Equal(sum, w[:]) {
+			return fmt.Errorf("%s: %w", key, errDamaged)
+		}
+		return nil
+	}
+}
+
+var errDamaged = errors.New("the bytes do not hash to their key")
 
 func readObject(t *testing.T, s *Store, open func() (io.ReadCloser, error)) []byte {
 	t.Helper()
@@ -72,7 +96,7 @@ func TestPendingFilledAtFirstOpen(t *testing.T) {
 	id := pendingObject(t, s, "k1", len(data))
 	before := lstatObj(t, s, id)
 	var fetches atomic.Int64
-	s.SetFetcher(countingFetcher("k1", data, &fetches))
+	s.SetSource(countingSource("k1", data, nil, &fetches))
 	if !s.Pending(id) {
 		t.Fatal("not pending after MarkPending")
 	}
@@ -122,12 +146,12 @@ func TestPendingFetchFails(t *testing.T) {
 	s := hostfsStore(t)
 	data := bytes.Repeat([]byte("x"), 100000)
 	id := pendingObject(t, s, "k", len(data))
-	s.SetFetcher(func(_ context.Context, _ string, w io.Writer) error {
+	s.SetSource(Source{Fetch: func(_ context.Context, _ string, _ int64, w io.Writer) error {
 		if _, err := w.Write([]byte("half")); err != nil {
 			return err
 		}
 		return errors.New("the network went away")
-	})
+	}, Check: checkAgainst(data)})
 	if _, err := s.Open(id, unix.O_RDONLY); err == nil {
 		t.Fatal("open of an object whose fetch failed succeeded")
 	}
@@ -135,7 +159,7 @@ func TestPendingFetchFails(t *testing.T) {
 		t.Fatal("not pending after a failed fetch")
 	}
 	var fetches atomic.Int64
-	s.SetFetcher(countingFetcher("k", data, &fetches))
+	s.SetSource(countingSource("k", data, nil, &fetches))
 	if got := readObject(t, s, func() (io.ReadCloser, error) { return s.Open(id, unix.O_RDONLY) }); !bytes.Equal(got, data) {
 		t.Errorf("after a failed fetch, read %q..., want the whole object", got[:min(8, len(got))])
 	}
@@ -149,14 +173,14 @@ func TestPendingFetchTooLong(t *testing.T) {
 	data := []byte("eight b\n")
 	id := pendingObject(t, s, "k", len(data))
 	var fetches atomic.Int64
-	s.SetFetcher(countingFetcher("k", []byte("nine b..\n"), &fetches))
+	s.SetSource(countingSource("k", []byte("nine b..\n"), data, &fetches))
 	if _, err := s.Open(id, unix.O_RDONLY); err == nil {
 		t.Fatal("open of an object whose fetch brought too many bytes succeeded")
 	}
 	if st := lstatObj(t, s, id); st.Size != int64(len(data)) {
 		t.Errorf("size after the failed fill = %d, want %d", st.Size, len(data))
 	}
-	s.SetFetcher(countingFetcher("k", data, &fetches))
+	s.SetSource(countingSource("k", data, nil, &fetches))
 	if got := readObject(t, s, func() (io.ReadCloser, error) { return s.Open(id, unix.O_RDONLY) }); !bytes.Equal(got, data) {
 		t.Errorf("read %q, want %q", got, data)
 	}
@@ -164,7 +188,7 @@ func TestPendingFetchTooLong(t *testing.T) {
 
 // TestPendingSurvivesReopen: the journal keeps pending objects pending
 // across a reopen (a crash before the fill), where an open without a
-// fetcher fails with ErrPending; once filled, a reopen finds them done.
+// source fails with ErrPending; once filled, a reopen finds them done.
 func TestPendingSurvivesReopen(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, Options{Dir: dir})
@@ -177,10 +201,10 @@ func TestPendingSurvivesReopen(t *testing.T) {
 		t.Fatal("not pending after a reopen")
 	}
 	if _, err := s.Open(id, unix.O_RDONLY); !errors.Is(err, ErrPending) {
-		t.Errorf("open with no fetcher = %v, want ErrPending", err)
+		t.Errorf("open with no source = %v, want ErrPending", err)
 	}
 	var fetches atomic.Int64
-	s.SetFetcher(countingFetcher("k", data, &fetches))
+	s.SetSource(countingSource("k", data, nil, &fetches))
 	readObject(t, s, func() (io.ReadCloser, error) { return s.Open(id, unix.O_RDONLY) })
 	closeStore(t, s)
 
@@ -190,5 +214,250 @@ func TestPendingSurvivesReopen(t *testing.T) {
 	}
 	if got := readObject(t, s, func() (io.ReadCloser, error) { return s.Open(id, unix.O_RDONLY) }); !bytes.Equal(got, data) {
 		t.Errorf("read %q, want %q", got, data)
+	}
+}
+
+// gatedSource serves data for key: from off, the bytes up to stop,
+// then it waits for gate and serves the rest. It counts the fetches
+// and records the offset each started at.
+type gatedSource struct {
+	data  []byte
+	stop  int64
+	gate  chan struct{}
+	mu    sync.Mutex
+	froms []int64
+}
+
+func (g *gatedSource) source() Source {
+	return Source{
+		Fetch: func(ctx context.Context, _ string, off int64, w io.Writer) error {
+			g.mu.Lock()
+			g.froms = append(g.froms, off)
+			g.mu.Unlock()
+			if off < g.stop {
+				if _, err := w.Write(g.data[off:g.stop]); err != nil {
+					return err
+				}
+				off = g.stop
+				select {
+				case <-g.gate:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			for off < int64(len(g.data)) { // as a network brings them: in pieces
+				end := min(off+4096, int64(len(g.data)))
+				if _, err := w.Write(g.data[off:end]); err != nil {
+					return err
+				}
+				off = end
+			}
+			return nil
+		},
+		Check: checkAgainst(g.data),
+	}
+}
+
+func (g *gatedSource) starts() []int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]int64(nil), g.froms...)
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + i/251)
+	}
+	return b
+}
+
+// TestPendingStreams: OpenStream of a pending object returns before its
+// bytes are all here, and a read of the first bytes waits only for them;
+// the last byte waits for the check; a concurrent Open shares the one
+// fetch and returns once the object is complete; the object's times stay.
+func TestPendingStreams(t *testing.T) {
+	s := hostfsStore(t)
+	data := randomBytes(1 << 20)
+	id := pendingObject(t, s, "k", len(data))
+	before := lstatObj(t, s, id)
+	g := &gatedSource{data: data, stop: 64 << 10, gate: make(chan struct{})}
+	s.SetSource(g.source())
+	f, st, err := s.OpenStream(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	if st == nil {
+		t.Fatal("OpenStream of a pending object gave no stream")
+	}
+	if err := st.Wait(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 64<<10)
+	if _, err := f.ReadAt(head, 0); err != nil || !bytes.Equal(head, data[:64<<10]) {
+		t.Fatalf("the first 64 KiB read while the rest is not fetched: %v, or other bytes", err)
+	}
+	if st.Ready(int64(len(data))) || st.Done() || !s.Pending(id) {
+		t.Errorf("Ready(all) %v, Done %v, Pending %v while the fetch waits: want false, false, true", st.Ready(int64(len(data))), st.Done(), s.Pending(id))
+	}
+	if st.Ready(64<<10 + 1) {
+		t.Error("Ready past what was fetched")
+	}
+	opened := make(chan error, 1)
+	go func() {
+		o, err := s.Open(id, unix.O_RDONLY)
+		if err == nil {
+			_ = o.Close()
+		}
+		opened <- err
+	}()
+	close(g.gate)
+	if err := <-opened; err != nil {
+		t.Fatalf("Open beside the stream: %v", err)
+	}
+	if err := st.Wait(int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	all := make([]byte, len(data))
+	if _, err := f.ReadAt(all, 0); err != nil || !bytes.Equal(all, data) {
+		t.Errorf("the whole object read through the stream's descriptor: %v, or other bytes", err)
+	}
+	if starts := g.starts(); len(starts) != 1 {
+		t.Errorf("fetched %d times (%v), want once", len(starts), starts)
+	}
+	if s.Pending(id) || !st.Done() {
+		t.Error("pending after the fill")
+	}
+	after := lstatObj(t, s, id)
+	if after.Mtim != before.Mtim || after.Size != before.Size {
+		t.Errorf("the fill changed mtime %v size %d, want %v %d", after.Mtim, after.Size, before.Mtim, before.Size)
+	}
+	_, st2, err := s.OpenStream(id)
+	if err != nil || st2 != nil {
+		t.Errorf("OpenStream of a complete object: stream %v, %v; want none", st2, err)
+	}
+}
+
+// TestPendingStreamRefused: a stream of bytes that do not hash to their
+// key fails at the last byte with the check's error; the object stays
+// pending, holding no data, its times kept; the next open fetches from
+// the start.
+func TestPendingStreamRefused(t *testing.T) {
+	s := hostfsStore(t)
+	data := randomBytes(256 << 10)
+	id := pendingObject(t, s, "k", len(data))
+	before := lstatObj(t, s, id)
+	bad := bytes.Clone(data)
+	bad[len(bad)/2] ^= 1
+	var fetches atomic.Int64
+	s.SetSource(countingSource("k", bad, data, &fetches))
+	_, st, err := s.OpenStream(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Wait(int64(len(data))); !errors.Is(err, errDamaged) {
+		t.Fatalf("the stream's end = %v, want the check's error", err)
+	}
+	if !s.Pending(id) {
+		t.Error("not pending after a refused fill")
+	}
+	if after := lstatObj(t, s, id); after.Mtim != before.Mtim || after.Blocks != 0 {
+		t.Errorf("after a refused fill: mtime %v, %d blocks; want %v and none", after.Mtim, after.Blocks, before.Mtim)
+	}
+	g := &gatedSource{data: data, gate: make(chan struct{})}
+	s.SetSource(g.source())
+	if got := readObject(t, s, func() (io.ReadCloser, error) { return s.Open(id, unix.O_RDONLY) }); !bytes.Equal(got, data) {
+		t.Error("after a refused fill, the next open read other bytes")
+	}
+	if starts := g.starts(); !slices.Equal(starts, []int64{0}) {
+		t.Errorf("the fetch after a refused one started at %v, want [0]", starts)
+	}
+}
+
+// TestPendingResumes: a fill stopped by the network goes on from where
+// it stopped at the next open (a ranged fetch), and one stopped by a
+// closing store (a daemon's end) from its checkpoint after a reopen,
+// with the object's times kept; a resumed fill whose local bytes were
+// damaged since is fetched once more from the start.
+func TestPendingResumes(t *testing.T) {
+	old := checkpointEvery
+	checkpointEvery = 16 << 10
+	t.Cleanup(func() { checkpointEvery = old })
+	dir := t.TempDir()
+	s := openStore(t, Options{Dir: dir})
+	data := randomBytes(1 << 20)
+	id := pendingObject(t, s, "k", len(data))
+	before := lstatObj(t, s, id)
+
+	const cut = 100_000
+	s.SetSource(Source{Fetch: func(_ context.Context, _ string, off int64, w io.Writer) error {
+		if _, err := w.Write(data[off:cut]); err != nil {
+			return err
+		}
+		return errors.New("the network went away")
+	}, Check: checkAgainst(data)})
+	if _, err := s.Open(id, unix.O_RDONLY); err == nil {
+		t.Fatal("open of an object whose fetch failed succeeded")
+	}
+	g := &gatedSource{data: data, stop: 300_000, gate: make(chan struct{})}
+	s.SetSource(g.source())
+	_, st, err := s.OpenStream(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Wait(300_000); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(t, s) // stops the fill waiting at the gate
+	if starts := g.starts(); !slices.Equal(starts, []int64{cut}) {
+		t.Errorf("the fetch after a failed one started at %v, want [%d]", starts, cut)
+	}
+
+	s = openStore(t, Options{Dir: dir})
+	g2 := &gatedSource{data: data, gate: make(chan struct{})}
+	s.SetSource(g2.source())
+	if got := readObject(t, s, func() (io.ReadCloser, error) { return s.OpenRead(id) }); !bytes.Equal(got, data) {
+		t.Error("the resumed fill read other bytes")
+	}
+	if starts := g2.starts(); !slices.Equal(starts, []int64{300_000}) {
+		t.Errorf("after a reopen the fetch started at %v, want [300000] (the checkpoint at the stop)", starts)
+	}
+	if after := lstatObj(t, s, id); after.Mtim != before.Mtim {
+		t.Errorf("mtime after a resumed fill = %v, want %v", after.Mtim, before.Mtim)
+	}
+
+	// Damaged local bytes before the resume point: fetched again whole.
+	id2 := pendingObject(t, s, "k", len(data))
+	g3 := &gatedSource{data: data, stop: 200_000, gate: make(chan struct{})}
+	s.SetSource(g3.source())
+	_, st, err = s.OpenStream(id2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Wait(200_000); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(t, s)
+	l := filepath.Join(dir, "objects", id2[:2], id2)
+	if err := os.Chmod(l, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(l, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte("damage"), 1000); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	s = openStore(t, Options{Dir: dir})
+	g4 := &gatedSource{data: data, gate: make(chan struct{})}
+	s.SetSource(g4.source())
+	if got := readObject(t, s, func() (io.ReadCloser, error) { return s.OpenRead(id2) }); !bytes.Equal(got, data) {
+		t.Error("a resumed fill over damaged local bytes read other bytes")
+	}
+	if starts := g4.starts(); !slices.Equal(starts, []int64{200_000, 0}) {
+		t.Errorf("over damaged local bytes the fetches started at %v, want [200000 0]", starts)
 	}
 }

@@ -123,6 +123,8 @@ type pool struct {
 	// collecting counts the collections running (Collect): while one
 	// runs, Recycle removes what it is given instead of keeping it.
 	collecting int
+	// prepared counts the goroutines of Prepare; close waits for them.
+	prepared sync.WaitGroup
 }
 
 func newPool() *pool {
@@ -634,5 +636,36 @@ func (pl *pool) close() {
 	close(pl.stop)
 	if started {
 		<-pl.done
+	}
+	pl.prepared.Wait()
+}
+
+// Prepare makes up to n idle files ahead (beside the pool's usual few,
+// at most maxIdle kept), on workers goroutines, and returns at once: for
+// a caller about to make n file objects in a burst (a mount starting
+// from a remote snapshot makes one per file), whose creates then take
+// them rather than make each inode on the spot, while the goroutines
+// make the next ones on the other CPUs.
+func (s *Store) Prepare(n, workers int) {
+	pl := s.pool
+	pl.mu.Lock()
+	n = min(n, maxIdle-len(pl.idleFiles)-len(pl.madeFiles))
+	if pl.closed || n <= 0 || workers <= 0 {
+		pl.mu.Unlock()
+		return
+	}
+	pl.prepared.Add(workers)
+	pl.mu.Unlock()
+	var left atomic.Int64
+	left.Store(int64(n))
+	for range workers {
+		go func() {
+			defer pl.prepared.Done()
+			for left.Add(-1) >= 0 {
+				if s.makeIdle(false) != nil {
+					return // closed, or ENOSPC: creates make their own
+				}
+			}
+		}()
 	}
 }

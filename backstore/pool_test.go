@@ -536,19 +536,7 @@ func TestDirPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		s.pool.mu.Lock()
-		n := len(s.pool.idleDirs)
-		s.pool.mu.Unlock()
-		if n >= dirPoolSize {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool holds %d directories after 20 s, want %d", n, dirPoolSize)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitIdle(t, s, func(pl *pool) int { return len(pl.idleDirs) }, dirPoolSize, "directories")
 	time.Sleep(1100 * time.Millisecond)
 	start := time.Now().Add(-50 * time.Millisecond)
 	used := s.pool.dirsUsed.Load()
@@ -838,5 +826,60 @@ func inotifyNames(t *testing.T, fd int) []string {
 			names = append(names, strings.TrimRight(string(name), "\x00"))
 			off += unix.SizeofInotifyEvent + int(ev.Len)
 		}
+	}
+}
+
+// TestPrepare: Prepare makes the files asked for ahead, and a burst of
+// creates takes them instead of making inodes on the spot; Close, even
+// while Prepare's goroutines run, leaves no idle file behind.
+func TestPrepare(t *testing.T) {
+	s := hostfsStore(t)
+	const n = 300
+	s.Prepare(n, 2)
+	waitIdle(t, s, func(pl *pool) int { return len(pl.madeFiles) }, n, "files made ahead")
+	used := s.pool.used.Load()
+	for range n {
+		_, f, err := s.CreateFile(0o644, -1, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = f.Close()
+	}
+	if got := s.pool.used.Load() - used; got != n {
+		t.Errorf("%d creates took %d files made ahead, want all", n, got)
+	}
+
+	dir := t.TempDir()
+	s2 := openStore(t, Options{Dir: dir})
+	s2.Prepare(2000, 2)
+	closeStore(t, s2)
+	var left []string
+	_ = filepath.Walk(filepath.Join(dir, "objects"), func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() && filepath.Base(p) != openMarker {
+			left = append(left, p)
+		}
+		return nil
+	})
+	if len(left) != 0 {
+		t.Errorf("Close during Prepare left %d files, want none: %v", len(left), left[:min(3, len(left))])
+	}
+}
+
+// waitIdle waits until count (under the pool's lock) reaches want,
+// failing t after 20 s.
+func waitIdle(t *testing.T, s *Store, count func(pl *pool) int, want int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s.pool.mu.Lock()
+		n := count(s.pool)
+		s.pool.mu.Unlock()
+		if n >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool holds %d %s after 20 s, want %d", n, what, want)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -1,6 +1,7 @@
 package backstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -70,14 +71,19 @@ type Store struct {
 	mu      sync.Mutex          // guards spilled
 	spilled map[string]struct{} // ids of objects in spill
 
-	// Pending objects (pending.go): fetcher is set before use.
-	fetcher Fetcher
+	// Pending objects (pending.go, fill.go): source is set before use.
+	source Source
 	// anyPending: the store has held a pending object since Open; until
 	// then an open takes no lock for them (the common case).
 	anyPending atomic.Bool
 	pendMu     sync.Mutex
-	pending    map[string]string // id → the key of its bytes
-	fills      map[string]*fill  // the fills under way
+	pending    map[string]string      // id → the key of its bytes
+	resume     map[string]resumePoint // id → where its next fill starts
+	fills      map[string]*fill       // the fills under way
+	closing    bool                   // Close began: no new fill
+	fillCtx    context.Context        // cancelled at Close
+	fillCancel context.CancelFunc
+	fillWG     sync.WaitGroup // the fills' goroutines
 }
 
 // Open opens the backstore in o.Dir, creating what it needs. An
@@ -103,6 +109,7 @@ func Open(o Options) (*Store, error) {
 		return nil, fmt.Errorf("backstore %s: %w", o.Dir, err)
 	}
 	s := &Store{opts: o, root: os.Geteuid() == 0, spilled: map[string]struct{}{}, pool: newPool()}
+	s.fillCtx, s.fillCancel = context.WithCancel(context.Background())
 	var err error
 	if o.Kind == "hostfs" {
 		s.info = Info{Kind: "hostfs", Mode: "dir", Root: filepath.Join(o.Dir, "objects")}
@@ -163,6 +170,7 @@ func (s *Store) Recovered() { s.crashed.Store(false) }
 // the tmpfs the store mounted (detaching it when busy) or removes its
 // /dev/shm directory. Closing twice is harmless.
 func (s *Store) Close() error {
+	s.closeFills()
 	s.closePool()
 	if s.main != nil && s.main.rootfd >= 0 && !s.crashed.Load() {
 		// A marker left makes the next Open report a crash, and its

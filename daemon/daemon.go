@@ -29,6 +29,7 @@ import (
 	"github.com/agentfs/agentfs/kernelinfo"
 	"github.com/agentfs/agentfs/overlay"
 	"github.com/agentfs/agentfs/procfs"
+	"github.com/agentfs/agentfs/remote"
 	"github.com/agentfs/agentfs/workspace"
 )
 
@@ -172,6 +173,28 @@ func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 	if err != nil {
 		return err
 	}
+	// A mount --from starts a new store from the remote snapshot, or
+	// goes on with a kept one started from it (workspace/from.go).
+	startFrom := false
+	var (
+		fromRemote *remote.Remote
+		fromDoc    *remote.SnapshotDoc
+		fromStart  = time.Now()
+		fromRead   time.Duration
+	)
+	if p.From != "" {
+		if startFrom, err = workspace.CheckFromStore(d.store, p.From); err != nil {
+			return err
+		}
+	}
+	if startFrom {
+		// Read before the store is made: a bad remote or snapshot leaves
+		// a kept store as it was.
+		if fromRemote, fromDoc, err = workspace.OpenRemoteSnapshot(ctx, p.From); err != nil {
+			return err
+		}
+		fromRead = time.Since(fromStart)
+	}
 	d.ws, err = workspace.Open(workspace.Options{Store: d.store, Lower: p.Lower, LowerDir: d.lowerDir, Mountpoint: p.Mountpoint,
 		Backstore: p.Backstore, RamdiskSize: p.RamdiskSize, Ephemeral: d.ephemeral, Session: p.Session,
 		System: p.System, Exclude: p.Exclude, Seal: p.Seal,
@@ -190,17 +213,13 @@ func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	if p.From != "" {
-		// The store is new and private: give main the snapshot, its
-		// files fetched at their first open (workspace/from.go).
-		r, doc, err := workspace.OpenRemoteSnapshot(ctx, p.From)
-		if err != nil {
+	if startFrom {
+		// The store is new: give main the snapshot, its files fetched
+		// at their first open (workspace/from.go).
+		if err := d.ws.StartFrom(fromRemote, fromDoc); err != nil {
 			return err
 		}
-		if err := d.ws.StartFrom(r, doc); err != nil {
-			return err
-		}
-		logger.Info("starting from a remote snapshot", "from", p.From)
+		logger.Info("starting from a remote snapshot", "from", p.From, "read_seconds", fromRead.Seconds(), "seconds", time.Since(fromStart).Seconds())
 	}
 	d.shown.Store(d.ws.View())
 	d.ws.Attach(d)

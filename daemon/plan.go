@@ -101,9 +101,6 @@ func Validate(r Request) (*Plan, error) {
 	p := &Plan{Backstore: r.Backstore, Debug: r.Debug, Ephemeral: r.Ephemeral, NoPassthrough: r.NoPassthrough,
 		WritebackCache: r.WritebackCache, NoIOURing: r.NoIOURing, Session: r.Session, TraceCgroup: r.TraceCgroup,
 		System: r.System, Exclude: r.Exclude, Seal: r.Seal, From: r.From}
-	if r.From != "" && r.Store != "" && !r.Ephemeral {
-		return nil, usagef("--from starts a private store from a remote snapshot: drop --store")
-	}
 	for _, f := range r.MountFlags {
 		if !kernelMountFlags[f] {
 			return nil, usagef("mount flag %q: agentfs passes only nosuid, nodev, noexec, suid, dev and exec to the kernel", f)
@@ -275,7 +272,8 @@ func checkNesting(lower, mp string) error {
 // storeEntries are the names agentfs keeps in a store directory.
 var storeEntries = func() map[string]bool {
 	m := map[string]bool{"meta": true, "lock": true, "objects": true, "ramdisk": true, "spill": true, "agentfs.log": true, "branches": true,
-		"pending": true} // backstore/pending.go's journal
+		"pending": true,                   // backstore/pending.go's journal
+		"from":    true, "from.tmp": true} // workspace/from.go's record
 	for _, n := range activity.FileNames {
 		m[n] = true
 	}

@@ -65,13 +65,24 @@ func (s *Server) setIOMode(h *handle, out *fuse.OpenOut) {
 		}
 	}
 	ino.cached++
-	out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
+	// A file whose object is still being fetched keeps no pages across
+	// opens: the object's check may yet refuse the bytes read so far
+	// (overlay.File, streaming), and the next open drops them.
+	if h.f.Streaming() {
+		h.stream = true
+		s.streams.Add(1)
+	} else {
+		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
+	}
 }
 
 func (s *Server) endIOMode(h *handle) {
 	ino := h.ino
 	ino.mu.Lock()
 	defer ino.mu.Unlock()
+	if h.stream {
+		s.streams.Add(-1)
+	}
 	if !h.pt {
 		ino.cached--
 		return
@@ -177,6 +188,10 @@ func (s *Server) read(in *fuse.ReadIn, buf []byte, tryDisk bool) (fuse.ReadResul
 		return nil, fuse.EBADF
 	}
 	s.reads.Add(1)
+	// A file still being fetched: the range must have arrived.
+	if err := h.f.Wait(int64(in.Offset), int(in.Size)); err != nil {
+		return nil, errno(err)
+	}
 	if in.Size >= bulkRead {
 		if tryDisk {
 			n, ok, err := h.f.ReadFromDisk(buf[:in.Size], int64(in.Offset))

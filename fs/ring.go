@@ -96,8 +96,14 @@ func (h ringHandler) Async(r *fuseuring.Request) bool {
 	case opRead:
 		// A read the disk serves (see overlay.File.ReadFromDisk): the
 		// kernel's readahead sends several, and side by side they keep
-		// the disk busy.
+		// the disk busy. A read of a range still being fetched waits for
+		// the network.
 		in := (*fuse.ReadIn)(unsafe.Pointer(&r.In[0]))
+		if h.s.streams.Load() > 0 {
+			if hd := h.s.handle(in.Fh); hd != nil && !hd.f.Ready(int64(in.Offset), int(in.Size)) {
+				return true
+			}
+		}
 		if in.Size < bulkRead {
 			return false
 		}

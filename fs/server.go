@@ -61,6 +61,10 @@ type Server struct {
 	// read from the disk with O_DIRECT (a range of a project file that
 	// the lower file system did not cache).
 	reads, spliced, fromDisk atomic.Uint64
+	// streams counts the open handles of files still being fetched
+	// (overlay.File.Streaming at their open): while there is none, a
+	// READ on a queue's thread never asks whether its range is there.
+	streams atomic.Int64
 
 	watch *lowerWatch // nil when inotify is unavailable
 
@@ -105,6 +109,8 @@ type handle struct {
 	f     *overlay.File
 	pt    bool
 	wrote atomic.Bool // a write was reported (activity.go)
+	// stream: the file was being fetched at its open (Server.streams).
+	stream bool
 }
 
 // Init implements fuse.RawFileSystem: it runs after INIT, before any

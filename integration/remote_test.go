@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +37,13 @@ type machine struct {
 
 func newMachine(t *testing.T, srv *s3test.Server) *machine {
 	t.Helper()
+	return newMachineAt(t, srv.Endpoint)
+}
+
+// newMachineAt is newMachine with the remote's endpoint given (a gate's,
+// s3test.StartGate).
+func newMachineAt(t *testing.T, endpoint string) *machine {
+	t.Helper()
 	m := &machine{t: t, state: t.TempDir(), config: t.TempDir()}
 	m.env = []string{
 		"XDG_STATE_HOME=" + m.state, "XDG_CONFIG_HOME=" + m.config,
@@ -42,7 +51,7 @@ func newMachine(t *testing.T, srv *s3test.Server) *machine {
 		"AWS_PROFILE=", "AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(m.config, "no-aws-credentials"),
 		"AWS_CONFIG_FILE=" + filepath.Join(m.config, "no-aws-config"),
 	}
-	if r := m.agentfs("", "remote", "add", "team", "s3://"+remoteBucket+"/acme", "--endpoint", srv.Endpoint); r.Code != 0 {
+	if r := m.agentfs("", "remote", "add", "team", "s3://"+remoteBucket+"/acme", "--endpoint", endpoint); r.Code != 0 {
 		t.Fatalf("remote add: %s", r)
 	}
 	return m
@@ -259,8 +268,12 @@ func TestRemoteBadInput(t *testing.T) {
 	if got := srv.Objects(t, remoteBucket, ""); len(got) != 0 {
 		t.Errorf("bad pushes stored %q", got)
 	}
-	if r := a.agentfs("", "mount", "--lower", project, "--from", "team/0badcafe", "--store", t.TempDir(), harness.NewMountpoint(t)); r.Code != 2 || !strings.Contains(r.Stderr, "drop --store") {
-		t.Errorf("mount --from with --store: %s; want a usage error", r)
+	store := filepath.Join(t.TempDir(), "store")
+	if r := a.agentfs("", "mount", "--lower", project, "--from", "team/0badcafe", "--store", store, harness.NewMountpoint(t)); r.Code != 1 || !strings.Contains(r.Stderr, `no snapshot "0badcafe"`) {
+		t.Errorf("mount --from a missing snapshot with --store: %s; want exit 1 naming it", r)
+	}
+	if _, err := os.Stat(filepath.Join(store, "meta")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("mount --from a missing snapshot made the store's metadata (%v): want the store left as it was", err)
 	}
 }
 
@@ -612,6 +625,17 @@ func TestMountFromRemote(t *testing.T) {
 	if n := fetched(); n != 0 {
 		t.Errorf("listing and stat fetched %d objects, want none", n)
 	}
+	// A snapshot's content hashes are the objects' names: its root
+	// fetches nothing either.
+	r := b.agentfs(mnt, "snapshot", "create")
+	if r.Code != 0 {
+		t.Fatalf("snapshot create: %s", r)
+	}
+	fields := strings.Fields(r.Stdout)
+	waitRoot(t, mnt, fields[len(fields)-1])
+	if n := fetched(); n != 0 {
+		t.Errorf("a snapshot and its root fetched %d objects, want none", n)
+	}
 	if got := harness.ReadFile(t, filepath.Join(mnt, "d/one")); got != "one\n" {
 		t.Errorf("d/one = %q, want one", got)
 	}
@@ -674,5 +698,45 @@ func TestMountFromRemoteDamaged(t *testing.T) {
 	harness.WriteFile(t, file, "fetched\n")
 	if got, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(got) != "fetched\n" {
 		t.Errorf("after the object was mended: %q (%v), want fetched", got, err)
+	}
+
+	// A large object damaged in its middle, streamed: its first bytes
+	// read, the read of its end fails (the check refuses the whole), and
+	// the next open fetches it again.
+	snap, project2, want := bigRemoteFile(t, srv, a, 3<<20)
+	var big string
+	for _, key := range srv.Objects(t, remoteBucket, "acme/objects/") {
+		if st, err := os.Stat(srv.ObjectFile(remoteBucket, key)); err == nil && st.Size() == 3<<20 {
+			big = srv.ObjectFile(remoteBucket, key)
+		}
+	}
+	damaged := slices.Clone(want)
+	damaged[len(damaged)/2] ^= 0xff
+	if err := os.WriteFile(big, damaged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gate := s3test.StartGate(t, srv) // holds the object's end until the first bytes are read
+	c := newMachineAt(t, gate.Endpoint)
+	mnt2 := harness.NewMountpoint(t)
+	c.mountAt(gate, mnt2, "--lower", copyProject(t, project2), "--from", "team/"+snap)
+	gate.Hold(1 << 20)
+	f, err := os.Open(filepath.Join(mnt2, "big.bin"))
+	if err != nil {
+		t.Fatalf("open of a file whose object is damaged: %v, want it to open (the fetch streams)", err)
+	}
+	head := make([]byte, 4096)
+	if _, err := f.ReadAt(head, 0); err != nil || !bytes.Equal(head, want[:4096]) {
+		t.Errorf("the first 4 KiB of a damaged object: %v, or other bytes", err)
+	}
+	gate.Open()
+	if _, err := io.ReadAll(f); !errors.Is(err, syscall.EIO) {
+		t.Errorf("reading a damaged object to its end: %v, want EIO", err)
+	}
+	_ = f.Close()
+	if err := os.WriteFile(big, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := harness.ReadFile(t, filepath.Join(mnt2, "big.bin")); got != string(want) {
+		t.Errorf("after the object was mended: %d bytes, not the object's", len(got))
 	}
 }

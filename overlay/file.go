@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/backstore"
 )
 
 // File is an open regular file of a view.
@@ -19,6 +21,14 @@ import (
 // A file the kernel reads and writes directly (FUSE passthrough: its
 // descriptor is the kernel's backing file) cannot follow: it is pinned
 // (Pin), and while it is, its object is never shared with a snapshot.
+//
+// A read-only open of an object whose bytes are still a remote's (a
+// pending object, backstore/pending.go) streams it: the open starts the
+// object's fetch and returns, and each read waits only until the range
+// it reads has arrived (Wait; the last byte waits for the whole
+// object's check). Such a file is served by the daemon, never passed
+// through (Upper is false until the object is complete): the kernel
+// would read the object's missing bytes as zeros.
 type File struct {
 	n        *Node
 	writable bool
@@ -31,6 +41,9 @@ type File struct {
 	f   *os.File
 	gen uint64 // n.dataGen the descriptor was opened at
 	up  bool   // f is an upper object
+	// stream is the fetch of f's object while it is pending: reads wait
+	// on it (see above).
+	stream *backstore.Stream
 	// lower is the lower file a read-only open has not opened yet: a
 	// kernel that has the data in its page cache never reads, so the
 	// descriptor is opened at the first read.
@@ -68,6 +81,17 @@ func (v *FS) open(n *Node, flags int) (*File, error) {
 			if err := v.copyUpData(n, !trunc); err != nil {
 				return nil, err
 			}
+			// An object still being fetched (see File) is waited for
+			// whole here, without the view's lock: the fetch of a large
+			// file must not hold up the view's namespace changes.
+			v.mu.RLock()
+			obj := n.object
+			v.mu.RUnlock()
+			if obj != "" {
+				if err := v.objs.Fetched(obj); err != nil {
+					return nil, err
+				}
+			}
 		}
 		// The object is opened and the writer counted under v.mu, and
 		// only while it is not frozen: a snapshot taken since the thaw
@@ -101,7 +125,12 @@ func (v *FS) openLocked(n *Node, flags int, writable, trunc bool) (*File, error)
 		file.gen, file.lower, file.lazy = gen, lower, true
 		return file, nil
 	}
-	f, err = v.objs.Open(obj, oflags)
+	var stream *backstore.Stream
+	if writable || trunc {
+		f, err = v.objs.Open(obj, oflags)
+	} else {
+		f, stream, err = v.objs.OpenStream(obj)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +151,7 @@ func (v *FS) openLocked(n *Node, flags int, writable, trunc bool) (*File, error)
 		}
 	}
 	file := v.newFile(n, f, up, flags)
-	file.gen = gen
+	file.gen, file.stream = gen, stream
 	return file, nil
 }
 
@@ -145,11 +174,43 @@ func (f *File) Node() *Node { return f.n }
 func (f *File) Writable() bool { return f.writable }
 
 // Upper reports whether the file's descriptor is an upper object, which
-// the kernel may use directly (passthrough).
+// the kernel may use directly (passthrough): not while the object is
+// still being fetched.
 func (f *File) Upper() bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.up
+	return f.up && (f.stream == nil || f.stream.Done())
+}
+
+// Streaming reports whether the file's object is still being fetched
+// (see File): its reads may wait, and none of its data may be kept in a
+// cache beyond the file (the object's check may yet refuse it).
+func (f *File) Streaming() bool {
+	st := f.streamOf()
+	return st != nil && !st.Done()
+}
+
+// streamOf returns the fetch the file's reads wait on, nil for none.
+func (f *File) streamOf() *backstore.Stream {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.stream
+}
+
+// Wait waits until the file's bytes in [off, off+size) are there to
+// read: at once unless its object is being fetched (see File), when it
+// returns the error that stopped the fetch.
+func (f *File) Wait(off int64, size int) error {
+	if st := f.streamOf(); st != nil {
+		return st.Wait(off + int64(size))
+	}
+	return nil
+}
+
+// Ready reports whether Wait(off, size) would return at once.
+func (f *File) Ready(off int64, size int) bool {
+	st := f.streamOf()
+	return st == nil || st.Ready(off+int64(size))
 }
 
 // Fd returns the current descriptor (following a copy-up). Only
@@ -228,12 +289,15 @@ func (f *File) followLocked() error {
 		return err
 	}
 	f.f.Close()
-	f.f, f.gen, f.up = nf, gen, true
+	f.f, f.gen, f.up, f.stream = nf, gen, true, nil
 	return nil
 }
 
 // ReadAt reads from the file's current data.
 func (f *File) ReadAt(p []byte, off int64) (n int, err error) {
+	if err := f.Wait(off, len(p)); err != nil {
+		return 0, err
+	}
 	err = f.withFd(func(fd int) error {
 		n, err = unix.Pread(fd, p, off)
 		return err
@@ -388,6 +452,9 @@ func (f *File) CopyTo(offIn int64, dst *File, offOut int64, n int) (int, error) 
 	if !dst.writable {
 		return 0, unix.EBADF
 	}
+	if err := f.Wait(offIn, n); err != nil {
+		return 0, err
+	}
 	dfd := dst.Fd()
 	var done int
 	err := f.withFd(func(fd int) error {
@@ -407,8 +474,21 @@ func (f *File) CopyTo(offIn int64, dst *File, offOut int64, n int) (int, error) 
 	return done, err
 }
 
-// Lseek serves SEEK_DATA and SEEK_HOLE on the current data.
+// Lseek serves SEEK_DATA and SEEK_HOLE on the current data. An object
+// being fetched is data from end to end, as it is once fetched (its
+// missing bytes are holes only until they arrive).
 func (f *File) Lseek(off int64, whence int) (pos int64, err error) {
+	if st := f.streamOf(); st != nil && !st.Done() {
+		switch {
+		case off < 0:
+			return 0, unix.EINVAL
+		case off >= st.Size():
+			return 0, unix.ENXIO
+		case whence == unix.SEEK_HOLE:
+			return st.Size(), nil
+		}
+		return off, nil
+	}
 	err = f.withFd(func(fd int) error {
 		pos, err = unix.Seek(fd, off, whence)
 		return err
@@ -469,7 +549,7 @@ func (f *File) Pin() bool {
 	if f.pinned {
 		return true
 	}
-	if !f.up || f.lazy || f.f == nil || f.n.dataGen.Load() != f.gen {
+	if !f.up || f.lazy || f.f == nil || f.n.dataGen.Load() != f.gen || f.stream != nil && !f.stream.Done() {
 		return false
 	}
 	v.nodesMu.Lock()

@@ -193,6 +193,9 @@ func (r *Remote) Check(ctx context.Context) error {
 	return nil
 }
 
+// Name returns the remote's name (its Config's).
+func (r *Remote) Name() string { return r.cfg.Name }
+
 // describe names the remote in messages: NAME (s3://…) at ENDPOINT.
 func (r *Remote) describe() string {
 	s := r.loc.String()

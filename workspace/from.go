@@ -2,12 +2,19 @@ package workspace
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"time"
 
+	"github.com/agentfs/agentfs/backstore"
+	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/remote"
 )
 
@@ -23,6 +30,21 @@ import (
 // checked against the SHA-256, before any descriptor is handed out, and
 // the backstore keeps it. A fetch that fails fails that open (EIO), and
 // the next open tries again.
+//
+// A read-only open streams the object: it returns at once, and each
+// read waits only for the range it reads (backstore/fill.go,
+// overlay.File); the object becomes the store's only once every byte is
+// there and hashes to its name, so nothing half fetched is ever taken
+// for a complete file, across a crash too: the next mount of a kept
+// store goes on from the fetch's last checkpoint.
+//
+// A store started so records where from in STORE/from (written once
+// main holds the snapshot): {"remote": NAME, "snapshot": ID}. Every
+// Open of such a store can fetch its pending objects: the remote is
+// opened (by its name in this user's remotes) at the first fetch, so a
+// store whose files were all read mounts with the remote out of reach.
+// A kept store (--store) is started at its first mount --from, and at
+// the next mounts, with or without --from, goes on (CheckFromStore).
 
 // OpenRemoteSnapshot opens the remote and reads the snapshot document
 // that from (REMOTE/SNAPSHOT) names.
@@ -59,26 +81,187 @@ func OpenRemoteSnapshot(ctx context.Context, from string) (*remote.Remote, *remo
 // with its files' data pending (see above). w must be new: main
 // unchanged, nothing mounted yet.
 func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
-	w.objs.SetFetcher(func(ctx context.Context, key string, out io.Writer) error {
-		sum, err := remote.ParseSum(key)
-		if err != nil {
-			return err
-		}
-		return r.ReadObject(ctx, sum, out, nil)
-	})
+	w.objs.SetSource(remoteSource(r))
 	_, err := locked(w, func() (struct{}, error) {
+		start := time.Now()
+		// One object per file: made ahead on the other CPUs while the
+		// import takes them.
+		files := 0
+		for _, c := range doc.Changes {
+			if c.Type == "file" {
+				files++
+			}
+		}
+		w.objs.Prepare(files, runtime.NumCPU())
 		im := &importer{lazy: true, asRoot: os.Geteuid() == 0}
 		if err := im.write(w.view, doc); err != nil {
 			return struct{}{}, fmt.Errorf("starting from snapshot %s: %w", doc.ID, err)
 		}
+		wrote := time.Since(start)
 		if err := w.objs.MarkPending(im.pending); err != nil {
 			return struct{}{}, err
 		}
+		// A file's content hash is its object's name: a snapshot's hashes
+		// fetch nothing (the hash worker takes a recorded hash while the
+		// object keeps that size and mtime).
+		if err := w.meta.PutHashes(branch.Hashes{Objects: im.hashes}); err != nil {
+			return struct{}{}, storeError(err, "recording the content hashes of the remote snapshot's files")
+		}
+		marked := time.Since(start)
 		if _, err := im.markConflicts(w.view, doc); err != nil {
+			return struct{}{}, err
+		}
+		w.log.Info("starting from a remote snapshot: timings", "write_seconds", wrote.Seconds(), "pending_seconds", (marked - wrote).Seconds(),
+			"conflicts_seconds", (time.Since(start) - marked).Seconds())
+		if err := w.writeFrom(fromRecord{Remote: r.Name(), Snapshot: doc.ID}); err != nil {
 			return struct{}{}, err
 		}
 		w.log.Info("started from a remote snapshot", "snapshot", doc.ID, "changes", len(doc.Changes), "pending", len(im.pending))
 		return struct{}{}, nil
 	})
 	return err
+}
+
+// remoteSource is the backstore's source of pending objects' bytes:
+// the objects of r, a key being an object's SHA-256.
+func remoteSource(r *remote.Remote) backstore.Source {
+	return backstore.Source{
+		Fetch: func(ctx context.Context, key string, off int64, out io.Writer) error {
+			sum, err := remote.ParseSum(key)
+			if err != nil {
+				return err
+			}
+			return r.ReadObjectFrom(ctx, sum, off, out)
+		},
+		Check: func(key string, got []byte) error {
+			sum, err := remote.ParseSum(key)
+			if err != nil {
+				return err
+			}
+			return r.CheckObject(sum, got)
+		},
+	}
+}
+
+// fromName is the record of the remote snapshot a store started from,
+// in the store directory.
+const fromName = "from"
+
+// fromRecord is the content of STORE/from.
+type fromRecord struct {
+	Remote   string `json:"remote"`
+	Snapshot string `json:"snapshot"`
+}
+
+func (f fromRecord) String() string { return f.Remote + "/" + f.Snapshot }
+
+// readFrom reads STORE/from: ok false when the store has none.
+func readFrom(store string) (fromRecord, bool, error) {
+	var rec fromRecord
+	b, err := os.ReadFile(filepath.Join(store, fromName))
+	if errors.Is(err, os.ErrNotExist) {
+		return rec, false, nil
+	}
+	if err != nil {
+		return rec, false, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Remote == "" || rec.Snapshot == "" {
+		return rec, false, fmt.Errorf("%s is not the record of a remote snapshot (%v): the store is damaged", filepath.Join(store, fromName), err)
+	}
+	return rec, true, nil
+}
+
+// CheckFromStore says what mount --from REMOTE/SNAPSHOT (from) does
+// with the store directory store: start it (true: the store is new) or
+// go on with it (false: it was started from that snapshot); an error
+// for a store that holds anything else.
+func CheckFromStore(store, from string) (bool, error) {
+	rec, ok, err := readFrom(store)
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		if rec.String() != from {
+			return false, fmt.Errorf("the store %s was started from %s, not %s: drop --from to mount it, or give --from a new --store directory", store, rec, from)
+		}
+		return false, nil
+	}
+	if _, err := os.Stat(filepath.Join(store, "meta")); err == nil {
+		return false, fmt.Errorf("the store %s already holds a view that was not started from a remote snapshot (or whose start was cut short): --from starts a new store; give it an empty --store directory", store)
+	}
+	return true, nil
+}
+
+// writeFrom records in w's store that it started from rec.
+func (w *Workspace) writeFrom(rec fromRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(w.opts.Store, fromName)
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	f, err := os.Open(tmp)
+	if err == nil {
+		err = f.Sync()
+		_ = f.Close()
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		return fmt.Errorf("recording the remote snapshot the store started from: %w", err)
+	}
+	return nil
+}
+
+// openFromSource gives w's backstore the source of its pending objects
+// when its store started from a remote snapshot: the remote named in
+// the record, opened at the first fetch.
+func (w *Workspace) openFromSource() error {
+	rec, ok, err := readFrom(w.opts.Store)
+	if err != nil || !ok {
+		return err
+	}
+	var (
+		mu  sync.Mutex
+		src *backstore.Source
+	)
+	get := func() (*backstore.Source, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if src != nil {
+			return src, nil
+		}
+		cfg, err := remote.Find(rec.Remote)
+		if err != nil {
+			return nil, fmt.Errorf("the store started from %s: %w", rec, err)
+		}
+		r, err := remote.Open(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s := remoteSource(r)
+		src = &s
+		return src, nil
+	}
+	w.objs.SetSource(backstore.Source{
+		Fetch: func(ctx context.Context, key string, off int64, out io.Writer) error {
+			s, err := get()
+			if err != nil {
+				return err
+			}
+			return s.Fetch(ctx, key, off, out)
+		},
+		Check: func(key string, sum []byte) error {
+			s, err := get()
+			if err != nil {
+				return err
+			}
+			return s.Check(key, sum)
+		},
+	})
+	return nil
 }

@@ -302,6 +302,10 @@ type importer struct {
 	// object pending (backstore/pending.go) on the SHA-256 in pending.
 	lazy    bool
 	pending map[string]string
+	// hashes are the pending objects' content hashes (their SHA-256,
+	// size and mtime), which the hash worker takes instead of reading
+	// (fetching) them.
+	hashes map[string]branch.ObjectHash
 }
 
 // reset makes v's branch the project again.
@@ -439,6 +443,11 @@ func (im *importer) change(v *overlay.FS, c remote.Change) error {
 	if c.Type == "dir" {
 		return nil
 	}
+	if im.lazy && c.Type == "file" && !keep {
+		// A new placeholder has the mode and owner already (Create) and
+		// no xattrs: what is left are c's xattrs and its times.
+		return im.setNewAttrs(v, n, c)
+	}
 	return im.setAttrs(v, n, c)
 }
 
@@ -457,6 +466,19 @@ func (im *importer) link(v *overlay.FS, dir *overlay.Node, name string, old *ove
 		_, err := v.Link(n, dir, name)
 		return err
 	})
+}
+
+// setNewAttrs gives n, a file just made with c's mode and owner, c's
+// xattrs and times.
+func (im *importer) setNewAttrs(v *overlay.FS, n *overlay.Node, c remote.Change) error {
+	for name, val := range c.Xattrs {
+		if err := v.Setxattr(n, name, val, 0); err != nil {
+			return fmt.Errorf("setting xattr %s: %w", name, err)
+		}
+	}
+	ts := unix.NsecToTimespec(c.Mtime)
+	_, err := v.Setattr(n, overlay.SetAttr{Mtime: &ts, Atime: &ts}, nil)
+	return err
 }
 
 // file writes a regular file's contents from its fetched object: over
@@ -520,9 +542,13 @@ func (im *importer) placeholder(v *overlay.FS, dir *overlay.Node, name string, o
 		return nil, err
 	}
 	if im.pending == nil {
-		im.pending = map[string]string{}
+		im.pending, im.hashes = map[string]string{}, map[string]branch.ObjectHash{}
 	}
-	im.pending[v.ObjectID(n)] = c.Object
+	id := v.ObjectID(n)
+	im.pending[id] = c.Object
+	if sum, err := remote.ParseSum(c.Object); err == nil {
+		im.hashes[id] = branch.ObjectHash{Sum: branch.Digest(sum), Size: c.Size, Mtime: c.Mtime}
+	}
 	return n, nil
 }
 

@@ -203,6 +203,9 @@ func (w *Workspace) open() error {
 	if err != nil {
 		return fmt.Errorf("opening the %s backstore: %w", o.Backstore, err)
 	}
+	if err := w.openFromSource(); err != nil { // a store started from a remote snapshot (from.go)
+		return fmt.Errorf("the store %s: %w", o.Store, err)
+	}
 	if w.objs.Crashed() && !o.ReadOnly {
 		// The process before this one died: what it made and did not
 		// commit, and its idle objects, are referred to by nothing,

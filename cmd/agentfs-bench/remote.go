@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -29,6 +30,13 @@ import (
 // (every object is fetched, the store built); cp -a copies the source
 // files into a fresh directory of the server's disk. The figures are
 // the medians, as MB/s of the files' bytes.
+//
+// Each run also times the start of a mount from the pushed snapshot
+// (agentfs mount --from, a private store, returning once the mount is
+// ready) beside a local mount of a project holding the same files
+// (agentfs mount --lower of the source files), in the same run, the two
+// in turn in alternating order: what starting from a remote snapshot
+// costs over starting from a local tree.
 
 // remoteOp names the row, for --only.
 const remoteOp = "remote"
@@ -55,7 +63,11 @@ type remoteResult struct {
 	RepushSeconds []float64 `json:"repush_seconds,omitempty"`
 	PullSeconds []float64 `json:"pull_seconds"`
 	CopySeconds []float64 `json:"cp_seconds"`
-	Skipped     string    `json:"skipped,omitempty"`
+	// MountFromSeconds: agentfs mount --from of the pushed snapshot;
+	// MountSeconds: agentfs mount of the same files, local.
+	MountFromSeconds []float64 `json:"mount_from_seconds"`
+	MountSeconds     []float64 `json:"mount_seconds"`
+	Skipped          string    `json:"skipped,omitempty"`
 }
 
 // mbps is bytes per second in MB/s (10^6) for the median of secs.
@@ -163,14 +175,78 @@ func (b *bench) runRemote(ctx context.Context, agentfsOK bool) (res *remoteResul
 			return nil, commandError(cp.Args, err, string(o))
 		}
 		copied := time.Since(start).Seconds()
+		from, local, err := b.timeMountFrom(ctx, dir, src, name, pullEnv, i%2 == 1)
+		if err != nil {
+			return nil, err
+		}
 		if i < b.cfg.warmup {
 			continue
 		}
 		res.PushSeconds, res.PullSeconds, res.CopySeconds = append(res.PushSeconds, push), append(res.PullSeconds, pull), append(res.CopySeconds, copied)
 		res.RepushSeconds = append(res.RepushSeconds, repush)
-		b.logf("  run %d: push %.2fs, push again %.2fs, pull %.2fs, cp -a %.2fs", i-b.cfg.warmup+1, push, repush, pull, copied)
+		res.MountFromSeconds, res.MountSeconds = append(res.MountFromSeconds, from), append(res.MountSeconds, local)
+		b.logf("  run %d: push %.2fs, push again %.2fs, pull %.2fs, cp -a %.2fs, mount --from %.2fs, mount %.2fs", i-b.cfg.warmup+1, push, repush, pull, copied, from, local)
 	}
 	return res, nil
+}
+
+// timeMountFrom times agentfs mount --from of the newest snapshot the
+// remote name holds and agentfs mount of the project src (localFirst:
+// in that order), each until the mount is ready; each is unmounted
+// untimed.
+func (b *bench) timeMountFrom(ctx context.Context, dir, src, name string, env []string, localFirst bool) (from, local float64, err error) {
+	out, err := b.agentfsCmd(ctx, "", env, "remote", "ls", name, "--json")
+	if err != nil {
+		return 0, 0, err
+	}
+	var listing struct {
+		Snapshots []struct {
+			ID      string    `json:"id"`
+			Created time.Time `json:"created"`
+		} `json:"snapshots"`
+	}
+	if err := json.Unmarshal([]byte(out), &listing); err != nil || len(listing.Snapshots) == 0 {
+		return 0, 0, fmt.Errorf("%s: agentfs remote ls %s --json: %v: %s", remoteOp, name, err, out)
+	}
+	snap := listing.Snapshots[0]
+	for _, s := range listing.Snapshots {
+		if s.Created.After(snap.Created) {
+			snap = s
+		}
+	}
+	empty := filepath.Join(dir, "empty-"+name)
+	mnt := filepath.Join(dir, "mnt")
+	for _, d := range []string{empty, mnt} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return 0, 0, err
+		}
+	}
+	timeMount := func(args ...string) (float64, error) {
+		if err := b.beforeTimed(src); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		if _, err := b.agentfsCmd(ctx, "", env, append(append([]string{"mount"}, args...), mnt)...); err != nil {
+			return 0, err
+		}
+		secs := time.Since(start).Seconds()
+		_, err := b.agentfsCmd(ctx, "", env, "unmount", mnt)
+		return secs, err
+	}
+	order := []*float64{&from, &local}
+	if localFirst {
+		order = []*float64{&local, &from}
+	}
+	for _, p := range order {
+		args := []string{"--lower", src}
+		if p == &from {
+			args = []string{"--lower", empty, "--from", name + "/" + snap.ID}
+		}
+		if *p, err = timeMount(args...); err != nil {
+			return 0, 0, err
+		}
+	}
+	return from, local, nil
 }
 
 // writeRemoteFiles writes n files (1 to 16 KiB, 1,000 to a directory)
@@ -283,5 +359,22 @@ func (r *remoteResult) markdown(b *strings.Builder) {
 			vs = fmt.Sprintf("%.1f×", x)
 		}
 		fmt.Fprintf(b, "| %s | %.2f | %.1f | %.0f | %s |\n", row.name, m, r.mbps(row.secs), float64(r.Files)/m, vs)
+	}
+	if len(r.MountSeconds) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nStarting a mount (until it is ready) from the pushed snapshot of those %s files, beside a local mount of the same files; medians.\n\n", thousands(r.Files))
+	b.WriteString("| mount | seconds | time vs local mount |\n|---|---:|---:|\n")
+	local := median(r.MountSeconds)
+	for _, row := range []struct {
+		name string
+		secs []float64
+	}{{"agentfs mount --from REMOTE/SNAPSHOT", r.MountFromSeconds}, {"agentfs mount (local)", r.MountSeconds}} {
+		m := median(row.secs)
+		vs := "-"
+		if x, ok := ratio(m, local); ok {
+			vs = fmt.Sprintf("%.1f×", x)
+		}
+		fmt.Fprintf(b, "| %s | %.3f | %s |\n", row.name, m, vs)
 	}
 }

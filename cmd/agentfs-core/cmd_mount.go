@@ -8,7 +8,6 @@ import (
 
 	"github.com/agentfs/agentfs/cli"
 	"github.com/agentfs/agentfs/daemon"
-	"github.com/agentfs/agentfs/workspace"
 )
 
 // mountOptions are the flags of agentfs mount.
@@ -67,7 +66,7 @@ func (o *mountOptions) AddFlags(flags *pflag.FlagSet) {
 	flags.IntVar(&o.supervisorFd, "supervisor-fd", -1, "internal: the line to the session's supervisor")
 	mustHide(flags, "session-mount")
 	mustHide(flags, "supervisor-fd")
-	flags.StringVar(&o.from, "from", "", "start from the snapshot `REMOTE/SNAPSHOT` of a remote (agentfs remote ls REMOTE):\nits files are fetched at their first open (not with --store)")
+	flags.StringVar(&o.from, "from", "", "start from the snapshot `REMOTE/SNAPSHOT` of a remote (agentfs remote ls REMOTE):\nits files are fetched at their first open (with --store: kept, and the next\nmounts of the store go on with it)")
 	flags.StringVar(&o.traceCgroup, "trace-cgroup", "", "internal: trace the commands of the processes in the cgroup `DIR` (an agentfs run session's)")
 	mustHide(flags, "trace-cgroup")
 	flags.BoolVar(&o.system, "system-mount", false, "internal: serve an agentfs run --system session (lower /)")
@@ -143,13 +142,6 @@ func runMount(ctx context.Context, o *mountOptions, args []string) error {
 	p, err := daemon.Validate(o.request(args[0]))
 	if err != nil {
 		return err
-	}
-	if p.From != "" && !o.foreground {
-		// Bad input is told here, before a daemon starts: the remote,
-		// the credentials, the snapshot.
-		if _, _, err := workspace.OpenRemoteSnapshot(ctx, p.From); err != nil {
-			return err
-		}
 	}
 	if o.foreground {
 		opts := daemon.Options{ReadyFd: o.readyFd, Version: cli.Version}
