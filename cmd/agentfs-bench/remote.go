@@ -61,8 +61,8 @@ type remoteResult struct {
 	// (what is left is deciding so: the hashes, the listing, the
 	// documents).
 	RepushSeconds []float64 `json:"repush_seconds,omitempty"`
-	PullSeconds []float64 `json:"pull_seconds"`
-	CopySeconds []float64 `json:"cp_seconds"`
+	PullSeconds   []float64 `json:"pull_seconds"`
+	CopySeconds   []float64 `json:"cp_seconds"`
 	// MountFromSeconds: agentfs mount --from of the pushed snapshot;
 	// MountSeconds: agentfs mount of the same files, local.
 	MountFromSeconds []float64 `json:"mount_from_seconds"`
