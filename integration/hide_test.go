@@ -569,7 +569,7 @@ func TestHideSessionNonRoot(t *testing.T) {
 	harness.WriteFile(t, agent, `#!/bin/sh
 seen=0
 for p in /proc/[0-9]*; do
-  [ "$(cat $p/comm 2>/dev/null)" = agentfs ] && seen=$((seen+1))
+  case "$(cat $p/comm 2>/dev/null)" in agentfs|agentfs-core) seen=$((seen+1));; esac
   for fd in $p/fd/*; do
     for h in .env secrets/token; do cat "$fd/$h" 2>/dev/null; cat "$fd/`+strings.TrimPrefix(project, "/")+`/$h" 2>/dev/null; done
   done
