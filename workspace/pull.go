@@ -648,12 +648,36 @@ func (im *importer) remove(v *overlay.FS, dir *overlay.Node, name string, n *ove
 // project holds at its path with what the pushing machine's held
 // (Base), by content, and returns a base that can never match for each
 // path where they differ.
+//
+// A path under one the project does not hold as a directory (absent,
+// or no directory) is absent too, without a look: so a snapshot pulled
+// over a project that holds none of its directories (a new project, an
+// empty --lower) costs a look per top-level name, not one per file.
 func (im *importer) conflicts(v *overlay.FS, d *remote.SnapshotDoc) (map[string]*branch.Base, error) {
 	out := map[string]*branch.Base{}
+	noDir := map[string]struct{}{} // project paths that hold no directory
 	for _, c := range d.Changes {
-		same, err := sameAsBase(v.LowerPath(c.Path), c.Base)
-		if err != nil {
-			return nil, fmt.Errorf("pull: %s in the project: %w", c.Path, err)
+		var same bool
+		if underNoDir(noDir, c.Path) {
+			same = c.Base == nil
+		} else {
+			var dir bool
+			var err error
+			same, dir, err = sameAsBase(v.LowerPath(c.Path), c.Base)
+			switch {
+			case errors.Is(err, unix.ENOTDIR):
+				// Something above c.Path is no directory: nothing
+				// under its parent is there either.
+				if i := strings.LastIndexByte(c.Path, '/'); i > 0 {
+					noDir[c.Path[:i]] = struct{}{}
+				}
+			case errors.Is(err, unix.ENOENT):
+			case err != nil:
+				return nil, fmt.Errorf("pull: %s in the project: %w", c.Path, err)
+			}
+			if !dir {
+				noDir[c.Path] = struct{}{}
+			}
 		}
 		if same {
 			continue
@@ -676,17 +700,44 @@ func typeBits(t string) uint32 {
 		"socket": unix.S_IFSOCK, "char": unix.S_IFCHR, "block": unix.S_IFBLK}[t]
 }
 
+// projectLstat is the lstat of the conflict check's project files (a
+// test counts them).
+var projectLstat = unix.Lstat
+
+// underNoDir reports whether a parent of p (a slash-separated path
+// relative to the project) is in noDir.
+func underNoDir(noDir map[string]struct{}, p string) bool {
+	if len(noDir) == 0 {
+		return false
+	}
+	for i := strings.LastIndexByte(p, '/'); i > 0; i = strings.LastIndexByte(p[:i], '/') {
+		if _, ok := noDir[p[:i]]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // sameAsBase reports whether the project file at p (a path of this
-// machine's project) is what base describes, by content.
-func sameAsBase(p string, base *remote.Base) (bool, error) {
+// machine's project) is what base describes, by content, and whether p
+// is a directory in the project. An absent p is what a nil base
+// describes: err is then lstat's ENOENT or ENOTDIR, with same set.
+func sameAsBase(p string, base *remote.Base) (same, dir bool, err error) {
 	var st unix.Stat_t
-	err := unix.Lstat(p, &st)
+	err = projectLstat(p, &st)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-		return base == nil, nil
+		return base == nil, false, err
 	}
 	if err != nil {
-		return false, err
+		return false, true, err
 	}
+	dir = st.Mode&unix.S_IFMT == unix.S_IFDIR
+	same, err = sameStat(p, &st, base)
+	return same, dir, err
+}
+
+// sameStat is sameAsBase for a project file p whose lstat is st.
+func sameStat(p string, st *unix.Stat_t, base *remote.Base) (bool, error) {
 	if base == nil || st.Mode&unix.S_IFMT != typeBits(base.Type) {
 		return false, nil
 	}
