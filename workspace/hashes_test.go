@@ -420,7 +420,18 @@ func TestCommandsNeverWaitForAStuckWorker(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(lower, "a.txt"), []byte("lower a\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mark := filepath.Join(t.TempDir(), "hashing")
+	// Started by root, the hashing process runs as nobody: its mark
+	// goes where nobody may write (t.TempDir's parent is the test's
+	// own, mode 0700).
+	markDir, err := os.MkdirTemp("", "agentfs-hashing-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(markDir) })
+	if err := os.Chmod(markDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(markDir, "hashing")
 	// The hashing process takes the first file, says so, and never
 	// answers.
 	helper := []string{"/bin/sh", "-c", `head -c 1 <&3 >/dev/null; : > "$0"; exec sleep 3600`, mark}
