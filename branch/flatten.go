@@ -143,7 +143,7 @@ func (s *Store) flattenAll() error {
 // refresh. Requires s.bg.mu.
 func (s *Store) flatten(l *Layer, cached []*Layer) error {
 	st := l.state.Load()
-	if 1+len(st.chain) <= flattenDepth {
+	if 1+len(st.chain) <= flattenAt() {
 		return nil
 	}
 	merge, below := st.chain[:len(st.chain)-1], st.chain[len(st.chain)-1]

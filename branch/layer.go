@@ -108,7 +108,7 @@ func (s *Store) newLayer(name string, rec layerRecord) *Layer {
 	st := &layerState{id: rec.id, chain: s.chainOf(rec.id)}
 	l.state.Store(st)
 	l.epoch.Store(rec.epoch)
-	if 1+len(st.chain) > flattenDepth {
+	if 1+len(st.chain) > flattenAt() {
 		s.kickFlatten()
 	}
 	return l

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sync/atomic"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -17,8 +18,14 @@ import (
 
 // flattenDepth is the most levels a chain holds, the layer's own
 // included, before the flattener merges it (see "Depth" in the package
-// doc). A variable for tests only.
-var flattenDepth = 8
+// doc): flattenAt. A variable for tests only, atomic as a test changes
+// it while a store's flattener runs.
+var flattenDepth atomic.Int32
+
+func init() { flattenDepth.Store(8) }
+
+// flattenAt is flattenDepth's value.
+func flattenAt() int { return int(flattenDepth.Load()) }
 
 // maxChain bounds a walk up the parents (a cycle would be a corrupt
 // store; none is ever written).
@@ -345,7 +352,7 @@ func (s *Store) layerOnOps(txn *badger.Txn, id uint64, top level) ([]op, error) 
 		return nil, err
 	}
 	s.addParent(id, top)
-	if 2+len(chain) > flattenDepth {
+	if 2+len(chain) > flattenAt() {
 		s.kickFlatten()
 	}
 	return ops, nil

@@ -151,8 +151,8 @@ func TestLayerChain(t *testing.T) {
 			cm.check(t, fmt.Sprintf("level %d", i), l)
 			flattened(t, s)
 			cm.check(t, fmt.Sprintf("level %d, flattened", i), l)
-			if got := depth(l); got > flattenDepth {
-				t.Errorf("level %d reads %d levels once flattened, more than %d", i, got, flattenDepth)
+			if got := depth(l); got > flattenAt() {
+				t.Errorf("level %d reads %d levels once flattened, more than %d", i, got, flattenAt())
 			}
 			snap := snapshot(t, l, fmt.Sprint(i))
 			stack = append(stack, level{l, cm, snap, cm.clone()})
@@ -182,8 +182,8 @@ func TestLayerChain(t *testing.T) {
 			stack[i].sm.check(t, fmt.Sprintf("top reset to the snapshot of level %d", i), top)
 			flattened(t, s)
 			stack[i].sm.check(t, fmt.Sprintf("top reset to the snapshot of level %d, flattened", i), top)
-			if got := depth(top); got > flattenDepth {
-				t.Errorf("top reset to level %d reads %d levels once flattened, more than %d", i, got, flattenDepth)
+			if got := depth(top); got > flattenAt() {
+				t.Errorf("top reset to level %d reads %d levels once flattened, more than %d", i, got, flattenAt())
 			}
 			want := stack[i].sm.clone()
 			want.change(t, rng, top, 20)
@@ -249,20 +249,20 @@ func TestLayerDepthBounded(t *testing.T) {
 		cm.check(t, fmt.Sprintf("branch %d", i), l)
 		if i%7 == 6 {
 			flattened(t, s)
-			if d := depth(l); d > flattenDepth {
-				t.Errorf("branch %d reads %d levels once flattened, more than %d", i, d, flattenDepth)
+			if d := depth(l); d > flattenAt() {
+				t.Errorf("branch %d reads %d levels once flattened, more than %d", i, d, flattenAt())
 			}
 			cm.check(t, fmt.Sprintf("branch %d, flattened", i), l)
 		}
 	}
-	if deepest <= flattenDepth {
+	if deepest <= flattenAt() {
 		t.Errorf("the deepest branch read %d levels: the test never needed the flattener", deepest)
 	}
 	flattened(t, s)
 	for i, sl := range stack {
 		models[i].check(t, fmt.Sprintf("branch %d at the end", i), sl)
-		if d := depth(sl); d > flattenDepth {
-			t.Errorf("branch %d reads %d levels at the end, more than %d", i, d, flattenDepth)
+		if d := depth(sl); d > flattenAt() {
+			t.Errorf("branch %d reads %d levels at the end, more than %d", i, d, flattenAt())
 		}
 	}
 }
@@ -401,8 +401,10 @@ func TestLayerFeature(t *testing.T) {
 // prunings of masks and reopens against the copy-based model, checking every
 // branch and snapshot as it goes, and what gc names.
 func TestLayerRandomModel(t *testing.T) {
-	defer func(d int) { flattenDepth = d }(flattenDepth)
-	flattenDepth = 3 // flatten often
+	// Restored after the stores opened later are closed (t.Cleanup
+	// runs last what was registered first): their flattener reads it.
+	t.Cleanup(func(d int32) func() { return func() { flattenDepth.Store(d) } }(flattenDepth.Load()))
+	flattenDepth.Store(3) // flatten often
 	rng := seededRand(t)
 	dir := t.TempDir()
 	o := Options{Dir: dir, memTableSize: smallTxn}
