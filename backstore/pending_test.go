@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -530,7 +531,9 @@ func (g *tapSource) starts() ([]int64, int) {
 // complete); the next open goes on from there, not from the start; a
 // reader that closes while another opens at once leaves one fill at a
 // time; a caller that needs the whole object keeps the fill going after
-// the last reader closed; the object ends whole and right.
+// the last reader closed; the object ends whole and right. A file
+// opened again within stopAfter of its last close finds its fill still
+// going.
 func TestPendingFillStopsWithItsReaders(t *testing.T) {
 	oldCk, oldStop := checkpointEvery, stopAfter
 	checkpointEvery, stopAfter = 256<<10, 0
@@ -555,6 +558,18 @@ func TestPendingFillStopsWithItsReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := st.current()
+	// Closed and opened again within stopAfter: the same fill goes on.
+	stopAfter = time.Hour
+	_ = f.Close()
+	st.Close()
+	f, st, err = s.OpenStream(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.current() != first {
+		t.Fatal("a file opened again right after its last close got another fill")
+	}
+	stopAfter = 0
 	_ = f.Close()
 	st.Close()
 	st.Close() // idempotent
@@ -643,4 +658,47 @@ func (s *Store) wantsWhole(id string) bool {
 	s.pendMu.Lock()
 	defer s.pendMu.Unlock()
 	return s.wants[id] > 0
+}
+
+// TestPendingRemovedWhileItsFillStops: an object removed while its
+// fill stops (the source slow to see it) is not made pending again by
+// the stopped fill's checkpoint: after a reopen it is not pending.
+func TestPendingRemovedWhileItsFillStops(t *testing.T) {
+	old := stopAfter
+	stopAfter = 0
+	t.Cleanup(func() { stopAfter = old })
+	dir := t.TempDir()
+	s := openStore(t, Options{Dir: dir})
+	data := randomBytes(1 << 20)
+	id := pendingObject(t, s, "k", len(data))
+	cont := make(chan struct{})
+	s.SetSource(Source{Fetch: func(_ context.Context, _ string, off int64, w io.Writer) error {
+		if _, err := w.Write(data[:100_000]); err != nil {
+			return err
+		}
+		<-cont // a source that does not heed its context
+		_, err := w.Write(data[100_000:200_000])
+		return err
+	}, Check: checkAgainst(data)})
+	f, st, err := s.OpenStream(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Wait(100_000); err != nil {
+		t.Fatal(err)
+	}
+	fl := st.current()
+	_ = f.Close()
+	st.Close()
+	if err := s.Remove(id); err != nil {
+		t.Fatal(err)
+	}
+	close(cont)
+	<-fl.done
+	closeStore(t, s)
+	s = openStore(t, Options{Dir: dir})
+	if s.Pending(id) || s.PendingCount() != 0 {
+		b, _ := os.ReadFile(filepath.Join(dir, pendingName))
+		t.Errorf("a removed object is pending after a reopen; the journal:\n%s", b)
+	}
 }
