@@ -41,7 +41,7 @@ import (
 // A fill runs for its users: the Streams of OpenStream until their
 // Close, and the callers of Open, OpenRead, Clone and Fetched until it
 // ends. Once no Stream is open and no caller waits for the whole
-// object, the fill stops (a second later, so that a file opened again
+// object, the fill stops (stopAfter, 100 ms, later: a file opened again
 // at once finds it still running; fill.go): its fetch's context is
 // cancelled and its writer takes no byte more, what arrived is
 // checkpointed, and the object stays pending, its missing bytes still
