@@ -258,6 +258,17 @@ func (b *bench) runWorkload(ctx context.Context, w *workload, filesystems []stri
 			r.Error = err.Error()
 		}
 	}
+	if w.fill != "" {
+		var paths []string
+		for _, filesystem := range filesystems {
+			if v := shared[filesystem]; v != nil && res.Results[filesystem].Error == "" {
+				paths = append(paths, filepath.Join(v.root, w.fill))
+			}
+		}
+		if err := fillTogether(ctx, paths, fillChunk, b.ioBuffer()); err != nil {
+			return nil, fmt.Errorf("%s: filling the page cache: %w", w.name, err)
+		}
+	}
 	for i := 0; i < b.cfg.warmup+b.cfg.runs; i++ {
 		for _, filesystem := range rotate(filesystems, i) {
 			r := res.Results[filesystem]
@@ -289,6 +300,88 @@ func (b *bench) runWorkload(ctx context.Context, w *workload, filesystems []stri
 		}
 	}
 	return res, nil
+}
+
+// fillChunk is how much of each view's file fillTogether reads at a
+// time.
+const fillChunk = 8 << 20
+
+// fillTogether reads the files at paths (one file, as each view shows
+// it) into the page cache together: chunk bytes of each in turn, the
+// order rotated by one each round, until each is read whole.
+//
+// Where a file's pages land in memory decides how fast a cache-warm
+// read of it is, and the first mount to fill its cache gets the worst
+// memory: the page cache of a FUSE file is made of single 4 KiB pages
+// (an ext4 file's of folios up to 2 MiB), taken from the free memory
+// smallest pieces first, and a machine that has run for a while has a
+// GiB or more of free memory in pieces of 4 to 32 KiB scattered
+// everywhere (/proc/buddyinfo); the first 1 GiB file filled takes them,
+// the next gets whole blocks in order. Read one after the other (the
+// first table's warm-up, in column order), agentfs's copy of the 1 GiB
+// file came out scattered (29% of its pages not next to the one before,
+// by /proc/self/pagemap) and agentfs-baseline's nearly in order (5%),
+// and reading the same build's copy took 40% more CPU in the mount
+// filled first: an A/B of one build against itself showed it 1.1-2.3x
+// slower as --agentfs than as --baseline, and every build slower as
+// --agentfs. Filled in turns, the views share the scattered pieces.
+func fillTogether(ctx context.Context, paths []string, chunk int64, buf []byte) error {
+	files := make([]*os.File, len(paths))
+	defer func() {
+		for _, f := range files {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	var size int64
+	for i, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		files[i] = f
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		size = max(size, st.Size())
+	}
+	for _, step := range fillOrder(len(files), size, chunk) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		f := files[step.file]
+		for off := step.off; off < step.off+chunk; {
+			n, err := f.ReadAt(buf[:min(int64(len(buf)), step.off+chunk-off)], off)
+			off += int64(n)
+			if err == io.EOF {
+				break
+			} else if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// A fillStep is one chunk fillTogether reads: of files[file], at off.
+type fillStep struct {
+	file int
+	off  int64
+}
+
+// fillOrder is the order in which fillTogether reads n files of at most
+// size bytes: in rounds, one chunk of each file a round, the files'
+// order rotated by one each round.
+func fillOrder(n int, size, chunk int64) []fillStep {
+	var steps []fillStep
+	for round := int64(0); round*chunk < size; round++ {
+		for i := range n {
+			steps = append(steps, fillStep{file: (i + int(round%int64(n))) % n, off: round * chunk})
+		}
+	}
+	return steps
 }
 
 // measure runs w once on filesystem, in v or (for a workload that changes the

@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"image/png"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -401,5 +404,42 @@ func TestHashCost(t *testing.T) {
 	}
 	if r := sampleReport(); r.HashCost != nil || strings.Contains(r.markdown(), "Hash worker") {
 		t.Errorf("a run without agentfs-nohash has a hash cost: %+v", r.HashCost)
+	}
+}
+
+// TestFillTogether checks that the views' copies of a file are read
+// into the page cache a chunk of each in turn, rotated each round
+// (fillTogether: the first copy filled whole gets the worst memory),
+// and that read-warm's are.
+func TestFillTogether(t *testing.T) {
+	got := fillOrder(3, 20, 8)
+	want := []fillStep{{0, 0}, {1, 0}, {2, 0}, {1, 8}, {2, 8}, {0, 8}, {2, 16}, {0, 16}, {1, 16}}
+	if !slices.Equal(got, want) {
+		t.Errorf("fillOrder(3, 20, 8) = %v, want %v", got, want)
+	}
+	if got := fillOrder(2, 0, 8); len(got) != 0 {
+		t.Errorf("fillOrder(2, 0, 8) = %v, want nothing", got)
+	}
+
+	dir := t.TempDir()
+	var paths []string
+	for i, size := range []int{5, 20, 17, 0} {
+		p := filepath.Join(dir, strconv.Itoa(i))
+		if err := os.WriteFile(p, bytes.Repeat([]byte{'x'}, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	if err := fillTogether(context.Background(), paths, 8, make([]byte, 3)); err != nil {
+		t.Errorf("fillTogether: %v", err)
+	}
+	if err := fillTogether(context.Background(), append(paths, filepath.Join(dir, "missing")), 8, make([]byte, 3)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("fillTogether with a missing file: %v, want ENOENT", err)
+	}
+
+	for _, w := range workloads {
+		if w.name == "read-warm" && w.fill != bigFile {
+			t.Errorf("read-warm fills %q together, want %q", w.fill, bigFile)
+		}
 	}
 }

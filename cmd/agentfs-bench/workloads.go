@@ -28,6 +28,11 @@ type workload struct {
 	prepare   func(ctx context.Context, r *runEnv) error
 	// warm reads what run reads, after a fresh view's page cache drop.
 	warm func(r *runEnv) error
+	// fill names a file (relative to the tree) whose pages the shared
+	// views read into the page cache together before the warm-up, a
+	// chunk of each in turn (fillTogether): no view's copy is cached
+	// from worse memory than another's.
+	fill string
 	// run does the timed work and returns a short description of what
 	// it saw ("11478 files"), compared across filesystems.
 	run    func(ctx context.Context, r *runEnv) (string, error)
@@ -124,6 +129,7 @@ var workloads = []*workload{
 	{
 		name:  "read-warm",
 		title: func(b *bench) string { return "read " + humanBytes(b.cfg.bigSize) + " (cache-warm)" },
+		fill:  bigFile,
 		run:   readBigFile,
 	},
 	{
