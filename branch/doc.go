@@ -334,7 +334,11 @@
 // when the commit is done (a Commit that raced with it is retried on
 // the new id). The old id is frozen: nothing writes it again; the
 // snapshots that name it still read it, and the layers that have it as
-// parent.
+// parent. Layer.ResetToKeeping also takes, in the same commit, a
+// snapshot of the old id as it was (a restore's safety snapshot: the
+// record and frozen/<old id> with no successor, so that Lineage does
+// not count it as taken since the restore): a crash leaves the branch
+// either reset with its safety snapshot or as it was without one.
 //
 // What a restore changes. Layer.Difference names the paths that may
 // differ between the layer as it is and a snapshot, with the snapshot's

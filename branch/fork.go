@@ -55,6 +55,32 @@ func (s *Store) CreateLayer(name string, from Snapshot) (*Layer, error) {
 // read it. snap may be of another branch. Callers reload what they
 // cached of the layer afterwards.
 func (l *Layer) ResetTo(snap Snapshot) error {
+	_, err := l.reset(snap, nil)
+	return err
+}
+
+// ResetToKeeping is ResetTo with a snapshot of the layer as it was
+// taken in the same commit (labelled label, of kind kind: a restore's
+// safety snapshot, which undoes it), and returned: the snapshot exists
+// if and only if the reset happened, whatever a crash interrupts. The
+// old layer id is frozen, as Snapshot freezes it, but its branch goes
+// on in none of the layer ids that read it: Store.Lineage of the
+// snapshot's layer is not the branch's. One small commit, written when
+// it returns but not synced: Store.Sync makes it survive a power loss.
+func (l *Layer) ResetToKeeping(snap Snapshot, label, kind string) (Snapshot, error) {
+	if err := l.checkSnapshot(label, kind); err != nil {
+		return Snapshot{}, err
+	}
+	return l.reset(snap, &safetyArgs{label, kind})
+}
+
+// safetyArgs are the label and kind of the snapshot ResetToKeeping takes.
+type safetyArgs struct{ label, kind string }
+
+// reset is ResetTo, and with safety ResetToKeeping, which returns the
+// snapshot it took.
+func (l *Layer) reset(snap Snapshot, safety *safetyArgs) (Snapshot, error) {
+	var kept Snapshot
 	err := l.s.fromSnapshot(&snap, func(txn *badger.Txn) ([]op, func(), error) {
 		rec, err := l.recordLocked(txn)
 		if err != nil {
@@ -64,21 +90,33 @@ func (l *Layer) ResetTo(snap Snapshot) error {
 		if err != nil {
 			return nil, nil, err
 		}
+		var ops []op
+		if safety != nil {
+			if kept, ops, err = l.snapshotOps(txn, rec, safety.label, safety.kind, 0); err != nil {
+				return nil, nil, err
+			}
+		}
 		rec.id, rec.epoch = id, max(rec.epoch, snap.Epoch)+1
-		ops, err := l.s.layerOnOps(txn, id, level{id: snap.Layer, ts: snap.Ts})
+		lops, err := l.s.layerOnOps(txn, id, level{id: snap.Layer, ts: snap.Ts})
 		if err != nil {
 			return nil, nil, err
 		}
-		ops = append(ops, seqOp, op{key: layerKey(l.name), val: rec.encode()})
+		ops = append(append(ops, lops...), seqOp, op{key: layerKey(l.name), val: rec.encode()})
 		return ops, func() {
 			l.state.Store(&layerState{id: id, chain: l.s.chainOf(id)})
 			l.epoch.Store(rec.epoch)
+			if safety != nil {
+				l.s.freeze(kept.Layer, kept.Ts, 0)
+			}
 		}, nil
 	})
-	if err != nil {
-		return fmt.Errorf("branch %q: resetting to snapshot %s: %w", l.name, snap.ID, err)
+	switch {
+	case err != nil && safety != nil:
+		return Snapshot{}, fmt.Errorf("branch %q: resetting to snapshot %s after a snapshot of the branch: %w", l.name, snap.ID, err)
+	case err != nil:
+		return Snapshot{}, fmt.Errorf("branch %q: resetting to snapshot %s: %w", l.name, snap.ID, err)
 	}
-	return nil
+	return kept, nil
 }
 
 // fromSnapshot runs fn as transact does, after checking that snap

@@ -87,11 +87,8 @@ func decodeSnapshot(id string, b []byte) (Snapshot, error) {
 // snapshot shares. If only the sync fails, the snapshot exists and is
 // returned with the error.
 func (l *Layer) Snapshot(label, kind string) (Snapshot, error) {
-	if !slices.Contains(snapshotKinds, kind) {
-		return Snapshot{}, fmt.Errorf("branch %q: snapshot kind %q: want one of %s", l.name, kind, strings.Join(snapshotKinds, ", "))
-	}
-	if len(label) > maxLabelLen {
-		return Snapshot{}, fmt.Errorf("branch %q: snapshot label of %d bytes (at most %d)", l.name, len(label), maxLabelLen)
+	if err := l.checkSnapshot(label, kind); err != nil {
+		return Snapshot{}, err
 	}
 	var snap Snapshot
 	err := l.s.transact(func(txn *badger.Txn) ([]op, func(), error) {
@@ -99,17 +96,6 @@ func (l *Layer) Snapshot(label, kind string) (Snapshot, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		id, err := newSnapshotID(txn)
-		if err != nil {
-			return nil, nil, err
-		}
-		cur := level{id: l.id(), ts: l.s.readTs}
-		snap = Snapshot{ID: id, Branch: l.name, Layer: cur.id, Ts: cur.ts, Label: label, Kind: kind, Created: time.Now().Round(0), Epoch: rec.epoch} // Round(0): no monotonic reading, as decoded
-		// Held until the commit is done: snap.Ts is the read timestamp,
-		// so nothing has been discarded above it. A failed commit leaves
-		// it held (the commit may be on disk anyway) until the store
-		// reopens.
-		l.s.holdSnapshot(id, cur, true)
 		// The branch goes on in a new layer id over the snapshot's, which
 		// is frozen: nothing writes it again, so compaction may drop
 		// every version no read point sees (see "Keeping versions").
@@ -117,18 +103,19 @@ func (l *Layer) Snapshot(label, kind string) (Snapshot, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		rec.id = next
-		rec.epoch++
-		ops, err := l.s.layerOnOps(txn, next, cur)
+		var ops []op
+		snap, ops, err = l.snapshotOps(txn, rec, label, kind, next)
 		if err != nil {
 			return nil, nil, err
 		}
-		ops = append(ops, seqOp, op{key: snapKey(id), val: snap.encode()}, op{key: layerKey(l.name), val: rec.encode()}, op{key: frozenKey(cur.id), val: encodeFrozen(cur.ts, next)})
-		if _, err := txn.Get(featureKey(featureSnapshots)); errors.Is(err, badger.ErrKeyNotFound) {
-			ops = append(ops, op{key: featureKey(featureSnapshots), val: []byte{}})
-		} else if err != nil {
+		cur := level{id: snap.Layer, ts: snap.Ts}
+		rec.id = next
+		rec.epoch++
+		lops, err := l.s.layerOnOps(txn, next, cur)
+		if err != nil {
 			return nil, nil, err
 		}
+		ops = append(append(ops, lops...), seqOp, op{key: layerKey(l.name), val: rec.encode()})
 		return ops, func() {
 			l.state.Store(&layerState{id: next, chain: l.s.chainOf(next)})
 			l.epoch.Store(rec.epoch)
@@ -142,6 +129,45 @@ func (l *Layer) Snapshot(label, kind string) (Snapshot, error) {
 		return snap, fmt.Errorf("branch %q: snapshot %s taken but not made durable: %w", l.name, snap.ID, err)
 	}
 	return snap, nil
+}
+
+// checkSnapshot refuses a snapshot kind or label that Snapshot does
+// not record.
+func (l *Layer) checkSnapshot(label, kind string) error {
+	if !slices.Contains(snapshotKinds, kind) {
+		return fmt.Errorf("branch %q: snapshot kind %q: want one of %s", l.name, kind, strings.Join(snapshotKinds, ", "))
+	}
+	if len(label) > maxLabelLen {
+		return fmt.Errorf("branch %q: snapshot label of %d bytes (at most %d)", l.name, len(label), maxLabelLen)
+	}
+	return nil
+}
+
+// snapshotOps makes what a commit writes to take a snapshot of the
+// layer as it is (rec: its record, read in txn): the snapshot record,
+// the frozen key of the layer id it reads, whose branch goes on in succ
+// (0: in no layer id that reads it, after a ResetToKeeping), and
+// feature/snapshots the first time. The snapshot is held until the
+// commit is done and the layer id frozen (Store.freeze). Requires
+// s.commitMu (txn from transact).
+func (l *Layer) snapshotOps(txn *badger.Txn, rec layerRecord, label, kind string, succ uint64) (Snapshot, []op, error) {
+	id, err := newSnapshotID(txn)
+	if err != nil {
+		return Snapshot{}, nil, err
+	}
+	cur := level{id: l.id(), ts: l.s.readTs}
+	snap := Snapshot{ID: id, Branch: l.name, Layer: cur.id, Ts: cur.ts, Label: label, Kind: kind, Created: time.Now().Round(0), Epoch: rec.epoch} // Round(0): no monotonic reading, as decoded
+	ops := []op{{key: snapKey(id), val: snap.encode()}, {key: frozenKey(cur.id), val: encodeFrozen(cur.ts, succ)}}
+	if _, err := txn.Get(featureKey(featureSnapshots)); errors.Is(err, badger.ErrKeyNotFound) {
+		ops = append(ops, op{key: featureKey(featureSnapshots), val: []byte{}})
+	} else if err != nil {
+		return Snapshot{}, nil, err
+	}
+	// Held until the commit is done: snap.Ts is the read timestamp, so
+	// nothing has been discarded above it. A failed commit leaves it
+	// held (the commit may be on disk anyway) until the store reopens.
+	l.s.holdSnapshot(id, cur, true)
+	return snap, ops, nil
 }
 
 // snapIDRand draws snapshot ids (tests replace it).

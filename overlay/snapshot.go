@@ -26,21 +26,46 @@ func (v *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-
-	type swap struct {
-		n     *Node
-		paths []string
-		live  *branch.Entry
+	w, err := v.cloneWritingLocked()
+	if err != nil {
+		return branch.Snapshot{}, err
 	}
-	var swaps []swap
+	snap, snapErr := v.layer.Snapshot(label, kind)
+	if err := v.giveBackLocked(w); err != nil {
+		return snap, fmt.Errorf("snapshot %s taken, but the files open for writing could not be given back to the branch: %w", snap.ID, err)
+	}
+	return snap, snapErr
+}
+
+// writingFiles is what cloneWritingLocked did before a snapshot: the
+// files open for writing whose objects it swapped for clones, and those
+// without a name.
+type writingFiles struct {
+	swaps    []swap
+	nameless []*Node
+}
+
+// swap is a file open for writing whose paths name a clone of its
+// object until giveBackLocked puts live back.
+type swap struct {
+	n     *Node
+	paths []string
+	live  *branch.Entry
+}
+
+// cloneWritingLocked gets the files open for writing ready for a
+// snapshot (see Snapshot): the layer names clones of their objects, in
+// one commit, until giveBackLocked. v.mu is held exclusively.
+func (v *FS) cloneWritingLocked() (writingFiles, error) {
+	var w writingFiles
 	v.nodesMu.Lock()
-	var writing, nameless []*Node
+	var open []*Node
 	for n := range v.writing {
 		if v.byObject[n.object] == n && n.entry != nil && n.entry.Type == branch.TypeFile {
 			if !n.unlinked {
-				writing = append(writing, n)
+				open = append(open, n)
 			} else if v.links[n.object] == 0 {
-				nameless = append(nameless, n)
+				w.nameless = append(w.nameless, n)
 			}
 		}
 	}
@@ -48,10 +73,10 @@ func (v *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 
 	// The snapshot's entries name clones of the objects being written...
 	before := v.newTx()
-	for _, n := range writing {
+	for _, n := range open {
 		id, err := v.objs.Clone(n.object)
 		if err != nil {
-			return branch.Snapshot{}, before.fail(fmt.Errorf("snapshot: cloning a file open for writing: %w", err))
+			return writingFiles{}, before.fail(fmt.Errorf("snapshot: cloning a file open for writing: %w", err))
 		}
 		before.made(id)
 		ce := *n.entry
@@ -60,17 +85,21 @@ func (v *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 		for _, p := range paths {
 			before.put(p, &ce)
 		}
-		swaps = append(swaps, swap{n, paths, n.entry})
+		w.swaps = append(w.swaps, swap{n, paths, n.entry})
 	}
 	if err := before.commit(); err != nil {
-		return branch.Snapshot{}, err
+		return writingFiles{}, err
 	}
-	snap, snapErr := v.layer.Snapshot(label, kind)
+	return w, nil
+}
 
-	// ...and the branch goes on with the objects being written, which
-	// no snapshot shares (a new epoch).
+// giveBackLocked gives the branch back the objects being written that
+// cloneWritingLocked swapped for clones, once the snapshot is taken (or
+// was not), in the layer's epoch: no snapshot shares them. v.mu is held
+// exclusively.
+func (v *FS) giveBackLocked(w writingFiles) error {
 	after := v.newTx()
-	for _, s := range swaps {
+	for _, s := range w.swaps {
 		le := *s.live
 		le.Epoch = v.layer.Epoch()
 		for _, p := range s.paths {
@@ -78,15 +107,12 @@ func (v *FS) Snapshot(label, kind string) (branch.Snapshot, error) {
 		}
 		after.promote(s.n, &le)
 	}
-	for _, n := range nameless {
+	for _, n := range w.nameless {
 		le := *n.entry
 		le.Epoch = v.layer.Epoch()
 		after.promote(n, &le)
 	}
-	if err := after.commit(); err != nil {
-		return snap, fmt.Errorf("snapshot %s taken, but the files open for writing could not be given back to the branch: %w", snap.ID, err)
-	}
-	return snap, snapErr
+	return after.commit()
 }
 
 // Restore makes the branch's entries those of snap (the caller takes a

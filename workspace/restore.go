@@ -11,9 +11,10 @@ import (
 )
 
 // Restore makes the caller's branch the state of a snapshot, for every
-// process at once: first a safety snapshot of the current state (which
-// undoes the restore), then the branch's entries are reset to the
-// snapshot's and the kernel's caches of the old state dropped.
+// process at once: a safety snapshot of the current state (which
+// undoes the restore) is taken and the branch's entries are reset to
+// the snapshot's in one commit (overlay.FS.RestoreKeeping), and the
+// kernel's caches of the old state dropped while the store syncs.
 // Processes that hold open files the restore changes keep those
 // files, as if they had been deleted and replaced; the kernel's caches
 // of what did not change stay (overlay.FS.Restore). With a.DryRun it
@@ -134,23 +135,29 @@ func (w *Workspace) rewindStopped(c ctl.Caller, ref, cur string, rw Rewind) (ctl
 	return reply, err
 }
 
-// restoreLocked restores snap into view: a safety snapshot taken, the
-// entries reset, the kernel's caches dropped. opMu is held.
+// restoreLocked restores snap into view: a safety snapshot taken and
+// the entries reset in one commit, the kernel's caches dropped while
+// the store syncs. It returns once the outcome is on disk. opMu is
+// held.
 func (w *Workspace) restoreLocked(view *overlay.FS, snap branch.Snapshot) (branch.Snapshot, []overlay.Stale, error) {
 	cur := view.Layer().Name()
-	safety, err := view.Snapshot(fmt.Sprintf("before restoring %s", snap.ID), branch.KindSafety)
-	if err != nil {
-		w.dropSnapshotLocked(safety.ID, "restore of "+snap.ID)
-		return branch.Snapshot{}, nil, storeError(err, fmt.Sprintf("restoring snapshot %s: taking the safety snapshot of branch %q (nothing was restored)", snap.ID, cur))
+	r, err := view.RestoreKeeping(snap, fmt.Sprintf("before restoring %s", snap.ID))
+	if r.Safety.ID == "" {
+		return branch.Snapshot{}, nil, storeError(err, fmt.Sprintf("restoring snapshot %s into branch %q (nothing was restored)", snap.ID, cur))
 	}
-	w.hashes.Kick()
-	stale, err := view.Restore(snap)
+	safety := r.Safety
+	// The hash worker computes the safety snapshot's root once the
+	// restore is done, not beside it.
+	defer w.hashes.Kick()
 	if err != nil {
 		w.log.Error("restore failed", "snapshot", snap.ID, "safety", safety.ID, "err", err)
 		return branch.Snapshot{}, nil, storeError(err, fmt.Sprintf("restoring snapshot %s into branch %q (the state before is in snapshot %s: agentfs restore %s)", snap.ID, cur, safety.ID, safety.ID))
 	}
-	w.invalidate(stale) // before a relaunched command looks
-	return safety, stale, nil
+	w.invalidate(r.Stale) // before a relaunched command looks
+	if err := r.Synced(); err != nil {
+		return branch.Snapshot{}, nil, storeError(err, fmt.Sprintf("restored snapshot %s into branch %q, but the store could not be synced: the restore, and its safety snapshot %s, may not survive a power loss", snap.ID, cur, safety.ID))
+	}
+	return safety, r.Stale, nil
 }
 
 // restoreLater is a self-rewind (see Restore), asked by process c of

@@ -1,0 +1,213 @@
+package overlay
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/branch"
+)
+
+// TestRestoreKeeping: one call resets the branch to the snapshot and
+// takes the safety snapshot of the state before, in one commit: a file
+// open for writing goes into the safety snapshot as it was at the call,
+// its node is cut loose, and what the descriptor writes afterwards
+// reaches neither the branch nor the safety snapshot.
+func TestRestoreKeeping(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/lower": "lower", "gone": "x", "w": "lower"})
+	e.write("d/lower", "v1")
+	e.write("w", "snap")
+	snap, err := e.view.Snapshot("target", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.write("d/lower", "v2")
+	if err := e.view.Unlink(e.view.Root(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	_, nf, _, err := e.view.Create(e.view.Root(), "new", unix.O_RDWR, 0o644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, nf)
+	wn := e.must("w")
+	wf, err := e.view.Open(wn, unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(t, wf)
+	writeAt(t, wf, []byte("mine"), 0)
+
+	r, err := e.view.RestoreKeeping(snap, "before restoring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Synced(); err != nil {
+		t.Errorf("Synced: %v", err)
+	}
+	if r.Safety.Kind != branch.KindSafety || r.Safety.Label != "before restoring" {
+		t.Errorf("safety snapshot %+v, want kind safety, labelled", r.Safety)
+	}
+	e.checkIndexFresh("after RestoreKeeping")
+	eq(t, "restored d/lower", e.read("d/lower"), "v1")
+	eq(t, "restored gone", e.read("gone"), "x")
+	eq(t, "restored w", e.read("w"), "snap")
+	if _, err := e.walk("new"); err != unix.ENOENT {
+		t.Errorf("restored branch still has new: %v", err)
+	}
+	cut := false
+	for _, s := range r.Stale {
+		cut = cut || s.Node == wn && !s.Kept
+	}
+	if !cut {
+		t.Error("the node of the file open for writing is not among the nodes cut loose")
+	}
+
+	writeAt(t, wf, []byte("late"), 0)
+	sv := e.snapView(r.Safety)
+	eq(t, "safety d/lower", sv.read("d/lower"), "v2")
+	eq(t, "safety w", sv.read("w"), "mine")
+	if _, err := sv.walk("gone"); err != unix.ENOENT {
+		t.Errorf("safety snapshot shows gone: %v", err)
+	}
+	if _, err := sv.walk("new"); err != nil {
+		t.Errorf("safety snapshot lacks new: %v", err)
+	}
+	eq(t, "w in the branch after a late write", e.read("w"), "snap")
+	// The branch goes on from the restored state.
+	e.write("d/lower", "v3")
+	eq(t, "target after writing the restored branch", e.snapView(snap).read("d/lower"), "v1")
+	eq(t, "safety after writing the restored branch", e.snapView(r.Safety).read("d/lower"), "v2")
+}
+
+// TestRestoreKeepingRefused: a restore whose commit cannot be made (its
+// snapshot was deleted) takes no safety snapshot and changes nothing:
+// the branch goes on with the object a file open for writing writes to,
+// not with the clone made for the safety snapshot.
+func TestRestoreKeepingRefused(t *testing.T) {
+	e := newEnv(t, map[string]string{"w": "lower", "x": "lower"})
+	snap, err := e.view.Snapshot("target", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.meta.DeleteSnapshot(snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.write("x", "new")
+	wf, err := e.view.Open(e.must("w"), unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(t, wf)
+	writeAt(t, wf, []byte("mine!"), 0)
+
+	r, err := e.view.RestoreKeeping(snap, "before restoring")
+	if err == nil {
+		t.Fatal("RestoreKeeping of a deleted snapshot succeeded")
+	}
+	if r.Safety.ID != "" {
+		t.Errorf("a refused restore returned the safety snapshot %s", r.Safety.ID)
+	}
+	snaps, err := e.meta.Snapshots()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snaps) != 0 {
+		t.Errorf("a refused restore left snapshots %v", snaps)
+	}
+	e.checkIndexFresh("after a refused RestoreKeeping")
+	eq(t, "x after a refused restore", e.read("x"), "new")
+	writeAt(t, wf, []byte("more!"), 0)
+	eq(t, "w written after a refused restore", e.read("w"), "more!")
+}
+
+// TestRestoreKeepingRandom makes random changes to a tree, takes
+// snapshots now and then and restores random ones with RestoreKeeping:
+// after each, the index is the layer's, the files are the snapshot's,
+// and the safety snapshot holds the files as they were before.
+func TestRestoreKeepingRandom(t *testing.T) {
+	files := map[string]string{}
+	for i := range 40 {
+		files[fmt.Sprintf("l%d/f%03d", i%2, i)] = fmt.Sprintf("lower %d", i)
+	}
+	e := newEnv(t, files)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	root := e.view.Root()
+	contents := func(e *env) map[string]string {
+		m := map[string]string{}
+		for _, dir := range []string{"l0", "l1", "new"} {
+			if _, err := e.walk(dir); err == unix.ENOENT {
+				continue
+			}
+			for _, name := range e.names(dir) {
+				m[dir+"/"+name] = e.read(dir + "/" + name)
+			}
+		}
+		return m
+	}
+	type taken struct {
+		snap branch.Snapshot
+		want map[string]string
+	}
+	var snaps []taken
+	for step := range 40 {
+		for range 1 + rng.IntN(20) {
+			switch rng.IntN(4) {
+			case 0, 1:
+				if p := fmt.Sprintf("l%d/f%03d", step%2, rng.IntN(20)*2+step%2); e.walkable(p) {
+					e.write(p, fmt.Sprintf("step %d", step))
+				}
+			case 2:
+				nd, err := e.walk("new")
+				if err != nil {
+					if nd, _, err = e.view.Mkdir(root, "new", 0o755, Caller{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, f, _, err := e.view.Create(nd, fmt.Sprintf("n%d", rng.IntN(30)), unix.O_RDWR, 0o644, Caller{})
+				if err != nil && err != unix.EEXIST {
+					t.Fatal(err)
+				}
+				if err == nil {
+					release(t, f)
+				}
+			case 3:
+				i := rng.IntN(40)
+				if err := e.view.Unlink(e.must(fmt.Sprintf("l%d", i%2)), fmt.Sprintf("f%03d", i)); err != nil && err != unix.ENOENT {
+					t.Fatal(err)
+				}
+			}
+		}
+		if len(snaps) == 0 || rng.IntN(3) == 0 {
+			snap, err := e.view.Snapshot("", branch.KindManual)
+			if err != nil {
+				t.Fatal(err)
+			}
+			snaps = append(snaps, taken{snap, contents(e)})
+			continue
+		}
+		before := contents(e)
+		s := snaps[rng.IntN(len(snaps))]
+		r, err := e.view.RestoreKeeping(s.snap, "safety")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Synced(); err != nil {
+			t.Fatal(err)
+		}
+		e.checkIndexFresh(fmt.Sprintf("step %d, restore of %s", step, s.snap.ID))
+		if got := contents(e); !maps.Equal(got, s.want) {
+			t.Fatalf("step %d: after the restore of %s the files are\n%v\nwant\n%v", step, s.snap.ID, got, s.want)
+		}
+		if got := contents(e.snapView(r.Safety)); !maps.Equal(got, before) {
+			t.Fatalf("step %d: the safety snapshot holds\n%v\nwant the files before\n%v", step, got, before)
+		}
+		snaps = append(snaps, taken{r.Safety, before})
+	}
+}
