@@ -80,10 +80,16 @@ type Store struct {
 	pending    map[string]string      // id → the key of its bytes
 	resume     map[string]resumePoint // id → where its next fill starts
 	fills      map[string]*fill       // the fills under way
-	closing    bool                   // Close began: no new fill
-	fillCtx    context.Context        // cancelled at Close
-	fillCancel context.CancelFunc
-	fillWG     sync.WaitGroup // the fills' goroutines
+	// deferred are the objects to be made at their first use
+	// (deferred.go); anyDeferred: the store has held one since Open.
+	deferred    map[string]*deferredObj
+	anyDeferred atomic.Bool
+	dev         uint64          // of the main part: a deferred object's st_dev
+	blksize     int64           // and st_blksize
+	closing     bool            // Close began: no new fill
+	fillCtx     context.Context // cancelled at Close
+	fillCancel  context.CancelFunc
+	fillWG      sync.WaitGroup // the fills' goroutines
 }
 
 // Open opens the backstore in o.Dir, creating what it needs. An
@@ -121,6 +127,12 @@ func Open(o Options) (*Store, error) {
 		var crashed bool
 		crashed, err = s.main.markOpen()
 		s.crashed.Store(crashed)
+	}
+	if err == nil {
+		var st unix.Stat_t
+		if err = unix.Fstat(s.main.rootfd, &st); err == nil {
+			s.dev, s.blksize = st.Dev, st.Blksize
+		}
 	}
 	if err == nil {
 		err = s.loadPending()

@@ -182,6 +182,29 @@ func (v *FS) create(dir *Node, name string, flags int, mode uint32, c Caller) (*
 	return nil, nil, st, err
 }
 
+// Adopt makes name in dir a new regular file whose object is id, a
+// regular file object the caller made for it with its owner, mode,
+// size and times (a deferred one: backstore.Store.Defer). The view
+// owns id from the call on: when the name cannot be made, id is
+// removed. Unlike Create, the owner is the object's, whatever dir's
+// setgid bit says.
+func (v *FS) Adopt(dir *Node, name string, id string) (*Node, unix.Stat_t, error) {
+	defer v.enterChange(dir, name, nil, "")()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n, st, err := v.newInodeLocked(dir, name, Caller{}, branch.TypeFile, func(int, int) (string, error) {
+		return id, nil
+	})
+	if err != nil {
+		// Removed already when newInodeLocked failed after mk; a
+		// missing object is no error.
+		if rerr := v.objs.Remove(id); rerr != nil {
+			v.log.Warn("removing object", "object", id, "err", rerr)
+		}
+	}
+	return n, st, err
+}
+
 // Link makes a new name for n in dir. The file's data is copied up
 // first: a hard link always joins two upper names.
 func (v *FS) Link(n, dir *Node, name string) (unix.Stat_t, error) {

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/overlay"
@@ -302,6 +303,10 @@ type importer struct {
 	// object pending (backstore/pending.go) on the SHA-256 in pending.
 	lazy    bool
 	pending map[string]string
+	// deferred are the objects given out ahead for the new files of a
+	// lazy import (path → id): made at their first use
+	// (backstore/deferred.go). Those no change took are dropped.
+	deferred map[string]string
 	// hashes are the pending objects' content hashes (their SHA-256,
 	// size and mtime), which the hash worker takes instead of reading
 	// (fetching) them.
@@ -427,6 +432,10 @@ func (im *importer) change(v *overlay.FS, c remote.Change) error {
 		}
 		n, _, err = v.Mkdir(dir, name, c.Mode&07777, caller)
 	case "file":
+		if id, ok := im.deferred[c.Path]; ok && !keep {
+			delete(im.deferred, c.Path)
+			return im.adopt(v, dir, name, id, c)
+		}
 		n, err = im.file(v, dir, name, old, keep, c, caller)
 	case "symlink":
 		n, _, err = v.Symlink(dir, name, c.Target, caller)
@@ -468,13 +477,56 @@ func (im *importer) link(v *overlay.FS, dir *overlay.Node, name string, old *ove
 	})
 }
 
-// setNewAttrs gives n, a file just made with c's mode and owner, c's
-// xattrs and times.
-func (im *importer) setNewAttrs(v *overlay.FS, n *overlay.Node, c remote.Change) error {
+// adopt makes name in dir the new file of c, whose object id was given
+// out ahead with c's attributes (deferOf), and gives it c's xattrs
+// (which make the object: an object is deferred only until something
+// needs its inode).
+func (im *importer) adopt(v *overlay.FS, dir *overlay.Node, name, id string, c remote.Change) error {
+	n, _, err := v.Adopt(dir, name, id)
+	if err != nil {
+		return err
+	}
+	defer v.Forget(n, 1)
+	if sum, err := remote.ParseSum(c.Object); err == nil {
+		if im.hashes == nil {
+			im.hashes = map[string]branch.ObjectHash{}
+		}
+		im.hashes[id] = branch.ObjectHash{Sum: branch.Digest(sum), Size: c.Size, Mtime: c.Mtime}
+	}
+	return im.setNewXattrs(v, n, c)
+}
+
+// deferOf returns the object to give out ahead for c, a change of a
+// lazy import, if c makes a regular file of its own (not a hard link).
+func (im *importer) deferOf(c remote.Change) (backstore.Deferred, bool) {
+	if c.Kind == "deleted" || c.Type != "file" || c.Link != "" {
+		return backstore.Deferred{}, false
+	}
+	if _, err := remote.ParseSum(c.Object); err != nil {
+		return backstore.Deferred{}, false // file says so
+	}
+	d := backstore.Deferred{Key: c.Object, Size: c.Size, Mode: c.Mode & 07777, Atime: c.Mtime, Mtime: c.Mtime}
+	if im.asRoot {
+		d.Uid, d.Gid = c.Uid, c.Gid
+	}
+	return d, true
+}
+
+// setNewXattrs gives n, a file just made, c's xattrs.
+func (im *importer) setNewXattrs(v *overlay.FS, n *overlay.Node, c remote.Change) error {
 	for name, val := range c.Xattrs {
 		if err := v.Setxattr(n, name, val, 0); err != nil {
 			return fmt.Errorf("setting xattr %s: %w", name, err)
 		}
+	}
+	return nil
+}
+
+// setNewAttrs gives n, a file just made with c's mode and owner, c's
+// xattrs and times.
+func (im *importer) setNewAttrs(v *overlay.FS, n *overlay.Node, c remote.Change) error {
+	if err := im.setNewXattrs(v, n, c); err != nil {
+		return err
 	}
 	ts := unix.NsecToTimespec(c.Mtime)
 	_, err := v.Setattr(n, overlay.SetAttr{Mtime: &ts, Atime: &ts}, nil)
