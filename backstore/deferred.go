@@ -335,6 +335,8 @@ func (s *Store) deferredIDs() map[string]struct{} {
 // Drop removes the objects ids as Remove does, with one journal write
 // for all of them.
 func (s *Store) Drop(ids []string) error {
+	s.jmu.Lock() // as forgetPending (pending.go)
+	defer s.jmu.Unlock()
 	var b strings.Builder
 	for _, id := range ids {
 		if err := s.removeName(id); err != nil {

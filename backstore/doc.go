@@ -87,7 +87,9 @@
 // and Clone hand out a descriptor only once the object is complete and
 // checked; OpenStream hands one out at once, with a Stream that says
 // which leading bytes are there (a reader waits for its range; the last
-// byte waits for the check). A journal (Dir/pending) keeps the object
+// byte waits for the check). A fill whose Streams are all closed, and
+// that no caller needs whole, stops (checkpointed, the object still
+// pending) until the next use. A journal (Dir/pending) keeps the object
 // pending across a crash or a reopen until it is complete, with
 // checkpoints a fill resumes from. See pending.go and fill.go.
 //
@@ -108,8 +110,9 @@
 // neither. pendMu guards the pending objects (deferred ones included)
 // and the fills under way,
 // taken alone and never across a syscall or a fetch; a fill's own mu
-// (its progress) is taken alone too. Close stops the fills and waits
-// for them.
+// (its progress) is taken alone too. jmu (the order of one object's
+// journal lines) is taken before pendMu, and held across the journal's
+// write. Close stops the fills and waits for them.
 // Everything else is fixed between Open and Close, or is the kernel's
 // business.
 package backstore

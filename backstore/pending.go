@@ -39,7 +39,23 @@ import (
 // error. A check that fails refuses the bytes: the error names the key,
 // and the object stays pending, to be fetched again from the start.
 //
-// A fill that stops (the network, the store closed, a crash) resumes
+// A fill runs for its users: the Streams of OpenStream until their
+// Close, and the callers of Open, OpenRead, Clone and Fetched until it
+// ends. Once no Stream is open and no caller waits for the whole
+// object, the fill stops (stopAfter, 100 ms, later: a file opened again
+// at once finds it still running; fill.go): its fetch's context is
+// cancelled and its writer takes no byte more, what arrived is
+// checkpointed, and the object stays pending, its missing bytes still
+// holes that nothing takes for data (a read waits for them, a
+// passthrough open is refused, Open waits for the whole object). A
+// fill started for a caller that needs the whole object (a copy-up, a
+// push, an apply, an export, a clone) is never stopped so. A use that
+// comes while a fill is stopping starts the next fill at once, which
+// waits for the stopping one to end and goes on from its checkpoint:
+// one object never has two fills writing it, and no user waits on a
+// fill that nothing will end.
+//
+// A fill that stops (its readers gone, the network, the store closed, a crash) resumes
 // where it stopped: every CheckpointEvery bytes, and when it stops, the
 // bytes written are fdatasync'ed and the line "ID KEY OFFSET ATIME
 // MTIME" journaled (the object's own times, which the fill's writes
@@ -61,8 +77,15 @@ import (
 // Open reads the journal, so pending objects stay pending across a
 // reopen; using one with no source set fails with ErrPending.
 //
-// Locking: pendMu guards pending, resume and fills; it is never held
-// across a system call or a fetch. A fill's own mu guards its progress.
+// A line of a fill (a checkpoint, a refusal) is journaled only while
+// its object is pending, under jmu, which forgetPending holds too: an
+// object removed while its fill stops is not made pending again by the
+// fill's last checkpoint.
+//
+// Locking: pendMu guards pending, resume, fills, the users of each
+// object (readers, wants) and a fill's stopping state; it is never
+// held across a system call or a fetch. jmu is taken before pendMu and
+// held across the journal's write. A fill's own mu guards its progress.
 // A store that never held a pending object takes no lock for them:
 // anyPending says whether to look.
 
@@ -159,6 +182,22 @@ func (s *Store) journal(lines string) error {
 	return nil
 }
 
+// journalPending appends line, a line of object id's fill, unless id
+// is no longer pending (ok false): an object removed while its fill
+// ran (or stopped) must not be made pending again by a line journaled
+// after its removal's. jmu orders the two.
+func (s *Store) journalPending(id, line string) (ok bool, err error) {
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
+	s.pendMu.Lock()
+	_, ok = s.pending[id]
+	s.pendMu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	return true, s.journal(line)
+}
+
 // loadPending reads the journal (at Open).
 func (s *Store) loadPending() error {
 	f, err := os.Open(filepath.Join(s.opts.Dir, pendingName))
@@ -224,6 +263,8 @@ func (s *Store) loadPending() error {
 
 // forgetPending drops object id from the pending ones (it is removed).
 func (s *Store) forgetPending(id string) {
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
 	if s.forgetLocal(id) {
 		// At worst the journal keeps it: a later fill of a missing
 		// object fails, and nothing names it; a deferred one is

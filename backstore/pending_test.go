@@ -9,10 +9,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -459,5 +461,244 @@ func TestPendingResumes(t *testing.T) {
 	}
 	if starts := g4.starts(); !slices.Equal(starts, []int64{200_000, 0}) {
 		t.Errorf("over damaged local bytes the fetches started at %v, want [200000 0]", starts)
+	}
+}
+
+// tapSource serves data in chunks, each let through by a token sent on
+// tokens, or all of them once open is closed. It counts the bytes its
+// writer took, records the offset each fetch started at, and the most
+// fetches it served at once.
+type tapSource struct {
+	data   []byte
+	chunk  int
+	tokens chan struct{}
+	open   chan struct{}
+
+	served atomic.Int64
+	mu     sync.Mutex
+	froms  []int64
+	active int
+	most   int
+}
+
+func newTap(data []byte, chunk int) *tapSource {
+	return &tapSource{data: data, chunk: chunk, tokens: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *tapSource) source() Source {
+	return Source{
+		Fetch: func(ctx context.Context, _ string, off int64, w io.Writer) error {
+			g.mu.Lock()
+			g.froms = append(g.froms, off)
+			g.active++
+			g.most = max(g.most, g.active)
+			g.mu.Unlock()
+			defer func() {
+				g.mu.Lock()
+				g.active--
+				g.mu.Unlock()
+			}()
+			for off < int64(len(g.data)) {
+				select {
+				case <-g.tokens:
+				case <-g.open:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				end := min(off+int64(g.chunk), int64(len(g.data)))
+				n, err := w.Write(g.data[off:end])
+				g.served.Add(int64(n))
+				if err != nil {
+					return err
+				}
+				off = end
+			}
+			return nil
+		},
+		Check: checkAgainst(g.data),
+	}
+}
+
+func (g *tapSource) starts() ([]int64, int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]int64(nil), g.froms...), g.most
+}
+
+// TestPendingFillStopsWithItsReaders: a fill whose readers all closed
+// stops within a chunk of the source's (the fetch ends, what arrived is
+// checkpointed, the object stays pending and shows none of it as
+// complete); the next open goes on from there, not from the start; a
+// reader that closes while another opens at once leaves one fill at a
+// time; a caller that needs the whole object keeps the fill going after
+// the last reader closed; the object ends whole and right. A file
+// opened again within stopAfter of its last close finds its fill still
+// going.
+func TestPendingFillStopsWithItsReaders(t *testing.T) {
+	oldCk, oldStop := checkpointEvery, stopAfter
+	checkpointEvery, stopAfter = 256<<10, 0
+	t.Cleanup(func() { checkpointEvery, stopAfter = oldCk, oldStop })
+	dir := t.TempDir()
+	s := openStore(t, Options{Dir: dir})
+	const chunk = 64 << 10
+	data := randomBytes(4 << 20)
+	id := pendingObject(t, s, "k", len(data))
+	g := newTap(data, chunk)
+	s.SetSource(g.source())
+
+	// A reader reads the first 1 MiB and closes.
+	f, st, err := s.OpenStream(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range (1 << 20) / chunk {
+		g.tokens <- struct{}{}
+	}
+	if err := st.Wait(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	first := st.current()
+	// Closed and opened again within stopAfter: the same fill goes on.
+	stopAfter = time.Hour
+	_ = f.Close()
+	st.Close()
+	f, st, err = s.OpenStream(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.current() != first {
+		t.Fatal("a file opened again right after its last close got another fill")
+	}
+	stopAfter = 0
+	_ = f.Close()
+	st.Close()
+	st.Close() // idempotent
+	at := g.served.Load()
+	// The fetch must end without the source giving more: offer it chunks
+	// until it ends, and count what its writer takes meanwhile.
+	offered := 0
+	for stopped := false; !stopped; {
+		select {
+		case g.tokens <- struct{}{}:
+			if offered++; offered == 32 {
+				t.Error("the fetch went on after its last reader closed")
+				close(g.open)
+				<-first.done
+				stopped = true
+			}
+		case <-first.done:
+			stopped = true
+		}
+	}
+	if after := g.served.Load() - at; after > chunk {
+		t.Errorf("%d bytes fetched after the last reader closed, want at most %d", after, chunk)
+	}
+	if !s.Pending(id) {
+		t.Fatal("not pending after its fill stopped")
+	}
+	stoppedAt := g.served.Load()
+	if b, _ := os.ReadFile(filepath.Join(dir, pendingName)); !bytes.Contains(b, fmt.Appendf(nil, "%s k %d ", id, stoppedAt)) {
+		t.Errorf("the journal has no checkpoint at %d, where the fill stopped:\n%s", stoppedAt, b)
+	}
+
+	// Opened again: the fill goes on from where it stopped. Its reader
+	// closes while a second reader opens: the second gets a fill that
+	// waits for the stopping one, and goes on from where it stopped.
+	f, st, err = s.OpenStream(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.tokens <- struct{}{}
+	if err := st.Wait(stoppedAt + chunk); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	st.Close()
+	f2, st2, err := s.OpenStream(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f2.Close() }()
+	g.tokens <- struct{}{}
+	if err := st2.Wait(stoppedAt + 2*chunk); err != nil {
+		t.Fatal(err)
+	}
+	// A caller that needs the whole object (a copy-up, a push) joins;
+	// the last reader closes: the fill goes on for it.
+	whole := make(chan error, 1)
+	go func() { whole <- s.Fetched(id) }()
+	for !s.wantsWhole(id) {
+		runtime.Gosched()
+	}
+	st2.Close()
+	close(g.open)
+	if err := <-whole; err != nil {
+		t.Fatalf("the fill a caller needed whole, after the last reader closed: %v", err)
+	}
+	if s.Pending(id) {
+		t.Error("pending after the fill a caller needed whole")
+	}
+	if got := readObject(t, s, func() (io.ReadCloser, error) { return s.OpenRead(id) }); !bytes.Equal(got, data) {
+		t.Error("the object filled in three fills holds other bytes")
+	}
+	starts, most := g.starts()
+	if len(starts) != 3 || starts[0] != 0 || starts[1] != stoppedAt || starts[2] != stoppedAt+chunk {
+		t.Errorf("the fetches started at %v, want [0 %d %d]", starts, stoppedAt, stoppedAt+chunk)
+	}
+	if most != 1 {
+		t.Errorf("%d fetches of one object at once, want 1", most)
+	}
+	if n := g.served.Load(); n > int64(len(data))+chunk {
+		t.Errorf("%d bytes fetched for an object of %d, want at most a chunk more", n, len(data))
+	}
+}
+
+// wantsWhole reports whether a caller waits for the whole object id.
+func (s *Store) wantsWhole(id string) bool {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	return s.wants[id] > 0
+}
+
+// TestPendingRemovedWhileItsFillStops: an object removed while its
+// fill stops (the source slow to see it) is not made pending again by
+// the stopped fill's checkpoint: after a reopen it is not pending.
+func TestPendingRemovedWhileItsFillStops(t *testing.T) {
+	old := stopAfter
+	stopAfter = 0
+	t.Cleanup(func() { stopAfter = old })
+	dir := t.TempDir()
+	s := openStore(t, Options{Dir: dir})
+	data := randomBytes(1 << 20)
+	id := pendingObject(t, s, "k", len(data))
+	cont := make(chan struct{})
+	s.SetSource(Source{Fetch: func(_ context.Context, _ string, off int64, w io.Writer) error {
+		if _, err := w.Write(data[:100_000]); err != nil {
+			return err
+		}
+		<-cont // a source that does not heed its context
+		_, err := w.Write(data[100_000:200_000])
+		return err
+	}, Check: checkAgainst(data)})
+	f, st, err := s.OpenStream(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Wait(100_000); err != nil {
+		t.Fatal(err)
+	}
+	fl := st.current()
+	_ = f.Close()
+	st.Close()
+	if err := s.Remove(id); err != nil {
+		t.Fatal(err)
+	}
+	close(cont)
+	<-fl.done
+	closeStore(t, s)
+	s = openStore(t, Options{Dir: dir})
+	if s.Pending(id) || s.PendingCount() != 0 {
+		b, _ := os.ReadFile(filepath.Join(dir, pendingName))
+		t.Errorf("a removed object is pending after a reopen; the journal:\n%s", b)
 	}
 }

@@ -80,6 +80,8 @@ type Store struct {
 	pending    map[string]string      // id → the key of its bytes
 	resume     map[string]resumePoint // id → where its next fill starts
 	fills      map[string]*fill       // the fills under way
+	readers    map[string]int         // id → its open Streams (fill.go)
+	wants      map[string]int         // id → its callers waiting for it whole
 	// deferred are the objects to be made at their first use
 	// (deferred.go); anyDeferred: the store has held one since Open.
 	deferred    map[string]*deferredObj
@@ -88,8 +90,12 @@ type Store struct {
 	blksize     int64           // and st_blksize
 	closing     bool            // Close began: no new fill
 	fillCtx     context.Context // cancelled at Close
-	fillCancel  context.CancelFunc
+	fillCancel  context.CancelCauseFunc
 	fillWG      sync.WaitGroup // the fills' goroutines
+	// jmu orders the journal lines of one object's fill and removal
+	// (pending.go): taken before pendMu, held across the journal's
+	// write.
+	jmu sync.Mutex
 }
 
 // Open opens the backstore in o.Dir, creating what it needs. An
@@ -115,7 +121,7 @@ func Open(o Options) (*Store, error) {
 		return nil, fmt.Errorf("backstore %s: %w", o.Dir, err)
 	}
 	s := &Store{opts: o, root: os.Geteuid() == 0, spilled: map[string]struct{}{}, pool: newPool()}
-	s.fillCtx, s.fillCancel = context.WithCancel(context.Background())
+	s.fillCtx, s.fillCancel = context.WithCancelCause(context.Background())
 	var err error
 	if o.Kind == "hostfs" {
 		s.info = Info{Kind: "hostfs", Mode: "dir", Root: filepath.Join(o.Dir, "objects")}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -133,7 +134,7 @@ func Mount(o Options) (*Server, error) {
 	if s.watch, err = startLowerWatch(s); err != nil {
 		s.log.Warn("lower directory edits made from outside will show late", "err", err)
 	}
-	srv, err := fuse.NewServer(s, o.Mountpoint, mo)
+	srv, err := s.newServer(o.Mountpoint, mo)
 	if err != nil {
 		s.watch.close()
 		return nil, err
@@ -148,6 +149,38 @@ func Mount(o Options) (*Server, error) {
 	s.setReadahead(o.Mountpoint, mo.MaxReadAhead)
 	s.watch.add(o.View.Root().ID, o.View.Root())
 	return s, nil
+}
+
+// newServer mounts and returns go-fuse's server. go-fuse's direct mount
+// (as root) opens /dev/fuse without O_CLOEXEC, so a process the daemon
+// started meanwhile (the hashing process, as nobody, starts in the
+// background) would inherit the connection: it could read the kernel's
+// requests and answer them, and would keep the mount alive after the
+// daemon dies. The direct mount is therefore made with fork held off
+// (syscall.ForkLock, as Go does for its own descriptors) until the
+// descriptor is marked close-on-exec; it is strict there, since the
+// fallback to fusermount forks. If it fails, the usual mount runs
+// (fusermount's descriptor go-fuse marks itself).
+func (s *Server) newServer(mnt string, mo *fuse.MountOptions) (*fuse.Server, error) {
+	if mo.DirectMount {
+		strict := *mo
+		strict.DirectMountStrict = true
+		syscall.ForkLock.RLock()
+		srv, err := fuse.NewServer(s, mnt, &strict)
+		if err == nil {
+			if cerr := closeOnExec(srv); cerr != nil {
+				// Only a go-fuse whose layout changed gets here
+				// (TestFuseDescriptorCloseOnExec fails then).
+				s.log.Error("the /dev/fuse descriptor stays open across exec: processes the daemon starts inherit it", "err", cerr)
+			}
+		}
+		syscall.ForkLock.RUnlock()
+		if err == nil {
+			return srv, nil
+		}
+		s.log.Debug("direct mount failed; mounting through fusermount", "err", err)
+	}
+	return fuse.NewServer(s, mnt, mo)
 }
 
 // startQueues starts the io_uring queues; tests replace it to make

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -173,6 +174,24 @@ func TestPassthroughActiveAsRoot(t *testing.T) {
 	var st unix.Stat_t
 	if err := unix.Stat(p, &st); err != nil || st.Size != int64(len(data)) {
 		t.Fatalf("size = %d (err %v), want %d", st.Size, err, len(data))
+	}
+}
+
+// TestFuseDescriptorCloseOnExec: a process started after the mount
+// (the daemon starts the hashing process, as nobody) must not inherit
+// the /dev/fuse connection, with which it could read and answer the
+// kernel's requests. go-fuse opens it without O_CLOEXEC.
+func TestFuseDescriptorCloseOnExec(t *testing.T) {
+	m := mountForTest(t, t.TempDir(), true)
+	writeFile(t, filepath.Join(m.mnt, "f"), "x")
+	out, err := exec.Command("sh", "-c", `for f in /proc/$$/fd/*; do echo "$f $(readlink "$f")"; done`).CombinedOutput()
+	if err != nil {
+		t.Fatalf("listing a child's descriptors: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasSuffix(line, " /dev/fuse") {
+			t.Errorf("a process started after the mount inherited the FUSE connection: %s", line)
+		}
 	}
 }
 

@@ -391,24 +391,55 @@ func pollHack(r *fuseuring.Request, op uint32) (fuse.Status, int) {
 	return fuse.ERANGE, 0
 }
 
-// fuseDevFd returns a duplicate of the /dev/fuse descriptor go-fuse
+// fuseConn returns the connection of the /dev/fuse descriptor go-fuse
 // serves srv on. go-fuse does not export it; it is read from the
 // server's fuseFD.conn (a syscall.RawConn, so the descriptor stays in
 // the runtime's poller and go-fuse's reads are left as they are). Any
-// change of that layout in a go-fuse upgrade makes this fail, and
-// agentfs stays on /dev/fuse.
-func fuseDevFd(srv *fuse.Server) (int, error) {
+// change of that layout in a go-fuse upgrade makes this fail.
+func fuseConn(srv *fuse.Server) (syscall.RawConn, error) {
 	v := reflect.ValueOf(srv).Elem().FieldByName("fuseFD")
 	if !v.IsValid() || v.Kind() != reflect.Pointer || v.IsNil() {
-		return -1, fmt.Errorf("go-fuse Server has no fuseFD")
+		return nil, fmt.Errorf("go-fuse Server has no fuseFD")
 	}
 	c := v.Elem().FieldByName("conn")
 	if !c.IsValid() || c.Type() != reflect.TypeOf((*syscall.RawConn)(nil)).Elem() || !c.CanAddr() {
-		return -1, fmt.Errorf("go-fuse fuseFD has no conn")
+		return nil, fmt.Errorf("go-fuse fuseFD has no conn")
 	}
 	conn := *(*syscall.RawConn)(unsafe.Pointer(c.UnsafeAddr()))
 	if conn == nil {
-		return -1, fmt.Errorf("go-fuse fuseFD.conn is nil")
+		return nil, fmt.Errorf("go-fuse fuseFD.conn is nil")
+	}
+	return conn, nil
+}
+
+// closeOnExec marks srv's /dev/fuse descriptor close-on-exec. go-fuse
+// opens /dev/fuse with syscall.Open and no O_CLOEXEC (and a descriptor
+// fusermount passes arrives without it too), so every process the
+// daemon starts after the mount (the hashing process, which runs as
+// nobody on files an agent wrote) would inherit the connection: a
+// process holding it could read the kernel's requests and answer them,
+// and keeps the mount alive after the daemon dies.
+func closeOnExec(srv *fuse.Server) error {
+	conn, err := fuseConn(srv)
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := conn.Control(func(f uintptr) {
+		_, serr = unix.FcntlInt(f, unix.F_SETFD, unix.FD_CLOEXEC)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// fuseDevFd returns a duplicate of the /dev/fuse descriptor go-fuse
+// serves srv on (fuseConn); if it cannot be had, agentfs stays on
+// /dev/fuse.
+func fuseDevFd(srv *fuse.Server) (int, error) {
+	conn, err := fuseConn(srv)
+	if err != nil {
+		return -1, err
 	}
 	fd := -1
 	var derr error

@@ -78,8 +78,9 @@ func bigRemoteFile(t *testing.T, srv *s3test.Server, a *machine, size int) (stri
 // TestMountFromRemoteStreams: the first read of a large file never
 // fetched returns its first bytes while the rest of the object is still
 // held back by the gate; a second open meanwhile reads them too (one
-// fetch); the first reader closes early, the fetch goes on once the gate
-// opens, and the file then reads whole and right, fetched once.
+// fetch); the second reader closes early, the fetch goes on for the
+// first once the gate opens, and the file then reads whole and right,
+// fetched once.
 func TestMountFromRemoteStreams(t *testing.T) {
 	harness.RequireFUSE(t)
 	const size = 48 << 20
@@ -115,18 +116,88 @@ func TestMountFromRemoteStreams(t *testing.T) {
 	if _, err := io.ReadFull(second, head); err != nil || !bytes.Equal(head, want[:len(head)]) {
 		t.Errorf("a second open's first 64 KiB: %v, or other bytes", err)
 	}
-	_ = second.Close()
-	_ = first.Close() // a reader that closes early: the fetch goes on
+	_ = second.Close() // a reader that closes early: the fetch goes on for the first
 	gate.Open()
 	if got := harness.ReadFile(t, filepath.Join(mnt, "big.bin")); got != string(want) {
 		t.Errorf("big.bin read whole after the gate opened: %d bytes, not the object's %d", len(got), len(want))
 	}
+	_ = first.Close()
 	if n := srv.Requests(t, "GetObject", "acme/objects/"); n != 1 {
 		t.Errorf("the object was fetched %d times, want once for all the opens", n)
 	}
 	if got := harness.ReadFile(t, filepath.Join(mnt, "small.txt")); got != "small\n" {
 		t.Errorf("small.txt = %q", got)
 	}
+}
+
+// TestMountFromRemoteStopsUnread: a large file never fetched, opened,
+// its first 64 KiB read, and closed: its fetch stops (the gate holding
+// the answer short of the first 16 MiB checkpoint, the journal gets the
+// checkpoint of a fetch that stopped where it was), fsck finds the store
+// clean with the object still pending, and once the gate is open nothing
+// more is fetched until the file is read again: then the fetch goes on
+// from where it stopped, with one ranged GET, and the file reads whole
+// and right.
+func TestMountFromRemoteStopsUnread(t *testing.T) {
+	harness.RequireFUSE(t)
+	const size = 64 << 20
+	srv, gate, b, snap, project, want := gatedMachines(t, size)
+	store := filepath.Join(t.TempDir(), "store")
+	mnt := harness.NewMountpoint(t)
+	b.mountAt(gate, mnt, "--lower", copyProject(t, project), "--from", "team/"+snap, "--store", store)
+	gate.Hold(4 << 20)
+	f, err := os.Open(filepath.Join(mnt, "big.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 64<<10)
+	if _, err := io.ReadFull(f, head); err != nil || !bytes.Equal(head, want[:len(head)]) {
+		t.Fatalf("the first 64 KiB: %v, or other bytes", err)
+	}
+	_ = f.Close()
+	if !harness.WaitFor(func() bool { return checkpointed(store) }) {
+		t.Fatal("no checkpoint journaled after the last close: the fetch did not stop (the gate holds it short of its first checkpoint at 16 MiB)")
+	}
+	off := checkpointAt(t, store)
+	if off < int64(len(head)) || off > 4<<20 {
+		t.Errorf("the stopped fetch journaled a checkpoint at %d, want between the %d bytes read and the %d the gate let through", off, len(head), 4<<20)
+	}
+	if r := b.agentfs(mnt, "fsck"); r.Code != 0 || !strings.Contains(r.Stdout, "no problems found") {
+		t.Errorf("fsck with a fetch stopped half way: %s", r)
+	}
+	before := gate.Passed()
+	gate.Open()
+	if got := harness.ReadFile(t, filepath.Join(mnt, "big.bin")); got != string(want) {
+		t.Errorf("big.bin read whole after its fetch stopped: %d bytes, not the object's %d", len(got), len(want))
+	}
+	// What the server sent after the stop: the rest of the object from
+	// the checkpoint on, and no more than the answer the gate held for
+	// the stopped fetch (a buffer of 32 KiB) and headers.
+	if again := gate.Passed() - before; again < size-off || again > size-off+(1<<20) {
+		t.Errorf("%d bytes came through the gate for the rest of the file, want the %d after the checkpoint (and little more)", again, size-off)
+	}
+	if n := srv.Requests(t, "GetObject", "acme/objects/"); n != 2 {
+		t.Errorf("the object was asked for %d times, want twice (the stopped fetch, and the one that went on from it)", n)
+	}
+}
+
+// checkpointAt returns the offset of the last checkpoint journaled in
+// store's journal of pending objects.
+func checkpointAt(t *testing.T, store string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(store, "pending"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := int64(-1)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 5 {
+			if off, err = strconv.ParseInt(f[2], 10, 64); err != nil {
+				t.Fatalf("the journal's line %q: %v", line, err)
+			}
+		}
+	}
+	return off
 }
 
 // checkpointed reports whether the journal of pending objects in store

@@ -28,7 +28,9 @@ import (
 // it reads has arrived (Wait; the last byte waits for the whole
 // object's check). Such a file is served by the daemon, never passed
 // through (Upper is false until the object is complete): the kernel
-// would read the object's missing bytes as zeros.
+// would read the object's missing bytes as zeros. Release closes the
+// Stream: a fetch that no open file reads any more, and that nothing
+// needs whole, stops, and goes on at the next open.
 type File struct {
 	n        *Node
 	writable bool
@@ -289,6 +291,9 @@ func (f *File) followLocked() error {
 		return err
 	}
 	f.f.Close()
+	if f.stream != nil {
+		f.stream.Close()
+	}
 	f.f, f.gen, f.up, f.stream = nf, gen, true, nil
 	return nil
 }
@@ -578,6 +583,11 @@ func (f *File) Release() error {
 		err = f.f.Close()
 	}
 	f.f, f.lazy = nil, false
+	if f.stream != nil {
+		// The fetch goes on only while some file reads it (or a caller
+		// needs the whole object): backstore.Stream.Close.
+		f.stream.Close()
+	}
 	f.dmu.Lock()
 	if f.direct != nil {
 		f.direct.Close()
