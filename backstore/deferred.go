@@ -23,8 +23,9 @@ import (
 // What needs an inode makes it: Loc (the overlay's fd-relative calls:
 // chmod, chown, utimens, xattrs), Open, OpenRead, OpenStream, Fetched,
 // Clone, CopyAttrs, ReplaceAttrs, Dedupe, SyncData. What does not,
-// answers from the record: Lstat (a sparse file of the size, no blocks;
-// its ctime is the time of Defer, or of the Open that read the journal),
+// answers from the record, with no system call: Lstat (a sparse file of
+// the size, no blocks; its ctime is the time of Defer, or of the Open
+// that read the journal),
 // Deferred (so that a caller can answer an xattr read with none: a
 // deferred object has no xattrs), Objects (which lists deferred ids
 // too), Remove and Recycle (which drop the record).
@@ -33,10 +34,12 @@ import (
 // shard, given its owner, size, mode and times, and only then linked
 // under its id (linkat, which fails when the name exists). So after a
 // crash an object's name is absent or whole: a deferred id whose name
-// exists was made (Lstat and the making look at the name first), and
-// nothing half made is ever seen. Making journals nothing: the record
-// stays in the journal until the object is filled or removed ("ID -"),
-// and the name, once there, wins over it. Two makings of one object at
+// exists was made, and nothing half made is ever seen. Making journals
+// nothing: the record stays in the journal until the object is filled
+// or removed ("ID -"), and the name, once there, wins over it: Open
+// drops the records of the ids that have names (one listing of the
+// shards), and a making drops its record once the name is there, so
+// that a record in memory stands for an object with no name. Two makings of one object at
 // once make two inodes, and the second link fails EEXIST: the first
 // stands. Where O_TMPFILE is not supported the inode is made under the
 // name ID.new in the shard (not an object id: Objects skips it) and

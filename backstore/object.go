@@ -285,21 +285,18 @@ func (s *Store) Open(id string, flags int) (*os.File, error) {
 // bare errno of fstatat (ENOENT for a missing object); a string that
 // is not an object id gives an error wrapping ErrBadID.
 func (s *Store) Lstat(id string) (unix.Stat_t, error) {
+	// A record stands for an object with no name (Open drops those
+	// of the objects a crash left made, and a making drops its own once
+	// named): no fstatat.
+	if d, ok := s.record(id); ok {
+		return s.deferredStat(&d), nil
+	}
 	var st unix.Stat_t
 	l, err := s.locNoMakeErr(id)
 	if err != nil {
 		return st, err
 	}
 	err = unix.Fstatat(l.Dirfd, l.Name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	if err == unix.ENOENT && s.anyDeferred.Load() {
-		if d, ok := s.record(id); ok {
-			return s.deferredStat(&d), nil
-		}
-		// Made meanwhile (its name is there before its record goes,
-		// perhaps in the spill part), or removed.
-		l = s.locNoMake(id)
-		err = unix.Fstatat(l.Dirfd, l.Name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	}
 	return st, err
 }
 

@@ -255,6 +255,16 @@ func (s *Store) loadPending() error {
 		s.anyPending.Store(true)
 	}
 	if len(deferred) > 0 {
+		// Those a crash left made (named) are objects like any other
+		// (deferred.go): their names win over their records.
+		for _, p := range []*part{s.main, s.spill} {
+			if p == nil {
+				continue
+			}
+			if err := p.ids(func(id string) error { delete(deferred, id); return nil }); err != nil {
+				return err
+			}
+		}
 		s.deferred = deferred
 		s.anyDeferred.Store(true)
 	}
