@@ -125,3 +125,49 @@ func TestAdoptDeferred(t *testing.T) {
 		t.Error("nd/b still deferred or pending after a read")
 	}
 }
+
+// TestAdoptFiles: many deferred files named in one directory at once;
+// a name that exists (or comes twice) makes none of them and takes all
+// their objects away.
+func TestAdoptFiles(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/taken": "lower"})
+	v := e.view
+	d := backstore.Deferred{Key: "k", Size: 5, Mode: 0o644, Uid: uint32(os.Geteuid()), Gid: uint32(os.Getegid()), Mtime: 7, Atime: 7}
+	ids, err := e.bs.Defer([]backstore.Deferred{d, d, d, d, d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := e.must("d")
+	for _, bad := range [][]string{{"x", "taken"}, {"y", "y"}} {
+		if err := v.AdoptFiles(dir, bad, ids[:2]); err != unix.EEXIST {
+			t.Errorf("AdoptFiles %q = %v, want EEXIST", bad, err)
+		}
+	}
+	for _, id := range ids[:2] {
+		if _, err := e.bs.Lstat(id); err != unix.ENOENT {
+			t.Errorf("an object of a failed AdoptFiles: Lstat = %v, want ENOENT", err)
+		}
+	}
+	if got := e.names("d"); !slices.Equal(got, []string{"taken"}) {
+		t.Errorf("d lists %v after the failed AdoptFiles, want [taken]", got)
+	}
+	if err := v.AdoptFiles(dir, []string{"a", "b", "c"}, ids[2:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.names("d"); !slices.Equal(got, []string{"a", "b", "c", "taken"}) {
+		t.Errorf("d lists %v, want [a b c taken]", got)
+	}
+	for i, p := range []string{"d/a", "d/b", "d/c"} {
+		st, err := v.Getattr(e.must(p))
+		if err != nil || st.Size != 5 || st.Mtim.Nano() != 7 || v.ObjectID(e.must(p)) != ids[2+i] {
+			t.Errorf("%s: %v size %d mtime %d object %s, want 5 7 %s", p, err, st.Size, st.Mtim.Nano(), v.ObjectID(e.must(p)), ids[2+i])
+		}
+	}
+	if r := e.fsck(false); !r.Clean() {
+		t.Errorf("fsck: %s", r)
+	}
+	e.reopen()
+	if got := e.names("d"); !slices.Equal(got, []string{"a", "b", "c", "taken"}) {
+		t.Errorf("d lists %v after a reopen, want [a b c taken]", got)
+	}
+}
