@@ -137,7 +137,8 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 		if err := w.writeFrom(fromRecord{Remote: r.Name(), Snapshot: doc.ID}); err != nil {
 			return struct{}{}, err
 		}
-		w.log.Info("started from a remote snapshot", "snapshot", doc.ID, "changes", len(doc.Changes), "pending", len(im.pending), "deferred", len(ids)-len(unused))
+		w.log.Info("started from a remote snapshot", "snapshot", doc.ID, "changes", len(doc.Changes), "pending", len(im.pending), "deferred", len(ids)-len(unused),
+			"seconds", time.Since(start).Seconds())
 		return struct{}{}, nil
 	})
 	return err
