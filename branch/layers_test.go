@@ -802,3 +802,26 @@ func TestLayerSweep(t *testing.T) {
 	s1m.check(t, "main restored to s1, after the sweeps", main)
 	checkReferenced(t, s, objectsOf(t, main, s.SnapshotView(s1)))
 }
+
+// TestRequireFeature: a feature a caller records (deferred objects)
+// makes an agentfs that does not know it refuse the store; an unknown
+// name is refused at once.
+func TestRequireFeature(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, Options{Dir: dir})
+	if err := s.RequireFeature("no-such-feature"); err == nil {
+		t.Error("RequireFeature of an unknown name: no error")
+	}
+	if err := s.RequireFeature(FeatureDeferredObjects); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(t, s)
+	s = openDir(t, Options{Dir: dir}) // this build opens it
+	closeStore(t, s)
+	delete(knownFeatures, FeatureDeferredObjects)
+	_, err := Open(Options{Dir: dir})
+	knownFeatures[FeatureDeferredObjects] = true
+	if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), FeatureDeferredObjects) {
+		t.Errorf("Open by an agentfs without deferred objects: %v, want ErrIncompatible naming %q", err, FeatureDeferredObjects)
+	}
+}

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -79,6 +80,11 @@ func TestMountFromMakesObjectsAtFirstUse(t *testing.T) {
 	if r := b.agentfs("", "unmount", mnt); r.Code != 0 {
 		t.Fatalf("unmount: %s", r)
 	}
+	// An agentfs that knows no deferred objects must refuse the store:
+	// it holds feature/deferred-objects (badger keeps keys as they are).
+	if !storeHolds(t, store, "feature/deferred-objects") {
+		t.Errorf("the store started with deferred objects has no feature/deferred-objects")
+	}
 
 	b.mountAt(nil, mnt, "--lower", checkout, "--store", store)
 	if st, err := os.Stat(filepath.Join(mnt, "d/f8")); err != nil || st.Mode().Perm() != 0o600 {
@@ -93,4 +99,26 @@ func TestMountFromMakesObjectsAtFirstUse(t *testing.T) {
 	if r := b.agentfs(mnt, "fsck"); r.Code != 0 || !strings.Contains(r.Stdout, "no problems found") {
 		t.Errorf("fsck: %s", r)
 	}
+}
+
+// storeHolds reports whether a file of store's metadata database holds
+// key's bytes.
+func storeHolds(t *testing.T, store, key string) bool {
+	t.Helper()
+	found := false
+	err := filepath.WalkDir(filepath.Join(store, "meta"), func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || found {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		found = bytes.Contains(data, []byte(key))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
 }

@@ -98,6 +98,13 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 				files, paths = append(files, d), append(paths, c.Path)
 			}
 		}
+		// An agentfs that knows no deferred objects must not open
+		// the store (its fsck --repair would delete their entries).
+		if len(files) > 0 {
+			if err := w.meta.RequireFeature(branch.FeatureDeferredObjects); err != nil {
+				return struct{}{}, fmt.Errorf("starting from snapshot %s: %w", doc.ID, err)
+			}
+		}
 		ids, err := w.objs.Defer(files)
 		if err != nil {
 			return struct{}{}, fmt.Errorf("starting from snapshot %s: %w", doc.ID, err)
