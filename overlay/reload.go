@@ -206,47 +206,93 @@ func (v *FS) reloadChangedLocked(paths map[string]bool) ([]Stale, error) {
 	return v.cutChangedLocked(ch, false), nil
 }
 
+// pathEntry is a path whose entry a restore may change, with its new
+// entry (nil: none).
+type pathEntry struct {
+	path string
+	e    *branch.Entry
+}
+
 // reloadPathsLocked is reloadChangedLocked for a restore whose
-// possible changes are known, with their new entries (nil: none): it
-// updates the index in place, so that its cost grows with the changes
-// rather than with the branch. A change it cannot apply in place (the
-// root's, an internal entry's, a hard-linked copy's) falls back to
-// reloadChangedLocked, before the index is touched. v.mu is held
-// exclusively.
-func (v *FS) reloadPathsLocked(diff map[string]*branch.Entry) ([]Stale, error) {
+// possible changes are known, with their new entries, in path order
+// (branch.Layer.Difference): it updates the index in place, so that
+// its cost grows with the changes rather than with the branch. A
+// change it cannot apply in place (the root's, an internal entry's, a
+// hard-linked copy's) falls back to reloadChangedLocked, before the
+// index is touched. The paths come in path order, so the names of one
+// directory mostly follow each other: its map is looked up once for
+// them. v.mu is held exclusively.
+func (v *FS) reloadPathsLocked(diff []pathEntry) ([]Stale, error) {
 	type change struct {
-		p        string
-		old, cur *branch.Entry
+		p, dir, name string
+		old, cur     *branch.Entry
 	}
 	changes := make([]change, 0, len(diff))
-	for p, cur := range diff {
-		old := v.indexGet(p)
+	var dirs dirCursor
+	for _, d := range diff {
+		p, cur := d.path, d.e
+		var dir, name string
+		var old *branch.Entry
+		if p == "" {
+			old = v.rootEntry
+		} else {
+			dir, name = splitPath(p)
+			old = dirs.of(v, dir)[name]
+		}
 		if sameEntry(old, cur) {
 			continue
 		}
 		if p == "" || isInternal(p) || old != nil && old.Origin != "" || cur != nil && cur.Origin != "" {
 			paths := make(map[string]bool, len(diff))
-			for p := range diff {
-				paths[p] = true
+			for _, d := range diff {
+				paths[d.path] = true
 			}
 			return v.reloadChangedLocked(paths)
 		}
-		changes = append(changes, change{p, old, cur})
+		changes = append(changes, change{p, dir, name, old, cur})
 	}
 	if testHookReloadPaths != nil {
 		testHookReloadPaths(len(diff))
 	}
 	ch := newChangeSet(len(changes))
+	dirs = dirCursor{}
 	for _, c := range changes {
-		if c.cur == nil {
-			v.indexDel(c.p)
-		} else {
-			v.indexPut(c.p, c.cur)
+		m := dirs.of(v, c.dir)
+		if c.old != nil {
+			delete(m, c.name)
+			v.indexCountOut(c.p, c.dir, c.old)
 		}
-		dir, name := splitPath(c.p)
-		ch.note(c.p, dir, name, c.old, c.cur)
+		if c.cur != nil {
+			if m == nil {
+				m = make(map[string]*branch.Entry)
+				v.dirs[c.dir] = m
+				dirs.m = m
+			}
+			m[c.name] = c.cur
+			v.indexCountIn(c.p, c.dir, c.cur)
+		} else if len(m) == 0 {
+			delete(v.dirs, c.dir)
+			dirs.m = nil
+		}
+		ch.note(c.p, c.dir, c.name, c.old, c.cur)
 	}
 	return v.cutChangedLocked(ch, true), nil
+}
+
+// dirCursor is the index's map of the directory last asked, which the
+// next path in path order most often shares.
+type dirCursor struct {
+	dir string
+	ok  bool
+	m   map[string]*branch.Entry
+}
+
+// of returns v.dirs[dir] (nil if none).
+func (c *dirCursor) of(v *FS, dir string) map[string]*branch.Entry {
+	if !c.ok || c.dir != dir {
+		c.dir, c.ok, c.m = dir, true, v.dirs[dir]
+	}
+	return c.m
 }
 
 // testHookReloadPaths, when set, is called by reloadPathsLocked with
@@ -263,6 +309,9 @@ type changeSet struct {
 	// made in it, and a snapshot's directory is cloned then): their
 	// nodes stay, given the object, as the tree below them is the same.
 	retarget map[string]bool
+	// lastDir's names in dirs: the next note's directory, most often.
+	lastDir   string
+	lastNames map[string]bool
 }
 
 // newChangeSet makes a changeSet for about hint changes.
@@ -272,10 +321,15 @@ func newChangeSet(hint int) *changeSet {
 
 // note records that the entry at p (dir/name) went from old to cur.
 func (ch *changeSet) note(p, dir, name string, old, cur *branch.Entry) {
-	if ch.dirs[dir] == nil {
-		ch.dirs[dir] = map[string]bool{}
+	if ch.lastNames == nil || ch.lastDir != dir {
+		names := ch.dirs[dir]
+		if names == nil {
+			names = map[string]bool{}
+			ch.dirs[dir] = names
+		}
+		ch.lastDir, ch.lastNames = dir, names
 	}
-	ch.dirs[dir][name] = true
+	ch.lastNames[name] = true
 	if sameDir(old, cur) {
 		ch.retarget[p] = true
 		return
