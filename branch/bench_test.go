@@ -355,3 +355,50 @@ func diskUsage(tb testing.TB, dir string) int64 {
 	}
 	return n
 }
+
+// BenchmarkDifference names what differs between a branch and snapshot
+// A, as agentfs restore A does first: A holds n entries, then n/2 of
+// them were rewritten and n/2 new ones made (in other directories), and
+// a snapshot taken (restore's safety snapshot). ns/path is per path
+// named. Run it with
+//
+//	go test -run '^$' -bench Difference ./branch/
+func BenchmarkDifference(b *testing.B) {
+	for _, n := range []int{5_000, 100_000} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			l := benchLayer(b)
+			benchFill(b, l, n, 1)
+			a, err := l.Snapshot("", KindAuto)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var batch Batch
+			for i := range n / 2 {
+				batch.Put(fmt.Sprintf("src/pkg%03d/file%06d.go", i/1000, i), &Entry{Type: TypeFile, Ino: uint64(i), Object: fmt.Sprintf("%08x%08x", 2, i)})
+				j := n + i
+				batch.Put(fmt.Sprintf("src/new%03d/file%06d.go", j/1000, j), &Entry{Type: TypeFile, Ino: uint64(j), Object: fmt.Sprintf("%08x%08x", 2, j)})
+				if batch.Len() >= 10_000 || i == n/2-1 {
+					if err := l.Commit(&batch); err != nil {
+						b.Fatal(err)
+					}
+					batch.Reset()
+				}
+			}
+			if _, err := l.Snapshot("", KindAuto); err != nil {
+				b.Fatal(err)
+			}
+			paths := 0
+			for b.Loop() {
+				paths = 0
+				ok, err := l.Difference(a, func(string, *Entry) { paths++ })
+				if err != nil || !ok {
+					b.Fatalf("Difference: %v, %v", ok, err)
+				}
+			}
+			if paths != n {
+				b.Fatalf("Difference named %d paths, want %d", paths, n)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(paths), "ns/path")
+		})
+	}
+}
