@@ -269,9 +269,12 @@ func (v *FS) indexPut(p string, e *branch.Entry) {
 }
 
 // indexCountIn counts the entry e, just put at p (in directory dir), in
-// the index's counts: subdirectories, links, hard links, quota.
-func (v *FS) indexCountIn(p, dir string, e *branch.Entry) {
+// the index's counts: subdirectories, links, hard links, quota. It
+// reports whether e's object may have another name: a regular object
+// that another entry names too, or a directory's.
+func (v *FS) indexCountIn(p, dir string, e *branch.Entry) (shared bool) {
 	if e.Type == branch.TypeDir {
+		shared = e.Object != ""
 		v.ndirs[dir]++
 		if e.Object != "" {
 			v.quotaIn(e)
@@ -287,7 +290,9 @@ func (v *FS) indexCountIn(p, dir string, e *branch.Entry) {
 		if e.Origin != "" {
 			v.hardlinks[e.Ino] = e
 		}
+		shared = n > 0
 	}
+	return shared
 }
 
 // indexDel forgets the entry at p (not its children).
@@ -310,9 +315,11 @@ func (v *FS) indexDel(p string) {
 }
 
 // indexCountOut takes the entry old, just removed from p (in directory
-// dir), out of the index's counts, as indexCountIn put it in.
-func (v *FS) indexCountOut(p, dir string, old *branch.Entry) {
+// dir), out of the index's counts, as indexCountIn put it in, and
+// reports as it does whether old's object may have another name.
+func (v *FS) indexCountOut(p, dir string, old *branch.Entry) (shared bool) {
 	if old.Type == branch.TypeDir {
+		shared = old.Object != ""
 		if n := v.ndirs[dir]; n <= 1 {
 			delete(v.ndirs, dir)
 		} else {
@@ -326,6 +333,7 @@ func (v *FS) indexCountOut(p, dir string, old *branch.Entry) {
 	if old.Type != branch.TypeDir && old.Object != "" {
 		if n := v.links[old.Object]; n > 1 {
 			v.links[old.Object] = n - 1
+			shared = true
 		} else {
 			delete(v.links, old.Object)
 			v.quotaOut(old)
@@ -334,6 +342,7 @@ func (v *FS) indexCountOut(p, dir string, old *branch.Entry) {
 			}
 		}
 	}
+	return shared
 }
 
 // countLinks keeps hiddenLinks in step with the entry e at p being

@@ -166,7 +166,7 @@ func (v *FS) reloadChangedLocked(paths map[string]bool) ([]Stale, error) {
 	if !sameEntry(oldRoot, v.rootEntry) && !sameDir(oldRoot, v.rootEntry) {
 		return v.reloadFromIndexLocked()
 	}
-	ch := newChangeSet(len(paths))
+	ch := newChangeSet(len(paths), 2*len(paths))
 	if !sameEntry(oldRoot, v.rootEntry) {
 		ch.retarget[""] = true
 	}
@@ -254,13 +254,17 @@ func (v *FS) reloadPathsLocked(diff []pathEntry) ([]Stale, error) {
 	if testHookReloadPaths != nil {
 		testHookReloadPaths(len(diff))
 	}
-	ch := newChangeSet(len(changes))
+	// objs holds only the objects that another entry names too, before
+	// or after (a hard link; a directory's, always): any other has no
+	// node but the one at its changed path.
+	ch := newChangeSet(len(changes), 0)
 	dirs = dirCursor{}
 	for _, c := range changes {
 		m := dirs.of(v, c.dir)
+		var oldShared, curShared bool
 		if c.old != nil {
 			delete(m, c.name)
-			v.indexCountOut(c.p, c.dir, c.old)
+			oldShared = v.indexCountOut(c.p, c.dir, c.old)
 		}
 		if c.cur != nil {
 			if m == nil {
@@ -269,12 +273,12 @@ func (v *FS) reloadPathsLocked(diff []pathEntry) ([]Stale, error) {
 				dirs.m = m
 			}
 			m[c.name] = c.cur
-			v.indexCountIn(c.p, c.dir, c.cur)
+			curShared = v.indexCountIn(c.p, c.dir, c.cur)
 		} else if len(m) == 0 {
 			delete(v.dirs, c.dir)
 			dirs.m = nil
 		}
-		ch.note(c.p, c.dir, c.name, c.old, c.cur)
+		ch.noteObjects(c.p, c.dir, c.name, c.old, c.cur, oldShared, curShared)
 	}
 	return v.cutChangedLocked(ch, true), nil
 }
@@ -314,13 +318,22 @@ type changeSet struct {
 	lastNames map[string]bool
 }
 
-// newChangeSet makes a changeSet for about hint changes.
-func newChangeSet(hint int) *changeSet {
-	return &changeSet{changed: make(map[string]bool, hint), dirs: map[string]map[string]bool{}, objs: make(map[string]bool, 2*hint), retarget: map[string]bool{}}
+// newChangeSet makes a changeSet for about hint changes naming about
+// objsHint objects.
+func newChangeSet(hint, objsHint int) *changeSet {
+	return &changeSet{changed: make(map[string]bool, hint), dirs: map[string]map[string]bool{}, objs: make(map[string]bool, objsHint), retarget: map[string]bool{}}
 }
 
 // note records that the entry at p (dir/name) went from old to cur.
 func (ch *changeSet) note(p, dir, name string, old, cur *branch.Entry) {
+	ch.noteObjects(p, dir, name, old, cur, true, true)
+}
+
+// noteObjects is note, recording old's object only with withOld, and
+// cur's only with withCur. An object that no other entry names, before
+// or after, has no node but the one at p, whose path changed: the
+// index updated in place leaves those out (reloadPathsLocked).
+func (ch *changeSet) noteObjects(p, dir, name string, old, cur *branch.Entry, withOld, withCur bool) {
 	if ch.lastNames == nil || ch.lastDir != dir {
 		names := ch.dirs[dir]
 		if names == nil {
@@ -335,10 +348,11 @@ func (ch *changeSet) note(p, dir, name string, old, cur *branch.Entry) {
 		return
 	}
 	ch.changed[p] = true
-	for _, e := range []*branch.Entry{old, cur} {
-		if e != nil && e.Object != "" {
-			ch.objs[e.Object] = true
-		}
+	if withOld && old != nil && old.Object != "" {
+		ch.objs[old.Object] = true
+	}
+	if withCur && cur != nil && cur.Object != "" {
+		ch.objs[cur.Object] = true
 	}
 }
 
