@@ -362,9 +362,9 @@ func diskUsage(tb testing.TB, dir string) int64 {
 // A, as agentfs restore A does first: A holds n entries, then n/2 of
 // them were rewritten and n/2 new ones made (in other directories), and
 // a snapshot taken (restore's safety snapshot). ns/path is per path
-// named, cpu-ns/path the process's CPU time per path. The rows with changed=10 rewrite 5 and make 5 of 100,000
-// instead: what naming a few paths costs in a large branch. Run it
-// with
+// named, cpu-ns/path the process's CPU time per path. The rows with
+// changed=10 rewrite 5 and make 5 of 100,000 instead: what naming a
+// few paths costs in a large branch. Run it with
 //
 //	go test -run '^$' -bench Difference ./branch/
 func BenchmarkDifference(b *testing.B) {
