@@ -458,7 +458,15 @@ func TestLayerRandomModel(t *testing.T) {
 		for name, cm := range branches {
 			for _, sm := range snaps {
 				got := map[string]*Entry{}
-				ok, err := layer(name).Difference(sm.snap, func(p string, e *Entry) { got[p] = e })
+				var last *string
+				ok, err := layer(name).Difference(sm.snap, func(p string, e *Entry) {
+					// Once per path, in path order.
+					if last != nil && comparePaths(*last, p) >= 0 {
+						t.Errorf("%s: Difference(%s, %s) names %q after %q", what, name, sm.snap.ID, p, *last)
+					}
+					last = &p
+					got[p] = e
+				})
 				if err != nil {
 					t.Fatalf("%s: Difference(%s, %s): %v", what, name, sm.snap.ID, err)
 				}
