@@ -436,6 +436,7 @@ func applyRandomly(t *testing.T, seed uint64) {
 	if _, err := e.view.Snapshot("half way", branch.KindManual); err != nil {
 		t.Fatal(err)
 	}
+	log = append(log, "snapshot")
 	randomOps(e, rng, 12, &log)
 	fail := func(format string, a ...any) {
 		t.Helper()
