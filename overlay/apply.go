@@ -129,8 +129,10 @@ import (
 // The nodes the kernel holds are brought in line: a directory stays the
 // same node (a shell inside it keeps working); a file that is now a
 // different lower inode becomes a new node, and the old one is returned
-// as Stale with its name, for the caller to drop from the kernel's
-// caches (fs.Server.Invalidate).
+// as Stale with its names, for the caller to drop from the kernel's
+// caches (fs.Server.Invalidate); a file's node stands for its object,
+// whichever name the kernel looked it up by, and stays while the
+// branch still names the object (only that name goes from the kernel).
 
 // ErrNoChange is returned when a path given to Apply has no change at
 // or below it.

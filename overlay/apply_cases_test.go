@@ -1,9 +1,13 @@
 package overlay
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -82,14 +86,7 @@ func TestApplyKeepsNodeOfCopiedUpHardLink(t *testing.T) {
 	want := fullWalk(t, e.view)
 	eq(t, "a and c in the view", want["c"].link, "a")
 	e.apply(ApplyOptions{Paths: []string{"other"}})
-	f, err := e.view.Open(held, unix.O_RDONLY)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 16)
-	k, _ := f.ReadAt(buf, 0)
-	release(t, f)
-	eq(t, "a through the node the kernel holds", string(buf[:k]), "new")
+	eq(t, "a through the node the kernel holds", readNode(t, e, held), "new")
 	if got := fullWalk(t, e.view); !maps.Equal(got, want) {
 		t.Errorf("view after applying other:\n%s", sigDiff(want, got))
 	}
@@ -102,6 +99,22 @@ func TestApplyKeepsNodeOfCopiedUpHardLink(t *testing.T) {
 	}
 	eq(t, "lower a and c are one file", lowerIno(t, e, "a"), lowerIno(t, e, "c"))
 	e.view.Forget(held, 1)
+}
+
+// readNode reads the data of node n (a node the kernel holds).
+func readNode(t *testing.T, e *env, n *Node) string {
+	t.Helper()
+	f, err := e.view.Open(n, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(t, f)
+	buf := make([]byte, 64)
+	k, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Errorf("read node %d: %v", n.ID, err)
+	}
+	return string(buf[:k])
 }
 
 // lowerLink makes lower name b a hard link of lower name a, older than
@@ -448,4 +461,56 @@ func TestApplyNeverLinksToLowerFileClaimedWithOneNameLeft(t *testing.T) {
 	checkOneLowerFile(t, e, "a", "y2")
 	checkOneLowerFile(t, e, "y1", "z")
 	checkViewApplied(t, e, want)
+}
+
+// A lower file has two names, d/x and d/y; y is renamed over b (a
+// metacopy; lower b has equal data, so b is no change), then the kernel
+// forgets that node and looks the file up again by its other name, x,
+// which is then removed, and d with it: the node the kernel holds is
+// b's file, by a name that is gone. The apply removes d/x and d/y. Where
+// b's times differ from its lower file's, b's entry stays and reads b's
+// own lower file: so must that node, not the name removed. Where they
+// are equal, b's entry goes, and so does the node, with the name b the
+// kernel may hold it by (seeds 13174690654181655562,
+// 9719906000793075904, 2523893404715637522).
+func TestApplyKeepsNodeOfFileLookedUpByRemovedName(t *testing.T) {
+	for _, sameTimes := range []bool{false, true} {
+		t.Run(fmt.Sprint("same times ", sameTimes), func(t *testing.T) {
+			e := newEnv(t, map[string]string{"d/x": "data", "b": "data"})
+			bTime := time.Unix(1_000_000_000, 0)
+			if !sameTimes {
+				bTime = bTime.Add(time.Second)
+			}
+			for p, mt := range map[string]time.Time{"d/x": time.Unix(1_000_000_000, 0), "b": bTime} {
+				if err := os.Chtimes(filepath.Join(e.lower, p), mt, mt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.lowerLink("d/x", "d/y")
+			r := e.view.Root()
+			if err := e.view.Rename(e.must("d"), "y", r, "b", 0); err != nil {
+				t.Fatal(err)
+			}
+			e.view.Forget(e.must("b"), 1) // the kernel forgets the renamed node
+			held := e.must("d/x")         // and looks the file up by its other name
+			eq(t, "name of the node", held.name, "x")
+			if err := removeAll(e, "d"); err != nil {
+				t.Fatal(err)
+			}
+			want := fullWalk(t, e.view)
+			e.must("b") // the kernel holds the node by the name b too
+			res := e.apply(ApplyOptions{})
+			eq(t, "applied", itemPaths(res.Applied), lines("deleted d", "deleted d/x", "deleted d/y"))
+			named := slices.ContainsFunc(res.Stale, func(s Stale) bool { return s.Node == held && s.Parent == r && s.Name == "b" })
+			if sameTimes {
+				eq(t, "the node is cut loose", held.unlinked, true)
+				eq(t, "the name b goes from the kernel", named, true)
+			} else {
+				eq(t, "the node is cut loose", held.unlinked, false)
+				eq(t, "the name b goes from the kernel", named, false)
+				eq(t, "b through the node the kernel holds", readNode(t, e, held), "data")
+			}
+			checkViewApplied(t, e, want)
+		})
+	}
 }

@@ -348,7 +348,7 @@ func (a *applier) commit() ([]Stale, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apply: the project was written, but the branch could not be updated (the applied paths still show as changes; nothing is lost): %w", err)
 	}
-	stale, orphans := v.reconcileNodesLocked()
+	stale, orphans := v.reconcileNodesLocked(byObj)
 	for _, e := range orphans {
 		if !v.frozenLocked(e) && v.links[e.Object] == 0 {
 			v.forgetCtime(e.Object)
@@ -518,13 +518,19 @@ func (c *commitState) canDropDirLocked(p string, e *branch.Entry) bool {
 // reconcileNodesLocked brings every node the kernel holds in line with
 // the index after entries were dropped or converted: a node still
 // resolving to the same upper object takes its (possibly converted)
-// entry; a node now resolving to the lower inode of the same number
+// entry; a file's node whose name no longer shows it, while the index
+// still names its object, takes its object's entry (it stands for the
+// object, whichever name the kernel looked it up by: its name may have
+// been removed in the view, its directory with it, or replaced by the
+// apply); a node now resolving to the lower inode of the same number
 // and type becomes that lower node in place (directories always, files
-// when not open); any other node is cut loose, as unlink does. It
-// returns the nodes for the kernel (Stale: with a name for those cut
-// loose, without for those changed in place), and the entries of the
-// objects no node holds any more. v.mu is held exclusively.
-func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
+// when not open); any other node is cut loose, as unlink does. names
+// are the names of each object before the commit. It returns the nodes
+// for the kernel (Stale: with a name for those cut loose, and for a
+// name that no longer shows a node that stays; without for those
+// changed in place), and the entries of the objects no node holds any
+// more. v.mu is held exclusively.
+func (v *FS) reconcileNodesLocked(names map[string][]string) ([]Stale, []*branch.Entry) {
 	v.nodesMu.Lock()
 	set := map[*Node]bool{}
 	for _, m := range []map[string]*Node{v.byObject, v.byLower} {
@@ -541,27 +547,81 @@ func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 		depth int
 	}
 	var nodes []byDepth
+	var nameless []*Node       // files whose name went with a directory removed in the view
+	dirs := map[string]*Node{} // the directories by path, before anything changes
 	for n := range set {
 		if n == v.root || n.unlinked || n.stale {
 			continue
 		}
 		p, ok := n.pathLocked()
 		if !ok {
+			if n.entry != nil && n.mode != unix.S_IFDIR {
+				nameless = append(nameless, n)
+			}
 			continue
+		}
+		if n.mode == unix.S_IFDIR {
+			dirs[p] = n
 		}
 		nodes = append(nodes, byDepth{n, len(pathNames(p))})
 	}
+	dirs[""] = v.root
 	slices.SortFunc(nodes, func(x, y byDepth) int { return x.depth - y.depth })
 
 	var stale []Stale
 	var orphans []*branch.Entry
+	// dropNames gives the kernel the names of n's object before the
+	// commit, but its own (given with it), to drop: none shows n now.
+	dropNames := func(n *Node, own string) {
+		if n.object == "" || n.mode == unix.S_IFDIR {
+			return
+		}
+		for _, q := range names[n.object] {
+			if d := dirs[parentOf(q)]; d != nil && q != own && !isInternal(q) {
+				_, name := splitPath(q)
+				stale = append(stale, Stale{Node: n, Parent: d, Name: name})
+			}
+		}
+	}
 	cut := func(n *Node) {
+		own, _ := n.pathLocked()
 		s := Stale{Node: n, Parent: n.parent, Name: n.name}
 		n.unlinked, n.parent = true, nil
 		v.nodesMu.Lock()
 		v.dropLowerLocked(n)
 		v.nodesMu.Unlock()
 		stale = append(stale, s)
+		dropNames(n, own)
+	}
+	// A name of each object in the index: the first in path order,
+	// internal ones last.
+	objNames := map[string]string{}
+	v.eachEntryLocked(func(p string, e *branch.Entry) {
+		if e.Type == branch.TypeDir || e.Object == "" {
+			return
+		}
+		q, ok := objNames[e.Object]
+		if !ok || isInternal(q) && !isInternal(p) || isInternal(q) == isInternal(p) && comparePaths(p, q) < 0 {
+			objNames[e.Object] = p
+		}
+	})
+	// livesOn keeps file node n, whose name (if named, n.parent and
+	// n.name) no longer shows it, for its object while the index names
+	// that: with the object's entry; its name goes from the kernel.
+	livesOn := func(n *Node, named bool) bool {
+		q, ok := objNames[n.object]
+		if n.mode == unix.S_IFDIR || n.entry == nil || !ok {
+			return false
+		}
+		s := Stale{Node: n}
+		if named {
+			s.Parent, s.Name = n.parent, n.name
+		}
+		if e := v.indexGet(q); n.entry != e {
+			v.promoteLocked(n, e)
+		}
+		stale = append(stale, s)
+		return true
 	}
 	root := v.root
 	if e := v.rootEntry; e == nil && root.entry != nil {
@@ -581,7 +641,9 @@ func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 		n := it.n
 		p, ok := n.pathLocked()
 		if !ok {
-			cut(n) // its directory was cut loose just now
+			if !livesOn(n, false) {
+				cut(n) // its directory was cut loose just now
+			}
 			continue
 		}
 		if e := v.indexGet(p); e != nil {
@@ -591,14 +653,16 @@ func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 					v.promoteLocked(n, e)
 					stale = append(stale, Stale{Node: n})
 				}
-			default:
+			case !livesOn(n, true):
 				cut(n)
 			}
 			continue
 		}
 		parent := n.parent
 		if !parent.hasLower {
-			cut(n)
+			if !livesOn(n, true) {
+				cut(n)
+			}
 			continue
 		}
 		lp := joinPath(parent.lower, n.name)
@@ -606,19 +670,24 @@ func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 		if err != nil || st.Mode&unix.S_IFMT != n.mode || v.mapIno(&st) != n.ino {
 			// Another file now (the apply wrote a new inode at the
 			// path of a lower node the kernel held), or none.
-			cut(n)
+			if !livesOn(n, true) {
+				cut(n)
+			}
 			continue
 		}
 		if h := v.hardlinks[n.ino]; h != nil && sharedLower(&st) {
 			// The name shows the upper copy of a hard-linked lower
 			// file (as resolve finds it), not the lower file.
-			if n.object != h.Object {
+			if n.object != h.Object && !livesOn(n, true) {
 				cut(n)
 			}
 			continue
 		}
 		if n.entry == nil && n.hasLower && n.lower == lp {
 			continue // the same lower file as before
+		}
+		if livesOn(n, true) {
+			continue // the name shows a lower file, the node its object
 		}
 		v.nodesMu.Lock()
 		open := n.opens > 0
@@ -643,6 +712,18 @@ func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 		}
 		v.nodesMu.Unlock()
 		stale = append(stale, Stale{Node: n})
+	}
+	for _, n := range nameless {
+		if livesOn(n, false) {
+			continue
+		}
+		// No name of its object is left: it goes, as unlink leaves it.
+		n.unlinked, n.parent = true, nil
+		v.nodesMu.Lock()
+		v.dropLowerLocked(n)
+		v.nodesMu.Unlock()
+		stale = append(stale, Stale{Node: n})
+		dropNames(n, "")
 	}
 	return stale, orphans
 }

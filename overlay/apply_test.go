@@ -413,6 +413,9 @@ var applyRegressionSeeds = []uint64{
 	12596637134831935729, // a lower file whose names another upper copy claims
 	1866668330431813420,  // a file of two names, neither a change, two lower files
 	13831909465999310861, // a lower file an upper copy claims, left one name by the apply
+	13174690654181655562, // the node of a renamed file, held by a name removed (and its directory)
+	9719906000793075904,  // the same
+	2523893404715637522,  // the same, after a partial apply
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.
