@@ -244,6 +244,11 @@ type applier struct {
 	// lowerLinks holds the lower names of hard-linked lower files, by
 	// st_ino as the view shows it (apply_links.go).
 	lowerLinks map[uint64][]string
+	// byObject indexes seen's regular files by object (pathsOfObject);
+	// looks holds what the view showed at the names of files of several
+	// names before anything was written (captureViewNames).
+	byObject map[string][]string
+	looks    map[string]viewLook
 }
 
 // Apply takes the differences of view v into its lower directory (see
@@ -263,7 +268,7 @@ func Apply(v *FS, o ApplyOptions) (ApplyResult, error) {
 	a := &applier{v: v, lower: lower, o: o, asRoot: unix.Geteuid() == 0, byPath: map[string]*planned{},
 		bases: map[string]*branch.Base{}, dirs: map[string]int{}, touched: map[string]bool{},
 		linked: map[uint64]string{}, linkedTo: map[uint64]*source{}, used: map[string]bool{}, resident: map[string]bool{}, seen: map[string]seenState{},
-		origins: map[string]int{}, joined: map[uint64]string{}, lowerLinks: map[uint64][]string{}}
+		origins: map[string]int{}, joined: map[uint64]string{}, lowerLinks: map[uint64][]string{}, looks: map[string]viewLook{}}
 	defer a.closeDirs()
 	defer a.closeOrigins()
 	if err := a.plan(); err != nil {

@@ -217,12 +217,22 @@ func TestApplyHardLinksInRenamedDirJoinNameAppliedBefore(t *testing.T) {
 	if err := e.view.Rename(e.view.Root(), "d", e.view.Root(), "e", 0); err != nil {
 		t.Fatal(err)
 	}
+	applyPartThenRest(t, e, "e/a", lines("deleted d", "deleted d/a", "deleted d/b", "created e/b"), "e/a", "e/b")
+}
+
+// applyPartThenRest applies path part of e's view, then the rest,
+// wanting the items the second apply applied, the names linked one file
+// (in the view, and so in the lower tree), and the view as it was.
+func applyPartThenRest(t *testing.T, e *env, part, applied string, linked ...string) {
+	t.Helper()
 	want := fullWalk(t, e.view)
-	eq(t, "e/a and e/b in the view", want["e/b"].link, "e/a")
-	e.apply(ApplyOptions{Paths: []string{"e/a"}})
+	for _, p := range linked[1:] {
+		eq(t, p+" in the view", want[p].link, linked[0])
+	}
+	e.apply(ApplyOptions{Paths: []string{part}})
 	res := e.apply(ApplyOptions{})
-	eq(t, "applied", itemPaths(res.Applied), lines("deleted d", "deleted d/a", "deleted d/b", "created e/b"))
-	checkOneLowerFile(t, e, "e/a", "e/b")
+	eq(t, "applied", itemPaths(res.Applied), applied)
+	checkOneLowerFile(t, e, linked...)
 	checkViewApplied(t, e, want)
 }
 
@@ -513,4 +523,28 @@ func TestApplyKeepsNodeOfFileLookedUpByRemovedName(t *testing.T) {
 			checkViewApplied(t, e, want)
 		})
 	}
+}
+
+// A lower file has two names, a/f and d/s/hl; f is renamed to d/s/t, d/s
+// to n, and d/s made a symlink: n/t and n/hl are one file in the view,
+// n/hl showing the lower file through the renamed directory. An apply
+// of n/hl alone writes it as a new file (t is a change it does not
+// take); the apply of the rest, writing n/t, must link it to n/hl: but
+// by then it has removed d/s (the change of type goes first), and the
+// view, which reads n/hl through d/s/hl, shows nothing there. The names
+// are judged by what the view showed before anything was written
+// (seed 4222641363338389865).
+func TestApplyJudgesNamesByTheViewBeforeWriting(t *testing.T) {
+	e := newEnv(t, map[string]string{"a/f": "data", "d/s/": ""})
+	e.lowerLink("a/f", "d/s/hl")
+	if err := e.view.Rename(e.must("a"), "f", e.must("d/s"), "t", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Rename(e.must("d"), "s", e.view.Root(), "n", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.view.Symlink(e.must("d"), "s", "x", Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	applyPartThenRest(t, e, "n/hl", lines("deleted a/f", "type-changed d/s", "deleted d/s/hl", "created n/t"), "n/hl", "n/t")
 }

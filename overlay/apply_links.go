@@ -35,7 +35,9 @@ import (
 // The names of a hard-linked lower inode are found by a walk of the
 // lower tree (as Diff does), once for all the inodes the apply's
 // changes start from (before anything is written), and again for an
-// inode met later.
+// inode met later. What the view shows at the names of files of several
+// names is looked up before anything is written too (captureViewNames):
+// the view reads the lower tree, which the writes change.
 
 // lowerNamesOfInode returns the lower names of the hard-linked lower
 // file st, from the walk made for the apply's inodes, or a walk of its
@@ -114,11 +116,8 @@ func (a *applier) sharedWithOtherFile(st *unix.Stat_t, ino uint64) bool {
 		if a.replacesLower(q) {
 			continue
 		}
-		n, vst, err := a.v.lookupPath(q)
-		if n != nil {
-			a.v.release(n)
-		}
-		if err != nil || n == nil {
+		vst, shown := a.viewAt(q)
+		if !shown {
 			continue // not shown: removed in the view (as an unlink of it leaves the inode to its other names)
 		}
 		if vst.Mode&unix.S_IFMT != unix.S_IFREG || vst.Ino != ino {
@@ -211,11 +210,7 @@ func (a *applier) relinkNames() error {
 			if err != nil || lst.Mode&unix.S_IFMT != unix.S_IFREG || lst.Dev == toSt.Dev && lst.Ino == toSt.Ino {
 				continue
 			}
-			n, st, err := a.v.lookupPath(q)
-			if n != nil {
-				a.v.release(n)
-			}
-			if err != nil || n == nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Ino != ino {
+			if st, ok := a.viewFile(q); !ok || st.Ino != ino {
 				continue
 			}
 			dirfd, name, err := a.parentFd(q)
@@ -255,11 +250,8 @@ func (a *applier) linkUnwrittenFiles() {
 			if !a.selected(q) || a.replacesLower(q) {
 				continue
 			}
-			n, st, err := a.v.lookupPath(q)
-			if n != nil {
-				a.v.release(n)
-			}
-			if err != nil || n == nil || st.Mode&unix.S_IFMT != unix.S_IFREG || a.linked[st.Ino] != "" {
+			st, ok := a.viewFile(q)
+			if !ok || a.linked[st.Ino] != "" {
 				continue
 			}
 			lst, err := a.v.lowerStat(q)
@@ -285,12 +277,9 @@ func (a *applier) namesOfFile(src *source) []string {
 		return a.viewNamesOfLower(src.lower)
 	}
 	var names []string
-	for p, s := range a.seen {
-		if s.entry.Type != branch.TypeFile || s.entry.Object != e.Object {
-			continue
-		}
+	for _, p := range a.pathsOfObject(e.Object) {
 		names = append(names, p)
-		if fd, ok := a.origins[s.entry.Origin]; ok {
+		if fd, ok := a.origins[a.seen[p].entry.Origin]; ok {
 			var st unix.Stat_t
 			if unix.Fstat(fd, &st) == nil && st.Nlink > 0 {
 				names = append(names, viewPathsOfLower(a.lowerNamesOfInode(&st), a.v.redirects())...)
@@ -317,4 +306,90 @@ func (a *applier) dirSource(d string) error {
 		a.sources[d] = src
 	}
 	return err
+}
+
+// pathsOfObject returns the paths of the regular files' entries of
+// object obj as the apply found them (seen).
+func (a *applier) pathsOfObject(obj string) []string {
+	return a.objectIndex()[obj]
+}
+
+// objectIndex returns the paths of seen's regular files' entries by
+// object, made at the first call.
+func (a *applier) objectIndex() map[string][]string {
+	if a.byObject == nil {
+		a.byObject = map[string][]string{}
+		for p, s := range a.seen {
+			if s.entry.Type == branch.TypeFile && s.entry.Object != "" {
+				a.byObject[s.entry.Object] = append(a.byObject[s.entry.Object], p)
+			}
+		}
+	}
+	return a.byObject
+}
+
+// viewLook is what the view showed at a path before the apply wrote
+// anything (captureViewNames).
+type viewLook struct {
+	st    unix.Stat_t
+	shown bool
+}
+
+// captureViewNames looks up, before anything is written, the view's
+// names of the files of several names that the apply may link
+// (namesOfFile, and the lower names of the lower files its changes
+// start from): the view reads the lower tree, which the writes change
+// (a name below a renamed directory shows nothing once a change of type
+// removed its old lower directory), and a name must be judged by what
+// the view showed.
+func (a *applier) captureViewNames() {
+	var names []string
+	hasOrigin := func(p string) bool { _, ok := a.origins[a.seen[p].entry.Origin]; return ok }
+	for _, ps := range a.objectIndex() {
+		if len(ps) > 1 || slices.ContainsFunc(ps, hasOrigin) {
+			names = append(names, a.namesOfFile(&source{mode: unix.S_IFREG, entry: a.seen[ps[0]].entry})...)
+		}
+	}
+	for _, src := range a.sources {
+		if src.mode == unix.S_IFREG && src.entry == nil && src.lower != "" {
+			names = append(names, a.namesOfFile(src)...)
+		}
+	}
+	for _, ns := range a.lowerLinks {
+		names = append(names, ns...)
+	}
+	slices.SortFunc(names, comparePaths)
+	cur := a.v.newCursor()
+	defer cur.close()
+	for _, q := range slices.Compact(names) {
+		if _, ok := a.looks[q]; ok || isInternal(q) {
+			continue
+		}
+		n, st, err := cur.lookup(q)
+		if n != nil {
+			a.v.release(n)
+		}
+		a.looks[q] = viewLook{st: st, shown: err == nil && n != nil}
+	}
+}
+
+// viewAt returns the attributes of what the view shows at path q, and
+// whether it shows anything: as before the apply wrote anything where
+// captureViewNames looked q up, else as now.
+func (a *applier) viewAt(q string) (unix.Stat_t, bool) {
+	if l, ok := a.looks[q]; ok {
+		return l.st, l.shown
+	}
+	n, st, err := a.v.lookupPath(q)
+	if n != nil {
+		a.v.release(n)
+	}
+	return st, err == nil && n != nil
+}
+
+// viewFile returns the attributes of the regular file the view shows at
+// q (viewAt), and whether it shows one.
+func (a *applier) viewFile(q string) (unix.Stat_t, bool) {
+	st, shown := a.viewAt(q)
+	return st, shown && st.Mode&unix.S_IFMT == unix.S_IFREG
 }

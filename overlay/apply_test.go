@@ -416,6 +416,7 @@ var applyRegressionSeeds = []uint64{
 	13174690654181655562, // the node of a renamed file, held by a name removed (and its directory)
 	9719906000793075904,  // the same
 	2523893404715637522,  // the same, after a partial apply
+	4222641363338389865,  // a name shown through a renamed directory whose old one a change of type removed
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.

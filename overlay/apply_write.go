@@ -370,11 +370,7 @@ func (a *applier) firstResident(it *planned, object string, src *source, names [
 		if s, ok := a.seen[q]; ok && (object == "" || s.entry.Object != object) {
 			continue // another file, or a whiteout, at that name now
 		}
-		n, st, err := a.v.lookupPath(q)
-		if n != nil {
-			a.v.release(n)
-		}
-		if err == nil && n != nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino == src.st.Ino && !a.sharedWithOtherFile(&lst, src.st.Ino) {
+		if st, ok := a.viewFile(q); ok && st.Ino == src.st.Ino && !a.sharedWithOtherFile(&lst, src.st.Ino) {
 			return q
 		}
 	}
@@ -808,6 +804,7 @@ func (a *applier) capture() error {
 		a.sources[p] = src
 	}
 	a.findLowerLinks()
+	a.captureViewNames()
 	return nil
 }
 
