@@ -548,3 +548,41 @@ func TestApplyJudgesNamesByTheViewBeforeWriting(t *testing.T) {
 	}
 	applyPartThenRest(t, e, "n/hl", lines("deleted a/f", "type-changed d/s", "deleted d/s/hl", "created n/t"), "n/hl", "n/t")
 }
+
+// A lower file has two names, x and hl; x is renamed over y, another
+// lower file with equal data: y is no change, nor is hl, yet y and hl
+// are one file in the view, the lower file's. The apply removes x and
+// links y to hl, whose lower file is the view's (seed
+// 9269956003817368066). So too where the file's one entry is the name
+// a, made a name of the lower file (x) by link and rename in the view
+// after its other lower name (y) was removed (seeds 7156663213757472631,
+// 6913985052787897642): the names of a file none of which is written
+// are its entries and the lower names of the file they came from.
+func TestApplyLinksLowerNamesOfFileWithNoChange(t *testing.T) {
+	t.Run("renamed over an equal file", func(t *testing.T) {
+		e := newEnv(t, map[string]string{"x": "data", "y": "data"})
+		e.lowerLink("x", "hl")
+		ino := lowerIno(t, e, "hl")
+		r := e.view.Root()
+		if err := e.view.Rename(r, "x", r, "y", 0); err != nil {
+			t.Fatal(err)
+		}
+		applyLinked(t, e, lines("deleted x"), "hl", "y")
+		eq(t, "inode of lower y", lowerIno(t, e, "y"), ino)
+	})
+	t.Run("linked over an equal file", func(t *testing.T) {
+		e := newEnv(t, map[string]string{"a": "data", "x": "data"})
+		e.lowerLink("x", "y")
+		r := e.view.Root()
+		if err := e.view.Unlink(r, "y"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.view.Link(e.must("x"), r, "t"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.view.Rename(r, "t", r, "a", 0); err != nil {
+			t.Fatal(err)
+		}
+		applyLinked(t, e, lines("deleted y"), "a", "x")
+	})
+}

@@ -58,8 +58,8 @@ func (a *applier) lowerNamesOfInode(st *unix.Stat_t) []string {
 
 // findLowerLinks walks the lower tree once for the names of the
 // hard-linked lower files that the changes to apply start from: the
-// lower files at their paths, and those that lower-only files of the
-// view show (their data).
+// lower files at their paths, those that lower-only files of the view
+// show (their data), and those that copied-up files came from (origins).
 func (a *applier) findLowerLinks() {
 	want := map[uint64]int{}
 	add := func(st *unix.Stat_t) {
@@ -77,6 +77,12 @@ func (a *applier) findLowerLinks() {
 			if st, err := a.v.lowerStat(src.lower); err == nil {
 				add(&st)
 			}
+		}
+	}
+	for _, fd := range a.origins {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil {
+			add(&st)
 		}
 	}
 	if len(want) == 0 {
@@ -230,22 +236,27 @@ func (a *applier) relinkNames() error {
 }
 
 // linkUnwrittenFiles chooses, for each file of several names in the
-// view none of which is a change (their lower files have the view's
-// data and attributes already, and may yet be different inodes), the
-// first selected name whose lower file it may link the others to
-// (relinkNames).
+// view none of which is a change written (their lower files have the
+// view's data and attributes already, and may yet be different inodes),
+// the selected name whose lower file it may link the others to
+// (relinkNames): one whose lower file is the view's (its inode number is
+// the one the view shows, so the file keeps its inode), else the first.
+// Its names are its entries and the lower names of the file they came
+// from (namesOfFile: a lower name may show the upper copy of its file).
 func (a *applier) linkUnwrittenFiles() {
-	byObj := map[string][]string{}
-	for p, s := range a.seen {
-		if s.entry.Type == branch.TypeFile && s.entry.Object != "" && !isInternal(p) {
-			byObj[s.entry.Object] = append(byObj[s.entry.Object], p)
-		}
-	}
-	for _, names := range byObj {
-		if len(names) < 2 || slices.ContainsFunc(names, func(q string) bool { return a.byPath[q] != nil }) {
+	done := map[string]bool{}
+	for _, s := range a.seen {
+		e := s.entry
+		if e.Type != branch.TypeFile || e.Object == "" || done[e.Object] {
 			continue
 		}
-		slices.SortFunc(names, comparePaths)
+		done[e.Object] = true
+		names := slices.DeleteFunc(a.namesOfFile(&source{mode: unix.S_IFREG, entry: e}), isInternal)
+		if len(names) < 2 || slices.ContainsFunc(names, func(q string) bool { it := a.byPath[q]; return it != nil && it.New != nil }) {
+			continue
+		}
+		var to string
+		var toSt unix.Stat_t
 		for _, q := range names {
 			if !a.selected(q) || a.replacesLower(q) {
 				continue
@@ -258,8 +269,16 @@ func (a *applier) linkUnwrittenFiles() {
 			if err != nil || lst.Mode&unix.S_IFMT != unix.S_IFREG || a.sharedWithOtherFile(&lst, st.Ino) {
 				continue
 			}
-			a.linkTo(q, &source{mode: unix.S_IFREG, st: st, entry: a.seen[q].entry})
-			break
+			own := a.v.mapIno(&lst) == st.Ino
+			if to == "" || own {
+				to, toSt = q, st
+			}
+			if own {
+				break
+			}
+		}
+		if to != "" {
+			a.linkTo(to, &source{mode: unix.S_IFREG, st: toSt, entry: e})
 		}
 	}
 }

@@ -417,6 +417,9 @@ var applyRegressionSeeds = []uint64{
 	9719906000793075904,  // the same
 	2523893404715637522,  // the same, after a partial apply
 	4222641363338389865,  // a name shown through a renamed directory whose old one a change of type removed
+	9269956003817368066,  // a file renamed over an equal one: no name a change, one a lower name
+	7156663213757472631,  // a file's one entry and its lower name, neither a change
+	6913985052787897642,  // the same
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.
