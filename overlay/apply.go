@@ -113,6 +113,9 @@ import (
 //     object once no lower name joins it; an entry whose Origin the
 //     apply removed, while the lower file kept other names, joins one of
 //     those instead (the last one left becomes a name of the upper copy);
+//     a lower name that showed such a copy without an entry of its own
+//     and would show a lower file now (the apply wrote another file at
+//     it, or left the lower file one name) becomes a name of the copy;
 //   - a whiteout is dropped once the lower name it hid is gone;
 //   - a directory's entry is dropped when no entry stays below it and
 //     its lower directory is the same inode with the view's mtime (a

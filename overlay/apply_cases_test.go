@@ -586,3 +586,49 @@ func TestApplyLinksLowerNamesOfFileWithNoChange(t *testing.T) {
 		applyLinked(t, e, lines("deleted y"), "a", "x")
 	})
 }
+
+// The names of a hard-linked lower file that show its upper copy without
+// entries of their own must go on showing it where the apply writes
+// another file at them or leaves the lower file one name. A lower file
+// of names d/f0 and d/hl is linked in the view as a and written: an
+// apply of d writes d/f0 and d/hl as one new lower file, and the copy
+// (a, d/hl) no longer joins a lower file; d/f0 becomes a name of the
+// copy (seed 16501374758269319816). A lower file of names x and d/hl:
+// x renamed to y, a directory made at x, an xattr set through d/hl: an
+// apply of d/hl writes it as a new file (the other lower name, x, is a
+// directory in the view), which leaves the lower file one name; d/hl
+// becomes a name of the copy, and the apply of the rest links y to it
+// (seed 10355246395389050250).
+func TestApplyKeepsNamesShowingUpperCopy(t *testing.T) {
+	t.Run("applied without the copy's entry", func(t *testing.T) {
+		e := newEnv(t, map[string]string{"d/f0": "old"})
+		e.lowerLink("d/f0", "d/hl")
+		if _, err := e.view.Link(e.must("d/hl"), e.view.Root(), "a"); err != nil {
+			t.Fatal(err)
+		}
+		e.write("d/hl", "new")
+		want := fullWalk(t, e.view)
+		eq(t, "a, d/f0 and d/hl in the view", []string{want["d/f0"].link, want["d/hl"].link}, []string{"a", "a"})
+		res := e.apply(ApplyOptions{Paths: []string{"d"}})
+		eq(t, "applied", itemPaths(res.Applied), lines("modified d/f0", "modified d/hl"))
+		if got := fullWalk(t, e.view); !maps.Equal(got, want) {
+			t.Errorf("view after applying d:\n%s", sigDiff(want, got))
+		}
+		applyLinked(t, e, lines("created a"), "a", "d/f0", "d/hl")
+	})
+	t.Run("written anew, leaving the lower file one name", func(t *testing.T) {
+		e := newEnv(t, map[string]string{"x": "data", "d/": ""})
+		e.lowerLink("x", "d/hl")
+		r := e.view.Root()
+		if err := e.view.Rename(r, "x", r, "y", 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := e.view.Mkdir(r, "x", 0o755, Caller{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.view.Setxattr(e.must("d/hl"), "user.k", []byte("v"), 0); err != nil {
+			t.Fatal(err)
+		}
+		applyPartThenRest(t, e, "d/hl", lines("type-changed x", "created y"), "d/hl", "y")
+	})
+}

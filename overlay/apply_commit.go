@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"golang.org/x/sys/unix"
@@ -327,6 +328,7 @@ func (a *applier) commit() ([]Stale, error) {
 			delete(v.hardlinks, e.Ino)
 		}
 	}
+	a.keepNamesOfCopiesLocked(t)
 	for p, e := range dropped {
 		t.b.DeleteBase(p)
 		if e.Object == "" || v.frozenLocked(e) || e.Type != branch.TypeDir && v.links[e.Object] > 0 {
@@ -361,6 +363,46 @@ func (a *applier) commit() ([]Stale, error) {
 	clear(v.lowerSubdirs)
 	v.lowerSubdirsMu.Unlock()
 	return stale, nil
+}
+
+// keepNamesOfCopiesLocked gives an entry of its own to each name that
+// the view showed, without one, as the upper copy of a hard-linked lower
+// file (a lower name of that file, joined to the copy), where that name
+// would show a lower file now: the apply wrote another file at it (a
+// name of the copy that it applied without the others), or left that
+// lower file one name, or replaced it. It becomes a name of the upper
+// copy, as a copy-up makes it, and the view stays as it was. The names
+// are those captureViewNames looked up; v.mu is held.
+func (a *applier) keepNamesOfCopiesLocked(t *tx) {
+	v := a.v
+	byIno := map[uint64]*branch.Entry{} // the view's st_ino of each upper file still named → an entry of it now
+	for p, s := range a.seen {
+		if s.entry.Type != branch.TypeFile || s.entry.Object == "" {
+			continue
+		}
+		if e := v.indexGet(p); e != nil && e.Object == s.entry.Object {
+			byIno[e.Ino] = e
+		}
+	}
+	for _, q := range slices.Sorted(maps.Keys(a.looks)) {
+		l := a.looks[q]
+		e := byIno[l.st.Ino]
+		if !l.shown || l.st.Mode&unix.S_IFMT != unix.S_IFREG || e == nil || isInternal(q) || v.indexGet(q) != nil {
+			continue
+		}
+		if lp, ok := v.lowerPositionLocked(q); ok {
+			if st, err := v.lowerStat(lp); err == nil && sharedLower(&st) {
+				if h := v.hardlinks[v.mapIno(&st)]; h != nil && h.Object == e.Object {
+					continue // still joined to the copy
+				}
+			}
+		}
+		ne := *e
+		t.put(q, &ne)
+		if b, err := v.lowerBase(q); err == nil {
+			t.b.SetBase(q, b)
+		}
+	}
 }
 
 // showsUpperCopiesBelowLocked reports whether lower directory lp holds,

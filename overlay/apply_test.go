@@ -420,6 +420,8 @@ var applyRegressionSeeds = []uint64{
 	9269956003817368066,  // a file renamed over an equal one: no name a change, one a lower name
 	7156663213757472631,  // a file's one entry and its lower name, neither a change
 	6913985052787897642,  // the same
+	16501374758269319816, // a lower name of a copy, written anew by a partial apply without the copy's entry
+	10355246395389050250, // a lower name of a copy, written anew, the lower file left one name
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.
