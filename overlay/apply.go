@@ -123,9 +123,17 @@ import (
 //     the view's mtime); a directory made in the view
 //     (opaque) or renamed (redirected) whose whole subtree was applied
 //     becomes a plain merged directory of its own lower path instead,
-//     keeping its inode number;
+//     keeping its inode number (but see below);
 //   - an entry whose only difference was its times (not a change for
-//     Diff) is dropped only when the times are equal.
+//     Diff) is dropped only when the times are equal;
+//   - an entry that stays and shows the inode number of a lower inode
+//     the apply freed (removed or replaced its last name: a renamed
+//     file or directory whose old name it removed, a copy whose lower
+//     file it wrote anew) gets a new number, as the kernel node holding
+//     it does: the filesystem may give that number to a file it makes,
+//     which the view would show with the number of another file. The
+//     apply holds those inodes open while it runs, so that none is
+//     reused before.
 //
 // Dropped objects are removed unless a snapshot shares them (frozen),
 // an open file or the kernel holds them (then they go when it lets go).
@@ -252,6 +260,13 @@ type applier struct {
 	// names before anything was written (captureViewNames).
 	byObject map[string][]string
 	looks    map[string]viewLook
+	// watched holds, by st_ino as the view shows it, the lower inodes
+	// whose numbers entries carry (copies of them) that the apply may
+	// free, opened O_PATH before it writes: none is reused while it
+	// runs, and commit renumbers the entries of those it freed
+	// (renumberFreedLocked).
+	watched map[uint64]int
+	inos    map[uint64]bool // entryInos
 }
 
 // Apply takes the differences of view v into its lower directory (see
@@ -271,7 +286,7 @@ func Apply(v *FS, o ApplyOptions) (ApplyResult, error) {
 	a := &applier{v: v, lower: lower, o: o, asRoot: unix.Geteuid() == 0, byPath: map[string]*planned{},
 		bases: map[string]*branch.Base{}, dirs: map[string]int{}, touched: map[string]bool{},
 		linked: map[uint64]string{}, linkedTo: map[uint64]*source{}, used: map[string]bool{}, resident: map[string]bool{}, seen: map[string]seenState{},
-		origins: map[string]int{}, joined: map[uint64]string{}, lowerLinks: map[uint64][]string{}, looks: map[string]viewLook{}}
+		origins: map[string]int{}, joined: map[uint64]string{}, lowerLinks: map[uint64][]string{}, looks: map[string]viewLook{}, watched: map[uint64]int{}}
 	defer a.closeDirs()
 	defer a.closeOrigins()
 	if err := a.plan(); err != nil {

@@ -399,7 +399,12 @@ func TestApplyNeverLinksToLowerFileOfAnotherUpperCopy(t *testing.T) {
 // A lower file x renamed in the view over y, whose lower file has the
 // same data (so y is no change): an apply of x alone removes lower x,
 // and y, which read x's data until then (a metacopy), reads its own
-// lower file from then on, not a file gone (seed 14109995232238529535).
+// lower file from then on, not a file gone. Lower x's inode, its only
+// name removed, is freed, and the filesystem may give its number to a
+// file it makes (in this apply, or a later one): y's entry, which
+// stays, and the node the kernel holds must not show that number, or
+// the view would show two files of one number; they get a new one
+// (seed 14109995232238529535).
 func TestApplyRemovedOriginOfRenamedFileOutsideSelection(t *testing.T) {
 	e := newEnv(t, map[string]string{"x": "a", "y": "a"})
 	time.Sleep(20 * time.Millisecond) // lower ctimes older than the bases
@@ -407,6 +412,9 @@ func TestApplyRemovedOriginOfRenamedFileOutsideSelection(t *testing.T) {
 	if err := e.view.Rename(r, "x", r, "y", 0); err != nil {
 		t.Fatal(err)
 	}
+	held := e.must("y")
+	freed := e.stat("y").Ino
+	eq(t, "st_ino of y in the view", freed, lowerIno(t, e, "x"))
 	want := fullWalk(t, e.view)
 	res := e.apply(ApplyOptions{Paths: []string{"x"}})
 	eq(t, "applied", itemPaths(res.Applied), lines("deleted x"))
@@ -414,6 +422,21 @@ func TestApplyRemovedOriginOfRenamedFileOutsideSelection(t *testing.T) {
 		t.Errorf("view after applying x:\n%s", sigDiff(want, got))
 	}
 	checkNoDiff(t, e, "after applying x")
+	st, err := e.view.Getattr(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ino == freed {
+		t.Errorf("the node of y shows inode number %d, which the apply freed", freed)
+	}
+	if st := e.stat("y"); st.Ino == freed {
+		t.Errorf("y shows inode number %d, which the apply freed", freed)
+	}
+	e.view.Forget(held, 1)
+	e.reopen()
+	if st := e.stat("y"); st.Ino == freed {
+		t.Errorf("after a remount, y shows inode number %d, which the apply freed", freed)
+	}
 }
 
 // Two lower files with equal data become one file in the view (b
@@ -631,4 +654,17 @@ func TestApplyKeepsNamesShowingUpperCopy(t *testing.T) {
 		}
 		applyPartThenRest(t, e, "d/hl", lines("type-changed x", "created y"), "d/hl", "y")
 	})
+}
+
+// stat returns the view's attributes of path p (a lookup the kernel
+// forgets again).
+func (e *env) stat(p string) unix.Stat_t {
+	e.t.Helper()
+	n := e.must(p)
+	defer e.view.Forget(n, 1)
+	st, err := e.view.Getattr(n)
+	if err != nil {
+		e.t.Fatalf("getattr %q: %v", p, err)
+	}
+	return st
 }

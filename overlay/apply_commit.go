@@ -51,12 +51,114 @@ func (a *applier) captureEntries() {
 	}
 }
 
-// closeOrigins closes the lower files captureEntries held.
+// closeOrigins closes the lower files captureEntries and watchLower
+// held.
 func (a *applier) closeOrigins() {
 	for p, fd := range a.origins {
 		unix.Close(fd)
 		delete(a.origins, p)
 	}
+	for ino, fd := range a.watched {
+		unix.Close(fd)
+		delete(a.watched, ino)
+	}
+}
+
+// watchLower holds the lower inode st at lower path p (opened O_PATH)
+// before the apply removes or replaces that name, when an entry carries
+// its number (a copy of it, or a directory or file renamed from it): the
+// apply may free it (see renumberFreedLocked).
+func (a *applier) watchLower(p string, st *unix.Stat_t) {
+	ino := a.v.mapIno(st)
+	if _, ok := a.watched[ino]; ok || !a.entryInos()[ino] {
+		return
+	}
+	fd, err := unix.Openat(a.v.lowerFd, lowerRel(p), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	var held unix.Stat_t
+	if unix.Fstat(fd, &held) != nil || held.Dev != st.Dev || held.Ino != st.Ino {
+		unix.Close(fd)
+		return
+	}
+	a.watched[ino] = fd
+}
+
+// entryInos returns the inode numbers the entries carry (whiteouts
+// left out), made at the first call.
+func (a *applier) entryInos() map[uint64]bool {
+	if a.inos == nil {
+		a.inos = map[uint64]bool{}
+		for _, s := range a.seen {
+			if !s.entry.IsWhiteout() && s.entry.Ino != 0 {
+				a.inos[s.entry.Ino] = true
+			}
+		}
+	}
+	return a.inos
+}
+
+// renumberFreedLocked gives a new inode number to every entry that
+// carries the number of a lower inode the apply freed (it removed or
+// replaced its last name: a copy of a file written anew, a renamed file
+// or directory whose old name it removed): the filesystem may give
+// that number to a file it makes, in this apply or later, which the
+// view would show with the number of another file. The names of one
+// object get one number; an anchor of that inode (no lower name joins
+// it any more) goes. v.mu is held.
+func (a *applier) renumberFreedLocked(t *tx) error {
+	v := a.v
+	freed := map[uint64]bool{}
+	for ino, fd := range a.watched {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil && st.Nlink == 0 {
+			freed[ino] = true
+		}
+	}
+	for _, fd := range a.origins {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil && st.Nlink == 0 {
+			freed[v.mapIno(&st)] = true
+		}
+	}
+	if len(freed) == 0 {
+		return nil
+	}
+	type named struct {
+		p string
+		e *branch.Entry
+	}
+	var found []named
+	v.eachEntryLocked(func(p string, e *branch.Entry) {
+		if !e.IsWhiteout() && freed[e.Ino] {
+			found = append(found, named{p, e})
+		}
+	})
+	slices.SortFunc(found, func(x, y named) int { return comparePaths(x.p, y.p) })
+	renumbered := map[string]uint64{} // by object, or by path for an entry without one
+	for _, f := range found {
+		if isBelow(f.p, internalDir+"/links") {
+			t.del(f.p)
+			continue
+		}
+		key := f.e.Object
+		if key == "" {
+			key = "/" + f.p
+		}
+		ino, ok := renumbered[key]
+		if !ok {
+			var err error
+			if ino, err = v.cfg.AllocIno(); err != nil {
+				return err
+			}
+			renumbered[key] = ino
+		}
+		ne := *f.e
+		ne.Ino = ino
+		t.put(f.p, &ne)
+	}
+	return nil
 }
 
 // joinedName returns a lower name that the copied-up hard-linked file
@@ -329,6 +431,9 @@ func (a *applier) commit() ([]Stale, error) {
 		}
 	}
 	a.keepNamesOfCopiesLocked(t)
+	if err := a.renumberFreedLocked(t); err != nil {
+		return nil, t.fail(fmt.Errorf("apply: the project was written, but %v", err))
+	}
 	for p, e := range dropped {
 		t.b.DeleteBase(p)
 		if e.Object == "" || v.frozenLocked(e) || e.Type != branch.TypeDir && v.links[e.Object] > 0 {
@@ -612,6 +717,16 @@ func (v *FS) reconcileNodesLocked(names map[string][]string) ([]Stale, []*branch
 
 	var stale []Stale
 	var orphans []*branch.Entry
+	// adopt gives node n the entry e of its object: with its inode
+	// number, which the apply may have changed (renumberFreedLocked).
+	adopt := func(n *Node, e *branch.Entry) {
+		v.promoteLocked(n, e)
+		if n.ino != e.Ino && e.Ino != 0 {
+			v.nodesMu.Lock()
+			n.ino = e.Ino
+			v.nodesMu.Unlock()
+		}
+	}
 	// dropNames gives the kernel the names of n's object before the
 	// commit, but its own (given with it), to drop: none shows n now.
 	dropNames := func(n *Node, own string) {
@@ -660,7 +775,7 @@ func (v *FS) reconcileNodesLocked(names map[string][]string) ([]Stale, []*branch
 			s.Parent, s.Name = n.parent, n.name
 		}
 		if e := v.indexGet(q); n.entry != e {
-			v.promoteLocked(n, e)
+			adopt(n, e)
 		}
 		stale = append(stale, s)
 		return true
@@ -692,7 +807,7 @@ func (v *FS) reconcileNodesLocked(names map[string][]string) ([]Stale, []*branch
 			switch {
 			case !e.IsWhiteout() && n.entry != nil && n.object == e.Object:
 				if n.entry != e {
-					v.promoteLocked(n, e)
+					adopt(n, e)
 					stale = append(stale, Stale{Node: n})
 				}
 			case !livesOn(n, true):

@@ -226,6 +226,7 @@ func (a *applier) relinkNames() error {
 			if err := a.dirSource(parentOf(q)); err != nil {
 				return fmt.Errorf("apply: reading %s: %w", displayPath(parentOf(q)), err)
 			}
+			a.watchLower(q, &lst)
 			if err := a.linkOver(to, dirfd, name, nil); err != nil {
 				return fmt.Errorf("apply: linking %s to %s: %w", displayPath(q), displayPath(to), err)
 			}

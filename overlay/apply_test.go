@@ -392,12 +392,7 @@ func TestApplyRandom(t *testing.T) {
 
 // applyRegressionSeeds are seeds of TestApplyRandom that once failed,
 // run every time besides the numbered ones (apply_cases_test.go has
-// each case made small by hand, named by its seed). Seed
-// 14109995232238529535 (TestApplyRemovedOriginOfRenamedFileOutsideSelection)
-// is left out: it also meets a lower inode number that the apply frees
-// and the filesystem may hand to a file it writes while an upper copy
-// still shows that number (one st_ino for two files), not fixed yet,
-// and so fails now and then.
+// each case made small by hand, named by its seed).
 var applyRegressionSeeds = []uint64{
 	1135,                 // a directory with a subdirectory became a symlink
 	16130591167422992453, // a directory's mtime, moved by a name made and removed
@@ -422,6 +417,7 @@ var applyRegressionSeeds = []uint64{
 	6913985052787897642,  // the same
 	16501374758269319816, // a lower name of a copy, written anew by a partial apply without the copy's entry
 	10355246395389050250, // a lower name of a copy, written anew, the lower file left one name
+	14109995232238529535, // a renamed file's removed old name, its lower inode freed, the copy's number reused
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.

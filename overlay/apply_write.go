@@ -32,6 +32,11 @@ func (a *applier) write() error {
 		return err
 	}
 	defer a.closeSources()
+	for _, it := range a.items {
+		if it.state == stateApply && it.lexists {
+			a.watchLower(it.Path, &it.lower)
+		}
+	}
 	var err error
 	for i, it := range a.items {
 		if it.state != stateApply || it.New == nil {
