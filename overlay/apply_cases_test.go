@@ -656,6 +656,32 @@ func TestApplyKeepsNamesShowingUpperCopy(t *testing.T) {
 	})
 }
 
+// A lower file Z (at z) is renamed in the view over w and written there
+// with w's lower data (so w is no change, and its entry stays for its
+// times): w's copy shows Z's inode number. Another file (x) is made a
+// name of z and written with z's lower data, so z is no change: the
+// apply must not link x to lower z, whose number w shows (the view
+// would show that number for two files), but write x anew and link z to
+// it; Z, left without names, is then freed, and w gets a new number
+// (seed 6763999263834883702).
+func TestApplyNeverLinksToLowerFileWhoseNumberAnotherFileShows(t *testing.T) {
+	e := newEnv(t, map[string]string{"x": "old", "z": "new", "w": "other"})
+	time.Sleep(20 * time.Millisecond) // lower ctimes older than the bases
+	r := e.view.Root()
+	if err := e.view.Rename(r, "z", r, "w", 0); err != nil {
+		t.Fatal(err)
+	}
+	e.write("w", "other")
+	if _, err := e.view.Link(e.must("x"), r, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Rename(r, "t", r, "z", 0); err != nil {
+		t.Fatal(err)
+	}
+	e.write("x", "new")
+	applyLinked(t, e, lines("modified x"), "x", "z")
+}
+
 // stat returns the view's attributes of path p (a lookup the kernel
 // forgets again).
 func (e *env) stat(p string) unix.Stat_t {

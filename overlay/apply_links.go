@@ -103,7 +103,7 @@ func (a *applier) findLowerLinks() {
 // removes it) and where the view shows another file than its file ino:
 // changing that lower inode in place would change that other file too;
 // and so when the view has an upper copy of that lower file (shown at
-// its names) that is another file. A name the view does not show (removed there, by a change this apply
+// its names, or carrying its inode number) that is another file. A name the view does not show (removed there, by a change this apply
 // does not take) is no other file: the inode is the one it names.
 func (a *applier) sharedWithOtherFile(st *unix.Stat_t, ino uint64) bool {
 	a.v.mu.RLock()
@@ -113,6 +113,12 @@ func (a *applier) sharedWithOtherFile(st *unix.Stat_t, ino uint64) bool {
 		// An upper copy of it, another file, claims its names (also
 		// when the apply left it one name so far: a name linked to it
 		// would show that copy).
+		return true
+	}
+	if own := a.v.mapIno(st); own != ino && a.entryInos()[own] {
+		// Another file of the view (a copy of it, renamed or written)
+		// shows its inode number: a name linked to it would show that
+		// number for two files.
 		return true
 	}
 	if !sharedLower(st) {
