@@ -682,6 +682,27 @@ func TestApplyNeverLinksToLowerFileWhoseNumberAnotherFileShows(t *testing.T) {
 	applyLinked(t, e, lines("modified x"), "x", "z")
 }
 
+// A lower file of names f0 and hl is linked in the view as new, and
+// another lower file renamed over f0: new and hl are one file in the
+// view, the copy, and f0 another. An apply of new alone writes it anew
+// (the lower file's other name f0 is another file in the view); the
+// apply of the rest writes f0, and links new to hl, whose lower file
+// is the view's: f0, a name of the copy's lower file but another file
+// in the view, is no name of that file and does not keep its names from
+// being linked (seed 617882901282798699).
+func TestApplyLinksNamesOfFileWhoseOldLowerNameIsAnotherFile(t *testing.T) {
+	e := newEnv(t, map[string]string{"f0": "a", "f1": "b"})
+	e.lowerLink("f0", "hl")
+	r := e.view.Root()
+	if _, err := e.view.Link(e.must("f0"), r, "new"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Rename(r, "f1", r, "f0", 0); err != nil {
+		t.Fatal(err)
+	}
+	applyPartThenRest(t, e, "new", lines("modified f0", "deleted f1"), "hl", "new")
+}
+
 // stat returns the view's attributes of path p (a lookup the kernel
 // forgets again).
 func (e *env) stat(p string) unix.Stat_t {

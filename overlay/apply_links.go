@@ -249,7 +249,8 @@ func (a *applier) relinkNames() error {
 // (relinkNames): one whose lower file is the view's (its inode number is
 // the one the view shows, so the file keeps its inode), else the first.
 // Its names are its entries and the lower names of the file they came
-// from (namesOfFile: a lower name may show the upper copy of its file).
+// from (namesOfFile: a lower name may show the upper copy of its file)
+// where the view showed that file.
 func (a *applier) linkUnwrittenFiles() {
 	done := map[string]bool{}
 	for _, s := range a.seen {
@@ -258,7 +259,10 @@ func (a *applier) linkUnwrittenFiles() {
 			continue
 		}
 		done[e.Object] = true
-		names := slices.DeleteFunc(a.namesOfFile(&source{mode: unix.S_IFREG, entry: e}), isInternal)
+		names := slices.DeleteFunc(a.namesOfFile(&source{mode: unix.S_IFREG, entry: e}), func(q string) bool {
+			st, ok := a.viewFile(q)
+			return isInternal(q) || !ok || st.Ino != e.Ino // not a name of this file in the view
+		})
 		if len(names) < 2 || slices.ContainsFunc(names, func(q string) bool { it := a.byPath[q]; return it != nil && it.New != nil }) {
 			continue
 		}

@@ -419,6 +419,7 @@ var applyRegressionSeeds = []uint64{
 	10355246395389050250, // a lower name of a copy, written anew, the lower file left one name
 	14109995232238529535, // a renamed file's removed old name, its lower inode freed, the copy's number reused
 	6763999263834883702,  // a name linked to a lower file whose number a renamed copy shows
+	617882901282798699,   // names of a file not linked: its old lower name, another file now, a change
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.
