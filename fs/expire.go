@@ -81,13 +81,26 @@ func (s *Server) newExpirer() (*expirer, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &expirer{s: s, fd: fd}
-	if !noExpireRing {
-		if e.w, err = fuseuring.NewWriter(fd, e.failed); err != nil {
-			s.log.Debug("expiring names one write(2) each: no ring", "err", err)
-		}
+	return &expirer{s: s, fd: fd}, nil
+}
+
+// ringExpiry is the number of names from which an expirer writes them
+// through a ring: below it, making the ring costs more than the system
+// calls it saves.
+const ringExpiry = 64
+
+// useRing has e write what follows through a ring, where io_uring is
+// available.
+func (e *expirer) useRing() {
+	if noExpireRing || e.w != nil {
+		return
 	}
-	return e, nil
+	w, err := fuseuring.NewWriter(e.fd, e.failed)
+	if err != nil {
+		e.s.log.Debug("expiring names one write(2) each: no ring", "err", err)
+		return
+	}
+	e.w = w
 }
 
 // noExpireRing has expirers write each notification with write(2)
@@ -245,6 +258,9 @@ func (s *Server) invalidateExpiring(stale []overlay.Stale, kernelID func(*overla
 			list = append(list, expiry{dir, name})
 		}
 	})
+	if len(list) >= ringExpiry {
+		e.useRing()
+	}
 	for _, x := range list {
 		e.expire(x.dir, x.name)
 	}
