@@ -2,7 +2,8 @@
 //
 // Every upper inode of the overlay — regular file, directory, symlink,
 // fifo, socket or device node — is a real inode here, named by an
-// object id. Its mode, owner, times, size and xattrs are the inode's
+// object id (a deferred regular file gets its inode at its first use:
+// see "Pending objects"). Its mode, owner, times, size and xattrs are the inode's
 // own: the overlay reads them with lstat and changes them with
 // fd-relative syscalls (fchmodat, fchownat, utimensat, xattr calls) on
 // the object's [Loc], and the kernel does I/O on object files directly
@@ -92,13 +93,22 @@
 // pending across a crash or a reopen until it is complete, with
 // checkpoints a fill resumes from. See pending.go and fill.go.
 //
+// A pending object may also be deferred: given out by Defer with its
+// attributes and no inode, which is made (atomically: O_TMPFILE, then
+// linked under its id) at its first use — Loc, the opens, Clone and
+// the attribute copies make it; Lstat, Objects, Remove and Collect
+// answer from its record, kept in memory and in the journal. A mount
+// started from a remote snapshot of many files thus makes no inode
+// for a file that is never used. See deferred.go.
+//
 // # Locking
 //
 // A Store is safe for concurrent use. Store.mu guards the set of
 // spilled ids and nothing else; it is never held across a syscall. The
 // pool has a lock of its own (pool.go), never held with Store.mu. A
 // part's mu serializes the making of its shards and is taken under
-// neither. pendMu guards the pending objects and the fills under way,
+// neither. pendMu guards the pending objects (deferred ones included)
+// and the fills under way,
 // taken alone and never across a syscall or a fetch; a fill's own mu
 // (its progress) is taken alone too. jmu (the order of one object's
 // journal lines) is taken before pendMu, and held across the journal's

@@ -311,6 +311,9 @@ func (s *Store) startFill(id string, u use) (*fill, error) {
 	if !s.anyPending.Load() {
 		return nil, nil
 	}
+	if err := s.made(id); err != nil { // deferred.go
+		return nil, err
+	}
 	s.pendMu.Lock()
 	f := s.fills[id]
 	_, pending := s.pending[id]

@@ -46,11 +46,21 @@ func shardOf(id string) int {
 	return v
 }
 
-// Loc returns the fd-relative location of an object. For a string
-// that is not an object id it returns {Dirfd: -1, Name: ""}, on which
-// every *at syscall fails (ENOENT or EBADF) instead of reaching some
-// other file.
+// Loc returns the fd-relative location of an object, making a deferred
+// object first (deferred.go; one that cannot be made gives
+// {Dirfd: -1}). For a string that is not an object id it returns
+// {Dirfd: -1, Name: ""}, on which every *at syscall fails (ENOENT or
+// EBADF) instead of reaching some other file.
 func (s *Store) Loc(id string) Loc {
+	if s.made(id) != nil {
+		return Loc{Dirfd: -1}
+	}
+	return s.locNoMake(id)
+}
+
+// locNoMake is Loc without making a deferred object: its location
+// holds no name until it is made.
+func (s *Store) locNoMake(id string) Loc {
 	sh := shardOf(id)
 	if sh < 0 {
 		return Loc{Dirfd: -1}
@@ -65,9 +75,18 @@ func (s *Store) Loc(id string) Loc {
 	return Loc{Dirfd: fd, Name: id}
 }
 
-// loc is Loc with an error for bad ids.
+// loc is Loc with an error for bad ids, and for a deferred object that
+// cannot be made.
 func (s *Store) loc(id string) (Loc, error) {
-	l := s.Loc(id)
+	if err := s.made(id); err != nil {
+		return Loc{Dirfd: -1}, err
+	}
+	return s.locNoMakeErr(id)
+}
+
+// locNoMakeErr is locNoMake with an error for bad ids.
+func (s *Store) locNoMakeErr(id string) (Loc, error) {
+	l := s.locNoMake(id)
 	if l.Dirfd < 0 {
 		return l, fmt.Errorf("object %q: %w", id, ErrBadID)
 	}
@@ -94,6 +113,9 @@ func (s *Store) partFor(size int64) *part {
 func (s *Store) create(p *part, what string, mk func(dirfd int, name string) error) (string, error) {
 	for try := 0; ; try++ {
 		id := newID()
+		if s.Deferred(id) {
+			continue // a deferred object's, which has no name yet
+		}
 		dirfd, err := p.shard(shardOf(id))
 		if err != nil {
 			return "", fmt.Errorf("backstore: new %s: %w", what, err)
@@ -258,12 +280,19 @@ func (s *Store) Open(id string, flags int) (*os.File, error) {
 	return os.NewFile(uintptr(fd), id), nil
 }
 
-// Lstat stats an object without following symlinks. Errors are the
+// Lstat stats an object without following symlinks; a deferred object
+// not made yet is stat'ed from its record (deferred.go). Errors are the
 // bare errno of fstatat (ENOENT for a missing object); a string that
 // is not an object id gives an error wrapping ErrBadID.
 func (s *Store) Lstat(id string) (unix.Stat_t, error) {
+	// A record stands for an object with no name (Open drops those
+	// of the objects a crash left made, and a making drops its own once
+	// named): no fstatat.
+	if d, ok := s.record(id); ok {
+		return s.deferredStat(&d), nil
+	}
 	var st unix.Stat_t
-	l, err := s.loc(id)
+	l, err := s.locNoMakeErr(id)
 	if err != nil {
 		return st, err
 	}
@@ -275,7 +304,16 @@ func (s *Store) Lstat(id string) (unix.Stat_t, error) {
 // always empty: objects are never nested). A missing object is not an
 // error.
 func (s *Store) Remove(id string) error {
-	l, err := s.loc(id)
+	if err := s.removeName(id); err != nil {
+		return err
+	}
+	s.forgetPending(id)
+	return nil
+}
+
+// removeName is Remove but for the journal of pending objects.
+func (s *Store) removeName(id string) error {
+	l, err := s.locNoMakeErr(id)
 	if err != nil {
 		return err
 	}
@@ -291,14 +329,16 @@ func (s *Store) Remove(id string) error {
 		delete(s.spilled, id)
 		s.mu.Unlock()
 	}
-	s.forgetPending(id)
 	return nil
 }
 
-// Objects calls fn with the id of every object, spilled ones included,
-// and stops at the first error fn returns. Names in the shards that
-// are not object ids, and idle objects (pool.go), are skipped.
+// Objects calls fn with the id of every object, spilled ones and
+// deferred ones (deferred.go) included, and stops at the first error fn
+// returns. Names in the shards that are not object ids, and idle
+// objects (pool.go), are skipped. An object made or removed meanwhile
+// may be listed or not, but never twice.
 func (s *Store) Objects(fn func(id string) error) error {
+	deferred := s.deferredIDs() // before the names: one made meanwhile has one
 	for _, p := range []*part{s.main, s.spill} {
 		if p == nil {
 			continue
@@ -307,9 +347,15 @@ func (s *Store) Objects(fn func(id string) error) error {
 			if s.idle(id) {
 				return nil // no object (pool.go)
 			}
+			delete(deferred, id)
 			return fn(id)
 		})
 		if err != nil {
+			return err
+		}
+	}
+	for id := range deferred {
+		if err := fn(id); err != nil {
 			return err
 		}
 	}

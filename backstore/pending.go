@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -209,9 +210,16 @@ func (s *Store) loadPending() error {
 	defer func() { _ = f.Close() }()
 	pending := map[string]string{}
 	resume := map[string]resumePoint{}
+	deferred := map[string]*deferredObj{}
+	now := time.Now().UnixNano()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
+		if len(fields) > 0 {
+			// Any later line of an id says it was made (a checkpoint)
+			// or is done with (deferred.go).
+			delete(deferred, fields[0])
+		}
 		switch {
 		case len(fields) == 2 && fields[1] == "-":
 			delete(pending, fields[0])
@@ -219,6 +227,12 @@ func (s *Store) loadPending() error {
 		case len(fields) == 2:
 			pending[fields[0]] = fields[1]
 			delete(resume, fields[0])
+		case len(fields) == 8:
+			if id, d, ok := parseDeferred(fields, now); ok {
+				deferred[id] = d
+				pending[id] = d.Key
+				delete(resume, id)
+			}
 		case len(fields) == 5:
 			off, err1 := strconv.ParseInt(fields[2], 10, 64)
 			atime, err2 := strconv.ParseInt(fields[3], 10, 64)
@@ -240,24 +254,47 @@ func (s *Store) loadPending() error {
 		s.resume = resume
 		s.anyPending.Store(true)
 	}
+	if len(deferred) > 0 {
+		// Those a crash left made (named) are objects like any other
+		// (deferred.go): their names win over their records.
+		for _, p := range []*part{s.main, s.spill} {
+			if p == nil {
+				continue
+			}
+			if err := p.ids(func(id string) error { delete(deferred, id); return nil }); err != nil {
+				return err
+			}
+		}
+		s.deferred = deferred
+		s.anyDeferred.Store(true)
+	}
 	return nil
 }
 
 // forgetPending drops object id from the pending ones (it is removed).
 func (s *Store) forgetPending(id string) {
-	if !s.anyPending.Load() {
-		return
-	}
 	s.jmu.Lock()
 	defer s.jmu.Unlock()
+	if s.forgetLocal(id) {
+		// At worst the journal keeps it: a later fill of a missing
+		// object fails, and nothing names it; a deferred one is
+		// garbage that a collection removes.
+		_ = s.journal(id + " -\n")
+	}
+}
+
+// forgetLocal drops object id from the pending (and deferred) ones in
+// memory, and reports whether it was pending: the journal must then
+// say "ID -".
+func (s *Store) forgetLocal(id string) bool {
+	if !s.anyPending.Load() {
+		return false
+	}
 	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
 	_, ok := s.pending[id]
 	delete(s.pending, id)
 	delete(s.resume, id)
-	s.pendMu.Unlock()
-	if ok {
-		// At worst the journal keeps it: a later fill of a missing
-		// object fails, and nothing names it.
-		_ = s.journal(id + " -\n")
-	}
+	s.dropDeferredLocked(id)
+	return ok
 }

@@ -326,6 +326,9 @@ func (s *Store) makeIdle(dir bool) error {
 	pl := s.pool
 	for try := 0; ; try++ {
 		id := newID()
+		if s.Deferred(id) {
+			continue // a deferred object's, which has no name yet
+		}
 		pl.mu.Lock()
 		if pl.closed {
 			pl.mu.Unlock()

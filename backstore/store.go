@@ -82,10 +82,16 @@ type Store struct {
 	fills      map[string]*fill       // the fills under way
 	readers    map[string]int         // id → its open Streams (fill.go)
 	wants      map[string]int         // id → its callers waiting for it whole
-	closing    bool                   // Close began: no new fill
-	fillCtx    context.Context        // cancelled at Close
-	fillCancel context.CancelCauseFunc
-	fillWG     sync.WaitGroup // the fills' goroutines
+	// deferred are the objects to be made at their first use
+	// (deferred.go); anyDeferred: the store has held one since Open.
+	deferred    map[string]*deferredObj
+	anyDeferred atomic.Bool
+	dev         uint64          // of the main part: a deferred object's st_dev
+	blksize     int64           // and st_blksize
+	closing     bool            // Close began: no new fill
+	fillCtx     context.Context // cancelled at Close
+	fillCancel  context.CancelCauseFunc
+	fillWG      sync.WaitGroup // the fills' goroutines
 	// jmu orders the journal lines of one object's fill and removal
 	// (pending.go): taken before pendMu, held across the journal's
 	// write.
@@ -127,6 +133,12 @@ func Open(o Options) (*Store, error) {
 		var crashed bool
 		crashed, err = s.main.markOpen()
 		s.crashed.Store(crashed)
+	}
+	if err == nil {
+		var st unix.Stat_t
+		if err = unix.Fstat(s.main.rootfd, &st); err == nil {
+			s.dev, s.blksize = st.Dev, st.Blksize
+		}
 	}
 	if err == nil {
 		err = s.loadPending()

@@ -349,7 +349,11 @@
 // id with a version between the two timestamps it is read at (a walk of
 // its keys, which reads the values only of those, and of those only the
 // version the snapshot sees; the versions are there, as both timestamps
-// are held). The overlay updates its index with those alone.
+// are held). The snapshot's entries at the keys above the shared level
+// come from one iterator over the snapshot's chain walked beside those
+// keys in key order (a step to a near key, a seek to a far one), not
+// from a lookup each; the paths come out once each, in path order
+// (difference.go). The overlay updates its index with those alone.
 //
 // Depth. A level costs a lookup (Get) or an iterator (Load, Children).
 // Every snapshot of a branch that changed since its last one adds a

@@ -13,7 +13,30 @@ import (
 const FormatVersion = 1
 
 // knownFeatures are the feature/<name> keys this build understands.
-var knownFeatures = map[string]bool{featureSnapshots: true, featureLayers: true}
+var knownFeatures = map[string]bool{featureSnapshots: true, featureLayers: true, FeatureDeferredObjects: true}
+
+// FeatureDeferredObjects marks a store whose entries may name objects
+// the backstore has given out but not made yet (mount --from: their
+// attributes are in the backstore's journal, backstore/deferred.go). An
+// agentfs older than them would find those objects missing, and its
+// fsck --repair would delete the entries.
+const FeatureDeferredObjects = "deferred-objects"
+
+// RequireFeature records that the store uses feature name (one of the
+// exported Feature names): an agentfs that does not know it refuses the
+// store. Once recorded it stays.
+func (s *Store) RequireFeature(name string) error {
+	if !knownFeatures[name] {
+		return fmt.Errorf("feature %q: unknown to this agentfs", name)
+	}
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if err := s.apply([]op{{key: featureKey(name)}}); err != nil {
+		return fmt.Errorf("feature %q: %w", name, err)
+	}
+	return nil
+}
 
 // start checks the format of a freshly opened database, repairs a
 // commit a crash interrupted, and creates a new store's initial keys.

@@ -372,13 +372,23 @@ type mergeIter struct {
 // newMergeIter opens iterators over levels (txns[i] reads levels[i])
 // for the keys kind(id)+sub.
 func newMergeIter(txns []*badger.Txn, levels []level, kind func(uint64) []byte, sub []byte) *mergeIter {
+	return newMergeIterOpts(txns, levels, kind, sub, badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64})
+}
+
+// newMergeIterKeys is newMergeIter for a caller that seeks often and
+// reads few values: nothing is read ahead (badger's read-ahead starts
+// again at every seek).
+func newMergeIterKeys(txns []*badger.Txn, levels []level, kind func(uint64) []byte, sub []byte) *mergeIter {
+	return newMergeIterOpts(txns, levels, kind, sub, badger.IteratorOptions{})
+}
+
+func newMergeIterOpts(txns []*badger.Txn, levels []level, kind func(uint64) []byte, sub []byte, opts badger.IteratorOptions) *mergeIter {
 	m := &mergeIter{cur: -1}
 	for i, lv := range levels {
 		prefix := kind(lv.id)
 		m.prefixes = append(m.prefixes, prefix)
-		m.its = append(m.its, txns[i].NewIterator(badger.IteratorOptions{
-			Prefix: append(slices.Clip(prefix), sub...), PrefetchValues: true, PrefetchSize: 64,
-		}))
+		opts.Prefix = append(slices.Clip(prefix), sub...)
+		m.its = append(m.its, txns[i].NewIterator(opts))
 	}
 	return m
 }
@@ -424,6 +434,10 @@ func (m *mergeIter) next() {
 
 // skip moves every level at the current key past it.
 func (m *mergeIter) skip() {
+	if len(m.its) == 1 {
+		m.its[0].Next()
+		return
+	}
 	k := slices.Clone(m.suffix())
 	for i, it := range m.its {
 		if it.Valid() && bytes.Equal(m.suffixOf(i), k) {
@@ -561,143 +575,4 @@ func (s *Store) sweepLayers() error {
 	}
 	s.recomputeHoldLocked()
 	return nil
-}
-
-// Difference names the paths whose entry may differ between the layer
-// as it is and snap, each with snap's entry there (nil: none), without
-// reading every entry (see "Layers" in the package doc): fn may be
-// called for a path without a difference. The keys of the levels above
-// the shared one on either side are named, and the shared level's keys
-// with a version between the two timestamps it is read at; the walk of
-// those versions reads the snapshot's on the way (a key's versions come
-// newest first). A path the walk cannot settle (held by a level above
-// the shared one, or whose version at the snapshot's timestamp is a
-// deletion, so that a level below speaks) is read through the
-// snapshot's chain, one Get each. It reports false, having called fn
-// for nothing, when the chains share no layer id (the caller compares
-// everything). Its cost grows with what changed on either side since
-// the shared level, plus a walk of the shared level's keys (without
-// the values of those that did not change).
-func (l *Layer) Difference(snap Snapshot, fn func(path string, e *Entry)) (bool, error) {
-	levels, release, err := l.levels()
-	if err != nil {
-		return false, err
-	}
-	defer release()
-	unpin, err := l.s.pinSnapshot(&snap)
-	if err != nil {
-		return false, fmt.Errorf("snapshot %s: %w", snap.ID, err)
-	}
-	defer unpin()
-	other := append([]level{{id: snap.Layer, ts: snap.Ts}}, l.s.chainOf(snap.Layer)...)
-	ia, ib := -1, -1
-	for i, a := range levels {
-		if ib = slices.IndexFunc(other, func(b level) bool { return b.id == a.id }); ib >= 0 {
-			ia = i
-			break
-		}
-	}
-	if ia < 0 {
-		return false, nil
-	}
-	// unsettled: paths whose snapshot entry is read through the chain.
-	unsettled := map[string]bool{}
-	own := func(lv level) {
-		txn := l.s.db.NewTransactionAt(lv.ts, false)
-		defer txn.Discard()
-		prefix := layerPrefix(lv.id)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			unsettled[pathOf(it.Item().Key()[len(prefix):])] = true
-		}
-	}
-	for _, lv := range levels[:ia] {
-		own(lv)
-	}
-	for _, lv := range other[:ib] {
-		own(lv)
-	}
-	lo, hi := levels[ia].ts, other[ib].ts
-	snapTs := hi
-	if lo > hi {
-		lo, hi = hi, lo
-	}
-	if lo != hi {
-		// The shared level's keys with a version in (lo, hi]; for each,
-		// its version at snapTs, when the snapshot reads the shared level
-		// at all for it (no level above it on the snapshot's side holds
-		// the key).
-		txn := l.s.db.NewTransactionAt(hi, false)
-		defer txn.Discard()
-		prefix := layerPrefix(levels[ia].id)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, AllVersions: true})
-		defer it.Close()
-		// Below the shared level on the snapshot's side: nothing (a
-		// key the level lacks at snapTs is absent), or levels that a Get
-		// reads.
-		bottom := ib == len(other)-1
-		var (
-			key      []byte // the key whose versions are being read
-			changed  bool   // it has a version in (lo, hi]
-			settled  bool   // its version at snapTs was read
-			below    bool   // that version is a deletion: a level below speaks
-			snapSide *Entry
-		)
-		finish := func() {
-			if key == nil || !changed {
-				return
-			}
-			p := pathOf(key[len(prefix):])
-			if (!settled || below) && !bottom || unsettled[p] {
-				unsettled[p] = true
-				return
-			}
-			fn(p, snapSide)
-		}
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			if !bytes.Equal(item.Key(), key) {
-				finish()
-				key = item.KeyCopy(key[:0])
-				changed, settled, below, snapSide = false, false, false, nil
-			}
-			// Versions come newest first: those above lo, which make the
-			// key changed, before the others.
-			v := item.Version()
-			if v > lo {
-				changed = true
-			}
-			if settled || !changed || v > snapTs {
-				continue
-			}
-			settled = true
-			switch {
-			case item.IsDeletedOrExpired():
-				below = true
-			case isMask(item):
-			default:
-				e, err := decodeItem(item)
-				if err != nil {
-					return false, fmt.Errorf("snapshot %s: entry %q: %w", snap.ID, pathOf(key[len(prefix):]), err)
-				}
-				snapSide = e
-			}
-		}
-		finish()
-	}
-	if len(unsettled) > 0 {
-		view := l.s.SnapshotView(snap)
-		for p := range unsettled {
-			e, err := view.Get(p)
-			if errors.Is(err, ErrNotFound) {
-				e, err = nil, nil
-			}
-			if err != nil {
-				return false, err
-			}
-			fn(p, e)
-		}
-	}
-	return true, nil
 }

@@ -458,7 +458,15 @@ func TestLayerRandomModel(t *testing.T) {
 		for name, cm := range branches {
 			for _, sm := range snaps {
 				got := map[string]*Entry{}
-				ok, err := layer(name).Difference(sm.snap, func(p string, e *Entry) { got[p] = e })
+				var last *string
+				ok, err := layer(name).Difference(sm.snap, func(p string, e *Entry) {
+					// Once per path, in path order.
+					if last != nil && comparePaths(*last, p) >= 0 {
+						t.Errorf("%s: Difference(%s, %s) names %q after %q", what, name, sm.snap.ID, p, *last)
+					}
+					last = &p
+					got[p] = e
+				})
 				if err != nil {
 					t.Fatalf("%s: Difference(%s, %s): %v", what, name, sm.snap.ID, err)
 				}
@@ -801,4 +809,27 @@ func TestLayerSweep(t *testing.T) {
 	s1m.checkEntries(t, "s1 after the sweeps", s.SnapshotView(s1))
 	s1m.check(t, "main restored to s1, after the sweeps", main)
 	checkReferenced(t, s, objectsOf(t, main, s.SnapshotView(s1)))
+}
+
+// TestRequireFeature: a feature a caller records (deferred objects)
+// makes an agentfs that does not know it refuse the store; an unknown
+// name is refused at once.
+func TestRequireFeature(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, Options{Dir: dir})
+	if err := s.RequireFeature("no-such-feature"); err == nil {
+		t.Error("RequireFeature of an unknown name: no error")
+	}
+	if err := s.RequireFeature(FeatureDeferredObjects); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(t, s)
+	s = openDir(t, Options{Dir: dir}) // this build opens it
+	closeStore(t, s)
+	delete(knownFeatures, FeatureDeferredObjects)
+	_, err := Open(Options{Dir: dir})
+	knownFeatures[FeatureDeferredObjects] = true
+	if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), FeatureDeferredObjects) {
+		t.Errorf("Open by an agentfs without deferred objects: %v, want ErrIncompatible naming %q", err, FeatureDeferredObjects)
+	}
 }

@@ -216,10 +216,12 @@ func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 	if startFrom {
 		// The store is new: give main the snapshot, its files fetched
 		// at their first open (workspace/from.go).
+		opened := time.Since(fromStart)
 		if err := d.ws.StartFrom(fromRemote, fromDoc); err != nil {
 			return err
 		}
-		logger.Info("starting from a remote snapshot", "from", p.From, "read_seconds", fromRead.Seconds(), "seconds", time.Since(fromStart).Seconds())
+		logger.Info("starting from a remote snapshot", "from", p.From, "read_seconds", fromRead.Seconds(),
+			"open_seconds", (opened - fromRead).Seconds(), "seconds", time.Since(fromStart).Seconds())
 	}
 	d.shown.Store(d.ws.View())
 	d.ws.Attach(d)

@@ -37,8 +37,13 @@
 // changed names are only expired (expire.go): the kernel looks each up
 // again at its next use and drops what it cached below it then, so the
 // restore's cost in the kernel grows with the names that changed, not
-// with what the kernel cached below them. Otherwise names are dropped,
-// and a directory with many changed names whole.
+// with what the kernel cached below them. Only names the kernel may
+// hold are named: those of the nodes it references, and the negative
+// entries recorded (a name made through the mount leaves the record),
+// or every changed name of the kept directories when a node it was
+// given with several links is cut loose; they are written a batch to a
+// system call (fuseuring.Writer). Otherwise names are dropped, and a
+// directory with many changed names whole.
 //
 // # Locking
 //

@@ -149,6 +149,7 @@ func (s *Server) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, 
 		return errno(s.quotaErr(err, &in.InHeader, dir.n, name))
 	}
 	s.record(&in.InHeader, OpCreate, dir.n, name)
+	s.named(in.NodeId, name)
 	s.fillEntry(&out.EntryOut, in.NodeId, n, &attr)
 	h := &handle{ino: s.known(n.ID), f: f}
 	h.wrote.Store(true) // the create is reported: writes to the new file are part of it

@@ -33,6 +33,27 @@ func (s *Server) noteNegative(dir uint64, name string) bool {
 	return true
 }
 
+// named drops the negative entry recorded for name in directory dir,
+// if any, once a request made the name (a create, mkdir, mknod,
+// symlink, link or rename to it): the kernel turned its dentry into a
+// positive one, whose node the restore finds. So the record holds the
+// names the kernel may cache as absent, not every name once looked up
+// absent (a file made through the mount was looked up first), and a
+// restore drops only those.
+func (s *Server) named(dir uint64, name string) {
+	s.negMu.Lock()
+	if names := s.negatives[dir]; names != nil {
+		if _, ok := names[name]; ok {
+			delete(names, name)
+			s.negCount--
+			if len(names) == 0 {
+				delete(s.negatives, dir)
+			}
+		}
+	}
+	s.negMu.Unlock()
+}
+
 // forgetNegatives drops what is recorded for a directory the kernel
 // forgot.
 func (s *Server) forgetNegatives(dir uint64) {

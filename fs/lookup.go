@@ -34,7 +34,10 @@ const linkedTimeout = time.Second
 // A name in the root (kernel node id parent) lives only as long as the
 // root's lookups do not depend on the caller (see views.go).
 func (s *Server) fillEntry(out *fuse.EntryOut, parent uint64, n *overlay.Node, st *unix.Stat_t) {
-	s.register(n)
+	ino := s.register(n)
+	if st.Nlink > 1 && st.Mode&unix.S_IFMT != unix.S_IFDIR && !ino.linked.Load() {
+		ino.linked.Store(true)
+	}
 	out.NodeId = n.ID
 	out.Generation = generation
 	fillAttr(&out.Attr, st)

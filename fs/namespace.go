@@ -27,6 +27,7 @@ func (s *Server) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, ou
 		return errno(s.quotaErr(err, &in.InHeader, dir.n, name))
 	}
 	s.record(&in.InHeader, OpMknod, dir.n, name)
+	s.named(in.NodeId, name)
 	s.fillEntry(out, in.NodeId, n, &attr)
 	return fuse.OK
 }
@@ -45,6 +46,7 @@ func (s *Server) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, ou
 		return errno(s.quotaErr(err, &in.InHeader, dir.n, name))
 	}
 	s.record(&in.InHeader, OpMkdir, dir.n, name)
+	s.named(in.NodeId, name)
 	s.fillEntry(out, in.NodeId, n, &attr)
 	return fuse.OK
 }
@@ -63,6 +65,7 @@ func (s *Server) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name 
 		return errno(s.quotaErr(err, h, dir.n, name))
 	}
 	s.record(h, OpSymlink, dir.n, name)
+	s.named(h.NodeId, name)
 	s.fillEntry(out, h.NodeId, n, &attr)
 	return fuse.OK
 }
@@ -90,6 +93,7 @@ func (s *Server) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out 
 	if s.recordRename(err, &in.InHeader, OpLink, src.n, "", dir.n, name, "") != nil {
 		return errno(s.quotaErr(err, &in.InHeader, dir.n, name))
 	}
+	s.named(in.NodeId, name)
 	s.fillEntry(out, in.NodeId, src.n, &attr)
 	return fuse.OK
 }
@@ -139,6 +143,9 @@ func (s *Server) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newN
 		attrs = RenameExchanged
 	}
 	err := s.recordRename(odir.n.FS().Rename(odir.n, oldName, ndir.n, newName, in.Flags), &in.InHeader, OpRename, odir.n, oldName, ndir.n, newName, attrs)
+	if err == nil {
+		s.named(in.Newdir, newName)
+	}
 	return errno(s.quotaErr(err, &in.InHeader, odir.n, oldName))
 }
 

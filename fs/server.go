@@ -98,6 +98,11 @@ type inode struct {
 	pt        int   // open passthrough handles
 	backingID int32 // registered backing file while pt > 0
 
+	// linked: the kernel was given the node with more than one link (a
+	// file, not a directory), so it may hold names of it other than the
+	// one its overlay.Node tracks (see invalidateExpiring).
+	linked atomic.Bool
+
 	// listing is the directory's listing that reads at offsets past 0
 	// continue (see Server.listing), under lmu.
 	lmu     sync.Mutex

@@ -524,3 +524,85 @@ func readDirFd(fd int) ([]string, error) {
 		_, _, names = unix.ParseDirent(buf[:n], -1, names)
 	}
 }
+
+// TestRestoreHardLinkNames: a restore that removes one name of a file
+// with two (a hard link made after the snapshot) leaves no process
+// the removed name, though the file's node is known to the daemon by
+// its other name only; the kept name reads as in the snapshot.
+func TestRestoreHardLinkNames(t *testing.T) {
+	m := harness.NewMount(t)
+	for _, d := range []string{"a", "b"} {
+		if err := os.Mkdir(m.Path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	harness.WriteFile(t, m.Path("a/x"), "snapshot")
+	harness.WriteFile(t, m.Path("b/other"), "other")
+	id := takeSnapshot(t, m.Dir, "")
+	must(t, os.Link(m.Path("a/x"), m.Path("b/y")))
+	harness.WriteFile(t, m.Path("b/y"), "through the link")
+	// Both names in the kernel's caches.
+	if got := harness.ReadFile(t, m.Path("a/x")); got != "through the link" {
+		t.Fatalf("a/x before the restore = %q", got)
+	}
+	harness.Lstat(t, m.Path("b/y"))
+	mustC(t, m.Dir, "restore", id)
+	if _, err := os.Lstat(m.Path("b/y")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("b/y, linked after the snapshot, after the restore: %v, want ENOENT", err)
+	}
+	if got := harness.ReadFile(t, m.Path("a/x")); got != "snapshot" {
+		t.Errorf("a/x after the restore = %q, want %q", got, "snapshot")
+	}
+	if got, want := harness.ListDir(t, m.Path("b")), []string{"other"}; !equalStrings(got, want) {
+		t.Errorf("b lists %v after the restore, want %v", got, want)
+	}
+}
+
+// TestRestoreNamesMadeThroughTheMount: names made through the mount
+// after the snapshot, each looked up absent first (as every create
+// is), then rewritten, renamed and deleted there, and names looked up
+// absent and never made: after a restore, every one of them shows the
+// snapshot, in the lookups of this process whose caches held the
+// changed state.
+func TestRestoreNamesMadeThroughTheMount(t *testing.T) {
+	m := harness.NewMount(t)
+	must(t, os.Mkdir(m.Path("d"), 0o755))
+	harness.WriteFile(t, m.Path("d/kept"), "snapshot kept")
+	harness.WriteFile(t, m.Path("d/gone"), "snapshot gone")
+	harness.WriteFile(t, m.Path("d/moved"), "snapshot moved")
+	id := takeSnapshot(t, m.Dir, "")
+	for _, p := range []string{"d/made", "d/renamed", "d/absent"} {
+		if _, err := os.Lstat(m.Path(p)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s before it is made: %v", p, err)
+		}
+	}
+	must(t, os.Remove(m.Path("d/gone")))
+	if _, err := os.Lstat(m.Path("d/gone")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("d/gone after rm: %v", err)
+	}
+	// Names made in d after d/gone was looked up absent: its negative
+	// entry stays.
+	harness.WriteFile(t, m.Path("d/made"), "made")
+	harness.WriteFile(t, m.Path("d/kept"), "changed")
+	must(t, os.Rename(m.Path("d/moved"), m.Path("d/renamed")))
+	must(t, os.Mkdir(m.Path("d/dir"), 0o755))
+	for _, p := range []string{"d/gone", "d/moved", "d/absent"} {
+		if _, err := os.Lstat(m.Path(p)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s before the restore: %v", p, err)
+		}
+	}
+	for _, p := range []string{"d/made", "d/renamed", "d/kept", "d/dir"} {
+		harness.Lstat(t, m.Path(p))
+	}
+	mustC(t, m.Dir, "restore", id)
+	for p, want := range map[string]string{"d/kept": "snapshot kept", "d/gone": "snapshot gone", "d/moved": "snapshot moved"} {
+		if got := harness.ReadFile(t, m.Path(p)); got != want {
+			t.Errorf("%s after the restore = %q, want %q", p, got, want)
+		}
+	}
+	for _, p := range []string{"d/made", "d/renamed", "d/absent", "d/dir"} {
+		if _, err := os.Lstat(m.Path(p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the restore: %v, want ENOENT", p, err)
+		}
+	}
+}

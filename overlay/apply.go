@@ -113,6 +113,9 @@ import (
 //     object once no lower name joins it; an entry whose Origin the
 //     apply removed, while the lower file kept other names, joins one of
 //     those instead (the last one left becomes a name of the upper copy);
+//     a lower name that showed such a copy without an entry of its own
+//     and would show a lower file now (the apply wrote another file at
+//     it, or left the lower file one name) becomes a name of the copy;
 //   - a whiteout is dropped once the lower name it hid is gone;
 //   - a directory's entry is dropped when no entry stays below it and
 //     its lower directory is the same inode with the view's mtime (a
@@ -120,17 +123,27 @@ import (
 //     the view's mtime); a directory made in the view
 //     (opaque) or renamed (redirected) whose whole subtree was applied
 //     becomes a plain merged directory of its own lower path instead,
-//     keeping its inode number;
+//     keeping its inode number (but see below);
 //   - an entry whose only difference was its times (not a change for
-//     Diff) is dropped only when the times are equal.
+//     Diff) is dropped only when the times are equal;
+//   - an entry that stays and shows the inode number of a lower inode
+//     the apply freed (removed or replaced its last name: a renamed
+//     file or directory whose old name it removed, a copy whose lower
+//     file it wrote anew) gets a new number, as the kernel node holding
+//     it does: the filesystem may give that number to a file it makes,
+//     which the view would show with the number of another file. The
+//     apply holds those inodes open while it runs, so that none is
+//     reused before.
 //
 // Dropped objects are removed unless a snapshot shares them (frozen),
 // an open file or the kernel holds them (then they go when it lets go).
 // The nodes the kernel holds are brought in line: a directory stays the
 // same node (a shell inside it keeps working); a file that is now a
 // different lower inode becomes a new node, and the old one is returned
-// as Stale with its name, for the caller to drop from the kernel's
-// caches (fs.Server.Invalidate).
+// as Stale with its names, for the caller to drop from the kernel's
+// caches (fs.Server.Invalidate); a file's node stands for its object,
+// whichever name the kernel looked it up by, and stays while the
+// branch still names the object (only that name goes from the kernel).
 
 // ErrNoChange is returned when a path given to Apply has no change at
 // or below it.
@@ -242,6 +255,18 @@ type applier struct {
 	// lowerLinks holds the lower names of hard-linked lower files, by
 	// st_ino as the view shows it (apply_links.go).
 	lowerLinks map[uint64][]string
+	// byObject indexes seen's regular files by object (pathsOfObject);
+	// looks holds what the view showed at the names of files of several
+	// names before anything was written (captureViewNames).
+	byObject map[string][]string
+	looks    map[string]viewLook
+	// watched holds, by st_ino as the view shows it, the lower inodes
+	// whose numbers entries carry (copies of them) that the apply may
+	// free, opened O_PATH before it writes: none is reused while it
+	// runs, and commit renumbers the entries of those it freed
+	// (renumberFreedLocked).
+	watched map[uint64]int
+	inos    map[uint64]bool // entryInos
 }
 
 // Apply takes the differences of view v into its lower directory (see
@@ -261,7 +286,7 @@ func Apply(v *FS, o ApplyOptions) (ApplyResult, error) {
 	a := &applier{v: v, lower: lower, o: o, asRoot: unix.Geteuid() == 0, byPath: map[string]*planned{},
 		bases: map[string]*branch.Base{}, dirs: map[string]int{}, touched: map[string]bool{},
 		linked: map[uint64]string{}, linkedTo: map[uint64]*source{}, used: map[string]bool{}, resident: map[string]bool{}, seen: map[string]seenState{},
-		origins: map[string]int{}, joined: map[uint64]string{}, lowerLinks: map[uint64][]string{}}
+		origins: map[string]int{}, joined: map[uint64]string{}, lowerLinks: map[uint64][]string{}, looks: map[string]viewLook{}, watched: map[uint64]int{}}
 	defer a.closeDirs()
 	defer a.closeOrigins()
 	if err := a.plan(); err != nil {

@@ -1,9 +1,13 @@
 package overlay
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -82,14 +86,7 @@ func TestApplyKeepsNodeOfCopiedUpHardLink(t *testing.T) {
 	want := fullWalk(t, e.view)
 	eq(t, "a and c in the view", want["c"].link, "a")
 	e.apply(ApplyOptions{Paths: []string{"other"}})
-	f, err := e.view.Open(held, unix.O_RDONLY)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 16)
-	k, _ := f.ReadAt(buf, 0)
-	release(t, f)
-	eq(t, "a through the node the kernel holds", string(buf[:k]), "new")
+	eq(t, "a through the node the kernel holds", readNode(t, e, held), "new")
 	if got := fullWalk(t, e.view); !maps.Equal(got, want) {
 		t.Errorf("view after applying other:\n%s", sigDiff(want, got))
 	}
@@ -102,6 +99,22 @@ func TestApplyKeepsNodeOfCopiedUpHardLink(t *testing.T) {
 	}
 	eq(t, "lower a and c are one file", lowerIno(t, e, "a"), lowerIno(t, e, "c"))
 	e.view.Forget(held, 1)
+}
+
+// readNode reads the data of node n (a node the kernel holds).
+func readNode(t *testing.T, e *env, n *Node) string {
+	t.Helper()
+	f, err := e.view.Open(n, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(t, f)
+	buf := make([]byte, 64)
+	k, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Errorf("read node %d: %v", n.ID, err)
+	}
+	return string(buf[:k])
 }
 
 // lowerLink makes lower name b a hard link of lower name a, older than
@@ -204,12 +217,22 @@ func TestApplyHardLinksInRenamedDirJoinNameAppliedBefore(t *testing.T) {
 	if err := e.view.Rename(e.view.Root(), "d", e.view.Root(), "e", 0); err != nil {
 		t.Fatal(err)
 	}
+	applyPartThenRest(t, e, "e/a", lines("deleted d", "deleted d/a", "deleted d/b", "created e/b"), "e/a", "e/b")
+}
+
+// applyPartThenRest applies path part of e's view, then the rest,
+// wanting the items the second apply applied, the names linked one file
+// (in the view, and so in the lower tree), and the view as it was.
+func applyPartThenRest(t *testing.T, e *env, part, applied string, linked ...string) {
+	t.Helper()
 	want := fullWalk(t, e.view)
-	eq(t, "e/a and e/b in the view", want["e/b"].link, "e/a")
-	e.apply(ApplyOptions{Paths: []string{"e/a"}})
+	for _, p := range linked[1:] {
+		eq(t, p+" in the view", want[p].link, linked[0])
+	}
+	e.apply(ApplyOptions{Paths: []string{part}})
 	res := e.apply(ApplyOptions{})
-	eq(t, "applied", itemPaths(res.Applied), lines("deleted d", "deleted d/a", "deleted d/b", "created e/b"))
-	checkOneLowerFile(t, e, "e/a", "e/b")
+	eq(t, "applied", itemPaths(res.Applied), applied)
+	checkOneLowerFile(t, e, linked...)
 	checkViewApplied(t, e, want)
 }
 
@@ -376,7 +399,12 @@ func TestApplyNeverLinksToLowerFileOfAnotherUpperCopy(t *testing.T) {
 // A lower file x renamed in the view over y, whose lower file has the
 // same data (so y is no change): an apply of x alone removes lower x,
 // and y, which read x's data until then (a metacopy), reads its own
-// lower file from then on, not a file gone (seed 14109995232238529535).
+// lower file from then on, not a file gone. Lower x's inode, its only
+// name removed, is freed, and the filesystem may give its number to a
+// file it makes (in this apply, or a later one): y's entry, which
+// stays, and the node the kernel holds must not show that number, or
+// the view would show two files of one number; they get a new one
+// (seed 14109995232238529535).
 func TestApplyRemovedOriginOfRenamedFileOutsideSelection(t *testing.T) {
 	e := newEnv(t, map[string]string{"x": "a", "y": "a"})
 	time.Sleep(20 * time.Millisecond) // lower ctimes older than the bases
@@ -384,6 +412,9 @@ func TestApplyRemovedOriginOfRenamedFileOutsideSelection(t *testing.T) {
 	if err := e.view.Rename(r, "x", r, "y", 0); err != nil {
 		t.Fatal(err)
 	}
+	held := e.must("y")
+	freed := e.stat("y").Ino
+	eq(t, "st_ino of y in the view", freed, lowerIno(t, e, "x"))
 	want := fullWalk(t, e.view)
 	res := e.apply(ApplyOptions{Paths: []string{"x"}})
 	eq(t, "applied", itemPaths(res.Applied), lines("deleted x"))
@@ -391,6 +422,21 @@ func TestApplyRemovedOriginOfRenamedFileOutsideSelection(t *testing.T) {
 		t.Errorf("view after applying x:\n%s", sigDiff(want, got))
 	}
 	checkNoDiff(t, e, "after applying x")
+	st, err := e.view.Getattr(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ino == freed {
+		t.Errorf("the node of y shows inode number %d, which the apply freed", freed)
+	}
+	if st := e.stat("y"); st.Ino == freed {
+		t.Errorf("y shows inode number %d, which the apply freed", freed)
+	}
+	e.view.Forget(held, 1)
+	e.reopen()
+	if st := e.stat("y"); st.Ino == freed {
+		t.Errorf("after a remount, y shows inode number %d, which the apply freed", freed)
+	}
 }
 
 // Two lower files with equal data become one file in the view (b
@@ -448,4 +494,224 @@ func TestApplyNeverLinksToLowerFileClaimedWithOneNameLeft(t *testing.T) {
 	checkOneLowerFile(t, e, "a", "y2")
 	checkOneLowerFile(t, e, "y1", "z")
 	checkViewApplied(t, e, want)
+}
+
+// A lower file has two names, d/x and d/y; y is renamed over b (a
+// metacopy; lower b has equal data, so b is no change), then the kernel
+// forgets that node and looks the file up again by its other name, x,
+// which is then removed, and d with it: the node the kernel holds is
+// b's file, by a name that is gone. The apply removes d/x and d/y. Where
+// b's times differ from its lower file's, b's entry stays and reads b's
+// own lower file: so must that node, not the name removed. Where they
+// are equal, b's entry goes, and so does the node, with the name b the
+// kernel may hold it by (seeds 13174690654181655562,
+// 9719906000793075904, 2523893404715637522).
+func TestApplyKeepsNodeOfFileLookedUpByRemovedName(t *testing.T) {
+	for _, sameTimes := range []bool{false, true} {
+		t.Run(fmt.Sprint("same times ", sameTimes), func(t *testing.T) {
+			e := newEnv(t, map[string]string{"d/x": "data", "b": "data"})
+			bTime := time.Unix(1_000_000_000, 0)
+			if !sameTimes {
+				bTime = bTime.Add(time.Second)
+			}
+			for p, mt := range map[string]time.Time{"d/x": time.Unix(1_000_000_000, 0), "b": bTime} {
+				if err := os.Chtimes(filepath.Join(e.lower, p), mt, mt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.lowerLink("d/x", "d/y")
+			r := e.view.Root()
+			if err := e.view.Rename(e.must("d"), "y", r, "b", 0); err != nil {
+				t.Fatal(err)
+			}
+			e.view.Forget(e.must("b"), 1) // the kernel forgets the renamed node
+			held := e.must("d/x")         // and looks the file up by its other name
+			eq(t, "name of the node", held.name, "x")
+			if err := removeAll(e, "d"); err != nil {
+				t.Fatal(err)
+			}
+			want := fullWalk(t, e.view)
+			e.must("b") // the kernel holds the node by the name b too
+			res := e.apply(ApplyOptions{})
+			eq(t, "applied", itemPaths(res.Applied), lines("deleted d", "deleted d/x", "deleted d/y"))
+			named := slices.ContainsFunc(res.Stale, func(s Stale) bool { return s.Node == held && s.Parent == r && s.Name == "b" })
+			if sameTimes {
+				eq(t, "the node is cut loose", held.unlinked, true)
+				eq(t, "the name b goes from the kernel", named, true)
+			} else {
+				eq(t, "the node is cut loose", held.unlinked, false)
+				eq(t, "the name b goes from the kernel", named, false)
+				eq(t, "b through the node the kernel holds", readNode(t, e, held), "data")
+			}
+			checkViewApplied(t, e, want)
+		})
+	}
+}
+
+// A lower file has two names, a/f and d/s/hl; f is renamed to d/s/t, d/s
+// to n, and d/s made a symlink: n/t and n/hl are one file in the view,
+// n/hl showing the lower file through the renamed directory. An apply
+// of n/hl alone writes it as a new file (t is a change it does not
+// take); the apply of the rest, writing n/t, must link it to n/hl: but
+// by then it has removed d/s (the change of type goes first), and the
+// view, which reads n/hl through d/s/hl, shows nothing there. The names
+// are judged by what the view showed before anything was written
+// (seed 4222641363338389865).
+func TestApplyJudgesNamesByTheViewBeforeWriting(t *testing.T) {
+	e := newEnv(t, map[string]string{"a/f": "data", "d/s/": ""})
+	e.lowerLink("a/f", "d/s/hl")
+	if err := e.view.Rename(e.must("a"), "f", e.must("d/s"), "t", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Rename(e.must("d"), "s", e.view.Root(), "n", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.view.Symlink(e.must("d"), "s", "x", Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	applyPartThenRest(t, e, "n/hl", lines("deleted a/f", "type-changed d/s", "deleted d/s/hl", "created n/t"), "n/hl", "n/t")
+}
+
+// A lower file has two names, x and hl; x is renamed over y, another
+// lower file with equal data: y is no change, nor is hl, yet y and hl
+// are one file in the view, the lower file's. The apply removes x and
+// links y to hl, whose lower file is the view's (seed
+// 9269956003817368066). So too where the file's one entry is the name
+// a, made a name of the lower file (x) by link and rename in the view
+// after its other lower name (y) was removed (seeds 7156663213757472631,
+// 6913985052787897642): the names of a file none of which is written
+// are its entries and the lower names of the file they came from.
+func TestApplyLinksLowerNamesOfFileWithNoChange(t *testing.T) {
+	t.Run("renamed over an equal file", func(t *testing.T) {
+		e := newEnv(t, map[string]string{"x": "data", "y": "data"})
+		e.lowerLink("x", "hl")
+		ino := lowerIno(t, e, "hl")
+		r := e.view.Root()
+		if err := e.view.Rename(r, "x", r, "y", 0); err != nil {
+			t.Fatal(err)
+		}
+		applyLinked(t, e, lines("deleted x"), "hl", "y")
+		eq(t, "inode of lower y", lowerIno(t, e, "y"), ino)
+	})
+	t.Run("linked over an equal file", func(t *testing.T) {
+		e := newEnv(t, map[string]string{"a": "data", "x": "data"})
+		e.lowerLink("x", "y")
+		r := e.view.Root()
+		if err := e.view.Unlink(r, "y"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.view.Link(e.must("x"), r, "t"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.view.Rename(r, "t", r, "a", 0); err != nil {
+			t.Fatal(err)
+		}
+		applyLinked(t, e, lines("deleted y"), "a", "x")
+	})
+}
+
+// The names of a hard-linked lower file that show its upper copy without
+// entries of their own must go on showing it where the apply writes
+// another file at them or leaves the lower file one name. A lower file
+// of names d/f0 and d/hl is linked in the view as a and written: an
+// apply of d writes d/f0 and d/hl as one new lower file, and the copy
+// (a, d/hl) no longer joins a lower file; d/f0 becomes a name of the
+// copy (seed 16501374758269319816). A lower file of names x and d/hl:
+// x renamed to y, a directory made at x, an xattr set through d/hl: an
+// apply of d/hl writes it as a new file (the other lower name, x, is a
+// directory in the view), which leaves the lower file one name; d/hl
+// becomes a name of the copy, and the apply of the rest links y to it
+// (seed 10355246395389050250).
+func TestApplyKeepsNamesShowingUpperCopy(t *testing.T) {
+	t.Run("applied without the copy's entry", func(t *testing.T) {
+		e := newEnv(t, map[string]string{"d/f0": "old"})
+		e.lowerLink("d/f0", "d/hl")
+		if _, err := e.view.Link(e.must("d/hl"), e.view.Root(), "a"); err != nil {
+			t.Fatal(err)
+		}
+		e.write("d/hl", "new")
+		want := fullWalk(t, e.view)
+		eq(t, "a, d/f0 and d/hl in the view", []string{want["d/f0"].link, want["d/hl"].link}, []string{"a", "a"})
+		res := e.apply(ApplyOptions{Paths: []string{"d"}})
+		eq(t, "applied", itemPaths(res.Applied), lines("modified d/f0", "modified d/hl"))
+		if got := fullWalk(t, e.view); !maps.Equal(got, want) {
+			t.Errorf("view after applying d:\n%s", sigDiff(want, got))
+		}
+		applyLinked(t, e, lines("created a"), "a", "d/f0", "d/hl")
+	})
+	t.Run("written anew, leaving the lower file one name", func(t *testing.T) {
+		e := newEnv(t, map[string]string{"x": "data", "d/": ""})
+		e.lowerLink("x", "d/hl")
+		r := e.view.Root()
+		if err := e.view.Rename(r, "x", r, "y", 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := e.view.Mkdir(r, "x", 0o755, Caller{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.view.Setxattr(e.must("d/hl"), "user.k", []byte("v"), 0); err != nil {
+			t.Fatal(err)
+		}
+		applyPartThenRest(t, e, "d/hl", lines("type-changed x", "created y"), "d/hl", "y")
+	})
+}
+
+// A lower file Z (at z) is renamed in the view over w and written there
+// with w's lower data (so w is no change, and its entry stays for its
+// times): w's copy shows Z's inode number. Another file (x) is made a
+// name of z and written with z's lower data, so z is no change: the
+// apply must not link x to lower z, whose number w shows (the view
+// would show that number for two files), but write x anew and link z to
+// it; Z, left without names, is then freed, and w gets a new number
+// (seed 6763999263834883702).
+func TestApplyNeverLinksToLowerFileWhoseNumberAnotherFileShows(t *testing.T) {
+	e := newEnv(t, map[string]string{"x": "old", "z": "new", "w": "other"})
+	time.Sleep(20 * time.Millisecond) // lower ctimes older than the bases
+	r := e.view.Root()
+	if err := e.view.Rename(r, "z", r, "w", 0); err != nil {
+		t.Fatal(err)
+	}
+	e.write("w", "other")
+	if _, err := e.view.Link(e.must("x"), r, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Rename(r, "t", r, "z", 0); err != nil {
+		t.Fatal(err)
+	}
+	e.write("x", "new")
+	applyLinked(t, e, lines("modified x"), "x", "z")
+}
+
+// A lower file of names f0 and hl is linked in the view as new, and
+// another lower file renamed over f0: new and hl are one file in the
+// view, the copy, and f0 another. An apply of new alone writes it anew
+// (the lower file's other name f0 is another file in the view); the
+// apply of the rest writes f0, and links new to hl, whose lower file
+// is the view's: f0, a name of the copy's lower file but another file
+// in the view, is no name of that file and does not keep its names from
+// being linked (seed 617882901282798699).
+func TestApplyLinksNamesOfFileWhoseOldLowerNameIsAnotherFile(t *testing.T) {
+	e := newEnv(t, map[string]string{"f0": "a", "f1": "b"})
+	e.lowerLink("f0", "hl")
+	r := e.view.Root()
+	if _, err := e.view.Link(e.must("f0"), r, "new"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Rename(r, "f1", r, "f0", 0); err != nil {
+		t.Fatal(err)
+	}
+	applyPartThenRest(t, e, "new", lines("modified f0", "deleted f1"), "hl", "new")
+}
+
+// stat returns the view's attributes of path p (a lookup the kernel
+// forgets again).
+func (e *env) stat(p string) unix.Stat_t {
+	e.t.Helper()
+	n := e.must(p)
+	defer e.view.Forget(n, 1)
+	st, err := e.view.Getattr(n)
+	if err != nil {
+		e.t.Fatalf("getattr %q: %v", p, err)
+	}
+	return st
 }

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"golang.org/x/sys/unix"
@@ -50,12 +51,114 @@ func (a *applier) captureEntries() {
 	}
 }
 
-// closeOrigins closes the lower files captureEntries held.
+// closeOrigins closes the lower files captureEntries and watchLower
+// held.
 func (a *applier) closeOrigins() {
 	for p, fd := range a.origins {
 		unix.Close(fd)
 		delete(a.origins, p)
 	}
+	for ino, fd := range a.watched {
+		unix.Close(fd)
+		delete(a.watched, ino)
+	}
+}
+
+// watchLower holds the lower inode st at lower path p (opened O_PATH)
+// before the apply removes or replaces that name, when an entry carries
+// its number (a copy of it, or a directory or file renamed from it): the
+// apply may free it (see renumberFreedLocked).
+func (a *applier) watchLower(p string, st *unix.Stat_t) {
+	ino := a.v.mapIno(st)
+	if _, ok := a.watched[ino]; ok || !a.entryInos()[ino] {
+		return
+	}
+	fd, err := unix.Openat(a.v.lowerFd, lowerRel(p), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	var held unix.Stat_t
+	if unix.Fstat(fd, &held) != nil || held.Dev != st.Dev || held.Ino != st.Ino {
+		unix.Close(fd)
+		return
+	}
+	a.watched[ino] = fd
+}
+
+// entryInos returns the inode numbers the entries carry (whiteouts
+// left out), made at the first call.
+func (a *applier) entryInos() map[uint64]bool {
+	if a.inos == nil {
+		a.inos = map[uint64]bool{}
+		for _, s := range a.seen {
+			if !s.entry.IsWhiteout() && s.entry.Ino != 0 {
+				a.inos[s.entry.Ino] = true
+			}
+		}
+	}
+	return a.inos
+}
+
+// renumberFreedLocked gives a new inode number to every entry that
+// carries the number of a lower inode the apply freed (it removed or
+// replaced its last name: a copy of a file written anew, a renamed file
+// or directory whose old name it removed): the filesystem may give
+// that number to a file it makes, in this apply or later, which the
+// view would show with the number of another file. The names of one
+// object get one number; an anchor of that inode (no lower name joins
+// it any more) goes. v.mu is held.
+func (a *applier) renumberFreedLocked(t *tx) error {
+	v := a.v
+	freed := map[uint64]bool{}
+	for ino, fd := range a.watched {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil && st.Nlink == 0 {
+			freed[ino] = true
+		}
+	}
+	for _, fd := range a.origins {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil && st.Nlink == 0 {
+			freed[v.mapIno(&st)] = true
+		}
+	}
+	if len(freed) == 0 {
+		return nil
+	}
+	type named struct {
+		p string
+		e *branch.Entry
+	}
+	var found []named
+	v.eachEntryLocked(func(p string, e *branch.Entry) {
+		if !e.IsWhiteout() && freed[e.Ino] {
+			found = append(found, named{p, e})
+		}
+	})
+	slices.SortFunc(found, func(x, y named) int { return comparePaths(x.p, y.p) })
+	renumbered := map[string]uint64{} // by object, or by path for an entry without one
+	for _, f := range found {
+		if isBelow(f.p, internalDir+"/links") {
+			t.del(f.p)
+			continue
+		}
+		key := f.e.Object
+		if key == "" {
+			key = "/" + f.p
+		}
+		ino, ok := renumbered[key]
+		if !ok {
+			var err error
+			if ino, err = v.cfg.AllocIno(); err != nil {
+				return err
+			}
+			renumbered[key] = ino
+		}
+		ne := *f.e
+		ne.Ino = ino
+		t.put(f.p, &ne)
+	}
+	return nil
 }
 
 // joinedName returns a lower name that the copied-up hard-linked file
@@ -327,6 +430,10 @@ func (a *applier) commit() ([]Stale, error) {
 			delete(v.hardlinks, e.Ino)
 		}
 	}
+	a.keepNamesOfCopiesLocked(t)
+	if err := a.renumberFreedLocked(t); err != nil {
+		return nil, t.fail(fmt.Errorf("apply: the project was written, but %v", err))
+	}
 	for p, e := range dropped {
 		t.b.DeleteBase(p)
 		if e.Object == "" || v.frozenLocked(e) || e.Type != branch.TypeDir && v.links[e.Object] > 0 {
@@ -348,7 +455,7 @@ func (a *applier) commit() ([]Stale, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apply: the project was written, but the branch could not be updated (the applied paths still show as changes; nothing is lost): %w", err)
 	}
-	stale, orphans := v.reconcileNodesLocked()
+	stale, orphans := v.reconcileNodesLocked(byObj)
 	for _, e := range orphans {
 		if !v.frozenLocked(e) && v.links[e.Object] == 0 {
 			v.forgetCtime(e.Object)
@@ -361,6 +468,46 @@ func (a *applier) commit() ([]Stale, error) {
 	clear(v.lowerSubdirs)
 	v.lowerSubdirsMu.Unlock()
 	return stale, nil
+}
+
+// keepNamesOfCopiesLocked gives an entry of its own to each name that
+// the view showed, without one, as the upper copy of a hard-linked lower
+// file (a lower name of that file, joined to the copy), where that name
+// would show a lower file now: the apply wrote another file at it (a
+// name of the copy that it applied without the others), or left that
+// lower file one name, or replaced it. It becomes a name of the upper
+// copy, as a copy-up makes it, and the view stays as it was. The names
+// are those captureViewNames looked up; v.mu is held.
+func (a *applier) keepNamesOfCopiesLocked(t *tx) {
+	v := a.v
+	byIno := map[uint64]*branch.Entry{} // the view's st_ino of each upper file still named → an entry of it now
+	for p, s := range a.seen {
+		if s.entry.Type != branch.TypeFile || s.entry.Object == "" {
+			continue
+		}
+		if e := v.indexGet(p); e != nil && e.Object == s.entry.Object {
+			byIno[e.Ino] = e
+		}
+	}
+	for _, q := range slices.Sorted(maps.Keys(a.looks)) {
+		l := a.looks[q]
+		e := byIno[l.st.Ino]
+		if !l.shown || l.st.Mode&unix.S_IFMT != unix.S_IFREG || e == nil || isInternal(q) || v.indexGet(q) != nil {
+			continue
+		}
+		if lp, ok := v.lowerPositionLocked(q); ok {
+			if st, err := v.lowerStat(lp); err == nil && sharedLower(&st) {
+				if h := v.hardlinks[v.mapIno(&st)]; h != nil && h.Object == e.Object {
+					continue // still joined to the copy
+				}
+			}
+		}
+		ne := *e
+		t.put(q, &ne)
+		if b, err := v.lowerBase(q); err == nil {
+			t.b.SetBase(q, b)
+		}
+	}
 }
 
 // showsUpperCopiesBelowLocked reports whether lower directory lp holds,
@@ -518,13 +665,19 @@ func (c *commitState) canDropDirLocked(p string, e *branch.Entry) bool {
 // reconcileNodesLocked brings every node the kernel holds in line with
 // the index after entries were dropped or converted: a node still
 // resolving to the same upper object takes its (possibly converted)
-// entry; a node now resolving to the lower inode of the same number
+// entry; a file's node whose name no longer shows it, while the index
+// still names its object, takes its object's entry (it stands for the
+// object, whichever name the kernel looked it up by: its name may have
+// been removed in the view, its directory with it, or replaced by the
+// apply); a node now resolving to the lower inode of the same number
 // and type becomes that lower node in place (directories always, files
-// when not open); any other node is cut loose, as unlink does. It
-// returns the nodes for the kernel (Stale: with a name for those cut
-// loose, without for those changed in place), and the entries of the
-// objects no node holds any more. v.mu is held exclusively.
-func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
+// when not open); any other node is cut loose, as unlink does. names
+// are the names of each object before the commit. It returns the nodes
+// for the kernel (Stale: with a name for those cut loose, and for a
+// name that no longer shows a node that stays; without for those
+// changed in place), and the entries of the objects no node holds any
+// more. v.mu is held exclusively.
+func (v *FS) reconcileNodesLocked(names map[string][]string) ([]Stale, []*branch.Entry) {
 	v.nodesMu.Lock()
 	set := map[*Node]bool{}
 	for _, m := range []map[string]*Node{v.byObject, v.byLower} {
@@ -541,27 +694,91 @@ func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 		depth int
 	}
 	var nodes []byDepth
+	var nameless []*Node       // files whose name went with a directory removed in the view
+	dirs := map[string]*Node{} // the directories by path, before anything changes
 	for n := range set {
 		if n == v.root || n.unlinked || n.stale {
 			continue
 		}
 		p, ok := n.pathLocked()
 		if !ok {
+			if n.entry != nil && n.mode != unix.S_IFDIR {
+				nameless = append(nameless, n)
+			}
 			continue
+		}
+		if n.mode == unix.S_IFDIR {
+			dirs[p] = n
 		}
 		nodes = append(nodes, byDepth{n, len(pathNames(p))})
 	}
+	dirs[""] = v.root
 	slices.SortFunc(nodes, func(x, y byDepth) int { return x.depth - y.depth })
 
 	var stale []Stale
 	var orphans []*branch.Entry
+	// adopt gives node n the entry e of its object: with its inode
+	// number, which the apply may have changed (renumberFreedLocked).
+	adopt := func(n *Node, e *branch.Entry) {
+		v.promoteLocked(n, e)
+		if n.ino != e.Ino && e.Ino != 0 {
+			v.nodesMu.Lock()
+			n.ino = e.Ino
+			v.nodesMu.Unlock()
+		}
+	}
+	// dropNames gives the kernel the names of n's object before the
+	// commit, but its own (given with it), to drop: none shows n now.
+	dropNames := func(n *Node, own string) {
+		if n.object == "" || n.mode == unix.S_IFDIR {
+			return
+		}
+		for _, q := range names[n.object] {
+			if d := dirs[parentOf(q)]; d != nil && q != own && !isInternal(q) {
+				_, name := splitPath(q)
+				stale = append(stale, Stale{Node: n, Parent: d, Name: name})
+			}
+		}
+	}
 	cut := func(n *Node) {
+		own, _ := n.pathLocked()
 		s := Stale{Node: n, Parent: n.parent, Name: n.name}
 		n.unlinked, n.parent = true, nil
 		v.nodesMu.Lock()
 		v.dropLowerLocked(n)
 		v.nodesMu.Unlock()
 		stale = append(stale, s)
+		dropNames(n, own)
+	}
+	// A name of each object in the index: the first in path order,
+	// internal ones last.
+	objNames := map[string]string{}
+	v.eachEntryLocked(func(p string, e *branch.Entry) {
+		if e.Type == branch.TypeDir || e.Object == "" {
+			return
+		}
+		q, ok := objNames[e.Object]
+		if !ok || isInternal(q) && !isInternal(p) || isInternal(q) == isInternal(p) && comparePaths(p, q) < 0 {
+			objNames[e.Object] = p
+		}
+	})
+	// livesOn keeps file node n, whose name (if named, n.parent and
+	// n.name) no longer shows it, for its object while the index names
+	// that: with the object's entry; its name goes from the kernel.
+	livesOn := func(n *Node, named bool) bool {
+		q, ok := objNames[n.object]
+		if n.mode == unix.S_IFDIR || n.entry == nil || !ok {
+			return false
+		}
+		s := Stale{Node: n}
+		if named {
+			s.Parent, s.Name = n.parent, n.name
+		}
+		if e := v.indexGet(q); n.entry != e {
+			adopt(n, e)
+		}
+		stale = append(stale, s)
+		return true
 	}
 	root := v.root
 	if e := v.rootEntry; e == nil && root.entry != nil {
@@ -581,24 +798,28 @@ func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 		n := it.n
 		p, ok := n.pathLocked()
 		if !ok {
-			cut(n) // its directory was cut loose just now
+			if !livesOn(n, false) {
+				cut(n) // its directory was cut loose just now
+			}
 			continue
 		}
 		if e := v.indexGet(p); e != nil {
 			switch {
 			case !e.IsWhiteout() && n.entry != nil && n.object == e.Object:
 				if n.entry != e {
-					v.promoteLocked(n, e)
+					adopt(n, e)
 					stale = append(stale, Stale{Node: n})
 				}
-			default:
+			case !livesOn(n, true):
 				cut(n)
 			}
 			continue
 		}
 		parent := n.parent
 		if !parent.hasLower {
-			cut(n)
+			if !livesOn(n, true) {
+				cut(n)
+			}
 			continue
 		}
 		lp := joinPath(parent.lower, n.name)
@@ -606,19 +827,24 @@ func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 		if err != nil || st.Mode&unix.S_IFMT != n.mode || v.mapIno(&st) != n.ino {
 			// Another file now (the apply wrote a new inode at the
 			// path of a lower node the kernel held), or none.
-			cut(n)
+			if !livesOn(n, true) {
+				cut(n)
+			}
 			continue
 		}
 		if h := v.hardlinks[n.ino]; h != nil && sharedLower(&st) {
 			// The name shows the upper copy of a hard-linked lower
 			// file (as resolve finds it), not the lower file.
-			if n.object != h.Object {
+			if n.object != h.Object && !livesOn(n, true) {
 				cut(n)
 			}
 			continue
 		}
 		if n.entry == nil && n.hasLower && n.lower == lp {
 			continue // the same lower file as before
+		}
+		if livesOn(n, true) {
+			continue // the name shows a lower file, the node its object
 		}
 		v.nodesMu.Lock()
 		open := n.opens > 0
@@ -643,6 +869,18 @@ func (v *FS) reconcileNodesLocked() ([]Stale, []*branch.Entry) {
 		}
 		v.nodesMu.Unlock()
 		stale = append(stale, Stale{Node: n})
+	}
+	for _, n := range nameless {
+		if livesOn(n, false) {
+			continue
+		}
+		// No name of its object is left: it goes, as unlink leaves it.
+		n.unlinked, n.parent = true, nil
+		v.nodesMu.Lock()
+		v.dropLowerLocked(n)
+		v.nodesMu.Unlock()
+		stale = append(stale, Stale{Node: n})
+		dropNames(n, "")
 	}
 	return stale, orphans
 }

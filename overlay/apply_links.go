@@ -35,7 +35,9 @@ import (
 // The names of a hard-linked lower inode are found by a walk of the
 // lower tree (as Diff does), once for all the inodes the apply's
 // changes start from (before anything is written), and again for an
-// inode met later.
+// inode met later. What the view shows at the names of files of several
+// names is looked up before anything is written too (captureViewNames):
+// the view reads the lower tree, which the writes change.
 
 // lowerNamesOfInode returns the lower names of the hard-linked lower
 // file st, from the walk made for the apply's inodes, or a walk of its
@@ -56,8 +58,8 @@ func (a *applier) lowerNamesOfInode(st *unix.Stat_t) []string {
 
 // findLowerLinks walks the lower tree once for the names of the
 // hard-linked lower files that the changes to apply start from: the
-// lower files at their paths, and those that lower-only files of the
-// view show (their data).
+// lower files at their paths, those that lower-only files of the view
+// show (their data), and those that copied-up files came from (origins).
 func (a *applier) findLowerLinks() {
 	want := map[uint64]int{}
 	add := func(st *unix.Stat_t) {
@@ -75,6 +77,12 @@ func (a *applier) findLowerLinks() {
 			if st, err := a.v.lowerStat(src.lower); err == nil {
 				add(&st)
 			}
+		}
+	}
+	for _, fd := range a.origins {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil {
+			add(&st)
 		}
 	}
 	if len(want) == 0 {
@@ -95,7 +103,7 @@ func (a *applier) findLowerLinks() {
 // removes it) and where the view shows another file than its file ino:
 // changing that lower inode in place would change that other file too;
 // and so when the view has an upper copy of that lower file (shown at
-// its names) that is another file. A name the view does not show (removed there, by a change this apply
+// its names, or carrying its inode number) that is another file. A name the view does not show (removed there, by a change this apply
 // does not take) is no other file: the inode is the one it names.
 func (a *applier) sharedWithOtherFile(st *unix.Stat_t, ino uint64) bool {
 	a.v.mu.RLock()
@@ -107,6 +115,12 @@ func (a *applier) sharedWithOtherFile(st *unix.Stat_t, ino uint64) bool {
 		// would show that copy).
 		return true
 	}
+	if own := a.v.mapIno(st); own != ino && a.entryInos()[own] {
+		// Another file of the view (a copy of it, renamed or written)
+		// shows its inode number: a name linked to it would show that
+		// number for two files.
+		return true
+	}
 	if !sharedLower(st) {
 		return false
 	}
@@ -114,11 +128,8 @@ func (a *applier) sharedWithOtherFile(st *unix.Stat_t, ino uint64) bool {
 		if a.replacesLower(q) {
 			continue
 		}
-		n, vst, err := a.v.lookupPath(q)
-		if n != nil {
-			a.v.release(n)
-		}
-		if err != nil || n == nil {
+		vst, shown := a.viewAt(q)
+		if !shown {
 			continue // not shown: removed in the view (as an unlink of it leaves the inode to its other names)
 		}
 		if vst.Mode&unix.S_IFMT != unix.S_IFREG || vst.Ino != ino {
@@ -211,11 +222,7 @@ func (a *applier) relinkNames() error {
 			if err != nil || lst.Mode&unix.S_IFMT != unix.S_IFREG || lst.Dev == toSt.Dev && lst.Ino == toSt.Ino {
 				continue
 			}
-			n, st, err := a.v.lookupPath(q)
-			if n != nil {
-				a.v.release(n)
-			}
-			if err != nil || n == nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Ino != ino {
+			if st, ok := a.viewFile(q); !ok || st.Ino != ino {
 				continue
 			}
 			dirfd, name, err := a.parentFd(q)
@@ -225,6 +232,7 @@ func (a *applier) relinkNames() error {
 			if err := a.dirSource(parentOf(q)); err != nil {
 				return fmt.Errorf("apply: reading %s: %w", displayPath(parentOf(q)), err)
 			}
+			a.watchLower(q, &lst)
 			if err := a.linkOver(to, dirfd, name, nil); err != nil {
 				return fmt.Errorf("apply: linking %s to %s: %w", displayPath(q), displayPath(to), err)
 			}
@@ -235,39 +243,53 @@ func (a *applier) relinkNames() error {
 }
 
 // linkUnwrittenFiles chooses, for each file of several names in the
-// view none of which is a change (their lower files have the view's
-// data and attributes already, and may yet be different inodes), the
-// first selected name whose lower file it may link the others to
-// (relinkNames).
+// view none of which is a change written (their lower files have the
+// view's data and attributes already, and may yet be different inodes),
+// the selected name whose lower file it may link the others to
+// (relinkNames): one whose lower file is the view's (its inode number is
+// the one the view shows, so the file keeps its inode), else the first.
+// Its names are its entries and the lower names of the file they came
+// from (namesOfFile: a lower name may show the upper copy of its file)
+// where the view showed that file.
 func (a *applier) linkUnwrittenFiles() {
-	byObj := map[string][]string{}
-	for p, s := range a.seen {
-		if s.entry.Type == branch.TypeFile && s.entry.Object != "" && !isInternal(p) {
-			byObj[s.entry.Object] = append(byObj[s.entry.Object], p)
-		}
-	}
-	for _, names := range byObj {
-		if len(names) < 2 || slices.ContainsFunc(names, func(q string) bool { return a.byPath[q] != nil }) {
+	done := map[string]bool{}
+	for _, s := range a.seen {
+		e := s.entry
+		if e.Type != branch.TypeFile || e.Object == "" || done[e.Object] {
 			continue
 		}
-		slices.SortFunc(names, comparePaths)
+		done[e.Object] = true
+		names := slices.DeleteFunc(a.namesOfFile(&source{mode: unix.S_IFREG, entry: e}), func(q string) bool {
+			st, ok := a.viewFile(q)
+			return isInternal(q) || !ok || st.Ino != e.Ino // not a name of this file in the view
+		})
+		if len(names) < 2 || slices.ContainsFunc(names, func(q string) bool { it := a.byPath[q]; return it != nil && it.New != nil }) {
+			continue
+		}
+		var to string
+		var toSt unix.Stat_t
 		for _, q := range names {
 			if !a.selected(q) || a.replacesLower(q) {
 				continue
 			}
-			n, st, err := a.v.lookupPath(q)
-			if n != nil {
-				a.v.release(n)
-			}
-			if err != nil || n == nil || st.Mode&unix.S_IFMT != unix.S_IFREG || a.linked[st.Ino] != "" {
+			st, ok := a.viewFile(q)
+			if !ok || a.linked[st.Ino] != "" {
 				continue
 			}
 			lst, err := a.v.lowerStat(q)
 			if err != nil || lst.Mode&unix.S_IFMT != unix.S_IFREG || a.sharedWithOtherFile(&lst, st.Ino) {
 				continue
 			}
-			a.linkTo(q, &source{mode: unix.S_IFREG, st: st, entry: a.seen[q].entry})
-			break
+			own := a.v.mapIno(&lst) == st.Ino
+			if to == "" || own {
+				to, toSt = q, st
+			}
+			if own {
+				break
+			}
+		}
+		if to != "" {
+			a.linkTo(to, &source{mode: unix.S_IFREG, st: toSt, entry: e})
 		}
 	}
 }
@@ -285,12 +307,9 @@ func (a *applier) namesOfFile(src *source) []string {
 		return a.viewNamesOfLower(src.lower)
 	}
 	var names []string
-	for p, s := range a.seen {
-		if s.entry.Type != branch.TypeFile || s.entry.Object != e.Object {
-			continue
-		}
+	for _, p := range a.pathsOfObject(e.Object) {
 		names = append(names, p)
-		if fd, ok := a.origins[s.entry.Origin]; ok {
+		if fd, ok := a.origins[a.seen[p].entry.Origin]; ok {
 			var st unix.Stat_t
 			if unix.Fstat(fd, &st) == nil && st.Nlink > 0 {
 				names = append(names, viewPathsOfLower(a.lowerNamesOfInode(&st), a.v.redirects())...)
@@ -317,4 +336,90 @@ func (a *applier) dirSource(d string) error {
 		a.sources[d] = src
 	}
 	return err
+}
+
+// pathsOfObject returns the paths of the regular files' entries of
+// object obj as the apply found them (seen).
+func (a *applier) pathsOfObject(obj string) []string {
+	return a.objectIndex()[obj]
+}
+
+// objectIndex returns the paths of seen's regular files' entries by
+// object, made at the first call.
+func (a *applier) objectIndex() map[string][]string {
+	if a.byObject == nil {
+		a.byObject = map[string][]string{}
+		for p, s := range a.seen {
+			if s.entry.Type == branch.TypeFile && s.entry.Object != "" {
+				a.byObject[s.entry.Object] = append(a.byObject[s.entry.Object], p)
+			}
+		}
+	}
+	return a.byObject
+}
+
+// viewLook is what the view showed at a path before the apply wrote
+// anything (captureViewNames).
+type viewLook struct {
+	st    unix.Stat_t
+	shown bool
+}
+
+// captureViewNames looks up, before anything is written, the view's
+// names of the files of several names that the apply may link
+// (namesOfFile, and the lower names of the lower files its changes
+// start from): the view reads the lower tree, which the writes change
+// (a name below a renamed directory shows nothing once a change of type
+// removed its old lower directory), and a name must be judged by what
+// the view showed.
+func (a *applier) captureViewNames() {
+	var names []string
+	hasOrigin := func(p string) bool { _, ok := a.origins[a.seen[p].entry.Origin]; return ok }
+	for _, ps := range a.objectIndex() {
+		if len(ps) > 1 || slices.ContainsFunc(ps, hasOrigin) {
+			names = append(names, a.namesOfFile(&source{mode: unix.S_IFREG, entry: a.seen[ps[0]].entry})...)
+		}
+	}
+	for _, src := range a.sources {
+		if src.mode == unix.S_IFREG && src.entry == nil && src.lower != "" {
+			names = append(names, a.namesOfFile(src)...)
+		}
+	}
+	for _, ns := range a.lowerLinks {
+		names = append(names, ns...)
+	}
+	slices.SortFunc(names, comparePaths)
+	cur := a.v.newCursor()
+	defer cur.close()
+	for _, q := range slices.Compact(names) {
+		if _, ok := a.looks[q]; ok || isInternal(q) {
+			continue
+		}
+		n, st, err := cur.lookup(q)
+		if n != nil {
+			a.v.release(n)
+		}
+		a.looks[q] = viewLook{st: st, shown: err == nil && n != nil}
+	}
+}
+
+// viewAt returns the attributes of what the view shows at path q, and
+// whether it shows anything: as before the apply wrote anything where
+// captureViewNames looked q up, else as now.
+func (a *applier) viewAt(q string) (unix.Stat_t, bool) {
+	if l, ok := a.looks[q]; ok {
+		return l.st, l.shown
+	}
+	n, st, err := a.v.lookupPath(q)
+	if n != nil {
+		a.v.release(n)
+	}
+	return st, err == nil && n != nil
+}
+
+// viewFile returns the attributes of the regular file the view shows at
+// q (viewAt), and whether it shows one.
+func (a *applier) viewFile(q string) (unix.Stat_t, bool) {
+	st, shown := a.viewAt(q)
+	return st, shown && st.Mode&unix.S_IFMT == unix.S_IFREG
 }

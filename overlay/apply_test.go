@@ -392,12 +392,7 @@ func TestApplyRandom(t *testing.T) {
 
 // applyRegressionSeeds are seeds of TestApplyRandom that once failed,
 // run every time besides the numbered ones (apply_cases_test.go has
-// each case made small by hand, named by its seed). Seed
-// 14109995232238529535 (TestApplyRemovedOriginOfRenamedFileOutsideSelection)
-// is left out: it also meets a lower inode number that the apply frees
-// and the filesystem may hand to a file it writes while an upper copy
-// still shows that number (one st_ino for two files), not fixed yet,
-// and so fails now and then.
+// each case made small by hand, named by its seed).
 var applyRegressionSeeds = []uint64{
 	1135,                 // a directory with a subdirectory became a symlink
 	16130591167422992453, // a directory's mtime, moved by a name made and removed
@@ -413,6 +408,18 @@ var applyRegressionSeeds = []uint64{
 	12596637134831935729, // a lower file whose names another upper copy claims
 	1866668330431813420,  // a file of two names, neither a change, two lower files
 	13831909465999310861, // a lower file an upper copy claims, left one name by the apply
+	13174690654181655562, // the node of a renamed file, held by a name removed (and its directory)
+	9719906000793075904,  // the same
+	2523893404715637522,  // the same, after a partial apply
+	4222641363338389865,  // a name shown through a renamed directory whose old one a change of type removed
+	9269956003817368066,  // a file renamed over an equal one: no name a change, one a lower name
+	7156663213757472631,  // a file's one entry and its lower name, neither a change
+	6913985052787897642,  // the same
+	16501374758269319816, // a lower name of a copy, written anew by a partial apply without the copy's entry
+	10355246395389050250, // a lower name of a copy, written anew, the lower file left one name
+	14109995232238529535, // a renamed file's removed old name, its lower inode freed, the copy's number reused
+	6763999263834883702,  // a name linked to a lower file whose number a renamed copy shows
+	617882901282798699,   // names of a file not linked: its old lower name, another file now, a change
 }
 
 // overlaySeedsEnv adds seeds to TestApplyRandom and TestDiffRandom.
@@ -436,6 +443,7 @@ func applyRandomly(t *testing.T, seed uint64) {
 	if _, err := e.view.Snapshot("half way", branch.KindManual); err != nil {
 		t.Fatal(err)
 	}
+	log = append(log, "snapshot")
 	randomOps(e, rng, 12, &log)
 	fail := func(format string, a ...any) {
 		t.Helper()

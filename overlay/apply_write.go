@@ -32,6 +32,11 @@ func (a *applier) write() error {
 		return err
 	}
 	defer a.closeSources()
+	for _, it := range a.items {
+		if it.state == stateApply && it.lexists {
+			a.watchLower(it.Path, &it.lower)
+		}
+	}
 	var err error
 	for i, it := range a.items {
 		if it.state != stateApply || it.New == nil {
@@ -370,11 +375,7 @@ func (a *applier) firstResident(it *planned, object string, src *source, names [
 		if s, ok := a.seen[q]; ok && (object == "" || s.entry.Object != object) {
 			continue // another file, or a whiteout, at that name now
 		}
-		n, st, err := a.v.lookupPath(q)
-		if n != nil {
-			a.v.release(n)
-		}
-		if err == nil && n != nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino == src.st.Ino && !a.sharedWithOtherFile(&lst, src.st.Ino) {
+		if st, ok := a.viewFile(q); ok && st.Ino == src.st.Ino && !a.sharedWithOtherFile(&lst, src.st.Ino) {
 			return q
 		}
 	}
@@ -808,6 +809,7 @@ func (a *applier) capture() error {
 		a.sources[p] = src
 	}
 	a.findLowerLinks()
+	a.captureViewNames()
 	return nil
 }
 

@@ -158,6 +158,9 @@ func (v *FS) Getxattr(n *Node, name string, dest []byte) (int, error) {
 	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	if v.unmadeLocked(n) {
+		return 0, unix.ENODATA
+	}
 	dirfd, file := v.xattrLocLocked(n)
 	sz, err := getxattrAt(dirfd, file, name, dest)
 	if caps && err == unix.ENODATA {
@@ -175,8 +178,18 @@ const capsXattr = "security.capability"
 func (v *FS) Listxattr(n *Node, dest []byte) (int, error) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	if v.unmadeLocked(n) {
+		return 0, nil
+	}
 	dirfd, file := v.xattrLocLocked(n)
 	return listxattrAt(dirfd, file, dest)
+}
+
+// unmadeLocked reports whether n's object is deferred: not made yet
+// (backstore/deferred.go), so with no xattrs. Reading them must not
+// make it (ls -l reads two of every file).
+func (v *FS) unmadeLocked(n *Node) bool {
+	return n.object != "" && n.mode == unix.S_IFREG && v.objs.Deferred(n.object)
 }
 
 // Setxattr sets an extended attribute (copying the inode's metadata up).

@@ -182,6 +182,90 @@ func (v *FS) create(dir *Node, name string, flags int, mode uint32, c Caller) (*
 	return nil, nil, st, err
 }
 
+// Adopt makes name in dir a new regular file whose object is id, a
+// regular file object the caller made for it with its owner, mode,
+// size and times (a deferred one: backstore.Store.Defer). The view
+// owns id from the call on: when the name cannot be made, id is
+// removed. Unlike Create, the owner is the object's, whatever dir's
+// setgid bit says.
+func (v *FS) Adopt(dir *Node, name string, id string) (*Node, unix.Stat_t, error) {
+	defer v.enterChange(dir, name, nil, "")()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n, st, err := v.newInodeLocked(dir, name, Caller{}, branch.TypeFile, func(int, int) (string, error) {
+		return id, nil
+	})
+	if err != nil {
+		// Removed already when newInodeLocked failed after mk; a
+		// missing object is no error.
+		if rerr := v.objs.Remove(id); rerr != nil {
+			v.log.Warn("removing object", "object", id, "err", rerr)
+		}
+	}
+	return n, st, err
+}
+
+// AdoptFiles is Adopt for many new names in dir (names[i] gets object
+// ids[i]) in one commit, dir's times touched once; it makes no node (a
+// lookup makes one). On an error none of the names is made and every
+// id is removed.
+func (v *FS) AdoptFiles(dir *Node, names, ids []string) error {
+	if len(names) != len(ids) {
+		return unix.EINVAL
+	}
+	defer v.enterChanges(dir, names)()
+	v.mu.Lock()
+	err := v.adoptFilesLocked(dir, names, ids)
+	v.mu.Unlock()
+	if err != nil {
+		for _, id := range ids { // a missing object is no error
+			if rerr := v.objs.Remove(id); rerr != nil {
+				v.log.Warn("removing object", "object", id, "err", rerr)
+			}
+		}
+	}
+	return err
+}
+
+// adoptFilesLocked is AdoptFiles under v.mu, held exclusively.
+func (v *FS) adoptFilesLocked(dir *Node, names, ids []string) error {
+	paths := make([]string, len(names))
+	seen := make(map[string]bool, len(names))
+	for i, name := range names {
+		r, err := v.resolveLocked(dir, name)
+		if err != nil {
+			return err
+		}
+		if r.exists() || seen[name] {
+			return unix.EEXIST
+		}
+		seen[name], paths[i] = true, r.path
+	}
+	if l := v.quota.limits.Files; l > 0 && v.quota.files.Load()+int64(len(names)) > l {
+		return errFilesQuota
+	}
+	t := v.newTx()
+	if err := v.copyUpDirLocked(t, dir); err != nil {
+		return t.fail(err)
+	}
+	var epoch uint64
+	if v.layer != nil {
+		epoch = v.layer.Epoch() // a new object belongs to no snapshot
+	}
+	for i, p := range paths {
+		ino, err := v.cfg.AllocIno()
+		if err != nil {
+			return t.fail(err)
+		}
+		t.put(p, &branch.Entry{Type: branch.TypeFile, Ino: ino, Object: ids[i], Epoch: epoch})
+	}
+	for _, id := range ids { // after the puts, which look for each in t.created
+		t.made(id)
+	}
+	t.touch(dir)
+	return t.commit()
+}
+
 // Link makes a new name for n in dir. The file's data is copied up
 // first: a hard link always joins two upper names.
 func (v *FS) Link(n, dir *Node, name string) (unix.Stat_t, error) {

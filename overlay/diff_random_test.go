@@ -255,8 +255,9 @@ func randomOps(e *env, rng *rand.Rand, n int, log *[]string) {
 			op = fmt.Sprintf("link %s %s", f, joinPath(dir, name))
 			_, err = e.view.Link(node(f), node(dir), name)
 		case k == 7:
-			op = "symlink " + joinPath(dir, name)
-			_, _, err = e.view.Symlink(node(dir), name, contents[rng.IntN(len(contents))], Caller{})
+			target := contents[rng.IntN(len(contents))]
+			op = fmt.Sprintf("symlink %s %q", joinPath(dir, name), target)
+			_, _, err = e.view.Symlink(node(dir), name, target, Caller{})
 		case k == 8:
 			p := pick(all)
 			v := contents[rng.IntN(len(contents))]

@@ -115,6 +115,29 @@ func (v *FS) enterChange(a *Node, aName string, b *Node, bName string) func() {
 	}
 }
 
+// enterChanges is enterChange for a change of each of names in dir.
+func (v *FS) enterChanges(dir *Node, names []string) func() {
+	for {
+		v.gate.mu.RLock()
+		h := v.gate.hold
+		touched := false
+		for _, name := range names {
+			if h != nil && v.touchesHold(h, dir, name, nil, "") {
+				touched = true
+				break
+			}
+		}
+		if !touched {
+			return v.gate.mu.RUnlock
+		}
+		v.gate.mu.RUnlock()
+		if hook := changeWaitHook; hook != nil {
+			hook()
+		}
+		<-h.done
+	}
+}
+
 // touchesHold reports whether the change of name in a (and in b)
 // touches h: the paths are those of now.
 func (v *FS) touchesHold(h *pathHold, a *Node, aName string, b *Node, bName string) bool {

@@ -265,7 +265,16 @@ func (v *FS) indexPut(p string, e *branch.Entry) {
 		v.dirs[dir] = m
 	}
 	m[name] = e
+	v.indexCountIn(p, dir, e)
+}
+
+// indexCountIn counts the entry e, just put at p (in directory dir), in
+// the index's counts: subdirectories, links, hard links, quota. It
+// reports whether e's object may have another name: a regular object
+// that another entry names too, or a directory's.
+func (v *FS) indexCountIn(p, dir string, e *branch.Entry) (shared bool) {
 	if e.Type == branch.TypeDir {
+		shared = e.Object != ""
 		v.ndirs[dir]++
 		if e.Object != "" {
 			v.quotaIn(e)
@@ -273,13 +282,17 @@ func (v *FS) indexPut(p string, e *branch.Entry) {
 	}
 	v.countLinks(p, e, 1)
 	if e.Type != branch.TypeDir && e.Object != "" {
-		if v.links[e.Object]++; v.links[e.Object] == 1 {
+		n := v.links[e.Object]
+		v.links[e.Object] = n + 1
+		if n == 0 {
 			v.quotaIn(e)
 		}
 		if e.Origin != "" {
 			v.hardlinks[e.Ino] = e
 		}
+		shared = n > 0
 	}
+	return shared
 }
 
 // indexDel forgets the entry at p (not its children).
@@ -298,9 +311,19 @@ func (v *FS) indexDel(p string) {
 	if len(m) == 0 {
 		delete(v.dirs, dir)
 	}
+	v.indexCountOut(p, dir, old)
+}
+
+// indexCountOut takes the entry old, just removed from p (in directory
+// dir), out of the index's counts, as indexCountIn put it in, and
+// reports as it does whether old's object may have another name.
+func (v *FS) indexCountOut(p, dir string, old *branch.Entry) (shared bool) {
 	if old.Type == branch.TypeDir {
-		if v.ndirs[dir]--; v.ndirs[dir] <= 0 {
+		shared = old.Object != ""
+		if n := v.ndirs[dir]; n <= 1 {
 			delete(v.ndirs, dir)
+		} else {
+			v.ndirs[dir] = n - 1
 		}
 		if old.Object != "" {
 			v.quotaOut(old)
@@ -308,7 +331,10 @@ func (v *FS) indexDel(p string) {
 	}
 	v.countLinks(p, old, -1)
 	if old.Type != branch.TypeDir && old.Object != "" {
-		if v.links[old.Object]--; v.links[old.Object] <= 0 {
+		if n := v.links[old.Object]; n > 1 {
+			v.links[old.Object] = n - 1
+			shared = true
+		} else {
 			delete(v.links, old.Object)
 			v.quotaOut(old)
 			if h := v.hardlinks[old.Ino]; h != nil && h.Object == old.Object {
@@ -316,6 +342,7 @@ func (v *FS) indexDel(p string) {
 			}
 		}
 	}
+	return shared
 }
 
 // countLinks keeps hiddenLinks in step with the entry e at p being

@@ -166,7 +166,7 @@ func (v *FS) reloadChangedLocked(paths map[string]bool) ([]Stale, error) {
 	if !sameEntry(oldRoot, v.rootEntry) && !sameDir(oldRoot, v.rootEntry) {
 		return v.reloadFromIndexLocked()
 	}
-	ch := newChangeSet(len(paths))
+	ch := newChangeSet(len(paths), 2*len(paths))
 	if !sameEntry(oldRoot, v.rootEntry) {
 		ch.retarget[""] = true
 	}
@@ -206,47 +206,97 @@ func (v *FS) reloadChangedLocked(paths map[string]bool) ([]Stale, error) {
 	return v.cutChangedLocked(ch, false), nil
 }
 
+// pathEntry is a path whose entry a restore may change, with its new
+// entry (nil: none).
+type pathEntry struct {
+	path string
+	e    *branch.Entry
+}
+
 // reloadPathsLocked is reloadChangedLocked for a restore whose
-// possible changes are known, with their new entries (nil: none): it
-// updates the index in place, so that its cost grows with the changes
-// rather than with the branch. A change it cannot apply in place (the
-// root's, an internal entry's, a hard-linked copy's) falls back to
-// reloadChangedLocked, before the index is touched. v.mu is held
-// exclusively.
-func (v *FS) reloadPathsLocked(diff map[string]*branch.Entry) ([]Stale, error) {
+// possible changes are known, with their new entries, in path order
+// (branch.Layer.Difference): it updates the index in place, so that
+// its cost grows with the changes rather than with the branch. A
+// change it cannot apply in place (the root's, an internal entry's, a
+// hard-linked copy's) falls back to reloadChangedLocked, before the
+// index is touched. The paths come in path order, so the names of one
+// directory mostly follow each other: its map is looked up once for
+// them. v.mu is held exclusively.
+func (v *FS) reloadPathsLocked(diff []pathEntry) ([]Stale, error) {
 	type change struct {
-		p        string
-		old, cur *branch.Entry
+		p, dir, name string
+		old, cur     *branch.Entry
 	}
 	changes := make([]change, 0, len(diff))
-	for p, cur := range diff {
-		old := v.indexGet(p)
+	var dirs dirCursor
+	for _, d := range diff {
+		p, cur := d.path, d.e
+		var dir, name string
+		var old *branch.Entry
+		if p == "" {
+			old = v.rootEntry
+		} else {
+			dir, name = splitPath(p)
+			old = dirs.of(v, dir)[name]
+		}
 		if sameEntry(old, cur) {
 			continue
 		}
 		if p == "" || isInternal(p) || old != nil && old.Origin != "" || cur != nil && cur.Origin != "" {
 			paths := make(map[string]bool, len(diff))
-			for p := range diff {
-				paths[p] = true
+			for _, d := range diff {
+				paths[d.path] = true
 			}
 			return v.reloadChangedLocked(paths)
 		}
-		changes = append(changes, change{p, old, cur})
+		changes = append(changes, change{p, dir, name, old, cur})
 	}
 	if testHookReloadPaths != nil {
 		testHookReloadPaths(len(diff))
 	}
-	ch := newChangeSet(len(changes))
+	// objs holds only the objects that another entry names too, before
+	// or after (a hard link; a directory's, always): any other has no
+	// node but the one at its changed path.
+	ch := newChangeSet(len(changes), 0)
+	dirs = dirCursor{}
 	for _, c := range changes {
-		if c.cur == nil {
-			v.indexDel(c.p)
-		} else {
-			v.indexPut(c.p, c.cur)
+		m := dirs.of(v, c.dir)
+		var oldShared, curShared bool
+		if c.old != nil {
+			delete(m, c.name)
+			oldShared = v.indexCountOut(c.p, c.dir, c.old)
 		}
-		dir, name := splitPath(c.p)
-		ch.note(c.p, dir, name, c.old, c.cur)
+		if c.cur != nil {
+			if m == nil {
+				m = make(map[string]*branch.Entry)
+				v.dirs[c.dir] = m
+				dirs.m = m
+			}
+			m[c.name] = c.cur
+			curShared = v.indexCountIn(c.p, c.dir, c.cur)
+		} else if len(m) == 0 {
+			delete(v.dirs, c.dir)
+			dirs.m = nil
+		}
+		ch.noteObjects(c.p, c.dir, c.name, c.old, c.cur, oldShared, curShared)
 	}
 	return v.cutChangedLocked(ch, true), nil
+}
+
+// dirCursor is the index's map of the directory last asked, which the
+// next path in path order most often shares.
+type dirCursor struct {
+	dir string
+	ok  bool
+	m   map[string]*branch.Entry
+}
+
+// of returns v.dirs[dir] (nil if none).
+func (c *dirCursor) of(v *FS, dir string) map[string]*branch.Entry {
+	if !c.ok || c.dir != dir {
+		c.dir, c.ok, c.m = dir, true, v.dirs[dir]
+	}
+	return c.m
 }
 
 // testHookReloadPaths, when set, is called by reloadPathsLocked with
@@ -263,28 +313,46 @@ type changeSet struct {
 	// made in it, and a snapshot's directory is cloned then): their
 	// nodes stay, given the object, as the tree below them is the same.
 	retarget map[string]bool
+	// lastDir's names in dirs: the next note's directory, most often.
+	lastDir   string
+	lastNames map[string]bool
 }
 
-// newChangeSet makes a changeSet for about hint changes.
-func newChangeSet(hint int) *changeSet {
-	return &changeSet{changed: make(map[string]bool, hint), dirs: map[string]map[string]bool{}, objs: make(map[string]bool, 2*hint), retarget: map[string]bool{}}
+// newChangeSet makes a changeSet for about hint changes naming about
+// objsHint objects.
+func newChangeSet(hint, objsHint int) *changeSet {
+	return &changeSet{changed: make(map[string]bool, hint), dirs: map[string]map[string]bool{}, objs: make(map[string]bool, objsHint), retarget: map[string]bool{}}
 }
 
 // note records that the entry at p (dir/name) went from old to cur.
 func (ch *changeSet) note(p, dir, name string, old, cur *branch.Entry) {
-	if ch.dirs[dir] == nil {
-		ch.dirs[dir] = map[string]bool{}
+	ch.noteObjects(p, dir, name, old, cur, true, true)
+}
+
+// noteObjects is note, recording old's object only with withOld, and
+// cur's only with withCur. An object that no other entry names, before
+// or after, has no node but the one at p, whose path changed: the
+// index updated in place leaves those out (reloadPathsLocked).
+func (ch *changeSet) noteObjects(p, dir, name string, old, cur *branch.Entry, withOld, withCur bool) {
+	if ch.lastNames == nil || ch.lastDir != dir {
+		names := ch.dirs[dir]
+		if names == nil {
+			names = map[string]bool{}
+			ch.dirs[dir] = names
+		}
+		ch.lastDir, ch.lastNames = dir, names
 	}
-	ch.dirs[dir][name] = true
+	ch.lastNames[name] = true
 	if sameDir(old, cur) {
 		ch.retarget[p] = true
 		return
 	}
 	ch.changed[p] = true
-	for _, e := range []*branch.Entry{old, cur} {
-		if e != nil && e.Object != "" {
-			ch.objs[e.Object] = true
-		}
+	if withOld && old != nil && old.Object != "" {
+		ch.objs[old.Object] = true
+	}
+	if withCur && cur != nil && cur.Object != "" {
+		ch.objs[cur.Object] = true
 	}
 }
 

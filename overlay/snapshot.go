@@ -130,8 +130,8 @@ func (v *FS) Restore(snap branch.Snapshot) ([]Stale, error) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	diff := map[string]*branch.Entry{}
-	known, err := v.layer.Difference(snap, func(p string, e *branch.Entry) { diff[p] = e })
+	var diff []pathEntry
+	known, err := v.layer.Difference(snap, func(p string, e *branch.Entry) { diff = append(diff, pathEntry{p, e}) })
 	if err != nil {
 		return nil, err
 	}

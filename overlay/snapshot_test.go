@@ -548,6 +548,71 @@ func TestRestoreCutsLooseOnlyChanges(t *testing.T) {
 	eq(t, "snapshot's x/1", e.snapView(snap).read("x/1"), "")
 }
 
+// TestRestoreCutsLooseHardLinks: a restore that takes away or gives back
+// another name of a file made in the view (a hard link) cuts the file's
+// node loose wherever its own name is, in a directory without changes
+// too: its link count changed. A file whose one name is unchanged keeps
+// its node.
+func TestRestoreCutsLooseHardLinks(t *testing.T) {
+	e := newEnv(t, map[string]string{"u/": "", "w/": "", "k/": ""})
+	var nodes []*Node
+	for _, name := range []string{"u/a", "u/b", "k/c"} {
+		dir, base := splitPath(name)
+		n, f, _, err := e.view.Create(e.must(dir), base, unix.O_RDWR, 0o644, Caller{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		release(t, f)
+		nodes = append(nodes, n)
+	}
+	// u/b has a second name before the snapshot, u/a after it.
+	if _, err := e.view.Link(nodes[1], e.must("w"), "b2"); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := e.view.Snapshot("s", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.view.Link(nodes[0], e.must("w"), "a2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.Unlink(e.must("w"), "b2"); err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := e.must("u/a"), e.must("u/b"), e.must("k/c")
+	if a != nodes[0] || b != nodes[1] {
+		t.Fatal("a hard link made a node of its own")
+	}
+	stale, err := e.view.Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := map[*Node]bool{}
+	for _, s := range stale {
+		if !s.Kept {
+			cut[s.Node] = true
+		}
+	}
+	if !cut[a] {
+		t.Error("u/a, whose other name w/a2 went, keeps its node")
+	}
+	if !cut[b] {
+		t.Error("u/b, whose other name w/b2 came back, keeps its node")
+	}
+	if cut[c] {
+		t.Error("k/c, which did not change, lost its node")
+	}
+	for _, p := range []string{"w/a2"} {
+		if _, err := e.walk(p); err != unix.ENOENT {
+			t.Errorf("%s after the restore: %v, want ENOENT", p, err)
+		}
+	}
+	if _, err := e.walk("w/b2"); err != nil {
+		t.Errorf("w/b2 after the restore: %v", err)
+	}
+	e.checkIndexFresh("after the restore")
+}
+
 // TestRestoreBatchesBusyDirectories: a kept directory with many changed
 // names comes back with its name (the kernel drops it whole), and the
 // nodes cut loose below it come back Below.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -23,10 +22,14 @@ import (
 // `agentfs mount --from REMOTE/SNAPSHOT` starts a private store from a
 // snapshot pushed to a remote (StartFrom): main gets the snapshot's
 // changes over this machine's project, written through the overlay as
-// pull writes them, but each regular file is made with its size and
-// attributes and no data, its object pending in the backstore
-// (backstore/pending.go) on the file's SHA-256. Listings and attributes
-// need nothing fetched; the first open of a file fetches its object,
+// pull writes them, but each regular file gets its size and attributes
+// and no data, its object pending in the backstore
+// (backstore/pending.go) on the file's SHA-256. A new file's object is
+// deferred, too (backstore/deferred.go): given out, all in one journal
+// write, before the entries name them, its inode made only when
+// something needs it, so that the start makes no inode per file.
+// Listings, attributes and xattr reads need nothing fetched or made;
+// the first open of a file makes and fetches its object,
 // checked against the SHA-256, before any descriptor is handed out, and
 // the backstore keeps it. A fetch that fails fails that open (EIO), and
 // the next open tries again.
@@ -84,18 +87,43 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 	w.objs.SetSource(remoteSource(r))
 	_, err := locked(w, func() (struct{}, error) {
 		start := time.Now()
-		// One object per file: made ahead on the other CPUs while the
-		// import takes them.
-		files := 0
+		im := &importer{lazy: true, asRoot: os.Geteuid() == 0}
+		// One object per new file, given out ahead and made at its
+		// first use (backstore/deferred.go): journaled before any
+		// entry names it.
+		var files []backstore.Deferred
+		var paths []string
 		for _, c := range doc.Changes {
-			if c.Type == "file" {
-				files++
+			if d, ok := im.deferOf(c); ok {
+				files, paths = append(files, d), append(paths, c.Path)
 			}
 		}
-		w.objs.Prepare(files, runtime.NumCPU())
-		im := &importer{lazy: true, asRoot: os.Geteuid() == 0}
+		// An agentfs that knows no deferred objects must not open
+		// the store (its fsck --repair would delete their entries).
+		if len(files) > 0 {
+			if err := w.meta.RequireFeature(branch.FeatureDeferredObjects); err != nil {
+				return struct{}{}, fmt.Errorf("starting from snapshot %s: %w", doc.ID, err)
+			}
+		}
+		ids, err := w.objs.Defer(files)
+		if err != nil {
+			return struct{}{}, fmt.Errorf("starting from snapshot %s: %w", doc.ID, err)
+		}
+		im.deferred = make(map[string]string, len(ids))
+		for i, id := range ids {
+			im.deferred[paths[i]] = id
+		}
+		deferred := time.Since(start)
 		if err := im.write(w.view, doc); err != nil {
 			return struct{}{}, fmt.Errorf("starting from snapshot %s: %w", doc.ID, err)
+		}
+		// The files the project held (kept, not new) took none.
+		unused := make([]string, 0, len(im.deferred))
+		for _, id := range im.deferred {
+			unused = append(unused, id)
+		}
+		if err := w.objs.Drop(unused); err != nil {
+			return struct{}{}, err
 		}
 		wrote := time.Since(start)
 		if err := w.objs.MarkPending(im.pending); err != nil {
@@ -111,12 +139,13 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 		if _, err := im.markConflicts(w.view, doc); err != nil {
 			return struct{}{}, err
 		}
-		w.log.Info("starting from a remote snapshot: timings", "write_seconds", wrote.Seconds(), "pending_seconds", (marked - wrote).Seconds(),
+		w.log.Info("starting from a remote snapshot: timings", "defer_seconds", deferred.Seconds(), "write_seconds", (wrote - deferred).Seconds(), "pending_seconds", (marked - wrote).Seconds(),
 			"conflicts_seconds", (time.Since(start) - marked).Seconds())
 		if err := w.writeFrom(fromRecord{Remote: r.Name(), Snapshot: doc.ID}); err != nil {
 			return struct{}{}, err
 		}
-		w.log.Info("started from a remote snapshot", "snapshot", doc.ID, "changes", len(doc.Changes), "pending", len(im.pending))
+		w.log.Info("started from a remote snapshot", "snapshot", doc.ID, "changes", len(doc.Changes), "pending", len(im.pending), "deferred", len(ids)-len(unused),
+			"seconds", time.Since(start).Seconds())
 		return struct{}{}, nil
 	})
 	return err

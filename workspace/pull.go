@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
 	"github.com/agentfs/agentfs/ctl"
 	"github.com/agentfs/agentfs/overlay"
@@ -302,6 +303,19 @@ type importer struct {
 	// object pending (backstore/pending.go) on the SHA-256 in pending.
 	lazy    bool
 	pending map[string]string
+	// deferred are the objects given out ahead for the new files of a
+	// lazy import (path → id): made at their first use
+	// (backstore/deferred.go). Those no change took are dropped.
+	deferred map[string]string
+	// queue holds new files of deferred objects waiting to be named all
+	// at once in their directory (overlay.FS.AdoptFiles): one commit
+	// for up to maxQueue files of a directory, not one per file. Any
+	// other change flushes it first (it may name a queued file).
+	queue struct {
+		dir        *overlay.Node // with a reference while names are queued
+		path       string        // dir's path
+		names, ids []string
+	}
 	// hashes are the pending objects' content hashes (their SHA-256,
 	// size and mtime), which the hash worker takes instead of reading
 	// (fetching) them.
@@ -320,6 +334,7 @@ func (im *importer) reset(v *overlay.FS, empty branch.Snapshot) error {
 // attributes (their times would move with every name made in them).
 func (im *importer) write(v *overlay.FS, d *remote.SnapshotDoc) error {
 	var dirs []remote.Change
+	defer im.dropQueue(v)
 	for _, c := range d.Changes {
 		if err := im.change(v, c); err != nil {
 			return fmt.Errorf("%s: %w", c.Path, err)
@@ -327,6 +342,9 @@ func (im *importer) write(v *overlay.FS, d *remote.SnapshotDoc) error {
 		if c.Type == "dir" {
 			dirs = append(dirs, c)
 		}
+	}
+	if err := im.flush(v); err != nil {
+		return err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
 		c := dirs[i]
@@ -385,7 +403,22 @@ func splitPath(p string) []string {
 
 // change makes change c in v.
 func (im *importer) change(v *overlay.FS, c remote.Change) error {
-	dir, name, err := im.parent(v, c.Path)
+	_, queued := im.deferred[c.Path]
+	if !queued || len(c.Xattrs) > 0 {
+		if err := im.flush(v); err != nil {
+			return err
+		}
+	}
+	var dir *overlay.Node
+	var name string
+	var err error
+	if d, n := splitLast(c.Path); queued && im.queue.dir != nil && n != "" && d == im.queue.path {
+		// The next file of the queue's directory: no walk from the root.
+		dir, name = im.queue.dir, n
+		v.Ref(dir)
+	} else {
+		dir, name, err = im.parent(v, c.Path)
+	}
 	if err != nil {
 		return err
 	}
@@ -427,6 +460,13 @@ func (im *importer) change(v *overlay.FS, c remote.Change) error {
 		}
 		n, _, err = v.Mkdir(dir, name, c.Mode&07777, caller)
 	case "file":
+		if id, ok := im.deferred[c.Path]; ok && !keep {
+			delete(im.deferred, c.Path)
+			if len(c.Xattrs) == 0 {
+				return im.enqueue(v, dir, name, id, c)
+			}
+			return im.adopt(v, dir, name, id, c)
+		}
 		n, err = im.file(v, dir, name, old, keep, c, caller)
 	case "symlink":
 		n, _, err = v.Symlink(dir, name, c.Target, caller)
@@ -468,13 +508,113 @@ func (im *importer) link(v *overlay.FS, dir *overlay.Node, name string, old *ove
 	})
 }
 
-// setNewAttrs gives n, a file just made with c's mode and owner, c's
-// xattrs and times.
-func (im *importer) setNewAttrs(v *overlay.FS, n *overlay.Node, c remote.Change) error {
+// adopt makes name in dir the new file of c, whose object id was given
+// out ahead with c's attributes (deferOf), and gives it c's xattrs
+// (which make the object: an object is deferred only until something
+// needs its inode).
+func (im *importer) adopt(v *overlay.FS, dir *overlay.Node, name, id string, c remote.Change) error {
+	n, _, err := v.Adopt(dir, name, id)
+	if err != nil {
+		return err
+	}
+	defer v.Forget(n, 1)
+	im.hash(id, c)
+	return im.setNewXattrs(v, n, c)
+}
+
+// maxQueue bounds the files named in one commit (importer.queue).
+const maxQueue = 4096
+
+// enqueue queues name in dir, a new file whose object id was given out
+// ahead with c's attributes and which has no xattrs, to be named with
+// the others of dir (flush).
+func (im *importer) enqueue(v *overlay.FS, dir *overlay.Node, name, id string, c remote.Change) error {
+	q := &im.queue
+	if q.dir != dir || len(q.names) >= maxQueue {
+		if err := im.flush(v); err != nil {
+			return err
+		}
+		v.Ref(dir)
+		q.dir = dir
+		q.path, _ = splitLast(c.Path)
+	}
+	q.names, q.ids = append(q.names, name), append(q.ids, id)
+	im.hash(id, c)
+	return nil
+}
+
+// splitLast splits p at its last slash (dir "" when it has none).
+func splitLast(p string) (dir, name string) {
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 {
+		return "", p
+	}
+	return p[:i], p[i+1:]
+}
+
+// flush names the queued files (enqueue).
+func (im *importer) flush(v *overlay.FS) error {
+	q := &im.queue
+	if len(q.names) == 0 {
+		im.dropQueue(v)
+		return nil
+	}
+	err := v.AdoptFiles(q.dir, q.names, q.ids)
+	im.dropQueue(v)
+	return err
+}
+
+// dropQueue empties the queue, dropping its reference.
+func (im *importer) dropQueue(v *overlay.FS) {
+	q := &im.queue
+	if q.dir != nil {
+		v.Forget(q.dir, 1)
+	}
+	q.dir, q.path, q.names, q.ids = nil, "", nil, nil
+}
+
+// hash records the content hash of the new file of c, whose object is
+// id: its SHA-256 (the object's key), size and mtime.
+func (im *importer) hash(id string, c remote.Change) {
+	if sum, err := remote.ParseSum(c.Object); err == nil {
+		if im.hashes == nil {
+			im.hashes = map[string]branch.ObjectHash{}
+		}
+		im.hashes[id] = branch.ObjectHash{Sum: branch.Digest(sum), Size: c.Size, Mtime: c.Mtime}
+	}
+}
+
+// deferOf returns the object to give out ahead for c, a change of a
+// lazy import, if c makes a regular file of its own (not a hard link).
+func (im *importer) deferOf(c remote.Change) (backstore.Deferred, bool) {
+	if c.Kind == "deleted" || c.Type != "file" || c.Link != "" {
+		return backstore.Deferred{}, false
+	}
+	if _, err := remote.ParseSum(c.Object); err != nil {
+		return backstore.Deferred{}, false // file says so
+	}
+	d := backstore.Deferred{Key: c.Object, Size: c.Size, Mode: c.Mode & 07777, Atime: c.Mtime, Mtime: c.Mtime}
+	if im.asRoot {
+		d.Uid, d.Gid = c.Uid, c.Gid
+	}
+	return d, true
+}
+
+// setNewXattrs gives n, a file just made, c's xattrs.
+func (im *importer) setNewXattrs(v *overlay.FS, n *overlay.Node, c remote.Change) error {
 	for name, val := range c.Xattrs {
 		if err := v.Setxattr(n, name, val, 0); err != nil {
 			return fmt.Errorf("setting xattr %s: %w", name, err)
 		}
+	}
+	return nil
+}
+
+// setNewAttrs gives n, a file just made with c's mode and owner, c's
+// xattrs and times.
+func (im *importer) setNewAttrs(v *overlay.FS, n *overlay.Node, c remote.Change) error {
+	if err := im.setNewXattrs(v, n, c); err != nil {
+		return err
 	}
 	ts := unix.NsecToTimespec(c.Mtime)
 	_, err := v.Setattr(n, overlay.SetAttr{Mtime: &ts, Atime: &ts}, nil)

@@ -31,7 +31,11 @@
 //
 // FORGET, INTERRUPT and notifications are not carried by the rings: the
 // kernel keeps sending the first two over /dev/fuse, where go-fuse still
-// reads, and notifications are written there as before.
+// reads, and notifications are written there as before. A burst of
+// notifications (the names a restore expires) is written there through
+// a Writer: a ring of its own, not a queue's, whose IORING_OP_WRITEs
+// each carry one message, a batch of them to an io_uring_enter, where
+// write(2) takes a system call each.
 //
 // Lifetime: Start registers every entry and returns once the kernel
 // accepted them; the kernel switches the connection to the rings when
@@ -39,7 +43,8 @@
 // with ENOTCONN and each thread closes its ring and exits; Wait returns
 // then.
 //
-// Locking: a queue's ring, entries and buffers belong to its thread.
+// Locking: a queue's ring, entries and buffers belong to its thread; a
+// Writer belongs to the goroutine using it.
 // Only queue.mu (the list of async replies waiting to be committed) is
 // shared with the goroutines serving async requests.
 package fuseuring

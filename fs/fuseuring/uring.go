@@ -25,6 +25,7 @@ const (
 	offSQRing          = 0
 	offSQEs            = 0x10000000
 	opRead             = 22
+	opWrite            = 23
 	opURingCmd         = 46
 	sqeSize            = 128
 	cqeSize            = 16
@@ -76,9 +77,16 @@ type ring struct {
 	cqes    []byte
 }
 
+// newRing makes a ring for a queue: used by one thread only, which also
+// runs the completion work.
 func newRing(entries uint32) (*ring, error) {
+	return makeRing(entries, setupSQE128|setupSingleIssuer|setupDeferTaskrun)
+}
+
+// makeRing makes a ring with setup flags, which hold setupSQE128.
+func makeRing(entries, flags uint32) (*ring, error) {
 	var p params
-	p.flags = setupSQE128 | setupSingleIssuer | setupDeferTaskrun
+	p.flags = flags
 	if unsafe.Sizeof(p) != ioringParamsLength {
 		panic("io_uring_params layout")
 	}
@@ -146,17 +154,29 @@ func (r *ring) pending() uint32 { return r.tail - atomic.LoadUint32(r.sqHead) }
 // enter submits what was filled and, with wait, sleeps until at least
 // one completion is there.
 func (r *ring) enter(wait bool) error {
-	atomic.StoreUint32(r.sqTail, r.tail)
-	var minComplete, flags uintptr
 	if wait {
-		minComplete, flags = 1, enterGetEvents
+		return r.submit(1, enterGetEvents)
 	}
+	return r.submit(0, 0)
+}
+
+// submitWait submits what was filled and sleeps until want
+// completions are there (fewer when the completion queue is full).
+func (r *ring) submitWait(want uint32) error { return r.submit(want, enterGetEvents) }
+
+// submit is io_uring_enter for what was filled, with min_complete want
+// and flags.
+func (r *ring) submit(want uint32, flags uintptr) error {
+	atomic.StoreUint32(r.sqTail, r.tail)
 	for {
-		_, _, e := unix.Syscall6(sysIOURingEnter, uintptr(r.fd), uintptr(r.pending()), minComplete, flags, 0, 0)
+		_, _, e := unix.Syscall6(sysIOURingEnter, uintptr(r.fd), uintptr(r.pending()), uintptr(want), flags, 0, 0)
 		switch e {
 		case 0:
 			return nil
 		case unix.EINTR:
+			if r.pending() == 0 && r.ready() >= want {
+				return nil
+			}
 			continue
 		case unix.EBUSY, unix.EAGAIN:
 			// The completion queue is full: the caller reaps first.
