@@ -48,8 +48,8 @@ func (v *FS) RestoreKeeping(snap branch.Snapshot, label string) (Restored, error
 	}
 	// What differs includes the paths of the files open for writing:
 	// their keys were just written in the layer.
-	diff := map[string]*branch.Entry{}
-	known, err := v.layer.Difference(snap, func(p string, e *branch.Entry) { diff[p] = e })
+	var diff []pathEntry
+	known, err := v.layer.Difference(snap, func(p string, e *branch.Entry) { diff = append(diff, pathEntry{p, e}) })
 	var safety branch.Snapshot
 	if err == nil {
 		safety, err = v.layer.ResetToKeeping(snap, label, branch.KindSafety)
