@@ -139,18 +139,7 @@ func TestRestoreKeepingRandom(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	root := e.view.Root()
-	contents := func(e *env) map[string]string {
-		m := map[string]string{}
-		for _, dir := range []string{"l0", "l1", "new"} {
-			if _, err := e.walk(dir); err == unix.ENOENT {
-				continue
-			}
-			for _, name := range e.names(dir) {
-				m[dir+"/"+name] = e.read(dir + "/" + name)
-			}
-		}
-		return m
-	}
+	contents := func(e *env) map[string]string { return dirContents(e, "l0", "l1", "new") }
 	type taken struct {
 		snap branch.Snapshot
 		want map[string]string

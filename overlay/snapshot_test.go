@@ -742,18 +742,7 @@ func testRestoreRandom(t *testing.T, maxOps int) {
 		release(t, f)
 	}
 	// contents reads every file the tests touch.
-	contents := func() map[string]string {
-		m := map[string]string{}
-		for _, dir := range []string{"l0", "l1", "u", "new"} {
-			if _, err := e.walk(dir); err == unix.ENOENT {
-				continue
-			}
-			for _, name := range e.names(dir) {
-				m[dir+"/"+name] = e.read(dir + "/" + name)
-			}
-		}
-		return m
-	}
+	contents := func() map[string]string { return dirContents(e, "l0", "l1", "u", "new") }
 	type taken struct {
 		snap branch.Snapshot
 		want map[string]string
@@ -812,4 +801,19 @@ func testRestoreRandom(t *testing.T, maxOps int) {
 		t.Error("no restore read only the paths that changed")
 	}
 	t.Logf("%d restores read only the paths that changed", fast)
+}
+
+// dirContents maps the files of e's directories dirs (one level; a
+// missing directory has none) to their contents.
+func dirContents(e *env, dirs ...string) map[string]string {
+	m := map[string]string{}
+	for _, dir := range dirs {
+		if _, err := e.walk(dir); err == unix.ENOENT {
+			continue
+		}
+		for _, name := range e.names(dir) {
+			m[dir+"/"+name] = e.read(dir + "/" + name)
+		}
+	}
+	return m
 }
