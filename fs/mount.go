@@ -159,8 +159,8 @@ func Mount(o Options) (*Server, error) {
 // daemon dies. The direct mount is therefore made with fork held off
 // (syscall.ForkLock, as Go does for its own descriptors) until the
 // descriptor is marked close-on-exec; it is strict there, since the
-// fallback to fusermount forks. If it fails, the usual mount runs
-// (fusermount's descriptor go-fuse marks itself).
+// fallback to fusermount forks. If it fails, the mount goes through
+// fusermount (whose descriptor go-fuse marks itself).
 func (s *Server) newServer(mnt string, mo *fuse.MountOptions) (*fuse.Server, error) {
 	if mo.DirectMount {
 		strict := *mo
@@ -179,6 +179,11 @@ func (s *Server) newServer(mnt string, mo *fuse.MountOptions) (*fuse.Server, err
 			return srv, nil
 		}
 		s.log.Debug("direct mount failed; mounting through fusermount", "err", err)
+		// Not again directly: outside the lock, its descriptor would
+		// be open across exec.
+		viaFusermount := *mo
+		viaFusermount.DirectMount = false
+		return fuse.NewServer(s, mnt, &viaFusermount)
 	}
 	return fuse.NewServer(s, mnt, mo)
 }
