@@ -212,7 +212,7 @@ func TestPullResumesLargeObject(t *testing.T) {
 	}
 	// The session's other objects are small: on a loaded machine one
 	// may not have arrived before the kill, and is fetched again.
-	complete, _ := filepath.Glob(filepath.Join(b.state, "agentfs", "sessions", id, "pull-objects", "*", "[^.]*"))
+	complete := b.pulledObjects(id)
 	srv.Restart(t)
 	b.readdTeam(srv)
 	want := len(srv.Objects(t, remoteBucket, "acme/objects/")) - len(complete)
