@@ -103,6 +103,9 @@ func runStatus(ctx context.Context, o *statusOptions, args []string) error {
 	fmt.Fprintf(w, "usage:\t%d objects, %s; %s free in the backstore\n", st.Objects, HumanBytes(st.Bytes), HumanBytes(st.FsFree))
 	fmt.Fprintf(w, "branch holds:\t%s files of %s, %s of %s\n", strconv.FormatInt(st.BranchFiles, 10), limitOf(st.MaxFiles, strconv.FormatInt(st.MaxFiles, 10)),
 		HumanBytes(st.BranchBytes), limitOf(st.MaxBytes, HumanBytes(st.MaxBytes)))
+	if !st.Offline {
+		fmt.Fprintf(w, "open for writing:\t%d files (a snapshot stores its own copy of these)\n", st.OpenForWriting)
+	}
 	switch {
 	case strings.HasPrefix(st.Trace, "on"):
 		fmt.Fprintf(w, "commands:\ttraced (agentfs log --exec), %s\n", Printable(strings.TrimPrefix(st.Trace, "on: ")))

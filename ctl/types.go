@@ -226,6 +226,12 @@ type Status struct {
 	BranchBytes int64 `json:"branch_bytes"`
 	MaxFiles    int64 `json:"max_files"`
 	MaxBytes    int64 `json:"max_bytes"`
+	// OpenForWriting is the number of the branch's files open for
+	// writing (or passed through): a snapshot clones their objects
+	// rather than sharing them. The kernel reports a close to the
+	// daemon after close(2) returns, so a file just closed may still
+	// be counted for a moment.
+	OpenForWriting int `json:"open_for_writing"`
 
 	Objects int64 `json:"objects"`        // upper objects in the backstore
 	Bytes   int64 `json:"bytes"`          // bytes they occupy

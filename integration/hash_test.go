@@ -300,6 +300,7 @@ func TestVerifyFindsTampering(t *testing.T) {
 		t.Fatal(err)
 	}
 	harness.WriteFile(t, m.Path("dir/edit.txt"), edit)
+	m.WaitClosed() // else snapshot one may clone the files: two objects hold each
 	one := takeSnapshot(t, m.Dir, "one")
 	two := takeSnapshot(t, m.Dir, "two")
 	waitRoot(t, m.Dir, one)

@@ -39,13 +39,28 @@ func TestStatus(t *testing.T) {
 		t.Errorf("status --json: passthrough %v, writeback cache %v; want passthrough %v and no writeback cache (not asked for)",
 			st.Passthrough, st.Writeback, !noPT)
 	}
+	if st.OpenForWriting != 0 && !harness.WaitFor(func() bool {
+		st, err = m.FetchStatus()
+		return err == nil && st.OpenForWriting == 0
+	}) {
+		t.Errorf("status --json: open_for_writing %d with no file open, want 0 (%v)", st.OpenForWriting, err)
+	}
+	f, err := os.OpenFile(m.Path("d/g"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err = m.FetchStatus(); err != nil || st.OpenForWriting != 1 {
+		t.Errorf("status --json with d/g open for writing: open_for_writing %d (%v), want 1", st.OpenForWriting, err)
+	}
+	f.Close()
+	m.WaitClosed()
 	cmd := exec.Command(harness.Bin(), "status")
 	cmd.Dir = m.Path("d")
 	r := harness.RunCmd(t, cmd, []string{"status"})
 	if r.Code != 0 {
 		t.Fatalf("status from inside the mount:\n%s", r)
 	}
-	for _, want := range []string{m.Lower, "passthrough", "hostfs"} {
+	for _, want := range []string{m.Lower, "passthrough", "hostfs", "open for writing:"} {
 		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("status does not mention %q:\n%s", want, r.Stdout)
 		}

@@ -172,6 +172,16 @@ func (v *FS) newFile(n *Node, f *os.File, up bool, flags int) *File {
 // Node returns the file's node.
 func (f *File) Node() *Node { return f.n }
 
+// Writing is the number of files of the view open for writing or
+// passed through: those a snapshot taken now would clone. A close(2)
+// is not counted out until the kernel's RELEASE, which it sends after
+// close returns.
+func (v *FS) Writing() int {
+	v.nodesMu.Lock()
+	defer v.nodesMu.Unlock()
+	return len(v.writing)
+}
+
 // Writable reports whether the file was opened for writing.
 func (f *File) Writable() bool { return f.writable }
 

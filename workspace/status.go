@@ -31,6 +31,7 @@ func (w *Workspace) Status() ctl.Status {
 		u, l := v.Usage(), v.Limits()
 		st.BranchFiles, st.BranchBytes = u.Files, u.Bytes
 		st.MaxFiles, st.MaxBytes = l.Files, l.Bytes
+		st.OpenForWriting = v.Writing()
 	}
 	// The mount is attached before it serves and never detached: read
 	// without opMu.

@@ -51,6 +51,9 @@ type MountStatus struct {
 	Objects     int64  `json:"objects"`
 	Bytes       int64  `json:"bytes"`
 	FsFree      int64  `json:"backstore_free"`
+	// OpenForWriting counts the files the daemon holds open for
+	// writing (a snapshot clones them).
+	OpenForWriting int `json:"open_for_writing"`
 }
 
 // MountOption configures NewMount.
@@ -216,6 +219,22 @@ func (m *Mount) FetchStatus() (MountStatus, error) {
 		return st, fmt.Errorf("parsing status --json: %v\n%s", err, r.Stdout)
 	}
 	return st, nil
+}
+
+// WaitClosed waits until the daemon has been told of every close of a
+// file opened for writing (the kernel's RELEASE comes after close(2)
+// returns), so that a snapshot taken next shares the files' objects
+// instead of cloning them.
+func (m *Mount) WaitClosed() {
+	m.T.Helper()
+	var last MountStatus
+	var err error
+	if !WaitFor(func() bool {
+		last, err = m.FetchStatus()
+		return err == nil && last.OpenForWriting == 0
+	}) {
+		m.T.Fatalf("agentfs status: %d files still open for writing after every close (%v)", last.OpenForWriting, err)
+	}
 }
 
 // Unmount runs agentfs unmount if the directory is mounted and checks
