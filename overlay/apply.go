@@ -289,6 +289,9 @@ func Apply(v *FS, o ApplyOptions) (ApplyResult, error) {
 		origins: map[string]int{}, joined: map[uint64]string{}, lowerLinks: map[uint64][]string{}, looks: map[string]viewLook{}, watched: map[uint64]int{}}
 	defer a.closeDirs()
 	defer a.closeOrigins()
+	if !o.DryRun {
+		v.awaitReleases() // what was just closed is applied whole, not kept
+	}
 	if err := a.plan(); err != nil {
 		return ApplyResult{}, err
 	}

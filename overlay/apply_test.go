@@ -357,6 +357,29 @@ func TestApplyKeepsFileOpenForWriting(t *testing.T) {
 	eq(t, "diff", summary(diffOf(t, e.lowerView().view, e.view)), lines("modified f"))
 }
 
+// TestApplyWaitsForRelease: a file whose release comes while apply
+// starts (the kernel sends RELEASE after close(2) returns) is applied
+// and no longer a change, as if the close had come first.
+func TestApplyWaitsForRelease(t *testing.T) {
+	e := newEnv(t, map[string]string{"f": "lower"})
+	f, err := e.view.Open(e.must("f"), unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAt(t, f, []byte("wrote"), 0)
+	waited := false
+	releaseWaitHook = func() { waited = true; release(t, f) }
+	defer func() { releaseWaitHook = nil }()
+	e.apply(ApplyOptions{})
+	if !waited {
+		release(t, f)
+		t.Errorf("apply did not wait for the file open for writing")
+	}
+	eq(t, "lower", e.lowerContent("f"), "wrote")
+	checkNoDiff(t, e, "after apply")
+	eq(t, "entries", e.entryPaths(), []string(nil))
+}
+
 func TestApplyHardLinks(t *testing.T) {
 	e := newEnv(t, map[string]string{"a": "a"})
 	if _, err := e.view.Link(e.must("a"), e.view.Root(), "b"); err != nil {

@@ -3,6 +3,7 @@ package overlay
 import (
 	"os"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -618,9 +619,49 @@ func (f *File) Release() error {
 	}
 	if f.n.writers == 0 && f.n.pins == 0 {
 		delete(v.writing, f.n)
+		if len(v.writing) == 0 && v.released != nil {
+			close(v.released)
+			v.released = nil
+		}
 	}
 	v.nodesMu.Unlock()
 	return err
+}
+
+// releaseWait bounds awaitReleases: the kernel sends RELEASE when
+// close(2) returns, so what a program just closed comes within a few
+// milliseconds even under load; a file still open after it is open.
+const releaseWait = 50 * time.Millisecond
+
+// releaseWaitHook, when set (tests), is called by awaitReleases before
+// it waits.
+var releaseWaitHook func()
+
+// awaitReleases waits until no file of the view is open for writing,
+// or releaseWait has passed: the kernel tells the daemon of a close
+// after close(2) returns, so a file a program wrote and closed just
+// before asking for an apply may still count as open, and apply would
+// keep it as a change of the branch.
+func (v *FS) awaitReleases() {
+	v.nodesMu.Lock()
+	if len(v.writing) == 0 {
+		v.nodesMu.Unlock()
+		return
+	}
+	if v.released == nil {
+		v.released = make(chan struct{})
+	}
+	ch := v.released
+	v.nodesMu.Unlock()
+	if releaseWaitHook != nil {
+		releaseWaitHook()
+	}
+	t := time.NewTimer(releaseWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
 }
 
 // Sync makes the view's committed metadata durable.

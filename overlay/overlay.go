@@ -126,6 +126,9 @@ type FS struct {
 	// through (Node.writers or Node.pins above 0): those a Snapshot
 	// clones, found without a walk of every node.
 	writing map[*Node]struct{}
+	// released, when not nil, is closed (and cleared) by the release
+	// that empties writing: awaitReleases waits on it.
+	released chan struct{}
 
 	quota quota // the usage against cfg.Limits (quota.go)
 }
