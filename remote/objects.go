@@ -332,10 +332,26 @@ func (r *Remote) Missing(ctx context.Context, sums []Sum, parallel int) ([]Sum, 
 	return missing, nil
 }
 
-// PutDoc writes the document of kind named name: v as JSON.
+// PutDoc writes the document of kind named name: v as JSON. A snapshot
+// document (a *SnapshotDoc) is written in its compact form first
+// (compact.go).
 func (r *Remote) PutDoc(ctx context.Context, kind Kind, name string, v any) error {
 	if err := checkDocName(name); err != nil {
 		return err
+	}
+	if kind == KindSnapshot {
+		var d *SnapshotDoc
+		switch v := v.(type) {
+		case *SnapshotDoc:
+			d = v
+		case SnapshotDoc:
+			d = &v
+		}
+		if d != nil {
+			if err := r.putCompactDoc(ctx, name, d); err != nil {
+				return err
+			}
+		}
 	}
 	b, err := json.MarshalIndent(v, "", "\t")
 	if err != nil {

@@ -50,7 +50,11 @@ import (
 // the next mounts, with or without --from, goes on (CheckFromStore).
 
 // OpenRemoteSnapshot opens the remote and reads the snapshot document
-// that from (REMOTE/SNAPSHOT) names.
+// that from (REMOTE/SNAPSHOT) names: its compact form where the remote
+// has one (remote/compact.go). The check of the bucket and the read of
+// the document are sent together: a mount waits for one round trip, not
+// two; an error of the check (no bucket, credentials refused) is the one
+// reported.
 func OpenRemoteSnapshot(ctx context.Context, from string) (*remote.Remote, *remote.SnapshotDoc, error) {
 	name, id, ok := strings.Cut(from, "/")
 	if !ok || name == "" || id == "" {
@@ -64,11 +68,13 @@ func OpenRemoteSnapshot(ctx context.Context, from string) (*remote.Remote, *remo
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := r.Check(ctx); err != nil {
-		return nil, nil, err
+	checked := make(chan error, 1)
+	go func() { checked <- r.Check(ctx) }()
+	doc, err := r.GetSnapshotDoc(ctx, id)
+	if cerr := <-checked; cerr != nil {
+		return nil, nil, cerr
 	}
-	doc := &remote.SnapshotDoc{}
-	if err := r.GetDoc(ctx, remote.KindSnapshot, id, doc); err != nil {
+	if err != nil {
 		if errors.Is(err, remote.ErrNotFound) {
 			return nil, nil, fmt.Errorf("the remote %s has no snapshot %q: agentfs remote ls %s lists them", name, id, name)
 		}
@@ -110,6 +116,7 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 			return struct{}{}, fmt.Errorf("starting from snapshot %s: %w", doc.ID, err)
 		}
 		im.deferred = make(map[string]string, len(ids))
+		im.hashes = make(map[string]branch.ObjectHash, len(ids))
 		for i, id := range ids {
 			im.deferred[paths[i]] = id
 		}
@@ -131,8 +138,10 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 		}
 		// A file's content hash is its object's name: a snapshot's hashes
 		// fetch nothing (the hash worker takes a recorded hash while the
-		// object keeps that size and mtime).
-		if err := w.meta.PutHashes(branch.Hashes{Objects: im.hashes}); err != nil {
+		// object keeps that size and mtime). Handed to badger without
+		// waiting for the disk: a crash that loses them costs a hash of
+		// the files, read then.
+		if err := w.meta.QueueObjectHashes(im.hashes); err != nil {
 			return struct{}{}, storeError(err, "recording the content hashes of the remote snapshot's files")
 		}
 		marked := time.Since(start)

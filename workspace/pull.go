@@ -682,7 +682,10 @@ func (im *importer) placeholder(v *overlay.FS, dir *overlay.Node, name string, o
 		return nil, err
 	}
 	if im.pending == nil {
-		im.pending, im.hashes = map[string]string{}, map[string]branch.ObjectHash{}
+		im.pending = map[string]string{}
+	}
+	if im.hashes == nil {
+		im.hashes = map[string]branch.ObjectHash{}
 	}
 	id := v.ObjectID(n)
 	im.pending[id] = c.Object
