@@ -292,38 +292,6 @@ func (s *Store) PutHashes(h Hashes) error {
 	return nil
 }
 
-// QueueObjectHashes records the object hashes objs as PutHashes does,
-// in commits of at most maxHashOps writes, but returns once the commits
-// are handed to badger's writer, without waiting for any commit to be
-// written (as a file operation's commit does): for a caller that records
-// many hashes on a path that must not wait for the disk (a mount
-// starting from a remote snapshot). A kill -9 before they are written
-// loses them, never anything else: a hash record is a cache, and the
-// hash worker computes the hash of an object that has none.
-func (s *Store) QueueObjectHashes(objs map[string]ObjectHash) error {
-	ops := make([]op, 0, min(2*len(objs), maxHashOps))
-	flush := func() error {
-		if len(ops) == 0 {
-			return nil
-		}
-		err := s.write(func() error { return nil }, ops)
-		ops = ops[:0:0]
-		return err
-	}
-	for id, oh := range objs {
-		ops = append(ops, op{key: hashObjKey(id), val: oh.encode()}, op{key: hashIndexKey(oh.Sum, id), val: []byte{}})
-		if len(ops) >= maxHashOps {
-			if err := flush(); err != nil {
-				return fmt.Errorf("store %s: recording object hashes: %w", s.dir, err)
-			}
-		}
-	}
-	if err := flush(); err != nil {
-		return fmt.Errorf("store %s: recording object hashes: %w", s.dir, err)
-	}
-	return nil
-}
-
 // DropObjectHashes deletes the hash records of objects ids (removed
 // objects), and their index keys.
 func (s *Store) DropObjectHashes(ids []string) error {

@@ -2,8 +2,6 @@ package branch
 
 import (
 	"crypto/sha256"
-	"fmt"
-	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -72,50 +70,3 @@ func TestHashRecords(t *testing.T) {
 	}
 }
 
-// TestQueueObjectHashes: hashes queued in several commits (more than
-// maxHashOps writes) are all there once the store has settled, with
-// their index by contents, and survive a reopen.
-func TestQueueObjectHashes(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs := map[string]ObjectHash{}
-	sum := Digest(sha256.Sum256([]byte("x")))
-	for i := range maxHashOps + 7 {
-		objs[fmt.Sprintf("%016x", i)] = ObjectHash{Sum: sum, Size: int64(i), Mtime: int64(2 * i)}
-	}
-	if err := s.QueueObjectHashes(objs); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Settle(); err != nil {
-		t.Fatal(err)
-	}
-	check := func(s *Store, when string) {
-		t.Helper()
-		ids := slices.Sorted(maps.Keys(objs))
-		got, err := s.ObjectHashes(ids)
-		if err != nil || len(got) != len(objs) {
-			t.Fatalf("%s: ObjectHashes: %d of %d, %v", when, len(got), len(objs), err)
-		}
-		for id, want := range objs {
-			if got[id] != want {
-				t.Errorf("%s: hash of %s = %+v, want %+v", when, id, got[id], want)
-			}
-		}
-		if with, err := s.ObjectsWithHash(sum); err != nil || !slices.Equal(with, ids) {
-			t.Errorf("%s: ObjectsWithHash: %d ids, %v; want %d", when, len(with), err, len(ids))
-		}
-	}
-	check(s, "settled")
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err = Open(Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	check(s, "reopened")
-}

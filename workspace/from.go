@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/contenthash"
 	"github.com/agentfs/agentfs/remote"
 )
 
@@ -33,6 +34,10 @@ import (
 // checked against the SHA-256, before any descriptor is handed out, and
 // the backstore keeps it. A fetch that fails fails that open (EIO), and
 // the next open tries again.
+//
+// The start records no content hashes: a pending object's hash is its
+// key, which the hash worker takes (pendingSum), so that a snapshot's
+// root, or a push, fetches nothing.
 //
 // A read-only open streams the object: it returns at once, and each
 // read waits only for the range it reads (backstore/fill.go,
@@ -93,7 +98,7 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 	w.objs.SetSource(remoteSource(r))
 	_, err := locked(w, func() (struct{}, error) {
 		start := time.Now()
-		im := &importer{lazy: true, asRoot: os.Geteuid() == 0}
+		im := newImporter(true)
 		// One object per new file, given out ahead and made at its
 		// first use (backstore/deferred.go): journaled before any
 		// entry names it.
@@ -116,7 +121,6 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 			return struct{}{}, fmt.Errorf("starting from snapshot %s: %w", doc.ID, err)
 		}
 		im.deferred = make(map[string]string, len(ids))
-		im.hashes = make(map[string]branch.ObjectHash, len(ids))
 		for i, id := range ids {
 			im.deferred[paths[i]] = id
 		}
@@ -136,14 +140,10 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 		if err := w.objs.MarkPending(im.pending); err != nil {
 			return struct{}{}, err
 		}
-		// A file's content hash is its object's name: a snapshot's hashes
-		// fetch nothing (the hash worker takes a recorded hash while the
-		// object keeps that size and mtime). Handed to badger without
-		// waiting for the disk: a crash that loses them costs a hash of
-		// the files, read then.
-		if err := w.meta.QueueObjectHashes(im.hashes); err != nil {
-			return struct{}{}, storeError(err, "recording the content hashes of the remote snapshot's files")
-		}
+		// A file's content hash is its object's name, and while it is
+		// pending the hash worker takes it from there (pendingSum):
+		// hashing a snapshot fetches nothing, and the start records no
+		// hashes.
 		marked := time.Since(start)
 		if _, err := im.markConflicts(w.view, doc); err != nil {
 			return struct{}{}, err
@@ -158,6 +158,21 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 		return struct{}{}, nil
 	})
 	return err
+}
+
+// pendingSum is the SHA-256 of pending object id's bytes: its key, the
+// name of an object of the remote the store started from (see
+// remoteSource).
+func (w *Workspace) pendingSum(id string) (contenthash.Digest, bool) {
+	key, ok := w.objs.PendingKey(id)
+	if !ok {
+		return contenthash.Digest{}, false
+	}
+	sum, err := remote.ParseSum(key)
+	if err != nil {
+		return contenthash.Digest{}, false
+	}
+	return contenthash.Digest(sum), true
 }
 
 // remoteSource is the backstore's source of pending objects' bytes:
