@@ -18,9 +18,9 @@ import (
 // PREFIX/compact/snapshots/ID.gob, then as the JSON document
 // (snapshots/ID.json), which stays the reference: listings read it, and
 // so does every agentfs that does not know the compact one. The compact
-// one is what a mount --from reads: the changes of ten thousand files
-// decode from gob in a tenth of the time they take from JSON, and the
-// mount waits for them. Written just before the JSON, it holds the same
+// one is what a mount --from and a pull read (GetSnapshotDoc): the
+// changes of ten thousand files decode from gob in a tenth of the time
+// they take from JSON, and a mount waits for them. Written just before the JSON, it holds the same
 // document, unless a push was cut between the two, when it holds the
 // newer one (its objects are all in the remote: documents come last).
 //

@@ -89,8 +89,8 @@ func ReadSessionDocs(ctx context.Context, r *remote.Remote, id string) (remote.S
 		names = append(names, b.State)
 	}
 	for _, n := range names {
-		d := &remote.SnapshotDoc{}
-		if err := r.GetDoc(ctx, remote.KindSnapshot, n, d); err != nil {
+		d, err := r.GetSnapshotDoc(ctx, n)
+		if err != nil {
 			return s, nil, err
 		}
 		if d.Format != remote.Format {
