@@ -147,6 +147,9 @@ func (s *Store) Defer(files []Deferred) ([]string, error) {
 	if len(s.deferred) == 0 {
 		s.deferred = make(map[string]*deferredObj, len(files))
 	}
+	if len(recs) > 0 {
+		s.anyDeferred.Store(true) // before the first is reserved
+	}
 	for i, d := range recs {
 		for {
 			id := ids[i]
@@ -161,9 +164,6 @@ func (s *Store) Defer(files []Deferred) ([]string, error) {
 			s.pendMu.Lock()
 		}
 		b = d.appendLine(b, ids[i])
-	}
-	if len(ids) > 0 {
-		s.anyDeferred.Store(true)
 	}
 	s.pendMu.Unlock()
 	if err := s.journal(string(b)); err != nil {
