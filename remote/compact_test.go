@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"reflect"
@@ -11,10 +12,10 @@ import (
 )
 
 // TestCompactSnapshotDoc pushes a snapshot document: the remote holds
-// its compact form beside the JSON, which listings alone see, and
-// GetSnapshotDoc reads the compact one (the JSON changed on the server
-// behind its back is not what it returns), the JSON where the compact
-// one is missing (a push by an older agentfs) or does not decode.
+// its compact form beside the JSON (which listings alone see), and
+// GetSnapshotDoc reads the compact one without a GET of the JSON while
+// the JSON names it; the JSON when it does not: rewritten by an older
+// agentfs (no twin named), a damaged compact document, none at all.
 func TestCompactSnapshotDoc(t *testing.T) {
 	srv, r := openTest(t)
 	ctx := context.Background()
@@ -38,41 +39,49 @@ func TestCompactSnapshotDoc(t *testing.T) {
 	if names, err := r.ListDocs(ctx, KindSnapshot); err != nil || !slices.Equal(names, []string{doc.ID}) {
 		t.Errorf("ListDocs = %q, %v; want [%s]", names, err, doc.ID)
 	}
+	jsonGets := func() int { return srv.Requests(t, "GetObject", "team/snapshots/") }
 	got, err := r.GetSnapshotDoc(ctx, doc.ID)
 	if err != nil || !reflect.DeepEqual(got, doc) {
 		t.Fatalf("GetSnapshotDoc = %+v, %v; want %+v", got, err, doc)
 	}
+	if n := jsonGets(); n != 0 {
+		t.Errorf("GetSnapshotDoc of a document with its twin read the JSON (%d GETs)", n)
+	}
 
-	// The compact one is what it reads: the JSON rewritten on the
-	// server is not seen.
+	// An older agentfs pushes the document again, changed, as JSON
+	// alone: the compact one left is no twin of it.
 	other := *doc
-	other.Label = "the JSON's"
-	if err := r.PutDoc(ctx, KindSnapshot, doc.ID, other); err != nil {
+	other.Label = "pushed again"
+	b, err := json.Marshal(other)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(srv.ObjectFile(bucket, r.loc.CompactDocKey(doc.ID))); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.putCompactDoc(ctx, doc.ID, doc); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := r.GetSnapshotDoc(ctx, doc.ID); err != nil || got.Label != "" {
-		t.Errorf("GetSnapshotDoc = label %q, %v; want the compact document's (no label)", got.Label, err)
-	}
-
-	// Without the compact one, or with one that does not decode: the
-	// JSON.
-	if err := os.WriteFile(srv.ObjectFile(bucket, r.loc.CompactDocKey(doc.ID)), []byte("not gob"), 0o644); err != nil {
+	if err := r.putSmall(ctx, r.loc.DocKey(KindSnapshot, doc.ID), b, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := r.GetSnapshotDoc(ctx, doc.ID); err != nil || got.Label != other.Label {
-		t.Errorf("GetSnapshotDoc over a damaged compact document = label %q, %v; want the JSON's %q", got.Label, err, other.Label)
+		t.Errorf("GetSnapshotDoc after a push of the JSON alone = label %q, %v; want the JSON's %q", got.Label, err, other.Label)
 	}
-	if err := os.Remove(srv.ObjectFile(bucket, r.loc.CompactDocKey(doc.ID))); err != nil {
+
+	// Pushed again with both, then the compact one damaged, then gone.
+	if err := r.PutDoc(ctx, KindSnapshot, doc.ID, other); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := r.GetSnapshotDoc(ctx, doc.ID); err != nil || got.Label != other.Label || len(got.Changes) != len(doc.Changes) {
-		t.Errorf("GetSnapshotDoc without a compact document = %+v, %v; want the JSON's", got, err)
+	compact := srv.ObjectFile(bucket, r.loc.CompactDocKey(doc.ID))
+	fromJSON := jsonGets()
+	if got, err := r.GetSnapshotDoc(ctx, doc.ID); err != nil || got.Label != other.Label || jsonGets() != fromJSON {
+		t.Errorf("GetSnapshotDoc = label %q, %v, %d GETs of the JSON; want %q from the compact twin", got.Label, err, jsonGets()-fromJSON, other.Label)
+	}
+	for _, damage := range []func() error{
+		func() error { return os.WriteFile(compact, []byte("not gob"), 0o644) },
+		func() error { return os.Remove(compact) },
+	} {
+		if err := damage(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := r.GetSnapshotDoc(ctx, doc.ID); err != nil || got.Label != other.Label || len(got.Changes) != len(doc.Changes) {
+			t.Errorf("GetSnapshotDoc without a sound compact twin = %+v, %v; want the JSON's", got, err)
+		}
 	}
 	if _, err := r.GetSnapshotDoc(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("GetSnapshotDoc of a missing document = %v, want ErrNotFound", err)

@@ -339,6 +339,7 @@ func (r *Remote) PutDoc(ctx context.Context, kind Kind, name string, v any) erro
 	if err := checkDocName(name); err != nil {
 		return err
 	}
+	var meta map[string]string
 	if kind == KindSnapshot {
 		var d *SnapshotDoc
 		switch v := v.(type) {
@@ -348,23 +349,27 @@ func (r *Remote) PutDoc(ctx context.Context, kind Kind, name string, v any) erro
 			d = &v
 		}
 		if d != nil {
-			if err := r.putCompactDoc(ctx, name, d); err != nil {
+			sum, err := r.putCompactDoc(ctx, name, d)
+			if err != nil {
 				return err
 			}
+			meta = map[string]string{compactSumMeta: sum.String()}
 		}
 	}
 	b, err := json.MarshalIndent(v, "", "\t")
 	if err != nil {
 		return err
 	}
-	return r.putSmall(ctx, r.loc.DocKey(kind, name), append(b, '\n'))
+	return r.putSmall(ctx, r.loc.DocKey(kind, name), append(b, '\n'), meta)
 }
 
-// putSmall writes a small object in one request.
-func (r *Remote) putSmall(ctx context.Context, key string, b []byte) error {
+// putSmall writes a small object in one request, with the user
+// metadata meta (x-amz-meta-*) when not nil.
+func (r *Remote) putSmall(ctx context.Context, key string, b []byte, meta map[string]string) error {
 	_, err := r.client.PutObject(ctx, r.loc.Bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{
 		ContentType:      "application/json",
 		DisableMultipart: true,
+		UserMetadata:     meta,
 	})
 	return r.explain(err, key)
 }
@@ -456,5 +461,5 @@ func (r *Remote) ensureMarker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return r.putSmall(ctx, r.loc.MarkerKey(), append(b, '\n'))
+	return r.putSmall(ctx, r.loc.MarkerKey(), append(b, '\n'), nil)
 }
