@@ -27,7 +27,7 @@ import (
 // Clone, CopyAttrs, ReplaceAttrs, Dedupe, SyncData. What does not,
 // answers from the record, with no system call: Lstat (a sparse file of
 // the size, no blocks; its ctime is the time of Defer, or of the Open
-// that read the journal),
+// that read the journal, or of the last TouchDeferred: a hard link),
 // Deferred (so that a caller can answer an xattr read with none: a
 // deferred object has no xattrs), Objects (which lists deferred ids
 // too), Remove and Recycle (which drop the record).
@@ -214,6 +214,23 @@ func (s *Store) Deferred(id string) bool {
 	s.pendMu.Lock()
 	_, ok := s.deferred[id]
 	s.pendMu.Unlock()
+	return ok
+}
+
+// TouchDeferred sets the ctime Lstat shows of object id to now, if it
+// is deferred (ok false when it is not), and makes nothing: what a new
+// hard link to it or a rename changes of its inode, kept in memory as
+// the rest of its ctime is.
+func (s *Store) TouchDeferred(id string) bool {
+	if !s.anyDeferred.Load() {
+		return false
+	}
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	d, ok := s.deferred[id]
+	if ok {
+		d.ctime = time.Now().UnixNano()
+	}
 	return ok
 }
 
