@@ -69,4 +69,3 @@ func TestHashRecords(t *testing.T) {
 		t.Errorf("the root outlived its snapshot")
 	}
 }
-
