@@ -1,6 +1,8 @@
 package backstore
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -25,7 +27,7 @@ import (
 // Clone, CopyAttrs, ReplaceAttrs, Dedupe, SyncData. What does not,
 // answers from the record, with no system call: Lstat (a sparse file of
 // the size, no blocks; its ctime is the time of Defer, or of the Open
-// that read the journal),
+// that read the journal, or of the last TouchDeferred: a hard link),
 // Deferred (so that a caller can answer an xattr read with none: a
 // deferred object has no xattrs), Objects (which lists deferred ids
 // too), Remove and Recycle (which drop the record).
@@ -75,9 +77,15 @@ type deferredObj struct {
 	ctime int64 // ns: shown by Lstat
 }
 
-// line returns the journal line of d for id.
-func (d *deferredObj) line(id string) string {
-	return fmt.Sprintf("%s %s %d %o %d %d %d %d\n", id, d.Key, d.Size, d.Mode, d.Uid, d.Gid, d.Atime, d.Mtime)
+// appendLine appends the journal line of d for id to b.
+func (d *deferredObj) appendLine(b []byte, id string) []byte {
+	b = append(append(append(append(b, id...), ' '), d.Key...), ' ')
+	b = append(strconv.AppendInt(b, d.Size, 10), ' ')
+	b = append(strconv.AppendUint(b, uint64(d.Mode), 8), ' ')
+	b = append(strconv.AppendUint(b, uint64(d.Uid), 10), ' ')
+	b = append(strconv.AppendUint(b, uint64(d.Gid), 10), ' ')
+	b = append(strconv.AppendInt(b, d.Atime, 10), ' ')
+	return append(strconv.AppendInt(b, d.Mtime, 10), '\n')
 }
 
 // parseDeferred parses the fields of a journal line of a deferred
@@ -124,32 +132,41 @@ func (s *Store) Defer(files []Deferred) ([]string, error) {
 		recs[i] = &deferredObj{Deferred: f, ctime: now}
 	}
 	ids := make([]string, len(files))
-	var b strings.Builder
-	for i, d := range recs {
-		for {
-			id := newID()
-			if s.named(id) {
-				continue
-			}
-			s.pendMu.Lock()
-			_, taken := s.deferred[id]
-			if !taken {
-				if s.deferred == nil {
-					s.deferred = map[string]*deferredObj{}
-				}
-				s.deferred[id] = d // reserved: create and makeIdle skip it
-				s.anyDeferred.Store(true)
-			}
-			s.pendMu.Unlock()
-			if taken {
-				continue
-			}
+	// The ids are drawn all at once, and reserved under one hold of
+	// pendMu; one that is taken (by a name or a record: with 64 random
+	// bits, never in practice) is drawn again alone.
+	random := make([]byte, len(files)*idLen/2)
+	rand.Read(random) // never fails (crypto/rand documents it)
+	for i := range ids {
+		if id := hex.EncodeToString(random[i*idLen/2 : (i+1)*idLen/2]); !s.named(id) {
 			ids[i] = id
-			b.WriteString(d.line(id))
-			break
 		}
 	}
-	if err := s.journal(b.String()); err != nil {
+	b := make([]byte, 0, len(files)*(idLen+64+64))
+	s.pendMu.Lock()
+	if len(s.deferred) == 0 {
+		s.deferred = make(map[string]*deferredObj, len(files))
+	}
+	if len(recs) > 0 {
+		s.anyDeferred.Store(true) // before the first is reserved
+	}
+	for i, d := range recs {
+		for {
+			id := ids[i]
+			if _, taken := s.deferred[id]; id != "" && !taken {
+				s.deferred[id] = d // reserved: create and makeIdle skip it
+				break
+			}
+			s.pendMu.Unlock()
+			for id = newID(); s.named(id); id = newID() {
+			}
+			ids[i] = id
+			s.pendMu.Lock()
+		}
+		b = d.appendLine(b, ids[i])
+	}
+	s.pendMu.Unlock()
+	if err := s.journal(string(b)); err != nil {
 		s.pendMu.Lock()
 		for _, id := range ids {
 			s.dropDeferredLocked(id)
@@ -159,8 +176,8 @@ func (s *Store) Defer(files []Deferred) ([]string, error) {
 	}
 	s.pendMu.Lock()
 	defer s.pendMu.Unlock()
-	if s.pending == nil {
-		s.pending = map[string]string{}
+	if len(s.pending) == 0 {
+		s.pending = make(map[string]string, len(ids))
 	}
 	for i, id := range ids {
 		s.pending[id] = recs[i].Key
@@ -197,6 +214,23 @@ func (s *Store) Deferred(id string) bool {
 	s.pendMu.Lock()
 	_, ok := s.deferred[id]
 	s.pendMu.Unlock()
+	return ok
+}
+
+// TouchDeferred sets the ctime Lstat shows of object id to now, if it
+// is deferred (ok false when it is not), and makes nothing: what a new
+// hard link to it or a rename changes of its inode, kept in memory as
+// the rest of its ctime is.
+func (s *Store) TouchDeferred(id string) bool {
+	if !s.anyDeferred.Load() {
+		return false
+	}
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	d, ok := s.deferred[id]
+	if ok {
+		d.ctime = time.Now().UnixNano()
+	}
 	return ok
 }
 

@@ -153,6 +153,19 @@ func (s *Store) Pending(id string) bool {
 	return ok
 }
 
+// PendingKey returns the key of object id's bytes while it is pending
+// (ok false once it is filled, or when it never was): until then its
+// bytes are the key's, whatever is in its file.
+func (s *Store) PendingKey(id string) (key string, ok bool) {
+	if !s.anyPending.Load() {
+		return "", false
+	}
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	key, ok = s.pending[id]
+	return key, ok
+}
+
 // PendingCount returns how many objects are pending.
 func (s *Store) PendingCount() int {
 	s.pendMu.Lock()

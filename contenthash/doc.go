@@ -55,6 +55,13 @@
 // (branch.Store.ObjectsWithHash). Root computes a missing root on
 // demand (an ended session's store has no worker).
 //
+// An object still pending (a store started from a remote snapshot, its
+// bytes fetched at their first open: backstore/pending.go) has no
+// record: its hash is its key, the name of the remote's object
+// (Config.PendingSum), taken with its size and mtime of now, so that
+// hashing a snapshot, or a push, fetches nothing. Once filled it is
+// hashed like any object, from its bytes, here by then.
+//
 // A snapshot's files that are still the project's are read from the
 // project as it is when the root is computed, as every read of a
 // snapshot reads them.

@@ -29,6 +29,13 @@ type Config struct {
 	// project paths are no paths of a snapshot, and are never read or
 	// hashed); without it, a plain view over LowerDir.
 	OpenSnapshot func(branch.Snapshot) (*overlay.FS, error)
+	// PendingSum, when set, returns the SHA-256 of the bytes of a
+	// pending object (backstore/pending.go: a store started from a
+	// remote snapshot, whose keys are its objects' SHA-256), which are
+	// not all here: the hash of an object with no record, taken as
+	// recorded with its size and mtime of now (while it is pending its
+	// bytes are the key's), so that nothing is fetched to be hashed.
+	PendingSum func(id string) (Digest, bool)
 	// ReadOnly: compute, but record nothing (the store is open
 	// read-only).
 	ReadOnly bool
@@ -593,8 +600,35 @@ func (h *Hasher) objectHash(id string) (branch.ObjectHash, bool, error) {
 		h.mu.Lock()
 		h.memoObjectLocked(id, oh)
 		h.mu.Unlock()
+		return oh, true, nil
 	}
-	return oh, ok, nil
+	return h.pendingHash(id)
+}
+
+// pendingHash returns the hash of object id if it is pending
+// (Config.PendingSum), with its size and mtime of now; not kept in
+// memory (once filled, the object is hashed like any other).
+func (h *Hasher) pendingHash(id string) (branch.ObjectHash, bool, error) {
+	if h.cfg.PendingSum == nil {
+		return branch.ObjectHash{}, false, nil
+	}
+	sum, ok := h.cfg.PendingSum(id)
+	if !ok {
+		return branch.ObjectHash{}, false, nil
+	}
+	st, err := h.cfg.Objects.Lstat(id)
+	if err != nil {
+		if isMissing(err) {
+			return branch.ObjectHash{}, false, nil
+		}
+		return branch.ObjectHash{}, false, err
+	}
+	// Still pending once stat'ed: the size and mtime are those of the
+	// key's bytes.
+	if again, ok := h.cfg.PendingSum(id); !ok || again != sum {
+		return branch.ObjectHash{}, false, nil
+	}
+	return branch.ObjectHash{Sum: sum, Size: st.Size, Mtime: st.Mtim.Nano()}, true, nil
 }
 
 // maxObjectMemo bounds the object hashes kept in memory (about 120

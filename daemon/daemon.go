@@ -177,23 +177,35 @@ func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 	// goes on with a kept one started from it (workspace/from.go).
 	startFrom := false
 	var (
-		fromRemote *remote.Remote
-		fromDoc    *remote.SnapshotDoc
-		fromStart  = time.Now()
-		fromRead   time.Duration
+		fromRemote   *remote.Remote
+		fromDoc      *remote.SnapshotDoc
+		fromStart    = time.Now()
+		fromReadTime time.Duration
 	)
 	if p.From != "" {
 		if startFrom, err = workspace.CheckFromStore(d.store, p.From); err != nil {
 			return err
 		}
 	}
+	// The remote's snapshot is read while the store opens (its round
+	// trips overlap the store's start), except for a kept store: read
+	// before it is made, a bad remote or snapshot leaves it as it was
+	// (a private store goes anyway).
+	var fromRead chan error
 	if startFrom {
-		// Read before the store is made: a bad remote or snapshot leaves
-		// a kept store as it was.
-		if fromRemote, fromDoc, err = workspace.OpenRemoteSnapshot(ctx, p.From); err != nil {
-			return err
+		fromRead = make(chan error, 1)
+		go func() {
+			var err error
+			fromRemote, fromDoc, err = workspace.OpenRemoteSnapshot(ctx, p.From)
+			fromReadTime = time.Since(fromStart)
+			fromRead <- err
+		}()
+		if !d.ephemeral {
+			if err := <-fromRead; err != nil {
+				return err
+			}
+			fromRead = nil
 		}
-		fromRead = time.Since(fromStart)
 	}
 	d.ws, err = workspace.Open(workspace.Options{Store: d.store, Lower: p.Lower, LowerDir: d.lowerDir, Mountpoint: p.Mountpoint,
 		Backstore: p.Backstore, RamdiskSize: p.RamdiskSize, Ephemeral: d.ephemeral, Session: p.Session,
@@ -214,14 +226,19 @@ func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 		return err
 	}
 	if startFrom {
+		opened := time.Since(fromStart)
+		if fromRead != nil {
+			if err := <-fromRead; err != nil {
+				return err
+			}
+		}
 		// The store is new: give main the snapshot, its files fetched
 		// at their first open (workspace/from.go).
-		opened := time.Since(fromStart)
 		if err := d.ws.StartFrom(fromRemote, fromDoc); err != nil {
 			return err
 		}
-		logger.Info("starting from a remote snapshot", "from", p.From, "read_seconds", fromRead.Seconds(),
-			"open_seconds", (opened - fromRead).Seconds(), "seconds", time.Since(fromStart).Seconds())
+		logger.Info("starting from a remote snapshot", "from", p.From, "read_seconds", fromReadTime.Seconds(),
+			"opened_seconds", opened.Seconds(), "seconds", time.Since(fromStart).Seconds())
 	}
 	d.shown.Store(d.ws.View())
 	d.ws.Attach(d)

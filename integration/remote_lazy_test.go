@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentfs/agentfs/integration/harness"
 	"github.com/agentfs/agentfs/internal/s3test"
 )
@@ -41,17 +43,18 @@ func fileObjects(t *testing.T, store string) int {
 }
 
 // TestMountFromMakesObjectsAtFirstUse: mount --from makes no inode for
-// the snapshot's files at the start (their objects are deferred); ls -l,
-// stat and getfattr make none either; an open makes (and fetches) only
-// the file it opens, a chmod only its file; a kept store mounted again
-// goes on with the rest deferred, and fsck finds it whole.
+// the snapshot's files at the start (their objects are deferred), a
+// hard-linked file's neither; ls -l, stat and getfattr make none; an
+// open makes (and fetches) only the file it opens, a chmod only its
+// file; a kept store mounted again goes on with the rest deferred, and
+// fsck finds it whole.
 func TestMountFromMakesObjectsAtFirstUse(t *testing.T) {
 	harness.RequireFUSE(t)
 	srv := s3test.Start(t, remoteBucket)
 	a, b := newMachine(t, srv), newMachine(t, srv)
 	project := newProject(t, map[string]string{"seed": "x\n"})
 	const files = 40
-	id := a.run(project, fmt.Sprintf("mkdir d; for i in $(seq %d); do echo file $i > d/f$i; done", files))
+	id := a.run(project, fmt.Sprintf("mkdir d; for i in $(seq %d); do echo file $i > d/f$i; done; ln d/f1 d/hard1", files))
 	pushed := a.push("-s", id)
 	snap := pushed.Snapshots[len(pushed.Snapshots)-1]
 	checkout := copyProject(t, project)
@@ -59,7 +62,13 @@ func TestMountFromMakesObjectsAtFirstUse(t *testing.T) {
 	mnt := harness.NewMountpoint(t)
 	b.mountAt(nil, mnt, "--lower", checkout, "--from", "team/"+snap, "--store", store)
 	if n := fileObjects(t, store); n != 0 {
-		t.Fatalf("the start made %d file objects for %d files: want them deferred", n, files)
+		t.Fatalf("the start made %d file objects for %d files and a hard link: want them deferred", n, files)
+	}
+	var st1, sth unix.Stat_t
+	mustf(t, unix.Stat(filepath.Join(mnt, "d/f1"), &st1), "stat d/f1")
+	mustf(t, unix.Stat(filepath.Join(mnt, "d/hard1"), &sth), "stat d/hard1")
+	if st1.Ino != sth.Ino || st1.Nlink != 2 {
+		t.Errorf("d/f1 (ino %d, %d links) and d/hard1 (ino %d): want one file of 2 links", st1.Ino, st1.Nlink, sth.Ino)
 	}
 	if out, err := exec.Command("ls", "-lR", mnt).CombinedOutput(); err != nil || strings.Count(string(out), " f") < files {
 		t.Fatalf("ls -lR: %v\n%s", err, out)
@@ -76,6 +85,12 @@ func TestMountFromMakesObjectsAtFirstUse(t *testing.T) {
 	mustf(t, os.Chmod(filepath.Join(mnt, "d/f8"), 0o600), "chmod d/f8")
 	if n := fileObjects(t, store); n != 2 {
 		t.Errorf("an open and a chmod made %d file objects, want 2", n)
+	}
+	if got := harness.ReadFile(t, filepath.Join(mnt, "d/hard1")); got != "file 1\n" {
+		t.Errorf("d/hard1 = %q, want file 1", got)
+	}
+	if n := fileObjects(t, store); n != 3 {
+		t.Errorf("reading the hard-linked file made %d file objects in all, want 3", n)
 	}
 	if r := b.agentfs("", "unmount", mnt); r.Code != 0 {
 		t.Fatalf("unmount: %s", r)

@@ -233,6 +233,9 @@ func (t *tx) bump(n *Node) {
 // chmod to its own mode (chown(-1, -1) would also clear setuid and
 // setgid bits); symlinks, which have no mode to set, get chown(-1, -1).
 func (v *FS) bumpCtime(id string) error {
+	if v.objs.TouchDeferred(id) {
+		return nil // not made yet: its record's ctime (backstore/deferred.go)
+	}
 	loc := v.objs.Loc(id)
 	st, err := v.objs.Lstat(id)
 	if err != nil {

@@ -16,6 +16,7 @@
 //	PREFIX/agentfs-remote.json          the marker: {"format": 1}
 //	PREFIX/objects/sha256/ab/ab01…ef    a file's bytes, named by the SHA-256 of the bytes (64 hex digits)
 //	PREFIX/snapshots/ID.json            a snapshot's document: its entries, each file naming its object
+//	PREFIX/compact/snapshots/ID.gob     the same in Go's gob encoding, written just before it, which names it (compact.go)
 //	PREFIX/sessions/ID.json             a session's document: the record, its snapshots and branches
 //
 // Objects are content-addressed: identical contents are stored once,

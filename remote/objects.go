@@ -332,23 +332,44 @@ func (r *Remote) Missing(ctx context.Context, sums []Sum, parallel int) ([]Sum, 
 	return missing, nil
 }
 
-// PutDoc writes the document of kind named name: v as JSON.
+// PutDoc writes the document of kind named name: v as JSON. A snapshot
+// document (a *SnapshotDoc) is written in its compact form first
+// (compact.go).
 func (r *Remote) PutDoc(ctx context.Context, kind Kind, name string, v any) error {
 	if err := checkDocName(name); err != nil {
 		return err
+	}
+	var meta map[string]string
+	if kind == KindSnapshot {
+		var d *SnapshotDoc
+		switch v := v.(type) {
+		case *SnapshotDoc:
+			d = v
+		case SnapshotDoc:
+			d = &v
+		}
+		if d != nil {
+			sum, err := r.putCompactDoc(ctx, name, d)
+			if err != nil {
+				return err
+			}
+			meta = map[string]string{compactSumMeta: sum.String()}
+		}
 	}
 	b, err := json.MarshalIndent(v, "", "\t")
 	if err != nil {
 		return err
 	}
-	return r.putSmall(ctx, r.loc.DocKey(kind, name), append(b, '\n'))
+	return r.putSmall(ctx, r.loc.DocKey(kind, name), append(b, '\n'), meta)
 }
 
-// putSmall writes a small object in one request.
-func (r *Remote) putSmall(ctx context.Context, key string, b []byte) error {
+// putSmall writes a small object in one request, with the user
+// metadata meta (x-amz-meta-*) when not nil.
+func (r *Remote) putSmall(ctx context.Context, key string, b []byte, meta map[string]string) error {
 	_, err := r.client.PutObject(ctx, r.loc.Bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{
 		ContentType:      "application/json",
 		DisableMultipart: true,
+		UserMetadata:     meta,
 	})
 	return r.explain(err, key)
 }
@@ -440,5 +461,5 @@ func (r *Remote) ensureMarker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return r.putSmall(ctx, r.loc.MarkerKey(), append(b, '\n'))
+	return r.putSmall(ctx, r.loc.MarkerKey(), append(b, '\n'), nil)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentfs/agentfs/backstore"
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/contenthash"
 	"github.com/agentfs/agentfs/remote"
 )
 
@@ -34,6 +35,10 @@ import (
 // the backstore keeps it. A fetch that fails fails that open (EIO), and
 // the next open tries again.
 //
+// The start records no content hashes: a pending object's hash is its
+// key, which the hash worker takes (pendingSum), so that a snapshot's
+// root, or a push, fetches nothing.
+//
 // A read-only open streams the object: it returns at once, and each
 // read waits only for the range it reads (backstore/fill.go,
 // overlay.File); the object becomes the store's only once every byte is
@@ -50,7 +55,11 @@ import (
 // the next mounts, with or without --from, goes on (CheckFromStore).
 
 // OpenRemoteSnapshot opens the remote and reads the snapshot document
-// that from (REMOTE/SNAPSHOT) names.
+// that from (REMOTE/SNAPSHOT) names: its compact form where the remote
+// has one (remote/compact.go). The check of the bucket and the read of
+// the document are sent together: a mount waits for one round trip, not
+// two; an error of the check (no bucket, credentials refused) is the one
+// reported.
 func OpenRemoteSnapshot(ctx context.Context, from string) (*remote.Remote, *remote.SnapshotDoc, error) {
 	name, id, ok := strings.Cut(from, "/")
 	if !ok || name == "" || id == "" {
@@ -64,11 +73,13 @@ func OpenRemoteSnapshot(ctx context.Context, from string) (*remote.Remote, *remo
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := r.Check(ctx); err != nil {
-		return nil, nil, err
+	checked := make(chan error, 1)
+	go func() { checked <- r.Check(ctx) }()
+	doc, err := r.GetSnapshotDoc(ctx, id)
+	if cerr := <-checked; cerr != nil {
+		return nil, nil, cerr
 	}
-	doc := &remote.SnapshotDoc{}
-	if err := r.GetDoc(ctx, remote.KindSnapshot, id, doc); err != nil {
+	if err != nil {
 		if errors.Is(err, remote.ErrNotFound) {
 			return nil, nil, fmt.Errorf("the remote %s has no snapshot %q: agentfs remote ls %s lists them", name, id, name)
 		}
@@ -87,7 +98,7 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 	w.objs.SetSource(remoteSource(r))
 	_, err := locked(w, func() (struct{}, error) {
 		start := time.Now()
-		im := &importer{lazy: true, asRoot: os.Geteuid() == 0}
+		im := newImporter(true)
 		// One object per new file, given out ahead and made at its
 		// first use (backstore/deferred.go): journaled before any
 		// entry names it.
@@ -129,12 +140,10 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 		if err := w.objs.MarkPending(im.pending); err != nil {
 			return struct{}{}, err
 		}
-		// A file's content hash is its object's name: a snapshot's hashes
-		// fetch nothing (the hash worker takes a recorded hash while the
-		// object keeps that size and mtime).
-		if err := w.meta.PutHashes(branch.Hashes{Objects: im.hashes}); err != nil {
-			return struct{}{}, storeError(err, "recording the content hashes of the remote snapshot's files")
-		}
+		// A file's content hash is its object's name, and while it is
+		// pending the hash worker takes it from there (pendingSum):
+		// hashing a snapshot fetches nothing, and the start records no
+		// hashes.
 		marked := time.Since(start)
 		if _, err := im.markConflicts(w.view, doc); err != nil {
 			return struct{}{}, err
@@ -149,6 +158,21 @@ func (w *Workspace) StartFrom(r *remote.Remote, doc *remote.SnapshotDoc) error {
 		return struct{}{}, nil
 	})
 	return err
+}
+
+// pendingSum is the SHA-256 of pending object id's bytes: its key, the
+// name of an object of the remote the store started from (see
+// remoteSource).
+func (w *Workspace) pendingSum(id string) (contenthash.Digest, bool) {
+	key, ok := w.objs.PendingKey(id)
+	if !ok {
+		return contenthash.Digest{}, false
+	}
+	sum, err := remote.ParseSum(key)
+	if err != nil {
+		return contenthash.Digest{}, false
+	}
+	return contenthash.Digest(sum), true
 }
 
 // remoteSource is the backstore's source of pending objects' bytes:

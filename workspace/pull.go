@@ -89,8 +89,8 @@ func ReadSessionDocs(ctx context.Context, r *remote.Remote, id string) (remote.S
 		names = append(names, b.State)
 	}
 	for _, n := range names {
-		d := &remote.SnapshotDoc{}
-		if err := r.GetDoc(ctx, remote.KindSnapshot, n, d); err != nil {
+		d, err := r.GetSnapshotDoc(ctx, n)
+		if err != nil {
 			return s, nil, err
 		}
 		if d.Format != remote.Format {
@@ -172,7 +172,8 @@ func (w *Workspace) pullLocked(o PullOptions, doc remote.SessionDoc, docs map[st
 		return storeError(err, "pull: taking the empty snapshot")
 	}
 	defer w.dropSnapshotLocked(empty.ID, "pull")
-	im := &importer{objects: o.Objects, asRoot: os.Geteuid() == 0}
+	im := newImporter(false)
+	im.objects = o.Objects
 	res.Snapshots = map[string]string{}
 	for _, id := range doc.Snapshots {
 		d := docs[id]
@@ -299,6 +300,9 @@ func importKind(kind string) string {
 type importer struct {
 	objects string // the fetched objects
 	asRoot  bool   // owners are set (else the files are the caller's)
+	// self is the process's user and group: the files' owner unless
+	// asRoot (newImporter).
+	self overlay.Caller
 	// lazy: a regular file is made with its size and no data, its
 	// object pending (backstore/pending.go) on the SHA-256 in pending.
 	lazy    bool
@@ -316,10 +320,11 @@ type importer struct {
 		path       string        // dir's path
 		names, ids []string
 	}
-	// hashes are the pending objects' content hashes (their SHA-256,
-	// size and mtime), which the hash worker takes instead of reading
-	// (fetching) them.
-	hashes map[string]branch.ObjectHash
+}
+
+// newImporter returns an importer (lazy: see importer.lazy).
+func newImporter(lazy bool) *importer {
+	return &importer{lazy: lazy, asRoot: os.Geteuid() == 0, self: overlay.Caller{Uid: uint32(os.Geteuid()), Gid: uint32(os.Getegid())}}
 }
 
 // reset makes v's branch the project again.
@@ -448,7 +453,7 @@ func (im *importer) change(v *overlay.FS, c remote.Change) error {
 			return err
 		}
 	}
-	caller := overlay.Caller{Uid: uint32(os.Geteuid()), Gid: uint32(os.Getegid())}
+	caller := im.self
 	if im.asRoot {
 		caller = overlay.Caller{Uid: c.Uid, Gid: c.Gid}
 	}
@@ -518,7 +523,6 @@ func (im *importer) adopt(v *overlay.FS, dir *overlay.Node, name, id string, c r
 		return err
 	}
 	defer v.Forget(n, 1)
-	im.hash(id, c)
 	return im.setNewXattrs(v, n, c)
 }
 
@@ -539,7 +543,6 @@ func (im *importer) enqueue(v *overlay.FS, dir *overlay.Node, name, id string, c
 		q.path, _ = splitLast(c.Path)
 	}
 	q.names, q.ids = append(q.names, name), append(q.ids, id)
-	im.hash(id, c)
 	return nil
 }
 
@@ -571,17 +574,6 @@ func (im *importer) dropQueue(v *overlay.FS) {
 		v.Forget(q.dir, 1)
 	}
 	q.dir, q.path, q.names, q.ids = nil, "", nil, nil
-}
-
-// hash records the content hash of the new file of c, whose object is
-// id: its SHA-256 (the object's key), size and mtime.
-func (im *importer) hash(id string, c remote.Change) {
-	if sum, err := remote.ParseSum(c.Object); err == nil {
-		if im.hashes == nil {
-			im.hashes = map[string]branch.ObjectHash{}
-		}
-		im.hashes[id] = branch.ObjectHash{Sum: branch.Digest(sum), Size: c.Size, Mtime: c.Mtime}
-	}
 }
 
 // deferOf returns the object to give out ahead for c, a change of a
@@ -682,13 +674,9 @@ func (im *importer) placeholder(v *overlay.FS, dir *overlay.Node, name string, o
 		return nil, err
 	}
 	if im.pending == nil {
-		im.pending, im.hashes = map[string]string{}, map[string]branch.ObjectHash{}
+		im.pending = map[string]string{}
 	}
-	id := v.ObjectID(n)
-	im.pending[id] = c.Object
-	if sum, err := remote.ParseSum(c.Object); err == nil {
-		im.hashes[id] = branch.ObjectHash{Sum: branch.Digest(sum), Size: c.Size, Mtime: c.Mtime}
-	}
+	im.pending[v.ObjectID(n)] = c.Object
 	return n, nil
 }
 

@@ -238,7 +238,7 @@ func (w *Workspace) open() error {
 		lowerCache = contenthash.OpenLowerCache(o.HashCache)
 	}
 	w.hashes = contenthash.New(contenthash.Config{Meta: w.meta, Objects: w.objs, LowerDir: o.LowerDir, LowerCache: lowerCache,
-		ReadOnly: o.ReadOnly, Gate: o.HashGate, Helper: o.HashHelper, Yield: o.HashYield, Logger: w.log,
+		ReadOnly: o.ReadOnly, Gate: o.HashGate, Helper: o.HashHelper, Yield: o.HashYield, Logger: w.log, PendingSum: w.pendingSum,
 		OpenSnapshot: func(s branch.Snapshot) (*overlay.FS, error) { return w.readView(nil, w.meta.SnapshotView(s)) }})
 	return nil
 }

@@ -136,6 +136,8 @@ func TestBaselineFilesystems(t *testing.T) {
 		{[]string{"--baseline", bin}, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-untraced,agentfs-nohash,agentfs-baseline,agentfs-bound,agentfs-bound-root"},
 		{[]string{"--baseline", bin, "--fs", "agentfs-baseline,native,agentfs"}, "native,agentfs,agentfs-baseline"},
 		{[]string{"--baseline", bin, "--fs", "native,agentfs-baseline"}, "native,agentfs-baseline"},
+		// The remote row's mounts compare with the baseline too.
+		{[]string{"--baseline", bin, "--fs", "native,agentfs-baseline,agentfs", "--only", "remote"}, "native,agentfs,agentfs-baseline"},
 		{nil, "native,overlayfs,fuse-overlayfs,agentfs,agentfs-untraced,agentfs-nohash,agentfs-bound,agentfs-bound-root"},
 	} {
 		o := &options{}

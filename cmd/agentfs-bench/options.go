@@ -125,7 +125,7 @@ func (o *options) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&o.filesystems, "fs", strings.Join(defaultFilesystems, ","), "the filesystems to compare (`LIST`, comma-separated; must include native; with --baseline the default adds "+fsAgentfsBaseline+")")
 	flags.StringVar(&o.workdir, "workdir", defaultWorkdir, "`DIR` for the trees, uppers and mounts (on a disk filesystem, not tmpfs)")
 	flags.StringVar(&o.agentfs, "agentfs", "", "the agentfs binary (`PATH`; default: agentfs beside this program, else on $PATH)")
-	flags.StringVar(&o.baseline, "baseline", "", "another agentfs binary to compare with --agentfs (`PATH`): mounted as agentfs is, as the filesystem "+fsAgentfsBaseline+" (the first table, the snapshot table and cli-start)")
+	flags.StringVar(&o.baseline, "baseline", "", "another agentfs binary to compare with --agentfs (`PATH`): mounted as agentfs is, as the filesystem "+fsAgentfsBaseline+" (the first table, the snapshot table, cli-start and the remote row's mounts)")
 	flags.StringVar(&o.out, "out", "bench", "`DIR` for results.md, results.json and results.png")
 	flags.StringVar(&o.versitygw, "versitygw", os.Getenv("AGENTFS_VERSITYGW"), "the S3 server of the remote row, Versity's gateway (`PATH`; default: AGENTFS_VERSITYGW, which make bench sets)")
 	flags.BoolVar(&o.quick, "quick", false, "small sizes for development: a 64 MiB file, 500 small files, 1,000 programs spawned, 10,000 instead of 100,000 changed files and walked files, 2 runs")
@@ -226,7 +226,7 @@ func (o *options) config(flags *pflag.FlagSet) (*config, error) {
 		// Only agentfs's tables: the other filesystems have no part in
 		// them (and need not be probed).
 		c.filesystems = slices.DeleteFunc(c.filesystems, func(filesystem string) bool {
-			return filesystem != fsNative && filesystem != fsAgentfs && (!c.cliStart && len(c.snapOps) == 0 || filesystem != fsAgentfsBaseline)
+			return filesystem != fsNative && filesystem != fsAgentfs && (!c.cliStart && len(c.snapOps) == 0 && !c.remote || filesystem != fsAgentfsBaseline)
 		})
 	}
 	if slices.ContainsFunc(c.filesystems, boundVariant) && !slices.Contains(c.filesystems, fsAgentfs) {

@@ -36,7 +36,9 @@ import (
 // ready) beside a local mount of a project holding the same files
 // (agentfs mount --lower of the source files), in the same run, the two
 // in turn in alternating order: what starting from a remote snapshot
-// costs over starting from a local tree.
+// costs over starting from a local tree. With --baseline (and
+// agentfs-baseline in --fs) the baseline's agentfs mounts the same
+// way in the same runs, the binaries' order turning too.
 
 // remoteOp names the row, for --only.
 const remoteOp = "remote"
@@ -67,7 +69,10 @@ type remoteResult struct {
 	// MountSeconds: agentfs mount of the same files, local.
 	MountFromSeconds []float64 `json:"mount_from_seconds"`
 	MountSeconds     []float64 `json:"mount_seconds"`
-	Skipped          string    `json:"skipped,omitempty"`
+	// The same two with --baseline's agentfs, in the same runs.
+	BaselineMountFromSeconds []float64 `json:"baseline_mount_from_seconds,omitempty"`
+	BaselineMountSeconds     []float64 `json:"baseline_mount_seconds,omitempty"`
+	Skipped                  string    `json:"skipped,omitempty"`
 }
 
 // mbps is bytes per second in MB/s (10^6) for the median of secs.
@@ -175,29 +180,42 @@ func (b *bench) runRemote(ctx context.Context, agentfsOK bool) (res *remoteResul
 			return nil, commandError(cp.Args, err, string(o))
 		}
 		copied := time.Since(start).Seconds()
-		from, local, err := b.timeMountFrom(ctx, dir, src, name, pullEnv, i%2 == 1)
+		mounts, err := b.timeMountFrom(ctx, dir, src, name, pullEnv, i)
 		if err != nil {
 			return nil, err
 		}
+		from, local := mounts[0].from, mounts[0].local
 		if i < b.cfg.warmup {
 			continue
 		}
 		res.PushSeconds, res.PullSeconds, res.CopySeconds = append(res.PushSeconds, push), append(res.PullSeconds, pull), append(res.CopySeconds, copied)
 		res.RepushSeconds = append(res.RepushSeconds, repush)
 		res.MountFromSeconds, res.MountSeconds = append(res.MountFromSeconds, from), append(res.MountSeconds, local)
-		b.logf("  run %d: push %.2fs, push again %.2fs, pull %.2fs, cp -a %.2fs, mount --from %.2fs, mount %.2fs", i-b.cfg.warmup+1, push, repush, pull, copied, from, local)
+		if len(mounts) > 1 {
+			res.BaselineMountFromSeconds = append(res.BaselineMountFromSeconds, mounts[1].from)
+			res.BaselineMountSeconds = append(res.BaselineMountSeconds, mounts[1].local)
+		}
+		b.logf("  run %d: push %.2fs, push again %.2fs, pull %.2fs, cp -a %.2fs, mount --from %.3fs, mount %.3fs", i-b.cfg.warmup+1, push, repush, pull, copied, from, local)
+		if len(mounts) > 1 {
+			b.logf("    baseline: mount --from %.3fs, mount %.3fs", mounts[1].from, mounts[1].local)
+		}
 	}
 	return res, nil
 }
 
+// mountTimes are one binary's times of timeMountFrom.
+type mountTimes struct{ from, local float64 }
+
 // timeMountFrom times agentfs mount --from of the newest snapshot the
-// remote name holds and agentfs mount of the project src (localFirst:
-// in that order), each until the mount is ready; each is unmounted
-// untimed.
-func (b *bench) timeMountFrom(ctx context.Context, dir, src, name string, env []string, localFirst bool) (from, local float64, err error) {
+// remote name holds and agentfs mount of the project src, each until
+// the mount is ready, with --agentfs's binary and, with --baseline,
+// the baseline's too (the second of the times it returns); each is
+// unmounted untimed. The order turns with run: each kind of mount and
+// each binary comes first in turn.
+func (b *bench) timeMountFrom(ctx context.Context, dir, src, name string, env []string, run int) ([]mountTimes, error) {
 	out, err := b.agentfsCmd(ctx, "", env, "remote", "ls", name, "--json")
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	var listing struct {
 		Snapshots []struct {
@@ -206,7 +224,7 @@ func (b *bench) timeMountFrom(ctx context.Context, dir, src, name string, env []
 		} `json:"snapshots"`
 	}
 	if err := json.Unmarshal([]byte(out), &listing); err != nil || len(listing.Snapshots) == 0 {
-		return 0, 0, fmt.Errorf("%s: agentfs remote ls %s --json: %v: %s", remoteOp, name, err, out)
+		return nil, fmt.Errorf("%s: agentfs remote ls %s --json: %v: %s", remoteOp, name, err, out)
 	}
 	snap := listing.Snapshots[0]
 	for _, s := range listing.Snapshots {
@@ -218,35 +236,51 @@ func (b *bench) timeMountFrom(ctx context.Context, dir, src, name string, env []
 	mnt := filepath.Join(dir, "mnt")
 	for _, d := range []string{empty, mnt} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 	}
-	timeMount := func(args ...string) (float64, error) {
+	bins := []string{b.cfg.agentfsBin}
+	if b.cfg.baselineBin != "" {
+		bins = append(bins, b.cfg.baselineBin)
+	}
+	times := make([]mountTimes, len(bins))
+	type mount struct {
+		bin  int
+		from bool
+	}
+	var order []mount
+	for k := range 2 * len(bins) {
+		// run 0: from, local (each binary in turn); run 1: local, from;
+		// and the binaries' order turns every second run.
+		m := mount{bin: k % len(bins), from: (k/len(bins))%2 == run%2}
+		if (run/2)%2 == 1 {
+			m.bin = len(bins) - 1 - m.bin
+		}
+		order = append(order, m)
+	}
+	for _, m := range order {
+		args := []string{"mount", "--lower", src}
+		if m.from {
+			args = []string{"mount", "--lower", empty, "--from", name + "/" + snap.ID}
+		}
 		if err := b.beforeTimed(src); err != nil {
-			return 0, err
+			return nil, err
 		}
 		start := time.Now()
-		if _, err := b.agentfsCmd(ctx, "", env, append(append([]string{"mount"}, args...), mnt)...); err != nil {
-			return 0, err
+		if _, err := b.agentfsCmdWith(ctx, bins[m.bin], env, append(args, mnt)...); err != nil {
+			return nil, err
 		}
 		secs := time.Since(start).Seconds()
-		_, err := b.agentfsCmd(ctx, "", env, "unmount", mnt)
-		return secs, err
-	}
-	order := []*float64{&from, &local}
-	if localFirst {
-		order = []*float64{&local, &from}
-	}
-	for _, p := range order {
-		args := []string{"--lower", src}
-		if p == &from {
-			args = []string{"--lower", empty, "--from", name + "/" + snap.ID}
+		if _, err := b.agentfsCmdWith(ctx, bins[m.bin], env, "unmount", mnt); err != nil {
+			return nil, err
 		}
-		if *p, err = timeMount(args...); err != nil {
-			return 0, 0, err
+		if m.from {
+			times[m.bin].from = secs
+		} else {
+			times[m.bin].local = secs
 		}
 	}
-	return from, local, nil
+	return times, nil
 }
 
 // writeRemoteFiles writes n files (1 to 16 KiB, 1,000 to a directory)
@@ -276,7 +310,16 @@ func writeRemoteFiles(dir string, n int) (int64, error) {
 // agentfsCmd runs the agentfs binary under test and returns its output
 // (stdout and stderr).
 func (b *bench) agentfsCmd(ctx context.Context, dir string, env []string, args ...string) (string, error) {
-	cmd := commandContext(ctx, dir, env, b.cfg.agentfsBin, args...)
+	return b.runAgentfs(ctx, b.cfg.agentfsBin, dir, env, args...)
+}
+
+// agentfsCmdWith is agentfsCmd with the agentfs binary bin.
+func (b *bench) agentfsCmdWith(ctx context.Context, bin string, env []string, args ...string) (string, error) {
+	return b.runAgentfs(ctx, bin, "", env, args...)
+}
+
+func (b *bench) runAgentfs(ctx context.Context, bin, dir string, env []string, args ...string) (string, error) {
+	cmd := commandContext(ctx, dir, env, bin, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
@@ -365,12 +408,16 @@ func (r *remoteResult) markdown(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "\nStarting a mount (until it is ready) from the pushed snapshot of those %s files, beside a local mount of the same files; medians.\n\n", thousands(r.Files))
 	b.WriteString("| mount | seconds | time vs local mount |\n|---|---:|---:|\n")
-	local := median(r.MountSeconds)
 	for _, row := range []struct {
-		name string
-		secs []float64
-	}{{"agentfs mount --from REMOTE/SNAPSHOT", r.MountFromSeconds}, {"agentfs mount (local)", r.MountSeconds}} {
-		m := median(row.secs)
+		name        string
+		secs, local []float64
+	}{{"agentfs mount --from REMOTE/SNAPSHOT", r.MountFromSeconds, r.MountSeconds}, {"agentfs mount (local)", r.MountSeconds, r.MountSeconds},
+		{"agentfs-baseline mount --from REMOTE/SNAPSHOT", r.BaselineMountFromSeconds, r.BaselineMountSeconds},
+		{"agentfs-baseline mount (local)", r.BaselineMountSeconds, r.BaselineMountSeconds}} {
+		if len(row.secs) == 0 {
+			continue
+		}
+		m, local := median(row.secs), median(row.local)
 		vs := "-"
 		if x, ok := ratio(m, local); ok {
 			vs = fmt.Sprintf("%.1f×", x)
