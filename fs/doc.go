@@ -43,7 +43,11 @@
 // or every changed name of the kept directories when a node it was
 // given with several links is cut loose; they are written a batch to a
 // system call (fuseuring.Writer). Otherwise names are dropped, and a
-// directory with many changed names whole.
+// directory with many changed names whole. A restore calls Invalidate
+// from a goroutine of its own while it updates the view's index, the
+// view's lock held (workspace.restoreLocked): a notification may wait
+// for a LOOKUP in flight in its directory, which waits for that lock,
+// so nothing Invalidate waits for may wait for the restore.
 //
 // # Locking
 //

@@ -216,7 +216,7 @@ func (s *Server) invalidateExpiring(stale []overlay.Stale, kernelID func(*overla
 		s.log.Debug("expiring names: no descriptor of the connection", "err", err)
 		return false
 	}
-	gone := map[uint64]bool{} // nodes cut loose: their negative entries go with them
+	gone := map[uint64]bool{} // directories cut loose: their negative entries go with them
 	kept := map[uint64]map[string]bool{}
 	list := make([]expiry, 0, len(stale))
 	linked := false
@@ -226,7 +226,9 @@ func (s *Server) invalidateExpiring(stale []overlay.Stale, kernelID func(*overla
 			kept[kernelID(st.Node)] = st.Names
 			continue
 		}
-		gone[st.Node.ID] = true
+		if st.Node.IsDir() {
+			gone[st.Node.ID] = true
+		}
 		ino := s.nodes[st.Node.ID]
 		if ino == nil {
 			continue // the kernel holds no name of it

@@ -16,7 +16,10 @@ type Node struct {
 	ID   uint64
 	view *FS
 	mode uint32 // S_IFMT bits; fixed for the node's life
-	ino  uint64 // st_ino
+	// cutPass is the pass of cutChangedLocked that cut the node loose
+	// (FS.cutPasses), under view.mu held exclusively and view.nodesMu.
+	cutPass uint32
+	ino     uint64 // st_ino
 
 	// Guarded by view.mu.
 	parent   *Node

@@ -86,6 +86,10 @@ type FS struct {
 	dirs map[string]map[string]*branch.Entry
 	// links counts the entries that reference each regular-file object.
 	links map[string]int
+	// multiNamed counts the objects in links referenced more than once
+	// (hard links): while it is 0, no object has another name, and a
+	// restore need not ask links (reloadPathsLocked).
+	multiNamed int
 	// hardlinks maps the st_ino of a copied-up lower file that had more
 	// than one name (its entry carries Origin) to that entry, so that
 	// the lower file's other names resolve to the same upper inode, as
@@ -129,6 +133,9 @@ type FS struct {
 	// released, when not nil, is closed (and cleared) by the release
 	// that empties writing: awaitReleases waits on it.
 	released chan struct{}
+	// cutPasses counts the passes of cutChangedLocked: a node whose
+	// cutPass is the current one was cut loose by it.
+	cutPasses uint32
 
 	quota quota // the usage against cfg.Limits (quota.go)
 }
@@ -204,6 +211,7 @@ func (v *FS) loadLocked() error {
 	v.rootEntry = nil
 	v.dirs = map[string]map[string]*branch.Entry{}
 	v.links = map[string]int{}
+	v.multiNamed = 0
 	v.hardlinks = map[uint64]*branch.Entry{}
 	v.hiddenLinks = map[uint64]int{}
 	v.anchors = map[uint64]int{}
@@ -287,6 +295,9 @@ func (v *FS) indexCountIn(p, dir string, e *branch.Entry) (shared bool) {
 	if e.Type != branch.TypeDir && e.Object != "" {
 		n := v.links[e.Object]
 		v.links[e.Object] = n + 1
+		if n == 1 {
+			v.multiNamed++
+		}
 		if n == 0 {
 			v.quotaIn(e)
 		}
@@ -336,6 +347,9 @@ func (v *FS) indexCountOut(p, dir string, old *branch.Entry) (shared bool) {
 	if old.Type != branch.TypeDir && old.Object != "" {
 		if n := v.links[old.Object]; n > 1 {
 			v.links[old.Object] = n - 1
+			if n == 2 {
+				v.multiNamed--
+			}
 			shared = true
 		} else {
 			delete(v.links, old.Object)

@@ -1,9 +1,6 @@
 package overlay
 
 import (
-	"maps"
-	"slices"
-
 	"github.com/agentfs/agentfs/branch"
 )
 
@@ -168,7 +165,7 @@ func (v *FS) reloadChangedLocked(paths map[string]bool) ([]Stale, error) {
 	}
 	ch := newChangeSet(len(paths), 2*len(paths))
 	if !sameEntry(oldRoot, v.rootEntry) {
-		ch.retarget[""] = true
+		ch.retarget[""] = v.rootEntry
 	}
 	if paths != nil {
 		for p := range paths {
@@ -198,12 +195,16 @@ func (v *FS) reloadChangedLocked(paths map[string]bool) ([]Stale, error) {
 			}
 		}
 	}
-	for p := range ch.changed {
-		if isInternal(p) {
-			return v.reloadFromIndexLocked()
+	for dir, names := range ch.dirs {
+		for name := range names {
+			if p := joinPath(dir, name); isInternal(p) && ch.retarget[p] == nil {
+				return v.reloadFromIndexLocked()
+			}
 		}
 	}
-	return v.cutChangedLocked(ch, false), nil
+	stale := v.cutChangedLocked(ch, false, nil)
+	ch.clearCachesLocked(v)
+	return stale, nil
 }
 
 // pathEntry is a path whose entry a restore may change, with its new
@@ -221,13 +222,19 @@ type pathEntry struct {
 // hard-linked copy's) falls back to reloadChangedLocked, before the
 // index is touched. The paths come in path order, so the names of one
 // directory mostly follow each other: its map is looked up once for
-// them. v.mu is held exclusively.
-func (v *FS) reloadPathsLocked(diff []pathEntry) ([]Stale, error) {
+// them.
+//
+// The nodes are cut loose first, from the changes read against the
+// index as it was, and tell (if not nil) is given the list while the
+// index is updated: see RestoreKeeping. It reports whether tell was
+// given it. v.mu is held exclusively.
+func (v *FS) reloadPathsLocked(diff []pathEntry, tell func([]Stale)) ([]Stale, bool, error) {
 	type change struct {
 		p, dir, name string
 		old, cur     *branch.Entry
 	}
 	changes := make([]change, 0, len(diff))
+	ch := newChangeSet(len(diff), 0)
 	var dirs dirCursor
 	for _, d := range diff {
 		p, cur := d.path, d.e
@@ -247,24 +254,30 @@ func (v *FS) reloadPathsLocked(diff []pathEntry) ([]Stale, error) {
 			for _, d := range diff {
 				paths[d.path] = true
 			}
-			return v.reloadChangedLocked(paths)
+			stale, err := v.reloadChangedLocked(paths)
+			return stale, false, err
 		}
 		changes = append(changes, change{p, dir, name, old, cur})
+		// ch.objs holds only the objects that another entry names
+		// too, before or after (a hard link): any other has no node
+		// but the one at its changed path. Read from the index as it
+		// is, before the changes, that is the objects named twice
+		// there, or named there and by a changed entry.
+		oldShared := old != nil && v.multiNamed > 0 && v.links[old.Object] > 1
+		ch.noteObjects(p, dir, name, old, cur, oldShared, cur != nil && v.links[cur.Object] > 0)
 	}
 	if testHookReloadPaths != nil {
 		testHookReloadPaths(len(diff))
 	}
-	// objs holds only the objects that another entry names too, before
-	// or after (a hard link; a directory's, always): any other has no
-	// node but the one at its changed path.
-	ch := newChangeSet(len(changes), 0)
+	stale := v.cutChangedLocked(ch, true, tell)
 	dirs = dirCursor{}
 	for _, c := range changes {
 		m := dirs.of(v, c.dir)
-		var oldShared, curShared bool
 		if c.old != nil {
-			delete(m, c.name)
-			oldShared = v.indexCountOut(c.p, c.dir, c.old)
+			if c.cur == nil {
+				delete(m, c.name)
+			}
+			v.indexCountOut(c.p, c.dir, c.old)
 		}
 		if c.cur != nil {
 			if m == nil {
@@ -273,14 +286,14 @@ func (v *FS) reloadPathsLocked(diff []pathEntry) ([]Stale, error) {
 				dirs.m = m
 			}
 			m[c.name] = c.cur
-			curShared = v.indexCountIn(c.p, c.dir, c.cur)
+			v.indexCountIn(c.p, c.dir, c.cur)
 		} else if len(m) == 0 {
 			delete(v.dirs, c.dir)
 			dirs.m = nil
 		}
-		ch.noteObjects(c.p, c.dir, c.name, c.old, c.cur, oldShared, curShared)
 	}
-	return v.cutChangedLocked(ch, true), nil
+	ch.clearCachesLocked(v)
+	return stale, tell != nil, nil
 }
 
 // dirCursor is the index's map of the directory last asked, which the
@@ -305,14 +318,19 @@ var testHookReloadPaths func(n int)
 
 // changeSet is what a restore changed in the index.
 type changeSet struct {
-	changed map[string]bool            // paths whose entry changed
-	dirs    map[string]map[string]bool // parents of those paths: their names
-	objs    map[string]bool            // objects named by a changed entry, before or after
+	// dirs holds the parents of the paths whose entry changed, each
+	// with the names that changed in it (retargeted ones too).
+	dirs    map[string]map[string]bool
+	changed int // the paths whose entry changed, but those retargeted
+	// objs holds the objects of files named by a changed entry, before
+	// or after; dirObjs those of directories.
+	objs, dirObjs map[string]bool
 	// retarget holds the directories whose entry changed in its object
 	// only (its attributes: a directory's mtime moves with every name
-	// made in it, and a snapshot's directory is cloned then): their
-	// nodes stay, given the object, as the tree below them is the same.
-	retarget map[string]bool
+	// made in it, and a snapshot's directory is cloned then), with the
+	// new entry: their nodes stay, given the object, as the tree below
+	// them is the same.
+	retarget map[string]*branch.Entry
 	// lastDir's names in dirs: the next note's directory, most often.
 	lastDir   string
 	lastNames map[string]bool
@@ -321,7 +339,7 @@ type changeSet struct {
 // newChangeSet makes a changeSet for about hint changes naming about
 // objsHint objects.
 func newChangeSet(hint, objsHint int) *changeSet {
-	return &changeSet{changed: make(map[string]bool, hint), dirs: map[string]map[string]bool{}, objs: make(map[string]bool, objsHint), retarget: map[string]bool{}}
+	return &changeSet{dirs: make(map[string]map[string]bool, hint/64+1), objs: make(map[string]bool, objsHint), dirObjs: map[string]bool{}, retarget: map[string]*branch.Entry{}}
 }
 
 // note records that the entry at p (dir/name) went from old to cur.
@@ -329,10 +347,11 @@ func (ch *changeSet) note(p, dir, name string, old, cur *branch.Entry) {
 	ch.noteObjects(p, dir, name, old, cur, true, true)
 }
 
-// noteObjects is note, recording old's object only with withOld, and
-// cur's only with withCur. An object that no other entry names, before
-// or after, has no node but the one at p, whose path changed: the
-// index updated in place leaves those out (reloadPathsLocked).
+// noteObjects is note, recording old's object (a file's) only with
+// withOld, and cur's only with withCur. An object that no other entry
+// names, before or after, has no node but the one at p, whose path
+// changed: the index updated in place leaves those out
+// (reloadPathsLocked). A directory's object is always recorded.
 func (ch *changeSet) noteObjects(p, dir, name string, old, cur *branch.Entry, withOld, withCur bool) {
 	if ch.lastNames == nil || ch.lastDir != dir {
 		names := ch.dirs[dir]
@@ -344,42 +363,91 @@ func (ch *changeSet) noteObjects(p, dir, name string, old, cur *branch.Entry, wi
 	}
 	ch.lastNames[name] = true
 	if sameDir(old, cur) {
-		ch.retarget[p] = true
+		ch.retarget[p] = cur
 		return
 	}
-	ch.changed[p] = true
-	if withOld && old != nil && old.Object != "" {
-		ch.objs[old.Object] = true
-	}
-	if withCur && cur != nil && cur.Object != "" {
-		ch.objs[cur.Object] = true
+	ch.changed++
+	for _, x := range [2]struct {
+		e    *branch.Entry
+		with bool
+	}{{old, withOld}, {cur, withCur}} {
+		switch {
+		case x.e == nil || x.e.Object == "":
+		case x.e.Type == branch.TypeDir:
+			ch.dirObjs[x.e.Object] = true
+		case x.with:
+			ch.objs[x.e.Object] = true
+		}
 	}
 }
 
-// cutChangedLocked cuts loose the nodes of what ch changed in the
-// index, which is the new one, and returns them with the kept
-// directories (see reloadChangedLocked). inPlace says the index was
-// updated in place: the entries that did not change are the ones the
-// nodes hold, and a file whose directory holds no change and whose
-// object no changed entry names is passed over. v.mu is held
+// clearCachesLocked drops v's caches of the lower tree and of copy-ups
+// (FS.clearCachesLocked) if anything changed. v.mu is held
 // exclusively.
-func (v *FS) cutChangedLocked(ch *changeSet, inPlace bool) []Stale {
-	changed, dirs, objs, retarget := ch.changed, ch.dirs, ch.objs, ch.retarget
-	if len(changed) == 0 && len(retarget) == 0 {
-		return []Stale{{Node: v.root, Kept: true}}
+func (ch *changeSet) clearCachesLocked(v *FS) {
+	if ch.changed > 0 || len(ch.retarget) > 0 {
+		v.clearCachesLocked()
+	}
+}
+
+// changedName reports whether the entry of name in the directory at
+// dir, whose changed names are names (ch.dirs[dir]), changed; isDir
+// says the node there is a directory (only a directory is retargeted).
+func (ch *changeSet) changedName(dir string, names map[string]bool, name string, isDir bool) bool {
+	if !names[name] {
+		return false
+	}
+	if isDir && len(ch.retarget) > 0 {
+		return ch.retarget[joinPath(dir, name)] == nil
+	}
+	return true
+}
+
+// cutChangedLocked cuts loose the nodes of what ch changed in the index
+// and returns them with the kept directories (see
+// reloadChangedLocked); tell, if not nil, is given the list as soon
+// as it is made (see RestoreKeeping). inPlace says the index is updated
+// in place (reloadPathsLocked), and not yet: the entries that did not change are
+// the ones the nodes hold, a file whose directory holds no change and
+// whose object no changed entry names is passed over, and a directory
+// retargeted takes its entry from ch. Otherwise the index is the new
+// one. A node cut loose is marked with the pass (Node.cutPass) rather
+// than kept in a set, and each directory met is resolved once: the
+// work is a few field reads for each node the kernel knows, and map
+// operations for the changes only. v.mu is held exclusively.
+func (v *FS) cutChangedLocked(ch *changeSet, inPlace bool, tell func([]Stale)) []Stale {
+	dirs, objs, dirObjs, retarget := ch.dirs, ch.objs, ch.dirObjs, ch.retarget
+	if ch.changed == 0 && len(retarget) == 0 {
+		stale := []Stale{{Node: v.root, Kept: true}}
+		if tell != nil {
+			tell(stale)
+		}
+		return stale
 	}
 	v.nodesMu.Lock()
-	cut := make(map[*Node]bool, len(changed))
-	var kept []*Node
-	// The paths of the directories met, and whether each is cut loose or
-	// below one that is: every node asks its parent, so each path is
-	// built once and each ancestor checked once, whatever the depth.
-	type dirState struct {
-		path string
-		ok   bool // a name in the view (not unlinked, nor below an unlinked one)
-		cut  bool // cut loose, or below a directory that is
+	v.cutPasses++
+	pass := v.cutPasses
+	var cut []*Node
+	markCut := func(n *Node) {
+		n.cutPass = pass
+		cut = append(cut, n)
 	}
-	dirStates := map[*Node]*dirState{v.root: {path: "", ok: true}}
+	// The directories met: their paths, their changed names, whether
+	// each is cut loose or below one that is. Every node asks its
+	// parent, so each path is built once and each ancestor checked
+	// once, whatever the depth.
+	type dirState struct {
+		path  string
+		names map[string]bool // dirs[path]
+		ok    bool            // a name in the view (not unlinked, nor below an unlinked one)
+		cut   bool            // its path changed, or it is below a directory whose path did
+		// above: whether an ancestor (or the directory itself) goes
+		// from the kernel with its name, and is cut loose; known once
+		// the cut is.
+		aboveKnown, above, aboveCut bool
+		batched                     bool // kept, and dropped from the kernel whole with its name
+	}
+	dirStates := map[*Node]*dirState{v.root: {path: "", ok: true, names: dirs[""]}}
 	var stateOf func(d *Node) *dirState
 	stateOf = func(d *Node) *dirState {
 		if st := dirStates[d]; st != nil {
@@ -392,50 +460,61 @@ func (v *FS) cutChangedLocked(ch *changeSet, inPlace bool) []Stale {
 			st.ok, st.cut = ps.ok, ps.cut
 			if ps.ok {
 				st.path = joinPath(ps.path, d.name)
-				st.cut = st.cut || changed[st.path]
+				st.names = dirs[st.path]
+				st.cut = st.cut || ch.changedName(ps.path, ps.names, d.name, true)
 			}
 		}
 		return st
 	}
+	type move struct {
+		n *Node
+		e *branch.Entry
+	}
+	var moves []move // nodes given another object, once the tables are walked
+	var kept []*Node
 	visit := func(n *Node) {
-		if cut[n] || n == v.root {
+		if n.cutPass == pass || n == v.root {
 			return
 		}
 		if n.parent == nil || n.unlinked {
-			cut[n] = true // no name: pathLocked fails
+			markCut(n) // no name: pathLocked fails
 			return
 		}
 		ps := stateOf(n.parent)
 		if !ps.ok || ps.cut {
-			cut[n] = true
+			markCut(n)
 			return
 		}
-		if inPlace && !n.IsDir() && dirs[ps.path] == nil && (n.object == "" || !objs[n.object]) {
+		isDir := n.IsDir()
+		named := n.object != "" && (isDir && dirObjs[n.object] || !isDir && objs[n.object])
+		if inPlace && !isDir && ps.names == nil && !named {
 			return // its entry, if any, is the index's
 		}
-		p := joinPath(ps.path, n.name)
-		if changed[p] || n.object != "" && objs[n.object] {
-			cut[n] = true
+		if named || ch.changedName(ps.path, ps.names, n.name, isDir) {
+			markCut(n)
 			return
 		}
+		if n.entry == nil && !isDir {
+			return
+		}
+		p := joinPath(ps.path, n.name)
 		if n.entry != nil {
-			// The same entry, from the new index, or a directory's
-			// with another object.
-			e := v.indexGet(p)
+			// The same entry, from the index, or a directory's with
+			// another object.
+			e := retarget[p]
+			if e == nil {
+				e = v.indexGet(p)
+			}
 			if e == nil { // cannot be: its path did not change
-				cut[n] = true
+				markCut(n)
 				return
 			}
 			if n.object != e.Object {
-				if v.byObject[n.object] == n {
-					delete(v.byObject, n.object)
-				}
-				n.object = e.Object
-				v.byObject[e.Object] = n
+				moves = append(moves, move{n, e})
 			}
 			n.entry = e
 		}
-		if n.IsDir() && (dirs[p] != nil || retarget[p]) {
+		if isDir && (dirs[p] != nil || retarget[p] != nil) {
 			kept = append(kept, n)
 		}
 	}
@@ -443,10 +522,19 @@ func (v *FS) cutChangedLocked(ch *changeSet, inPlace bool) []Stale {
 		visit(n)
 	}
 	for _, n := range v.byLowerIno {
-		cut[n] = true // a hard-linked lower file: its names are not tracked
+		if n.cutPass != pass {
+			markCut(n) // a hard-linked lower file: its names are not tracked
+		}
 	}
-	for _, n := range slices.Collect(maps.Values(v.byObject)) {
+	for _, n := range v.byObject {
 		visit(n)
+	}
+	for _, m := range moves {
+		if v.byObject[m.n.object] == m.n {
+			delete(v.byObject, m.n.object)
+		}
+		m.n.object = m.e.Object
+		v.byObject[m.e.Object] = m.n
 	}
 	if e := v.rootEntry; e != nil && v.root.object != e.Object {
 		if v.byObject[v.root.object] == v.root {
@@ -460,57 +548,81 @@ func (v *FS) cutChangedLocked(ch *changeSet, inPlace bool) []Stale {
 	// whole, with its name (the kernel looks it up again and finds the
 	// same node): one notification instead of one per name.
 	stale := make([]Stale, 0, len(cut)+len(kept)+1)
-	batched := map[*Node]bool{}
 	for _, n := range kept {
-		if cut[n] {
+		if n.cutPass == pass {
 			continue
 		}
-		p, _ := n.pathLocked()
-		s := Stale{Node: n, Kept: true, Names: dirs[p]}
-		if len(s.Names) >= batchNames && !n.unlinked && n.parent != nil {
+		st := stateOf(n)
+		s := Stale{Node: n, Kept: true, Names: st.names}
+		if len(s.Names) >= batchNames {
 			s.Parent, s.Name = n.parent, n.name
-			batched[n] = true
+			st.batched = true
 		}
 		stale = append(stale, s)
+	}
+	// above reports whether d or an ancestor goes from the kernel with
+	// its name (cut loose, or a kept directory dropped whole), and
+	// whether one is cut loose.
+	var above func(d *Node) (bool, bool)
+	above = func(d *Node) (bool, bool) {
+		if d == nil {
+			return false, false
+		}
+		st := dirStates[d]
+		if st == nil {
+			// Not met as a parent: look further up, unmemoized.
+			a, ac := above(d.parent)
+			isCut := d.cutPass == pass
+			return a || isCut, ac || isCut
+		}
+		if !st.aboveKnown {
+			st.aboveKnown = true
+			a, ac := above(d.parent)
+			isCut := d.cutPass == pass
+			st.above, st.aboveCut = a || isCut || st.batched, ac || isCut
+		}
+		return st.above, st.aboveCut
 	}
 	for i := range stale {
 		if stale[i].Parent != nil {
-			stale[i].Below = below(stale[i].Node, cut, batched)
+			stale[i].Below, _ = above(stale[i].Node.parent)
 		}
 	}
-	for n := range cut {
+	for _, n := range cut {
 		s := Stale{Node: n, Open: n.opens > 0}
 		if !n.unlinked && n.parent != nil {
 			s.Parent, s.Name = n.parent, n.name
-			s.Below = below(n, cut, batched)
-			s.BelowCut = s.Below && below(n, cut, nil)
+			s.Below, s.BelowCut = above(n.parent)
 		}
 		stale = append(stale, s)
 	}
-	for n := range cut {
-		v.dropLocked(n)
-		v.cutLooseLocked(n)
+	stale = append(stale, Stale{Node: v.root, Kept: true, Names: dirs[""]})
+	if tell != nil {
+		// What tells the kernel reads the list, and of the nodes only
+		// their ids and types, which the rest does not change.
+		tell(stale)
+	}
+	for _, n := range cut {
+		v.cutNodeLocked(n)
 	}
 	v.nodesMu.Unlock()
-	stale = append(stale, Stale{Node: v.root, Kept: true, Names: dirs[""]})
-	v.clearCachesLocked()
 	return stale
+}
+
+// cutNodeLocked takes n, cut loose by a restore, out of the identity
+// tables, as dropLocked does, and marks it as cutLooseLocked does.
+// v.nodesMu is held.
+func (v *FS) cutNodeLocked(n *Node) {
+	if n.object != "" && v.byObject[n.object] == n {
+		delete(v.byObject, n.object)
+	}
+	v.dropLowerLocked(n)
+	v.cutLooseLocked(n)
 }
 
 // batchNames is the number of changed names from which a restore drops
 // a kept directory from the kernel whole (Stale.Kept with Parent).
 const batchNames = 32
-
-// below reports whether an ancestor of n goes from the kernel with its
-// name: cut loose, or a kept directory dropped whole.
-func below(n *Node, cut, batched map[*Node]bool) bool {
-	for a := n.parent; a != nil; a = a.parent {
-		if cut[a] || batched[a] {
-			return true
-		}
-	}
-	return false
-}
 
 // sameDir reports whether a and b are directory entries that differ in
 // their object (and epoch) only: the same inode and the same tree

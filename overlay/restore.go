@@ -36,7 +36,20 @@ type Restored struct {
 //
 // An error after the commit (updating the index) comes with the safety
 // snapshot: the branch was reset.
-func (v *FS) RestoreKeeping(snap branch.Snapshot, label string) (Restored, error) {
+//
+// tell, if not nil, is given Restored.Stale as soon as it is known,
+// with the view's lock still held, so that the kernel is told while the
+// index is updated: once the nodes are cut loose and before the index
+// is, where the changes are applied in place (reloadPathsLocked), else
+// at the end; never when the restore fails. tell must hand the list
+// to another goroutine and return: the view's lock holder must never
+// wait for what tells the kernel, as a notification may wait for a
+// LOOKUP the kernel is sending in the same directory, which waits for
+// the view's lock (see fs/expire.go). The caller waits for it once
+// RestoreKeeping has returned. A request that meets an expired name
+// before then waits for the view's lock, and so sees the index
+// restored.
+func (v *FS) RestoreKeeping(snap branch.Snapshot, label string, tell func([]Stale)) (Restored, error) {
 	if v.layer == nil {
 		return Restored{}, fmt.Errorf("a snapshot's view cannot be restored into")
 	}
@@ -63,10 +76,14 @@ func (v *FS) RestoreKeeping(snap branch.Snapshot, label string) (Restored, error
 	synced := make(chan error, 1)
 	go func() { synced <- v.cfg.Sync() }()
 	r := Restored{Safety: safety, Synced: sync.OnceValue(func() error { return <-synced })}
+	told := false
 	if !known {
 		r.Stale, err = v.reloadChangedLocked(nil)
 	} else {
-		r.Stale, err = v.reloadPathsLocked(diff)
+		r.Stale, told, err = v.reloadPathsLocked(diff, tell)
+	}
+	if err == nil && !told && tell != nil {
+		tell(r.Stale)
 	}
 	return r, err
 }

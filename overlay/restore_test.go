@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func TestRestoreKeeping(t *testing.T) {
 	defer release(t, wf)
 	writeAt(t, wf, []byte("mine"), 0)
 
-	r, err := e.view.RestoreKeeping(snap, "before restoring")
+	r, err := e.view.RestoreKeeping(snap, "before restoring", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +85,66 @@ func TestRestoreKeeping(t *testing.T) {
 	eq(t, "safety after writing the restored branch", e.snapView(r.Safety).read("d/lower"), "v2")
 }
 
+// TestRestoreKeepingTells: RestoreKeeping gives tell the list of what
+// it cut loose once, with the view's lock still held and before the
+// index is updated, so that the kernel is told while the index is; a
+// lookup that comes meanwhile (the kernel checking a name it was told
+// of) waits for the lock and finds the restored state.
+func TestRestoreKeepingTells(t *testing.T) {
+	e := newEnv(t, map[string]string{"d/a": "lower"})
+	e.write("d/a", "old")
+	snap, err := e.view.Snapshot("target", branch.KindManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.write("d/a", "new")
+	_, f, _, err := e.view.Create(e.must("d"), "b", unix.O_RDWR, 0o644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, f)
+	a := e.must("d/a")
+	calls := 0
+	var told []Stale
+	var heldAtTell, indexOldAtTell bool
+	lookedUp := make(chan error, 1)
+	r, err := e.view.RestoreKeeping(snap, "safety", func(stale []Stale) {
+		calls++
+		told = stale
+		if heldAtTell = !e.view.mu.TryRLock(); !heldAtTell {
+			e.view.mu.RUnlock()
+		}
+		indexOldAtTell = e.view.dirs["d"]["b"] != nil
+		go func() {
+			_, err := e.walk("d/b")
+			lookedUp <- err
+		}()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 {
+		t.Fatalf("tell was called %d times, want once", calls)
+	}
+	if !heldAtTell {
+		t.Error("tell was called without the view's lock held")
+	}
+	if !indexOldAtTell {
+		t.Error("tell was called once the index was updated: the kernel is not told meanwhile")
+	}
+	if len(told) == 0 || len(told) != len(r.Stale) || &told[0] != &r.Stale[0] {
+		t.Errorf("tell was given %d nodes, Restored.Stale has %d: want the same list", len(told), len(r.Stale))
+	}
+	if !slices.ContainsFunc(told, func(s Stale) bool { return s.Node == a && !s.Kept && s.Name == "a" }) {
+		t.Errorf("tell was not given d/a's node, cut loose with its name: %+v", told)
+	}
+	if err := <-lookedUp; err != unix.ENOENT {
+		t.Errorf("a lookup of d/b during the restore: %v, want ENOENT (the restored state)", err)
+	}
+	eq(t, "restored d/a", e.read("d/a"), "old")
+	e.checkIndexFresh("after RestoreKeeping")
+}
+
 // TestRestoreKeepingRefused: a restore whose commit cannot be made (its
 // snapshot was deleted) takes no safety snapshot and changes nothing:
 // the branch goes on with the object a file open for writing writes to,
@@ -105,7 +166,7 @@ func TestRestoreKeepingRefused(t *testing.T) {
 	defer release(t, wf)
 	writeAt(t, wf, []byte("mine!"), 0)
 
-	r, err := e.view.RestoreKeeping(snap, "before restoring")
+	r, err := e.view.RestoreKeeping(snap, "before restoring", nil)
 	if err == nil {
 		t.Fatal("RestoreKeeping of a deleted snapshot succeeded")
 	}
@@ -183,7 +244,7 @@ func TestRestoreKeepingRandom(t *testing.T) {
 		}
 		before := contents(e)
 		s := snaps[rng.IntN(len(snaps))]
-		r, err := e.view.RestoreKeeping(s.snap, "safety")
+		r, err := e.view.RestoreKeeping(s.snap, "safety", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

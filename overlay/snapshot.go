@@ -141,5 +141,6 @@ func (v *FS) Restore(snap branch.Snapshot) ([]Stale, error) {
 	if !known {
 		return v.reloadChangedLocked(nil)
 	}
-	return v.reloadPathsLocked(diff)
+	stale, _, err := v.reloadPathsLocked(diff, nil)
+	return stale, err
 }

@@ -676,10 +676,11 @@ type indexState struct {
 	HiddenLinks map[uint64]int
 	Anchors     map[uint64]int
 	Ndirs       map[string]int
+	MultiNamed  int
 }
 
 func (v *FS) indexStateLocked() indexState {
-	return indexState{v.rootEntry, v.dirs, v.links, v.hardlinks, v.hiddenLinks, v.anchors, v.ndirs}
+	return indexState{v.rootEntry, v.dirs, v.links, v.hardlinks, v.hiddenLinks, v.anchors, v.ndirs, v.multiNamed}
 }
 
 // walkable reports whether p exists in the view.
@@ -753,7 +754,7 @@ func testRestoreRandom(t *testing.T, maxOps int) {
 	defer func() { testHookReloadPaths = nil }()
 	for step := range 60 {
 		for range 1 + rng.IntN(maxOps) {
-			switch rng.IntN(5) {
+			switch rng.IntN(6) {
 			case 0, 1:
 				i := 4*rng.IntN(25) + rng.IntN(2) // in l0 or l1
 				e.write(fmt.Sprintf("l%d/f%03d", i%4, i), fmt.Sprintf("step %d", step))
@@ -777,6 +778,14 @@ func testRestoreRandom(t *testing.T, maxOps int) {
 				name := fmt.Sprintf("f%03d", rng.IntN(100))
 				if err := e.view.Unlink(e.must("u"), name); err != nil && err != unix.ENOENT {
 					t.Fatal(err)
+				}
+			case 5:
+				// A hard link of a file made in the branch: one object,
+				// two names, neither of them a copy of a lower file.
+				if n, err := e.walk(fmt.Sprintf("u/f%03d", rng.IntN(100))); err == nil {
+					if _, err := e.view.Link(n, e.must("u"), fmt.Sprintf("h%d", rng.IntN(10))); err != nil && err != unix.EEXIST {
+						t.Fatal(err)
+					}
 				}
 			}
 		}

@@ -54,7 +54,10 @@
 // Rewinding takes it without opMu, the rewind's Done releases it once
 // opMu has been released), then Workspace.opMu, then the Mount's own locks (the
 // daemon's branch-mount table), then a view's lock (overlay), then the
-// branch store's. The Mount never calls back into the Workspace. ApplyProgress
+// branch store's. A restore tells the Mount (Invalidate) from a
+// goroutine of its own while it holds the view's lock, and waits for it
+// once it has released that lock (restore.go). The Mount never calls
+// back into the Workspace. ApplyProgress
 // and Status take no lock an operation holds (they are asked while an
 // apply runs): Status calls the Mount's Describe and Bindings without
 // opMu, so a Mount must be safe to call without it.

@@ -14,7 +14,8 @@ import (
 // process at once: a safety snapshot of the current state (which
 // undoes the restore) is taken and the branch's entries are reset to
 // the snapshot's in one commit (overlay.FS.RestoreKeeping), and the
-// kernel's caches of the old state dropped while the store syncs.
+// kernel's caches of the old state dropped while the index is updated
+// and the store syncs.
 // Processes that hold open files the restore changes keep those
 // files, as if they had been deleted and replaced; the kernel's caches
 // of what did not change stay (overlay.FS.Restore). With a.DryRun it
@@ -137,11 +138,31 @@ func (w *Workspace) rewindStopped(c ctl.Caller, ref, cur string, rw Rewind) (ctl
 
 // restoreLocked restores snap into view: a safety snapshot taken and
 // the entries reset in one commit, the kernel's caches dropped while
-// the store syncs. It returns once the outcome is on disk. opMu is
-// held.
+// the index is updated and the store syncs. It returns once the
+// outcome is on disk and the kernel has been told. opMu is held.
+//
+// The kernel is told from a goroutine of its own, started while the
+// view's lock is held (overlay.FS.RestoreKeeping's tell), which this
+// one waits for only once the view's lock is released: a notification
+// may wait for a LOOKUP in its directory, which waits for that lock.
 func (w *Workspace) restoreLocked(view *overlay.FS, snap branch.Snapshot) (branch.Snapshot, []overlay.Stale, error) {
 	cur := view.Layer().Name()
-	r, err := view.RestoreKeeping(snap, fmt.Sprintf("before restoring %s", snap.ID))
+	var told chan struct{}
+	var panicked any // a panic while telling, raised again here (for the control server's recover)
+	r, err := view.RestoreKeeping(snap, fmt.Sprintf("before restoring %s", snap.ID), func(stale []overlay.Stale) {
+		told = make(chan struct{})
+		go func() {
+			defer close(told)
+			defer func() { panicked = recover() }()
+			w.invalidate(stale) // before a relaunched command looks
+		}()
+	})
+	if told != nil {
+		<-told
+		if panicked != nil {
+			panic(panicked)
+		}
+	}
 	if r.Safety.ID == "" {
 		return branch.Snapshot{}, nil, storeError(err, fmt.Sprintf("restoring snapshot %s into branch %q (nothing was restored)", snap.ID, cur))
 	}
@@ -153,7 +174,6 @@ func (w *Workspace) restoreLocked(view *overlay.FS, snap branch.Snapshot) (branc
 		w.log.Error("restore failed", "snapshot", snap.ID, "safety", safety.ID, "err", err)
 		return branch.Snapshot{}, nil, storeError(err, fmt.Sprintf("restoring snapshot %s into branch %q (the state before is in snapshot %s: agentfs restore %s)", snap.ID, cur, safety.ID, safety.ID))
 	}
-	w.invalidate(r.Stale) // before a relaunched command looks
 	if err := r.Synced(); err != nil {
 		return branch.Snapshot{}, nil, storeError(err, fmt.Sprintf("restored snapshot %s into branch %q, but the store could not be synced: the restore, and its safety snapshot %s, may not survive a power loss", snap.ID, cur, safety.ID))
 	}

@@ -346,6 +346,9 @@ type fakeMount struct {
 	rewinds    []string
 	// panicInvalidate makes Invalidate panic (a restore that panics).
 	panicInvalidate bool
+	// duringInvalidate, when set, runs inside Invalidate (what telling
+	// the kernel may wait for).
+	duringInvalidate func()
 }
 
 func (m *fakeMount) Supervised(name string, pid uint32) Supervision {
@@ -396,6 +399,9 @@ func (m *fakeMount) Retire(v *overlay.FS) { m.retired = append(m.retired, v.Laye
 func (m *fakeMount) Invalidate(stale []overlay.Stale) {
 	if m.panicInvalidate {
 		panic("Invalidate")
+	}
+	if m.duringInvalidate != nil {
+		m.duringInvalidate()
 	}
 	m.invalids++
 }
@@ -645,6 +651,42 @@ func TestRestoreInvalidates(t *testing.T) {
 		}
 	}()
 	w.Attach(m)
+}
+
+// TestRestoreTellsTheKernelAside: the kernel is told of a restore by a
+// goroutine of its own, started while the restore holds the view's
+// lock. Telling may wait for a lookup in flight (the kernel holds the
+// directory's lock for it), which waits for the view's lock: the
+// restore must not wait for the telling then (this test would hang),
+// and must wait for it before it returns (the kernel never serves a
+// name the restore changed after that). The lookup finds the restored
+// state.
+func TestRestoreTellsTheKernelAside(t *testing.T) {
+	w := newWorkspace(t, map[string]string{"a.txt": "a\n"})
+	v := w.View()
+	m := &fakeMount{shown: v, bound: map[int]*overlay.FS{}}
+	var during string
+	var duringErr error
+	m.duringInvalidate = func() {
+		var b []byte
+		b, duringErr = v.ReadFile("a.txt", 1<<20)
+		during = string(b)
+	}
+	w.Attach(m)
+	s, err := w.CreateSnapshot(self, ctl.SnapshotCreateArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, v, "a.txt", "changed\n")
+	if _, err := w.Restore(self, ctl.RestoreArgs{Ref: s.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if m.invalids != 1 {
+		t.Fatalf("the restore returned with %d invalidations done, want 1", m.invalids)
+	}
+	if duringErr != nil || during != "a\n" {
+		t.Errorf("a read while the kernel was told: %q, %v; want the restored %q", during, duringErr, "a\n")
+	}
 }
 
 // TestSupervisedRestore: a restore of a supervised branch is told the
