@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	iofs "io/fs"
@@ -460,6 +461,32 @@ func (s *snapRun) timed(ctx context.Context, args ...string) (float64, string, e
 	return time.Since(start).Seconds(), out, err
 }
 
+// awaitRoot waits until the mount's hash worker has computed snapshot
+// id's root (snapshot show --json says root_status "computed"), or "off"
+// where no worker runs.
+func (s *snapRun) awaitRoot(ctx context.Context, id string) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		out, err := s.agentfs(ctx, "snapshot", "show", id, "--json")
+		if err != nil {
+			return err
+		}
+		var shown struct {
+			RootStatus string `json:"root_status"`
+		}
+		if err := json.Unmarshal([]byte(out), &shown); err != nil {
+			return fmt.Errorf("snapshot show %s --json: %w", id, err)
+		}
+		if shown.RootStatus != "pending" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the root of snapshot %s is still pending after 5 minutes", id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // snapshotIDLine matches the id that snapshot create prints alone on
 // its last line.
 var snapshotIDLine = regexp.MustCompile(`^[0-9a-f]{8}$`)
@@ -622,6 +649,11 @@ func restoreDifference(ctx context.Context, s *snapRun, n int) error {
 	}
 	if err := writeChanges(ctx, s.mnt, n, n+(n-half), 2); err != nil {
 		return fmt.Errorf("creating files after snapshot A: %w", err)
+	}
+	// The hash worker is done with A before the clock starts: its
+	// hashing of n files is the setup's, not the restore's.
+	if err := s.awaitRoot(ctx, id); err != nil {
+		return err
 	}
 	secs, out, err := s.timed(ctx, "restore", id)
 	if err != nil {
