@@ -430,6 +430,7 @@ func (d *Daemon) close() {
 	start := time.Now()
 	d.trace.close()
 	d.closeActivity()
+	waitGate("AGENTFS_TEST_CLOSE_GATE")
 	if d.ws != nil {
 		if err := d.ws.Close(); err != nil {
 			d.log.Warn("closing the store", "err", err)
@@ -441,6 +442,19 @@ func (d *Daemon) close() {
 	}
 	if d.registered {
 		RemoveRegistry(d.plan.Mountpoint, os.Getpid())
+	}
+}
+
+// waitGate waits while the file the environment variable env names
+// exists: only the tests that hold the daemon's exit or the remover
+// back set one (AGENTFS_TEST_CLOSE_GATE, AGENTFS_TEST_REMOVE_GATE).
+func waitGate(env string) {
+	gate := os.Getenv(env)
+	for gate != "" {
+		if _, err := os.Lstat(gate); err != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -136,27 +135,11 @@ func removeLocked(dir string) error {
 		}
 		return fmt.Errorf("locking %s: %w", dir, err)
 	}
-	waitTestGate()
+	waitGate("AGENTFS_TEST_REMOVE_GATE")
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("deleting %s: %w", dir, err)
 	}
 	return nil
-}
-
-// waitTestGate waits while the file AGENTFS_TEST_REMOVE_GATE names
-// exists: only the tests that hold a remover back set it, to see that
-// nothing waits for it.
-func waitTestGate() {
-	gate := os.Getenv("AGENTFS_TEST_REMOVE_GATE")
-	if gate == "" {
-		return
-	}
-	for {
-		if _, err := os.Lstat(gate); err != nil {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // isTrash reports whether dir is a trash directory this user's agentfs

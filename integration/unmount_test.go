@@ -5,8 +5,10 @@ package integration
 // and unmount does not ask for the status (which counts every object).
 
 import (
+	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -104,5 +106,67 @@ func TestUnmountAsksNoStatus(t *testing.T) {
 	}
 	if want := []string{"daemon", "unmount"}; !slices.Equal(ops, want) {
 		t.Errorf("agentfs unmount (pid %s) asked the daemon %q, want %q", by[1], ops, want)
+	}
+}
+
+// TestUnmountOfADaemonSlowToClose: a daemon that has not exited after
+// --timeout (held back here by a test gate before it closes its store):
+// agentfs unmount says the mount is gone and the daemon still closes
+// the store, and goes on waiting; a second agentfs unmount says the
+// same instead of "not mounted"; once the daemon exits, the first one
+// succeeds, and the kept store mounts again with what was written.
+func TestUnmountOfADaemonSlowToClose(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "gate")
+	t.Setenv("AGENTFS_TEST_CLOSE_GATE", gate)
+	store := filepath.Join(t.TempDir(), "store")
+	m := harness.NewMount(t, harness.WithStore(store), harness.WithLower(harness.LowerFile("f", "f")))
+	harness.WriteFile(t, m.Path("g"), "written before the unmount")
+	pid := m.Status.Pid
+	harness.WriteFile(t, gate, "")
+	t.Cleanup(func() { _ = os.Remove(gate) }) // let a held daemon go
+	cmd := exec.Command(harness.Bin(), "unmount", "--timeout", "100ms", m.Dir)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The note comes once --timeout has passed.
+	note := make(chan string, 1)
+	rest := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		if sc.Scan() {
+			note <- sc.Text()
+		}
+		close(note)
+		var more strings.Builder
+		for sc.Scan() {
+			more.WriteString(sc.Text() + "\n")
+		}
+		rest <- more.String()
+	}()
+	want := fmt.Sprintf("is unmounted; its daemon (pid %d) is still closing the store", pid)
+	if got := <-note; !strings.Contains(got, want) || !strings.Contains(got, filepath.Join(store, "agentfs.log")) {
+		t.Errorf("agentfs unmount of a daemon slow to close says %q, want %q and its log", got, want)
+	}
+	if !procfs.Alive(pid) || harness.IsMounted(m.Dir) {
+		t.Fatalf("the daemon (pid %d) alive %v, %s mounted %v: want it held back, the mount gone", pid, procfs.Alive(pid), m.Dir, harness.IsMounted(m.Dir))
+	}
+	r := harness.Run(t, "unmount", m.Dir)
+	if want := fmt.Sprintf("its daemon (pid %d) has not exited yet: it is closing the store %s", pid, store); r.Code != 1 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("a second agentfs unmount while the daemon closes the store: want exit code 1 saying %q, got\n%s", want, r)
+	}
+	if err := os.Remove(gate); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if more := <-rest; err != nil || more != "" {
+		t.Errorf("agentfs unmount once the daemon exits: %v, then said %q; want success and nothing more", err, more)
+	}
+	m.Mount()
+	if got := harness.ReadFile(t, m.Path("g")); got != "written before the unmount" {
+		t.Errorf("g after mounting the store again = %q, want what was written before the unmount", got)
 	}
 }
