@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -35,7 +36,7 @@ func Unmount(mp string, timeout time.Duration, notes io.Writer) error {
 			fmt.Fprintf(notes, "agentfs: %s was not mounted; removed what its dead daemon (pid %d) left behind\n", mp, reg.Pid)
 			return nil
 		}
-		if known {
+		if known && servesMountpoint(reg.Pid, mp) {
 			return fmt.Errorf("%s is unmounted, but its daemon (pid %d) has not exited yet: it is closing the store %s (its log: %s); the store stays in use until it exits",
 				mp, reg.Pid, reg.Store, filepath.Join(reg.Store, "agentfs.log"))
 		}
@@ -90,6 +91,14 @@ func Unmount(mp string, timeout time.Duration, notes io.Writer) error {
 	return fmt.Errorf("the daemon (pid %d) of %s has not exited %v after it was asked to unmount (see %s); the store stays in use until it does. "+
 		"kill -9 %d ends it as a crash would (the next mount resumes the store), then run agentfs unmount %s again",
 		pid, mp, timeout+ExitWait, log, pid, mp)
+}
+
+// servesMountpoint reports whether process pid is a daemon started for
+// mp (its command line ends with it), not another process that got its
+// pid.
+func servesMountpoint(pid int, mp string) bool {
+	args, err := procfs.Cmdline(pid)
+	return err == nil && len(args) > 1 && args[len(args)-1] == mp && slices.Contains(args, "--foreground")
 }
 
 // daemonPid asks the daemon at the other end of c for its pid: with

@@ -111,9 +111,10 @@ func TestUnmountAsksNoStatus(t *testing.T) {
 
 // TestUnmountOfADaemonSlowToClose: a daemon that has not exited after
 // --timeout (held back here by a test gate before it closes its store):
-// agentfs unmount says the mount is gone and the daemon still closes
-// the store, and goes on waiting; a second agentfs unmount says the
-// same instead of "not mounted"; once the daemon exits, the first one
+// agentfs unmount says what the daemon still does (ends the mount, or
+// closes the store) and goes on waiting; a second agentfs unmount once
+// the mount is gone says the daemon closes the store instead of "not
+// mounted"; once the daemon exits, the first one
 // succeeds, and the kept store mounts again with what was written.
 func TestUnmountOfADaemonSlowToClose(t *testing.T) {
 	gate := filepath.Join(t.TempDir(), "gate")
@@ -147,12 +148,21 @@ func TestUnmountOfADaemonSlowToClose(t *testing.T) {
 		}
 		rest <- more.String()
 	}()
-	want := fmt.Sprintf("is unmounted; its daemon (pid %d) is still closing the store", pid)
-	if got := <-note; !strings.Contains(got, want) || !strings.Contains(got, filepath.Join(store, "agentfs.log")) {
-		t.Errorf("agentfs unmount of a daemon slow to close says %q, want %q and its log", got, want)
+	// Where the daemon is at --timeout: still ending the mount (it
+	// retries while the unmount's command holds the control file, then
+	// detaches it), or already closing the store.
+	wants := []string{
+		fmt.Sprintf("is unmounted; its daemon (pid %d) is still closing the store", pid),
+		fmt.Sprintf("the daemon (pid %d) has not ended the mount within 100ms", pid),
 	}
-	if !procfs.Alive(pid) || harness.IsMounted(m.Dir) {
-		t.Fatalf("the daemon (pid %d) alive %v, %s mounted %v: want it held back, the mount gone", pid, procfs.Alive(pid), m.Dir, harness.IsMounted(m.Dir))
+	if got := <-note; !(strings.Contains(got, wants[0]) || strings.Contains(got, wants[1])) || !strings.Contains(got, filepath.Join(store, "agentfs.log")) {
+		t.Errorf("agentfs unmount of a daemon slow to close says %q, want %q or %q, and its log", got, wants[0], wants[1])
+	}
+	if !harness.WaitFor(func() bool { return !harness.IsMounted(m.Dir) }) {
+		t.Fatalf("%s is still mounted after the daemon was asked to unmount", m.Dir)
+	}
+	if !procfs.Alive(pid) {
+		t.Fatalf("the daemon (pid %d) exited, want it held back before it closes the store", pid)
 	}
 	r := harness.Run(t, "unmount", m.Dir)
 	if want := fmt.Sprintf("its daemon (pid %d) has not exited yet: it is closing the store %s", pid, store); r.Code != 1 || !strings.Contains(r.Stderr, want) {
