@@ -155,7 +155,9 @@ func TestUnmountOfADaemonSlowToClose(t *testing.T) {
 		fmt.Sprintf("is unmounted; its daemon (pid %d) is still closing the store", pid),
 		fmt.Sprintf("the daemon (pid %d) has not ended the mount within 100ms", pid),
 	}
-	if got := <-note; !(strings.Contains(got, wants[0]) || strings.Contains(got, wants[1])) || !strings.Contains(got, filepath.Join(store, "agentfs.log")) {
+	got := <-note
+	says := strings.Contains(got, wants[0]) || strings.Contains(got, wants[1])
+	if !says || !strings.Contains(got, filepath.Join(store, "agentfs.log")) {
 		t.Errorf("agentfs unmount of a daemon slow to close says %q, want %q or %q, and its log", got, wants[0], wants[1])
 	}
 	if !harness.WaitFor(func() bool { return !harness.IsMounted(m.Dir) }) {
