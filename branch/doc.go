@@ -271,6 +271,13 @@
 // is thus at most the live entries, what the snapshots see, badger's
 // two memtables' logs and a few level-0 tables.
 //
+// Where badger cannot write a memtable to a table (the disk full, the
+// store's directory gone), it logs the error and retries for ever, and
+// its Close never returns: Close stops waiting for it once badger has
+// reported that, and returns an error. Every commit is in badger's log
+// by then (Close settles first), which the next Open replays, as after
+// a crash; the store's lock stays held until the process exits.
+//
 // Masks: a deletion in a layer with a parent (after a branch's first
 // snapshot, every layer has one) writes a mask without looking down the
 // chain. Before the idle compaction, the goroutine deletes the masks of

@@ -21,7 +21,10 @@ const (
 	valueLogSize   = 16 << 20 // value log file size (holds almost nothing, see valueThreshold)
 )
 
-func badgerOptions(o Options) badger.Options {
+// badgerOptions are the options of the store's badger; flushFailed is
+// called when badger reports that it could not write a memtable to a
+// table (it retries for ever).
+func badgerOptions(o Options, flushFailed func()) badger.Options {
 	var bo badger.Options
 	if o.InMemory {
 		bo = badger.DefaultOptions("").WithInMemory(true)
@@ -33,7 +36,7 @@ func badgerOptions(o Options) badger.Options {
 		mt = o.memTableSize
 	}
 	return bo.
-		WithLogger(badgerLogger{o.Logger}).
+		WithLogger(badgerLogger{l: o.Logger, flushFailed: flushFailed}).
 		WithMemTableSize(mt).
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(2).
@@ -57,7 +60,10 @@ func badgerOptions(o Options) badger.Options {
 
 // badgerLogger sends badger's logging to slog: errors at error level,
 // everything else at debug level.
-type badgerLogger struct{ l *slog.Logger }
+type badgerLogger struct {
+	l           *slog.Logger
+	flushFailed func() // see badgerOptions; nil for none
+}
 
 func (b badgerLogger) log(level slog.Level, f string, a ...any) {
 	if b.l != nil && b.l.Enabled(context.Background(), level) {
@@ -65,7 +71,12 @@ func (b badgerLogger) log(level slog.Level, f string, a ...any) {
 	}
 }
 
-func (b badgerLogger) Errorf(f string, a ...any)   { b.log(slog.LevelError, f, a...) }
+func (b badgerLogger) Errorf(f string, a ...any) {
+	b.log(slog.LevelError, f, a...)
+	if b.flushFailed != nil && strings.Contains(f, "error flushing memtable") {
+		b.flushFailed()
+	}
+}
 func (b badgerLogger) Warningf(f string, a ...any) { b.log(slog.LevelDebug, f, a...) }
 func (b badgerLogger) Infof(f string, a ...any)    { b.log(slog.LevelDebug, f, a...) }
 func (b badgerLogger) Debugf(f string, a ...any)   { b.log(slog.LevelDebug, f, a...) }

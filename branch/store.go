@@ -56,6 +56,10 @@ type Store struct {
 	log  *slog.Logger
 
 	closed atomic.Bool
+	// flushFailed is closed when badger reports, once Close began,
+	// that it cannot write a memtable (noteFlushFailure).
+	flushFailed chan struct{}
+	flushOnce   sync.Once
 
 	// mu guards layers.
 	mu     sync.Mutex
@@ -142,7 +146,8 @@ func Open(o Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	db, err := badger.OpenManaged(badgerOptions(o))
+	s.flushFailed = make(chan struct{})
+	db, err := badger.OpenManaged(badgerOptions(o, s.noteFlushFailure))
 	if err != nil {
 		s.unlock()
 		// badger flattens its errors into text: errors.Is cannot see this one.
@@ -204,12 +209,34 @@ func (s *Store) Close() error {
 		if !s.ro {
 			err = s.settle()
 		}
-		if cerr := s.db.Close(); cerr != nil {
-			err = fmt.Errorf("store %s: closing: %w", s.dir, cerr)
+		// badger's Close writes its memtables to tables, and retries
+		// for ever when it cannot (the disk full, the store's directory
+		// gone): then Close gives up on it. Every commit is in badger's
+		// log by now (settle), which the next Open replays, as after a
+		// crash; badger still holds the store's files, so the lock
+		// stays until the process exits.
+		closed := make(chan error, 1)
+		go func() { closed <- s.db.Close() }()
+		select {
+		case cerr := <-closed:
+			if cerr != nil {
+				err = fmt.Errorf("store %s: closing: %w", s.dir, cerr)
+			}
+		case <-s.flushFailed:
+			return fmt.Errorf("store %s: closing: badger cannot write its tables (its errors are in the log); what was committed is in its log, replayed at the next open; the store stays locked until this process exits", s.dir)
 		}
 	}
 	s.unlock()
 	return err
+}
+
+// noteFlushFailure is called by badger's logger when badger could not
+// write a memtable: while the store closes, Close stops waiting for
+// badger.
+func (s *Store) noteFlushFailure() {
+	if s.closed.Load() {
+		s.flushOnce.Do(func() { close(s.flushFailed) })
+	}
 }
 
 // Settle waits until every change committed so far is written: it

@@ -259,3 +259,25 @@ func TestOpenAfterCrashLeftEmptyMemtable(t *testing.T) {
 		t.Fatalf("entry after recovery: %+v, %v", e, err)
 	}
 }
+
+// TestCloseWhenBadgerCannotWrite: Close of a store whose badger cannot
+// write its memtable to a table (here its directory is gone; a full
+// disk does the same) returns, saying so, instead of waiting for badger,
+// which retries for ever: a daemon's exit waited on it.
+func TestCloseWhenBadgerCannotWrite(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetInfo("k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "meta")); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Close()
+	if err == nil || !strings.Contains(err.Error(), "badger cannot write its tables") {
+		t.Errorf("Close with badger's directory gone = %v, want an error saying badger cannot write its tables", err)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentfs/agentfs/procfs"
 )
 
 // # The hashing process
@@ -44,7 +46,7 @@ const helperFd = 3
 // RunHelper is the hashing process: it serves the socket at fd 3 until
 // the worker closes it, and returns the exit code.
 func RunHelper() int {
-	lowerOwnPriority()
+	procfs.LowerOwnPriority()
 	dropPrivileges()
 	conn := helperFd
 	buf := make([]byte, 1)
@@ -93,24 +95,6 @@ func receivedFd(oob []byte) (int, error) {
 		return -1, fmt.Errorf("not one descriptor received (%v)", err)
 	}
 	return fds[0], nil
-}
-
-// lowerOwnPriority gives this process the lowest priority there is: a
-// session and autogroup of its own at nice 19, SCHED_IDLE for each of
-// its threads, the idle I/O class. Each step is best effort.
-func lowerOwnPriority() {
-	_, _ = unix.Setsid()
-	_ = os.WriteFile("/proc/self/autogroup", []byte("19"), 0)
-	tids, _ := os.ReadDir("/proc/self/task")
-	for _, t := range tids {
-		var tid int
-		if _, err := fmt.Sscan(t.Name(), &tid); err != nil {
-			continue
-		}
-		_ = unix.Setpriority(unix.PRIO_PROCESS, tid, 19)
-		_ = unix.SchedSetAttr(tid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}, 0)
-		setIdleIO(tid)
-	}
 }
 
 // nobody is the user and group the hashing process runs as when

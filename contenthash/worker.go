@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentfs/agentfs/branch"
+	"github.com/agentfs/agentfs/procfs"
 )
 
 // # The worker
@@ -91,7 +92,7 @@ func (h *Hasher) work() {
 	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, 19); err != nil {
 		h.log.Warn("hash worker: lowering its priority", "err", err)
 	}
-	setIdleIO(tid)
+	procfs.SetIdleIO(tid)
 	if len(h.cfg.Helper) == 0 {
 		morePs()
 	} else {
@@ -195,14 +196,3 @@ func (h *Hasher) waitGate() bool {
 // waiting with its P, which the daemon's goroutines would otherwise
 // miss (fs does the same for its queues' threads).
 func morePs() { runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 1) }
-
-// setIdleIO puts thread tid in the idle I/O class (ioprio_set), where
-// the I/O scheduler supports classes.
-func setIdleIO(tid int) {
-	const (
-		ioprioWhoProcess = 1
-		ioprioClassIdle  = 3
-		ioprioClassShift = 13
-	)
-	_, _, _ = unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoProcess, uintptr(tid), ioprioClassIdle<<ioprioClassShift)
-}

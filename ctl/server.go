@@ -99,6 +99,7 @@ func (s *Server) HandleIoctl(c Caller, cmd uint32, in, out []byte) (int, syscall
 	if h.Op == OpFetch {
 		return s.fetch(c, h, out)
 	}
+	s.log.Debug("control request", "op", h.Op.String(), "pid", c.Pid, "uid", c.Uid)
 	s.mu.Lock()
 	fn, after := s.ops[h.Op], s.after
 	s.mu.Unlock()

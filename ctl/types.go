@@ -18,7 +18,7 @@ type Op uint16
 // (fs.Server.WriteBack).
 func (op Op) ReadsFiles() bool {
 	switch op {
-	case OpFetch, OpPing, OpStatus, OpSnapshotList, OpTagSet, OpTagDelete,
+	case OpFetch, OpPing, OpStatus, OpDaemon, OpSnapshotList, OpTagSet, OpTagDelete,
 		OpBranchList, OpBranchBind, OpBranchUnbind, OpBranchCurrent, OpActivity, OpApplyProgress, OpProgress:
 		return false
 	}
@@ -37,6 +37,10 @@ const (
 	// OpUnmount makes the daemon unmount its mount and exit; it answers
 	// an UnmountReply before it starts.
 	OpUnmount Op = 4
+	// OpDaemon answers a DaemonInfo: which process serves the mount,
+	// at no cost (agentfs unmount asks it before OpUnmount; OpStatus
+	// counts the store's objects).
+	OpDaemon Op = 5
 
 	// OpSnapshotCreate takes a snapshot of the current branch
 	// (SnapshotCreateArgs); it answers its SnapshotInfo.
@@ -123,6 +127,7 @@ var opNames = map[Op]string{
 	OpPing:    "ping",
 	OpStatus:  "status",
 	OpUnmount: "unmount",
+	OpDaemon:  "daemon",
 
 	OpSnapshotCreate: "snapshot create",
 	OpSnapshotList:   "snapshot list",
@@ -248,6 +253,12 @@ type Status struct {
 type HidePattern struct {
 	Pattern string `json:"pattern"`
 	From    string `json:"from"`
+}
+
+// DaemonInfo is the reply of OpDaemon.
+type DaemonInfo struct {
+	Pid     int    `json:"pid"`     // the daemon's pid
+	Version string `json:"version"` // the daemon's agentfs version
 }
 
 // UnmountReply is the reply of OpUnmount.

@@ -71,8 +71,9 @@ type Options struct {
 
 // Daemon is one serving mount.
 type Daemon struct {
-	plan *Plan
-	log  *slog.Logger
+	plan    *Plan
+	log     *slog.Logger
+	version string // agentfs's (Options.Version)
 	// lastOp is when the activity hook last saw an operation (Unix
 	// ns): the hash worker waits for a quiet moment (hashYield).
 	lastOp atomic.Int64
@@ -106,6 +107,8 @@ type Daemon struct {
 
 	shutdownOnce sync.Once
 	detached     chan struct{} // closed when the mount was detached lazily
+	// registered: the mount has a registry entry, which close removes.
+	registered bool
 }
 
 var _ workspace.Mount = (*Daemon)(nil)
@@ -140,7 +143,7 @@ func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
 		}
 	}
-	d := &Daemon{plan: p, log: logger, store: p.Store, ephemeral: p.Ephemeral, lowerDir: p.Lower, detached: make(chan struct{})}
+	d := &Daemon{plan: p, log: logger, version: o.Version, store: p.Store, ephemeral: p.Ephemeral, lowerDir: p.Lower, detached: make(chan struct{})}
 	if o.Supervisor != nil {
 		d.super = newSupervisorLink(o.Supervisor)
 		defer d.super.close()
@@ -263,7 +266,10 @@ func Serve(ctx context.Context, p *Plan, o Options) (err error) {
 		} else if err := writeRegistry(entry); err != nil {
 			logger.Warn("recording the mount in the registry (agentfs unmount cannot clean up if this daemon dies)", "err", err)
 		}
-		defer RemoveRegistry(p.Mountpoint, pid)
+		// Removed by close, last: a daemon that dies while it closes
+		// the store leaves the entry, by which agentfs unmount deletes
+		// a private store it left.
+		d.registered = true
 	}
 	if p.System && d.root() {
 		// The system session's command gets its namespace once the
@@ -327,15 +333,13 @@ func (d *Daemon) exitNow(pid int) {
 	if err := d.ws.Meta().Sync(); err != nil {
 		d.log.Error("syncing the metadata", "err", err)
 	}
-	RemoveRegistry(d.plan.Mountpoint, pid)
 	if d.ephemeral {
 		if err := d.ws.Objects().Close(); err != nil {
 			d.log.Warn("closing the backstore", "err", err)
 		}
-		if err := os.RemoveAll(d.store); err != nil {
-			d.log.Warn("removing the private store", "err", err)
-		}
+		d.discardStore()
 	}
+	RemoveRegistry(d.plan.Mountpoint, pid)
 	os.Exit(0)
 }
 
@@ -437,20 +441,49 @@ func (d *Daemon) abortOwnConnection() {
 	}
 }
 
-// close releases everything; a private store is deleted.
+// close releases everything; a private store is deleted (in the
+// background: discardStore). The registry entry goes last.
 func (d *Daemon) close() {
+	start := time.Now()
 	d.trace.close()
 	d.closeActivity()
+	waitGate("AGENTFS_TEST_CLOSE_GATE")
 	if d.ws != nil {
 		if err := d.ws.Close(); err != nil {
 			d.log.Warn("closing the store", "err", err)
 		}
+		d.log.Info("closed the store", "seconds", time.Since(start).Seconds())
 	}
 	if d.ephemeral && d.store != "" {
-		if err := os.RemoveAll(d.store); err != nil {
-			d.log.Warn("removing the private store", "err", err)
-		}
+		d.discardStore()
 	}
+	if d.registered {
+		RemoveRegistry(d.plan.Mountpoint, os.Getpid())
+	}
+}
+
+// waitGate waits while the file the environment variable env names
+// exists: only the tests that hold the daemon's exit or the remover
+// back set one (AGENTFS_TEST_CLOSE_GATE, AGENTFS_TEST_REMOVE_GATE).
+func waitGate(env string) {
+	gate := os.Getenv(env)
+	for gate != "" {
+		if _, err := os.Lstat(gate); err != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// discardStore deletes the private store: it moves it aside and leaves
+// the deletion to a remover process (trash.go), which may take long
+// after this daemon has exited.
+func (d *Daemon) discardStore() {
+	if err := DiscardPrivateStore(d.store); err != nil {
+		d.log.Warn("removing the private store", "err", err)
+		return
+	}
+	d.log.Info("the private store is being deleted in the background", "store", d.store)
 }
 
 // shutdown starts unmounting (once): cleanly while the mount becomes
@@ -531,6 +564,9 @@ func UnmountOnce(mp string, lazy bool) error {
 func (d *Daemon) handle(s *ctl.Server) {
 	d.ws.Register(s)
 	s.Handle(ctl.OpPing, func(ctl.Caller, json.RawMessage) (any, error) { return "pong", nil })
+	s.Handle(ctl.OpDaemon, func(ctl.Caller, json.RawMessage) (any, error) {
+		return ctl.DaemonInfo{Pid: os.Getpid(), Version: d.version}, nil
+	})
 	s.Handle(ctl.OpUnmount, func(c ctl.Caller, _ json.RawMessage) (any, error) {
 		d.shutdown(fmt.Sprintf("unmount requested by pid %d (uid %d)", c.Pid, c.Uid))
 		return ctl.UnmountReply{Pid: os.Getpid()}, nil

@@ -19,8 +19,17 @@
 //	open the activity log, start automatic snapshots
 //	mount, write the registry entry, report "ready" to the parent
 //	serve until unmounted
-//	detach the branch mounts, remove the registry entry, stop the
-//	  activity log, close the workspace, delete a private store
+//	detach the branch mounts, stop the activity log, close the
+//	  workspace, move a private store aside for a remover process to
+//	  delete (trash.go), remove the registry entry
+//
+// Nothing in the exit grows with what the store holds but closing the
+// workspace (what is committed and not yet written, badger's memtable):
+// the deletion of a private store, which took longer than unmount waits
+// at 200,000 objects, is left to a process at the lowest priority that
+// outlives the daemon. The registry entry goes last, so that a daemon
+// that dies while it closes leaves it for agentfs unmount to clean up
+// after.
 //
 // Unmounting waits a little for the mount to become idle (the client of
 // the unmount operation still holds the control file open for a

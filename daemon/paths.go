@@ -59,6 +59,8 @@ func MakePrivateStore(avoid ...string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("creating a private store: %w", err)
 		}
+		// What an earlier remover left is taken up (trash.go).
+		sweepTrash(dir)
 		backstore.SpreadChildren(dir) // each store in a block group of its own
 		store, err := os.MkdirTemp(dir, privateStorePrefix)
 		if err != nil {

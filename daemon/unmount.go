@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -15,11 +17,13 @@ import (
 )
 
 // Unmount ends the mount at mp, as agentfs unmount does: it asks the
-// daemon to unmount and waits up to timeout for it to exit, then sends
-// it SIGTERM. A mount whose daemon died ("transport endpoint is not
-// connected") is cleared, and what the daemon left (its private store,
-// its registry entry) removed. What it did beyond the plain case is
-// told on notes.
+// daemon to unmount and waits up to timeout for it to exit; past that
+// it says what the daemon is still doing and waits ExitWait more (a
+// signal would not hurry it: the daemon takes one as a request to
+// unmount, which it is doing). A mount whose daemon died ("transport
+// endpoint is not connected") is cleared, and what the daemon left (its
+// private store, its registry entry) removed. What it did beyond the
+// plain case is told on notes.
 func Unmount(mp string, timeout time.Duration, notes io.Writer) error {
 	reg, known := ReadRegistry(mp)
 	e, mounted, err := procfs.MountAt(mountinfoPath, mp)
@@ -31,6 +35,10 @@ func Unmount(mp string, timeout time.Duration, notes io.Writer) error {
 			cleanupAfter(notes, reg)
 			fmt.Fprintf(notes, "agentfs: %s was not mounted; removed what its dead daemon (pid %d) left behind\n", mp, reg.Pid)
 			return nil
+		}
+		if known && servesMountpoint(reg.Pid, mp) {
+			return fmt.Errorf("%s is unmounted, but its daemon (pid %d) has not exited yet: it is closing the store %s (its log: %s); the store stays in use until it exits",
+				mp, reg.Pid, reg.Store, filepath.Join(reg.Store, "agentfs.log"))
 		}
 		return fmt.Errorf("%s is not mounted", mp)
 	}
@@ -44,8 +52,7 @@ func Unmount(mp string, timeout time.Duration, notes io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var st ctl.Status
-	err = c.Do(ctl.OpStatus, nil, &st)
+	pid, err := daemonPid(c)
 	if err != nil {
 		// The control file of a mount that failed: its close has
 		// nothing to tell.
@@ -57,7 +64,7 @@ func Unmount(mp string, timeout time.Duration, notes io.Writer) error {
 	}
 	// Hold the daemon's pidfd before asking it to exit, so that waiting
 	// cannot mistake a new process with a reused pid for it.
-	proc := procfs.Watch(st.Pid)
+	proc := procfs.Watch(pid)
 	defer func() { _ = proc.Close() }() // a pidfd, only waited on
 	var rep ctl.UnmountReply
 	err = c.Do(ctl.OpUnmount, nil, &rep)
@@ -68,14 +75,44 @@ func Unmount(mp string, timeout time.Duration, notes io.Writer) error {
 	if proc.Wait(timeout) {
 		return finishUnmount(notes, mp, reg, known)
 	}
-	fmt.Fprintf(notes, "agentfs: the daemon (pid %d) did not exit within %v; sending it SIGTERM\n", st.Pid, timeout)
-	if err := proc.Signal(syscall.SIGTERM); err != nil {
-		fmt.Fprintf(notes, "agentfs: signalling the daemon (pid %d): %v\n", st.Pid, err)
+	// Slow: say what it is still doing, and give it more time.
+	log := "its log"
+	if known {
+		log = filepath.Join(reg.Store, "agentfs.log")
+	}
+	if _, mounted, _ := procfs.MountAt(mountinfoPath, mp); mounted {
+		fmt.Fprintf(notes, "agentfs: the daemon (pid %d) has not ended the mount within %v; waiting %v more (see %s)\n", pid, timeout, ExitWait, log)
+	} else {
+		fmt.Fprintf(notes, "agentfs: %s is unmounted; its daemon (pid %d) is still closing the store after %v; waiting %v more (see %s)\n", mp, pid, timeout, ExitWait, log)
 	}
 	if proc.Wait(ExitWait) {
 		return finishUnmount(notes, mp, reg, known)
 	}
-	return fmt.Errorf("the daemon (pid %d) of %s does not exit: kill -9 %d, then run agentfs unmount %s again", st.Pid, mp, st.Pid, mp)
+	return fmt.Errorf("the daemon (pid %d) of %s has not exited %v after it was asked to unmount (see %s); the store stays in use until it does. "+
+		"kill -9 %d ends it as a crash would (the next mount resumes the store), then run agentfs unmount %s again",
+		pid, mp, timeout+ExitWait, log, pid, mp)
+}
+
+// servesMountpoint reports whether process pid is a daemon started for
+// mp (its command line ends with it), not another process that got its
+// pid.
+func servesMountpoint(pid int, mp string) bool {
+	args, err := procfs.Cmdline(pid)
+	return err == nil && len(args) > 1 && args[len(args)-1] == mp && slices.Contains(args, "--foreground")
+}
+
+// daemonPid asks the daemon at the other end of c for its pid: with
+// OpDaemon, which costs nothing, or OpStatus from a daemon older than
+// that operation.
+func daemonPid(c *ctl.Client) (int, error) {
+	var info ctl.DaemonInfo
+	err := c.Do(ctl.OpDaemon, nil, &info)
+	if errors.Is(err, syscall.ENOSYS) {
+		var st ctl.Status
+		err = c.Do(ctl.OpStatus, nil, &st)
+		info.Pid = st.Pid
+	}
+	return info.Pid, err
 }
 
 // finishUnmount checks the mount is gone once its daemon has exited,
@@ -132,8 +169,8 @@ func cleanupAfter(notes io.Writer, e RegistryEntry) {
 					fmt.Fprintf(notes, "agentfs: detaching the ramdisk %s: %v\n", ramdisk, err)
 				}
 			}
-			if err := os.RemoveAll(e.Store); err != nil {
-				fmt.Fprintf(notes, "agentfs: removing the private store %s: %v\n", e.Store, err)
+			if err := DiscardPrivateStore(e.Store); err != nil {
+				fmt.Fprintf(notes, "agentfs: %v\n", err)
 			}
 		} else if _, err := os.Stat(e.Store); err == nil {
 			fmt.Fprintf(notes, "agentfs: not removing %s: it is not in the private store directory\n", e.Store)

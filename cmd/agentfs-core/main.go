@@ -11,12 +11,18 @@ import (
 
 	"github.com/agentfs/agentfs/cli"
 	"github.com/agentfs/agentfs/contenthash"
+	"github.com/agentfs/agentfs/daemon"
 )
 
 func init() {
 	// The commands of package cli given -s SESSION open the session's
 	// store in this program.
 	cli.DialSession = dialSession
+	// The daemon and unmount delete a private store in a process of
+	// this program (daemon/trash.go).
+	if self, err := os.Executable(); err == nil {
+		daemon.Remover = []string{self, daemon.RemoverCommand}
+	}
 }
 
 func main() {
@@ -26,6 +32,10 @@ func main() {
 	if len(os.Args) == 2 && os.Args[1] == contenthash.HelperCommand {
 		// The daemon's hashing process (contenthash/helper.go).
 		os.Exit(contenthash.RunHelper())
+	}
+	if len(os.Args) >= 2 && os.Args[1] == daemon.RemoverCommand {
+		// The deletion of a private store (daemon/trash.go).
+		os.Exit(daemon.RunRemover(os.Args[2:]))
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
