@@ -27,9 +27,12 @@ const privateStorePrefix = "store-"
 
 // privateStoreBases lists, in order of preference, the directories a
 // private store may be made in.
+// Each is absolute (a relative one in the environment is taken from the
+// current directory): the daemon and the remover of private stores
+// (trash.go) do not run there.
 func privateStoreBases() []string {
 	if d := os.Getenv("AGENTFS_PRIVATE_DIR"); d != "" {
-		return []string{filepath.Clean(d)}
+		return []string{absPath(d)}
 	}
 	var bases []string
 	if os.Geteuid() == 0 {
@@ -42,7 +45,19 @@ func privateStoreBases() []string {
 		}
 		bases = append(bases, fmt.Sprintf("/var/tmp/agentfs-%d", os.Geteuid()))
 	}
-	return append(bases, filepath.Join(os.TempDir(), fmt.Sprintf("agentfs-%d", os.Geteuid())))
+	bases = append(bases, filepath.Join(os.TempDir(), fmt.Sprintf("agentfs-%d", os.Geteuid())))
+	for i, b := range bases {
+		bases[i] = absPath(b)
+	}
+	return bases
+}
+
+// absPath is p made absolute, or p cleaned where it cannot be.
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return filepath.Clean(p)
 }
 
 // MakePrivateStore creates a new private store directory (mode 0700) in
@@ -78,8 +93,12 @@ func IsPrivateStore(dir string) bool {
 	if !strings.HasPrefix(filepath.Base(dir), privateStorePrefix) {
 		return false
 	}
+	// The daemon has its store's path with symbolic links resolved
+	// (checkStore), the bases may go through some (~/.cache a link).
+	parent := filepath.Dir(dir)
+	resolved := hostpath.ResolveExisting(parent)
 	for _, base := range privateStoreBases() {
-		if filepath.Dir(dir) == base {
+		if parent == base || resolved == hostpath.ResolveExisting(base) {
 			return true
 		}
 	}

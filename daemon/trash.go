@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -53,8 +55,15 @@ func DiscardPrivateStore(dir string) error {
 		return fmt.Errorf("not deleting %s: it is not in the private store directory", dir)
 	}
 	trash := filepath.Join(filepath.Dir(dir), trashPrefix+filepath.Base(dir))
-	if err := os.Rename(dir, trash); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
+	// Never onto an older store's trash of the same name (a name
+	// MkdirTemp gave again): that one gets a suffix.
+	err := unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, trash, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EEXIST) {
+		trash += "." + strconv.FormatInt(time.Now().UnixNano(), 36)
+		err = unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, trash, unix.RENAME_NOREPLACE)
+	}
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
 			return nil
 		}
 		return fmt.Errorf("moving the private store %s aside to delete it: %w", dir, err)

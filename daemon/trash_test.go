@@ -103,3 +103,50 @@ func TestRemoverLeavesHeldTrash(t *testing.T) {
 		t.Errorf("held(%s) = true once its lock is let go", trash)
 	}
 }
+
+// TestDiscardPrivateStoreThroughLinks: a base reached through a
+// symbolic link (the daemon has its store's path resolved), a relative
+// base (made absolute), and a trash name an older store's trash still
+// holds (the store gets a name of its own) are all discarded.
+func TestDiscardPrivateStoreThroughLinks(t *testing.T) {
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AGENTFS_PRIVATE_DIR", filepath.Join(link, "agentfs"))
+	store, err := MakePrivateStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolved, err := filepath.EvalSymlinks(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := DiscardPrivateStore(resolved); err != nil {
+		t.Fatalf("discarding %s (resolved from %s): %v", resolved, store, err)
+	}
+	if left, _ := os.ReadDir(filepath.Join(real, "agentfs")); len(left) != 0 {
+		t.Errorf("%s holds %v after the discard, want nothing", real, left)
+	}
+
+	t.Chdir(real)
+	t.Setenv("AGENTFS_PRIVATE_DIR", "rel")
+	store, err = MakePrivateStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !filepath.IsAbs(store) {
+		t.Errorf("MakePrivateStore with a relative base gave %s, want an absolute path", store)
+	}
+	older := filepath.Join(filepath.Dir(store), trashPrefix+filepath.Base(store))
+	if err := os.MkdirAll(filepath.Join(older, "kept"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := DiscardPrivateStore(store); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(store); !os.IsNotExist(err) {
+		t.Errorf("the store %s after the discard: %v, want it gone", store, err)
+	}
+}

@@ -172,6 +172,9 @@ func cleanupAfter(notes io.Writer, e RegistryEntry) {
 			if err := DiscardPrivateStore(e.Store); err != nil {
 				fmt.Fprintf(notes, "agentfs: %v\n", err)
 			}
+			// A daemon that died after moving its store aside left
+			// its trash with no remover.
+			sweepTrash(filepath.Dir(e.Store))
 		} else if _, err := os.Stat(e.Store); err == nil {
 			fmt.Fprintf(notes, "agentfs: not removing %s: it is not in the private store directory\n", e.Store)
 		}

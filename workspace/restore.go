@@ -149,6 +149,13 @@ func (w *Workspace) restoreLocked(view *overlay.FS, snap branch.Snapshot) (branc
 	cur := view.Layer().Name()
 	var told chan struct{}
 	var panicked any // a panic while telling, raised again here (for the control server's recover)
+	// A panic of RestoreKeeping after it told still waits for the
+	// telling (the view's lock is released by then).
+	defer func() {
+		if told != nil {
+			<-told
+		}
+	}()
 	r, err := view.RestoreKeeping(snap, fmt.Sprintf("before restoring %s", snap.ID), func(stale []overlay.Stale) {
 		told = make(chan struct{})
 		go func() {
@@ -159,6 +166,7 @@ func (w *Workspace) restoreLocked(view *overlay.FS, snap branch.Snapshot) (branc
 	})
 	if told != nil {
 		<-told
+		told = nil
 		if panicked != nil {
 			panic(panicked)
 		}
