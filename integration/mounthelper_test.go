@@ -69,6 +69,9 @@ type mountStatus struct {
 	Store     string `json:"store"`
 	Ephemeral bool   `json:"ephemeral"`
 	Backstore string `json:"backstore"`
+	// OpenForWriting counts the files whose RELEASE the daemon has not
+	// had yet: the kernel holds the mount for each until it answers.
+	OpenForWriting int `json:"open_for_writing"`
 }
 
 func statusOf(t *testing.T, mp string) mountStatus {
@@ -81,8 +84,16 @@ func statusOf(t *testing.T, mp string) mountStatus {
 
 // umountAndWait runs umount(8) on mp and waits for the daemon (pid) to
 // exit, as it does when the kernel ends its connection.
+//
+// It first waits for the daemon to have every close: the kernel sends
+// RELEASE after close(2) returns and may hold the mount until the daemon
+// answers it, so a umount right after a write could fail with "target
+// is busy" (1 run in 15 of TestMountFstab, the previous build too).
 func umountAndWait(t *testing.T, mp string, pid int) {
 	t.Helper()
+	if !harness.WaitFor(func() bool { return statusOf(t, mp).OpenForWriting == 0 }) {
+		t.Fatalf("%s: files still open for writing before umount", mp)
+	}
 	if out, code := system(t, "umount", mp); code != 0 {
 		t.Fatalf("umount %s: exit %d: %s", mp, code, out)
 	}
